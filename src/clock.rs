@@ -1,0 +1,84 @@
+//! Time as the server sees it. Everything that depends on "now" (TTL expiry, `localTime`, cursor
+//! timeouts) reads a [`Clock`], so tests move time instead of sleeping. Invariant: a clock never goes
+//! backwards through this interface; [`ManualClock`] only advances.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The source of wall-clock time, in milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now_ms(&self) -> i64;
+
+    /// Moves time forward by `delta_ms` (negative values are ignored).
+    fn advance_ms(&self, delta_ms: i64);
+
+    fn now(&self) -> bson::DateTime {
+        bson::DateTime::from_millis(self.now_ms())
+    }
+}
+
+/// The system clock plus an offset that can only grow, so test commands can move the running
+/// server's time forward (`advanceClock`) without a restart.
+#[derive(Debug, Default)]
+pub struct SystemClock {
+    offset_ms: AtomicI64,
+}
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        since_epoch.as_millis() as i64 + self.offset_ms.load(Ordering::SeqCst)
+    }
+
+    fn advance_ms(&self, delta_ms: i64) {
+        self.offset_ms.fetch_add(delta_ms.max(0), Ordering::SeqCst);
+    }
+}
+
+/// A clock that stands still until told to move: for deterministic tests.
+#[derive(Debug)]
+pub struct ManualClock {
+    now_ms: AtomicI64,
+}
+
+impl ManualClock {
+    pub fn new(start_ms: i64) -> Self {
+        ManualClock {
+            now_ms: AtomicI64::new(start_ms),
+        }
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+
+    fn advance_ms(&self, delta_ms: i64) {
+        self.now_ms.fetch_add(delta_ms.max(0), Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_forward() {
+        let clock = ManualClock::new(1_000);
+        clock.advance_ms(500);
+        clock.advance_ms(-10_000);
+        assert_eq!(clock.now_ms(), 1_500);
+        assert_eq!(clock.now(), bson::DateTime::from_millis(1_500));
+    }
+
+    #[test]
+    fn system_clock_offset_adds_to_real_time() {
+        let clock = SystemClock::default();
+        let before = clock.now_ms();
+        clock.advance_ms(3_600_000);
+        assert!(clock.now_ms() >= before + 3_600_000);
+    }
+}

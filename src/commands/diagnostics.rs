@@ -1,0 +1,310 @@
+//! Diagnostics and introspection: `ping`, `serverStatus`, `hostInfo`, `whatsmyuri`,
+//! `connectionStatus`, `getLog`, `getCmdLineOpts`, `getParameter`, `listCommands`. All read-only,
+//! all answered from `ServerState` without touching storage.
+
+use bson::{doc, Bson, Document};
+
+use crate::bsonutil::is_truthy;
+use crate::commands::handshake::MONGODB_VERSION;
+use crate::config::StorageKind;
+use crate::dispatch::{
+    command_counters, command_fields, visible_commands, CommandContext, CommandSpec,
+};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::state::read;
+use crate::sync_handler;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "ping",
+        aliases: &[],
+        help: "Checks that the server answers.",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(ping),
+    },
+    CommandSpec {
+        name: "serverStatus",
+        aliases: &[],
+        help: "Process, connection, operation and storage counters. Sections set to 0 are left out.",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(server_status),
+    },
+    CommandSpec {
+        name: "hostInfo",
+        aliases: &[],
+        help: "The machine the server runs on: host name, cores, memory, operating system.",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(host_info),
+    },
+    CommandSpec {
+        name: "whatsmyuri",
+        aliases: &[],
+        help: "The client's own address as the server sees it.",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(whats_my_uri),
+    },
+    CommandSpec {
+        name: "connectionStatus",
+        aliases: &[],
+        help: "Authentication state of this connection (tideway has no access control: always empty).",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(connection_status),
+    },
+    CommandSpec {
+        name: "getLog",
+        aliases: &[],
+        help: "Recent log lines: getLog '*' lists the logs, 'global' and 'startupWarnings' return them.",
+        admin_only: true,
+        test_only: false,
+        handler: sync_handler!(get_log),
+    },
+    CommandSpec {
+        name: "getCmdLineOpts",
+        aliases: &[],
+        help: "The command line the server was started with, raw and parsed.",
+        admin_only: true,
+        test_only: false,
+        handler: sync_handler!(get_cmd_line_opts),
+    },
+    CommandSpec {
+        name: "getParameter",
+        aliases: &[],
+        help: "Server parameters: getParameter '*' for all, or {getParameter: 1, <name>: 1}.",
+        admin_only: true,
+        test_only: false,
+        handler: sync_handler!(get_parameter),
+    },
+    CommandSpec {
+        name: "listCommands",
+        aliases: &[],
+        help: "Every command this server answers, with help text.",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(list_commands),
+    },
+];
+
+fn ping(_ctx: &CommandContext, _body: &Document) -> CommandResult {
+    Ok(Document::new())
+}
+
+fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
+    let state = ctx.state;
+    let stats = &state.stats;
+    let uptime = state.started.elapsed();
+    let current = read(&stats.connections_current);
+    let counters = &stats.opcounters;
+    let mut commands = Document::new();
+    let mut names: Vec<_> = command_counters().collect();
+    names.sort_by_key(|(name, _)| *name);
+    for (name, counter) in names {
+        commands.insert(
+            name,
+            doc! {"total": read(&counter.total), "failed": read(&counter.failed)},
+        );
+    }
+    let (engine_name, persistent) = match state.config.storage {
+        StorageKind::Disk => ("redb", true),
+        StorageKind::Memory => ("inMemory", false),
+    };
+    let sections = [
+        (
+            "host",
+            Bson::from(format!("{}:{}", state.hostname, state.config.port)),
+        ),
+        ("version", Bson::from(MONGODB_VERSION)),
+        ("process", Bson::from("tideway")),
+        ("pid", Bson::Int64(i64::from(std::process::id()))),
+        ("uptime", Bson::Double(uptime.as_secs_f64().floor())),
+        ("uptimeMillis", Bson::Int64(uptime.as_millis() as i64)),
+        ("uptimeEstimate", Bson::Int64(uptime.as_secs() as i64)),
+        ("localTime", Bson::DateTime(state.clock.now())),
+        (
+            "connections",
+            Bson::Document(doc! {
+                "current": current as i32,
+                "available": (state.config.max_conns as i64 - current).max(0) as i32,
+                "totalCreated": read(&stats.connections_total),
+            }),
+        ),
+        (
+            "network",
+            Bson::Document(doc! {
+                "bytesIn": read(&stats.bytes_in),
+                "bytesOut": read(&stats.bytes_out),
+                "numRequests": read(&stats.requests),
+            }),
+        ),
+        (
+            "opcounters",
+            Bson::Document(doc! {
+                "insert": read(&counters.insert),
+                "query": read(&counters.query),
+                "update": read(&counters.update),
+                "delete": read(&counters.delete),
+                "getmore": read(&counters.getmore),
+                "command": read(&counters.command),
+            }),
+        ),
+        (
+            "storageEngine",
+            Bson::Document(
+                doc! {"name": engine_name, "persistent": persistent, "supportsCommittedReads": true},
+            ),
+        ),
+        ("metrics", Bson::Document(doc! {"commands": commands})),
+    ];
+    let mut reply = Document::new();
+    for (section, value) in sections {
+        let excluded = body.get(section).is_some_and(|flag| !is_truthy(flag));
+        if !excluded {
+            reply.insert(section, value);
+        }
+    }
+    Ok(reply)
+}
+
+fn host_info(ctx: &CommandContext, _body: &Document) -> CommandResult {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
+    let mem_size_mb = meminfo_total_kb().map_or(0, |kb| kb / 1024);
+    let os_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    Ok(doc! {
+        "system": {
+            "currentTime": ctx.state.clock.now(),
+            "hostname": ctx.state.hostname.as_str(),
+            "cpuAddrSize": (usize::BITS) as i32,
+            "memSizeMB": mem_size_mb,
+            "memLimitMB": mem_size_mb,
+            "numCores": cores,
+            "cpuArch": std::env::consts::ARCH,
+            "numaEnabled": false,
+        },
+        "os": {
+            "type": std::env::consts::OS,
+            "name": std::env::consts::OS,
+            "version": os_release.trim(),
+        },
+        "extra": {},
+    })
+}
+
+fn meminfo_total_kb() -> Option<i64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn whats_my_uri(ctx: &CommandContext, _body: &Document) -> CommandResult {
+    Ok(doc! {"you": ctx.client.remote.as_str()})
+}
+
+fn connection_status(_ctx: &CommandContext, body: &Document) -> CommandResult {
+    let mut auth_info = doc! {"authenticatedUsers": [], "authenticatedUserRoles": []};
+    if body.get("showPrivileges").is_some_and(is_truthy) {
+        auth_info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
+    }
+    Ok(doc! {"authInfo": auth_info})
+}
+
+fn get_log(ctx: &CommandContext, body: &Document) -> CommandResult {
+    let name = match body.get("getLog") {
+        Some(Bson::String(name)) => name.as_str(),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "Argument to getLog must be of type String; found {other} of type {}",
+                crate::bsonutil::type_name(other)
+            )))
+        }
+        None => "",
+    };
+    let (total, lines) = match name {
+        "*" => return Ok(doc! {"names": ["global", "startupWarnings"]}),
+        "global" => crate::logbuf::recent_lines(),
+        "startupWarnings" => {
+            let warnings = ctx.state.startup_warnings.clone();
+            (warnings.len() as u64, warnings)
+        }
+        other => {
+            return Err(CommandError::new(
+                ErrorCode::OperationFailed,
+                format!("No log named '{other}'"),
+            ))
+        }
+    };
+    Ok(doc! {"totalLinesWritten": total as i64, "log": lines})
+}
+
+fn get_cmd_line_opts(ctx: &CommandContext, _body: &Document) -> CommandResult {
+    let config = &ctx.state.config;
+    let argv: Vec<String> = std::env::args().collect();
+    let mut set_parameter = Document::new();
+    for assignment in &config.set_parameter {
+        if let Some((name, value)) = assignment.split_once('=') {
+            set_parameter.insert(name, value);
+        }
+    }
+    let engine = match config.storage {
+        StorageKind::Disk => "disk",
+        StorageKind::Memory => "memory",
+    };
+    Ok(doc! {
+        "argv": argv,
+        "parsed": {
+            "net": {"port": i32::from(config.port), "bindIp": config.bind_ip.join(","), "maxIncomingConnections": config.max_conns as i64},
+            "storage": {"dbPath": config.dbpath.to_string_lossy().into_owned(), "engine": engine},
+            "systemLog": {"verbosity": i32::from(config.verbose)},
+            "operationProfiling": {"slowOpThresholdMs": config.slowms as i64},
+            "setParameter": set_parameter,
+        },
+    })
+}
+
+fn get_parameter(ctx: &CommandContext, body: &Document) -> CommandResult {
+    let (all, show_details) = match body.get("getParameter") {
+        Some(Bson::String(star)) => (star == "*", false),
+        Some(Bson::Document(options)) => (
+            options.get_str("allParameters") == Ok("*")
+                || options.get("allParameters").is_some_and(is_truthy),
+            options.get("showDetails").is_some_and(is_truthy),
+        ),
+        _ => (false, false),
+    };
+    let params = &ctx.state.params;
+    if all {
+        return Ok(params.describe(None, show_details));
+    }
+    let names: Vec<&str> = command_fields(body)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let found = params.describe(Some(&names), show_details);
+    if found.is_empty() {
+        return Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            "no option found to get",
+        ));
+    }
+    Ok(found)
+}
+
+fn list_commands(ctx: &CommandContext, _body: &Document) -> CommandResult {
+    let mut commands = Document::new();
+    for spec in visible_commands(ctx.state) {
+        let entry = doc! {
+            "help": spec.help,
+            "requiresAuth": false,
+            "secondaryOk": true,
+            "adminOnly": spec.admin_only,
+            "apiVersions": [],
+            "deprecatedApiVersions": [],
+        };
+        for name in std::iter::once(&spec.name).chain(spec.aliases) {
+            commands.insert(*name, entry.clone());
+        }
+    }
+    Ok(doc! {"commands": commands})
+}

@@ -1,0 +1,20 @@
+//! Command handlers, one module per family. Handlers are thin: parse the body, call the layer that
+//! does the work, build the reply. Each module exports its registry entries as `COMMANDS`; the
+//! dispatcher collects them through [`all`].
+
+mod diagnostics;
+mod handshake;
+mod sessions;
+
+use crate::dispatch::CommandSpec;
+
+/// Every command this server knows, test-only ones included.
+pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
+    [
+        handshake::COMMANDS,
+        diagnostics::COMMANDS,
+        sessions::COMMANDS,
+    ]
+    .into_iter()
+    .flatten()
+}

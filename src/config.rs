@@ -1,0 +1,165 @@
+//! Every knob of the server in one struct, read from the command line or `TIDEWAY_*` environment
+//! variables. Flag names follow mongod's where mongod has one (`--port`, `--bind_ip`, `--dbpath`,
+//! `--maxConns`, `--setParameter`, `--slowms`). Nothing here has side effects: `Config` is plain data.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// Where data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StorageKind {
+    /// Durable files under `--dbpath`.
+    Disk,
+    /// Process memory only: gone when the server stops. For tests and throwaway environments.
+    Memory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// tideway: a MongoDB wire-protocol compatible server with Azure Cosmos DB style time-to-live.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "tideway", version, about, long_about = None)]
+pub struct Config {
+    /// TCP port to listen on.
+    #[arg(long, env = "TIDEWAY_PORT", default_value_t = 27017)]
+    pub port: u16,
+
+    /// Addresses to listen on, comma-separated (e.g. `127.0.0.1,::1`).
+    #[arg(
+        long = "bind_ip",
+        env = "TIDEWAY_BIND_IP",
+        default_value = "127.0.0.1",
+        value_delimiter = ','
+    )]
+    pub bind_ip: Vec<String>,
+
+    /// Directory that holds the data files (with `--storage disk`).
+    #[arg(long, env = "TIDEWAY_DBPATH", default_value = "./data")]
+    pub dbpath: PathBuf,
+
+    /// Storage engine: durable files under --dbpath, or memory only.
+    #[arg(long, env = "TIDEWAY_STORAGE", value_enum, default_value_t = StorageKind::Disk)]
+    pub storage: StorageKind,
+
+    /// Maximum simultaneous client connections; further connections are closed at once.
+    #[arg(
+        long = "maxConns",
+        visible_alias = "max-conns",
+        env = "TIDEWAY_MAX_CONNS",
+        default_value_t = 10_000
+    )]
+    pub max_conns: usize,
+
+    /// Log line format.
+    #[arg(long = "log-format", env = "TIDEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive like `tideway=debug`.
+    #[arg(long = "log-level", env = "TIDEWAY_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// More verbose logging (-v debug, -vv trace); overrides --log-level.
+    #[arg(short, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Commands slower than this many milliseconds are logged as slow.
+    #[arg(long, env = "TIDEWAY_SLOWMS", default_value_t = 100)]
+    pub slowms: u64,
+
+    /// Enable test-only commands (e.g. advanceClock); same as --setParameter enableTestCommands=1.
+    #[arg(long = "enableTestCommands", env = "TIDEWAY_ENABLE_TEST_COMMANDS")]
+    pub enable_test_commands: bool,
+
+    /// Server parameter at startup, as name=value (repeatable).
+    #[arg(long = "setParameter", value_name = "NAME=VALUE")]
+    pub set_parameter: Vec<String>,
+}
+
+impl Default for Config {
+    /// The defaults of every flag, ignoring the process's real arguments.
+    fn default() -> Self {
+        Config::parse_from(["tideway"])
+    }
+}
+
+impl Config {
+    /// Every address to listen on: each `--bind_ip` entry resolved, with `--port`.
+    pub fn listen_addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
+        let mut addrs = Vec::new();
+        for host in &self.bind_ip {
+            let host = host.trim();
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                addrs.push(SocketAddr::new(ip, self.port));
+            } else {
+                addrs.extend((host, self.port).to_socket_addrs()?);
+            }
+        }
+        if addrs.is_empty() {
+            addrs.push(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port));
+        }
+        addrs.dedup();
+        Ok(addrs)
+    }
+
+    /// The tracing filter directive after applying `-v`.
+    pub fn log_filter(&self) -> &str {
+        match self.verbose {
+            0 => &self.log_level,
+            1 => "debug",
+            _ => "trace",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_readme() {
+        let config = Config::default();
+        assert_eq!(config.port, 27017);
+        assert_eq!(config.bind_ip, vec!["127.0.0.1"]);
+        assert_eq!(config.dbpath, PathBuf::from("./data"));
+        assert_eq!(config.storage, StorageKind::Disk);
+        assert_eq!(config.max_conns, 10_000);
+        assert_eq!(
+            config.listen_addrs().unwrap(),
+            vec!["127.0.0.1:27017".parse().unwrap()]
+        );
+    }
+
+    #[test]
+    fn mongod_flag_names_parse() {
+        let config = Config::parse_from([
+            "tideway",
+            "--port",
+            "27999",
+            "--bind_ip",
+            "127.0.0.1,::1",
+            "--maxConns",
+            "5",
+            "--storage",
+            "memory",
+            "--setParameter",
+            "enableTestCommands=1",
+            "-vv",
+        ]);
+        assert_eq!(config.port, 27999);
+        assert_eq!(config.listen_addrs().unwrap().len(), 2);
+        assert_eq!(config.max_conns, 5);
+        assert_eq!(config.storage, StorageKind::Memory);
+        assert_eq!(config.set_parameter, vec!["enableTestCommands=1"]);
+        assert_eq!(config.log_filter(), "trace");
+        let alias = Config::parse_from(["tideway", "--max-conns", "7"]);
+        assert_eq!(alias.max_conns, 7);
+    }
+}

@@ -1,0 +1,273 @@
+//! Command dispatch: the registry of commands (as data: name, aliases, help, admin-only, handler),
+//! the checks every command shares (`$db`, admin-only, transactions on a standalone), timing and
+//! logging, and the single place where a handler's `CommandError` becomes an error reply.
+//!
+//! Invariants: handlers never write `ok`; dispatch appends `ok: 1.0` to a success and builds
+//! `{ok: 0.0, errmsg, code, codeName}` for a failure. Nothing here knows about sockets or wire formats.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use bson::{Bson, Document};
+use futures::future::BoxFuture;
+use tracing::Instrument;
+
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::state::{bump, ServerState};
+
+/// Who sent a command: what handlers may know about the connection, without the socket.
+#[derive(Debug)]
+pub struct ClientInfo {
+    pub connection_id: i32,
+    /// The peer's `ip:port`.
+    pub remote: String,
+    /// Set once the first `hello` carrying `client` metadata has been seen.
+    pub metadata_received: AtomicBool,
+}
+
+impl ClientInfo {
+    pub fn new(connection_id: i32, remote: String) -> Self {
+        ClientInfo {
+            connection_id,
+            remote,
+            metadata_received: AtomicBool::new(false),
+        }
+    }
+}
+
+/// What a handler gets besides the command body.
+pub struct CommandContext<'a> {
+    pub state: &'a Arc<ServerState>,
+    pub client: &'a ClientInfo,
+    /// The command's database (`$db`).
+    pub db: &'a str,
+    /// The command's registered name (the first key of the body, canonical casing).
+    pub name: &'static str,
+}
+
+pub type Handler = for<'a> fn(&'a CommandContext<'a>, &'a Document) -> BoxFuture<'a, CommandResult>;
+
+/// One entry of the registry.
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub help: &'static str,
+    /// Only runs against the `admin` database (else 13 Unauthorized, as mongod).
+    pub admin_only: bool,
+    /// Exists only with `enableTestCommands`; otherwise unknown, like any other name.
+    pub test_only: bool,
+    pub handler: Handler,
+}
+
+/// Wraps an `async fn(&CommandContext, &Document) -> CommandResult` as a [`Handler`].
+#[macro_export]
+macro_rules! async_handler {
+    ($function:path) => {{
+        fn boxed<'a>(
+            ctx: &'a $crate::dispatch::CommandContext<'a>,
+            body: &'a ::bson::Document,
+        ) -> ::futures::future::BoxFuture<'a, $crate::error::CommandResult> {
+            Box::pin($function(ctx, body))
+        }
+        boxed as $crate::dispatch::Handler
+    }};
+}
+
+/// Wraps a plain `fn(&CommandContext, &Document) -> CommandResult` as a [`Handler`].
+#[macro_export]
+macro_rules! sync_handler {
+    ($function:path) => {{
+        fn boxed<'a>(
+            ctx: &'a $crate::dispatch::CommandContext<'a>,
+            body: &'a ::bson::Document,
+        ) -> ::futures::future::BoxFuture<'a, $crate::error::CommandResult> {
+            Box::pin(::std::future::ready($function(ctx, body)))
+        }
+        boxed as $crate::dispatch::Handler
+    }};
+}
+
+/// Arguments any command may carry (mongod's generic_argument.idl); handlers that check for unknown
+/// fields must skip these.
+pub const GENERIC_ARGUMENTS: &[&str] = &[
+    "$db",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "maxTimeMS",
+    "readConcern",
+    "writeConcern",
+    "lsid",
+    "clientOperationKey",
+    "txnNumber",
+    "autocommit",
+    "startTransaction",
+    "stmtId",
+    "comment",
+    "$readPreference",
+    "$clusterTime",
+    "$audit",
+    "$client",
+    "allowImplicitCollectionCreation",
+    "$queryOptions",
+    "mayBypassWriteBlocking",
+    "txnRetryCounter",
+    "expectPrefix",
+    "databaseVersion",
+    "shardVersion",
+    "help",
+];
+
+pub fn is_generic_argument(field: &str) -> bool {
+    GENERIC_ARGUMENTS.contains(&field)
+}
+
+/// The command's own fields after the command name, without generic arguments.
+pub fn command_fields(body: &Document) -> impl Iterator<Item = (&String, &Bson)> {
+    body.iter()
+        .skip(1)
+        .filter(|(key, _)| !is_generic_argument(key))
+}
+
+/// Per-command counters for `serverStatus.metrics.commands`.
+#[derive(Debug, Default)]
+pub struct CommandCounters {
+    pub total: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+struct Registry {
+    by_name: HashMap<&'static str, &'static CommandSpec>,
+    counters: HashMap<&'static str, CommandCounters>,
+}
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut by_name = HashMap::new();
+        let mut counters = HashMap::new();
+        for spec in crate::commands::all() {
+            for name in std::iter::once(&spec.name).chain(spec.aliases) {
+                let previous = by_name.insert(*name, spec);
+                debug_assert!(previous.is_none(), "command {name} registered twice");
+            }
+            counters.insert(spec.name, CommandCounters::default());
+        }
+        Registry { by_name, counters }
+    })
+}
+
+/// The commands this server answers, test-only ones included only when enabled.
+pub fn visible_commands(state: &ServerState) -> Vec<&'static CommandSpec> {
+    let enabled = state.params.test_commands_enabled();
+    let mut specs: Vec<_> = crate::commands::all()
+        .filter(|spec| enabled || !spec.test_only)
+        .collect();
+    specs.sort_by_key(|spec| spec.name);
+    specs
+}
+
+/// Every registered command's counters, by canonical name.
+pub fn command_counters() -> impl Iterator<Item = (&'static str, &'static CommandCounters)> {
+    registry()
+        .counters
+        .iter()
+        .map(|(name, counters)| (*name, counters))
+}
+
+fn lookup(state: &ServerState, name: &str) -> Option<&'static CommandSpec> {
+    registry()
+        .by_name
+        .get(name)
+        .copied()
+        .filter(|spec| !spec.test_only || state.params.test_commands_enabled())
+}
+
+/// Runs one command and returns its reply document (success or error); never fails.
+pub async fn dispatch(state: &Arc<ServerState>, client: &ClientInfo, body: &Document) -> Document {
+    let started = Instant::now();
+    let name = body.keys().next().map(String::as_str).unwrap_or("");
+    let span = tracing::debug_span!("command", name, conn = client.connection_id);
+    let result = run(state, client, body, name).instrument(span).await;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(mut reply) => {
+            reply.insert("ok", 1.0);
+            tracing::debug!(name, elapsed_ms, "command succeeded");
+            if elapsed_ms >= state.config.slowms {
+                tracing::info!(name, elapsed_ms, conn = client.connection_id, "Slow query");
+            }
+            reply
+        }
+        Err(error) => {
+            if let Some(counters) = registry().counters.get(name) {
+                bump(&counters.failed, 1);
+            }
+            tracing::debug!(name, elapsed_ms, code = error.code.code(), errmsg = %error.errmsg, "command failed");
+            error.to_reply()
+        }
+    }
+}
+
+async fn run(
+    state: &Arc<ServerState>,
+    client: &ClientInfo,
+    body: &Document,
+    name: &str,
+) -> CommandResult {
+    let spec = lookup(state, name).ok_or_else(|| {
+        CommandError::new(
+            ErrorCode::CommandNotFound,
+            format!("no such command: '{name}'"),
+        )
+    })?;
+    if let Some(counters) = registry().counters.get(spec.name) {
+        bump(&counters.total, 1);
+    }
+    let db = match body.get("$db") {
+        Some(Bson::String(db)) if !db.is_empty() => db.as_str(),
+        Some(Bson::String(_)) => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                "Invalid database name: ''",
+            ))
+        }
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field '$db' is the wrong type '{}', expected type 'string'",
+                crate::bsonutil::type_name(other)
+            )))
+        }
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40571,
+                "OP_MSG requests require a $db argument",
+            ))
+        }
+    };
+    if spec.admin_only && db != "admin" {
+        return Err(CommandError::new(
+            ErrorCode::Unauthorized,
+            format!("{} may only be run against the admin database.", spec.name),
+        ));
+    }
+    if ["txnNumber", "startTransaction", "autocommit"]
+        .iter()
+        .any(|field| body.contains_key(field))
+    {
+        return Err(CommandError::new(
+            ErrorCode::IllegalOperation,
+            "Transaction numbers are only allowed on a replica set member or mongos",
+        ));
+    }
+    bump(&state.stats.opcounters.command, 1);
+    let ctx = CommandContext {
+        state,
+        client,
+        db,
+        name: spec.name,
+    };
+    (spec.handler)(&ctx, body).await
+}

@@ -1,0 +1,24 @@
+//! tideway: a MongoDB wire-protocol compatible server with Azure Cosmos DB style time-to-live.
+//!
+//! Request path: `server` (accept, limits, shutdown) → `conn` (framing) → `wire` (bytes ↔ command
+//! document) → `dispatch` (registry, shared checks, error replies) → `commands::*` (thin handlers).
+//! See docs/architecture.md for the module map and invariants.
+
+pub mod bsonutil;
+pub mod clock;
+pub mod commands;
+pub mod config;
+pub mod conn;
+pub mod dispatch;
+pub mod error;
+pub mod logbuf;
+pub mod params;
+pub mod query;
+pub mod server;
+pub mod state;
+pub mod storage;
+pub mod wire;
+
+pub use config::Config;
+pub use server::Server;
+pub use state::ServerState;

@@ -1,0 +1,79 @@
+//! The `tideway` binary: parse the command line, set up logging, serve until SIGINT or SIGTERM.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use tideway::config::LogFormat;
+use tideway::{Config, Server, ServerState};
+
+fn main() -> ExitCode {
+    let config = Config::parse();
+    init_logging(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tideway: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let state = match ServerState::with_system_clock(config) {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::error!(%error, "invalid configuration");
+                return ExitCode::FAILURE;
+            }
+        };
+        let server = match Server::bind(state.clone()).await {
+            Ok(server) => server,
+            Err(error) => {
+                tracing::error!(%error, addrs = ?state.config.bind_ip, port = state.config.port, "cannot listen");
+                return ExitCode::FAILURE;
+            }
+        };
+        server.run(shutdown_signal()).await;
+        ExitCode::SUCCESS
+    })
+}
+
+fn init_logging(config: &Config) {
+    let filter = EnvFilter::try_new(config.log_filter()).unwrap_or_else(|_| EnvFilter::new("info"));
+    let output = match config.log_format {
+        LogFormat::Pretty => tracing_subscriber::fmt::layer().with_target(false).boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer().json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(output.with_filter(filter))
+        .with(tideway::logbuf::CaptureLayer.with_filter(EnvFilter::new("info")))
+        .init();
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {},
+            _ = terminate.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,45 @@
+//! The query language: pure functions over `bson::Document`/`bson::Bson` implementing mongod's
+//! comparison order, dotted paths, query filters, update documents, projections and sort specs.
+//!
+//! Invariants: nothing here performs I/O, blocks or spawns; every malformed user input (filter,
+//! update, projection, sort) is reported as a `CommandError` carrying mongod's code and, where
+//! known, mongod's message, never as a panic. Matching, sorting and updating are deterministic.
+//!
+//! Module map and the API other layers use:
+//! - [`compare`]: `compare_values(&Bson, &Bson) -> Ordering` (mongod's total order),
+//!   `values_equal`, `canonical_type_rank(&Bson) -> u8` (mongod's canonical type + 1),
+//!   `identical_values`/`identical_documents` (byte-level identity, field order included).
+//! - `numeric` (crate-private): exact cross-type numeric order and `$inc`/`$mul` arithmetic.
+//! - [`path`]: `lookup(&Document, &[String], LeafArrays) -> Vec<PathValue>` (matcher traversal),
+//!   `lookup_values(&Document, &str) -> Vec<&Bson>` (what `distinct` sees), and exact
+//!   `get_path`/`get_path_mut`/`set_path`/`remove_path` for updates.
+//! - [`filter`]: `Filter::parse(&Document)`, `matches(&Document) -> bool`,
+//!   `match_position(&Document) -> Option<Option<usize>>` (for positional `$`),
+//!   `id_equality() -> Option<&Bson>`, `equality_fields() -> CommandResult<Document>`,
+//!   `field_intervals(&str) -> Option<Vec<Interval>>`; `ElementMatcher` for `$pull`.
+//! - [`update`]: `Update::parse(&Document)`, `apply(&mut Document, &UpdateContext) ->
+//!   CommandResult<bool>`, `touched_paths()`, and `upsert_document(&Filter, &Update,
+//!   &UpdateContext) -> CommandResult<Document>`.
+//! - [`projection`]: `Projection::parse(&Document, allowed_meta: &[&str])`,
+//!   `apply(&Document, &dyn Fn(&str) -> Bson) -> Document`, `apply_with_position(..)`.
+//! - [`sort`]: `SortSpec::parse(&Document)`, `compare(&Document, &Document) -> Ordering`,
+//!   `sort_key`/`compare_keys` for precomputed keys.
+//! - [`display`]: mongod-style rendering of values inside error messages.
+
+pub mod compare;
+pub mod display;
+pub mod filter;
+mod numeric;
+pub mod path;
+pub mod projection;
+pub mod sort;
+pub mod update;
+
+pub use compare::{
+    canonical_type_rank, compare_values, identical_documents, identical_values, values_equal,
+};
+pub use filter::{ElementMatcher, Filter, Interval};
+pub use path::{lookup, lookup_values, LeafArrays, PathValue};
+pub use projection::Projection;
+pub use sort::{Direction, SortSpec};
+pub use update::{upsert_document, Update, UpdateContext};

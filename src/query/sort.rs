@@ -1,0 +1,214 @@
+//! Sort specifications (`{a: 1, "b.c": -1}`) and mongod's document ordering under them.
+//!
+//! Invariants: each key's value for a document is taken over every candidate at its path
+//! (leaf arrays expanded one level): ascending keys use the smallest candidate, descending keys
+//! the largest, under [`compare_values`]; a missing path sorts as null and an empty leaf array
+//! as undefined (below null), as mongod does. Ties compare `Equal` so callers keep a stable
+//! order. `$meta` sort keys are rejected at parse time. Comparing never fails.
+
+use std::cmp::Ordering;
+
+use bson::{Bson, Document};
+
+use super::compare::compare_values;
+use super::numeric::Number;
+use super::path::{self, LeafArrays};
+use crate::error::{CommandError, CommandResult};
+
+/// Sort direction of one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Ascending,
+    Descending,
+}
+
+/// A parsed sort specification.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SortSpec {
+    keys: Vec<(String, Vec<String>, Direction)>,
+}
+
+impl SortSpec {
+    /// Parses a sort document; values must be 1 or -1 of any numeric type.
+    pub fn parse(spec: &Document) -> CommandResult<SortSpec> {
+        let mut keys = Vec::with_capacity(spec.len());
+        for (field, value) in spec {
+            if field.is_empty() || field.split('.').any(str::is_empty) {
+                return Err(CommandError::bad_value(format!(
+                    "Empty field name in sort pattern: {field}"
+                )));
+            }
+            if let Bson::Document(meta) = value {
+                if meta.contains_key("$meta") {
+                    return Err(CommandError::bad_value(
+                        "$meta sort is not supported by this server",
+                    ));
+                }
+            }
+            let direction = match Number::from_bson(value).and_then(Number::to_exact_i64) {
+                Some(1) => Direction::Ascending,
+                Some(-1) => Direction::Descending,
+                _ => {
+                    return Err(CommandError::bad_value(
+                        "$sort key ordering must be 1 (for ascending) or -1 (for descending)",
+                    ))
+                }
+            };
+            keys.push((field.clone(), path::split_path(field), direction));
+        }
+        Ok(SortSpec { keys })
+    }
+
+    /// True for `{}`.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The sort keys in order: dotted path and direction.
+    pub fn keys(&self) -> impl Iterator<Item = (&str, Direction)> {
+        self.keys
+            .iter()
+            .map(|(name, _, direction)| (name.as_str(), *direction))
+    }
+
+    /// The per-key values a document sorts by (precompute these to sort many documents).
+    pub fn sort_key(&self, document: &Document) -> Vec<Bson> {
+        self.keys
+            .iter()
+            .map(|(_, parts, direction)| key_value(document, parts, *direction))
+            .collect()
+    }
+
+    /// Orders two precomputed sort keys.
+    pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
+        for ((_, _, direction), (x, y)) in self.keys.iter().zip(a.iter().zip(b.iter())) {
+            let order = compare_values(x, y);
+            let order = match direction {
+                Direction::Ascending => order,
+                Direction::Descending => order.reverse(),
+            };
+            if order != Ordering::Equal {
+                return order;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// Orders two documents under this spec.
+    pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
+        self.compare_keys(&self.sort_key(a), &self.sort_key(b))
+    }
+}
+
+fn key_value(document: &Document, parts: &[String], direction: Direction) -> Bson {
+    let mut best: Option<Bson> = None;
+    for candidate in path::lookup(document, parts, LeafArrays::ExpandAndSelf) {
+        let value = match candidate.value {
+            None => Bson::Null,
+            Some(Bson::Array(elements)) if candidate.is_leaf_array => {
+                if !elements.is_empty() {
+                    continue;
+                }
+                Bson::Undefined
+            }
+            Some(value) => value.clone(),
+        };
+        let better = match &best {
+            None => true,
+            Some(current) => {
+                let order = compare_values(&value, current);
+                match direction {
+                    Direction::Ascending => order == Ordering::Less,
+                    Direction::Descending => order == Ordering::Greater,
+                }
+            }
+        };
+        if better {
+            best = Some(value);
+        }
+    }
+    best.unwrap_or(Bson::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use bson::doc;
+
+    fn spec(document: Document) -> SortSpec {
+        SortSpec::parse(&document).expect("valid sort")
+    }
+
+    #[test]
+    fn accepts_any_numeric_one_or_minus_one() {
+        assert!(SortSpec::parse(&doc! {"a": 1.0, "b": -1_i64}).is_ok());
+    }
+
+    #[test]
+    fn rejects_other_orderings() {
+        for value in [
+            Bson::Int32(0),
+            Bson::Int32(2),
+            Bson::String("asc".into()),
+            Bson::Double(1.5),
+        ] {
+            let error = SortSpec::parse(&doc! {"a": value}).expect_err("invalid ordering");
+            assert_eq!(error.code, ErrorCode::BadValue);
+            assert_eq!(
+                error.errmsg,
+                "$sort key ordering must be 1 (for ascending) or -1 (for descending)"
+            );
+        }
+        assert!(SortSpec::parse(&doc! {"a": {"$meta": "textScore"}}).is_err());
+    }
+
+    #[test]
+    fn ascending_uses_smallest_array_element() {
+        let sort = spec(doc! {"a": 1});
+        assert_eq!(
+            sort.compare(&doc! {"a": [5, 1]}, &doc! {"a": 2}),
+            Ordering::Less
+        );
+    }
+
+    #[test]
+    fn descending_uses_largest_array_element() {
+        let sort = spec(doc! {"a": -1});
+        assert_eq!(
+            sort.compare(&doc! {"a": [5, 1]}, &doc! {"a": 4}),
+            Ordering::Less
+        );
+    }
+
+    #[test]
+    fn missing_sorts_as_null_and_empty_array_below_it() {
+        let sort = spec(doc! {"a": 1});
+        assert_eq!(sort.compare(&doc! {}, &doc! {"a": null}), Ordering::Equal);
+        assert_eq!(sort.compare(&doc! {"a": []}, &doc! {}), Ordering::Less);
+        assert_eq!(sort.compare(&doc! {}, &doc! {"a": 0}), Ordering::Less);
+    }
+
+    #[test]
+    fn later_keys_break_ties_and_dotted_paths_traverse() {
+        let sort = spec(doc! {"a": 1, "b.c": -1});
+        let first = doc! {"a": 1, "b": [{"c": 1}, {"c": 9}]};
+        let second = doc! {"a": 1, "b": {"c": 5}};
+        assert_eq!(sort.compare(&first, &second), Ordering::Less);
+    }
+
+    #[test]
+    fn numbers_sort_across_types_before_strings() {
+        let sort = spec(doc! {"a": 1});
+        let mut documents = [
+            doc! {"a": "x"},
+            doc! {"a": 2.5},
+            doc! {"a": 1_i64},
+            doc! {"a": f64::NAN},
+        ];
+        documents.sort_by(|x, y| sort.compare(x, y));
+        assert!(documents[0].get_f64("a").is_ok_and(f64::is_nan));
+        assert_eq!(documents[1], doc! {"a": 1_i64});
+        assert_eq!(documents[3], doc! {"a": "x"});
+    }
+}

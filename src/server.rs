@@ -1,0 +1,137 @@
+//! The listener side: accept connections on every bound address, enforce `--maxConns`, run one task
+//! per connection, and shut down gracefully (stop accepting, let in-flight requests finish, return).
+//! Background tasks that later issues add (the TTL reaper) start and stop here too.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tracing::Instrument;
+
+use crate::conn::serve_connection;
+use crate::dispatch::ClientInfo;
+use crate::state::{bump, ServerState};
+
+pub struct Server {
+    state: Arc<ServerState>,
+    listeners: Vec<TcpListener>,
+}
+
+impl Server {
+    /// Binds every address in the configuration.
+    pub async fn bind(state: Arc<ServerState>) -> std::io::Result<Server> {
+        let mut listeners = Vec::new();
+        for addr in state.config.listen_addrs()? {
+            listeners.push(TcpListener::bind(addr).await?);
+        }
+        Ok(Server { state, listeners })
+    }
+
+    /// A server on listeners the caller already bound (tests bind `127.0.0.1:0`).
+    pub fn with_listeners(state: Arc<ServerState>, listeners: Vec<TcpListener>) -> Server {
+        Server { state, listeners }
+    }
+
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|listener| listener.local_addr().ok())
+            .collect()
+    }
+
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then waits for every connection to finish its current
+    /// request.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        // Every connection task holds a sender; `recv` returns `None` once all have finished.
+        let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+        let permits = Arc::new(Semaphore::new(self.state.config.max_conns));
+        for addr in self.local_addrs() {
+            tracing::info!(%addr, "Waiting for connections");
+        }
+        let accept_loops: Vec<_> = self
+            .listeners
+            .into_iter()
+            .map(|listener| {
+                let acceptor = Acceptor {
+                    state: self.state.clone(),
+                    permits: permits.clone(),
+                    stop: stop_rx.clone(),
+                    done: done_tx.clone(),
+                };
+                tokio::spawn(acceptor.run(listener))
+            })
+            .collect();
+        drop(done_tx);
+        shutdown.await;
+        tracing::info!("shutting down: no new connections, finishing requests in flight");
+        let _ = stop_tx.send(true);
+        for accept_loop in accept_loops {
+            let _ = accept_loop.await;
+        }
+        let _ = done_rx.recv().await;
+        tracing::info!("shutdown complete");
+    }
+}
+
+struct Acceptor {
+    state: Arc<ServerState>,
+    permits: Arc<Semaphore>,
+    stop: watch::Receiver<bool>,
+    done: mpsc::Sender<()>,
+}
+
+impl Acceptor {
+    async fn run(mut self, listener: TcpListener) {
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = self.stop.wait_for(|stopping| *stopping) => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => self.start_connection(stream, peer),
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    fn start_connection(&self, stream: TcpStream, peer: SocketAddr) {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, max = self.state.config.max_conns, "connection refused because too many open connections");
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        let state = self.state.clone();
+        let stop = self.stop.clone();
+        let done = self.done.clone();
+        let client = ClientInfo::new(state.next_connection_id(), peer.to_string());
+        let span = tracing::info_span!("conn", id = client.connection_id, remote = %peer);
+        bump(&state.stats.connections_total, 1);
+        bump(&state.stats.connections_current, 1);
+        tokio::spawn(
+            async move {
+                tracing::debug!("connection accepted");
+                serve_connection(state.clone(), stream, client, stop).await;
+                state
+                    .stats
+                    .connections_current
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!("connection ended");
+                drop(permit);
+                drop(done);
+            }
+            .instrument(span),
+        );
+    }
+}

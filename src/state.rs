@@ -1,0 +1,114 @@
+//! The state every connection and command shares, behind one cheap `Arc<ServerState>`: the
+//! configuration, parameters, clock, and the counters `serverStatus` reports. Counters are atomics so
+//! the request path never takes a lock to update them.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::error::CommandResult;
+use crate::params::Parameters;
+
+#[derive(Debug)]
+pub struct ServerState {
+    pub config: Config,
+    pub params: Parameters,
+    pub clock: Arc<dyn Clock>,
+    pub started: Instant,
+    pub stats: Stats,
+    /// Host name as `serverStatus.host` reports it (without the port).
+    pub hostname: String,
+    /// Lines `getLog: "startupWarnings"` returns, rendered once at startup.
+    pub startup_warnings: Vec<String>,
+    next_connection_id: AtomicI32,
+}
+
+/// Monotonic counters; `serverStatus` reads them with relaxed loads.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connections_current: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub requests: AtomicU64,
+    pub opcounters: OpCounters,
+}
+
+/// mongod's `opcounters`: `insert`/`update`/`delete` count documents or statements, `query` counts
+/// finds, `getmore` getMores, and `command` every other command.
+#[derive(Debug, Default)]
+pub struct OpCounters {
+    pub insert: AtomicU64,
+    pub query: AtomicU64,
+    pub update: AtomicU64,
+    pub delete: AtomicU64,
+    pub getmore: AtomicU64,
+    pub command: AtomicU64,
+}
+
+pub fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+pub fn read(counter: &AtomicU64) -> i64 {
+    counter.load(Ordering::Relaxed) as i64
+}
+
+impl ServerState {
+    pub fn new(config: Config, clock: Arc<dyn Clock>) -> CommandResult<Arc<ServerState>> {
+        let params = Parameters::from_config(&config)?;
+        let startup_warnings = startup_warnings(&config);
+        Ok(Arc::new(ServerState {
+            config,
+            params,
+            clock,
+            started: Instant::now(),
+            stats: Stats::default(),
+            hostname: hostname(),
+            startup_warnings,
+            next_connection_id: AtomicI32::new(1),
+        }))
+    }
+
+    /// A server state on the system clock.
+    pub fn with_system_clock(config: Config) -> CommandResult<Arc<ServerState>> {
+        ServerState::new(config, Arc::new(SystemClock::default()))
+    }
+
+    pub fn next_connection_id(&self) -> i32 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The warnings mongod would print at startup for the same configuration.
+fn startup_warnings(config: &Config) -> Vec<String> {
+    let mut warnings = vec![crate::logbuf::render_line(
+        "W",
+        "CONTROL",
+        "Access control is not enabled for the database. Read and write access to data and configuration is unrestricted",
+        Default::default(),
+    )];
+    let loopback_only = config
+        .listen_addrs()
+        .map(|addrs| addrs.iter().all(|a| a.ip().is_loopback()))
+        .unwrap_or(true);
+    if !loopback_only {
+        warnings.push(crate::logbuf::render_line(
+            "W",
+            "CONTROL",
+            "This server is bound to a non-loopback address without authentication: anyone who can reach it can read and change all data",
+            Default::default(),
+        ));
+    }
+    warnings
+}
