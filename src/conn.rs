@@ -85,6 +85,13 @@ pub async fn serve_connection<S>(
             }
         };
         drop(body);
+        if let (Some(compressor), Some((wire_bytes, plain_bytes))) =
+            (request.compressor, request.compressed_sizes)
+        {
+            let counters = state.stats.compression(compressor);
+            bump(&counters.decompressor_bytes_in, wire_bytes as u64);
+            bump(&counters.decompressor_bytes_out, plain_bytes as u64);
+        }
         let (reply, command_name) = match &request.command {
             Ok(command) => {
                 let name = command.keys().next().cloned().unwrap_or_default();
@@ -96,13 +103,18 @@ pub async fn serve_connection<S>(
             continue;
         }
         let compressible = !NEVER_COMPRESSED.contains(&command_name.as_str());
-        let bytes = wire::encode_reply(&request, next_reply_id, &reply, compressible);
+        let encoded = wire::encode_reply(&request, next_reply_id, &reply, compressible);
         next_reply_id = next_reply_id.wrapping_add(1);
-        if let Err(error) = writer.write_all(&bytes).await {
+        if let Some((compressor, plain_bytes, wire_bytes)) = encoded.compression {
+            let counters = state.stats.compression(compressor);
+            bump(&counters.compressor_bytes_in, plain_bytes as u64);
+            bump(&counters.compressor_bytes_out, wire_bytes as u64);
+        }
+        if let Err(error) = writer.write_all(&encoded.bytes).await {
             tracing::debug!(%error, "write failed");
             break;
         }
-        bump(&state.stats.bytes_out, bytes.len() as u64);
+        bump(&state.stats.bytes_out, encoded.bytes.len() as u64);
     }
     let _ = writer.shutdown().await;
 }

@@ -34,6 +34,28 @@ pub struct Stats {
     pub bytes_out: AtomicU64,
     pub requests: AtomicU64,
     pub opcounters: OpCounters,
+    /// Per compressor, in `Compressor::ALL` order.
+    pub compression: [CompressionCounters; 3],
+}
+
+/// mongod's `network.compression.<name>`: bytes into and out of the compressor (replies) and the
+/// decompressor (requests).
+#[derive(Debug, Default)]
+pub struct CompressionCounters {
+    pub compressor_bytes_in: AtomicU64,
+    pub compressor_bytes_out: AtomicU64,
+    pub decompressor_bytes_in: AtomicU64,
+    pub decompressor_bytes_out: AtomicU64,
+}
+
+impl Stats {
+    pub fn compression(&self, compressor: crate::wire::Compressor) -> &CompressionCounters {
+        let index = crate::wire::Compressor::ALL
+            .iter()
+            .position(|c| *c == compressor)
+            .unwrap_or(0);
+        &self.compression[index]
+    }
 }
 
 /// mongod's `opcounters`: `insert`/`update`/`delete` count documents or statements, `query` counts

@@ -11,8 +11,9 @@ use crate::dispatch::{
     command_counters, command_fields, visible_commands, CommandContext, CommandSpec,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::state::read;
+use crate::state::{read, ServerState};
 use crate::sync_handler;
+use crate::wire::Compressor;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -138,6 +139,7 @@ fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
                 "bytesIn": read(&stats.bytes_in),
                 "bytesOut": read(&stats.bytes_out),
                 "numRequests": read(&stats.requests),
+                "compression": compression_counters(state),
             }),
         ),
         (
@@ -167,6 +169,27 @@ fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
         }
     }
     Ok(reply)
+}
+
+fn compression_counters(state: &ServerState) -> Document {
+    let mut out = Document::new();
+    for compressor in Compressor::ALL {
+        let counters = state.stats.compression(compressor);
+        out.insert(
+            compressor.name(),
+            doc! {
+                "compressor": {
+                    "bytesIn": read(&counters.compressor_bytes_in),
+                    "bytesOut": read(&counters.compressor_bytes_out),
+                },
+                "decompressor": {
+                    "bytesIn": read(&counters.decompressor_bytes_in),
+                    "bytesOut": read(&counters.decompressor_bytes_out),
+                },
+            },
+        );
+    }
+    out
 }
 
 fn host_info(ctx: &CommandContext, _body: &Document) -> CommandResult {

@@ -103,6 +103,8 @@ pub struct Request {
     pub format: ReplyFormat,
     /// The compressor the request arrived with; the reply uses it too where allowed.
     pub compressor: Option<Compressor>,
+    /// For a compressed request: (bytes on the wire, bytes after decompression), bodies only.
+    pub compressed_sizes: Option<(usize, usize)>,
     /// OP_MSG `moreToCome`: the client expects no reply.
     pub more_to_come: bool,
     pub command: Result<Document, CommandError>,
@@ -116,6 +118,7 @@ pub fn decode_request(header: &MessageHeader, body: &[u8]) -> Result<Request, Fr
             let inner_header = MessageHeader { op_code, ..*header };
             let mut request = decode_uncompressed(&inner_header, &inner)?;
             request.compressor = Some(compressor);
+            request.compressed_sizes = Some((body.len(), inner.len()));
             Ok(request)
         }
         _ => decode_uncompressed(header, body),
@@ -130,6 +133,13 @@ fn decode_uncompressed(header: &MessageHeader, body: &[u8]) -> Result<Request, F
     }
 }
 
+/// A reply ready for the socket.
+pub struct EncodedReply {
+    pub bytes: Vec<u8>,
+    /// When compressed: the compressor, and the body sizes before and after compression.
+    pub compression: Option<(Compressor, usize, usize)>,
+}
+
 /// Encodes `reply` as the answer to `request`, compressing it when the request was compressed and
 /// `compressible` holds (hello and authentication replies must go out uncompressed).
 pub fn encode_reply(
@@ -137,7 +147,7 @@ pub fn encode_reply(
     reply_request_id: i32,
     reply: &Document,
     compressible: bool,
-) -> Vec<u8> {
+) -> EncodedReply {
     let reply_bytes = bson::to_vec(reply).unwrap_or_else(|error| {
         // A reply we built ourselves failed to serialise: answer with an error the client can read.
         let fallback =
@@ -152,10 +162,14 @@ pub fn encode_reply(
         ReplyFormat::OpMsg { .. } => (OP_MSG, op_msg::encode_body(&reply_bytes, checksum)),
         ReplyFormat::OpReply => (OP_REPLY, op_query::encode_reply_body(&reply_bytes)),
     };
-    let compressed = compressor.and_then(|c| compression::compress(c, op_code, &payload));
-    let (op_code, payload) = match compressed {
-        Some(compressed) => (OP_COMPRESSED, compressed),
-        None => (op_code, payload),
+    let compressed =
+        compressor.and_then(|c| Some((c, compression::compress(c, op_code, &payload)?)));
+    let (op_code, payload, compression) = match compressed {
+        Some((compressor, compressed)) => {
+            let sizes = (compressor, payload.len(), compressed.len());
+            (OP_COMPRESSED, compressed, Some(sizes))
+        }
+        None => (op_code, payload, None),
     };
     let trailer = if checksum { 4 } else { 0 };
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + trailer);
@@ -170,7 +184,10 @@ pub fn encode_reply(
     if checksum {
         op_msg::append_checksum(&mut out);
     }
-    out
+    EncodedReply {
+        bytes: out,
+        compression,
+    }
 }
 
 /// Reads one BSON document from the front of `bytes`, returning it and the bytes it used.

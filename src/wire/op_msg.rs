@@ -25,6 +25,7 @@ pub(super) fn decode(header: &MessageHeader, body: &[u8]) -> Request {
         request_id: header.request_id,
         format: ReplyFormat::OpMsg { checksum },
         compressor: None,
+        compressed_sizes: None,
         more_to_come: flags & MORE_TO_COME != 0,
         command: parse(header, body, flags),
     }

@@ -27,6 +27,7 @@ pub(super) fn decode(header: &MessageHeader, body: &[u8]) -> Request {
         request_id: header.request_id,
         format: ReplyFormat::OpReply,
         compressor: None,
+        compressed_sizes: None,
         more_to_come: false,
         command: parse(body),
     }

@@ -1,0 +1,92 @@
+//! Starts an in-process tideway on `127.0.0.1:0` for integration tests and connects the official
+//! driver to it. One server per test; it stops when the test calls `stop` or the runtime ends.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongodb::options::{ClientOptions, Compressor, ServerAddress};
+use mongodb::Client;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use tideway::clock::{Clock, ManualClock};
+use tideway::config::StorageKind;
+use tideway::{Config, Server, ServerState};
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub state: Arc<ServerState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+/// A configuration for tests: memory storage, everything else default.
+pub fn test_config() -> Config {
+    let mut config = Config::default();
+    config.storage = StorageKind::Memory;
+    config
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::start_with(test_config()).await
+    }
+
+    pub async fn start_with(config: Config) -> TestServer {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_700_000_000_000));
+        TestServer::start_with_clock(config, clock).await
+    }
+
+    pub async fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> TestServer {
+        let state = ServerState::new(config, clock).expect("valid test configuration");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let server = Server::with_listeners(state.clone(), vec![listener]);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            addr,
+            state,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub fn options(&self) -> ClientOptions {
+        let mut options = ClientOptions::default();
+        options.hosts = vec![ServerAddress::Tcp {
+            host: self.addr.ip().to_string(),
+            port: Some(self.addr.port()),
+        }];
+        options.direct_connection = Some(true);
+        options.server_selection_timeout = Some(Duration::from_secs(2));
+        options
+    }
+
+    pub fn client(&self) -> Client {
+        Client::with_options(self.options()).expect("client options")
+    }
+
+    pub fn client_with_compressor(&self, compressor: Compressor) -> Client {
+        let mut options = self.options();
+        options.compressors = Some(vec![compressor]);
+        Client::with_options(options).expect("client options")
+    }
+
+    /// Signals shutdown and waits until every connection has finished.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
+            .await
+            .expect("server stops within 10 s")
+            .expect("server task did not panic");
+    }
+}
