@@ -159,8 +159,10 @@ async fn get_parameter_star_single_and_unknown() {
 
 #[tokio::test]
 async fn get_parameter_reports_enabled_test_commands() {
-    let mut config = common::test_config();
-    config.set_parameter = vec!["enableTestCommands=1".into()];
+    let config = tideway::Config {
+        set_parameter: vec!["enableTestCommands=1".into()],
+        ..common::test_config()
+    };
     let server = TestServer::start_with(config).await;
     let all = run(&server.client(), "admin", doc! {"getParameter": "*"}).await;
     assert_eq!(all.get_bool("enableTestCommands"), Ok(true));

@@ -404,8 +404,10 @@ async fn compressed_request_gets_compressed_reply_except_hello() {
 
 #[tokio::test]
 async fn connections_past_max_conns_are_closed() {
-    let mut config = common::test_config();
-    config.max_conns = 2;
+    let config = tideway::Config {
+        max_conns: 2,
+        ..common::test_config()
+    };
     let server = TestServer::start_with(config).await;
     let mut first = connect(&server).await;
     let mut second = connect(&server).await;

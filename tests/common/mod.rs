@@ -26,9 +26,10 @@ pub struct TestServer {
 
 /// A configuration for tests: memory storage, everything else default.
 pub fn test_config() -> Config {
-    let mut config = Config::default();
-    config.storage = StorageKind::Memory;
-    config
+    Config {
+        storage: StorageKind::Memory,
+        ..Config::default()
+    }
 }
 
 impl TestServer {
