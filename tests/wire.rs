@@ -207,7 +207,7 @@ async fn every_op_msg_parse_error_is_answered_and_the_connection_lives() {
     let mut stream = connect(&server).await;
     let ping = kind0(&doc! {"ping": 1, "$db": "admin"});
     let cases: Vec<(Vec<u8>, i32)> = vec![
-        (op_msg(1, 1 << 4, &[ping.clone()]), 223),
+        (op_msg(1, 1 << 4, std::slice::from_ref(&ping)), 223),
         (op_msg(2, 0, &[ping.clone(), ping.clone()]), 40430),
         (
             op_msg(3, 0, &[ping.clone(), kind1("d", &[]), kind1("d", &[])]),
