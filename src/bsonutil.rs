@@ -1,34 +1,7 @@
-//! Small BSON helpers shared by every layer: mongod's type names for error messages, and reading
-//! numeric arguments the way mongod's command parsers accept them (any numeric type).
+//! Small BSON helpers shared by every layer: reading numeric and boolean command arguments the way
+//! mongod's command parsers accept them (any numeric type). Type names live in `query::display`.
 
 use bson::Bson;
-
-/// mongod's name for a value's type, as used in "is the wrong type" errors and by `$type`.
-pub fn type_name(value: &Bson) -> &'static str {
-    match value {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
-}
 
 /// A numeric value as f64 (Int32, Int64, Double; Decimal128 through its string form).
 pub fn as_f64(value: &Bson) -> Option<f64> {

@@ -49,6 +49,12 @@ pub struct Config {
     #[arg(long, env = "TIDEWAY_STORAGE", value_enum, default_value_t = StorageKind::Disk)]
     pub storage: StorageKind,
 
+    /// Relaxed durability: acknowledge writes before they are flushed, and flush at least every this
+    /// many milliseconds (writes with writeConcern j:true still wait). Default: every write is durable
+    /// before it is acknowledged.
+    #[arg(long = "syncdelay-ms", env = "TIDEWAY_SYNCDELAY_MS", value_name = "MS")]
+    pub syncdelay_ms: Option<u64>,
+
     /// Maximum simultaneous client connections; further connections are closed at once.
     #[arg(
         long = "maxConns",

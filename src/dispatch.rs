@@ -131,6 +131,9 @@ pub fn command_fields(body: &Document) -> impl Iterator<Item = (&String, &Bson)>
         .filter(|(key, _)| !is_generic_argument(key))
 }
 
+/// Commands that `serverStatus.opcounters` counts in their own counter instead of `command`.
+const OWN_OPCOUNTER: &[&str] = &["insert", "find", "update", "delete", "getMore"];
+
 /// Per-command counters for `serverStatus.metrics.commands`.
 #[derive(Debug, Default)]
 pub struct CommandCounters {
@@ -237,7 +240,7 @@ async fn run(
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field '$db' is the wrong type '{}', expected type 'string'",
-                crate::bsonutil::type_name(other)
+                crate::query::display::type_name(other)
             )))
         }
         None => {
@@ -262,12 +265,37 @@ async fn run(
             "Transaction numbers are only allowed on a replica set member or mongos",
         ));
     }
-    bump(&state.stats.opcounters.command, 1);
+    if !OWN_OPCOUNTER.contains(&spec.name) {
+        bump(&state.stats.opcounters.command, 1);
+    }
+    let max_time_ms = max_time_ms(body)?;
     let ctx = CommandContext {
         state,
         client,
         db,
         name: spec.name,
     };
-    (spec.handler)(&ctx, body).await
+    let work = (spec.handler)(&ctx, body);
+    match max_time_ms {
+        None => work.await,
+        Some(limit) => tokio::time::timeout(std::time::Duration::from_millis(limit), work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(CommandError::new(
+                    ErrorCode::MaxTimeMSExpired,
+                    "operation exceeded time limit",
+                ))
+            }),
+    }
+}
+
+/// `maxTimeMS`, honoured for every command: a non-negative 32-bit number; 0 means no limit.
+fn max_time_ms(body: &Document) -> CommandResult<Option<u64>> {
+    let Some(value) = body.get("maxTimeMS") else {
+        return Ok(None);
+    };
+    let limit = crate::bsonutil::as_f64(value)
+        .filter(|ms| ms.fract() == 0.0 && (0.0..=f64::from(i32::MAX)).contains(ms))
+        .ok_or_else(|| CommandError::bad_value(format!("{value} is not a valid value for maxTimeMS: it must be a non-negative 32-bit integer")))?;
+    Ok((limit > 0.0).then_some(limit as u64))
 }

@@ -64,6 +64,7 @@ error_codes! {
     OperationFailed = 96,
     WriteConflict = 112,
     CommandNotSupported = 115,
+    CannotIndexParallelArrays = 171,
     NotImplemented = 238,
     InvalidIndexSpecificationOption = 197,
     ClientMetadataCannotBeMutated = 186,

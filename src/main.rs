@@ -7,7 +7,11 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use std::sync::Arc;
+
+use tideway::clock::SystemClock;
 use tideway::config::LogFormat;
+use tideway::state::open_storage;
 use tideway::{Config, Server, ServerState};
 
 fn main() -> ExitCode {
@@ -24,7 +28,14 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let state = match ServerState::with_system_clock(config) {
+        let storage = match open_storage(&config) {
+            Ok(storage) => storage,
+            Err(error) => {
+                tracing::error!(%error, "cannot open storage");
+                return ExitCode::FAILURE;
+            }
+        };
+        let state = match ServerState::new(config, Arc::new(SystemClock::default()), storage) {
             Ok(state) => state,
             Err(error) => {
                 tracing::error!(%error, "invalid configuration");

@@ -52,6 +52,7 @@ impl Server {
         // Every connection task holds a sender; `recv` returns `None` once all have finished.
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let permits = Arc::new(Semaphore::new(self.state.config.max_conns));
+        let cursor_reaper = tokio::spawn(reap_idle_cursors(self.state.clone(), stop_rx.clone()));
         for addr in self.local_addrs() {
             tracing::info!(%addr, "Waiting for connections");
         }
@@ -76,7 +77,26 @@ impl Server {
             let _ = accept_loop.await;
         }
         let _ = done_rx.recv().await;
+        let _ = cursor_reaper.await;
         tracing::info!("shutdown complete");
+    }
+}
+
+/// How often idle cursors are looked for; a cursor lives at most this much past its timeout.
+const CURSOR_REAP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn reap_idle_cursors(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(CURSOR_REAP_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            _ = ticks.tick() => {
+                let reaped = state.cursors.reap_idle(state.clock.now_ms());
+                if reaped > 0 {
+                    tracing::info!(reaped, "closed idle cursors");
+                }
+            }
+        }
     }
 }
 

@@ -6,16 +6,22 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::config::Config;
+use crate::config::StorageKind;
+use crate::cursor::CursorRegistry;
 use crate::error::CommandResult;
 use crate::params::Parameters;
+use crate::storage::redb_engine::{Durability, RedbStorage};
+use crate::storage::{Storage, StorageResult};
 
 #[derive(Debug)]
 pub struct ServerState {
     pub config: Config,
     pub params: Parameters,
     pub clock: Arc<dyn Clock>,
+    pub storage: Arc<dyn Storage>,
+    pub cursors: CursorRegistry,
     pub started: Instant,
     pub stats: Stats,
     /// Host name as `serverStatus.host` reports it (without the port).
@@ -79,13 +85,19 @@ pub fn read(counter: &AtomicU64) -> i64 {
 }
 
 impl ServerState {
-    pub fn new(config: Config, clock: Arc<dyn Clock>) -> CommandResult<Arc<ServerState>> {
+    pub fn new(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        storage: Arc<dyn Storage>,
+    ) -> CommandResult<Arc<ServerState>> {
         let params = Parameters::from_config(&config)?;
         let startup_warnings = startup_warnings(&config);
         Ok(Arc::new(ServerState {
             config,
             params,
             clock,
+            storage,
+            cursors: CursorRegistry::default(),
             started: Instant::now(),
             stats: Stats::default(),
             hostname: hostname(),
@@ -94,13 +106,23 @@ impl ServerState {
         }))
     }
 
-    /// A server state on the system clock.
-    pub fn with_system_clock(config: Config) -> CommandResult<Arc<ServerState>> {
-        ServerState::new(config, Arc::new(SystemClock::default()))
-    }
-
     pub fn next_connection_id(&self) -> i32 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The storage engine the configuration asks for: durable files under `--dbpath` (relaxed with
+/// `--syncdelay-ms`), or memory only.
+pub fn open_storage(config: &Config) -> StorageResult<Arc<dyn Storage>> {
+    match config.storage {
+        StorageKind::Memory => Ok(Arc::new(RedbStorage::in_memory()?)),
+        StorageKind::Disk => {
+            let durability = match config.syncdelay_ms {
+                Some(sync_delay_ms) => Durability::Relaxed { sync_delay_ms },
+                None => Durability::Durable,
+            };
+            Ok(Arc::new(RedbStorage::open(&config.dbpath, durability)?))
+        }
     }
 }
 

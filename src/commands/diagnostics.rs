@@ -109,10 +109,8 @@ fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
             doc! {"total": read(&counter.total), "failed": read(&counter.failed)},
         );
     }
-    let (engine_name, persistent) = match state.config.storage {
-        StorageKind::Disk => ("redb", true),
-        StorageKind::Memory => ("inMemory", false),
-    };
+    let persistent = state.config.storage == StorageKind::Disk;
+    let cursors = &state.cursors;
     let sections = [
         (
             "host",
@@ -155,11 +153,22 @@ fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
         ),
         (
             "storageEngine",
-            Bson::Document(
-                doc! {"name": engine_name, "persistent": persistent, "supportsCommittedReads": true},
-            ),
+            Bson::Document(doc! {
+                "name": state.storage.engine_name(),
+                "persistent": persistent,
+                "supportsCommittedReads": true,
+            }),
         ),
-        ("metrics", Bson::Document(doc! {"commands": commands})),
+        (
+            "metrics",
+            Bson::Document(doc! {
+                "commands": commands,
+                "cursor": {
+                    "open": {"total": cursors.open_count() as i64, "noTimeout": cursors.no_timeout_count() as i64},
+                    "timedOut": cursors.timed_out_count() as i64,
+                },
+            }),
+        ),
     ];
     let mut reply = Document::new();
     for (section, value) in sections {
@@ -240,7 +249,7 @@ fn get_log(ctx: &CommandContext, body: &Document) -> CommandResult {
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "Argument to getLog must be of type String; found {other} of type {}",
-                crate::bsonutil::type_name(other)
+                crate::query::display::type_name(other)
             )))
         }
         None => "",

@@ -2,8 +2,13 @@
 //! does the work, build the reply. Each module exports its registry entries as `COMMANDS`; the
 //! dispatcher collects them through [`all`].
 
+pub mod args;
+mod crud;
+mod ddl;
 mod diagnostics;
+pub mod find;
 mod handshake;
+pub mod indexes;
 mod sessions;
 
 use crate::dispatch::CommandSpec;
@@ -14,6 +19,10 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         handshake::COMMANDS,
         diagnostics::COMMANDS,
         sessions::COMMANDS,
+        find::COMMANDS,
+        crud::COMMANDS,
+        ddl::COMMANDS,
+        indexes::COMMANDS,
     ]
     .into_iter()
     .flatten()

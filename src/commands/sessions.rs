@@ -71,7 +71,7 @@ fn session_list(ctx: &CommandContext, body: &Document) -> CommandResult {
             "BSON field '{}.{}' is the wrong type '{}', expected type 'array'",
             ctx.name,
             ctx.name,
-            crate::bsonutil::type_name(argument)
+            crate::query::display::type_name(argument)
         )));
     };
     if let Some(bad) = entries
@@ -82,7 +82,7 @@ fn session_list(ctx: &CommandContext, body: &Document) -> CommandResult {
             "BSON field '{}.{}' is the wrong type '{}', expected type 'object'",
             ctx.name,
             ctx.name,
-            crate::bsonutil::type_name(bad)
+            crate::query::display::type_name(bad)
         )));
     }
     Ok(Document::new())

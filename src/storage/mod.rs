@@ -1,4 +1,316 @@
-//! Storage: the engine-independent contract the query layer uses, and its implementations.
-//! For now only the order-preserving key codec that index and primary keys are built from.
+//! Storage: the engine-independent contract (`Storage`) the command and query layers use, its types,
+//! and its implementations. The contract is collection-level, async and object-safe
+//! (`Arc<dyn Storage>`), so a PostgreSQL engine can implement it later without changing callers.
+//!
+//! Invariants every engine keeps:
+//! - **Reads may return a superset** of what a scan's ranges describe; callers always re-check with
+//!   the query's filter. Reads never return less.
+//! - **Cursors hold no transaction**: a scan returns a page and a resume key; the next page starts
+//!   strictly after it.
+//! - **Writes are per-operation atomic**: an operation either applies entirely (document, every index
+//!   entry) or not at all. A batch is applied in order; `ordered` stops at the first failed operation.
+//! - **Revisions**: every stored document has a revision that changes on every write. `Replace` and
+//!   `Delete` carry the revision the caller read; if the document changed since, the operation fails
+//!   with `WriteConflict` and changes nothing (the caller re-reads and retries).
+//! - **Durability**: with `durable` set, a write is acknowledged only after it is on stable storage.
+//! - Errors are a small closed set ([`StorageError`]) mapped to MongoDB codes in one place
+//!   (`impl From<StorageError> for CommandError`).
 
+pub mod conformance;
+pub mod indexkeys;
 pub mod keycodec;
+pub mod redb_engine;
+
+use std::fmt;
+use std::ops::Bound;
+
+use async_trait::async_trait;
+use bson::{Bson, Document};
+
+use crate::error::{CommandError, ErrorCode};
+
+/// `db.collection`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Namespace {
+    pub db: String,
+    pub coll: String,
+}
+
+impl Namespace {
+    pub fn new(db: impl Into<String>, coll: impl Into<String>) -> Self {
+        Namespace {
+            db: db.into(),
+            coll: coll.into(),
+        }
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.db, self.coll)
+    }
+}
+
+/// A collection as the catalog knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectionMeta {
+    pub ns: Namespace,
+    /// Stable identity, reported as `info.uuid` (16 bytes).
+    pub uuid: [u8; 16],
+    /// The options given to `create` (empty for implicit creation), returned by `listCollections`.
+    pub options: Document,
+    /// Every index, `_id_` first.
+    pub indexes: Vec<IndexSpec>,
+}
+
+/// An index definition. `spec` is the full document `listIndexes` returns
+/// (`{v: 2, key, name, unique?, sparse?, partialFilterExpression?, expireAfterSeconds?, ...}`);
+/// the other fields are parsed from it for the engine's use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexSpec {
+    pub name: String,
+    /// Field paths and directions, in key order.
+    pub key: Vec<(String, keycodec::Direction)>,
+    pub unique: bool,
+    pub sparse: bool,
+    /// Only documents matching this filter are indexed.
+    pub partial_filter: Option<Document>,
+    pub spec: Document,
+}
+
+impl IndexSpec {
+    pub const ID_INDEX_NAME: &'static str = "_id_";
+
+    pub fn is_id_index(&self) -> bool {
+        self.name == Self::ID_INDEX_NAME
+    }
+
+    /// The key pattern as a document (`{a: 1, b: -1}`), for error messages and `keyPattern`.
+    pub fn key_pattern(&self) -> Document {
+        self.spec.get_document("key").cloned().unwrap_or_default()
+    }
+}
+
+/// A stored document with its storage metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub doc: Document,
+    /// Changes on every write of this document; see the module invariants.
+    pub rev: u64,
+    /// Server time of the last write (insert, replace, update), in ms since the epoch.
+    pub last_write_ms: i64,
+}
+
+/// Metadata the caller decides for each written document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteMeta {
+    pub last_write_ms: i64,
+}
+
+/// One operation of a write batch. Documents always carry `_id`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOp {
+    /// Fails with `DuplicateKey` if `_id` or a unique index key is taken.
+    Insert { doc: Document, meta: WriteMeta },
+    /// Replaces the document with `_id == id` if its revision is still `expected_rev`; `doc` has the
+    /// same `_id`. `WriteConflict` if the revision changed or the document no longer exists.
+    Replace {
+        id: Bson,
+        expected_rev: u64,
+        doc: Document,
+        meta: WriteMeta,
+    },
+    /// Deletes the document with `_id == id`, if its revision is still `expected_rev` (when given).
+    /// `WriteConflict` if the revision changed or no such document exists.
+    Delete { id: Bson, expected_rev: Option<u64> },
+}
+
+/// What a successful operation did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Inserted { rev: u64 },
+    Replaced { rev: u64 },
+    Deleted,
+}
+
+/// Options for a write batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Stop at the first failed operation (later ones are not attempted and get no result).
+    pub ordered: bool,
+    /// Acknowledge only once durable, whatever the engine's default (`writeConcern {j: true}`).
+    pub force_durable: bool,
+}
+
+/// A range of encoded index keys (see `keycodec`); bounds are key prefixes: an Included bound
+/// covers every key that starts with it, an Excluded bound excludes them all.
+pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// Where a scan reads from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScanSource {
+    /// Every document, in `_id` key order.
+    Collection,
+    /// Entries of one index whose key falls in any of `ranges` (byte ranges over encoded index
+    /// keys, see `keycodec`), in index order. A document appears once per matching entry
+    /// (multikey indexes may yield it more than once).
+    Index { name: String, ranges: Vec<KeyRange> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanRequest {
+    pub source: ScanSource,
+    /// Continue strictly after this position (a `ScanPage::resume` from the previous page).
+    pub resume_after: Option<Vec<u8>>,
+    /// Descending order.
+    pub reverse: bool,
+    /// Maximum records in the page (at least 1).
+    pub limit: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanPage {
+    pub records: Vec<Record>,
+    /// `Some` if the scan may have more; pass it as `resume_after`.
+    pub resume: Option<Vec<u8>>,
+}
+
+/// Sizes for `collStats`/`dbStats`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CollectionStats {
+    pub count: u64,
+    /// Total BSON size of the documents.
+    pub data_size: u64,
+    /// Bytes the engine uses for the documents (≥ data_size for most engines).
+    pub storage_size: u64,
+    /// Bytes per index, by name.
+    pub index_sizes: Vec<(String, u64)>,
+}
+
+/// The closed set of storage failures.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StorageError {
+    #[error("ns not found: {0}")]
+    NamespaceNotFound(Namespace),
+    #[error("collection already exists. NS: {0}")]
+    NamespaceExists(Namespace),
+    #[error("index not found with name [{0}]")]
+    IndexNotFound(String),
+    /// Rendered exactly like mongod: `... dup key: { a: 1, b: "x" }`.
+    #[error(
+        "E11000 duplicate key error collection: {ns} index: {index} dup key: {}",
+        crate::query::display::value_string(&Bson::Document((**.key_value).clone()))
+    )]
+    DuplicateKey {
+        ns: Namespace,
+        index: String,
+        /// Boxed to keep `StorageError` (and every `StorageResult`) small.
+        key_pattern: Box<Document>,
+        key_value: Box<Document>,
+    },
+    #[error("the document was changed by another operation")]
+    WriteConflict,
+    #[error("{0}")]
+    InvalidIndex(String),
+    /// A compound index key would need more than one array field (mongod code 171).
+    #[error("cannot index parallel arrays [{0}] [{1}]")]
+    CannotIndexParallelArrays(String, String),
+    #[error("storage I/O error: {0}")]
+    Io(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl From<StorageError> for CommandError {
+    fn from(error: StorageError) -> Self {
+        let code = match &error {
+            StorageError::NamespaceNotFound(_) => ErrorCode::NamespaceNotFound,
+            StorageError::NamespaceExists(_) => ErrorCode::NamespaceExists,
+            StorageError::IndexNotFound(_) => ErrorCode::IndexNotFound,
+            StorageError::DuplicateKey { .. } => ErrorCode::DuplicateKey,
+            StorageError::WriteConflict => ErrorCode::WriteConflict,
+            StorageError::InvalidIndex(_) => ErrorCode::CannotCreateIndex,
+            StorageError::CannotIndexParallelArrays(..) => ErrorCode::CannotIndexParallelArrays,
+            StorageError::Io(_) | StorageError::Corrupt(_) => ErrorCode::InternalError,
+        };
+        let command_error = CommandError::new(code, error.to_string());
+        match error {
+            StorageError::DuplicateKey {
+                key_pattern,
+                key_value,
+                ..
+            } => command_error
+                .with_extra(bson::doc! {"keyPattern": *key_pattern, "keyValue": *key_value}),
+            _ => command_error,
+        }
+    }
+}
+
+pub type StorageResult<T> = Result<T, StorageError>;
+
+/// The storage contract. See the module documentation for the invariants.
+#[async_trait]
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// A short name for `serverStatus.storageEngine.name`.
+    fn engine_name(&self) -> &'static str;
+
+    // ---- catalog ----
+    /// Database names with their total storage size in bytes, sorted by name.
+    async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>>;
+    /// Collections of `db`, sorted by name.
+    async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>>;
+    async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>>;
+    /// Creates the collection (with the `_id_` index); `NamespaceExists` if it exists.
+    async fn create_collection(
+        &self,
+        ns: &Namespace,
+        options: Document,
+    ) -> StorageResult<CollectionMeta>;
+    /// Drops the collection and its indexes; `false` if it did not exist.
+    async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool>;
+    /// Drops every collection of `db`.
+    async fn drop_database(&self, db: &str) -> StorageResult<()>;
+    /// Renames (possibly across databases), keeping documents, indexes, options and uuid. With
+    /// `drop_target`, an existing target is dropped first; otherwise it is `NamespaceExists`.
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> StorageResult<()>;
+    /// Replaces the collection's stored options (`collMod`).
+    async fn set_collection_options(&self, ns: &Namespace, options: Document) -> StorageResult<()>;
+    /// Creates the indexes that do not exist yet (creating the collection if needed), building each
+    /// from the existing documents. All or nothing: a unique index that existing documents violate
+    /// fails with `DuplicateKey` and no index of the call is created. Returns the new metadata.
+    async fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta>;
+    /// Drops the named indexes (never `_id_`).
+    async fn drop_indexes(&self, ns: &Namespace, names: &[String]) -> StorageResult<()>;
+    /// Replaces an index's `spec` document (options such as `expireAfterSeconds`), keeping its key.
+    async fn update_index_spec(
+        &self,
+        ns: &Namespace,
+        name: &str,
+        spec: Document,
+    ) -> StorageResult<()>;
+
+    // ---- reads ----
+    async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>>;
+    async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage>;
+    async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats>;
+
+    // ---- writes ----
+    /// Applies `ops` in order, creating the collection if it does not exist. Returns one result per
+    /// attempted operation (with `ordered`, none after the first failure). The outer error is for
+    /// failures of the whole batch (I/O); then nothing of the batch was applied.
+    async fn write(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
+}

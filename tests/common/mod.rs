@@ -43,7 +43,8 @@ impl TestServer {
     }
 
     pub async fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> TestServer {
-        let state = ServerState::new(config, clock).expect("valid test configuration");
+        let storage = tideway::state::open_storage(&config).expect("storage opens");
+        let state = ServerState::new(config, clock, storage).expect("valid test configuration");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let server = Server::with_listeners(state.clone(), vec![listener]);
@@ -89,5 +90,20 @@ impl TestServer {
             .await
             .expect("server stops within 10 s")
             .expect("server task did not panic");
+    }
+}
+
+/// The (code, codeName, errmsg) of a command error; panics on success or on other errors.
+pub fn command_error<T: std::fmt::Debug>(
+    result: mongodb::error::Result<T>,
+) -> (i32, String, String) {
+    let error = result.expect_err("command fails");
+    match *error.kind {
+        mongodb::error::ErrorKind::Command(ref command_error) => (
+            command_error.code,
+            command_error.code_name.clone(),
+            command_error.message.clone(),
+        ),
+        ref other => panic!("expected a command error, got {other:?}"),
     }
 }

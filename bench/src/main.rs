@@ -1,0 +1,558 @@
+//! tideway-bench: throughput and latency of a MongoDB wire-protocol server (tideway, mongod…)
+//! through the official Rust driver.
+//!
+//! Timed workloads (`insert_one`, `find_id`, `read_update`, `insert_many`) run N concurrent
+//! client tasks for a fixed time and report ops/s and p50/p99/p99.9 latency; with several
+//! `--uri`s every (workload, clients) combination runs against each server in turn, round after
+//! round, so that machine noise hits all of them alike. `--latency-vs-size` measures
+//! find-by-`_id` latency as one collection grows (10k → 100k → 1M documents by default).
+//! See the "Benchmarking" section of the repository README.
+
+mod dataset;
+mod report;
+mod rng;
+mod runner;
+mod scaling;
+mod target;
+mod workload;
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bson::doc;
+use clap::{Parser, ValueEnum};
+
+use crate::report::{print_errors, thousands, Column, Figures, Output, Table};
+use crate::runner::{RunConfig, RunStats};
+use crate::target::Target;
+use crate::workload::{OpParams, Workload, PRELOADED_COLLECTION};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tideway-bench",
+    version,
+    about = "Throughput and latency benchmark for MongoDB wire-protocol servers (official Rust driver)",
+    after_help = "Example: tideway-bench --uri tideway=mongodb://127.0.0.1:27017 \
+                  --uri mongod=mongodb://127.0.0.1:27018 --workload all --clients 1,8 --rounds 3"
+)]
+struct Cli {
+    /// Server to measure, optionally named: `[NAME=]mongodb://host:port/?options`. Repeat to
+    /// compare servers in one interleaved run. URI options such as `w=1&journal=true` apply.
+    #[arg(
+        long = "uri",
+        value_name = "[NAME=]URI",
+        default_value = "mongodb://127.0.0.1:27017"
+    )]
+    uris: Vec<String>,
+
+    /// Workloads to run, comma-separated: insert_one, find_id, read_update, insert_many, all
+    /// (the four), or find_id_scaling (same as --latency-vs-size).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    workload: Vec<WorkloadChoice>,
+
+    /// Concurrent client tasks, comma-separated to run each: `1,8`. Default 8 for the timed
+    /// workloads, `1,8` for --latency-vs-size.
+    #[arg(long, value_delimiter = ',')]
+    clients: Vec<usize>,
+
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 10.0)]
+    duration_secs: f64,
+
+    /// Seconds of unmeasured load before each measured period.
+    #[arg(long, default_value_t = 2.0)]
+    warmup_secs: f64,
+
+    /// Documents preloaded (integer `_id` 0..N) for find_id and read_update.
+    #[arg(long, default_value_t = 100_000)]
+    docs: u64,
+
+    /// Approximate BSON size of each document written.
+    #[arg(long, default_value_t = 200)]
+    doc_bytes: usize,
+
+    /// Documents per insert_many call.
+    #[arg(long, default_value_t = 1000)]
+    batch_size: usize,
+
+    /// Database that holds the benchmark collections (it is written to and dropped from).
+    #[arg(long, default_value = "tideway_bench")]
+    db: String,
+
+    /// Times to repeat every (workload, clients, server) run; results are also merged.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+
+    /// Drop and reload the preloaded collection even if it already has --docs documents.
+    #[arg(long)]
+    reload: bool,
+
+    /// Measure find-by-_id latency while one collection grows through --sizes.
+    #[arg(long)]
+    latency_vs_size: bool,
+
+    /// Collection sizes for --latency-vs-size, ascending, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    sizes: Vec<u64>,
+
+    /// Print results as JSON lines on stdout (the tables then go to stderr).
+    #[arg(long)]
+    json: bool,
+
+    /// Seed of the random `_id` choice and payloads (round r uses seed + r).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// An operation with no reply after this many seconds counts as an error.
+    #[arg(long, default_value_t = 30.0)]
+    op_timeout_secs: f64,
+
+    /// Allow servers that are not on this machine (by default only loopback hosts).
+    #[arg(long)]
+    allow_remote: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum WorkloadChoice {
+    InsertOne,
+    FindId,
+    ReadUpdate,
+    InsertMany,
+    All,
+    FindIdScaling,
+}
+
+/// Settings shared by every run, checked and converted from the command line.
+pub struct Settings {
+    pub clients: Vec<usize>,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub op_timeout: Duration,
+    pub doc_bytes: usize,
+    pub batch_size: usize,
+    pub rounds: usize,
+    pub reload: bool,
+    pub seed: u64,
+    pub output: Output,
+}
+
+impl Settings {
+    /// Timing for round `round` (0-based) with `clients` tasks.
+    pub fn run_config(&self, clients: usize, round: usize) -> RunConfig {
+        RunConfig {
+            clients,
+            warmup: self.warmup,
+            duration: self.duration,
+            op_timeout: self.op_timeout,
+            seed: self.seed.wrapping_add(round as u64),
+        }
+    }
+
+    pub fn describe_timing(&self) -> String {
+        format!(
+            "ops/s = successful operations started in the {} s after a {} s warmup, divided by \
+             the measured seconds; latency per operation in microseconds",
+            self.duration.as_secs_f64(),
+            self.warmup.as_secs_f64()
+        )
+    }
+}
+
+fn seconds(name: &str, value: f64, allow_zero: bool) -> Result<Duration, String> {
+    match Duration::try_from_secs_f64(value) {
+        Ok(duration) if allow_zero || !duration.is_zero() => Ok(duration),
+        _ => Err(format!(
+            "--{name} must be a {}number of seconds",
+            if allow_zero { "" } else { "positive " }
+        )),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tideway-bench: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let mut timed = BTreeSet::new();
+    let mut scaling = cli.latency_vs_size;
+    for choice in &cli.workload {
+        let chosen: &[Workload] = match choice {
+            WorkloadChoice::InsertOne => &[Workload::InsertOne],
+            WorkloadChoice::FindId => &[Workload::FindId],
+            WorkloadChoice::ReadUpdate => &[Workload::ReadUpdate],
+            WorkloadChoice::InsertMany => &[Workload::InsertMany],
+            WorkloadChoice::All => &Workload::ALL,
+            WorkloadChoice::FindIdScaling => {
+                scaling = true;
+                &[]
+            }
+        };
+        timed.extend(chosen);
+    }
+    // `--latency-vs-size` alone means only that, not also the default `all`.
+    if cli.latency_vs_size && cli.workload == [WorkloadChoice::All] {
+        timed.clear();
+    }
+    let timed: Vec<Workload> = timed.into_iter().collect();
+
+    let clients = if !cli.clients.is_empty() {
+        cli.clients.clone()
+    } else if timed.is_empty() {
+        vec![1, 8]
+    } else {
+        vec![8]
+    };
+    if clients.contains(&0) {
+        return Err("--clients must be at least 1".into());
+    }
+    if cli.rounds == 0 || cli.batch_size == 0 {
+        return Err("--rounds and --batch-size must be at least 1".into());
+    }
+    if timed.iter().any(|workload| workload.reads_preloaded()) && cli.docs == 0 {
+        return Err("--docs must be at least 1 for find_id and read_update".into());
+    }
+    if scaling
+        && (cli.sizes.is_empty() || cli.sizes.contains(&0) || !cli.sizes.is_sorted_by(|a, b| a < b))
+    {
+        return Err("--sizes must be positive and strictly ascending".into());
+    }
+    let settings = Settings {
+        clients,
+        warmup: seconds("warmup-secs", cli.warmup_secs, true)?,
+        duration: seconds("duration-secs", cli.duration_secs, false)?,
+        op_timeout: seconds("op-timeout-secs", cli.op_timeout_secs, false)?,
+        doc_bytes: cli.doc_bytes,
+        batch_size: cli.batch_size,
+        rounds: cli.rounds,
+        reload: cli.reload,
+        seed: cli.seed,
+        output: Output { json: cli.json },
+    };
+
+    let max_clients = settings.clients.iter().copied().max().unwrap_or(1);
+    let pool_size = u32::try_from(max_clients + dataset::LOADERS).unwrap_or(u32::MAX);
+    let mut targets = Vec::with_capacity(cli.uris.len());
+    for (index, spec) in cli.uris.iter().enumerate() {
+        targets.push(target::connect(spec, index, pool_size, &cli.db, cli.allow_remote).await?);
+    }
+
+    let output = settings.output;
+    output.text(&format!(
+        "tideway-bench {} (mongodb driver 3.9, {} tokio worker threads)",
+        env!("CARGO_PKG_VERSION"),
+        tokio::runtime::Handle::current().metrics().num_workers()
+    ));
+    for target in &targets {
+        output.text(&format!("server {} = {}", target.label, target.display_uri));
+    }
+    output.text(&format!(
+        "each run: {}; documents ~{} B; client tasks share one driver Client per server; \
+         {} round(s), servers interleaved",
+        settings.describe_timing(),
+        settings.doc_bytes,
+        settings.rounds
+    ));
+
+    let mut problems = Vec::new();
+    if !timed.is_empty() {
+        let measurements = run_timed(&targets, &timed, &cli, &settings, &mut problems).await;
+        if targets.len() > 1 || settings.rounds > 1 {
+            print_comparison(&targets, &measurements, &settings);
+        }
+    }
+    if scaling {
+        scaling::run(&targets, &cli.sizes, &settings, &mut problems).await;
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// One timed run's result.
+struct Measurement {
+    target: usize,
+    workload: Workload,
+    clients: usize,
+    stats: RunStats,
+}
+
+fn timed_table(label_width: usize) -> Table {
+    Table::new(vec![
+        Column::text("server", label_width.max(6)),
+        Column::text("workload", 11),
+        Column::number("clients", 7),
+        Column::number("round", 5),
+        Column::number("coll_docs", 9),
+        Column::number("secs", 5),
+        Column::number("ops/s", 10),
+        Column::number("docs/s", 10),
+        Column::number("p50_us", 8),
+        Column::number("p99_us", 8),
+        Column::number("p99.9_us", 8),
+        Column::number("max_us", 8),
+        Column::number("errors", 6),
+    ])
+}
+
+/// Every (workload, clients) combination, `rounds` times, against each server in turn.
+async fn run_timed(
+    targets: &[Target],
+    workloads: &[Workload],
+    cli: &Cli,
+    settings: &Settings,
+    problems: &mut Vec<String>,
+) -> Vec<Measurement> {
+    let output = settings.output;
+    let label_width = targets.iter().map(|t| t.label.len()).max().unwrap_or(1);
+    let table = timed_table(label_width);
+    // Per server: has the preloaded collection been made ready (None: not yet tried)?
+    let mut preloaded: Vec<Option<bool>> = vec![None; targets.len()];
+    let mut measurements = Vec::new();
+    let mut header_printed = false;
+
+    for &workload in workloads {
+        if workload.reads_preloaded() {
+            for (index, target) in targets.iter().enumerate() {
+                if preloaded[index].is_some() {
+                    continue;
+                }
+                eprintln!(
+                    "preparing {}.{} on {} ({} docs)",
+                    cli.db, PRELOADED_COLLECTION, target.label, cli.docs
+                );
+                let collection = target.collection(PRELOADED_COLLECTION);
+                let ready = dataset::ensure_preloaded(
+                    &collection,
+                    cli.docs,
+                    settings.doc_bytes,
+                    settings.reload,
+                    settings.seed,
+                )
+                .await;
+                match ready {
+                    Ok(false) => eprintln!("  reusing the existing {} documents", cli.docs),
+                    Ok(true) => {}
+                    Err(ref error) => problems.push(format!(
+                        "preloading {} failed, its read workloads were skipped: {}",
+                        target.label, error.message
+                    )),
+                }
+                preloaded[index] = Some(ready.is_ok());
+            }
+        }
+        let params = OpParams {
+            doc_bytes: settings.doc_bytes,
+            batch_size: settings.batch_size,
+            id_bound: cli.docs,
+        };
+        for &clients in &settings.clients {
+            for round in 0..settings.rounds {
+                for (index, target) in targets.iter().enumerate() {
+                    if workload.reads_preloaded() && preloaded[index] != Some(true) {
+                        continue;
+                    }
+                    let collection = target.collection(workload.collection());
+                    if !workload.reads_preloaded() {
+                        if let Err(error) = dataset::drop(&collection).await {
+                            eprintln!(
+                                "  could not drop {}: {}",
+                                workload.collection(),
+                                error.message
+                            );
+                        }
+                    }
+                    eprintln!(
+                        "running {} clients={clients} round={} on {}",
+                        workload.name(),
+                        round + 1,
+                        target.label
+                    );
+                    let config = settings.run_config(clients, round);
+                    let stats = runner::run(workload, &collection, params, config).await;
+                    if !header_printed {
+                        output.text(&table.header());
+                        header_printed = true;
+                    }
+                    let figures = Figures::of(&stats);
+                    let coll_docs = if workload.reads_preloaded() {
+                        cli.docs.to_string()
+                    } else {
+                        "-".to_string()
+                    };
+                    output.text(&table.row(&[
+                        target.label.clone(),
+                        workload.name().to_string(),
+                        clients.to_string(),
+                        (round + 1).to_string(),
+                        coll_docs,
+                        format!("{:.1}", figures.seconds),
+                        thousands(figures.ops_per_sec),
+                        docs_rate(workload, &figures),
+                        figures.p50_us.to_string(),
+                        figures.p99_us.to_string(),
+                        figures.p999_us.to_string(),
+                        figures.max_us.to_string(),
+                        figures.errors.to_string(),
+                    ]));
+                    let mut record = doc! {
+                        "type": "run",
+                        "server": &target.label,
+                        "uri": &target.display_uri,
+                        "workload": workload.name(),
+                        "clients": clients as i64,
+                        "round": (round + 1) as i64,
+                        "duration_secs": settings.duration.as_secs_f64(),
+                        "warmup_secs": settings.warmup.as_secs_f64(),
+                        "doc_bytes": settings.doc_bytes as i64,
+                    };
+                    if workload.reads_preloaded() {
+                        record.insert("collection_docs", cli.docs as i64);
+                    }
+                    if workload == Workload::InsertMany {
+                        record.insert("batch_size", settings.batch_size as i64);
+                    }
+                    figures.append_to(&mut record);
+                    output.json(record);
+                    print_errors(
+                        &format!("{} {} clients={clients}", target.label, workload.name()),
+                        &stats,
+                    );
+                    measurements.push(Measurement {
+                        target: index,
+                        workload,
+                        clients,
+                        stats,
+                    });
+                }
+            }
+        }
+    }
+    measurements
+}
+
+/// docs/s for the workloads that insert, "-" for the others.
+fn docs_rate(workload: Workload, figures: &Figures) -> String {
+    if workload.inserts() {
+        thousands(figures.docs_per_sec)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// Per (workload, clients): every server's rounds merged, with ops/s and p50 relative to the
+/// first server.
+fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: &Settings) {
+    let output = settings.output;
+    let first = &targets[0].label;
+    let label_width = targets.iter().map(|t| t.label.len()).max().unwrap_or(1);
+    let ops_ratio_title: &'static str = if targets.len() > 1 {
+        "ops/s÷first"
+    } else {
+        ""
+    };
+    let p50_ratio_title: &'static str = if targets.len() > 1 { "p50÷first" } else { "" };
+    let table = Table::new(vec![
+        Column::text("workload", 11),
+        Column::number("clients", 7),
+        Column::text("server", label_width.max(6)),
+        Column::number("runs", 4),
+        Column::number("ops/s", 10),
+        Column::number("docs/s", 10),
+        Column::number("p50_us", 8),
+        Column::number("p99_us", 8),
+        Column::number("p99.9_us", 8),
+        Column::number("errors", 6),
+        Column::number(ops_ratio_title, 11),
+        Column::number(p50_ratio_title, 9),
+    ]);
+    output.text("");
+    output.text(&format!(
+        "summary: rounds merged (ops/s = all counted ops / all measured seconds; percentiles over \
+         all operations){}",
+        if targets.len() > 1 {
+            format!("; ratios relative to server {first}")
+        } else {
+            String::new()
+        }
+    ));
+    output.text(&table.header());
+    let mut combinations: Vec<(Workload, usize)> = measurements
+        .iter()
+        .map(|m| (m.workload, m.clients))
+        .collect();
+    combinations.dedup();
+    let mut seen = BTreeSet::new();
+    for (workload, clients) in combinations {
+        if !seen.insert((workload, clients)) {
+            continue;
+        }
+        let mut baseline: Option<Figures> = None;
+        for (index, target) in targets.iter().enumerate() {
+            let runs: Vec<&RunStats> = measurements
+                .iter()
+                .filter(|m| m.workload == workload && m.clients == clients && m.target == index)
+                .map(|m| &m.stats)
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let figures = Figures::of(&RunStats::merged(runs.iter().copied()));
+            let (ops_ratio, p50_ratio) = match (&baseline, targets.len() > 1) {
+                (Some(base), true) => (
+                    ratio(figures.ops_per_sec, base.ops_per_sec),
+                    ratio(figures.p50_us as f64, base.p50_us as f64),
+                ),
+                (None, true) => ("1.00".to_string(), "1.00".to_string()),
+                _ => (String::new(), String::new()),
+            };
+            output.text(&table.row(&[
+                workload.name().to_string(),
+                clients.to_string(),
+                target.label.clone(),
+                runs.len().to_string(),
+                thousands(figures.ops_per_sec),
+                docs_rate(workload, &figures),
+                figures.p50_us.to_string(),
+                figures.p99_us.to_string(),
+                figures.p999_us.to_string(),
+                figures.errors.to_string(),
+                ops_ratio,
+                p50_ratio,
+            ]));
+            let mut record = doc! {
+                "type": "summary",
+                "server": &target.label,
+                "uri": &target.display_uri,
+                "workload": workload.name(),
+                "clients": clients as i64,
+                "runs": runs.len() as i64,
+            };
+            figures.append_to(&mut record);
+            output.json(record);
+            if baseline.is_none() {
+                baseline = Some(figures);
+            }
+        }
+    }
+}
+
+/// `value / base` with two decimals, "-" when the base is zero.
+pub fn ratio(value: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{:.2}", value / base)
+    } else {
+        "-".to_string()
+    }
+}

@@ -1,0 +1,258 @@
+//! Argument parsing every command family shares, written once: the target namespace and mongod's
+//! naming rules, typed field access with mongod's "wrong type" errors, write concern, cursor options.
+
+use bson::{Bson, Document};
+
+use crate::bsonutil::as_f64;
+use crate::dispatch::CommandContext;
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::display::type_name;
+use crate::storage::{Namespace, WriteOptions};
+
+/// mongod's limit on `db.collection` length in bytes.
+const MAX_NAMESPACE_BYTES: usize = 255;
+const MAX_DATABASE_NAME_BYTES: usize = 63;
+
+/// Checks a database name with mongod's rules (73 InvalidNamespace).
+pub fn validate_database_name(db: &str) -> CommandResult<()> {
+    let forbidden = [
+        '/', '\\', '.', ' ', '"', '$', '*', '<', '>', ':', '|', '?', '\0',
+    ];
+    if db.is_empty() || db.len() > MAX_DATABASE_NAME_BYTES || db.contains(forbidden) {
+        return Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid database name: '{db}'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `db.coll` with mongod's rules for collections users may read and write.
+pub fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
+    validate_database_name(&ns.db)?;
+    let invalid = || {
+        CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid namespace specified '{ns}'"),
+        )
+    };
+    if ns.coll.is_empty() || ns.coll.contains('\0') || ns.coll.starts_with('.') {
+        return Err(invalid());
+    }
+    if ns.coll.contains('$') {
+        return Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid collection name: {}", ns.coll),
+        ));
+    }
+    if ns.db.len() + 1 + ns.coll.len() > MAX_NAMESPACE_BYTES {
+        return Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!(
+                "Fully qualified namespace is too long. Namespace: {ns} Max: {MAX_NAMESPACE_BYTES}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Like [`validate_namespace`], and refuses `system.*` collections for writes, as mongod does.
+pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
+    validate_namespace(ns)?;
+    if ns.coll.starts_with("system.") {
+        return Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid system namespace: {ns}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The collection a command targets: the string value of its first field, in the command's `$db`.
+pub fn collection_namespace(ctx: &CommandContext, body: &Document) -> CommandResult<Namespace> {
+    match body
+        .get(ctx.name)
+        .or_else(|| body.iter().next().map(|(_, value)| value))
+    {
+        Some(Bson::String(coll)) => {
+            let ns = Namespace::new(ctx.db, coll.as_str());
+            validate_namespace(&ns)?;
+            Ok(ns)
+        }
+        Some(other) => Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("collection name has invalid type {}", type_name(other)),
+        )),
+        None => Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            "missing collection name",
+        )),
+    }
+}
+
+/// `BSON field '<command>.<field>' is the wrong type '<actual>', expected type '<expected>'` (14).
+pub fn wrong_type(command: &str, field: &str, actual: &Bson, expected: &str) -> CommandError {
+    CommandError::type_mismatch(format!(
+        "BSON field '{command}.{field}' is the wrong type '{}', expected type '{expected}'",
+        type_name(actual)
+    ))
+}
+
+/// An optional sub-document field.
+pub fn optional_document<'a>(
+    ctx: &CommandContext,
+    body: &'a Document,
+    field: &str,
+) -> CommandResult<Option<&'a Document>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(document)) => Ok(Some(document)),
+        Some(other) => Err(wrong_type(ctx.name, field, other, "object")),
+    }
+}
+
+/// An optional boolean field; numbers are accepted as mongod's IDL does (non-zero is true).
+pub fn optional_bool(
+    ctx: &CommandContext,
+    body: &Document,
+    field: &str,
+) -> CommandResult<Option<bool>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Boolean(value)) => Ok(Some(*value)),
+        Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => {
+            Ok(Some(as_f64(value).is_some_and(|number| number != 0.0)))
+        }
+        Some(other) => Err(wrong_type(ctx.name, field, other, "bool")),
+    }
+}
+
+/// An optional whole number (any numeric type with no fraction, as mongod's `safeInt64`).
+pub fn optional_i64(
+    ctx: &CommandContext,
+    body: &Document,
+    field: &str,
+) -> CommandResult<Option<i64>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Int32(value)) => Ok(Some(i64::from(*value))),
+        Some(Bson::Int64(value)) => Ok(Some(*value)),
+        Some(value @ (Bson::Double(_) | Bson::Decimal128(_))) => {
+            let number = as_f64(value).unwrap_or(f64::NAN);
+            if number.fract() == 0.0 && number.abs() < 9.2e18 {
+                Ok(Some(number as i64))
+            } else {
+                Err(CommandError::new(
+                    ErrorCode::FailedToParse,
+                    format!("Expected field {field} to have a value exactly representable as a 64-bit integer, but found {number}"),
+                ))
+            }
+        }
+        Some(other) => Err(wrong_type(ctx.name, field, other, "long")),
+    }
+}
+
+/// A non-negative whole number option such as `skip`, `batchSize` (mongod: 51024 BadValue).
+pub fn optional_non_negative(
+    ctx: &CommandContext,
+    body: &Document,
+    field: &str,
+) -> CommandResult<Option<u64>> {
+    match optional_i64(ctx, body, field)? {
+        Some(value) if value < 0 => Err(CommandError::bad_value(format!(
+            "BSON field '{field}' value must be >= 0, actual value '{value}'"
+        ))),
+        other => Ok(other.map(|value| value as u64)),
+    }
+}
+
+/// Write options from `ordered` and `writeConcern` (`j: true` forces a durable acknowledgement).
+pub fn write_options(ctx: &CommandContext, body: &Document) -> CommandResult<WriteOptions> {
+    let ordered = optional_bool(ctx, body, "ordered")?.unwrap_or(true);
+    let force_durable = match body.get("writeConcern") {
+        None | Some(Bson::Null) => false,
+        Some(Bson::Document(concern)) => concern.get("j").is_some_and(crate::bsonutil::is_truthy),
+        Some(other) => return Err(wrong_type(ctx.name, "writeConcern", other, "object")),
+    };
+    Ok(WriteOptions {
+        ordered,
+        force_durable,
+    })
+}
+
+/// The array of documents in `field` (`documents`, `updates`, `deletes`), within mongod's batch limits.
+pub fn batch<'a>(
+    ctx: &CommandContext,
+    body: &'a Document,
+    field: &str,
+) -> CommandResult<Vec<&'a Document>> {
+    let items = match body.get(field) {
+        Some(Bson::Array(items)) => items,
+        Some(other) => return Err(wrong_type(ctx.name, field, other, "array")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                format!(
+                    "BSON field '{}.{field}' is missing but a required field",
+                    ctx.name
+                ),
+            ))
+        }
+    };
+    let limit = crate::wire::MAX_WRITE_BATCH_SIZE as usize;
+    if items.is_empty() || items.len() > limit {
+        return Err(CommandError::new(
+            ErrorCode::InvalidLength,
+            format!(
+                "Write batch sizes must be between 1 and {limit}. Got {} operations.",
+                items.len()
+            ),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| match item {
+            Bson::Document(document) => Ok(document),
+            other => Err(wrong_type(
+                ctx.name,
+                &format!("{field}.{index}"),
+                other,
+                "object",
+            )),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_names_follow_mongod_rules() {
+        for good in ["test", "my-db_1", "a"] {
+            assert!(validate_database_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a.b", "a b", "a$", "a/b", "x\0", &"d".repeat(64)] {
+            assert_eq!(
+                validate_database_name(bad).unwrap_err().code,
+                ErrorCode::InvalidNamespace,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn collection_names_follow_mongod_rules() {
+        assert!(validate_namespace(&Namespace::new("db", "c.d")).is_ok());
+        for bad in ["", "a$b", "x\0y", ".lead"] {
+            assert!(
+                validate_namespace(&Namespace::new("db", bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_namespace(&Namespace::new("db", "c".repeat(260))).is_err());
+        assert!(validate_namespace(&Namespace::new("db", "system.js")).is_ok());
+        assert!(validate_writable_namespace(&Namespace::new("db", "system.js")).is_err());
+    }
+}

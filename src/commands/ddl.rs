@@ -1,0 +1,380 @@
+//! Catalog commands: `create`, `drop`, `dropDatabase`, `listDatabases`, `listCollections`,
+//! `renameCollection`, `dbStats`, `collStats`. Databases and collections also come into being
+//! implicitly on first write (storage does that); these commands manage them explicitly.
+
+use bson::spec::BinarySubtype;
+use bson::{doc, Binary, Bson, Document};
+
+use crate::async_handler;
+use crate::commands::args::{
+    collection_namespace, optional_bool, optional_document, validate_database_name,
+    validate_writable_namespace, wrong_type,
+};
+use crate::commands::find::{buffered_source, open_cursor, BatchOptions};
+use crate::cursor::Cursor;
+use crate::dispatch::{command_fields, CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::Filter;
+use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "create",
+        aliases: &[],
+        help: "Create a collection explicitly.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(create),
+    },
+    CommandSpec {
+        name: "drop",
+        aliases: &[],
+        help: "Drop a collection and its indexes.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(drop),
+    },
+    CommandSpec {
+        name: "dropDatabase",
+        aliases: &[],
+        help: "Drop every collection of the database.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(drop_database),
+    },
+    CommandSpec {
+        name: "listDatabases",
+        aliases: &[],
+        help: "Databases with their sizes (nameOnly, filter).",
+        admin_only: true,
+        test_only: false,
+        handler: async_handler!(list_databases),
+    },
+    CommandSpec {
+        name: "listCollections",
+        aliases: &[],
+        help: "Collections of the database (filter, nameOnly).",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(list_collections),
+    },
+    CommandSpec {
+        name: "renameCollection",
+        aliases: &[],
+        help: "Rename a collection, within or across databases (dropTarget).",
+        admin_only: true,
+        test_only: false,
+        handler: async_handler!(rename_collection),
+    },
+    CommandSpec {
+        name: "dbStats",
+        aliases: &["dbstats"],
+        help: "Object, data, storage and index sizes of the database.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(db_stats),
+    },
+    CommandSpec {
+        name: "collStats",
+        aliases: &["collstats"],
+        help: "Document count and sizes of a collection.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(coll_stats),
+    },
+];
+
+/// `create` options tideway stores and honours (or that have no effect on a standalone).
+const SUPPORTED_CREATE_OPTIONS: &[&str] = &[
+    "idIndex",
+    "storageEngine",
+    "indexOptionDefaults",
+    "autoIndexId",
+    "flags",
+];
+
+async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    validate_writable_namespace(&ns)?;
+    let mut options = Document::new();
+    for (name, value) in command_fields(body) {
+        if name == "expireAfterSeconds" {
+            return Err(CommandError::new(
+                ErrorCode::InvalidOptions,
+                "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
+            ));
+        }
+        if name == "collation"
+            && value
+                .as_document()
+                .is_some_and(|c| c.is_empty() || c.get_str("locale") == Ok("simple"))
+        {
+            continue;
+        }
+        if !SUPPORTED_CREATE_OPTIONS.contains(&name.as_str()) {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                format!("tideway does not support the collection option '{name}'"),
+            ));
+        }
+        options.insert(name.clone(), value.clone());
+    }
+    let storage = ctx.state.storage.as_ref();
+    match storage.create_collection(&ns, options.clone()).await {
+        Ok(_) => Ok(Document::new()),
+        Err(StorageError::NamespaceExists(_)) => match storage.collection(&ns).await? {
+            Some(existing) if existing.options == options => Ok(Document::new()),
+            _ => Err(CommandError::new(
+                ErrorCode::NamespaceExists,
+                format!("Collection {ns} already exists."),
+            )),
+        },
+        Err(error) => Err(error.into()),
+    }
+}
+
+async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    let storage = ctx.state.storage.as_ref();
+    let Some(meta) = storage.collection(&ns).await? else {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            "ns not found",
+        ));
+    };
+    storage.drop_collection(&ns).await?;
+    let dropped = ns.to_string();
+    ctx.state
+        .cursors
+        .kill_where(|cursor_ns| cursor_ns == dropped);
+    Ok(doc! {"nIndexesWas": meta.indexes.len() as i32, "ns": ns.to_string()})
+}
+
+async fn drop_database(ctx: &CommandContext<'_>, _body: &Document) -> CommandResult {
+    validate_database_name(ctx.db)?;
+    ctx.state.storage.drop_database(ctx.db).await?;
+    let prefix = format!("{}.", ctx.db);
+    ctx.state
+        .cursors
+        .kill_where(|cursor_ns| cursor_ns.starts_with(&prefix));
+    Ok(doc! {"dropped": ctx.db})
+}
+
+async fn list_databases(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let name_only = optional_bool(ctx, body, "nameOnly")?.unwrap_or(false);
+    let filter =
+        Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
+    let mut databases = Vec::new();
+    let mut total_size: i64 = 0;
+    for (name, size) in ctx.state.storage.list_databases().await? {
+        let entry = doc! {"name": name.as_str(), "sizeOnDisk": size as i64, "empty": size == 0};
+        if !filter.matches(&entry) {
+            continue;
+        }
+        total_size += size as i64;
+        databases.push(if name_only {
+            doc! {"name": name}
+        } else {
+            entry
+        });
+    }
+    if name_only {
+        return Ok(doc! {"databases": databases});
+    }
+    Ok(
+        doc! {"databases": databases, "totalSize": total_size, "totalSizeMb": total_size / (1024 * 1024)},
+    )
+}
+
+fn uuid_binary(uuid: [u8; 16]) -> Binary {
+    Binary {
+        subtype: BinarySubtype::Uuid,
+        bytes: uuid.to_vec(),
+    }
+}
+
+fn collection_entry(meta: &CollectionMeta) -> Document {
+    doc! {
+        "name": meta.ns.coll.as_str(),
+        "type": "collection",
+        "options": meta.options.clone(),
+        "info": {"readOnly": false, "uuid": uuid_binary(meta.uuid)},
+        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+    }
+}
+
+async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    validate_database_name(ctx.db)?;
+    let name_only = optional_bool(ctx, body, "nameOnly")?.unwrap_or(false);
+    let filter =
+        Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
+    let batch_size = match optional_document(ctx, body, "cursor")? {
+        Some(cursor) => crate::commands::args::optional_non_negative(ctx, cursor, "batchSize")?,
+        None => None,
+    };
+    let mut entries = Vec::new();
+    for meta in ctx.state.storage.list_collections(ctx.db).await? {
+        let entry = collection_entry(&meta);
+        if filter.matches(&entry) {
+            entries.push(if name_only {
+                doc! {"name": meta.ns.coll, "type": "collection"}
+            } else {
+                entry
+            });
+        }
+    }
+    let cursor = Cursor::new(
+        format!("{}.$cmd.listCollections", ctx.db),
+        buffered_source(entries),
+        None,
+        None,
+    );
+    let options = BatchOptions {
+        batch_size,
+        single_batch: false,
+        no_timeout: false,
+    };
+    open_cursor(ctx, cursor, options).await
+}
+
+fn string_field<'a>(body: &'a Document, command: &str, field: &str) -> CommandResult<&'a str> {
+    match body.get(field) {
+        Some(Bson::String(value)) => Ok(value),
+        Some(other) => Err(wrong_type(command, field, other, "string")),
+        None => Err(CommandError::new(
+            ErrorCode::Location40414,
+            format!("BSON field '{command}.{field}' is missing but a required field"),
+        )),
+    }
+}
+
+fn parse_full_namespace(full: &str) -> CommandResult<Namespace> {
+    let (db, coll) = full.split_once('.').ok_or_else(|| {
+        CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid namespace specified '{full}'"),
+        )
+    })?;
+    let ns = Namespace::new(db, coll);
+    validate_writable_namespace(&ns)?;
+    Ok(ns)
+}
+
+async fn rename_collection(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let from = parse_full_namespace(string_field(body, "renameCollection", "renameCollection")?)?;
+    let to = parse_full_namespace(string_field(body, "renameCollection", "to")?)?;
+    let drop_target = optional_bool(ctx, body, "dropTarget")?.unwrap_or(false);
+    if from == to {
+        return Err(CommandError::new(
+            ErrorCode::IllegalOperation,
+            "Can't rename a collection to itself",
+        ));
+    }
+    let storage = ctx.state.storage.as_ref();
+    match storage.rename_collection(&from, &to, drop_target).await {
+        Ok(()) => {}
+        Err(StorageError::NamespaceNotFound(_)) => {
+            return Err(CommandError::new(
+                ErrorCode::NamespaceNotFound,
+                format!("Source collection {from} does not exist"),
+            ))
+        }
+        Err(StorageError::NamespaceExists(_)) => {
+            return Err(CommandError::new(
+                ErrorCode::NamespaceExists,
+                "target namespace exists",
+            ))
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let (old, new) = (from.to_string(), to.to_string());
+    ctx.state
+        .cursors
+        .kill_where(|cursor_ns| cursor_ns == old || cursor_ns == new);
+    Ok(Document::new())
+}
+
+/// `scale` as mongod reads it: a positive number, default 1.
+fn scale(ctx: &CommandContext, body: &Document) -> CommandResult<i64> {
+    match crate::commands::args::optional_i64(ctx, body, "scale")? {
+        None => Ok(1),
+        Some(scale) if scale > 0 => Ok(scale),
+        Some(_) => Err(CommandError::bad_value(
+            "Scale factor must be a positive number",
+        )),
+    }
+}
+
+fn total_index_size(stats: &CollectionStats) -> u64 {
+    stats.index_sizes.iter().map(|(_, size)| size).sum()
+}
+
+async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    validate_database_name(ctx.db)?;
+    let scale = scale(ctx, body)?;
+    let storage = ctx.state.storage.as_ref();
+    let collections = storage.list_collections(ctx.db).await?;
+    let (mut objects, mut data_size, mut storage_size, mut indexes, mut index_size) =
+        (0u64, 0u64, 0u64, 0usize, 0u64);
+    for meta in &collections {
+        let stats = storage.stats(&meta.ns).await?;
+        objects += stats.count;
+        data_size += stats.data_size;
+        storage_size += stats.storage_size;
+        index_size += total_index_size(&stats);
+        indexes += meta.indexes.len();
+    }
+    let avg_obj_size = if objects == 0 {
+        0.0
+    } else {
+        data_size as f64 / objects as f64
+    };
+    let scaled = |bytes: u64| bytes as f64 / scale as f64;
+    Ok(doc! {
+        "db": ctx.db,
+        "collections": collections.len() as i64,
+        "views": 0_i64,
+        "objects": objects as i64,
+        "avgObjSize": avg_obj_size,
+        "dataSize": scaled(data_size),
+        "storageSize": scaled(storage_size),
+        "indexes": indexes as i64,
+        "indexSize": scaled(index_size),
+        "totalSize": scaled(storage_size + index_size),
+        "scaleFactor": scale,
+    })
+}
+
+async fn coll_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    let scale = scale(ctx, body)?;
+    let storage = ctx.state.storage.as_ref();
+    let Some(meta) = storage.collection(&ns).await? else {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            format!("Collection [{ns}] not found."),
+        ));
+    };
+    let stats = storage.stats(&ns).await?;
+    let scaled = |bytes: u64| (bytes as i64) / scale;
+    let mut index_sizes = Document::new();
+    for (name, size) in &stats.index_sizes {
+        index_sizes.insert(name.clone(), scaled(*size));
+    }
+    let avg_obj_size = stats.data_size.checked_div(stats.count).unwrap_or(0) as i64;
+    Ok(doc! {
+        "ns": ns.to_string(),
+        "size": scaled(stats.data_size),
+        "count": stats.count as i64,
+        "avgObjSize": avg_obj_size,
+        "storageSize": scaled(stats.storage_size),
+        "freeStorageSize": 0_i64,
+        "capped": false,
+        "nindexes": meta.indexes.len() as i32,
+        "indexBuilds": [],
+        "totalIndexSize": scaled(total_index_size(&stats)),
+        "totalSize": scaled(stats.storage_size + total_index_size(&stats)),
+        "indexSizes": index_sizes,
+        "scaleFactor": scale,
+    })
+}

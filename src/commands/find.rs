@@ -1,0 +1,341 @@
+//! Reads: `find`, `getMore`, `killCursors`, `count`, `distinct`, and the cursor reply shape that
+//! `listCollections`, `listIndexes` and `aggregate` share (`open_cursor`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use crate::async_handler;
+use crate::commands::args::{
+    collection_namespace, optional_bool, optional_document, optional_i64, optional_non_negative,
+    wrong_type,
+};
+use crate::cursor::{Cursor, CursorSource, DEFAULT_FIRST_BATCH};
+use crate::dispatch::{CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::exec::{self, DocStream};
+use crate::query::{values_equal, Filter, Projection, SortSpec};
+use crate::state::bump;
+use crate::storage::Record;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "find",
+        aliases: &[],
+        help: "Query a collection: filter, sort, projection, skip, limit, batchSize, singleBatch.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(find),
+    },
+    CommandSpec {
+        name: "getMore",
+        aliases: &[],
+        help: "The next batch of an open cursor.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(get_more),
+    },
+    CommandSpec {
+        name: "killCursors",
+        aliases: &[],
+        help: "Close open cursors.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(kill_cursors),
+    },
+    CommandSpec {
+        name: "count",
+        aliases: &[],
+        help: "Count the documents matching a query (with skip and limit).",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(count),
+    },
+    CommandSpec {
+        name: "distinct",
+        aliases: &[],
+        help: "The distinct values of a field among the documents matching a query.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(distinct),
+    },
+];
+
+/// Options that shape a cursor's first batch.
+pub struct BatchOptions {
+    pub batch_size: Option<u64>,
+    pub single_batch: bool,
+    pub no_timeout: bool,
+}
+
+/// `{cursor: {firstBatch|nextBatch, id, ns}}`.
+pub fn cursor_reply(id: i64, ns: &str, batch: Vec<Document>, first: bool) -> Document {
+    let key = if first { "firstBatch" } else { "nextBatch" };
+    doc! {"cursor": {key: batch, "id": id, "ns": ns}}
+}
+
+/// Produces the first batch from `cursor` and registers it if it has more to give.
+pub async fn open_cursor(
+    ctx: &CommandContext<'_>,
+    mut cursor: Cursor,
+    options: BatchOptions,
+) -> CommandResult {
+    let first_batch_size = options.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
+    let storage = ctx.state.storage.as_ref();
+    let (batch, exhausted) = if first_batch_size == 0 && !options.single_batch {
+        (Vec::new(), false)
+    } else {
+        cursor.next_batch(storage, Some(first_batch_size)).await?
+    };
+    let ns = cursor.ns.clone();
+    let id = if exhausted || options.single_batch {
+        0
+    } else {
+        cursor.no_timeout = options.no_timeout;
+        ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
+    };
+    Ok(cursor_reply(id, &ns, batch, true))
+}
+
+/// Filter, projection, sort and cursor options shared by `find` and `findAndModify`-like readers.
+fn parse_filter(ctx: &CommandContext, body: &Document, field: &str) -> CommandResult<Filter> {
+    Filter::parse(optional_document(ctx, body, field)?.unwrap_or(&Document::new()))
+}
+
+fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<SortSpec>> {
+    optional_document(ctx, body, "sort")?
+        .map(SortSpec::parse)
+        .transpose()
+        .map(|sort| sort.filter(|sort| !sort.is_empty()))
+}
+
+pub fn parse_projection(
+    ctx: &CommandContext,
+    body: &Document,
+    field: &str,
+) -> CommandResult<Option<Projection>> {
+    match optional_document(ctx, body, field)? {
+        Some(spec) if !spec.is_empty() => Ok(Some(Projection::parse(spec, &[])?)),
+        _ => Ok(None),
+    }
+}
+
+fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()> {
+    if optional_bool(ctx, body, "tailable")? == Some(true) {
+        return Err(CommandError::bad_value(
+            "error processing query: tailable cursor requested on non capped collection",
+        ));
+    }
+    for option in ["min", "max", "returnKey", "showRecordId"] {
+        if body
+            .get(option)
+            .is_some_and(|value| !matches!(value, Bson::Boolean(false) | Bson::Null))
+        {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                format!("tideway does not support the find option '{option}'"),
+            ));
+        }
+    }
+    if let Some(collation) = optional_document(ctx, body, "collation")? {
+        let simple = collation.is_empty() || collation.get_str("locale") == Ok("simple");
+        if !simple {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway supports only the simple collation",
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    reject_unsupported(ctx, body)?;
+    let filter = Arc::new(parse_filter(ctx, body, "filter")?);
+    let sort = parse_sort(ctx, body)?;
+    let projection = parse_projection(ctx, body, "projection")?;
+    let skip = optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
+    let limit = optional_non_negative(ctx, body, "limit")?.filter(|limit| *limit > 0);
+    let options = BatchOptions {
+        batch_size: optional_non_negative(ctx, body, "batchSize")?,
+        single_batch: optional_bool(ctx, body, "singleBatch")?.unwrap_or(false),
+        no_timeout: optional_bool(ctx, body, "noCursorTimeout")?.unwrap_or(false),
+    };
+    bump(&ctx.state.stats.opcounters.query, 1);
+    let storage = ctx.state.storage.as_ref();
+    let meta = storage.collection(&ns).await?;
+    let plan = exec::plan(meta.as_ref(), &filter, sort.as_ref());
+    let source = match sort.as_ref().filter(|sort| !plan.satisfies(sort)) {
+        Some(sort) => {
+            let mut records = DocStream::new(ns.clone(), filter, plan)
+                .collect(storage)
+                .await?;
+            exec::sort_records(&mut records, sort);
+            let kept = records
+                .into_iter()
+                .skip(skip as usize)
+                .take(limit.map_or(usize::MAX, |l| l as usize));
+            CursorSource::Buffered(kept.collect())
+        }
+        None => {
+            let mut stream = DocStream::new(ns.clone(), filter, plan);
+            for _ in 0..skip {
+                if stream.next(storage).await?.is_none() {
+                    break;
+                }
+            }
+            CursorSource::Stream(Box::new(stream))
+        }
+    };
+    open_cursor(
+        ctx,
+        Cursor::new(ns.to_string(), source, projection, limit),
+        options,
+    )
+    .await
+}
+
+async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let id = match body.get("getMore") {
+        Some(Bson::Int64(id)) => *id,
+        Some(other) => return Err(wrong_type("getMore", "getMore", other, "long")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::FailedToParse,
+                "getMore requires a cursor id",
+            ))
+        }
+    };
+    let coll = match body.get("collection") {
+        Some(Bson::String(coll)) => coll.as_str(),
+        Some(other) => return Err(wrong_type("getMore", "collection", other, "string")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'getMore.collection' is missing but a required field",
+            ))
+        }
+    };
+    let batch_size = optional_non_negative(ctx, body, "batchSize")?.filter(|size| *size > 0);
+    let now_ms = ctx.state.clock.now_ms();
+    let requested_ns = format!("{}.{coll}", ctx.db);
+    let mut cursor = ctx.state.cursors.checkout(id, now_ms).ok_or_else(|| {
+        CommandError::new(
+            ErrorCode::CursorNotFound,
+            format!("cursor id {id} not found"),
+        )
+    })?;
+    if cursor.ns != requested_ns {
+        let ns = cursor.ns.clone();
+        ctx.state.cursors.checkin(id, cursor, now_ms);
+        return Err(CommandError::new(
+            ErrorCode::Unauthorized,
+            format!("Requested getMore on namespace '{requested_ns}', but cursor belongs to a different namespace {ns}"),
+        ));
+    }
+    bump(&ctx.state.stats.opcounters.getmore, 1);
+    let (batch, exhausted) = cursor
+        .next_batch(ctx.state.storage.as_ref(), batch_size)
+        .await?;
+    let ns = cursor.ns.clone();
+    let reply_id = if exhausted {
+        0
+    } else {
+        ctx.state
+            .cursors
+            .checkin(id, cursor, ctx.state.clock.now_ms());
+        id
+    };
+    Ok(cursor_reply(reply_id, &ns, batch, false))
+}
+
+async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    collection_namespace(ctx, body)?;
+    let ids = match body.get("cursors") {
+        Some(Bson::Array(ids)) => ids,
+        Some(other) => return Err(wrong_type("killCursors", "cursors", other, "array")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'killCursors.cursors' is missing but a required field",
+            ))
+        }
+    };
+    let mut killed = Vec::new();
+    let mut not_found = Vec::new();
+    for id in ids {
+        let Bson::Int64(id) = id else {
+            return Err(wrong_type("killCursors", "cursors", id, "long"));
+        };
+        if ctx.state.cursors.kill(*id) {
+            killed.push(Bson::Int64(*id));
+        } else {
+            not_found.push(Bson::Int64(*id));
+        }
+    }
+    Ok(doc! {
+        "cursorsKilled": killed,
+        "cursorsNotFound": not_found,
+        "cursorsAlive": [],
+        "cursorsUnknown": [],
+    })
+}
+
+/// The records matching the command's `query` field (count and distinct).
+async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
+    let ns = collection_namespace(ctx, body)?;
+    let filter = Arc::new(parse_filter(ctx, body, "query")?);
+    Ok(exec::find_all(ctx.state.storage.as_ref(), &ns, filter, None).await?)
+}
+
+async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let skip = optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
+    // A negative limit counts like its absolute value, as mongod does.
+    let limit = optional_i64(ctx, body, "limit")?
+        .map(i64::unsigned_abs)
+        .filter(|limit| *limit > 0);
+    let matched = matching_records(ctx, body).await?.len() as u64;
+    let counted = matched.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
+    let n = i32::try_from(counted).map_or(Bson::Int64(counted as i64), Bson::Int32);
+    Ok(doc! {"n": n})
+}
+
+async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let key = match body.get("key") {
+        Some(Bson::String(key)) => key.clone(),
+        Some(other) => return Err(wrong_type("distinct", "key", other, "string")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'distinct.key' is missing but a required field",
+            ))
+        }
+    };
+    let records = matching_records(ctx, body).await?;
+    let mut values: Vec<Bson> = Vec::new();
+    for record in &records {
+        // Leaf arrays arrive expanded: `{a: [1, [2]]}` yields 1 and [2], as mongod reports them.
+        for value in crate::query::lookup_values(&record.doc, &key) {
+            if !values.iter().any(|seen| values_equal(seen, value)) {
+                values.push(value.clone());
+            }
+        }
+    }
+    values.sort_by(crate::query::compare_values);
+    Ok(doc! {"values": values})
+}
+
+/// A buffered cursor over documents computed in full (catalog listings).
+pub fn buffered_source(documents: Vec<Document>) -> CursorSource {
+    let records: VecDeque<Record> = documents
+        .into_iter()
+        .map(|doc| Record {
+            doc,
+            rev: 0,
+            last_write_ms: 0,
+        })
+        .collect();
+    CursorSource::Buffered(records)
+}

@@ -1,0 +1,459 @@
+//! Index commands: `createIndexes` (with mongod's spec validation and conflict rules), `listIndexes`,
+//! `dropIndexes`. The engine builds and maintains indexes; this module decides what a valid spec is.
+
+use bson::{doc, Bson, Document};
+
+use crate::async_handler;
+use crate::commands::args::{
+    collection_namespace, optional_document, validate_writable_namespace, wrong_type,
+};
+use crate::commands::find::{buffered_source, open_cursor, BatchOptions};
+use crate::cursor::Cursor;
+use crate::dispatch::{CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::display::document_string;
+use crate::query::Filter;
+use crate::storage::keycodec::Direction;
+use crate::storage::IndexSpec;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "createIndexes",
+        aliases: &[],
+        help: "Create ascending/descending single-field or compound indexes (unique, sparse, partial).",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(create_indexes),
+    },
+    CommandSpec {
+        name: "listIndexes",
+        aliases: &[],
+        help: "The indexes of a collection.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(list_indexes),
+    },
+    CommandSpec {
+        name: "dropIndexes",
+        aliases: &["deleteIndexes"],
+        help: "Drop indexes by name, key pattern, list of names, or '*' (all but _id).",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(drop_indexes),
+    },
+];
+
+/// mongod's limit on indexes per collection, `_id_` included.
+const MAX_INDEXES: usize = 64;
+
+/// Index options tideway understands; any other field is 197 InvalidIndexSpecificationOption.
+const KNOWN_OPTIONS: &[&str] = &[
+    "v",
+    "key",
+    "name",
+    "unique",
+    "sparse",
+    "partialFilterExpression",
+    "hidden",
+    "background",
+    "ns",
+    "collation",
+    "expireAfterSeconds",
+];
+/// Fields an `_id` index spec may carry.
+const ID_INDEX_OPTIONS: &[&str] = &["v", "key", "name", "ns", "collation", "background"];
+/// Fields that do not distinguish one index from another when comparing specs.
+const NON_DISTINGUISHING: &[&str] = &["v", "name", "background", "ns"];
+
+fn spec_error(spec: &Document, why: &str) -> CommandError {
+    CommandError::new(
+        ErrorCode::InvalidIndexSpecificationOption,
+        format!(
+            "Error in specification {} :: caused by :: {why} Specification: {}",
+            document_string(spec),
+            document_string(spec)
+        ),
+    )
+}
+
+fn cannot_create(spec: &Document, why: &str) -> CommandError {
+    CommandError::new(
+        ErrorCode::CannotCreateIndex,
+        format!(
+            "Error in specification {} :: caused by :: {why}",
+            document_string(spec)
+        ),
+    )
+}
+
+/// Validates a requested spec and normalises it to what `listIndexes` will show.
+fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
+    let key_pattern = match raw.get("key") {
+        Some(Bson::Document(key)) if !key.is_empty() => key,
+        Some(Bson::Document(_)) => return Err(cannot_create(raw, "Index keys cannot be empty.")),
+        Some(other) => return Err(wrong_type("createIndexes", "indexes.key", other, "object")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::FailedToParse,
+                "The 'key' field is a required property of an index specification",
+            ))
+        }
+    };
+    let name = match raw.get("name") {
+        Some(Bson::String(name)) if name == "*" => {
+            return Err(CommandError::bad_value("The index name '*' is not valid."))
+        }
+        Some(Bson::String(name)) if !name.is_empty() => name.clone(),
+        Some(Bson::String(_)) => return Err(cannot_create(raw, "index name cannot be empty")),
+        Some(other) => return Err(wrong_type("createIndexes", "indexes.name", other, "string")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::FailedToParse,
+                "The 'name' field is a required property of an index specification",
+            ))
+        }
+    };
+    let mut key = Vec::new();
+    for (field, direction) in key_pattern {
+        if field.is_empty() || field.starts_with('$') {
+            return Err(cannot_create(
+                raw,
+                &format!("Index key contains an illegal field name: '{field}'."),
+            ));
+        }
+        let direction = match direction {
+            Bson::String(kind) => {
+                return Err(CommandError::new(
+                    ErrorCode::NotImplemented,
+                    format!("tideway does not support '{kind}' indexes, only ascending and descending keys"),
+                ))
+            }
+            number => match crate::bsonutil::as_f64(number) {
+                Some(value) if value > 0.0 => Direction::Ascending,
+                Some(value) if value < 0.0 => Direction::Descending,
+                Some(_) => return Err(cannot_create(raw, "Values in the index key pattern cannot be 0.")),
+                None => {
+                    return Err(cannot_create(
+                        raw,
+                        &format!(
+                            "Values in v:2 index key pattern cannot be of type {}. Only numbers > 0, numbers < 0, and strings are allowed.",
+                            crate::query::display::type_name(number)
+                        ),
+                    ))
+                }
+            },
+        };
+        key.push((field.clone(), direction));
+    }
+    let is_id_index = key.len() == 1 && key[0].0 == "_id";
+    let allowed = if is_id_index {
+        ID_INDEX_OPTIONS
+    } else {
+        KNOWN_OPTIONS
+    };
+    if let Some(unknown) = raw.keys().find(|field| !allowed.contains(&field.as_str())) {
+        let why = if is_id_index {
+            format!("The field '{unknown}' is not valid for an _id index specification.")
+        } else {
+            format!("The field '{unknown}' is not valid for an index specification.")
+        };
+        return Err(spec_error(raw, &why));
+    }
+    if raw.contains_key("expireAfterSeconds") {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "TTL indexes (expireAfterSeconds) are not available yet",
+        ));
+    }
+    if let Some(collation) = raw.get("collation") {
+        let simple = collation
+            .as_document()
+            .is_some_and(|c| c.is_empty() || c.get_str("locale") == Ok("simple"));
+        if !simple {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway supports only the simple collation",
+            ));
+        }
+    }
+    let flag = |field: &str| -> CommandResult<bool> {
+        match raw.get(field) {
+            None | Some(Bson::Null) => Ok(false),
+            Some(Bson::Boolean(value)) => Ok(*value),
+            Some(value) => crate::bsonutil::as_f64(value)
+                .map(|number| number != 0.0)
+                .ok_or_else(|| {
+                    wrong_type("createIndexes", &format!("indexes.{field}"), value, "bool")
+                }),
+        }
+    };
+    let unique = flag("unique")?;
+    let sparse = flag("sparse")?;
+    let hidden = flag("hidden")?;
+    if hidden && is_id_index {
+        return Err(CommandError::bad_value("can't hide _id index"));
+    }
+    let partial_filter = match raw.get("partialFilterExpression") {
+        None => None,
+        Some(Bson::Document(filter)) => {
+            Filter::parse(filter)?;
+            Some(filter.clone())
+        }
+        Some(other) => {
+            return Err(wrong_type(
+                "createIndexes",
+                "indexes.partialFilterExpression",
+                other,
+                "object",
+            ))
+        }
+    };
+    let mut spec = doc! {"v": 2, "key": key_pattern.clone(), "name": name.as_str()};
+    if unique {
+        spec.insert("unique", true);
+    }
+    if sparse {
+        spec.insert("sparse", true);
+    }
+    if hidden {
+        spec.insert("hidden", true);
+    }
+    if let Some(filter) = &partial_filter {
+        spec.insert("partialFilterExpression", filter.clone());
+    }
+    Ok(IndexSpec {
+        name,
+        key,
+        unique,
+        sparse,
+        partial_filter,
+        spec,
+    })
+}
+
+/// The options that distinguish two specs with the same key.
+fn distinguishing(spec: &Document) -> Document {
+    spec.iter()
+        .filter(|(field, _)| !NON_DISTINGUISHING.contains(&field.as_str()))
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect()
+}
+
+/// How a requested index relates to an existing one: `Ok(true)` if it already exists identically.
+fn check_conflict(requested: &IndexSpec, existing: &IndexSpec) -> CommandResult<bool> {
+    let same_name = requested.name == existing.name;
+    let same_key = requested.key_pattern() == existing.key_pattern();
+    let same_options = distinguishing(&requested.spec) == distinguishing(&existing.spec);
+    let pair = format!(
+        "Requested index: {}, existing index: {}",
+        document_string(&requested.spec),
+        document_string(&existing.spec)
+    );
+    match (same_name, same_key, same_options) {
+        (true, true, true) => Ok(true),
+        (true, false, _) => Err(CommandError::new(
+            ErrorCode::IndexKeySpecsConflict,
+            format!(
+                "An existing index has the same name as the requested index. When index names are not specified, \
+                 they are auto generated and can cause conflicts. Please refer to our documentation. {pair}"
+            ),
+        )),
+        (true, true, false) => Err(CommandError::new(
+            ErrorCode::IndexOptionsConflict,
+            format!("An equivalent index already exists with the same name but different options. {pair}"),
+        )),
+        (false, true, true) => Err(CommandError::new(
+            ErrorCode::IndexOptionsConflict,
+            format!("Index already exists with a different name: {}", existing.name),
+        )),
+        (false, true, false) => Err(CommandError::new(
+            ErrorCode::IndexOptionsConflict,
+            format!("An equivalent index already exists with a different name and options. {pair}"),
+        )),
+        (false, false, _) => Ok(false),
+    }
+}
+
+async fn create_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    validate_writable_namespace(&ns)?;
+    let raw_specs = match body.get("indexes") {
+        Some(Bson::Array(specs)) => specs,
+        Some(other) => return Err(wrong_type("createIndexes", "indexes", other, "array")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'createIndexes.indexes' is missing but a required field",
+            ))
+        }
+    };
+    if raw_specs.is_empty() {
+        return Err(CommandError::bad_value(
+            "Must specify at least one index to create",
+        ));
+    }
+    let mut requested = Vec::new();
+    for raw in raw_specs {
+        let Bson::Document(raw) = raw else {
+            return Err(wrong_type("createIndexes", "indexes", raw, "object"));
+        };
+        requested.push(parse_index_spec(raw)?);
+    }
+    let storage = ctx.state.storage.as_ref();
+    let existing = storage.collection(&ns).await?;
+    let created_collection = existing.is_none();
+    let existing_indexes = existing
+        .map(|meta| meta.indexes)
+        .unwrap_or_else(|| vec![id_index_spec()]);
+    let mut to_create: Vec<IndexSpec> = Vec::new();
+    'requested: for spec in requested {
+        for other in existing_indexes.iter().chain(&to_create) {
+            if check_conflict(&spec, other)? {
+                continue 'requested;
+            }
+        }
+        to_create.push(spec);
+    }
+    let before = existing_indexes.len();
+    if to_create.is_empty() {
+        return Ok(doc! {
+            "numIndexesBefore": before as i32,
+            "numIndexesAfter": before as i32,
+            "note": "all indexes already exist",
+            "createdCollectionAutomatically": false,
+        });
+    }
+    if before + to_create.len() > MAX_INDEXES {
+        return Err(CommandError::new(
+            ErrorCode::CannotCreateIndex,
+            format!(
+                "add index fails, too many indexes for {ns} key:{}",
+                document_string(&to_create[0].key_pattern())
+            ),
+        ));
+    }
+    let meta = storage.create_indexes(&ns, to_create).await?;
+    Ok(doc! {
+        "numIndexesBefore": before as i32,
+        "numIndexesAfter": meta.indexes.len() as i32,
+        "createdCollectionAutomatically": created_collection,
+    })
+}
+
+/// The `_id_` index every collection has.
+pub fn id_index_spec() -> IndexSpec {
+    IndexSpec {
+        name: IndexSpec::ID_INDEX_NAME.into(),
+        key: vec![("_id".into(), Direction::Ascending)],
+        unique: true,
+        sparse: false,
+        partial_filter: None,
+        spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
+    }
+}
+
+async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    let Some(meta) = ctx.state.storage.collection(&ns).await? else {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            format!("ns does not exist: {ns}"),
+        ));
+    };
+    let batch_size = match optional_document(ctx, body, "cursor")? {
+        Some(cursor) => crate::commands::args::optional_non_negative(ctx, cursor, "batchSize")?,
+        None => None,
+    };
+    let specs = meta.indexes.into_iter().map(|index| index.spec).collect();
+    let cursor = Cursor::new(
+        format!("{}.$cmd.listIndexes.{}", ns.db, ns.coll),
+        buffered_source(specs),
+        None,
+        None,
+    );
+    let options = BatchOptions {
+        batch_size,
+        single_batch: false,
+        no_timeout: false,
+    };
+    open_cursor(ctx, cursor, options).await
+}
+
+async fn drop_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    let storage = ctx.state.storage.as_ref();
+    let Some(meta) = storage.collection(&ns).await? else {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            format!("ns not found {ns}"),
+        ));
+    };
+    let count = meta.indexes.len() as i32;
+    let find_by_name = |name: &str| -> CommandResult<String> {
+        if name == IndexSpec::ID_INDEX_NAME {
+            return Err(CommandError::new(
+                ErrorCode::InvalidOptions,
+                "cannot drop _id index",
+            ));
+        }
+        meta.indexes
+            .iter()
+            .find(|index| index.name == name)
+            .map(|index| index.name.clone())
+            .ok_or_else(|| {
+                CommandError::new(
+                    ErrorCode::IndexNotFound,
+                    format!("index not found with name [{name}]"),
+                )
+            })
+    };
+    let (names, drop_all): (Vec<String>, bool) = match body.get("index") {
+        Some(Bson::String(star)) if star == "*" => (
+            meta.indexes
+                .iter()
+                .filter(|index| !index.is_id_index())
+                .map(|index| index.name.clone())
+                .collect(),
+            true,
+        ),
+        Some(Bson::String(name)) => (vec![find_by_name(name)?], false),
+        Some(Bson::Array(names)) => {
+            let mut found = Vec::new();
+            for name in names {
+                let Bson::String(name) = name else {
+                    return Err(wrong_type("dropIndexes", "index", name, "string"));
+                };
+                found.push(find_by_name(name)?);
+            }
+            (found, false)
+        }
+        Some(Bson::Document(key)) => {
+            let index = meta
+                .indexes
+                .iter()
+                .find(|index| &index.key_pattern() == key)
+                .ok_or_else(|| {
+                    CommandError::new(
+                        ErrorCode::IndexNotFound,
+                        format!("can't find index with key: {}", document_string(key)),
+                    )
+                })?;
+            (vec![find_by_name(&index.name)?], false)
+        }
+        Some(other) => return Err(wrong_type("dropIndexes", "index", other, "string")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'dropIndexes.index' is missing but a required field",
+            ))
+        }
+    };
+    if !names.is_empty() {
+        storage.drop_indexes(&ns, &names).await?;
+    }
+    let mut reply = doc! {"nIndexesWas": count};
+    if drop_all {
+        reply.insert("msg", "non-_id indexes dropped for collection");
+    }
+    Ok(reply)
+}

@@ -1,0 +1,196 @@
+//! Open cursors: what `find`, `aggregate`, `listCollections` and `listIndexes` leave for `getMore`.
+//! A cursor holds a resume position (or the rest of a sorted result), never a storage transaction.
+//!
+//! Invariants: ids are non-zero and unguessable; a cursor idle for [`IDLE_TIMEOUT_MS`] (by the
+//! server's clock) is gone unless opened with `noCursorTimeout`; a cursor is taken out of the registry
+//! while a `getMore` runs on it and put back only if it has more to give.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use bson::{Bson, Document};
+
+use crate::exec::DocStream;
+use crate::query::Projection;
+use crate::storage::{Record, Storage, StorageResult};
+
+/// mongod's `cursorTimeoutMillis` default: 10 minutes.
+pub const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
+/// Default size of a first batch, in documents (mongod's).
+pub const DEFAULT_FIRST_BATCH: u64 = 101;
+/// Replies carry at most this many bytes of documents per batch.
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
+
+/// Where a cursor's documents come from.
+pub enum CursorSource {
+    /// Matching documents still to be read from storage.
+    Stream(Box<DocStream>),
+    /// The rest of a result computed in full (sorted results, catalog listings).
+    Buffered(VecDeque<Record>),
+}
+
+pub struct Cursor {
+    /// `db.coll` for collections, `db.$cmd.listCollections` and the like for catalog cursors.
+    pub ns: String,
+    source: CursorSource,
+    projection: Option<Projection>,
+    /// Documents still allowed by `limit`, if any.
+    remaining: Option<u64>,
+    pub no_timeout: bool,
+    pub last_used_ms: i64,
+}
+
+impl Cursor {
+    pub fn new(
+        ns: String,
+        source: CursorSource,
+        projection: Option<Projection>,
+        limit: Option<u64>,
+    ) -> Cursor {
+        Cursor {
+            ns,
+            source,
+            projection,
+            remaining: limit.filter(|limit| *limit > 0),
+            no_timeout: false,
+            last_used_ms: 0,
+        }
+    }
+
+    /// Up to `max_docs` documents (and at most [`MAX_BATCH_BYTES`]), and whether the cursor is
+    /// exhausted afterwards.
+    pub async fn next_batch(
+        &mut self,
+        storage: &dyn Storage,
+        max_docs: Option<u64>,
+    ) -> StorageResult<(Vec<Document>, bool)> {
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0usize;
+        let max_docs = match (max_docs, self.remaining) {
+            (Some(max), Some(remaining)) => Some(max.min(remaining)),
+            (max, remaining) => max.or(remaining),
+        };
+        while max_docs.is_none_or(|max| (batch.len() as u64) < max) && batch_bytes < MAX_BATCH_BYTES
+        {
+            let record = match &mut self.source {
+                CursorSource::Stream(stream) => stream.next(storage).await?,
+                CursorSource::Buffered(records) => records.pop_front(),
+            };
+            let Some(record) = record else { break };
+            let document = match &self.projection {
+                Some(projection) => projection.apply(&record.doc, &|_| Bson::Null),
+                None => record.doc,
+            };
+            batch_bytes += document_size(&document);
+            batch.push(document);
+        }
+        if let Some(remaining) = &mut self.remaining {
+            *remaining = remaining.saturating_sub(batch.len() as u64);
+        }
+        let exhausted = self.remaining == Some(0)
+            || match &mut self.source {
+                CursorSource::Stream(stream) => !stream.has_more(storage).await?,
+                CursorSource::Buffered(records) => records.is_empty(),
+            };
+        Ok((batch, exhausted))
+    }
+}
+
+/// Approximate BSON size of a document, for batch limits.
+fn document_size(document: &Document) -> usize {
+    bson::to_vec(document).map_or(0, |bytes| bytes.len())
+}
+
+/// Open cursors by id.
+#[derive(Default)]
+pub struct CursorRegistry {
+    cursors: Mutex<HashMap<i64, Cursor>>,
+    timed_out: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for CursorRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CursorRegistry")
+            .field("open", &self.open_count())
+            .finish()
+    }
+}
+
+impl CursorRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Cursor>> {
+        self.cursors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stores `cursor` and returns its new id.
+    pub fn register(&self, mut cursor: Cursor, now_ms: i64) -> i64 {
+        cursor.last_used_ms = now_ms;
+        let mut cursors = self.lock();
+        loop {
+            let id = (uuid::Uuid::new_v4().as_u128() as i64) & i64::MAX;
+            if id != 0 && !cursors.contains_key(&id) {
+                cursors.insert(id, cursor);
+                return id;
+            }
+        }
+    }
+
+    /// Takes the cursor out for a `getMore`; `None` if unknown or timed out.
+    pub fn checkout(&self, id: i64, now_ms: i64) -> Option<Cursor> {
+        let mut cursors = self.lock();
+        let cursor = cursors.remove(&id)?;
+        if Self::idle_too_long(&cursor, now_ms) {
+            self.timed_out
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return None;
+        }
+        Some(cursor)
+    }
+
+    /// Puts a cursor back after a `getMore` that left it with more to give.
+    pub fn checkin(&self, id: i64, mut cursor: Cursor, now_ms: i64) {
+        cursor.last_used_ms = now_ms;
+        self.lock().insert(id, cursor);
+    }
+
+    /// Removes the cursor; whether it existed.
+    pub fn kill(&self, id: i64) -> bool {
+        self.lock().remove(&id).is_some()
+    }
+
+    /// Removes every cursor whose namespace satisfies `pred` (collections dropped or renamed).
+    pub fn kill_where(&self, pred: impl Fn(&str) -> bool) {
+        self.lock().retain(|_, cursor| !pred(&cursor.ns));
+    }
+
+    /// Drops cursors idle for longer than the timeout; returns how many.
+    pub fn reap_idle(&self, now_ms: i64) -> usize {
+        let mut cursors = self.lock();
+        let before = cursors.len();
+        cursors.retain(|_, cursor| !Self::idle_too_long(cursor, now_ms));
+        let reaped = before - cursors.len();
+        self.timed_out
+            .fetch_add(reaped as u64, std::sync::atomic::Ordering::Relaxed);
+        reaped
+    }
+
+    fn idle_too_long(cursor: &Cursor, now_ms: i64) -> bool {
+        !cursor.no_timeout && now_ms - cursor.last_used_ms >= IDLE_TIMEOUT_MS
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn no_timeout_count(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|cursor| cursor.no_timeout)
+            .count()
+    }
+
+    pub fn timed_out_count(&self) -> u64 {
+        self.timed_out.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,424 @@
+//! Query execution over storage: choose how to read (point lookup, index range, collection scan) and
+//! stream the documents that match a filter, page by page, without holding a storage transaction.
+//!
+//! Invariants: storage may return a superset of what a plan asks for, so every record is re-checked
+//! with the filter here; an index scan may meet a document once per matching key (multikey), so
+//! streams over an index skip documents they already produced. Nothing here knows about commands or
+//! reply shapes.
+
+use std::collections::{HashSet, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+
+use crate::query::{Filter, Interval, SortSpec};
+use crate::storage::keycodec::{self, Direction};
+use crate::storage::{
+    CollectionMeta, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource, Storage,
+    StorageResult,
+};
+
+/// Records fetched from storage per page while streaming.
+const PAGE_SIZE: usize = 256;
+
+/// How a read is carried out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// The filter pins `_id` to one value.
+    Point(Bson),
+    /// Scan a source; `reverse` for descending order.
+    Scan { source: ScanSource, reverse: bool },
+}
+
+impl Plan {
+    /// Whether results come out in the order `sort` asks for, so no in-memory sort is needed.
+    pub fn satisfies(&self, sort: &SortSpec) -> bool {
+        if sort.is_empty() || matches!(self, Plan::Point(_)) {
+            return true;
+        }
+        let mut keys = sort.keys();
+        match (self, keys.next(), keys.next()) {
+            (
+                Plan::Scan {
+                    source: ScanSource::Collection,
+                    reverse,
+                },
+                Some(("_id", direction)),
+                None,
+            ) => *reverse == (direction == crate::query::Direction::Descending),
+            _ => false,
+        }
+    }
+}
+
+/// Chooses a plan: `_id` equality, then a `_id` sort, then an index whose first field the filter
+/// bounds (equality preferred over ranges), else a collection scan.
+pub fn plan(meta: Option<&CollectionMeta>, filter: &Filter, sort: Option<&SortSpec>) -> Plan {
+    if let Some(id) = filter.id_equality() {
+        return Plan::Point(id.clone());
+    }
+    let collection_scan = |reverse| Plan::Scan {
+        source: ScanSource::Collection,
+        reverse,
+    };
+    if let Some(sort) = sort.filter(|sort| !sort.is_empty()) {
+        let mut keys = sort.keys();
+        if let (Some(("_id", direction)), None) = (keys.next(), keys.next()) {
+            return collection_scan(direction == crate::query::Direction::Descending);
+        }
+    }
+    let Some(meta) = meta else {
+        return collection_scan(false);
+    };
+    let mut best: Option<(bool, &IndexSpec, Vec<Interval>)> = None;
+    for index in meta.indexes.iter().filter(|index| usable_for_ranges(index)) {
+        let Some((first_field, _)) = index.key.first() else {
+            continue;
+        };
+        let Some(intervals) = filter.field_intervals(first_field) else {
+            continue;
+        };
+        let all_points = intervals.iter().all(is_point);
+        let better = match &best {
+            None => true,
+            Some((best_points, ..)) => all_points && !best_points,
+        };
+        if better {
+            best = Some((all_points, index, intervals));
+        }
+    }
+    match best {
+        Some((_, index, intervals)) => Plan::Scan {
+            source: ScanSource::Index {
+                name: index.name.clone(),
+                ranges: byte_ranges(&intervals, index.key[0].1),
+            },
+            reverse: false,
+        },
+        None => collection_scan(false),
+    }
+}
+
+/// Sparse, partial and hidden indexes may lack documents a filter matches; the `_id` index is
+/// the collection scan itself.
+fn usable_for_ranges(index: &IndexSpec) -> bool {
+    !index.is_id_index()
+        && !index.sparse
+        && index.partial_filter.is_none()
+        && !index.spec.get_bool("hidden").unwrap_or(false)
+}
+
+fn is_point(interval: &Interval) -> bool {
+    matches!((&interval.lower, &interval.upper), (Bound::Included(a), Bound::Included(b)) if a == b)
+}
+
+/// Encoded byte ranges over index keys whose first component is in one of `intervals`, sorted
+/// ascending. A descending first field inverts its bytes, so its value bounds swap ends.
+pub fn byte_ranges(intervals: &[Interval], direction: Direction) -> Vec<KeyRange> {
+    let encode = |value: &Bson| {
+        let mut out = Vec::new();
+        keycodec::encode_value(&mut out, value, direction);
+        out
+    };
+    // Keys whose first component is >= value (Included) or > value (Excluded).
+    let from = |bound: &Bound<Bson>| match bound {
+        Bound::Included(value) => Bound::Included(encode(value)),
+        Bound::Excluded(value) => {
+            keycodec::prefix_successor(&encode(value)).map_or(Bound::Unbounded, Bound::Included)
+        }
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    // Keys whose first component is <= value (Included) or < value (Excluded).
+    let to = |bound: &Bound<Bson>| match bound {
+        Bound::Included(value) => {
+            keycodec::prefix_successor(&encode(value)).map_or(Bound::Unbounded, Bound::Excluded)
+        }
+        Bound::Excluded(value) => Bound::Excluded(encode(value)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let mut ranges: Vec<_> = intervals
+        .iter()
+        .map(|interval| match direction {
+            Direction::Ascending => (from(&interval.lower), to(&interval.upper)),
+            Direction::Descending => (from(&interval.upper), to(&interval.lower)),
+        })
+        .collect();
+    ranges.sort_by(|a, b| lower_key(&a.0).cmp(lower_key(&b.0)));
+    ranges.dedup();
+    ranges
+}
+
+fn lower_key(bound: &Bound<Vec<u8>>) -> &[u8] {
+    match bound {
+        Bound::Included(key) | Bound::Excluded(key) => key,
+        Bound::Unbounded => &[],
+    }
+}
+
+/// The matching documents of one plan, produced a page at a time. Holds only a resume key between
+/// pages, never a storage transaction.
+#[derive(Debug)]
+pub struct DocStream {
+    ns: Namespace,
+    filter: Arc<Filter>,
+    plan: Plan,
+    resume_after: Option<Vec<u8>>,
+    exhausted: bool,
+    buffer: VecDeque<Record>,
+    /// Encoded `_id`s already produced, for index scans (multikey entries repeat documents).
+    produced: Option<HashSet<Vec<u8>>>,
+}
+
+impl DocStream {
+    pub fn new(ns: Namespace, filter: Arc<Filter>, plan: Plan) -> DocStream {
+        let produced = matches!(
+            plan,
+            Plan::Scan {
+                source: ScanSource::Index { .. },
+                ..
+            }
+        )
+        .then(HashSet::new);
+        DocStream {
+            ns,
+            filter,
+            plan,
+            resume_after: None,
+            exhausted: false,
+            buffer: VecDeque::new(),
+            produced,
+        }
+    }
+
+    /// The next matching record, or `None` when there are no more.
+    pub async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
+        loop {
+            if let Some(record) = self.buffer.pop_front() {
+                return Ok(Some(record));
+            }
+            if self.exhausted {
+                return Ok(None);
+            }
+            self.fetch_page(storage).await?;
+        }
+    }
+
+    /// Whether another record will come, fetching ahead as needed (the record stays queued).
+    pub async fn has_more(&mut self, storage: &dyn Storage) -> StorageResult<bool> {
+        while self.buffer.is_empty() && !self.exhausted {
+            self.fetch_page(storage).await?;
+        }
+        Ok(!self.buffer.is_empty())
+    }
+
+    /// Every remaining matching record.
+    pub async fn collect(mut self, storage: &dyn Storage) -> StorageResult<Vec<Record>> {
+        let mut records = Vec::new();
+        while let Some(record) = self.next(storage).await? {
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    async fn fetch_page(&mut self, storage: &dyn Storage) -> StorageResult<()> {
+        // Reads served from cache never return Pending; yielding once per page keeps long scans
+        // fair to other requests and lets `maxTimeMS` interrupt them.
+        tokio::task::yield_now().await;
+        let records = match &self.plan {
+            Plan::Point(id) => {
+                self.exhausted = true;
+                storage.get(&self.ns, id).await?.into_iter().collect()
+            }
+            Plan::Scan { source, reverse } => {
+                let page = storage
+                    .scan(
+                        &self.ns,
+                        ScanRequest {
+                            source: source.clone(),
+                            resume_after: self.resume_after.take(),
+                            reverse: *reverse,
+                            limit: PAGE_SIZE,
+                        },
+                    )
+                    .await?;
+                self.exhausted = page.resume.is_none();
+                self.resume_after = page.resume;
+                page.records
+            }
+        };
+        for record in records {
+            if !self.filter.matches(&record.doc) {
+                continue;
+            }
+            if let Some(produced) = &mut self.produced {
+                let id = keycodec::encode_id(record.doc.get("_id").unwrap_or(&Bson::Null));
+                if !produced.insert(id) {
+                    continue;
+                }
+            }
+            self.buffer.push_back(record);
+        }
+        Ok(())
+    }
+}
+
+/// Every record matching `filter` in `ns`, sorted by `sort` when given (a blocking sort where the
+/// plan does not already produce that order).
+pub async fn find_all(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    filter: Arc<Filter>,
+    sort: Option<&SortSpec>,
+) -> StorageResult<Vec<Record>> {
+    let meta = storage.collection(ns).await?;
+    let plan = plan(meta.as_ref(), &filter, sort);
+    let presorted = sort.is_none_or(|sort| plan.satisfies(sort));
+    let mut records = DocStream::new(ns.clone(), filter, plan)
+        .collect(storage)
+        .await?;
+    if let Some(sort) = sort.filter(|_| !presorted) {
+        sort_records(&mut records, sort);
+    }
+    Ok(records)
+}
+
+/// The first record matching `filter` in `sort` order (natural order without one), reading only as
+/// far as needed when the plan already yields that order.
+pub async fn first_match(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    filter: Arc<Filter>,
+    sort: Option<&SortSpec>,
+) -> StorageResult<Option<Record>> {
+    let meta = storage.collection(ns).await?;
+    let plan = plan(meta.as_ref(), &filter, sort);
+    match sort.filter(|sort| !plan.satisfies(sort)) {
+        None => DocStream::new(ns.clone(), filter, plan).next(storage).await,
+        Some(sort) => {
+            let mut records = DocStream::new(ns.clone(), filter, plan)
+                .collect(storage)
+                .await?;
+            sort_records(&mut records, sort);
+            Ok(records.into_iter().next())
+        }
+    }
+}
+
+/// Sorts by `sort`, computing each document's sort key once.
+pub fn sort_records(records: &mut Vec<Record>, sort: &SortSpec) {
+    let mut keyed: Vec<(Vec<Bson>, Record)> = records
+        .drain(..)
+        .map(|record| (sort.sort_key(&record.doc), record))
+        .collect();
+    keyed.sort_by(|a, b| sort.compare_keys(&a.0, &b.0));
+    records.extend(keyed.into_iter().map(|(_, record)| record));
+}
+
+/// The `_id` of a stored document (every stored document has one).
+pub fn document_id(document: &Document) -> Bson {
+    document.get("_id").cloned().unwrap_or(Bson::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn index(name: &str, key: Document, field: &str, direction: Direction) -> IndexSpec {
+        IndexSpec {
+            name: name.into(),
+            key: vec![(field.into(), direction)],
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": key, "name": name},
+        }
+    }
+
+    fn meta(indexes: Vec<IndexSpec>) -> CollectionMeta {
+        CollectionMeta {
+            ns: Namespace::new("db", "c"),
+            uuid: [0; 16],
+            options: Document::new(),
+            indexes,
+        }
+    }
+
+    #[test]
+    fn id_equality_is_a_point_lookup() {
+        let filter = Filter::parse(&doc! {"_id": 5, "a": 1}).unwrap();
+        assert_eq!(plan(None, &filter, None), Plan::Point(Bson::Int32(5)));
+    }
+
+    #[test]
+    fn equality_index_is_preferred_over_a_range_index() {
+        let meta = meta(vec![
+            index("a_1", doc! {"a": 1}, "a", Direction::Ascending),
+            index("b_1", doc! {"b": 1}, "b", Direction::Ascending),
+        ]);
+        let filter = Filter::parse(&doc! {"a": {"$gt": 1}, "b": 7}).unwrap();
+        match plan(Some(&meta), &filter, None) {
+            Plan::Scan {
+                source: ScanSource::Index { name, ranges },
+                ..
+            } => {
+                assert_eq!(name, "b_1");
+                assert_eq!(ranges.len(), 1);
+            }
+            other => panic!("expected an index scan, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unbounded_filters_scan_the_collection() {
+        let meta = meta(vec![index("a_1", doc! {"a": 1}, "a", Direction::Ascending)]);
+        let filter = Filter::parse(&doc! {"b": 1}).unwrap();
+        assert_eq!(
+            plan(Some(&meta), &filter, None),
+            Plan::Scan {
+                source: ScanSource::Collection,
+                reverse: false
+            }
+        );
+        let sort = SortSpec::parse(&doc! {"_id": -1}).unwrap();
+        let planned = plan(Some(&meta), &filter, Some(&sort));
+        assert!(planned.satisfies(&sort));
+        assert_eq!(
+            planned,
+            Plan::Scan {
+                source: ScanSource::Collection,
+                reverse: true
+            }
+        );
+    }
+
+    #[test]
+    fn byte_ranges_contain_exactly_the_interval() {
+        let encoded = |value: Bson, direction| {
+            let mut out = Vec::new();
+            keycodec::encode_value(&mut out, &value, direction);
+            out.extend(keycodec::encode_id(&Bson::Int32(1)));
+            out
+        };
+        let contains = |ranges: &[KeyRange], key: &Vec<u8>| {
+            ranges
+                .iter()
+                .any(|range| std::ops::RangeBounds::contains(range, key))
+        };
+        let interval = Interval {
+            lower: Bound::Excluded(Bson::Int32(2)),
+            upper: Bound::Included(Bson::Int32(5)),
+        };
+        for direction in [Direction::Ascending, Direction::Descending] {
+            let ranges = byte_ranges(std::slice::from_ref(&interval), direction);
+            for (value, inside) in [(1, false), (2, false), (3, true), (5, true), (6, false)] {
+                assert_eq!(
+                    contains(&ranges, &encoded(Bson::Int32(value), direction)),
+                    inside,
+                    "{value} {direction:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,1353 @@
+//! The storage conformance suite: checks every part of the [`Storage`] contract through
+//! `&dyn Storage` only, so every engine (redb today, others later) runs the same checks.
+//!
+//! Test support, not server code: checks panic (assert) on the first violation. Each check uses
+//! its own database (`conf_<check>`) and drops it at the end, so checks can run in any order on
+//! one engine; [`run_all`] runs them all.
+
+use std::ops::Bound;
+
+use bson::{doc, Bson, Document};
+
+use super::keycodec::{encode_id, encode_key, Direction};
+use super::{
+    CollectionMeta, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource, Storage,
+    StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+};
+
+const META: WriteMeta = WriteMeta {
+    last_write_ms: 1_700_000_000_000,
+};
+const ORDERED: WriteOptions = WriteOptions {
+    ordered: true,
+    force_durable: false,
+};
+const UNORDERED: WriteOptions = WriteOptions {
+    ordered: false,
+    force_durable: false,
+};
+
+/// Runs every check.
+pub async fn run_all(storage: &dyn Storage) {
+    catalog(storage).await;
+    documents(storage).await;
+    numeric_ids(storage).await;
+    duplicate_keys(storage).await;
+    batches(storage).await;
+    indexes(storage).await;
+    scans(storage).await;
+    stats(storage).await;
+}
+
+// ---- helpers ----
+
+pub fn insert(doc: Document) -> WriteOp {
+    WriteOp::Insert { doc, meta: META }
+}
+
+pub fn replace(id: impl Into<Bson>, expected_rev: u64, doc: Document) -> WriteOp {
+    WriteOp::Replace {
+        id: id.into(),
+        expected_rev,
+        doc,
+        meta: META,
+    }
+}
+
+pub fn delete(id: impl Into<Bson>, expected_rev: Option<u64>) -> WriteOp {
+    WriteOp::Delete {
+        id: id.into(),
+        expected_rev,
+    }
+}
+
+/// An index spec as the command layer builds it (`{v: 2, key, name, unique?, sparse?, ...}`).
+pub fn index_spec(
+    name: &str,
+    key: &[(&str, i32)],
+    unique: bool,
+    sparse: bool,
+    partial_filter: Option<Document>,
+) -> IndexSpec {
+    let key_pattern: Document = key
+        .iter()
+        .map(|(field, direction)| (field.to_string(), Bson::Int32(*direction)))
+        .collect();
+    let mut spec = doc! {"v": 2, "key": key_pattern, "name": name};
+    if unique {
+        spec.insert("unique", true);
+    }
+    if sparse {
+        spec.insert("sparse", true);
+    }
+    if let Some(filter) = &partial_filter {
+        spec.insert("partialFilterExpression", filter.clone());
+    }
+    IndexSpec {
+        name: name.to_string(),
+        key: key
+            .iter()
+            .map(|(field, direction)| (field.to_string(), direction_of(*direction)))
+            .collect(),
+        unique,
+        sparse,
+        partial_filter,
+        spec,
+    }
+}
+
+fn direction_of(direction: i32) -> Direction {
+    if direction < 0 {
+        Direction::Descending
+    } else {
+        Direction::Ascending
+    }
+}
+
+/// Writes `ops` and asserts every operation succeeded.
+pub async fn write_ok(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    ops: Vec<WriteOp>,
+) -> Vec<WriteOutcome> {
+    let count = ops.len();
+    let results = storage.write(ns, ops, ORDERED).await.expect("write batch");
+    assert_eq!(
+        results.len(),
+        count,
+        "one result per operation: {results:?}"
+    );
+    results
+        .into_iter()
+        .map(|result| result.expect("write operation"))
+        .collect()
+}
+
+fn inserted_rev(outcome: WriteOutcome) -> u64 {
+    match outcome {
+        WriteOutcome::Inserted { rev } | WriteOutcome::Replaced { rev } => rev,
+        WriteOutcome::Deleted => panic!("expected a revision, got Deleted"),
+    }
+}
+
+/// Pages through a whole scan with `page` records per call; asserts the paging contract.
+pub async fn scan_all(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    source: ScanSource,
+    reverse: bool,
+    page: usize,
+) -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut resume = None;
+    for _ in 0..100_000 {
+        let result = storage
+            .scan(
+                ns,
+                ScanRequest {
+                    source: source.clone(),
+                    resume_after: resume.take(),
+                    reverse,
+                    limit: page,
+                },
+            )
+            .await
+            .expect("scan");
+        assert!(result.records.len() <= page.max(1), "page over its limit");
+        records.extend(result.records);
+        match result.resume {
+            Some(key) => resume = Some(key),
+            None => return records,
+        }
+    }
+    panic!("scan did not terminate");
+}
+
+fn ids(records: &[Record]) -> Vec<Bson> {
+    records
+        .iter()
+        .map(|record| record.doc.get("_id").cloned().unwrap_or(Bson::Null))
+        .collect()
+}
+
+fn int_ids(range: impl IntoIterator<Item = i32>) -> Vec<Bson> {
+    range.into_iter().map(Bson::Int32).collect()
+}
+
+fn key(values: &[(Bson, i32)]) -> Vec<u8> {
+    let values: Vec<(&Bson, Direction)> = values
+        .iter()
+        .map(|(value, direction)| (value, direction_of(*direction)))
+        .collect();
+    encode_key(&values)
+}
+
+fn point(value: Vec<u8>) -> KeyRange {
+    (Bound::Included(value.clone()), Bound::Included(value))
+}
+
+fn index_source(name: &str, ranges: Vec<KeyRange>) -> ScanSource {
+    ScanSource::Index {
+        name: name.to_string(),
+        ranges,
+    }
+}
+
+fn index_names(meta: &CollectionMeta) -> Vec<&str> {
+    meta.indexes
+        .iter()
+        .map(|index| index.name.as_str())
+        .collect()
+}
+
+async fn cleanup(storage: &dyn Storage, db: &str) {
+    storage.drop_database(db).await.expect("drop database");
+    assert!(storage.list_collections(db).await.expect("list").is_empty());
+}
+
+// ---- checks ----
+
+/// Collections: create, exists, list, options, rename (same db, across dbs, drop_target), drop,
+/// drop database.
+pub async fn catalog(storage: &dyn Storage) {
+    let db = "conf_catalog";
+    let a = Namespace::new(db, "a");
+    let b = Namespace::new(db, "b");
+    assert_eq!(storage.collection(&a).await.unwrap(), None);
+
+    let meta = storage
+        .create_collection(&b, doc! {"capped": false})
+        .await
+        .unwrap();
+    assert_eq!(meta.ns, b);
+    assert_eq!(meta.options, doc! {"capped": false});
+    assert_eq!(index_names(&meta), vec!["_id_"]);
+    assert_eq!(
+        meta.indexes[0].spec,
+        doc! {"v": 2, "key": {"_id": 1}, "name": "_id_"}
+    );
+    assert!(meta.indexes[0].is_id_index());
+    assert_ne!(meta.uuid, [0; 16]);
+    assert_eq!(storage.collection(&b).await.unwrap(), Some(meta.clone()));
+    assert!(matches!(
+        storage.create_collection(&b, Document::new()).await,
+        Err(StorageError::NamespaceExists(ns)) if ns == b
+    ));
+
+    let meta_a = storage
+        .create_collection(&a, Document::new())
+        .await
+        .unwrap();
+    assert_ne!(meta_a.uuid, meta.uuid, "uuids are unique");
+    let listed: Vec<Namespace> = storage
+        .list_collections(db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|meta| meta.ns)
+        .collect();
+    assert_eq!(listed, vec![a.clone(), b.clone()], "sorted by name");
+    let databases = storage.list_databases().await.unwrap();
+    assert!(databases.iter().any(|(name, _)| name == db));
+    let names: Vec<&String> = databases.iter().map(|(name, _)| name).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "databases sorted by name");
+
+    storage
+        .set_collection_options(&b, doc! {"validator": {"x": 1}})
+        .await
+        .unwrap();
+    assert_eq!(
+        storage.collection(&b).await.unwrap().unwrap().options,
+        doc! {"validator": {"x": 1}}
+    );
+    assert!(matches!(
+        storage
+            .set_collection_options(&Namespace::new(db, "missing"), Document::new())
+            .await,
+        Err(StorageError::NamespaceNotFound(_))
+    ));
+
+    // Rename within the database keeps documents, indexes, options and uuid.
+    write_ok(storage, &b, vec![insert(doc! {"_id": 1, "k": "b"})]).await;
+    storage
+        .create_indexes(&b, vec![index_spec("k_1", &[("k", 1)], true, false, None)])
+        .await
+        .unwrap();
+    let before = storage.collection(&b).await.unwrap().unwrap();
+    let c = Namespace::new(db, "c");
+    storage.rename_collection(&b, &c, false).await.unwrap();
+    assert_eq!(storage.collection(&b).await.unwrap(), None);
+    let after = storage.collection(&c).await.unwrap().unwrap();
+    assert_eq!(after.ns, c);
+    assert_eq!(after.uuid, before.uuid);
+    assert_eq!(after.options, before.options);
+    assert_eq!(after.indexes, before.indexes);
+    assert_eq!(
+        storage.get(&c, &Bson::Int32(1)).await.unwrap().unwrap().doc,
+        doc! {"_id": 1, "k": "b"}
+    );
+    assert_eq!(storage.get(&b, &Bson::Int32(1)).await.unwrap(), None);
+    // The unique index still works under the new name.
+    let results = storage
+        .write(&c, vec![insert(doc! {"_id": 2, "k": "b"})], ORDERED)
+        .await
+        .unwrap();
+    assert!(matches!(&results[0], Err(StorageError::DuplicateKey { ns, .. }) if *ns == c));
+
+    // Rename onto an existing collection.
+    write_ok(storage, &a, vec![insert(doc! {"_id": "in a"})]).await;
+    assert!(matches!(
+        storage.rename_collection(&c, &a, false).await,
+        Err(StorageError::NamespaceExists(ns)) if ns == a
+    ));
+    storage.rename_collection(&c, &a, true).await.unwrap();
+    assert_eq!(storage.collection(&c).await.unwrap(), None);
+    assert_eq!(
+        storage.collection(&a).await.unwrap().unwrap().uuid,
+        before.uuid
+    );
+    assert_eq!(
+        storage.get(&a, &Bson::String("in a".into())).await.unwrap(),
+        None
+    );
+    assert!(storage.get(&a, &Bson::Int32(1)).await.unwrap().is_some());
+    assert!(matches!(
+        storage.rename_collection(&c, &b, false).await,
+        Err(StorageError::NamespaceNotFound(ns)) if ns == c
+    ));
+
+    // Across databases.
+    let other_db = "conf_catalog_other";
+    let moved = Namespace::new(other_db, "moved");
+    storage.rename_collection(&a, &moved, false).await.unwrap();
+    assert!(storage.list_collections(db).await.unwrap().is_empty());
+    assert_eq!(
+        storage.collection(&moved).await.unwrap().unwrap().uuid,
+        before.uuid
+    );
+    assert!(storage
+        .get(&moved, &Bson::Int32(1))
+        .await
+        .unwrap()
+        .is_some());
+
+    // Drop.
+    assert!(storage.drop_collection(&moved).await.unwrap());
+    assert!(!storage.drop_collection(&moved).await.unwrap());
+    assert_eq!(storage.get(&moved, &Bson::Int32(1)).await.unwrap(), None);
+    let recreated = storage
+        .create_collection(&moved, Document::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        index_names(&recreated),
+        vec!["_id_"],
+        "drop removed the indexes"
+    );
+    assert_eq!(
+        scan_all(storage, &moved, ScanSource::Collection, false, 10).await,
+        vec![]
+    );
+
+    // Drop database.
+    storage
+        .create_collection(&a, Document::new())
+        .await
+        .unwrap();
+    write_ok(storage, &b, vec![insert(doc! {"_id": 1})]).await;
+    cleanup(storage, db).await;
+    cleanup(storage, other_db).await;
+    let databases = storage.list_databases().await.unwrap();
+    assert!(!databases
+        .iter()
+        .any(|(name, _)| name == db || name == other_db));
+}
+
+/// Insert, get, replace, delete, revisions and write conflicts.
+pub async fn documents(storage: &dyn Storage) {
+    let db = "conf_documents";
+    let ns = Namespace::new(db, "docs");
+    assert_eq!(storage.get(&ns, &Bson::Int32(1)).await.unwrap(), None);
+
+    // Implicit creation.
+    let outcomes = write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 1, "v": "one"}),
+            insert(doc! {"_id": 2, "v": "two"}),
+        ],
+    )
+    .await;
+    assert!(storage.collection(&ns).await.unwrap().is_some());
+    let rev1 = inserted_rev(outcomes[0]);
+    let rev2 = inserted_rev(outcomes[1]);
+    assert_ne!(rev1, rev2);
+    let record = storage.get(&ns, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(
+        record,
+        Record {
+            doc: doc! {"_id": 1, "v": "one"},
+            rev: rev1,
+            last_write_ms: META.last_write_ms,
+        }
+    );
+
+    // Replace with the current revision.
+    let replaced = write_ok(
+        storage,
+        &ns,
+        vec![WriteOp::Replace {
+            id: Bson::Int32(1),
+            expected_rev: rev1,
+            doc: doc! {"_id": 1, "v": "uno"},
+            meta: WriteMeta { last_write_ms: 7 },
+        }],
+    )
+    .await;
+    let rev1b = inserted_rev(replaced[0]);
+    assert!(matches!(replaced[0], WriteOutcome::Replaced { .. }));
+    assert_ne!(rev1b, rev1, "revision changes on every write");
+    let record = storage.get(&ns, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(record.doc, doc! {"_id": 1, "v": "uno"});
+    assert_eq!((record.rev, record.last_write_ms), (rev1b, 7));
+
+    // Stale revisions conflict and change nothing.
+    let results = storage
+        .write(
+            &ns,
+            vec![replace(1, rev1, doc! {"_id": 1, "v": "stale"})],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Err(StorageError::WriteConflict)]);
+    let results = storage
+        .write(&ns, vec![delete(1, Some(rev1))], ORDERED)
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Err(StorageError::WriteConflict)]);
+    assert_eq!(
+        storage
+            .get(&ns, &Bson::Int32(1))
+            .await
+            .unwrap()
+            .unwrap()
+            .doc,
+        doc! {"_id": 1, "v": "uno"}
+    );
+    // A missing document conflicts too.
+    let results = storage
+        .write(
+            &ns,
+            vec![
+                replace(99, 1, doc! {"_id": 99}),
+                delete(99, None),
+                delete(99, Some(1)),
+            ],
+            UNORDERED,
+        )
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Err(StorageError::WriteConflict); 3]);
+    assert_eq!(storage.get(&ns, &Bson::Int32(99)).await.unwrap(), None);
+
+    // Delete with and without a revision.
+    assert_eq!(
+        write_ok(storage, &ns, vec![delete(1, Some(rev1b)), delete(2, None)]).await,
+        vec![WriteOutcome::Deleted, WriteOutcome::Deleted]
+    );
+    assert_eq!(storage.get(&ns, &Bson::Int32(1)).await.unwrap(), None);
+    assert_eq!(storage.get(&ns, &Bson::Int32(2)).await.unwrap(), None);
+
+    // Re-inserting a deleted _id gets a fresh revision.
+    let again = write_ok(storage, &ns, vec![insert(doc! {"_id": 1, "v": "again"})]).await;
+    let rev_again = inserted_rev(again[0]);
+    assert!(rev_again != rev1 && rev_again != rev1b);
+
+    // Replace/delete on a missing collection fail without creating it.
+    let missing = Namespace::new(db, "missing");
+    let results = storage
+        .write(
+            &missing,
+            vec![delete(1, None), replace(1, 1, doc! {"_id": 1})],
+            UNORDERED,
+        )
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Err(StorageError::WriteConflict); 2]);
+    assert_eq!(storage.collection(&missing).await.unwrap(), None);
+
+    // Documents of every _id type round-trip.
+    let values = vec![
+        Bson::String("text".into()),
+        Bson::ObjectId(bson::oid::ObjectId::from_bytes([7; 12])),
+        Bson::Document(doc! {"a": 1, "b": [1, 2]}),
+        Bson::Boolean(true),
+        Bson::Null,
+        Bson::Double(2.5),
+    ];
+    for value in &values {
+        write_ok(
+            storage,
+            &ns,
+            vec![insert(doc! {"_id": value.clone(), "x": 1})],
+        )
+        .await;
+        let record = storage.get(&ns, value).await.unwrap().unwrap();
+        assert_eq!(record.doc, doc! {"_id": value.clone(), "x": 1});
+    }
+    cleanup(storage, db).await;
+}
+
+/// 1, 1.0 and NumberLong(1) are the same `_id`.
+pub async fn numeric_ids(storage: &dyn Storage) {
+    let db = "conf_numeric";
+    let ns = Namespace::new(db, "n");
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 1, "t": "int"})]).await;
+    for id in [Bson::Double(1.0), Bson::Int64(1), Bson::Int32(1)] {
+        let record = storage.get(&ns, &id).await.unwrap().unwrap();
+        assert_eq!(record.doc, doc! {"_id": 1, "t": "int"});
+        let results = storage
+            .write(&ns, vec![insert(doc! {"_id": id.clone()})], ORDERED)
+            .await
+            .unwrap();
+        match &results[0] {
+            Err(StorageError::DuplicateKey {
+                index,
+                key_pattern,
+                key_value,
+                ..
+            }) => {
+                assert_eq!(index, "_id_");
+                assert_eq!(**key_pattern, doc! {"_id": 1});
+                assert_eq!(**key_value, doc! {"_id": id.clone()});
+            }
+            other => panic!("expected DuplicateKey, got {other:?}"),
+        }
+    }
+    let rev = storage
+        .get(&ns, &Bson::Int32(1))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    write_ok(
+        storage,
+        &ns,
+        vec![replace(
+            Bson::Int64(1),
+            rev,
+            doc! {"_id": 1.0, "t": "double"},
+        )],
+    )
+    .await;
+    assert_eq!(
+        storage
+            .get(&ns, &Bson::Int64(1))
+            .await
+            .unwrap()
+            .unwrap()
+            .doc,
+        doc! {"_id": 1.0, "t": "double"}
+    );
+    write_ok(storage, &ns, vec![delete(Bson::Double(1.0), None)]).await;
+    assert_eq!(storage.get(&ns, &Bson::Int32(1)).await.unwrap(), None);
+    cleanup(storage, db).await;
+}
+
+/// Duplicate `_id` and unique index violations on insert, on replace and when building an index.
+pub async fn duplicate_keys(storage: &dyn Storage) {
+    let db = "conf_dup";
+    let ns = Namespace::new(db, "d");
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 1, "email": "a@x"}),
+            insert(doc! {"_id": 2, "email": "b@x"}),
+        ],
+    )
+    .await;
+    let results = storage
+        .write(&ns, vec![insert(doc! {"_id": 1, "email": "c@x"})], ORDERED)
+        .await
+        .unwrap();
+    let Err(error) = &results[0] else {
+        panic!("expected a duplicate _id");
+    };
+    assert_eq!(
+        error.to_string(),
+        "E11000 duplicate key error collection: conf_dup.d index: _id_ dup key: { _id: 1 }"
+    );
+
+    storage
+        .create_indexes(
+            &ns,
+            vec![index_spec("email_1", &[("email", 1)], true, false, None)],
+        )
+        .await
+        .unwrap();
+    // Insert violating the unique index.
+    let results = storage
+        .write(&ns, vec![insert(doc! {"_id": 3, "email": "a@x"})], ORDERED)
+        .await
+        .unwrap();
+    match &results[0] {
+        Err(
+            error @ StorageError::DuplicateKey {
+                ns: error_ns,
+                index,
+                key_pattern,
+                key_value,
+            },
+        ) => {
+            assert_eq!(error_ns, &ns);
+            assert_eq!(index, "email_1");
+            assert_eq!(**key_pattern, doc! {"email": 1});
+            assert_eq!(**key_value, doc! {"email": "a@x"});
+            assert_eq!(
+                error.to_string(),
+                "E11000 duplicate key error collection: conf_dup.d index: email_1 dup key: { email: \"a@x\" }"
+            );
+        }
+        other => panic!("expected DuplicateKey, got {other:?}"),
+    }
+    assert_eq!(
+        storage.get(&ns, &Bson::Int32(3)).await.unwrap(),
+        None,
+        "nothing applied"
+    );
+    // A missing field is a Null key: only one document may lack it.
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 4})]).await;
+    let results = storage
+        .write(&ns, vec![insert(doc! {"_id": 5})], ORDERED)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&results[0], Err(StorageError::DuplicateKey { key_value, .. }) if **key_value == doc! {"email": Bson::Null})
+    );
+
+    // Replace: keeping its own key is fine, taking another's is not.
+    let rev = storage
+        .get(&ns, &Bson::Int32(1))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![replace(1, rev, doc! {"_id": 1, "email": "a@x", "n": 1})],
+    )
+    .await;
+    let rev = inserted_rev(outcome[0]);
+    let results = storage
+        .write(
+            &ns,
+            vec![replace(1, rev, doc! {"_id": 1, "email": "b@x"})],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&results[0], Err(StorageError::DuplicateKey { index, .. }) if index == "email_1")
+    );
+    let record = storage.get(&ns, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(
+        (record.rev, record.doc),
+        (rev, doc! {"_id": 1, "email": "a@x", "n": 1})
+    );
+    // Moving to a free key releases the old one.
+    write_ok(
+        storage,
+        &ns,
+        vec![replace(1, rev, doc! {"_id": 1, "email": "z@x"})],
+    )
+    .await;
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 6, "email": "a@x"})]).await;
+    // Deleting releases keys.
+    write_ok(storage, &ns, vec![delete(6, None)]).await;
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 7, "email": "a@x"})]).await;
+
+    // Building a unique index over duplicates fails and creates nothing (all or nothing).
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 10, "email": "t10@x", "team": "red"}),
+            insert(doc! {"_id": 11, "email": "t11@x", "team": "red"}),
+        ],
+    )
+    .await;
+    let result = storage
+        .create_indexes(
+            &ns,
+            vec![
+                index_spec("ok_1", &[("ok", 1)], false, false, None),
+                index_spec("team_1", &[("team", 1)], true, true, None),
+            ],
+        )
+        .await;
+    match result {
+        Err(StorageError::DuplicateKey {
+            index, key_value, ..
+        }) => {
+            assert_eq!(index, "team_1");
+            assert_eq!(*key_value, doc! {"team": "red"});
+        }
+        other => panic!("expected DuplicateKey, got {other:?}"),
+    }
+    let meta = storage.collection(&ns).await.unwrap().unwrap();
+    assert_eq!(index_names(&meta), vec!["_id_", "email_1"]);
+    // Duplicates inside one insert batch.
+    let results = storage
+        .write(
+            &ns,
+            vec![
+                insert(doc! {"_id": 20, "email": "n@x"}),
+                insert(doc! {"_id": 21, "email": "n@x"}),
+            ],
+            UNORDERED,
+        )
+        .await
+        .unwrap();
+    assert!(results[0].is_ok());
+    assert!(matches!(
+        &results[1],
+        Err(StorageError::DuplicateKey { .. })
+    ));
+    cleanup(storage, db).await;
+}
+
+/// Ordered batches stop at the first failure; unordered ones attempt everything.
+pub async fn batches(storage: &dyn Storage) {
+    let db = "conf_batches";
+    let ns = Namespace::new(db, "b");
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 2})]).await;
+    let ops = || {
+        vec![
+            insert(doc! {"_id": 1}),
+            insert(doc! {"_id": 2}),
+            insert(doc! {"_id": 3}),
+            delete(42, None),
+            insert(doc! {"_id": 4}),
+        ]
+    };
+    let results = storage.write(&ns, ops(), ORDERED).await.unwrap();
+    assert_eq!(results.len(), 2, "ordered stops after the first failure");
+    assert!(results[0].is_ok());
+    assert!(matches!(results[1], Err(StorageError::DuplicateKey { .. })));
+    assert_eq!(storage.get(&ns, &Bson::Int32(3)).await.unwrap(), None);
+
+    let ns2 = Namespace::new(db, "b2");
+    write_ok(storage, &ns2, vec![insert(doc! {"_id": 2})]).await;
+    let results = storage.write(&ns2, ops(), UNORDERED).await.unwrap();
+    assert_eq!(results.len(), 5);
+    assert!(results[0].is_ok() && results[2].is_ok() && results[4].is_ok());
+    assert!(matches!(results[1], Err(StorageError::DuplicateKey { .. })));
+    assert_eq!(results[3], Err(StorageError::WriteConflict));
+    let all = scan_all(storage, &ns2, ScanSource::Collection, false, 10).await;
+    assert_eq!(ids(&all), int_ids(1..=4));
+
+    let empty = storage.write(&ns2, Vec::new(), ORDERED).await.unwrap();
+    assert!(empty.is_empty());
+    cleanup(storage, db).await;
+}
+
+/// Multikey, sparse, partial and compound indexes; parallel arrays; index DDL.
+pub async fn indexes(storage: &dyn Storage) {
+    let db = "conf_indexes";
+    let ns = Namespace::new(db, "i");
+    // create_indexes creates the collection.
+    let meta = storage
+        .create_indexes(
+            &ns,
+            vec![
+                index_spec("tags_1", &[("tags", 1)], false, false, None),
+                index_spec("s_1", &[("s", 1)], true, true, None),
+                index_spec("p_1", &[("p", 1)], true, false, Some(doc! {"live": true})),
+                index_spec("a_1_b_1", &[("a", 1), ("b", 1)], false, false, None),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        index_names(&meta),
+        vec!["_id_", "tags_1", "s_1", "p_1", "a_1_b_1"]
+    );
+    assert_eq!(meta.indexes[2].spec.get_bool("unique"), Ok(true));
+    assert_eq!(meta.indexes[3].partial_filter, Some(doc! {"live": true}));
+    // Existing names are skipped; the _id_ spec is never duplicated.
+    let again = storage
+        .create_indexes(
+            &ns,
+            vec![
+                index_spec("tags_1", &[("tags", 1)], false, false, None),
+                index_spec("_id_", &[("_id", 1)], true, false, None),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.indexes, meta.indexes);
+
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 1, "tags": ["x", "y", "x"], "p": 1, "live": true}),
+            insert(doc! {"_id": 2, "tags": "y", "p": 1, "live": false}),
+            insert(doc! {"_id": 3, "tags": [], "p": 1}),
+            insert(doc! {"_id": 4, "s": 1}),
+        ],
+    )
+    .await;
+
+    // Multikey: one entry per distinct element.
+    let y = key(&[(Bson::String("y".into()), 1)]);
+    let x = key(&[(Bson::String("x".into()), 1)]);
+    let by_y = scan_all(
+        storage,
+        &ns,
+        index_source("tags_1", vec![point(y)]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(ids(&by_y), int_ids([1, 2]));
+    let all_tags = scan_all(
+        storage,
+        &ns,
+        index_source("tags_1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        10,
+    )
+    .await;
+    // [] is Undefined (3), missing is Null (4), then "x" (1), "y" (1, 2).
+    assert_eq!(ids(&all_tags), int_ids([3, 4, 1, 1, 2]));
+    let by_x = scan_all(
+        storage,
+        &ns,
+        index_source("tags_1", vec![point(x)]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(ids(&by_x), int_ids([1]));
+
+    // Sparse unique: documents without the field are not indexed (and not duplicates).
+    let sparse = scan_all(
+        storage,
+        &ns,
+        index_source("s_1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(ids(&sparse), int_ids([4]));
+    let results = storage
+        .write(&ns, vec![insert(doc! {"_id": 5, "s": 1})], ORDERED)
+        .await
+        .unwrap();
+    assert!(matches!(&results[0], Err(StorageError::DuplicateKey { index, .. }) if index == "s_1"));
+
+    // Partial unique: only live documents are indexed, so p: 1 repeats outside the filter.
+    let partial = scan_all(
+        storage,
+        &ns,
+        index_source("p_1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(ids(&partial), int_ids([1]));
+    let results = storage
+        .write(
+            &ns,
+            vec![insert(doc! {"_id": 6, "p": 1, "live": true})],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(&results[0], Err(StorageError::DuplicateKey { index, .. }) if index == "p_1"));
+    // Leaving the filter by replace removes the entry.
+    let rev = storage
+        .get(&ns, &Bson::Int32(1))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    write_ok(
+        storage,
+        &ns,
+        vec![replace(1, rev, doc! {"_id": 1, "p": 1, "live": false})],
+    )
+    .await;
+    write_ok(
+        storage,
+        &ns,
+        vec![insert(doc! {"_id": 6, "p": 1, "live": true})],
+    )
+    .await;
+    let by_y = scan_all(
+        storage,
+        &ns,
+        index_source("tags_1", vec![point(key(&[(Bson::String("y".into()), 1)]))]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(
+        ids(&by_y),
+        int_ids([2]),
+        "replace removed the old multikey entries"
+    );
+
+    // Parallel arrays.
+    let results = storage
+        .write(
+            &ns,
+            vec![insert(doc! {"_id": 7, "a": [1, 2], "b": [3, 4]})],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        results,
+        vec![Err(StorageError::CannotIndexParallelArrays(
+            "b".into(),
+            "a".into()
+        ))]
+    );
+    assert_eq!(storage.get(&ns, &Bson::Int32(7)).await.unwrap(), None);
+    write_ok(
+        storage,
+        &ns,
+        vec![insert(doc! {"_id": 7, "a": [1, 2], "b": 3})],
+    )
+    .await;
+    let rev = storage
+        .get(&ns, &Bson::Int32(7))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    let results = storage
+        .write(
+            &ns,
+            vec![replace(7, rev, doc! {"_id": 7, "a": [1], "b": [2, 3]})],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        results[0],
+        Err(StorageError::CannotIndexParallelArrays(..))
+    ));
+    let ns_parallel = Namespace::new(db, "parallel");
+    write_ok(
+        storage,
+        &ns_parallel,
+        vec![insert(doc! {"_id": 1, "c": [1], "d": [2]})],
+    )
+    .await;
+    let result = storage
+        .create_indexes(
+            &ns_parallel,
+            vec![index_spec(
+                "c_1_d_1",
+                &[("c", 1), ("d", 1)],
+                false,
+                false,
+                None,
+            )],
+        )
+        .await;
+    assert!(matches!(
+        result,
+        Err(StorageError::CannotIndexParallelArrays(..))
+    ));
+    assert_eq!(
+        index_names(&storage.collection(&ns_parallel).await.unwrap().unwrap()),
+        vec!["_id_"]
+    );
+
+    // Unsupported index types.
+    let mut text = index_spec("t_text", &[("t", 1)], false, false, None);
+    text.spec.insert("key", doc! {"t": "text"});
+    assert!(matches!(
+        storage.create_indexes(&ns, vec![text]).await,
+        Err(StorageError::InvalidIndex(_))
+    ));
+
+    // update_index_spec keeps the key; drop_indexes.
+    let mut ttl_spec = meta.indexes[1].spec.clone();
+    ttl_spec.insert("expireAfterSeconds", 60);
+    storage
+        .update_index_spec(&ns, "tags_1", ttl_spec.clone())
+        .await
+        .unwrap();
+    let updated = storage.collection(&ns).await.unwrap().unwrap();
+    assert_eq!(updated.indexes[1].spec, ttl_spec);
+    assert_eq!(updated.indexes[1].key, meta.indexes[1].key);
+    assert!(matches!(
+        storage
+            .update_index_spec(&ns, "nope", Document::new())
+            .await,
+        Err(StorageError::IndexNotFound(_))
+    ));
+    assert!(matches!(
+        storage.drop_indexes(&ns, &["nope".to_string()]).await,
+        Err(StorageError::IndexNotFound(name)) if name == "nope"
+    ));
+    assert!(storage
+        .drop_indexes(&ns, &["_id_".to_string()])
+        .await
+        .is_err());
+    storage
+        .drop_indexes(&ns, &["s_1".to_string(), "p_1".to_string()])
+        .await
+        .unwrap();
+    let after_drop = storage.collection(&ns).await.unwrap().unwrap();
+    assert_eq!(index_names(&after_drop), vec!["_id_", "tags_1", "a_1_b_1"]);
+    // The dropped unique index no longer constrains.
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 8, "s": 1})]).await;
+    assert!(matches!(
+        storage
+            .scan(
+                &ns,
+                ScanRequest {
+                    source: index_source("s_1", vec![]),
+                    resume_after: None,
+                    reverse: false,
+                    limit: 1
+                }
+            )
+            .await,
+        Err(StorageError::IndexNotFound(_))
+    ));
+    assert!(matches!(
+        storage
+            .drop_indexes(&Namespace::new(db, "missing"), &[])
+            .await,
+        Err(StorageError::NamespaceNotFound(_))
+    ));
+    // Recreating an index rebuilds it from the documents.
+    storage
+        .create_indexes(&ns, vec![index_spec("s_1", &[("s", 1)], false, true, None)])
+        .await
+        .unwrap();
+    let rebuilt = scan_all(
+        storage,
+        &ns,
+        index_source("s_1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(ids(&rebuilt), int_ids([4, 8]));
+    cleanup(storage, db).await;
+}
+
+/// Collection and index scans: forward/reverse, multiple ranges, paging with resume keys.
+pub async fn scans(storage: &dyn Storage) {
+    let db = "conf_scans";
+    let ns = Namespace::new(db, "s");
+    const N: i32 = 40;
+    let docs: Vec<WriteOp> = (0..N)
+        .rev()
+        .map(|i| insert(doc! {"_id": i, "a": i % 5, "b": -i, "m": [i % 3, 10 + i % 3]}))
+        .collect();
+    write_ok(storage, &ns, docs).await;
+    storage
+        .create_indexes(
+            &ns,
+            vec![
+                index_spec("a_1", &[("a", 1)], false, false, None),
+                index_spec("b_-1", &[("b", -1)], true, false, None),
+                index_spec("m_1", &[("m", 1)], false, false, None),
+            ],
+        )
+        .await
+        .unwrap();
+
+    let forward = int_ids(0..N);
+    let backward: Vec<Bson> = forward.iter().rev().cloned().collect();
+    for page in [1, 3, 7, 40, 1000] {
+        let all = scan_all(storage, &ns, ScanSource::Collection, false, page).await;
+        assert_eq!(ids(&all), forward, "collection scan, page {page}");
+        let all = scan_all(storage, &ns, ScanSource::Collection, true, page).await;
+        assert_eq!(ids(&all), backward, "reverse collection scan, page {page}");
+    }
+
+    // a in {1} ∪ [3, 4]: order by (a, _id).
+    let ranges = vec![
+        point(key(&[(Bson::Int32(1), 1)])),
+        (
+            Bound::Included(key(&[(Bson::Int32(3), 1)])),
+            Bound::Included(key(&[(Bson::Int32(4), 1)])),
+        ),
+    ];
+    let mut expected: Vec<(i32, i32)> = (0..N)
+        .filter(|i| matches!(i % 5, 1 | 3 | 4))
+        .map(|i| (i % 5, i))
+        .collect();
+    expected.sort();
+    let expected_ids: Vec<Bson> = expected.iter().map(|(_, id)| Bson::Int32(*id)).collect();
+    let expected_reverse: Vec<Bson> = expected_ids.iter().rev().cloned().collect();
+    for page in [1, 2, 5, 100] {
+        let found = scan_all(
+            storage,
+            &ns,
+            index_source("a_1", ranges.clone()),
+            false,
+            page,
+        )
+        .await;
+        assert_eq!(ids(&found), expected_ids, "index scan, page {page}");
+        let found = scan_all(
+            storage,
+            &ns,
+            index_source("a_1", ranges.clone()),
+            true,
+            page,
+        )
+        .await;
+        assert_eq!(
+            ids(&found),
+            expected_reverse,
+            "reverse index scan, page {page}"
+        );
+    }
+    // Exclusive bounds: 1 < a < 4.
+    let exclusive = vec![(
+        Bound::Excluded(key(&[(Bson::Int32(1), 1)])),
+        Bound::Excluded(key(&[(Bson::Int32(4), 1)])),
+    )];
+    let found = scan_all(storage, &ns, index_source("a_1", exclusive), false, 3).await;
+    let mut expected: Vec<(i32, i32)> = (0..N)
+        .filter(|i| matches!(i % 5, 2 | 3))
+        .map(|i| (i % 5, i))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        ids(&found),
+        expected
+            .iter()
+            .map(|(_, id)| Bson::Int32(*id))
+            .collect::<Vec<_>>()
+    );
+
+    // Descending unique index: b = -i descending is _id ascending.
+    let found = scan_all(
+        storage,
+        &ns,
+        index_source("b_-1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        6,
+    )
+    .await;
+    assert_eq!(ids(&found), forward);
+    // -10 >= b >= -12 in descending key order: bounds are over the descending encoding.
+    let found = scan_all(
+        storage,
+        &ns,
+        index_source(
+            "b_-1",
+            vec![(
+                Bound::Included(key(&[(Bson::Int32(-10), -1)])),
+                Bound::Included(key(&[(Bson::Int32(-12), -1)])),
+            )],
+        ),
+        true,
+        1,
+    )
+    .await;
+    assert_eq!(ids(&found), int_ids([12, 11, 10]));
+
+    // Multikey: a document appears once per matching entry.
+    let found = scan_all(
+        storage,
+        &ns,
+        index_source("m_1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        4,
+    )
+    .await;
+    assert_eq!(found.len(), 2 * N as usize);
+
+    // The _id_ index scans the collection by _id ranges.
+    let found = scan_all(
+        storage,
+        &ns,
+        index_source(
+            "_id_",
+            vec![
+                (
+                    Bound::Included(encode_id(&Bson::Int32(5))),
+                    Bound::Excluded(encode_id(&Bson::Int32(8))),
+                ),
+                point(encode_id(&Bson::Double(20.0))),
+            ],
+        ),
+        false,
+        2,
+    )
+    .await;
+    assert_eq!(ids(&found), int_ids([5, 6, 7, 20]));
+
+    // Empty results, missing collection and unknown index.
+    let found = scan_all(
+        storage,
+        &ns,
+        index_source("a_1", vec![point(key(&[(Bson::Int32(9), 1)]))]),
+        false,
+        5,
+    )
+    .await;
+    assert!(found.is_empty());
+    let found = scan_all(storage, &ns, index_source("a_1", vec![]), false, 5).await;
+    assert!(found.is_empty());
+    let missing = Namespace::new(db, "missing");
+    assert!(
+        scan_all(storage, &missing, ScanSource::Collection, false, 5)
+            .await
+            .is_empty()
+    );
+    assert!(
+        scan_all(storage, &missing, index_source("a_1", vec![]), false, 5)
+            .await
+            .is_empty()
+    );
+    assert!(matches!(
+        storage
+            .scan(
+                &ns,
+                ScanRequest {
+                    source: index_source("nope", vec![]),
+                    resume_after: None,
+                    reverse: false,
+                    limit: 5
+                }
+            )
+            .await,
+        Err(StorageError::IndexNotFound(_))
+    ));
+
+    // Writes between pages: the scan continues after the resume key.
+    let first = storage
+        .scan(
+            &ns,
+            ScanRequest {
+                source: ScanSource::Collection,
+                resume_after: None,
+                reverse: false,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&first.records), int_ids(0..10));
+    write_ok(
+        storage,
+        &ns,
+        vec![delete(10, None), insert(doc! {"_id": 5.5, "b": 1000})],
+    )
+    .await;
+    let rest = storage
+        .scan(
+            &ns,
+            ScanRequest {
+                source: ScanSource::Collection,
+                resume_after: first.resume,
+                reverse: false,
+                limit: 1000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest.records), int_ids(11..N));
+    assert_eq!(rest.resume, None);
+    cleanup(storage, db).await;
+}
+
+/// Counts and sizes.
+pub async fn stats(storage: &dyn Storage) {
+    let db = "conf_stats";
+    let ns = Namespace::new(db, "st");
+    assert!(matches!(
+        storage.stats(&ns).await,
+        Err(StorageError::NamespaceNotFound(_))
+    ));
+    storage
+        .create_collection(&ns, Document::new())
+        .await
+        .unwrap();
+    let empty = storage.stats(&ns).await.unwrap();
+    assert_eq!((empty.count, empty.data_size), (0, 0));
+    storage
+        .create_indexes(
+            &ns,
+            vec![index_spec("a_1", &[("a", 1)], false, false, None)],
+        )
+        .await
+        .unwrap();
+    let docs: Vec<Document> = (0..25)
+        .map(|i| doc! {"_id": i, "a": i, "pad": "x".repeat(i as usize)})
+        .collect();
+    let data_size: u64 = docs
+        .iter()
+        .map(|doc| {
+            bson::to_vec(doc)
+                .map(|bytes| bytes.len() as u64)
+                .unwrap_or(0)
+        })
+        .sum();
+    write_ok(storage, &ns, docs.into_iter().map(insert).collect()).await;
+    let stats = storage.stats(&ns).await.unwrap();
+    assert_eq!(stats.count, 25);
+    assert_eq!(stats.data_size, data_size);
+    assert!(stats.storage_size >= stats.data_size);
+    let names: Vec<&str> = stats
+        .index_sizes
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(names, vec!["_id_", "a_1"]);
+    assert!(stats.index_sizes.iter().all(|(_, size)| *size > 0));
+
+    let rev = storage
+        .get(&ns, &Bson::Int32(0))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    let bigger = doc! {"_id": 0, "a": 0, "pad": "y".repeat(100)};
+    let growth = bson::to_vec(&bigger).unwrap().len() as u64
+        - bson::to_vec(&doc! {"_id": 0, "a": 0, "pad": ""})
+            .unwrap()
+            .len() as u64;
+    write_ok(
+        storage,
+        &ns,
+        vec![replace(0, rev, bigger), delete(24, None)],
+    )
+    .await;
+    let after = storage.stats(&ns).await.unwrap();
+    assert_eq!(after.count, 24);
+    let last = bson::to_vec(&doc! {"_id": 24, "a": 24, "pad": "x".repeat(24)})
+        .unwrap()
+        .len() as u64;
+    assert_eq!(after.data_size, data_size + growth - last);
+
+    let databases = storage.list_databases().await.unwrap();
+    let size = databases
+        .iter()
+        .find(|(name, _)| name == db)
+        .map(|(_, size)| *size)
+        .expect("database listed");
+    assert_eq!(size, after.storage_size);
+    cleanup(storage, db).await;
+}

@@ -1,0 +1,751 @@
+//! Operations the writer thread applies inside a group's write transaction: document writes and
+//! catalog changes (DDL).
+//!
+//! Invariants: every operation validates completely (existence, revisions, `_id` and unique index
+//! keys — ignoring the document's own entries on replace —, parallel arrays, index build
+//! duplicates) before it mutates anything, so a failing operation leaves no trace and the group
+//! still commits the others. Only redb I/O errors can interrupt a mutation half-way; they are
+//! returned as `StorageError::Io` and poison the whole group. Catalog changes are written to the
+//! `catalog` table and staged in the batch (published only after the commit).
+//!
+//! Must not: read outside the batch's transaction, or touch the published catalog.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use super::catalog::{id_index_spec, CollectionEntry, IndexEntry};
+use super::format::{
+    bytes_table, corrupt, entry_key, entry_value, index_table_name, io, record_document,
+    record_rev, record_with_document, set_record_header, CATALOG, SIZES,
+};
+use super::writer::{Batch, Counters};
+use crate::storage::indexkeys::IndexKeyer;
+use crate::storage::keycodec::encode_id;
+use crate::storage::{
+    CollectionMeta, IndexSpec, Namespace, StorageError, StorageResult, WriteOp, WriteOutcome,
+};
+
+type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+/// (stored key, value) pairs of one index table.
+type IndexEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A write operation with its keys and record bytes computed on the caller's task.
+pub(super) enum PreparedOp {
+    Insert {
+        id: Bson,
+        id_key: Vec<u8>,
+        doc: Document,
+        /// Header placeholder + BSON.
+        record: Vec<u8>,
+        last_write_ms: i64,
+    },
+    Replace {
+        id_key: Vec<u8>,
+        expected_rev: u64,
+        doc: Document,
+        record: Vec<u8>,
+        last_write_ms: i64,
+    },
+    Delete {
+        id_key: Vec<u8>,
+        expected_rev: Option<u64>,
+    },
+    /// Rejected before reaching the writer (a caller error); reported as this operation's result.
+    Invalid(StorageError),
+}
+
+impl PreparedOp {
+    pub fn prepare(op: WriteOp) -> PreparedOp {
+        match op {
+            WriteOp::Insert { doc, meta } => {
+                let Some(id) = doc.get("_id").cloned() else {
+                    return PreparedOp::Invalid(corrupt("document to insert has no _id"));
+                };
+                match record_with_document(&doc) {
+                    Ok(record) => PreparedOp::Insert {
+                        id_key: encode_id(&id),
+                        id,
+                        doc,
+                        record,
+                        last_write_ms: meta.last_write_ms,
+                    },
+                    Err(error) => PreparedOp::Invalid(error),
+                }
+            }
+            WriteOp::Replace {
+                id,
+                expected_rev,
+                doc,
+                meta,
+            } => {
+                let id_key = encode_id(&id);
+                if doc.get("_id").map(encode_id).as_ref() != Some(&id_key) {
+                    return PreparedOp::Invalid(corrupt(
+                        "replacement document's _id differs from the replaced document's",
+                    ));
+                }
+                match record_with_document(&doc) {
+                    Ok(record) => PreparedOp::Replace {
+                        id_key,
+                        expected_rev,
+                        doc,
+                        record,
+                        last_write_ms: meta.last_write_ms,
+                    },
+                    Err(error) => PreparedOp::Invalid(error),
+                }
+            }
+            WriteOp::Delete { id, expected_rev } => PreparedOp::Delete {
+                id_key: encode_id(&id),
+                expected_rev,
+            },
+        }
+    }
+
+    /// Payload size, for bounding commit groups.
+    pub fn bytes(&self) -> usize {
+        match self {
+            PreparedOp::Insert { record, .. } | PreparedOp::Replace { record, .. } => record.len(),
+            PreparedOp::Delete { id_key, .. } => id_key.len(),
+            PreparedOp::Invalid(_) => 0,
+        }
+    }
+}
+
+// ---- catalog ----
+
+fn save_entry(txn: &WriteTransaction, entry: &CollectionEntry) -> StorageResult<()> {
+    let encoded = entry.encode()?;
+    let mut catalog = txn.open_table(CATALOG).map_err(io)?;
+    catalog.insert(entry.id, encoded.as_slice()).map_err(io)?;
+    Ok(())
+}
+
+/// Persists `entry` and stages it under its namespace.
+fn put_entry(batch: &mut Batch, entry: CollectionEntry) -> StorageResult<Arc<CollectionEntry>> {
+    save_entry(&batch.txn, &entry)?;
+    let entry = Arc::new(entry);
+    batch
+        .catalog_mut()
+        .collections
+        .insert(entry.meta.ns.clone(), entry.clone());
+    Ok(entry)
+}
+
+fn existing(batch: &Batch, ns: &Namespace) -> Option<Arc<CollectionEntry>> {
+    batch.catalog().collections.get(ns).cloned()
+}
+
+fn require(batch: &Batch, ns: &Namespace) -> StorageResult<Arc<CollectionEntry>> {
+    existing(batch, ns).ok_or_else(|| StorageError::NamespaceNotFound(ns.clone()))
+}
+
+fn new_collection(
+    batch: &mut Batch,
+    ns: &Namespace,
+    options: Document,
+) -> StorageResult<Arc<CollectionEntry>> {
+    let id = batch.counters.take_collection_id();
+    let entry = CollectionEntry::new(
+        id,
+        ns.clone(),
+        uuid::Uuid::new_v4().into_bytes(),
+        options,
+        id_index_spec(),
+        Vec::new(),
+    );
+    put_entry(batch, entry)
+}
+
+/// Deletes a table and its size counters.
+fn delete_table(txn: &WriteTransaction, name: &str) -> StorageResult<()> {
+    txn.delete_table(bytes_table(name)).map_err(io)?;
+    txn.open_table(SIZES)
+        .map_err(io)?
+        .remove(name)
+        .map_err(io)?;
+    Ok(())
+}
+
+/// Removes the collection's tables and catalog row, and unstages it.
+fn remove_collection(batch: &mut Batch, entry: &CollectionEntry) -> StorageResult<()> {
+    for name in entry.table_names() {
+        delete_table(&batch.txn, &name)?;
+    }
+    batch
+        .txn
+        .open_table(CATALOG)
+        .map_err(io)?
+        .remove(entry.id)
+        .map_err(io)?;
+    batch.catalog_mut().collections.remove(&entry.meta.ns);
+    Ok(())
+}
+
+pub(super) fn create_collection(
+    batch: &mut Batch,
+    ns: &Namespace,
+    options: Document,
+) -> StorageResult<CollectionMeta> {
+    if existing(batch, ns).is_some() {
+        return Err(StorageError::NamespaceExists(ns.clone()));
+    }
+    Ok(new_collection(batch, ns, options)?.meta.clone())
+}
+
+pub(super) fn drop_collection(batch: &mut Batch, ns: &Namespace) -> StorageResult<bool> {
+    let Some(entry) = existing(batch, ns) else {
+        return Ok(false);
+    };
+    remove_collection(batch, &entry)?;
+    Ok(true)
+}
+
+pub(super) fn drop_database(batch: &mut Batch, db: &str) -> StorageResult<()> {
+    let entries: Vec<Arc<CollectionEntry>> = batch
+        .catalog()
+        .collections
+        .values()
+        .filter(|entry| entry.meta.ns.db == db)
+        .cloned()
+        .collect();
+    for entry in entries {
+        remove_collection(batch, &entry)?;
+    }
+    Ok(())
+}
+
+pub(super) fn rename_collection(
+    batch: &mut Batch,
+    from: &Namespace,
+    to: &Namespace,
+    drop_target: bool,
+) -> StorageResult<()> {
+    let entry = require(batch, from)?;
+    if from == to {
+        return Err(StorageError::NamespaceExists(to.clone()));
+    }
+    let target = existing(batch, to);
+    if target.is_some() && !drop_target {
+        return Err(StorageError::NamespaceExists(to.clone()));
+    }
+    if let Some(target) = target {
+        remove_collection(batch, &target)?;
+    }
+    let mut renamed = (*entry).clone();
+    renamed.meta.ns = to.clone();
+    batch.catalog_mut().collections.remove(from);
+    put_entry(batch, renamed)?;
+    Ok(())
+}
+
+pub(super) fn set_collection_options(
+    batch: &mut Batch,
+    ns: &Namespace,
+    options: Document,
+) -> StorageResult<()> {
+    let mut entry = (*require(batch, ns)?).clone();
+    entry.meta.options = options;
+    put_entry(batch, entry)?;
+    Ok(())
+}
+
+/// Rejects key patterns this engine cannot index (empty, or a special index type).
+fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
+    if spec.key.is_empty() {
+        return Err(StorageError::InvalidIndex(format!(
+            "index {} has an empty key pattern",
+            spec.name
+        )));
+    }
+    for (field, value) in &spec.key_pattern() {
+        match value {
+            Bson::String(kind) => {
+                return Err(StorageError::InvalidIndex(format!(
+                    "index type \"{kind}\" (field {field} of index {}) is not supported; only ascending (1) and descending (-1) keys are",
+                    spec.name
+                )))
+            }
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {}
+            other => {
+                return Err(StorageError::InvalidIndex(format!(
+                    "bad value {other} for field {field} in the key pattern of index {}",
+                    spec.name
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn create_indexes(
+    batch: &mut Batch,
+    ns: &Namespace,
+    specs: Vec<IndexSpec>,
+) -> StorageResult<CollectionMeta> {
+    let current = existing(batch, ns);
+    let mut keyers: Vec<IndexKeyer> = Vec::new();
+    for spec in specs {
+        let taken = spec.is_id_index()
+            || current
+                .as_ref()
+                .is_some_and(|entry| entry.index_named(&spec.name).is_some())
+            || keyers.iter().any(|keyer| keyer.spec().name == spec.name);
+        if taken {
+            continue;
+        }
+        validate_key_pattern(&spec)?;
+        keyers.push(IndexKeyer::new(spec)?);
+    }
+    let entry = match current {
+        Some(entry) => entry,
+        None => new_collection(batch, ns, Document::new())?,
+    };
+    if keyers.is_empty() {
+        return Ok(entry.meta.clone());
+    }
+    let built = build_index_entries(&batch.txn, &entry, &keyers)?;
+    let mut updated = (*entry).clone();
+    for (keyer, entries) in keyers.into_iter().zip(built) {
+        let id = batch.counters.take_index_id();
+        let table_name = index_table_name(id);
+        let mut table = batch.txn.open_table(bytes_table(&table_name)).map_err(io)?;
+        let mut size = SizeDelta::default();
+        for (key, value) in &entries {
+            table.insert(key.as_slice(), value.as_slice()).map_err(io)?;
+            size.add(key.len(), value.len());
+        }
+        drop(table);
+        size.save(&batch.txn, &table_name)?;
+        updated.indexes.push(IndexEntry {
+            id,
+            table: table_name,
+            keyer,
+        });
+    }
+    updated.sync_index_specs();
+    Ok(put_entry(batch, updated)?.meta.clone())
+}
+
+/// Every (stored key, value) of each new index over the collection's documents, sorted; fails
+/// on a unique violation or parallel arrays before anything is written.
+fn build_index_entries(
+    txn: &WriteTransaction,
+    entry: &CollectionEntry,
+    keyers: &[IndexKeyer],
+) -> StorageResult<Vec<IndexEntries>> {
+    let data = txn.open_table(bytes_table(&entry.data_table)).map_err(io)?;
+    let mut unique_owner: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(); keyers.len()];
+    let mut entries: Vec<IndexEntries> = vec![Vec::new(); keyers.len()];
+    for item in data.iter().map_err(io)? {
+        let (id_key, record) = item.map_err(io)?;
+        let id_key = id_key.value();
+        let document = record_document(record.value())?;
+        for (position, keyer) in keyers.iter().enumerate() {
+            let unique = keyer.spec().unique;
+            for key in keyer.keys(&document)? {
+                if unique {
+                    if unique_owner[position].contains_key(&key) {
+                        return Err(keyer.duplicate_key(&entry.meta.ns, &document, &key));
+                    }
+                    unique_owner[position].insert(key, id_key.to_vec());
+                } else {
+                    entries[position].push((entry_key(&key, id_key, false), Vec::new()));
+                }
+            }
+        }
+    }
+    for (position, owners) in unique_owner.into_iter().enumerate() {
+        if keyers[position].spec().unique {
+            entries[position] = owners.into_iter().collect();
+        } else {
+            entries[position].sort_unstable();
+        }
+    }
+    Ok(entries)
+}
+
+pub(super) fn drop_indexes(
+    batch: &mut Batch,
+    ns: &Namespace,
+    names: &[String],
+) -> StorageResult<()> {
+    let entry = require(batch, ns)?;
+    for name in names {
+        if name == IndexSpec::ID_INDEX_NAME {
+            return Err(StorageError::InvalidIndex(
+                "cannot drop _id index".to_string(),
+            ));
+        }
+        if entry.index_named(name).is_none() {
+            return Err(StorageError::IndexNotFound(name.clone()));
+        }
+    }
+    let mut updated = (*entry).clone();
+    for index in &entry.indexes {
+        if names.contains(&index.spec().name) {
+            delete_table(&batch.txn, &index.table)?;
+        }
+    }
+    updated
+        .indexes
+        .retain(|index| !names.contains(&index.spec().name));
+    updated.sync_index_specs();
+    put_entry(batch, updated)?;
+    Ok(())
+}
+
+pub(super) fn update_index_spec(
+    batch: &mut Batch,
+    ns: &Namespace,
+    name: &str,
+    spec: Document,
+) -> StorageResult<()> {
+    let mut updated = (*require(batch, ns)?).clone();
+    if name == IndexSpec::ID_INDEX_NAME {
+        updated.meta.indexes[0].spec = spec;
+    } else {
+        let index = updated
+            .indexes
+            .iter_mut()
+            .find(|index| index.spec().name == name)
+            .ok_or_else(|| StorageError::IndexNotFound(name.to_string()))?;
+        let mut new_spec = index.spec().clone();
+        new_spec.spec = spec;
+        index.keyer = IndexKeyer::new(new_spec)?;
+        updated.sync_index_specs();
+    }
+    put_entry(batch, updated)?;
+    Ok(())
+}
+
+// ---- document writes ----
+
+pub(super) fn write(
+    batch: &mut Batch,
+    ns: &Namespace,
+    ops: Vec<PreparedOp>,
+    ordered: bool,
+) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+    let entry = match existing(batch, ns) {
+        Some(entry) => Some(entry),
+        None if ops.iter().any(|op| matches!(op, PreparedOp::Insert { .. })) => {
+            Some(new_collection(batch, ns, Document::new())?)
+        }
+        None => None,
+    };
+    let mut tables = match &entry {
+        Some(entry) => Some(CollectionTables::open(&batch.txn, entry)?),
+        None => None,
+    };
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        let result = match (op, tables.as_mut()) {
+            (PreparedOp::Invalid(error), _) => Err(error),
+            // Without a collection there is nothing to replace or delete.
+            (_, None) => Err(StorageError::WriteConflict),
+            (op, Some(tables)) => match tables.apply(op, &mut batch.counters) {
+                Err(StorageError::Io(message)) => return Err(StorageError::Io(message)),
+                result => result,
+            },
+        };
+        let failed = result.is_err();
+        results.push(result);
+        if failed && ordered {
+            break;
+        }
+    }
+    if let Some(tables) = tables {
+        tables.save_sizes(&batch.txn)?;
+    }
+    Ok(results)
+}
+
+/// Signed change of a table's byte counters.
+#[derive(Default)]
+struct SizeDelta {
+    key_bytes: i64,
+    value_bytes: i64,
+}
+
+impl SizeDelta {
+    fn add(&mut self, key_len: usize, value_len: usize) {
+        self.key_bytes += key_len as i64;
+        self.value_bytes += value_len as i64;
+    }
+
+    fn sub(&mut self, key_len: usize, value_len: usize) {
+        self.key_bytes -= key_len as i64;
+        self.value_bytes -= value_len as i64;
+    }
+
+    fn save(&self, txn: &WriteTransaction, table_name: &str) -> StorageResult<()> {
+        if self.key_bytes == 0 && self.value_bytes == 0 {
+            return Ok(());
+        }
+        let mut sizes = txn.open_table(SIZES).map_err(io)?;
+        let (key_bytes, value_bytes) = sizes
+            .get(table_name)
+            .map_err(io)?
+            .map(|sizes| sizes.value())
+            .unwrap_or((0, 0));
+        let updated = (
+            key_bytes.saturating_add_signed(self.key_bytes),
+            value_bytes.saturating_add_signed(self.value_bytes),
+        );
+        sizes.insert(table_name, updated).map_err(io)?;
+        Ok(())
+    }
+}
+
+struct IndexTable<'t, 'e> {
+    index: &'e IndexEntry,
+    table: BytesTable<'t>,
+    size: SizeDelta,
+}
+
+impl IndexTable<'_, '_> {
+    fn insert(&mut self, index_key: &[u8], id_key: &[u8]) -> StorageResult<()> {
+        let unique = self.index.unique();
+        let key = entry_key(index_key, id_key, unique);
+        let value = entry_value(id_key, unique);
+        self.table.insert(key.as_slice(), value).map_err(io)?;
+        self.size.add(key.len(), value.len());
+        Ok(())
+    }
+
+    /// Removes the entry of `id_key` under `index_key` (never another document's entry).
+    fn remove(&mut self, index_key: &[u8], id_key: &[u8]) -> StorageResult<()> {
+        let unique = self.index.unique();
+        let key = entry_key(index_key, id_key, unique);
+        if unique {
+            let owned = self.table.get(key.as_slice()).map_err(io)?;
+            if owned.is_none_or(|owner| owner.value() != id_key) {
+                return Ok(());
+            }
+        }
+        if let Some(value) = self.table.remove(key.as_slice()).map_err(io)? {
+            let value_len = value.value().len();
+            drop(value);
+            self.size.sub(key.len(), value_len);
+        }
+        Ok(())
+    }
+
+    /// The document (other than `id_key`'s) holding unique key `index_key`, if any.
+    fn taken_by_other(&self, index_key: &[u8], id_key: &[u8]) -> StorageResult<bool> {
+        Ok(self
+            .table
+            .get(index_key)
+            .map_err(io)?
+            .is_some_and(|owner| owner.value() != id_key))
+    }
+}
+
+/// The open tables of one collection for the duration of one write job.
+struct CollectionTables<'t, 'e> {
+    entry: &'e CollectionEntry,
+    data: BytesTable<'t>,
+    data_size: SizeDelta,
+    indexes: Vec<IndexTable<'t, 'e>>,
+}
+
+impl<'t, 'e> CollectionTables<'t, 'e> {
+    fn open(txn: &'t WriteTransaction, entry: &'e CollectionEntry) -> StorageResult<Self> {
+        let data = txn.open_table(bytes_table(&entry.data_table)).map_err(io)?;
+        let indexes = entry
+            .indexes
+            .iter()
+            .map(|index| {
+                Ok(IndexTable {
+                    index,
+                    table: txn.open_table(bytes_table(&index.table)).map_err(io)?,
+                    size: SizeDelta::default(),
+                })
+            })
+            .collect::<StorageResult<Vec<_>>>()?;
+        Ok(CollectionTables {
+            entry,
+            data,
+            data_size: SizeDelta::default(),
+            indexes,
+        })
+    }
+
+    fn save_sizes(self, txn: &WriteTransaction) -> StorageResult<()> {
+        let CollectionTables {
+            entry,
+            data,
+            data_size,
+            indexes,
+        } = self;
+        drop(data);
+        data_size.save(txn, &entry.data_table)?;
+        for index in indexes {
+            let IndexTable { index, table, size } = index;
+            drop(table);
+            size.save(txn, &index.table)?;
+        }
+        Ok(())
+    }
+
+    /// Keys of `document` for every secondary index, in `indexes` order.
+    fn index_keys(&self, document: &Document) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+        self.indexes
+            .iter()
+            .map(|index| index.index.keyer.keys(document))
+            .collect()
+    }
+
+    /// The stored record of `id_key`, if its revision is `expected_rev` (when given).
+    fn current(&self, id_key: &[u8], expected_rev: Option<u64>) -> StorageResult<Vec<u8>> {
+        let record = self
+            .data
+            .get(id_key)
+            .map_err(io)?
+            .map(|record| record.value().to_vec())
+            .ok_or(StorageError::WriteConflict)?;
+        if let Some(expected_rev) = expected_rev {
+            if record_rev(&record)? != expected_rev {
+                return Err(StorageError::WriteConflict);
+            }
+        }
+        Ok(record)
+    }
+
+    /// Keys of a stored document. A stored document whose keys cannot be computed (impossible
+    /// while the invariants hold) contributes none: its entries are left dangling, which scans
+    /// tolerate, rather than blocking the write.
+    fn stored_keys(&self, record: &[u8]) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+        if self.indexes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let document = record_document(record)?;
+        Ok(self
+            .indexes
+            .iter()
+            .map(|index| index.index.keyer.keys(&document).unwrap_or_default())
+            .collect())
+    }
+
+    fn apply(&mut self, op: PreparedOp, counters: &mut Counters) -> StorageResult<WriteOutcome> {
+        match op {
+            PreparedOp::Insert {
+                id,
+                id_key,
+                doc,
+                mut record,
+                last_write_ms,
+            } => {
+                if self.data.get(id_key.as_slice()).map_err(io)?.is_some() {
+                    return Err(StorageError::DuplicateKey {
+                        ns: self.entry.meta.ns.clone(),
+                        index: IndexSpec::ID_INDEX_NAME.to_string(),
+                        key_pattern: Box::new(self.entry.id_index().key_pattern()),
+                        key_value: Box::new(doc! {"_id": id}),
+                    });
+                }
+                let new_keys = self.index_keys(&doc)?;
+                self.check_unique(&doc, &id_key, &new_keys, None)?;
+                let rev = counters.take_rev();
+                set_record_header(&mut record, rev, last_write_ms);
+                self.put_record(&id_key, &record, None)?;
+                for (index, keys) in self.indexes.iter_mut().zip(&new_keys) {
+                    for key in keys {
+                        index.insert(key, &id_key)?;
+                    }
+                }
+                Ok(WriteOutcome::Inserted { rev })
+            }
+            PreparedOp::Replace {
+                id_key,
+                expected_rev,
+                doc,
+                mut record,
+                last_write_ms,
+            } => {
+                let old_record = self.current(&id_key, Some(expected_rev))?;
+                let old_keys = self.stored_keys(&old_record)?;
+                let new_keys = self.index_keys(&doc)?;
+                self.check_unique(&doc, &id_key, &new_keys, Some(&old_keys))?;
+                let rev = counters.take_rev();
+                set_record_header(&mut record, rev, last_write_ms);
+                self.put_record(&id_key, &record, Some(old_record.len()))?;
+                for ((index, old), new) in self.indexes.iter_mut().zip(&old_keys).zip(&new_keys) {
+                    for key in old.iter().filter(|key| new.binary_search(key).is_err()) {
+                        index.remove(key, &id_key)?;
+                    }
+                    for key in new.iter().filter(|key| old.binary_search(key).is_err()) {
+                        index.insert(key, &id_key)?;
+                    }
+                }
+                Ok(WriteOutcome::Replaced { rev })
+            }
+            PreparedOp::Delete {
+                id_key,
+                expected_rev,
+            } => {
+                let old_record = self.current(&id_key, expected_rev)?;
+                let old_keys = self.stored_keys(&old_record)?;
+                for (index, keys) in self.indexes.iter_mut().zip(&old_keys) {
+                    for key in keys {
+                        index.remove(key, &id_key)?;
+                    }
+                }
+                if self.data.remove(id_key.as_slice()).map_err(io)?.is_some() {
+                    self.data_size.sub(id_key.len(), old_record.len());
+                }
+                Ok(WriteOutcome::Deleted)
+            }
+            PreparedOp::Invalid(error) => Err(error),
+        }
+    }
+
+    /// Fails if a new unique key (one the document does not already hold) belongs to another
+    /// document.
+    fn check_unique(
+        &self,
+        document: &Document,
+        id_key: &[u8],
+        new_keys: &[Vec<Vec<u8>>],
+        old_keys: Option<&[Vec<Vec<u8>>]>,
+    ) -> StorageResult<()> {
+        for (position, (index, keys)) in self.indexes.iter().zip(new_keys).enumerate() {
+            if !index.index.unique() {
+                continue;
+            }
+            let held = old_keys.and_then(|old| old.get(position));
+            for key in keys {
+                if held.is_some_and(|held| held.binary_search(key).is_ok()) {
+                    continue;
+                }
+                if index.taken_by_other(key, id_key)? {
+                    return Err(index.index.keyer.duplicate_key(
+                        &self.entry.meta.ns,
+                        document,
+                        key,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a record; `old_len` is the replaced record's length.
+    fn put_record(
+        &mut self,
+        id_key: &[u8],
+        record: &[u8],
+        old_len: Option<usize>,
+    ) -> StorageResult<()> {
+        self.data.insert(id_key, record).map_err(io)?;
+        match old_len {
+            Some(old_len) => self.data_size.value_bytes += record.len() as i64 - old_len as i64,
+            None => self.data_size.add(id_key.len(), record.len()),
+        }
+        Ok(())
+    }
+}

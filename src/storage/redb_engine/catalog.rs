@@ -1,0 +1,294 @@
+//! The in-memory catalog (namespace → collection entry with its numeric table ids and prepared
+//! indexes) and its persisted form, one BSON document per collection in the `catalog` table.
+//!
+//! Invariants: readers only ever see a catalog whose changes are committed (the writer stages a
+//! copy and publishes it after the commit); `CollectionEntry::meta.indexes` is always `_id_`
+//! followed by the secondary indexes in `indexes` order. Decoding never panics: malformed
+//! catalog documents are `StorageError::Corrupt`.
+//!
+//! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
+//! Long, name, key: [[path, 1 | -1], ...], unique, sparse, partialFilterExpression?, spec}]}`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bson::spec::BinarySubtype;
+use bson::{doc, Binary, Bson, Document};
+
+use super::format::{corrupt, data_table_name, index_table_name};
+use crate::storage::indexkeys::IndexKeyer;
+use crate::storage::keycodec::Direction;
+use crate::storage::{CollectionMeta, IndexSpec, Namespace, StorageResult};
+
+/// Every collection, by namespace. Cloned (shallowly) when the writer stages a change.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Catalog {
+    pub collections: BTreeMap<Namespace, Arc<CollectionEntry>>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct CollectionEntry {
+    pub id: u64,
+    pub meta: CollectionMeta,
+    /// `d.<id>`.
+    pub data_table: String,
+    /// Secondary indexes (everything but `_id_`).
+    pub indexes: Vec<IndexEntry>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct IndexEntry {
+    pub id: u64,
+    /// `i.<id>`.
+    pub table: String,
+    pub keyer: IndexKeyer,
+}
+
+impl IndexEntry {
+    pub fn new(id: u64, spec: IndexSpec) -> StorageResult<IndexEntry> {
+        Ok(IndexEntry {
+            id,
+            table: index_table_name(id),
+            keyer: IndexKeyer::new(spec)?,
+        })
+    }
+
+    pub fn spec(&self) -> &IndexSpec {
+        self.keyer.spec()
+    }
+
+    pub fn unique(&self) -> bool {
+        self.keyer.spec().unique
+    }
+}
+
+/// The `_id_` index every collection has.
+pub(super) fn id_index_spec() -> IndexSpec {
+    IndexSpec {
+        name: IndexSpec::ID_INDEX_NAME.to_string(),
+        key: vec![("_id".to_string(), Direction::Ascending)],
+        unique: true,
+        sparse: false,
+        partial_filter: None,
+        spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
+    }
+}
+
+impl CollectionEntry {
+    pub fn new(
+        id: u64,
+        ns: Namespace,
+        uuid: [u8; 16],
+        options: Document,
+        id_index: IndexSpec,
+        indexes: Vec<IndexEntry>,
+    ) -> CollectionEntry {
+        let mut entry = CollectionEntry {
+            id,
+            meta: CollectionMeta {
+                ns,
+                uuid,
+                options,
+                indexes: vec![id_index],
+            },
+            data_table: data_table_name(id),
+            indexes,
+        };
+        entry.sync_index_specs();
+        entry
+    }
+
+    /// Rebuilds `meta.indexes` (keeping the `_id_` spec) from `indexes`.
+    pub fn sync_index_specs(&mut self) {
+        self.meta.indexes.truncate(1);
+        self.meta
+            .indexes
+            .extend(self.indexes.iter().map(|index| index.spec().clone()));
+    }
+
+    pub fn id_index(&self) -> &IndexSpec {
+        &self.meta.indexes[0]
+    }
+
+    pub fn index_named(&self, name: &str) -> Option<&IndexEntry> {
+        self.indexes.iter().find(|index| index.spec().name == name)
+    }
+
+    /// Table names of the collection: data first, then each index.
+    pub fn table_names(&self) -> Vec<String> {
+        std::iter::once(self.data_table.clone())
+            .chain(self.indexes.iter().map(|index| index.table.clone()))
+            .collect()
+    }
+
+    pub fn encode(&self) -> StorageResult<Vec<u8>> {
+        let indexes: Vec<Bson> = self
+            .indexes
+            .iter()
+            .map(|index| {
+                let spec = index.spec();
+                let key: Vec<Bson> = spec
+                    .key
+                    .iter()
+                    .map(|(path, direction)| {
+                        let direction = match direction {
+                            Direction::Ascending => 1,
+                            Direction::Descending => -1,
+                        };
+                        Bson::Array(vec![Bson::String(path.clone()), Bson::Int32(direction)])
+                    })
+                    .collect();
+                let mut encoded = doc! {
+                    "id": index.id as i64,
+                    "name": spec.name.as_str(),
+                    "key": key,
+                    "unique": spec.unique,
+                    "sparse": spec.sparse,
+                    "spec": spec.spec.clone(),
+                };
+                if let Some(filter) = &spec.partial_filter {
+                    encoded.insert("partialFilterExpression", filter.clone());
+                }
+                Bson::Document(encoded)
+            })
+            .collect();
+        let document = doc! {
+            "db": self.meta.ns.db.as_str(),
+            "coll": self.meta.ns.coll.as_str(),
+            "uuid": Binary { subtype: BinarySubtype::Uuid, bytes: self.meta.uuid.to_vec() },
+            "options": self.meta.options.clone(),
+            "idIndex": self.id_index().spec.clone(),
+            "indexes": indexes,
+        };
+        bson::to_vec(&document).map_err(|error| corrupt(format!("catalog entry: {error}")))
+    }
+
+    pub fn decode(id: u64, bytes: &[u8]) -> StorageResult<CollectionEntry> {
+        let document = Document::from_reader(bytes)
+            .map_err(|error| corrupt(format!("catalog entry {id}: {error}")))?;
+        let field = |name: &str| {
+            document
+                .get(name)
+                .ok_or_else(|| corrupt(format!("catalog entry {id} has no {name}")))
+        };
+        let ns = Namespace::new(string(field("db")?)?, string(field("coll")?)?);
+        let uuid: [u8; 16] = match field("uuid")? {
+            Bson::Binary(binary) => binary.bytes.as_slice().try_into().map_err(corrupt)?,
+            _ => return Err(corrupt("catalog uuid is not binary")),
+        };
+        let options = document_of(field("options")?)?.clone();
+        let mut id_index = id_index_spec();
+        id_index.spec = document_of(field("idIndex")?)?.clone();
+        let Bson::Array(encoded_indexes) = field("indexes")? else {
+            return Err(corrupt("catalog indexes is not an array"));
+        };
+        let indexes = encoded_indexes
+            .iter()
+            .map(|encoded| decode_index(document_of(encoded)?))
+            .collect::<StorageResult<Vec<_>>>()?;
+        Ok(CollectionEntry::new(
+            id, ns, uuid, options, id_index, indexes,
+        ))
+    }
+}
+
+fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
+    let field = |name: &str| {
+        encoded
+            .get(name)
+            .ok_or_else(|| corrupt(format!("catalog index has no {name}")))
+    };
+    let id = match field("id")? {
+        Bson::Int64(id) => u64::try_from(*id).map_err(corrupt)?,
+        _ => return Err(corrupt("catalog index id is not a long")),
+    };
+    let Bson::Array(key_fields) = field("key")? else {
+        return Err(corrupt("catalog index key is not an array"));
+    };
+    let key = key_fields
+        .iter()
+        .map(|pair| match pair {
+            Bson::Array(pair) => match pair.as_slice() {
+                [Bson::String(path), Bson::Int32(direction)] => Ok((
+                    path.clone(),
+                    if *direction < 0 {
+                        Direction::Descending
+                    } else {
+                        Direction::Ascending
+                    },
+                )),
+                _ => Err(corrupt("catalog index key field is malformed")),
+            },
+            _ => Err(corrupt("catalog index key field is not an array")),
+        })
+        .collect::<StorageResult<Vec<_>>>()?;
+    let boolean = |name: &str| match field(name)? {
+        Bson::Boolean(value) => Ok(*value),
+        _ => Err(corrupt(format!("catalog index {name} is not a boolean"))),
+    };
+    let spec = IndexSpec {
+        name: string(field("name")?)?,
+        key,
+        unique: boolean("unique")?,
+        sparse: boolean("sparse")?,
+        partial_filter: match encoded.get("partialFilterExpression") {
+            Some(filter) => Some(document_of(filter)?.clone()),
+            None => None,
+        },
+        spec: document_of(field("spec")?)?.clone(),
+    };
+    // A stored partial filter that no longer parses is corruption, not a user error.
+    IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))
+}
+
+fn string(value: &Bson) -> StorageResult<String> {
+    match value {
+        Bson::String(text) => Ok(text.clone()),
+        _ => Err(corrupt("catalog field is not a string")),
+    }
+}
+
+fn document_of(value: &Bson) -> StorageResult<&Document> {
+    match value {
+        Bson::Document(document) => Ok(document),
+        _ => Err(corrupt("catalog field is not a document")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_round_trips() {
+        let index = IndexEntry::new(
+            7,
+            IndexSpec {
+                name: "a_1_b_-1".into(),
+                key: vec![
+                    ("a".into(), Direction::Ascending),
+                    ("b".into(), Direction::Descending),
+                ],
+                unique: true,
+                sparse: false,
+                partial_filter: Some(doc! {"a": {"$gt": 1}}),
+                spec: doc! {"v": 2, "key": {"a": 1, "b": -1}, "name": "a_1_b_-1", "unique": true},
+            },
+        )
+        .unwrap();
+        let entry = CollectionEntry::new(
+            3,
+            Namespace::new("db", "c"),
+            [9; 16],
+            doc! {"capped": false},
+            id_index_spec(),
+            vec![index],
+        );
+        let decoded = CollectionEntry::decode(3, &entry.encode().unwrap()).unwrap();
+        assert_eq!(decoded.meta, entry.meta);
+        assert_eq!(decoded.indexes[0].id, 7);
+        assert_eq!(decoded.indexes[0].table, "i.7");
+        assert_eq!(decoded.data_table, "d.3");
+        assert!(CollectionEntry::decode(3, b"garbage").is_err());
+    }
+}

@@ -1,0 +1,404 @@
+//! `RedbStorage`: the embedded [`Storage`] engine on redb, file-backed (`--dbpath`) or in memory
+//! (same code on redb's `InMemoryBackend`).
+//!
+//! Structure: one writer thread (`writer.rs`) owns every write transaction and commits queued jobs
+//! in groups; callers submit a job and await its answer on a oneshot channel. Reads (`read.rs`)
+//! run inline on the caller's task in short read transactions, concurrently with the writer,
+//! against the published catalog (`catalog.rs`). The on-disk layout is in `format.rs`; the work
+//! done inside a write transaction is in `apply.rs`.
+//!
+//! Invariants: a dbpath is used by one engine at a time (an exclusive lock on
+//! `<dbpath>/tideway.lock`, held for the engine's lifetime); dropping the engine finishes the
+//! queued writes, makes them durable and joins the writer before the database and the lock are
+//! released. Must not: write outside the writer thread, or hold a read transaction across calls.
+
+mod apply;
+mod catalog;
+mod format;
+mod read;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use bson::{Bson, Document};
+use redb::{Database, ReadableDatabase, ReadableTable};
+use tokio::sync::oneshot;
+
+use self::apply::PreparedOp;
+use self::catalog::{Catalog, CollectionEntry};
+use self::format::{
+    io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
+    META_NEXT_INDEX_ID, META_NEXT_REV, SIZES,
+};
+use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
+use super::{
+    CollectionMeta, CollectionStats, IndexSpec, Namespace, Record, ScanPage, ScanRequest, Storage,
+    StorageError, StorageResult, WriteOp, WriteOptions, WriteOutcome,
+};
+
+pub use self::writer::Durability;
+
+/// Name of the redb file inside the dbpath.
+pub const DATA_FILE_NAME: &str = "tideway.redb";
+/// Name of the lock file inside the dbpath.
+pub const LOCK_FILE_NAME: &str = "tideway.lock";
+
+/// The redb storage engine. Cheap to share behind an `Arc`; see the module documentation.
+pub struct RedbStorage {
+    shared: Arc<Shared>,
+    /// `None` once dropping.
+    jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+    dbpath: Option<PathBuf>,
+    /// Held (locked) for the engine's lifetime; declared last so it is released last.
+    _lock: Option<File>,
+}
+
+impl RedbStorage {
+    /// Opens (creating if needed) the database in directory `dbpath`, which it locks.
+    pub fn open(dbpath: &Path, durability: Durability) -> StorageResult<RedbStorage> {
+        std::fs::create_dir_all(dbpath).map_err(|error| {
+            StorageError::Io(format!(
+                "cannot create --dbpath {}: {error}",
+                dbpath.display()
+            ))
+        })?;
+        let lock_path = dbpath.join(LOCK_FILE_NAME);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|error| {
+                StorageError::Io(format!(
+                    "cannot open lock file {}: {error}",
+                    lock_path.display()
+                ))
+            })?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(StorageError::Io(format!(
+                    "another tideway server is using --dbpath {} (lock file {} is held)",
+                    dbpath.display(),
+                    lock_path.display()
+                )))
+            }
+            Err(TryLockError::Error(error)) => {
+                return Err(StorageError::Io(format!(
+                    "cannot lock {}: {error}",
+                    lock_path.display()
+                )))
+            }
+        }
+        let db = Database::builder()
+            .create(dbpath.join(DATA_FILE_NAME))
+            .map_err(io)?;
+        Self::start(db, durability, Some(dbpath.to_path_buf()), Some(lock))
+    }
+
+    /// A fresh database in memory (lost on drop).
+    pub fn in_memory() -> StorageResult<RedbStorage> {
+        Self::with_backend(redb::backends::InMemoryBackend::new())
+    }
+
+    /// A fresh database on `backend` (tests inject faults this way).
+    fn with_backend(backend: impl redb::StorageBackend) -> StorageResult<RedbStorage> {
+        let db = Database::builder()
+            .create_with_backend(backend)
+            .map_err(io)?;
+        Self::start(db, Durability::Durable, None, None)
+    }
+
+    fn start(
+        db: Database,
+        durability: Durability,
+        dbpath: Option<PathBuf>,
+        lock: Option<File>,
+    ) -> StorageResult<RedbStorage> {
+        let counters = init_meta(&db)?;
+        let catalog = load_catalog(&db)?;
+        let shared = Arc::new(Shared {
+            db,
+            catalog: RwLock::new(Arc::new(catalog)),
+            commits: AtomicU64::new(0),
+        });
+        let (jobs, receiver) = mpsc::channel();
+        let writer = Writer::new(shared.clone(), counters, durability);
+        let writer = std::thread::Builder::new()
+            .name("tideway-writer".to_string())
+            .spawn(move || writer.run(receiver))
+            .map_err(|error| {
+                StorageError::Io(format!("cannot start the writer thread: {error}"))
+            })?;
+        Ok(RedbStorage {
+            shared,
+            jobs: Some(jobs),
+            writer: Some(writer),
+            dbpath,
+            _lock: lock,
+        })
+    }
+
+    /// Write transactions committed since the engine started (one per group).
+    pub fn commit_count(&self) -> u64 {
+        self.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Runs `work` on the writer thread inside a group's transaction and returns its result once
+    /// the group committed (or the commit's error).
+    async fn submit<T, F>(&self, force_durable: bool, bytes: usize, work: F) -> StorageResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Batch) -> StorageResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            force_durable,
+            bytes,
+            apply: Box::new(move |batch: Option<&mut Batch>| -> Finish {
+                let result = match batch {
+                    Some(batch) => match batch.poisoned() {
+                        Some(error) => Err(error),
+                        None => {
+                            let result = work(batch);
+                            if let Err(error @ StorageError::Io(_)) = &result {
+                                batch.poison(error.clone());
+                            }
+                            result
+                        }
+                    },
+                    // The finish call carries the real error.
+                    None => Err(StorageError::Io("no write transaction".to_string())),
+                };
+                Box::new(move |committed: StorageResult<()>| {
+                    // The caller may have gone away; nothing to do then.
+                    let _ = reply.send(committed.and(result));
+                })
+            }),
+        };
+        let stopped = || StorageError::Io("the storage writer has stopped".to_string());
+        self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// Checks the format version (initializing a new database) and loads the id counters.
+fn init_meta(db: &Database) -> StorageResult<Counters> {
+    let txn = db.begin_write().map_err(io)?;
+    let counters = {
+        let mut meta = txn.open_table(META).map_err(io)?;
+        let version = meta
+            .get(META_FORMAT_VERSION)
+            .map_err(io)?
+            .map(|version| version.value());
+        match version {
+            None => {
+                meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)
+                    .map_err(io)?;
+            }
+            Some(FORMAT_VERSION) => {}
+            Some(other) => {
+                return Err(StorageError::Corrupt(format!(
+                    "unsupported data format version {other} (this build reads {FORMAT_VERSION})"
+                )))
+            }
+        }
+        let counter = |name: &str| -> StorageResult<u64> {
+            Ok(meta.get(name).map_err(io)?.map_or(1, |value| value.value()))
+        };
+        Counters {
+            next_rev: counter(META_NEXT_REV)?,
+            next_collection_id: counter(META_NEXT_COLLECTION_ID)?,
+            next_index_id: counter(META_NEXT_INDEX_ID)?,
+        }
+    };
+    // Create the fixed tables so readers always find them.
+    txn.open_table(CATALOG).map_err(io)?;
+    txn.open_table(SIZES).map_err(io)?;
+    txn.commit().map_err(io)?;
+    Ok(counters)
+}
+
+fn load_catalog(db: &Database) -> StorageResult<Catalog> {
+    let txn = db.begin_read().map_err(io)?;
+    let table = txn.open_table(CATALOG).map_err(io)?;
+    let mut catalog = Catalog::default();
+    for item in table.iter().map_err(io)? {
+        let (id, bytes) = item.map_err(io)?;
+        let entry = CollectionEntry::decode(id.value(), bytes.value())?;
+        catalog
+            .collections
+            .insert(entry.meta.ns.clone(), Arc::new(entry));
+    }
+    Ok(catalog)
+}
+
+impl Drop for RedbStorage {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish the queued jobs and exit.
+        self.jobs = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl fmt::Debug for RedbStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedbStorage")
+            .field("dbpath", &self.dbpath)
+            .field("commits", &self.commit_count())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Storage for RedbStorage {
+    fn engine_name(&self) -> &'static str {
+        "redb"
+    }
+
+    async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>> {
+        read::list_databases(&self.shared)
+    }
+
+    async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>> {
+        Ok(self
+            .shared
+            .catalog()
+            .collections
+            .values()
+            .filter(|entry| entry.meta.ns.db == db)
+            .map(|entry| entry.meta.clone())
+            .collect())
+    }
+
+    async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>> {
+        Ok(self
+            .shared
+            .catalog()
+            .collections
+            .get(ns)
+            .map(|entry| entry.meta.clone()))
+    }
+
+    async fn create_collection(
+        &self,
+        ns: &Namespace,
+        options: Document,
+    ) -> StorageResult<CollectionMeta> {
+        let ns = ns.clone();
+        self.submit(false, 0, move |batch| {
+            apply::create_collection(batch, &ns, options)
+        })
+        .await
+    }
+
+    async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool> {
+        let ns = ns.clone();
+        self.submit(false, 0, move |batch| apply::drop_collection(batch, &ns))
+            .await
+    }
+
+    async fn drop_database(&self, db: &str) -> StorageResult<()> {
+        let db = db.to_string();
+        self.submit(false, 0, move |batch| apply::drop_database(batch, &db))
+            .await
+    }
+
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> StorageResult<()> {
+        let (from, to) = (from.clone(), to.clone());
+        self.submit(false, 0, move |batch| {
+            apply::rename_collection(batch, &from, &to, drop_target)
+        })
+        .await
+    }
+
+    async fn set_collection_options(&self, ns: &Namespace, options: Document) -> StorageResult<()> {
+        let ns = ns.clone();
+        self.submit(false, 0, move |batch| {
+            apply::set_collection_options(batch, &ns, options)
+        })
+        .await
+    }
+
+    async fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta> {
+        let ns = ns.clone();
+        self.submit(false, 0, move |batch| {
+            apply::create_indexes(batch, &ns, specs)
+        })
+        .await
+    }
+
+    async fn drop_indexes(&self, ns: &Namespace, names: &[String]) -> StorageResult<()> {
+        let (ns, names) = (ns.clone(), names.to_vec());
+        self.submit(false, 0, move |batch| {
+            apply::drop_indexes(batch, &ns, &names)
+        })
+        .await
+    }
+
+    async fn update_index_spec(
+        &self,
+        ns: &Namespace,
+        name: &str,
+        spec: Document,
+    ) -> StorageResult<()> {
+        let (ns, name) = (ns.clone(), name.to_string());
+        self.submit(false, 0, move |batch| {
+            apply::update_index_spec(batch, &ns, &name, spec)
+        })
+        .await
+    }
+
+    async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
+        read::get(&self.shared, ns, id)
+    }
+
+    async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
+        read::scan(&self.shared, ns, request)
+    }
+
+    async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
+        read::stats(&self.shared, ns)
+    }
+
+    async fn write(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
+        let bytes = ops.iter().map(PreparedOp::bytes).sum();
+        let ns = ns.clone();
+        self.submit(options.force_durable, bytes, move |batch| {
+            apply::write(batch, &ns, ops, options.ordered)
+        })
+        .await
+    }
+}

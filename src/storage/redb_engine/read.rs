@@ -1,0 +1,303 @@
+//! Reads: point gets, paged scans (collection or index, forward or reverse, keyset resume) and
+//! size statistics. Each call is one short redb read transaction that ends before it returns;
+//! nothing here blocks on the writer.
+//!
+//! Scan ranges are over encoded index keys and are treated as key *prefixes*: an Included bound
+//! `b` covers every stored key starting with `b` (for non-unique indexes the stored key is the
+//! index key followed by the `_id` suffix), an Excluded bound excludes them. Resume keys are
+//! stored keys of the scanned table; the next page starts strictly after (before, in reverse).
+//!
+//! Must not: keep a read transaction beyond one call, or return fewer records than the ranges
+//! describe (dangling index entries are skipped; they point to no document).
+
+use std::ops::Bound;
+
+use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetadata, TableError};
+
+use super::catalog::{CollectionEntry, IndexEntry};
+use super::format::{
+    bytes_table, decode_record, entry_id, io, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+};
+use super::writer::Shared;
+use crate::storage::keycodec::{encode_id, prefix_successor};
+use crate::storage::{
+    CollectionStats, IndexSpec, KeyRange, Namespace, Record, ScanPage, ScanRequest, ScanSource,
+    StorageError, StorageResult,
+};
+
+type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+fn begin(shared: &Shared) -> StorageResult<ReadTransaction> {
+    shared.db.begin_read().map_err(io)
+}
+
+/// A data or index table, or `None` if it was never written (or was dropped meanwhile).
+fn open_table(txn: &ReadTransaction, name: &str) -> StorageResult<Option<BytesReadTable>> {
+    match txn.open_table(bytes_table(name)) {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(error) => Err(io(error)),
+    }
+}
+
+pub(super) fn get(
+    shared: &Shared,
+    ns: &Namespace,
+    id: &bson::Bson,
+) -> StorageResult<Option<Record>> {
+    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+        return Ok(None);
+    };
+    let txn = begin(shared)?;
+    let Some(data) = open_table(&txn, &entry.data_table)? else {
+        return Ok(None);
+    };
+    let record = data.get(encode_id(id).as_slice()).map_err(io)?;
+    record
+        .map(|record| decode_record(record.value()))
+        .transpose()
+}
+
+/// A contract range as a range over stored keys: lower bound Included or Unbounded, upper bound
+/// Excluded or Unbounded; `None` if it is empty.
+fn stored_range((lower, upper): KeyRange) -> Option<KeyRange> {
+    let lower = match lower {
+        Bound::Included(key) => Bound::Included(key),
+        Bound::Excluded(key) => Bound::Included(prefix_successor(&key)?),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let upper = match upper {
+        Bound::Included(key) => prefix_successor(&key).map_or(Bound::Unbounded, Bound::Excluded),
+        Bound::Excluded(key) => Bound::Excluded(key),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    Some((lower, upper))
+}
+
+/// `range` narrowed to the keys strictly after (before, in reverse) `resume`.
+fn after_resume(range: &KeyRange, resume: Option<&[u8]>, reverse: bool) -> KeyRange {
+    let (lower, upper) = range.clone();
+    let Some(resume) = resume else {
+        return (lower, upper);
+    };
+    if reverse {
+        let upper = match upper {
+            Bound::Excluded(key) if key.as_slice() <= resume => Bound::Excluded(key),
+            _ => Bound::Excluded(resume.to_vec()),
+        };
+        (lower, upper)
+    } else {
+        let lower = match lower {
+            Bound::Included(key) if key.as_slice() > resume => Bound::Included(key),
+            _ => Bound::Excluded(resume.to_vec()),
+        };
+        (lower, upper)
+    }
+}
+
+fn is_empty((lower, upper): &KeyRange) -> bool {
+    match (lower, upper) {
+        (Bound::Included(low), Bound::Excluded(high)) => low >= high,
+        (Bound::Excluded(low), Bound::Excluded(high)) => low >= high,
+        _ => false,
+    }
+}
+
+fn as_slices(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        range.0.as_ref().map(Vec::as_slice),
+        range.1.as_ref().map(Vec::as_slice),
+    )
+}
+
+pub(super) fn scan(
+    shared: &Shared,
+    ns: &Namespace,
+    request: ScanRequest,
+) -> StorageResult<ScanPage> {
+    let empty = ScanPage {
+        records: Vec::new(),
+        resume: None,
+    };
+    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+        return Ok(empty);
+    };
+    let (index, ranges): (Option<&IndexEntry>, Vec<KeyRange>) = match request.source {
+        ScanSource::Collection => (None, vec![(Bound::Unbounded, Bound::Unbounded)]),
+        ScanSource::Index { name, ranges } => {
+            let ranges = ranges.into_iter().filter_map(stored_range).collect();
+            if name == IndexSpec::ID_INDEX_NAME {
+                (None, ranges)
+            } else {
+                let index = entry
+                    .index_named(&name)
+                    .ok_or(StorageError::IndexNotFound(name))?;
+                (Some(index), ranges)
+            }
+        }
+    };
+    let txn = begin(shared)?;
+    let Some(data) = open_table(&txn, &entry.data_table)? else {
+        return Ok(empty);
+    };
+    let index_table = match index {
+        Some(index) => match open_table(&txn, &index.table)? {
+            Some(table) => Some(table),
+            None => return Ok(empty),
+        },
+        None => None,
+    };
+    let scanned = index_table.as_ref().unwrap_or(&data);
+    let limit = request.limit.max(1);
+    let mut ranges = ranges;
+    if request.reverse {
+        ranges.reverse();
+    }
+    let mut records = Vec::new();
+    let mut last_key: Option<Vec<u8>> = None;
+    for range in &ranges {
+        let range = after_resume(range, request.resume_after.as_deref(), request.reverse);
+        if is_empty(&range) {
+            continue;
+        }
+        let mut entries = scanned.range::<&[u8]>(as_slices(&range)).map_err(io)?;
+        loop {
+            let next = if request.reverse {
+                entries.next_back()
+            } else {
+                entries.next()
+            };
+            let Some(item) = next else {
+                break;
+            };
+            if records.len() == limit {
+                // There is at least one more entry.
+                return Ok(ScanPage {
+                    records,
+                    resume: last_key,
+                });
+            }
+            let (key, value) = item.map_err(io)?;
+            let key = key.value();
+            let record = match index {
+                None => Some(decode_record(value.value())?),
+                Some(index) => {
+                    let id_key = entry_id(key, value.value(), index.unique())?;
+                    match data.get(id_key).map_err(io)? {
+                        Some(record) => Some(decode_record(record.value())?),
+                        None => None,
+                    }
+                }
+            };
+            records.extend(record);
+            last_key = Some(key.to_vec());
+        }
+    }
+    Ok(ScanPage {
+        records,
+        resume: None,
+    })
+}
+
+/// Sizes of one collection from the `sizes` counters and the data table's entry count, all O(1).
+///
+/// Estimates: `storage_size` = key + value bytes of the data table + [`ENTRY_OVERHEAD_BYTES`]
+/// per document; `_id_` = the data table's key bytes + overhead per document; other indexes =
+/// key + value bytes of their table + overhead per entry. Page slack is not counted.
+fn collection_stats(
+    txn: &ReadTransaction,
+    entry: &CollectionEntry,
+) -> StorageResult<CollectionStats> {
+    let sizes = txn.open_table(SIZES).map_err(io)?;
+    let table_sizes = |name: &str| -> StorageResult<(u64, u64, u64)> {
+        let entries = match open_table(txn, name)? {
+            Some(table) => table.len().map_err(io)?,
+            None => 0,
+        };
+        let (key_bytes, value_bytes) = sizes
+            .get(name)
+            .map_err(io)?
+            .map(|sizes| sizes.value())
+            .unwrap_or((0, 0));
+        Ok((entries, key_bytes, value_bytes))
+    };
+    let (count, key_bytes, value_bytes) = table_sizes(&entry.data_table)?;
+    let overhead = count * ENTRY_OVERHEAD_BYTES;
+    let mut index_sizes = vec![(IndexSpec::ID_INDEX_NAME.to_string(), key_bytes + overhead)];
+    for index in &entry.indexes {
+        let (entries, key_bytes, value_bytes) = table_sizes(&index.table)?;
+        index_sizes.push((
+            index.spec().name.clone(),
+            key_bytes + value_bytes + entries * ENTRY_OVERHEAD_BYTES,
+        ));
+    }
+    Ok(CollectionStats {
+        count,
+        data_size: value_bytes.saturating_sub(count * RECORD_HEADER_LEN as u64),
+        storage_size: key_bytes + value_bytes + overhead,
+        index_sizes,
+    })
+}
+
+pub(super) fn stats(shared: &Shared, ns: &Namespace) -> StorageResult<CollectionStats> {
+    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+        return Err(StorageError::NamespaceNotFound(ns.clone()));
+    };
+    collection_stats(&begin(shared)?, &entry)
+}
+
+pub(super) fn list_databases(shared: &Shared) -> StorageResult<Vec<(String, u64)>> {
+    let catalog = shared.catalog();
+    let txn = begin(shared)?;
+    let mut databases: Vec<(String, u64)> = Vec::new();
+    // The catalog is ordered by namespace, so each database's collections are adjacent.
+    for entry in catalog.collections.values() {
+        let size = collection_stats(&txn, entry)?.storage_size;
+        match databases.last_mut() {
+            Some((db, total)) if *db == entry.meta.ns.db => *total += size,
+            _ => databases.push((entry.meta.ns.db.clone(), size)),
+        }
+    }
+    Ok(databases)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> KeyRange {
+        (lower.map(<[u8]>::to_vec), upper.map(<[u8]>::to_vec))
+    }
+
+    #[test]
+    fn contract_ranges_become_prefix_ranges() {
+        assert_eq!(
+            stored_range(range(Bound::Excluded(b"ab"), Bound::Included(b"ax"))),
+            Some(range(Bound::Included(b"ac"), Bound::Excluded(b"ay")))
+        );
+        assert_eq!(
+            stored_range(range(Bound::Excluded(b"\xff"), Bound::Unbounded)),
+            None
+        );
+        assert_eq!(
+            stored_range(range(Bound::Unbounded, Bound::Included(b"\xff"))),
+            Some(range(Bound::Unbounded, Bound::Unbounded))
+        );
+    }
+
+    #[test]
+    fn resume_narrows_ranges() {
+        let full = range(Bound::Included(b"b"), Bound::Excluded(b"y"));
+        assert_eq!(
+            after_resume(&full, Some(b"c"), false),
+            range(Bound::Excluded(b"c"), Bound::Excluded(b"y"))
+        );
+        assert_eq!(after_resume(&full, Some(b"a"), false), full);
+        assert_eq!(
+            after_resume(&full, Some(b"c"), true),
+            range(Bound::Included(b"b"), Bound::Excluded(b"c"))
+        );
+        assert!(is_empty(&after_resume(&full, Some(b"z"), false)));
+        assert!(is_empty(&after_resume(&full, Some(b"a"), true)));
+    }
+}

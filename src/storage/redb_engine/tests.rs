@@ -1,0 +1,546 @@
+//! Tests of the redb engine: the conformance suite on the memory and file backends, plus what is
+//! specific to this engine (persistence, the dbpath lock, group commit, relaxed durability,
+//! concurrent read-modify-write, and a randomized comparison against a `BTreeMap` model).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bson::{doc, Bson, Document};
+use tempfile::TempDir;
+
+use super::{Durability, RedbStorage};
+use crate::storage::conformance::{self, delete, index_spec, insert, replace, scan_all, write_ok};
+use crate::storage::keycodec::{encode_id, encode_key, Direction};
+use crate::storage::{Namespace, ScanSource, Storage, StorageError, WriteOptions, WriteOutcome};
+
+const ORDERED: WriteOptions = WriteOptions {
+    ordered: true,
+    force_durable: false,
+};
+
+fn ns(coll: &str) -> Namespace {
+    Namespace::new("enginetest", coll)
+}
+
+#[tokio::test]
+async fn conformance_in_memory() {
+    let storage = RedbStorage::in_memory().unwrap();
+    conformance::run_all(&storage).await;
+}
+
+#[tokio::test]
+async fn conformance_file_durable() {
+    let dir = TempDir::new().unwrap();
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    conformance::run_all(&storage).await;
+}
+
+#[tokio::test]
+async fn conformance_file_relaxed() {
+    let dir = TempDir::new().unwrap();
+    let storage = RedbStorage::open(dir.path(), Durability::Relaxed { sync_delay_ms: 20 }).unwrap();
+    conformance::run_all(&storage).await;
+}
+
+#[tokio::test]
+async fn everything_persists_across_reopen() {
+    let dir = TempDir::new().unwrap();
+    let coll = ns("persist");
+    let (meta, rev) = {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        storage
+            .create_collection(&coll, doc! {"validator": {"a": {"$exists": true}}})
+            .await
+            .unwrap();
+        storage
+            .create_indexes(
+                &coll,
+                vec![
+                    index_spec("a_1", &[("a", 1)], true, false, None),
+                    index_spec(
+                        "b_-1",
+                        &[("b", -1)],
+                        false,
+                        true,
+                        Some(doc! {"b": {"$gt": 0}}),
+                    ),
+                ],
+            )
+            .await
+            .unwrap();
+        let outcomes = write_ok(
+            &storage,
+            &coll,
+            (0..20)
+                .map(|i| insert(doc! {"_id": i, "a": i, "b": i % 4}))
+                .collect(),
+        )
+        .await;
+        let WriteOutcome::Inserted { rev } = outcomes[19] else {
+            panic!("insert outcome");
+        };
+        storage
+            .create_collection(&ns("other"), Document::new())
+            .await
+            .unwrap();
+        storage.drop_collection(&ns("other")).await.unwrap();
+        (storage.collection(&coll).await.unwrap().unwrap(), rev)
+    };
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(storage.collection(&coll).await.unwrap(), Some(meta));
+    assert_eq!(storage.collection(&ns("other")).await.unwrap(), None);
+    let all = scan_all(&storage, &coll, ScanSource::Collection, false, 7).await;
+    assert_eq!(all.len(), 20);
+    assert_eq!(all[3].doc, doc! {"_id": 3, "a": 3, "b": 3});
+    // Indexes came back with their entries and constraints.
+    let b_entries = scan_all(
+        &storage,
+        &coll,
+        ScanSource::Index {
+            name: "b_-1".into(),
+            ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+        },
+        false,
+        4,
+    )
+    .await;
+    assert_eq!(b_entries.len(), 15, "partial filter b > 0");
+    let results = storage
+        .write(&coll, vec![insert(doc! {"_id": 100, "a": 5})], ORDERED)
+        .await
+        .unwrap();
+    assert!(matches!(&results[0], Err(StorageError::DuplicateKey { index, .. }) if index == "a_1"));
+    // Revisions keep increasing; ids are not reused.
+    let outcome = write_ok(&storage, &coll, vec![insert(doc! {"_id": 101, "a": 101})]).await;
+    assert!(matches!(outcome[0], WriteOutcome::Inserted { rev: new } if new > rev));
+    let stats = storage.stats(&coll).await.unwrap();
+    assert_eq!(stats.count, 21);
+}
+
+#[tokio::test]
+async fn dbpath_is_locked_while_open() {
+    let dir = TempDir::new().unwrap();
+    let first = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    let error = RedbStorage::open(dir.path(), Durability::Durable).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!(
+            "another tideway server is using --dbpath {} (lock file {}/tideway.lock is held)",
+            dir.path().display(),
+            dir.path().display()
+        )),
+        "{message}"
+    );
+    drop(first);
+    let again = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    drop(again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_share_commits() {
+    let dir = TempDir::new().unwrap();
+    let storage = Arc::new(RedbStorage::open(dir.path(), Durability::Durable).unwrap());
+    let coll = ns("group");
+    storage
+        .create_collection(&coll, Document::new())
+        .await
+        .unwrap();
+    let before = storage.commit_count();
+    const WRITES: i32 = 50;
+    let tasks: Vec<_> = (0..WRITES)
+        .map(|i| {
+            let storage = storage.clone();
+            let coll = coll.clone();
+            tokio::spawn(async move {
+                storage
+                    .write(&coll, vec![insert(doc! {"_id": i})], ORDERED)
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let results = task.await.unwrap().unwrap();
+        assert!(results[0].is_ok());
+    }
+    let commits = storage.commit_count() - before;
+    eprintln!("group commit: {WRITES} durable single-insert writes used {commits} commits");
+    assert!(
+        commits < WRITES as u64,
+        "{commits} commits for {WRITES} writes"
+    );
+    assert_eq!(storage.stats(&coll).await.unwrap().count, WRITES as u64);
+}
+
+#[tokio::test]
+async fn relaxed_durability_syncs_in_background_and_on_close() {
+    let dir = TempDir::new().unwrap();
+    let coll = ns("relaxed");
+    {
+        let storage =
+            RedbStorage::open(dir.path(), Durability::Relaxed { sync_delay_ms: 10 }).unwrap();
+        write_ok(&storage, &coll, vec![insert(doc! {"_id": 1})]).await;
+        let after_write = storage.commit_count();
+        // The background durable commit follows within the delay.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(
+            storage.commit_count(),
+            after_write + 1,
+            "one background sync"
+        );
+        // Forced durability commits durably right away (no extra sync pending afterwards).
+        let results = storage
+            .write(
+                &coll,
+                vec![insert(doc! {"_id": 2})],
+                WriteOptions {
+                    ordered: true,
+                    force_durable: true,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(results[0].is_ok());
+        let after_forced = storage.commit_count();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(storage.commit_count(), after_forced, "nothing left to sync");
+        write_ok(&storage, &coll, vec![insert(doc! {"_id": 3})]).await;
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(storage.stats(&coll).await.unwrap().count, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_read_modify_write_is_exact() {
+    let storage = Arc::new(RedbStorage::in_memory().unwrap());
+    let coll = ns("counter");
+    write_ok(&*storage, &coll, vec![insert(doc! {"_id": 1, "n": 0i64})]).await;
+    const TASKS: i64 = 16;
+    const INCREMENTS: i64 = 25;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let storage = storage.clone();
+            let coll = coll.clone();
+            tokio::spawn(async move {
+                let mut conflicts = 0u64;
+                for _ in 0..INCREMENTS {
+                    loop {
+                        let record = storage.get(&coll, &Bson::Int32(1)).await.unwrap().unwrap();
+                        let n = record.doc.get_i64("n").unwrap();
+                        let results = storage
+                            .write(
+                                &coll,
+                                vec![replace(1, record.rev, doc! {"_id": 1, "n": n + 1})],
+                                ORDERED,
+                            )
+                            .await
+                            .unwrap();
+                        match &results[0] {
+                            Ok(_) => break,
+                            Err(StorageError::WriteConflict) => conflicts += 1,
+                            Err(other) => panic!("unexpected {other:?}"),
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let mut conflicts = 0;
+    for task in tasks {
+        conflicts += task.await.unwrap();
+    }
+    let record = storage.get(&coll, &Bson::Int32(1)).await.unwrap().unwrap();
+    eprintln!(
+        "read-modify-write: {} increments, {conflicts} conflicts retried",
+        TASKS * INCREMENTS
+    );
+    assert_eq!(record.doc.get_i64("n").unwrap(), TASKS * INCREMENTS);
+}
+
+/// xorshift64*: small, deterministic.
+struct Prng(u64);
+
+impl Prng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+#[tokio::test]
+async fn randomized_against_a_model() {
+    let storage = RedbStorage::in_memory().unwrap();
+    let coll = ns("model");
+    storage
+        .create_indexes(
+            &coll,
+            vec![index_spec("a_1", &[("a", 1)], false, false, None)],
+        )
+        .await
+        .unwrap();
+    // Model: encoded _id → (document, rev).
+    let mut model: BTreeMap<Vec<u8>, (Document, u64)> = BTreeMap::new();
+    let mut rng = Prng(0x9E37_79B9_7F4A_7C15);
+    for step in 0..3000 {
+        let id = Bson::Int64(rng.below(60) as i64);
+        let key = encode_id(&id);
+        let a_value = match rng.below(4) {
+            0 => Bson::Array(vec![
+                Bson::Int32(rng.below(5) as i32),
+                Bson::Int32(rng.below(5) as i32),
+            ]),
+            1 => Bson::Null,
+            _ => Bson::Int32(rng.below(8) as i32),
+        };
+        let document = doc! {"_id": id.clone(), "a": a_value, "step": step};
+        match rng.below(10) {
+            0..=3 => {
+                let results = storage
+                    .write(&coll, vec![insert(document.clone())], ORDERED)
+                    .await
+                    .unwrap();
+                match (&results[0], model.contains_key(&key)) {
+                    (Ok(WriteOutcome::Inserted { rev }), false) => {
+                        model.insert(key, (document, *rev));
+                    }
+                    (Err(StorageError::DuplicateKey { .. }), true) => {}
+                    other => panic!("step {step}: insert gave {other:?}"),
+                }
+            }
+            4..=6 => {
+                let current = model.get(&key).map(|(_, rev)| *rev);
+                let stale = rng.below(4) == 0;
+                let expected_rev = match (current, stale) {
+                    (Some(rev), false) => rev,
+                    (Some(rev), true) => rev.saturating_sub(1),
+                    (None, _) => 1,
+                };
+                let results = storage
+                    .write(
+                        &coll,
+                        vec![replace(id.clone(), expected_rev, document.clone())],
+                        ORDERED,
+                    )
+                    .await
+                    .unwrap();
+                match (&results[0], current) {
+                    (Ok(WriteOutcome::Replaced { rev }), Some(current)) if !stale => {
+                        assert!(*rev > current);
+                        model.insert(key, (document, *rev));
+                    }
+                    (Err(StorageError::WriteConflict), _) => {
+                        assert!(current.is_none() || stale, "step {step}: spurious conflict")
+                    }
+                    other => panic!("step {step}: replace gave {other:?}"),
+                }
+            }
+            7..=8 => {
+                let expected_rev = model.get(&key).map(|(_, rev)| *rev);
+                let results = storage
+                    .write(&coll, vec![delete(id.clone(), expected_rev)], ORDERED)
+                    .await
+                    .unwrap();
+                match (&results[0], model.remove(&key)) {
+                    (Ok(WriteOutcome::Deleted), Some(_)) => {}
+                    (Err(StorageError::WriteConflict), None) => {}
+                    other => panic!("step {step}: delete gave {other:?}"),
+                }
+            }
+            _ => {
+                let page = 1 + rng.below(9) as usize;
+                let reverse = rng.below(2) == 0;
+                let scanned =
+                    scan_all(&storage, &coll, ScanSource::Collection, reverse, page).await;
+                let mut expected: Vec<(Document, u64)> = model.values().cloned().collect();
+                if reverse {
+                    expected.reverse();
+                }
+                let found: Vec<(Document, u64)> = scanned
+                    .into_iter()
+                    .map(|record| (record.doc, record.rev))
+                    .collect();
+                assert_eq!(found, expected, "step {step}: collection scan");
+                check_index_against_model(&storage, &coll, &model, page, step).await;
+            }
+        }
+    }
+    check_index_against_model(&storage, &coll, &model, 5, 3000).await;
+    assert_eq!(
+        storage.stats(&coll).await.unwrap().count,
+        model.len() as u64
+    );
+}
+
+/// The `a_1` index holds exactly one entry per (distinct key value, document), in key order.
+async fn check_index_against_model(
+    storage: &RedbStorage,
+    coll: &Namespace,
+    model: &BTreeMap<Vec<u8>, (Document, u64)>,
+    page: usize,
+    step: i32,
+) {
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (id_key, (document, _)) in model {
+        let mut keys: Vec<Vec<u8>> = match document.get("a") {
+            Some(Bson::Array(values)) => values
+                .iter()
+                .map(|value| encode_key(&[(value, Direction::Ascending)]))
+                .collect(),
+            Some(value) => vec![encode_key(&[(value, Direction::Ascending)])],
+            None => vec![encode_key(&[(&Bson::Null, Direction::Ascending)])],
+        };
+        keys.sort();
+        keys.dedup();
+        expected.extend(keys.into_iter().map(|key| (key, id_key.clone())));
+    }
+    expected.sort();
+    let scanned = scan_all(
+        storage,
+        coll,
+        ScanSource::Index {
+            name: "a_1".into(),
+            ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+        },
+        false,
+        page,
+    )
+    .await;
+    let found: Vec<Vec<u8>> = scanned
+        .iter()
+        .map(|record| encode_id(record.doc.get("_id").unwrap_or(&Bson::Null)))
+        .collect();
+    let expected: Vec<Vec<u8>> = expected.into_iter().map(|(_, id_key)| id_key).collect();
+    assert_eq!(found, expected, "step {step}: index scan");
+}
+
+#[tokio::test]
+async fn large_insert_batch_is_one_write() {
+    let storage = RedbStorage::in_memory().unwrap();
+    let coll = ns("large");
+    let ops = (0..100_000)
+        .map(|i| insert(doc! {"_id": i, "name": format!("user{i}"), "n": i % 100}))
+        .collect();
+    let started = Instant::now();
+    let results = storage.write(&coll, ops, ORDERED).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(results.len(), 100_000);
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(storage.stats(&coll).await.unwrap().count, 100_000);
+    eprintln!("100k-document insert batch (memory backend): {elapsed:?}");
+}
+
+/// Throughput numbers; run with `cargo test --release -- --ignored --nocapture throughput`.
+#[tokio::test]
+#[ignore]
+async fn throughput() {
+    let storage = RedbStorage::in_memory().unwrap();
+    let coll = ns("throughput");
+    const N: i32 = 100_000;
+    let ops = (0..N)
+        .map(|i| insert(doc! {"_id": i, "name": format!("user{i}"), "n": i % 100}))
+        .collect();
+    let started = Instant::now();
+    storage.write(&coll, ops, ORDERED).await.unwrap();
+    eprintln!("insert batch of {N}: {:?}", started.elapsed());
+    let started = Instant::now();
+    for i in 0..N {
+        let record = storage.get(&coll, &Bson::Int32(i)).await.unwrap();
+        assert!(record.is_some());
+    }
+    let elapsed = started.elapsed();
+    eprintln!("point gets: {:.0}/s", f64::from(N) / elapsed.as_secs_f64());
+    let started = Instant::now();
+    let all = scan_all(&storage, &coll, ScanSource::Collection, false, 1000).await;
+    eprintln!(
+        "full scan of {} in pages of 1000: {:?}",
+        all.len(),
+        started.elapsed()
+    );
+    storage
+        .create_indexes(
+            &coll,
+            vec![index_spec("n_1", &[("n", 1)], false, false, None)],
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut writes = 0;
+    for i in 0..2000 {
+        let storage = &storage;
+        write_ok(storage, &coll, vec![insert(doc! {"_id": N + i, "n": i})]).await;
+        writes += 1;
+    }
+    eprintln!(
+        "sequential single inserts (memory, durable): {:.0}/s",
+        f64::from(writes) / started.elapsed().as_secs_f64()
+    );
+}
+
+/// An in-memory backend whose `sync_data` fails while `fail_sync` is set.
+#[derive(Debug)]
+struct FailingSyncBackend {
+    inner: redb::backends::InMemoryBackend,
+    fail_sync: Arc<AtomicBool>,
+}
+
+impl redb::StorageBackend for FailingSyncBackend {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.inner.len()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.inner.read(offset, out)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.inner.set_len(len)
+    }
+
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected sync failure"));
+        }
+        self.inner.sync_data()
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.inner.write(offset, data)
+    }
+}
+
+#[tokio::test]
+async fn failed_commit_answers_the_error_and_publishes_nothing() {
+    let fail_sync = Arc::new(AtomicBool::new(false));
+    let storage = RedbStorage::with_backend(FailingSyncBackend {
+        inner: redb::backends::InMemoryBackend::new(),
+        fail_sync: fail_sync.clone(),
+    })
+    .unwrap();
+    let kept = ns("kept");
+    write_ok(&storage, &kept, vec![insert(doc! {"_id": 1})]).await;
+    fail_sync.store(true, Ordering::SeqCst);
+    let failed = ns("failed");
+    let error = storage
+        .create_collection(&failed, Document::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StorageError::Io(_)), "{error:?}");
+    assert_eq!(storage.collection(&failed).await.unwrap(), None);
+    let error = storage
+        .write(&failed, vec![insert(doc! {"_id": 2})], ORDERED)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StorageError::Io(_)), "{error:?}");
+    assert_eq!(storage.collection(&failed).await.unwrap(), None);
+    assert!(storage.get(&kept, &Bson::Int32(1)).await.unwrap().is_some());
+    assert_eq!(storage.get(&failed, &Bson::Int32(2)).await.unwrap(), None);
+}

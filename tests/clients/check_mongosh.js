@@ -1,0 +1,188 @@
+'use strict';
+// Real-client checks with mongosh (the MongoDB Shell) against a running tideway server.
+//
+// Usage: node check_mongosh.js PORT
+// Environment:
+//   MONGOSH_BIN            the mongosh executable (run.sh: target/clients/node/node_modules/.bin/mongosh)
+//   TIDEWAY_MONGOSH_HOME   a scratch directory used as mongosh's HOME (config, logs, history)
+//
+// mongosh runs non-interactively (--eval, or a script on stdin), never reads a user's
+// ~/.mongoshrc.js (--norc), and is kept from reaching the network: telemetry is forced off and
+// has no endpoint, and the update check has no URL (see mongoshEnv()).
+//
+// Prints `PASS name` / `FAIL name` (with indented details) / `SKIP name: why` per check and exits
+// non-zero if any failed. Each scenario is one function in SCENARIOS.
+
+const { spawnSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const SERVER_VERSION = '7.0.0';
+const MARK = 'TIDEWAY-CHECK';
+
+const port = Number(process.argv[2]);
+const MONGOSH = process.env.MONGOSH_BIN;
+const HOME = process.env.TIDEWAY_MONGOSH_HOME;
+if (!Number.isInteger(port) || port <= 0 || !MONGOSH || !HOME) {
+  console.error('usage: MONGOSH_BIN=... TIDEWAY_MONGOSH_HOME=... node check_mongosh.js PORT');
+  process.exit(2);
+}
+const URI = `mongodb://127.0.0.1:${port}/test?directConnection=true`;
+
+class Skip extends Error {}
+
+class CheckFailure extends Error {}
+
+function mongoshEnv() {
+  fs.mkdirSync(HOME, { recursive: true });
+  // A global config file (EJSON) that switches off everything that would phone home.
+  const globalConfig = path.join(HOME, 'mongosh-global.conf');
+  fs.writeFileSync(globalConfig, JSON.stringify({
+    forceDisableTelemetry: true,
+    telemetryEndpoint: '',
+    updateURL: '',
+  }));
+  return {
+    ...process.env,
+    HOME,
+    DO_NOT_TRACK: '1',
+    CI: '1', // mongosh skips its update check in CI
+    MONGOSH_GLOBAL_CONFIG_FILE_FOR_TESTING: globalConfig,
+    MONGOSH_FORCE_DISABLE_TELEMETRY_FOR_TESTING: '1',
+    MONGOSH_TELEMETRY_ENDPOINT: '',
+    NO_COLOR: '1',
+  };
+}
+
+const ENV = mongoshEnv();
+
+function mongosh(args, input = '') {
+  const result = spawnSync(MONGOSH, [URI, '--norc', ...args], {
+    env: ENV,
+    input,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  const output = `${result.stdout ?? ''}${result.stderr ?? ''}`;
+  const describe = () => [
+    `command: mongosh ${[URI, '--norc', ...args].map((a) => JSON.stringify(a)).join(' ')}`,
+    input ? `stdin: ${JSON.stringify(input)}` : null,
+    `exit status: ${result.status}${result.signal ? ` (signal ${result.signal})` : ''}`,
+    result.error ? `spawn error: ${result.error.message}` : null,
+    'output:',
+    ...output.split('\n').map((l) => `  | ${l}`),
+  ].filter((l) => l !== null).join('\n');
+  return { ...result, output, describe };
+}
+
+function expect(run, condition, what) {
+  if (!condition) throw new CheckFailure(`${what}\n${run.describe()}`);
+}
+
+function expectSuccess(run) {
+  expect(run, !run.error && run.status === 0, 'mongosh did not exit with status 0');
+}
+
+function expectGenuine(run) {
+  expect(run, !/Non-Genuine/i.test(run.output), 'mongosh printed a "Non-Genuine MongoDB" warning');
+}
+
+// A --eval script that throws (so mongosh exits non-zero) unless `condition` holds, then prints `MARK name`.
+function evalScript(name, setup, condition, describeActual) {
+  return `${setup}
+if (!(${condition})) { throw new Error(${JSON.stringify(`${name}: `)} + ${describeActual}); }
+print(${JSON.stringify(`${MARK} ${name}`)});`;
+}
+
+// --- scenarios ---------------------------------------------------------------------------------
+
+function ping() {
+  const script = evalScript('ping', 'const r = db.runCommand({ ping: 1 });', 'r.ok === 1',
+    '"server answered " + EJSON.stringify(r) + ", expected ok === 1"');
+  const run = mongosh(['--quiet', '--eval', script]);
+  expectSuccess(run);
+  expect(run, run.stdout.includes(`${MARK} ping`), 'the --eval script did not run to its end');
+}
+
+function version() {
+  const script = evalScript('version', 'const v = db.version();', `v === ${JSON.stringify(SERVER_VERSION)}`,
+    `"db.version() returned " + JSON.stringify(v) + ", expected ${SERVER_VERSION}"`);
+  const run = mongosh(['--quiet', '--eval', script]);
+  expectSuccess(run);
+  expect(run, run.stdout.includes(`${MARK} version`), 'the --eval script did not run to its end');
+}
+
+function serverErrorExitStatus() {
+  // A command the server rejects must surface as a MongoServerError and a non-zero exit status
+  // (this also proves the checks above would notice a failing --eval).
+  const run = mongosh(['--quiet', '--eval', 'db.runCommand({ tidewayNoSuchCommand: 1 })']);
+  expect(run, !run.error && run.status !== 0 && run.status !== null,
+    'mongosh exited 0 although the server rejected the command');
+  expect(run, /MongoServerError/.test(run.output) && /tidewayNoSuchCommand/.test(run.output),
+    'mongosh did not report the server\'s error for an unknown command');
+}
+
+function bannerVerbose() {
+  // --eval is quiet by default; --verbose shows what a person sees on connecting: the greeting,
+  // the server's startup warnings and, for an emulation, the "Non-Genuine MongoDB" banner.
+  const run = mongosh(['--verbose', '--eval', `print(${JSON.stringify(`${MARK} banner`)})`]);
+  expectSuccess(run);
+  expect(run, run.stdout.includes(`${MARK} banner`), 'the --eval script did not run');
+  expect(run, new RegExp(`Using MongoDB:\\s+${SERVER_VERSION.replace(/\./g, '\\.')}`).test(run.output),
+    `the greeting does not say "Using MongoDB: ${SERVER_VERSION}"`);
+  expectGenuine(run);
+}
+
+function interactivePrompt() {
+  // Interactive mode with commands on stdin: the normal greeting, a `test>` prompt, the answer.
+  const run = mongosh([], 'db.runCommand({ ping: 1 })\n');
+  expectSuccess(run);
+  expect(run, run.output.includes('test> '), 'no "test> " prompt in interactive mode');
+  expect(run, /\{\s*ok: 1\s*\}/.test(run.output), 'the ping at the prompt did not print { ok: 1 }');
+  expect(run, new RegExp(`Using MongoDB:\\s+${SERVER_VERSION.replace(/\./g, '\\.')}`).test(run.output),
+    `the greeting does not say "Using MongoDB: ${SERVER_VERSION}"`);
+  expectGenuine(run);
+}
+
+function genuineInLog() {
+  // mongosh records its server classification in its own log ("is_genuine"); it must never be false.
+  const logDir = path.join(HOME, '.mongodb', 'mongosh');
+  const logs = fs.existsSync(logDir) ? fs.readdirSync(logDir).filter((f) => f.endsWith('_log')) : [];
+  const text = logs.map((f) => fs.readFileSync(path.join(logDir, f), 'utf8')).join('\n');
+  const verdicts = [...text.matchAll(/"is_genuine":(true|false),"non_genuine_server_name":"([^"]*)"/g)];
+  if (verdicts.length === 0) throw new Skip(`no "is_genuine" entry in mongosh's logs under ${logDir}`);
+  const bad = verdicts.filter((m) => m[1] !== 'true');
+  if (bad.length) {
+    throw new CheckFailure(`mongosh classified the server as non-genuine: ${bad.map((m) => m[0]).join(', ')}`);
+  }
+}
+
+const SCENARIOS = [
+  ['ping', ping],
+  ['version', version],
+  ['server_error_exit_status', serverErrorExitStatus],
+  ['banner_verbose', bannerVerbose],
+  ['interactive_prompt', interactivePrompt],
+  ['genuine_in_log', genuineInLog], // after the runs above, which write the logs
+];
+
+// --- runner ------------------------------------------------------------------------------------
+
+let failed = 0;
+for (const [scenarioName, fn] of SCENARIOS) {
+  const name = `mongosh/${scenarioName}`;
+  try {
+    fn();
+    console.log(`PASS ${name}`);
+  } catch (err) {
+    if (err instanceof Skip) {
+      console.log(`SKIP ${name}: ${err.message}`);
+      continue;
+    }
+    failed++;
+    console.log(`FAIL ${name}`);
+    const text = err instanceof CheckFailure ? err.message : (err?.stack ?? String(err));
+    for (const line of text.split('\n')) console.log(`    ${line}`);
+  }
+}
+process.exitCode = failed ? 1 : 0;
