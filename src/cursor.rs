@@ -8,11 +8,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use bson::{Bson, Document};
+use bson::Document;
 
-use crate::exec::DocStream;
+use crate::exec::{DocStream, Visibility};
 use crate::query::Projection;
-use crate::storage::{Record, Storage, StorageResult};
+use crate::storage::{Namespace, Record, Storage, StorageResult};
 
 /// mongod's `cursorTimeoutMillis` default: 10 minutes.
 pub const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
@@ -32,6 +32,8 @@ pub enum CursorSource {
 pub struct Cursor {
     /// `db.coll` for collections, `db.$cmd.listCollections` and the like for catalog cursors.
     pub ns: String,
+    /// The collection read, whose TTL policies decide what stays visible; `None` for catalog cursors.
+    pub collection: Option<Namespace>,
     source: CursorSource,
     projection: Option<Projection>,
     /// Documents still allowed by `limit`, if any.
@@ -43,12 +45,14 @@ pub struct Cursor {
 impl Cursor {
     pub fn new(
         ns: String,
+        collection: Option<Namespace>,
         source: CursorSource,
         projection: Option<Projection>,
         limit: Option<u64>,
     ) -> Cursor {
         Cursor {
             ns,
+            collection,
             source,
             projection,
             remaining: limit.filter(|limit| *limit > 0),
@@ -57,13 +61,17 @@ impl Cursor {
         }
     }
 
-    /// Up to `max_docs` documents (and at most [`MAX_BATCH_BYTES`]), and whether the cursor is
-    /// exhausted afterwards.
+    /// Up to `max_docs` documents visible under `visibility` (and at most [`MAX_BATCH_BYTES`]), and
+    /// whether the cursor is exhausted afterwards.
     pub async fn next_batch(
         &mut self,
         storage: &dyn Storage,
         max_docs: Option<u64>,
+        visibility: &Visibility,
     ) -> StorageResult<(Vec<Document>, bool)> {
+        if let CursorSource::Stream(stream) = &mut self.source {
+            stream.set_visibility(visibility.clone());
+        }
         let mut batch = Vec::new();
         let mut batch_bytes = 0usize;
         let max_docs = match (max_docs, self.remaining) {
@@ -74,11 +82,13 @@ impl Cursor {
         {
             let record = match &mut self.source {
                 CursorSource::Stream(stream) => stream.next(storage).await?,
-                CursorSource::Buffered(records) => records.pop_front(),
+                CursorSource::Buffered(records) => next_visible(records, visibility),
             };
             let Some(record) = record else { break };
             let document = match &self.projection {
-                Some(projection) => projection.apply(&record.doc, &|_| Bson::Null),
+                Some(projection) => {
+                    projection.apply(&record.doc, &|name| visibility.meta_value(name, &record))
+                }
                 None => record.doc,
             };
             batch_bytes += document_size(&document);
@@ -90,10 +100,22 @@ impl Cursor {
         let exhausted = self.remaining == Some(0)
             || match &mut self.source {
                 CursorSource::Stream(stream) => !stream.has_more(storage).await?,
+                // Records left may expire before the next getMore, which then returns an empty
+                // final batch: valid for any MongoDB cursor.
                 CursorSource::Buffered(records) => records.is_empty(),
             };
         Ok((batch, exhausted))
     }
+}
+
+/// Pops buffered records until one is still visible.
+fn next_visible(records: &mut VecDeque<Record>, visibility: &Visibility) -> Option<Record> {
+    while let Some(record) = records.pop_front() {
+        if visibility.is_visible(&record) {
+            return Some(record);
+        }
+    }
+    None
 }
 
 /// Approximate BSON size of a document, for batch limits.

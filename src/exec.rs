@@ -3,7 +3,9 @@
 //!
 //! Invariants: storage may return a superset of what a plan asks for, so every record is re-checked
 //! with the filter here; an index scan may meet a document once per matching key (multikey), so
-//! streams over an index skip documents they already produced. Nothing here knows about commands or
+//! streams over an index skip documents they already produced; and an expired document is never
+//! produced: every record passes [`Visibility`] at the moment it is handed out, so a cursor opened
+//! before an expiry does not return the document after it. Nothing here knows about commands or
 //! reply shapes.
 
 use std::collections::{HashSet, VecDeque};
@@ -18,9 +20,77 @@ use crate::storage::{
     CollectionMeta, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource, Storage,
     StorageResult,
 };
+use crate::ttl::TtlPolicies;
 
 /// Records fetched from storage per page while streaming.
 const PAGE_SIZE: usize = 256;
+
+/// Which records a read may see: everything except what the collection's TTL policies say has
+/// expired at `now_ms`.
+#[derive(Clone, Debug)]
+pub struct Visibility {
+    pub policies: Arc<TtlPolicies>,
+    pub now_ms: i64,
+}
+
+impl Visibility {
+    /// Everything is visible (collections without TTL policies, catalog listings).
+    pub fn everything(now_ms: i64) -> Visibility {
+        Visibility {
+            policies: Arc::new(TtlPolicies::default()),
+            now_ms,
+        }
+    }
+
+    pub fn for_meta(meta: Option<&CollectionMeta>, now_ms: i64) -> Visibility {
+        match meta {
+            Some(meta) => Visibility {
+                policies: Arc::new(TtlPolicies::from_meta(meta)),
+                now_ms,
+            },
+            None => Visibility::everything(now_ms),
+        }
+    }
+
+    pub fn is_visible(&self, record: &Record) -> bool {
+        !self.policies.is_expired(record, self.now_ms)
+    }
+
+    /// The value of `{$meta: name}` in a projection of `record`.
+    pub fn meta_value(&self, name: &str, record: &Record) -> Bson {
+        self.policies.meta_value(name, record)
+    }
+}
+
+/// A collection as one command sees it: its catalog entry and what is visible at the command's time.
+#[derive(Clone, Debug)]
+pub struct CollectionView {
+    pub ns: Namespace,
+    pub meta: Option<CollectionMeta>,
+    pub visibility: Visibility,
+}
+
+impl CollectionView {
+    pub async fn load(
+        storage: &dyn Storage,
+        ns: &Namespace,
+        now_ms: i64,
+    ) -> StorageResult<CollectionView> {
+        let meta = storage.collection(ns).await?;
+        let visibility = Visibility::for_meta(meta.as_ref(), now_ms);
+        Ok(CollectionView {
+            ns: ns.clone(),
+            meta,
+            visibility,
+        })
+    }
+
+    /// A stream of the visible records matching `filter`, read the way [`plan`] chooses.
+    pub fn stream(&self, filter: Arc<Filter>, sort: Option<&SortSpec>) -> DocStream {
+        let plan = plan(self.meta.as_ref(), &filter, sort);
+        DocStream::new(self.ns.clone(), filter, plan, self.visibility.clone())
+    }
+}
 
 /// How a read is carried out.
 #[derive(Clone, Debug, PartialEq)]
@@ -104,6 +174,7 @@ pub fn plan(meta: Option<&CollectionMeta>, filter: &Filter, sort: Option<&SortSp
 /// the collection scan itself.
 fn usable_for_ranges(index: &IndexSpec) -> bool {
     !index.is_id_index()
+        && !index.catalog_only
         && !index.sparse
         && index.partial_filter.is_none()
         && !index.spec.get_bool("hidden").unwrap_or(false)
@@ -168,10 +239,16 @@ pub struct DocStream {
     buffer: VecDeque<Record>,
     /// Encoded `_id`s already produced, for index scans (multikey entries repeat documents).
     produced: Option<HashSet<Vec<u8>>>,
+    visibility: Visibility,
 }
 
 impl DocStream {
-    pub fn new(ns: Namespace, filter: Arc<Filter>, plan: Plan) -> DocStream {
+    pub fn new(
+        ns: Namespace,
+        filter: Arc<Filter>,
+        plan: Plan,
+        visibility: Visibility,
+    ) -> DocStream {
         let produced = matches!(
             plan,
             Plan::Scan {
@@ -188,14 +265,28 @@ impl DocStream {
             exhausted: false,
             buffer: VecDeque::new(),
             produced,
+            visibility,
         }
     }
 
-    /// The next matching record, or `None` when there are no more.
+    /// Whether the stream already yields `sort` order.
+    pub fn satisfies(&self, sort: &SortSpec) -> bool {
+        self.plan.satisfies(sort)
+    }
+
+    /// Continues under new visibility (a `getMore` at a later time, or after a policy change).
+    pub fn set_visibility(&mut self, visibility: Visibility) {
+        self.visibility = visibility;
+    }
+
+    /// The next matching visible record, or `None` when there are no more.
     pub async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
         loop {
             if let Some(record) = self.buffer.pop_front() {
-                return Ok(Some(record));
+                if self.visibility.is_visible(&record) {
+                    return Ok(Some(record));
+                }
+                continue;
             }
             if self.exhausted {
                 return Ok(None);
@@ -204,7 +295,8 @@ impl DocStream {
         }
     }
 
-    /// Whether another record will come, fetching ahead as needed (the record stays queued).
+    /// Whether another record will come, fetching ahead as needed (the record stays queued; it is
+    /// checked for visibility again when handed out).
     pub async fn has_more(&mut self, storage: &dyn Storage) -> StorageResult<bool> {
         while self.buffer.is_empty() && !self.exhausted {
             self.fetch_page(storage).await?;
@@ -248,7 +340,7 @@ impl DocStream {
             }
         };
         for record in records {
-            if !self.filter.matches(&record.doc) {
+            if !self.visibility.is_visible(&record) || !self.filter.matches(&record.doc) {
                 continue;
             }
             if let Some(produced) = &mut self.produced {
@@ -263,46 +355,39 @@ impl DocStream {
     }
 }
 
-/// Every record matching `filter` in `ns`, sorted by `sort` when given (a blocking sort where the
+/// Every visible record matching `filter`, sorted by `sort` when given (a blocking sort where the
 /// plan does not already produce that order).
 pub async fn find_all(
     storage: &dyn Storage,
-    ns: &Namespace,
+    view: &CollectionView,
     filter: Arc<Filter>,
     sort: Option<&SortSpec>,
 ) -> StorageResult<Vec<Record>> {
-    let meta = storage.collection(ns).await?;
-    let plan = plan(meta.as_ref(), &filter, sort);
-    let presorted = sort.is_none_or(|sort| plan.satisfies(sort));
-    let mut records = DocStream::new(ns.clone(), filter, plan)
-        .collect(storage)
-        .await?;
+    let stream = view.stream(filter, sort);
+    let presorted = sort.is_none_or(|sort| stream.satisfies(sort));
+    let mut records = stream.collect(storage).await?;
     if let Some(sort) = sort.filter(|_| !presorted) {
         sort_records(&mut records, sort);
     }
     Ok(records)
 }
 
-/// The first record matching `filter` in `sort` order (natural order without one), reading only as
-/// far as needed when the plan already yields that order.
+/// The first visible record matching `filter` in `sort` order (natural order without one),
+/// reading only as far as needed when the plan already yields that order.
 pub async fn first_match(
     storage: &dyn Storage,
-    ns: &Namespace,
+    view: &CollectionView,
     filter: Arc<Filter>,
     sort: Option<&SortSpec>,
 ) -> StorageResult<Option<Record>> {
-    let meta = storage.collection(ns).await?;
-    let plan = plan(meta.as_ref(), &filter, sort);
-    match sort.filter(|sort| !plan.satisfies(sort)) {
-        None => DocStream::new(ns.clone(), filter, plan).next(storage).await,
-        Some(sort) => {
-            let mut records = DocStream::new(ns.clone(), filter, plan)
-                .collect(storage)
-                .await?;
-            sort_records(&mut records, sort);
-            Ok(records.into_iter().next())
-        }
+    let mut stream = view.stream(filter.clone(), sort);
+    if sort.is_none_or(|sort| stream.satisfies(sort)) {
+        return stream.next(storage).await;
     }
+    Ok(find_all(storage, view, filter, sort)
+        .await?
+        .into_iter()
+        .next())
 }
 
 /// Sorts by `sort`, computing each document's sort key once.
@@ -333,6 +418,7 @@ mod tests {
             sparse: false,
             partial_filter: None,
             spec: doc! {"v": 2, "key": key, "name": name},
+            catalog_only: false,
         }
     }
 

@@ -16,9 +16,11 @@ pub mod exec;
 pub mod logbuf;
 pub mod params;
 pub mod query;
+pub mod reaper;
 pub mod server;
 pub mod state;
 pub mod storage;
+pub mod ttl;
 pub mod wire;
 
 pub use config::Config;

@@ -2,7 +2,7 @@
 //! read it and whether it may be set at startup. Values live in atomics so readers never lock.
 //! Invariant: `getParameter` reports the value the server is actually using.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bson::{doc, Bson, Document};
 
@@ -12,16 +12,33 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 /// The feature compatibility version that matches `buildInfo.version` and `maxWireVersion`.
 pub const FEATURE_COMPATIBILITY_VERSION: &str = "7.0";
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Parameters {
     enable_test_commands: AtomicBool,
+    ttl_monitor_enabled: AtomicBool,
+    ttl_monitor_sleep_secs: AtomicU64,
 }
+
+impl Default for Parameters {
+    fn default() -> Self {
+        Parameters {
+            enable_test_commands: AtomicBool::new(false),
+            ttl_monitor_enabled: AtomicBool::new(true),
+            ttl_monitor_sleep_secs: AtomicU64::new(DEFAULT_TTL_MONITOR_SLEEP_SECS),
+        }
+    }
+}
+
+/// How often the TTL reaper wakes by default (mongod's default is 60; tideway deletes promptly).
+pub const DEFAULT_TTL_MONITOR_SLEEP_SECS: u64 = 1;
 
 struct ParameterSpec {
     name: &'static str,
     get: fn(&Parameters) -> Bson,
     /// Parses and applies a `--setParameter name=value` at startup; `None` if not settable then.
     set_at_startup: Option<fn(&Parameters, &str) -> CommandResult<()>>,
+    /// Applies a `setParameter` value at runtime; `None` if not settable then.
+    set_at_runtime: Option<fn(&Parameters, &Bson) -> CommandResult<()>>,
 }
 
 const PARAMETERS: &[ParameterSpec] = &[
@@ -33,11 +50,56 @@ const PARAMETERS: &[ParameterSpec] = &[
                 .store(parse_bool(value)?, Ordering::Relaxed);
             Ok(())
         }),
+        set_at_runtime: None,
     },
     ParameterSpec {
         name: "featureCompatibilityVersion",
         get: |_| Bson::Document(doc! {"version": FEATURE_COMPATIBILITY_VERSION}),
         set_at_startup: None,
+        set_at_runtime: None,
+    },
+    ParameterSpec {
+        name: "ttlMonitorEnabled",
+        get: |p| Bson::Boolean(p.ttl_monitor_enabled()),
+        set_at_startup: Some(|p, value| {
+            p.ttl_monitor_enabled
+                .store(parse_bool(value)?, Ordering::Relaxed);
+            Ok(())
+        }),
+        set_at_runtime: Some(|p, value| {
+            let enabled = match value {
+                Bson::Boolean(enabled) => *enabled,
+                other => crate::bsonutil::as_f64(other)
+                    .map(|number| number != 0.0)
+                    .ok_or_else(|| {
+                        CommandError::bad_value(format!(
+                            "ttlMonitorEnabled must be a boolean, got {other}"
+                        ))
+                    })?,
+            };
+            p.ttl_monitor_enabled.store(enabled, Ordering::Relaxed);
+            Ok(())
+        }),
+    },
+    ParameterSpec {
+        name: "ttlMonitorSleepSecs",
+        get: |p| Bson::Int32(p.ttl_monitor_sleep_secs().min(i32::MAX as u64) as i32),
+        set_at_startup: Some(|p, value| {
+            let seconds = value.parse::<f64>().map_err(|_| {
+                CommandError::bad_value(format!(
+                    "ttlMonitorSleepSecs must be a number, got '{value}'"
+                ))
+            })?;
+            p.set_sleep_secs(seconds)
+        }),
+        set_at_runtime: Some(|p, value| {
+            let seconds = crate::bsonutil::as_f64(value).ok_or_else(|| {
+                CommandError::bad_value(format!(
+                    "ttlMonitorSleepSecs must be a number, got {value}"
+                ))
+            })?;
+            p.set_sleep_secs(seconds)
+        }),
     },
 ];
 
@@ -91,6 +153,41 @@ impl Parameters {
         self.enable_test_commands.load(Ordering::Relaxed)
     }
 
+    pub fn ttl_monitor_enabled(&self) -> bool {
+        self.ttl_monitor_enabled.load(Ordering::Relaxed)
+    }
+
+    pub fn ttl_monitor_sleep_secs(&self) -> u64 {
+        self.ttl_monitor_sleep_secs.load(Ordering::Relaxed)
+    }
+
+    fn set_sleep_secs(&self, seconds: f64) -> CommandResult<()> {
+        if !(seconds.fract() == 0.0 && seconds >= 1.0 && seconds <= f64::from(i32::MAX)) {
+            return Err(CommandError::bad_value(format!(
+                "ttlMonitorSleepSecs must be a whole number of seconds greater than 0, got {seconds}"
+            )));
+        }
+        self.ttl_monitor_sleep_secs
+            .store(seconds as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `setParameter`: applies `value` to `name` and returns the previous value (mongod's `was`).
+    pub fn set(&self, name: &str, value: &Bson) -> CommandResult<Bson> {
+        let parameter = spec(name).ok_or_else(|| {
+            CommandError::new(
+                ErrorCode::InvalidOptions,
+                format!("attempted to set unrecognized parameter [{name}], use help:true to see options "),
+            )
+        })?;
+        let setter = parameter.set_at_runtime.ok_or_else(|| {
+            CommandError::bad_value(format!("not allowed to change [{name}] at runtime"))
+        })?;
+        let was = (parameter.get)(self);
+        setter(self, value)?;
+        Ok(was)
+    }
+
     pub fn get(&self, name: &str) -> Option<Bson> {
         spec(name).map(|p| (p.get)(self))
     }
@@ -106,7 +203,7 @@ impl Parameters {
             let value = if show_details {
                 Bson::Document(doc! {
                     "value": value,
-                    "settableAtRuntime": false,
+                    "settableAtRuntime": parameter.set_at_runtime.is_some(),
                     "settableAtStartup": parameter.set_at_startup.is_some(),
                 })
             } else {
@@ -148,6 +245,45 @@ mod tests {
             let config = Config::parse_from(["tideway", "--setParameter", arg]);
             assert!(Parameters::from_config(&config).is_err(), "{arg}");
         }
+    }
+
+    #[test]
+    fn ttl_monitor_parameters_set_at_startup_and_runtime() {
+        let config = Config::parse_from([
+            "tideway",
+            "--setParameter",
+            "ttlMonitorSleepSecs=5",
+            "--setParameter",
+            "ttlMonitorEnabled=false",
+        ]);
+        let parameters = Parameters::from_config(&config).unwrap();
+        assert_eq!(parameters.ttl_monitor_sleep_secs(), 5);
+        assert!(!parameters.ttl_monitor_enabled());
+        assert_eq!(
+            parameters.set("ttlMonitorSleepSecs", &Bson::Int32(2)),
+            Ok(Bson::Int32(5))
+        );
+        assert_eq!(
+            parameters.set("ttlMonitorEnabled", &Bson::Boolean(true)),
+            Ok(Bson::Boolean(false))
+        );
+        assert!(parameters.ttl_monitor_enabled());
+        for bad in [Bson::Int32(0), Bson::Double(1.5), Bson::String("x".into())] {
+            assert!(
+                parameters.set("ttlMonitorSleepSecs", &bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parameters.set("nope", &Bson::Int32(1)).unwrap_err().code,
+            ErrorCode::InvalidOptions
+        );
+        assert!(parameters
+            .set("enableTestCommands", &Bson::Boolean(true))
+            .is_err());
+        let defaults = Parameters::default();
+        assert_eq!(defaults.ttl_monitor_sleep_secs(), 1);
+        assert!(defaults.ttl_monitor_enabled());
     }
 
     #[test]

@@ -53,6 +53,10 @@ impl Server {
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let permits = Arc::new(Semaphore::new(self.state.config.max_conns));
         let cursor_reaper = tokio::spawn(reap_idle_cursors(self.state.clone(), stop_rx.clone()));
+        let ttl_reaper = tokio::spawn(crate::reaper::run_background(
+            self.state.clone(),
+            stop_rx.clone(),
+        ));
         for addr in self.local_addrs() {
             tracing::info!(%addr, "Waiting for connections");
         }
@@ -78,6 +82,7 @@ impl Server {
         }
         let _ = done_rx.recv().await;
         let _ = cursor_reaper.await;
+        let _ = ttl_reaper.await;
         tracing::info!("shutdown complete");
     }
 }

@@ -12,6 +12,7 @@ use crate::config::StorageKind;
 use crate::cursor::CursorRegistry;
 use crate::error::CommandResult;
 use crate::params::Parameters;
+use crate::reaper::Reaper;
 use crate::storage::redb_engine::{Durability, RedbStorage};
 use crate::storage::{Storage, StorageResult};
 
@@ -22,6 +23,7 @@ pub struct ServerState {
     pub clock: Arc<dyn Clock>,
     pub storage: Arc<dyn Storage>,
     pub cursors: CursorRegistry,
+    pub reaper: Reaper,
     pub started: Instant,
     pub stats: Stats,
     /// Host name as `serverStatus.host` reports it (without the port).
@@ -98,6 +100,7 @@ impl ServerState {
             clock,
             storage,
             cursors: CursorRegistry::default(),
+            reaper: Reaper::default(),
             started: Instant::now(),
             stats: Stats::default(),
             hostname: hostname(),

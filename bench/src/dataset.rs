@@ -10,7 +10,7 @@ use mongodb::Collection;
 use tokio::task::JoinSet;
 
 use crate::rng::SplitMix64;
-use crate::workload::{make_document, OpError};
+use crate::workload::{make_document_with, OpError};
 
 /// Documents per loader `insert_many` call.
 pub const LOAD_BATCH: u64 = 1000;
@@ -57,6 +57,18 @@ pub async fn grow(
     doc_bytes: usize,
     seed: u64,
 ) -> Result<(), OpError> {
+    grow_with(collection, from, to, doc_bytes, seed, &Document::new()).await
+}
+
+/// Like [`grow`], with the fields of `extra` in every document (e.g. a TTL date).
+pub async fn grow_with(
+    collection: &Collection<Document>,
+    from: u64,
+    to: u64,
+    doc_bytes: usize,
+    seed: u64,
+    extra: &Document,
+) -> Result<(), OpError> {
     if to <= from {
         return Ok(());
     }
@@ -67,7 +79,14 @@ pub async fn grow(
         let collection = collection.clone();
         let next_batch = Arc::clone(&next_batch);
         let rng = SplitMix64::new(seed ^ 0x10AD, from.wrapping_add(index as u64));
-        loaders.spawn(load_batches(collection, next_batch, to, doc_bytes, rng));
+        loaders.spawn(load_batches(
+            collection,
+            next_batch,
+            to,
+            doc_bytes,
+            extra.clone(),
+            rng,
+        ));
     }
     let mut first_error = None;
     while let Some(joined) = loaders.join_next().await {
@@ -97,6 +116,7 @@ async fn load_batches(
     next_batch: Arc<AtomicU64>,
     to: u64,
     doc_bytes: usize,
+    extra: Document,
     mut rng: SplitMix64,
 ) -> Result<(), OpError> {
     loop {
@@ -106,7 +126,7 @@ async fn load_batches(
         }
         let last = (first + LOAD_BATCH).min(to);
         let batch: Vec<Document> = (first..last)
-            .map(|id| make_document(Some(id as i64), doc_bytes, &mut rng))
+            .map(|id| make_document_with(Some(id as i64), &extra, doc_bytes, &mut rng))
             .collect();
         if let Err(error) = collection.insert_many(batch).ordered(false).await {
             // Make the other loaders stop soon rather than load a collection we will not use.

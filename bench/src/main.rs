@@ -109,6 +109,11 @@ struct Cli {
     #[arg(long, default_value_t = 30.0)]
     op_timeout_secs: f64,
 
+    /// Worker threads of the benchmark's own async runtime (default: one per CPU). On a small
+    /// machine shared with the server, fewer threads leave more CPU to the server.
+    #[arg(long)]
+    threads: Option<usize>,
+
     /// Allow servers that are not on this machine (by default only loopback hosts).
     #[arg(long)]
     allow_remote: bool,
@@ -171,9 +176,18 @@ fn seconds(name: &str, value: f64, allow_zero: bool) -> Result<Duration, String>
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(threads) = cli.threads {
+        builder.worker_threads(threads.max(1));
+    }
+    let outcome = match builder.build() {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => Err(format!("cannot start the async runtime: {error}")),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("tideway-bench: {message}");

@@ -130,14 +130,14 @@ fn per_second(count: u64, elapsed: Duration) -> f64 {
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub fn new_histogram() -> Histogram<u64> {
     // Auto-resizing, 3 significant digits: exact enough for p99.9, never out of range.
     Histogram::new(3).expect("3 significant digits is a valid histogram precision")
 }
 
 /// Records one latency. `record` grows the auto-resizing histogram as needed
 /// (`saturating_record` would clamp to its current, small range instead).
-fn record_latency(histogram: &mut Histogram<u64>, micros: u64) {
+pub fn record_latency(histogram: &mut Histogram<u64>, micros: u64) {
     let micros = micros.max(1);
     if histogram.record(micros).is_err() {
         histogram.saturating_record(micros);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bson::{doc, Document};
 use mongodb::options::{ClientOptions, ServerAddress};
-use mongodb::{Client, Collection};
+use mongodb::{Client, Collection, Database};
 
 /// One server under test.
 pub struct Target {
@@ -22,6 +22,16 @@ impl Target {
     /// A handle on `name` in the benchmark database.
     pub fn collection(&self, name: &str) -> Collection<Document> {
         self.client.database(&self.database).collection(name)
+    }
+
+    /// The `admin` database, for server-wide commands such as `serverStatus`.
+    pub fn admin(&self) -> Database {
+        self.client.database("admin")
+    }
+
+    /// Name of the benchmark database.
+    pub fn database_name(&self) -> &str {
+        &self.database
     }
 }
 

@@ -152,11 +152,25 @@ pub fn random_payload(rng: &mut SplitMix64, len: usize) -> String {
 /// A benchmark document: `{_id, n: 0, payload}` (no `_id` when `id` is `None`: the driver then
 /// generates an ObjectId), with the payload sized so the BSON document is about `doc_bytes`.
 pub fn make_document(id: Option<i64>, doc_bytes: usize, rng: &mut SplitMix64) -> Document {
+    make_document_with(id, &Document::new(), doc_bytes, rng)
+}
+
+/// Like [`make_document`], with the fields of `extra` added after `n` (they count towards
+/// `doc_bytes`).
+pub fn make_document_with(
+    id: Option<i64>,
+    extra: &Document,
+    doc_bytes: usize,
+    rng: &mut SplitMix64,
+) -> Document {
     let mut document = Document::new();
     if let Some(id) = id {
         document.insert("_id", id);
     }
     document.insert("n", 0_i64);
+    for (key, value) in extra {
+        document.insert(key.clone(), value.clone());
+    }
     document.insert("payload", "");
     // Fixed overhead so far (plus a 17-byte ObjectId `_id` the driver adds when there is none).
     let mut overhead = bson::to_vec(&document).map_or(0, |bytes| bytes.len());
@@ -273,6 +287,10 @@ mod tests {
         assert_eq!(bson::to_vec(&with_id).unwrap().len(), 200);
         let without_id = make_document(None, 200, &mut rng);
         assert_eq!(bson::to_vec(&without_id).unwrap().len() + 17, 200);
+        let extra = doc! {"expireAt": bson::DateTime::from_millis(0)};
+        let with_extra = make_document_with(Some(5), &extra, 200, &mut rng);
+        assert_eq!(bson::to_vec(&with_extra).unwrap().len(), 200);
+        assert!(with_extra.get_datetime("expireAt").is_ok());
         // Smaller than the fixed fields: just no payload.
         let tiny = make_document(Some(5), 1, &mut rng);
         assert_eq!(tiny.get_str("payload").unwrap(), "");

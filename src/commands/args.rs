@@ -177,6 +177,7 @@ pub fn write_options(ctx: &CommandContext, body: &Document) -> CommandResult<Wri
     Ok(WriteOptions {
         ordered,
         force_durable,
+        background: false,
     })
 }
 

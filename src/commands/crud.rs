@@ -4,6 +4,10 @@
 //! Updates are read → apply operators (`query::update`) → `Replace` with the revision read; a
 //! `WriteConflict` means another writer got there first, so the document is re-read, re-matched and
 //! the update re-applied. Every document update is therefore atomic, and concurrent `$inc`s add up.
+//!
+//! TTL: writes only ever match visible documents; every written document gets its last-write time
+//! and TTL class from `ttl`; a client may not set `_ts`; and an expired document that still holds
+//! an `_id` or unique key is replaced atomically instead of blocking an insert or upsert.
 
 use std::sync::Arc;
 
@@ -18,12 +22,13 @@ use crate::commands::args::{
 use crate::commands::find::parse_projection;
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, document_id};
+use crate::exec::{self, document_id, CollectionView};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
-    Namespace, Record, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    Record, Storage, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
+use crate::ttl;
 use crate::wire::MAX_BSON_OBJECT_SIZE;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -74,7 +79,7 @@ fn write_error(index: usize, error: &CommandError) -> Document {
     entry
 }
 
-/// The reply of a batch write: `n`, then `writeErrors` if any, then the command's extra fields.
+/// The reply of a batch write: `n`, then the command's extra fields, then `writeErrors` if any.
 fn batch_reply(n: usize, errors: Vec<Document>, extra: Document) -> Document {
     let mut reply = doc! {"n": n as i32};
     reply.extend(extra);
@@ -84,13 +89,15 @@ fn batch_reply(n: usize, errors: Vec<Document>, extra: Document) -> Document {
     reply
 }
 
-fn now_meta(ctx: &CommandContext) -> WriteMeta {
-    WriteMeta {
-        last_write_ms: ctx.state.clock.now_ms(),
-    }
+fn conflict_gave_up(what: &str) -> CommandError {
+    CommandError::new(
+        ErrorCode::WriteConflict,
+        format!("{what} kept conflicting with concurrent writers; gave up after {MAX_WRITE_CONFLICT_RETRIES} tries"),
+    )
 }
 
-/// A document as it will be stored: `_id` first (generated if absent), within the size limit.
+/// A document as an insert will store it: `_id` first (generated if absent), no client `_ts`, within
+/// the size limit.
 fn prepare_for_insert(mut document: Document) -> CommandResult<Document> {
     let id = document
         .remove("_id")
@@ -98,7 +105,7 @@ fn prepare_for_insert(mut document: Document) -> CommandResult<Document> {
     check_id(&id)?;
     let mut stored = doc! {"_id": id};
     stored.extend(document);
-    check_size(&stored)?;
+    check_storable(&stored)?;
     Ok(stored)
 }
 
@@ -115,7 +122,9 @@ fn check_id(id: &Bson) -> CommandResult<()> {
     }
 }
 
-fn check_size(document: &Document) -> CommandResult<()> {
+/// What every written document must satisfy: no client `_ts`, at most 16 MiB.
+fn check_storable(document: &Document) -> CommandResult<()> {
+    ttl::check_client_document(document)?;
     let size = bson::to_vec(document)
         .map_err(|e| CommandError::bad_value(e.to_string()))?
         .len();
@@ -128,12 +137,205 @@ fn check_size(document: &Document) -> CommandResult<()> {
     Ok(())
 }
 
+/// Everything one write command works with: the collection as visible at the command's time, and
+/// how to write.
+struct WriteContext<'a> {
+    ctx: &'a CommandContext<'a>,
+    view: CollectionView,
+    options: WriteOptions,
+}
+
+/// What became of one document an update matched.
+enum Updated {
+    /// Written; the new document.
+    Modified(Document),
+    /// The update changed nothing; the document as it is.
+    Unchanged(Document),
+    /// Deleted, expired or no longer matching by the time the update retried.
+    Gone,
+}
+
+impl<'a> WriteContext<'a> {
+    async fn load(ctx: &'a CommandContext<'a>, body: &Document) -> CommandResult<WriteContext<'a>> {
+        let ns = collection_namespace(ctx, body)?;
+        validate_writable_namespace(&ns)?;
+        let options = write_options(ctx, body)?;
+        let view =
+            CollectionView::load(ctx.state.storage.as_ref(), &ns, ctx.state.clock.now_ms()).await?;
+        Ok(WriteContext { ctx, view, options })
+    }
+
+    fn storage(&self) -> &'a dyn Storage {
+        self.ctx.state.storage.as_ref()
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.view.visibility.now_ms
+    }
+
+    /// The last-write time and TTL class of `document` written now.
+    fn meta(&self, document: &Document) -> WriteMeta {
+        WriteMeta {
+            last_write_ms: self.now_ms(),
+            ttl: ttl::ttl_class(document, self.now_ms()),
+        }
+    }
+
+    fn insert_op(&self, doc: Document) -> WriteOp {
+        WriteOp::Insert {
+            meta: self.meta(&doc),
+            doc,
+            supersede: self
+                .view
+                .visibility
+                .policies
+                .supersede_expired(self.now_ms()),
+        }
+    }
+
+    /// A stored document, if it is still there, visible and matching `filter`.
+    async fn reread(&self, id: &Bson, filter: &Filter) -> CommandResult<Option<Record>> {
+        let fresh = self.storage().get(&self.view.ns, id).await?;
+        Ok(fresh.filter(|record| {
+            self.view.visibility.is_visible(record) && filter.matches(&record.doc)
+        }))
+    }
+
+    /// Writes `ops` in order; per operation, success or the error to report.
+    async fn write(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> CommandResult<Vec<Result<WriteOutcome, StorageError>>> {
+        Ok(self
+            .storage()
+            .write(&self.view.ns, ops, self.options)
+            .await?)
+    }
+
+    /// One operation as its own batch.
+    async fn write_one(&self, op: WriteOp) -> Result<WriteOutcome, StorageError> {
+        let options = WriteOptions {
+            ordered: true,
+            ..self.options
+        };
+        self.storage()
+            .write(&self.view.ns, vec![op], options)
+            .await?
+            .pop()
+            .unwrap_or(Err(StorageError::Io("storage returned no result".into())))
+    }
+
+    /// Applies `update` to the matched `record`, retrying on write conflicts.
+    async fn update_record(
+        &self,
+        filter: &Filter,
+        update: &Update,
+        mut record: Record,
+    ) -> CommandResult<Updated> {
+        for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
+            let mut document = record.doc.clone();
+            let context = UpdateContext {
+                matched_array_index: filter.match_position(&record.doc).flatten(),
+                ..UpdateContext::new(bson::DateTime::from_millis(self.now_ms()))
+            };
+            if !update.apply(&mut document, &context)? {
+                return Ok(Updated::Unchanged(document));
+            }
+            check_storable(&document)?;
+            let id = document_id(&record.doc);
+            let op = WriteOp::Replace {
+                id: id.clone(),
+                expected_rev: record.rev,
+                meta: self.meta(&document),
+                doc: document.clone(),
+                supersede: self
+                    .view
+                    .visibility
+                    .policies
+                    .supersede_expired(self.now_ms()),
+            };
+            match self.write_one(op).await {
+                Ok(_) => return Ok(Updated::Modified(document)),
+                Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
+                    Some(fresh) => record = fresh,
+                    None => return Ok(Updated::Gone),
+                },
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(conflict_gave_up("update"))
+    }
+
+    /// Deletes a matched record, re-reading it on write conflicts; the deleted document, or `None`
+    /// if it vanished, expired or stopped matching.
+    async fn delete_record(
+        &self,
+        filter: &Filter,
+        mut record: Record,
+    ) -> CommandResult<Option<Document>> {
+        for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
+            let id = document_id(&record.doc);
+            let op = WriteOp::Delete {
+                id: id.clone(),
+                expected_rev: Some(record.rev),
+            };
+            match self.write_one(op).await {
+                Ok(_) => return Ok(Some(record.doc)),
+                Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
+                    Some(fresh) => record = fresh,
+                    None => return Ok(None),
+                },
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(conflict_gave_up("delete"))
+    }
+
+    /// Inserts the document an upsert creates; `Ok(None)` if a concurrent writer inserted the same
+    /// `_id` first (the caller then updates that document instead).
+    async fn upsert_insert(
+        &self,
+        filter: &Filter,
+        update: &Update,
+    ) -> CommandResult<Option<Document>> {
+        let document = upsert_document(
+            filter,
+            update,
+            &UpdateContext::new(bson::DateTime::from_millis(self.now_ms())),
+        )?;
+        check_id(&document_id(&document))?;
+        check_storable(&document)?;
+        match self.write_one(self.insert_op(document.clone())).await {
+            Ok(_) => Ok(Some(document)),
+            Err(StorageError::DuplicateKey { index, .. })
+                if index == "_id_" && filter.id_equality().is_some() =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn find_all(
+        &self,
+        filter: &Arc<Filter>,
+        sort: Option<&SortSpec>,
+    ) -> CommandResult<Vec<Record>> {
+        Ok(exec::find_all(self.storage(), &self.view, filter.clone(), sort).await?)
+    }
+
+    async fn first_match(
+        &self,
+        filter: &Arc<Filter>,
+        sort: Option<&SortSpec>,
+    ) -> CommandResult<Option<Record>> {
+        Ok(exec::first_match(self.storage(), &self.view, filter.clone(), sort).await?)
+    }
+}
+
 async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let ns = collection_namespace(ctx, body)?;
-    validate_writable_namespace(&ns)?;
-    let options = write_options(ctx, body)?;
+    let writer = WriteContext::load(ctx, body).await?;
     let documents = batch(ctx, body, "documents")?;
-    let meta = now_meta(ctx);
     let mut errors = Vec::new();
     let mut inserted = 0;
     // Valid documents go to storage in runs; an invalid one ends the run (and, ordered, the batch).
@@ -141,13 +343,12 @@ async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let mut stopped = false;
     for (index, document) in documents.into_iter().enumerate() {
         match prepare_for_insert(document.clone()) {
-            Ok(doc) => run.push((index, WriteOp::Insert { doc, meta })),
+            Ok(doc) => run.push((index, writer.insert_op(doc))),
             Err(error) => {
-                if options.ordered {
+                if writer.options.ordered {
                     // Documents before the invalid one are still written; the batch stops at the
                     // first error, whichever it is.
-                    let (n, run_errors) =
-                        write_run(ctx, &ns, std::mem::take(&mut run), options).await?;
+                    let (n, run_errors) = write_run(&writer, std::mem::take(&mut run)).await?;
                     inserted += n;
                     if run_errors.is_empty() {
                         errors.push(write_error(index, &error));
@@ -162,7 +363,7 @@ async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         }
     }
     if !stopped {
-        let (n, run_errors) = write_run(ctx, &ns, run, options).await?;
+        let (n, run_errors) = write_run(&writer, run).await?;
         inserted += n;
         errors.extend(run_errors);
     }
@@ -173,16 +374,14 @@ async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 /// Writes a run of operations tagged with their batch index; returns (successes, writeErrors).
 async fn write_run(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
+    writer: &WriteContext<'_>,
     run: Vec<(usize, WriteOp)>,
-    options: WriteOptions,
 ) -> CommandResult<(usize, Vec<Document>)> {
     if run.is_empty() {
         return Ok((0, Vec::new()));
     }
     let (indexes, ops): (Vec<usize>, Vec<WriteOp>) = run.into_iter().unzip();
-    let results = ctx.state.storage.write(ns, ops, options).await?;
+    let results = writer.write(ops).await?;
     let mut succeeded = 0;
     let mut errors = Vec::new();
     for (index, result) in indexes.into_iter().zip(results) {
@@ -194,104 +393,6 @@ async fn write_run(
     Ok((succeeded, errors))
 }
 
-/// What became of one document an update matched.
-enum Updated {
-    /// Written; the new document.
-    Modified(Document),
-    /// The update changed nothing; the document as it is.
-    Unchanged(Document),
-    /// Deleted, or no longer matching, by the time the update retried.
-    Gone,
-}
-
-/// Applies `update` to the matched `record`, retrying on write conflicts.
-async fn update_record(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
-    filter: &Filter,
-    update: &Update,
-    mut record: Record,
-    options: WriteOptions,
-) -> CommandResult<Updated> {
-    let storage = ctx.state.storage.as_ref();
-    for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-        let mut document = record.doc.clone();
-        let context = UpdateContext {
-            matched_array_index: filter.match_position(&record.doc).flatten(),
-            ..UpdateContext::new(ctx.state.clock.now())
-        };
-        if !update.apply(&mut document, &context)? {
-            return Ok(Updated::Unchanged(document));
-        }
-        check_size(&document)?;
-        let id = document_id(&record.doc);
-        let op = WriteOp::Replace {
-            id: id.clone(),
-            expected_rev: record.rev,
-            doc: document.clone(),
-            meta: now_meta(ctx),
-        };
-        match single_write(ctx, ns, op, options).await {
-            Ok(_) => return Ok(Updated::Modified(document)),
-            Err(StorageError::WriteConflict) => match storage.get(ns, &id).await? {
-                Some(fresh) if filter.matches(&fresh.doc) => record = fresh,
-                _ => return Ok(Updated::Gone),
-            },
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Err(CommandError::new(
-        ErrorCode::WriteConflict,
-        "the document kept changing under the update; gave up after repeated write conflicts",
-    ))
-}
-
-/// One operation as its own batch; its result.
-async fn single_write(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
-    op: WriteOp,
-    options: WriteOptions,
-) -> Result<WriteOutcome, StorageError> {
-    let options = WriteOptions {
-        ordered: true,
-        ..options
-    };
-    ctx.state
-        .storage
-        .write(ns, vec![op], options)
-        .await?
-        .pop()
-        .unwrap_or(Err(StorageError::Io("storage returned no result".into())))
-}
-
-/// Inserts the document an upsert creates; `Ok(None)` if a concurrent writer inserted the same
-/// `_id` first (the caller then updates that document instead).
-async fn upsert_insert(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
-    filter: &Filter,
-    update: &Update,
-    options: WriteOptions,
-) -> CommandResult<Option<Document>> {
-    let document = upsert_document(filter, update, &UpdateContext::new(ctx.state.clock.now()))?;
-    check_id(&document_id(&document))?;
-    check_size(&document)?;
-    let op = WriteOp::Insert {
-        doc: document.clone(),
-        meta: now_meta(ctx),
-    };
-    match single_write(ctx, ns, op, options).await {
-        Ok(_) => Ok(Some(document)),
-        Err(StorageError::DuplicateKey { index, .. })
-            if index == "_id_" && filter.id_equality().is_some() =>
-        {
-            Ok(None)
-        }
-        Err(error) => Err(error.into()),
-    }
-}
-
 /// The outcome of one update statement.
 struct StatementOutcome {
     matched: usize,
@@ -299,31 +400,40 @@ struct StatementOutcome {
     upserted_id: Option<Bson>,
 }
 
+fn parse_update(command: &str, field: &str, value: Option<&Bson>) -> CommandResult<Option<Update>> {
+    match value {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(update)) => Ok(Some(Update::parse(update)?)),
+        Some(Bson::Array(_)) => Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support pipeline-style updates",
+        )),
+        Some(other) => Err(wrong_type(command, field, other, "object")),
+    }
+}
+
+fn parse_filter(
+    ctx: &CommandContext,
+    document: &Document,
+    field: &str,
+) -> CommandResult<Arc<Filter>> {
+    Ok(Arc::new(Filter::parse(
+        optional_document(ctx, document, field)?.unwrap_or(&Document::new()),
+    )?))
+}
+
 async fn run_update_statement(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
+    writer: &WriteContext<'_>,
     statement: &Document,
-    options: WriteOptions,
 ) -> CommandResult<StatementOutcome> {
-    let filter = Arc::new(Filter::parse(
-        optional_document(ctx, statement, "q")?.unwrap_or(&Document::new()),
-    )?);
-    let update = match statement.get("u") {
-        Some(Bson::Document(update)) => Update::parse(update)?,
-        Some(Bson::Array(_)) => {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway does not support pipeline-style updates",
-            ))
-        }
-        Some(other) => return Err(wrong_type("update", "updates.u", other, "object")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'update.updates.u' is missing but a required field",
-            ))
-        }
-    };
+    let ctx = writer.ctx;
+    let filter = parse_filter(ctx, statement, "q")?;
+    let update = parse_update("update", "updates.u", statement.get("u"))?.ok_or_else(|| {
+        CommandError::new(
+            ErrorCode::Location40414,
+            "BSON field 'update.updates.u' is missing but a required field",
+        )
+    })?;
     let multi = optional_bool(ctx, statement, "multi")?.unwrap_or(false);
     let upsert = optional_bool(ctx, statement, "upsert")?.unwrap_or(false);
     if multi && update.is_replacement() {
@@ -332,12 +442,12 @@ async fn run_update_statement(
             "multi update is not supported for replacement-style update",
         ));
     }
-    let storage = ctx.state.storage.as_ref();
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
         let matches = if multi {
-            exec::find_all(storage, ns, filter.clone(), None).await?
+            writer.find_all(&filter, None).await?
         } else {
-            exec::first_match(storage, ns, filter.clone(), None)
+            writer
+                .first_match(&filter, None)
                 .await?
                 .into_iter()
                 .collect()
@@ -348,7 +458,7 @@ async fn run_update_statement(
             upserted_id: None,
         };
         for record in matches {
-            match update_record(ctx, ns, &filter, &update, record, options).await? {
+            match writer.update_record(&filter, &update, record).await? {
                 Updated::Modified(_) => {
                     outcome.matched += 1;
                     outcome.modified += 1;
@@ -360,30 +470,25 @@ async fn run_update_statement(
         if outcome.matched > 0 || !upsert {
             return Ok(outcome);
         }
-        if let Some(document) = upsert_insert(ctx, ns, &filter, &update, options).await? {
+        if let Some(document) = writer.upsert_insert(&filter, &update).await? {
             outcome.matched = 1;
             outcome.upserted_id = Some(document_id(&document));
             return Ok(outcome);
         }
         // Lost an upsert race on `_id`: the document now exists, so run the statement again.
     }
-    Err(CommandError::new(
-        ErrorCode::WriteConflict,
-        "upsert kept conflicting with concurrent writers",
-    ))
+    Err(conflict_gave_up("upsert"))
 }
 
 async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let ns = collection_namespace(ctx, body)?;
-    validate_writable_namespace(&ns)?;
-    let options = write_options(ctx, body)?;
+    let writer = WriteContext::load(ctx, body).await?;
     let statements = batch(ctx, body, "updates")?;
     let (mut matched, mut modified) = (0, 0);
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {
         bump(&ctx.state.stats.opcounters.update, 1);
-        match run_update_statement(ctx, &ns, statement, options).await {
+        match run_update_statement(&writer, statement).await {
             Ok(outcome) => {
                 matched += outcome.matched;
                 modified += outcome.modified;
@@ -393,7 +498,7 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
             Err(error) => {
                 errors.push(write_error(index, &error));
-                if options.ordered {
+                if writer.options.ordered {
                     break;
                 }
             }
@@ -407,14 +512,10 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 }
 
 async fn run_delete_statement(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
+    writer: &WriteContext<'_>,
     statement: &Document,
-    options: WriteOptions,
 ) -> CommandResult<usize> {
-    let filter = Arc::new(Filter::parse(
-        optional_document(ctx, statement, "q")?.unwrap_or(&Document::new()),
-    )?);
+    let filter = parse_filter(writer.ctx, statement, "q")?;
     let limit = match statement.get("limit") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
             crate::bsonutil::as_f64(value).unwrap_or(0.0)
@@ -433,82 +534,40 @@ async fn run_delete_statement(
             format!("The limit field in delete objects must be 0 or 1. Got {limit}"),
         ));
     }
-    let storage = ctx.state.storage.as_ref();
     if limit == 1.0 {
         // Retry while the first match is taken by a concurrent writer, so one matching document
         // that stays is deleted.
         for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-            let Some(record) = exec::first_match(storage, ns, filter.clone(), None).await? else {
+            let Some(record) = writer.first_match(&filter, None).await? else {
                 return Ok(0);
             };
-            if delete_record(ctx, ns, &filter, record, options)
-                .await?
-                .is_some()
-            {
+            if writer.delete_record(&filter, record).await?.is_some() {
                 return Ok(1);
             }
         }
-        return Err(CommandError::new(
-            ErrorCode::WriteConflict,
-            "delete kept conflicting with concurrent writers",
-        ));
+        return Err(conflict_gave_up("delete"));
     }
     let mut deleted = 0;
-    for record in exec::find_all(storage, ns, filter.clone(), None).await? {
-        if delete_record(ctx, ns, &filter, record, options)
-            .await?
-            .is_some()
-        {
+    for record in writer.find_all(&filter, None).await? {
+        if writer.delete_record(&filter, record).await?.is_some() {
             deleted += 1;
         }
     }
     Ok(deleted)
 }
 
-/// Deletes a matched record, re-reading it on write conflicts; the deleted document, or `None` if
-/// it vanished or stopped matching.
-async fn delete_record(
-    ctx: &CommandContext<'_>,
-    ns: &Namespace,
-    filter: &Filter,
-    mut record: Record,
-    options: WriteOptions,
-) -> CommandResult<Option<Document>> {
-    for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-        let id = document_id(&record.doc);
-        let op = WriteOp::Delete {
-            id: id.clone(),
-            expected_rev: Some(record.rev),
-        };
-        match single_write(ctx, ns, op, options).await {
-            Ok(_) => return Ok(Some(record.doc)),
-            Err(StorageError::WriteConflict) => match ctx.state.storage.get(ns, &id).await? {
-                Some(fresh) if filter.matches(&fresh.doc) => record = fresh,
-                _ => return Ok(None),
-            },
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Err(CommandError::new(
-        ErrorCode::WriteConflict,
-        "delete kept conflicting with concurrent writers",
-    ))
-}
-
 async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let ns = collection_namespace(ctx, body)?;
-    validate_writable_namespace(&ns)?;
-    let options = write_options(ctx, body)?;
+    let writer = WriteContext::load(ctx, body).await?;
     let statements = batch(ctx, body, "deletes")?;
     let mut deleted = 0;
     let mut errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {
         bump(&ctx.state.stats.opcounters.delete, 1);
-        match run_delete_statement(ctx, &ns, statement, options).await {
+        match run_delete_statement(&writer, statement).await {
             Ok(n) => deleted += n,
             Err(error) => {
                 errors.push(write_error(index, &error));
-                if options.ordered {
+                if writer.options.ordered {
                     break;
                 }
             }
@@ -518,12 +577,8 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 }
 
 async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let ns = collection_namespace(ctx, body)?;
-    validate_writable_namespace(&ns)?;
-    let options = write_options(ctx, body)?;
-    let filter = Arc::new(Filter::parse(
-        optional_document(ctx, body, "query")?.unwrap_or(&Document::new()),
-    )?);
+    let writer = WriteContext::load(ctx, body).await?;
+    let filter = parse_filter(ctx, body, "query")?;
     let sort = optional_document(ctx, body, "sort")?
         .map(SortSpec::parse)
         .transpose()?;
@@ -531,17 +586,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     let remove = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     let return_new = optional_bool(ctx, body, "new")?.unwrap_or(false);
     let upsert = optional_bool(ctx, body, "upsert")?.unwrap_or(false);
-    let update = match body.get("update") {
-        None | Some(Bson::Null) => None,
-        Some(Bson::Document(update)) => Some(Update::parse(update)?),
-        Some(Bson::Array(_)) => {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway does not support pipeline-style updates",
-            ))
-        }
-        Some(other) => return Err(wrong_type("findAndModify", "update", other, "object")),
-    };
+    let update = parse_update("findAndModify", "update", body.get("update"))?;
     let conflict = match (&update, remove) {
         (Some(_), true) => Some("Cannot specify both an update and remove=true"),
         (None, false) => Some("Either an update or remove=true must be specified"),
@@ -558,20 +603,19 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
         Some(projection) => projection.apply(&document, &|_| Bson::Null),
         None => document,
     };
-    let storage = ctx.state.storage.as_ref();
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-        let first = exec::first_match(storage, &ns, filter.clone(), sort.as_ref()).await?;
+        let first = writer.first_match(&filter, sort.as_ref()).await?;
         match (first, &update) {
             (Some(record), None) => {
                 bump(&ctx.state.stats.opcounters.delete, 1);
-                if let Some(removed) = delete_record(ctx, &ns, &filter, record, options).await? {
+                if let Some(removed) = writer.delete_record(&filter, record).await? {
                     return Ok(doc! {"lastErrorObject": {"n": 1}, "value": project(removed)});
                 }
             }
             (Some(record), Some(update)) => {
                 bump(&ctx.state.stats.opcounters.update, 1);
                 let before = record.doc.clone();
-                let after = match update_record(ctx, &ns, &filter, update, record, options).await? {
+                let after = match writer.update_record(&filter, update, record).await? {
                     Updated::Modified(after) | Updated::Unchanged(after) => after,
                     Updated::Gone => continue,
                 };
@@ -582,7 +626,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             }
             (None, Some(update)) if upsert => {
                 bump(&ctx.state.stats.opcounters.update, 1);
-                if let Some(document) = upsert_insert(ctx, &ns, &filter, update, options).await? {
+                if let Some(document) = writer.upsert_insert(&filter, update).await? {
                     let id = document_id(&document);
                     let value = if return_new {
                         Bson::Document(project(document))
@@ -604,8 +648,5 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             }
         }
     }
-    Err(CommandError::new(
-        ErrorCode::WriteConflict,
-        "findAndModify kept conflicting with concurrent writers",
-    ))
+    Err(conflict_gave_up("findAndModify"))
 }

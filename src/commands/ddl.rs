@@ -10,12 +10,12 @@ use crate::commands::args::{
     collection_namespace, optional_bool, optional_document, validate_database_name,
     validate_writable_namespace, wrong_type,
 };
-use crate::commands::find::{buffered_source, open_cursor, BatchOptions};
-use crate::cursor::Cursor;
+use crate::commands::find::buffered_cursor;
 use crate::dispatch::{command_fields, CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::Filter;
 use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
+use crate::ttl::TtlPolicies;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -208,10 +208,6 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
     let name_only = optional_bool(ctx, body, "nameOnly")?.unwrap_or(false);
     let filter =
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
-    let batch_size = match optional_document(ctx, body, "cursor")? {
-        Some(cursor) => crate::commands::args::optional_non_negative(ctx, cursor, "batchSize")?,
-        None => None,
-    };
     let mut entries = Vec::new();
     for meta in ctx.state.storage.list_collections(ctx.db).await? {
         let entry = collection_entry(&meta);
@@ -223,18 +219,13 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
             });
         }
     }
-    let cursor = Cursor::new(
+    buffered_cursor(
+        ctx,
+        body,
         format!("{}.$cmd.listCollections", ctx.db),
-        buffered_source(entries),
-        None,
-        None,
-    );
-    let options = BatchOptions {
-        batch_size,
-        single_batch: false,
-        no_timeout: false,
-    };
-    open_cursor(ctx, cursor, options).await
+        entries,
+    )
+    .await
 }
 
 fn string_field<'a>(body: &'a Document, command: &str, field: &str) -> CommandResult<&'a str> {
@@ -305,6 +296,23 @@ fn scale(ctx: &CommandContext, body: &Document) -> CommandResult<i64> {
     }
 }
 
+/// Storage statistics with documents that have expired but are not deleted yet left out of the
+/// count (their bytes are still on disk, so sizes keep them).
+pub async fn visible_stats(
+    ctx: &CommandContext<'_>,
+    meta: &CollectionMeta,
+) -> CommandResult<CollectionStats> {
+    let storage = ctx.state.storage.as_ref();
+    let mut stats = storage.stats(&meta.ns).await?;
+    let policies = TtlPolicies::from_meta(meta);
+    if !policies.is_empty() {
+        let backlog =
+            crate::reaper::backlog(storage, meta, &policies, ctx.state.clock.now_ms()).await?;
+        stats.count = stats.count.saturating_sub(backlog.pending);
+    }
+    Ok(stats)
+}
+
 fn total_index_size(stats: &CollectionStats) -> u64 {
     stats.index_sizes.iter().map(|(_, size)| size).sum()
 }
@@ -317,7 +325,7 @@ async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let (mut objects, mut data_size, mut storage_size, mut indexes, mut index_size) =
         (0u64, 0u64, 0u64, 0usize, 0u64);
     for meta in &collections {
-        let stats = storage.stats(&meta.ns).await?;
+        let stats = visible_stats(ctx, meta).await?;
         objects += stats.count;
         data_size += stats.data_size;
         storage_size += stats.storage_size;
@@ -348,14 +356,22 @@ async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn coll_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     let scale = scale(ctx, body)?;
-    let storage = ctx.state.storage.as_ref();
-    let Some(meta) = storage.collection(&ns).await? else {
+    let Some(meta) = ctx.state.storage.collection(&ns).await? else {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,
             format!("Collection [{ns}] not found."),
         ));
     };
-    let stats = storage.stats(&ns).await?;
+    storage_stats(ctx, &meta, scale).await
+}
+
+/// The statistics `collStats` returns, also `$collStats: {storageStats: {}}`'s `storageStats`.
+pub async fn storage_stats(
+    ctx: &CommandContext<'_>,
+    meta: &CollectionMeta,
+    scale: i64,
+) -> CommandResult {
+    let stats = visible_stats(ctx, meta).await?;
     let scaled = |bytes: u64| (bytes as i64) / scale;
     let mut index_sizes = Document::new();
     for (name, size) in &stats.index_sizes {
@@ -363,7 +379,7 @@ async fn coll_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
     }
     let avg_obj_size = stats.data_size.checked_div(stats.count).unwrap_or(0) as i64;
     Ok(doc! {
-        "ns": ns.to_string(),
+        "ns": meta.ns.to_string(),
         "size": scaled(stats.data_size),
         "count": stats.count as i64,
         "avgObjSize": avg_obj_size,

@@ -12,8 +12,8 @@ use crate::dispatch::{
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::{read, ServerState};
-use crate::sync_handler;
 use crate::wire::Compressor;
+use crate::{async_handler, sync_handler};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -30,7 +30,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         help: "Process, connection, operation and storage counters. Sections set to 0 are left out.",
         admin_only: false,
         test_only: false,
-        handler: sync_handler!(server_status),
+        handler: async_handler!(server_status),
     },
     CommandSpec {
         name: "hostInfo",
@@ -94,8 +94,11 @@ fn ping(_ctx: &CommandContext, _body: &Document) -> CommandResult {
     Ok(Document::new())
 }
 
-fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
+async fn server_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let state = ctx.state;
+    let now_ms = state.clock.now_ms();
+    let ttl_metrics = &state.reaper.metrics;
+    let ttl_status = crate::reaper::status(&state.reaper, state.storage.as_ref(), now_ms).await?;
     let stats = &state.stats;
     let uptime = state.started.elapsed();
     let current = read(&stats.connections_current);
@@ -167,8 +170,15 @@ fn server_status(ctx: &CommandContext, body: &Document) -> CommandResult {
                     "open": {"total": cursors.open_count() as i64, "noTimeout": cursors.no_timeout_count() as i64},
                     "timedOut": cursors.timed_out_count() as i64,
                 },
+                "ttl": {
+                    "passes": read(&ttl_metrics.passes),
+                    "subPasses": read(&ttl_metrics.sub_passes),
+                    "deletedDocuments": read(&ttl_metrics.deleted_documents),
+                    "invalidTTLIndexSkips": 0_i64,
+                },
             }),
         ),
+        ("ttl", Bson::Document(ttl_status)),
     ];
     let mut reply = Document::new();
     for (section, value) in sections {

@@ -14,7 +14,7 @@ use crate::commands::args::{
 use crate::cursor::{Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, DocStream};
+use crate::exec::{self, CollectionView, Visibility};
 use crate::query::{values_equal, Filter, Projection, SortSpec};
 use crate::state::bump;
 use crate::storage::Record;
@@ -79,6 +79,7 @@ pub fn cursor_reply(id: i64, ns: &str, batch: Vec<Document>, first: bool) -> Doc
 pub async fn open_cursor(
     ctx: &CommandContext<'_>,
     mut cursor: Cursor,
+    visibility: &Visibility,
     options: BatchOptions,
 ) -> CommandResult {
     let first_batch_size = options.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
@@ -86,7 +87,9 @@ pub async fn open_cursor(
     let (batch, exhausted) = if first_batch_size == 0 && !options.single_batch {
         (Vec::new(), false)
     } else {
-        cursor.next_batch(storage, Some(first_batch_size)).await?
+        cursor
+            .next_batch(storage, Some(first_batch_size), visibility)
+            .await?
     };
     let ns = cursor.ns.clone();
     let id = if exhausted || options.single_batch {
@@ -116,7 +119,9 @@ pub fn parse_projection(
     field: &str,
 ) -> CommandResult<Option<Projection>> {
     match optional_document(ctx, body, field)? {
-        Some(spec) if !spec.is_empty() => Ok(Some(Projection::parse(spec, &[])?)),
+        Some(spec) if !spec.is_empty() => {
+            Ok(Some(Projection::parse(spec, crate::ttl::PROJECTION_META)?))
+        }
         _ => Ok(None),
     }
 }
@@ -165,22 +170,21 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     };
     bump(&ctx.state.stats.opcounters.query, 1);
     let storage = ctx.state.storage.as_ref();
-    let meta = storage.collection(&ns).await?;
-    let plan = exec::plan(meta.as_ref(), &filter, sort.as_ref());
-    let source = match sort.as_ref().filter(|sort| !plan.satisfies(sort)) {
+    let view = CollectionView::load(storage, &ns, ctx.state.clock.now_ms()).await?;
+    let mut stream = view.stream(filter.clone(), sort.as_ref());
+    let source = match sort.as_ref().filter(|sort| !stream.satisfies(sort)) {
         Some(sort) => {
-            let mut records = DocStream::new(ns.clone(), filter, plan)
-                .collect(storage)
-                .await?;
-            exec::sort_records(&mut records, sort);
-            let kept = records
-                .into_iter()
-                .skip(skip as usize)
-                .take(limit.map_or(usize::MAX, |l| l as usize));
-            CursorSource::Buffered(kept.collect())
+            let records = exec::find_all(storage, &view, filter, Some(sort)).await?;
+            let limit = limit.map_or(usize::MAX, |limit| limit as usize);
+            CursorSource::Buffered(
+                records
+                    .into_iter()
+                    .skip(skip as usize)
+                    .take(limit)
+                    .collect(),
+            )
         }
         None => {
-            let mut stream = DocStream::new(ns.clone(), filter, plan);
             for _ in 0..skip {
                 if stream.next(storage).await?.is_none() {
                     break;
@@ -189,12 +193,8 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             CursorSource::Stream(Box::new(stream))
         }
     };
-    open_cursor(
-        ctx,
-        Cursor::new(ns.to_string(), source, projection, limit),
-        options,
-    )
-    .await
+    let cursor = Cursor::new(ns.to_string(), Some(ns), source, projection, limit);
+    open_cursor(ctx, cursor, &view.visibility, options).await
 }
 
 async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -236,9 +236,13 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         ));
     }
     bump(&ctx.state.stats.opcounters.getmore, 1);
-    let (batch, exhausted) = cursor
-        .next_batch(ctx.state.storage.as_ref(), batch_size)
-        .await?;
+    let storage = ctx.state.storage.as_ref();
+    // Visibility is decided now, with the collection's current policies, not when the cursor opened.
+    let visibility = match &cursor.collection {
+        Some(ns) => CollectionView::load(storage, ns, now_ms).await?.visibility,
+        None => Visibility::everything(now_ms),
+    };
+    let (batch, exhausted) = cursor.next_batch(storage, batch_size, &visibility).await?;
     let ns = cursor.ns.clone();
     let reply_id = if exhausted {
         0
@@ -287,7 +291,9 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
     let ns = collection_namespace(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "query")?);
-    Ok(exec::find_all(ctx.state.storage.as_ref(), &ns, filter, None).await?)
+    let storage = ctx.state.storage.as_ref();
+    let view = CollectionView::load(storage, &ns, ctx.state.clock.now_ms()).await?;
+    Ok(exec::find_all(storage, &view, filter, None).await?)
 }
 
 async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -327,14 +333,42 @@ async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     Ok(doc! {"values": values})
 }
 
+/// The cursor reply of a result computed in full (catalog listings, aggregation results):
+/// `documents` paged by the command's `cursor.batchSize`, under the cursor namespace `cursor_ns`.
+pub async fn buffered_cursor(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    cursor_ns: String,
+    documents: Vec<Document>,
+) -> CommandResult {
+    let batch_size = match optional_document(ctx, body, "cursor")? {
+        Some(cursor) => optional_non_negative(ctx, cursor, "batchSize")?,
+        None => None,
+    };
+    let cursor = Cursor::new(cursor_ns, None, buffered_source(documents), None, None);
+    let options = BatchOptions {
+        batch_size,
+        single_batch: false,
+        no_timeout: false,
+    };
+    open_cursor(
+        ctx,
+        cursor,
+        &Visibility::everything(ctx.state.clock.now_ms()),
+        options,
+    )
+    .await
+}
+
 /// A buffered cursor over documents computed in full (catalog listings).
-pub fn buffered_source(documents: Vec<Document>) -> CursorSource {
+fn buffered_source(documents: Vec<Document>) -> CursorSource {
     let records: VecDeque<Record> = documents
         .into_iter()
         .map(|doc| Record {
             doc,
             rev: 0,
             last_write_ms: 0,
+            ttl: crate::storage::TtlClass::Never,
         })
         .collect();
     CursorSource::Buffered(records)

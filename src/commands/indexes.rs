@@ -4,17 +4,15 @@
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::commands::args::{
-    collection_namespace, optional_document, validate_writable_namespace, wrong_type,
-};
-use crate::commands::find::{buffered_source, open_cursor, BatchOptions};
-use crate::cursor::Cursor;
+use crate::commands::args::{collection_namespace, validate_writable_namespace, wrong_type};
+use crate::commands::find::buffered_cursor;
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::document_string;
 use crate::query::Filter;
 use crate::storage::keycodec::Direction;
 use crate::storage::IndexSpec;
+use crate::ttl;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -32,6 +30,14 @@ pub const COMMANDS: &[CommandSpec] = &[
         admin_only: false,
         test_only: false,
         handler: async_handler!(list_indexes),
+    },
+    CommandSpec {
+        name: "collMod",
+        aliases: &[],
+        help: "Change an index: {collMod: coll, index: {name | keyPattern, expireAfterSeconds?, hidden?}}.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(coll_mod),
     },
     CommandSpec {
         name: "dropIndexes",
@@ -159,12 +165,7 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
         };
         return Err(spec_error(raw, &why));
     }
-    if raw.contains_key("expireAfterSeconds") {
-        return Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "TTL indexes (expireAfterSeconds) are not available yet",
-        ));
-    }
+    let expire_after = ttl_option(raw, &key)?;
     if let Some(collation) = raw.get("collation") {
         let simple = collation
             .as_document()
@@ -208,7 +209,17 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
             ))
         }
     };
+    let catalog_only = key.iter().any(|(field, _)| field == ttl::TS_FIELD);
+    if catalog_only && (unique || sparse || partial_filter.is_some()) {
+        return Err(cannot_create(
+            raw,
+            "The _ts TTL index takes no unique, sparse or partialFilterExpression option.",
+        ));
+    }
     let mut spec = doc! {"v": 2, "key": key_pattern.clone(), "name": name.as_str()};
+    if let Some(seconds) = expire_after {
+        spec.insert("expireAfterSeconds", seconds);
+    }
     if unique {
         spec.insert("unique", true);
     }
@@ -228,7 +239,36 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
         sparse,
         partial_filter,
         spec,
+        catalog_only,
     })
+}
+
+/// The `expireAfterSeconds` to store for a requested index, if any, by the rules in `ttl`: on
+/// `{_ts: 1}` it is the Cosmos collection default (and `_ts` may be indexed no other way, since it
+/// is server metadata); on any other single field it makes a MongoDB TTL index.
+fn ttl_option(raw: &Document, key: &[(String, Direction)]) -> CommandResult<Option<i32>> {
+    let value = raw.get("expireAfterSeconds");
+    let on_ts = key.iter().any(|(field, _)| field == ttl::TS_FIELD);
+    match (value, on_ts, key.len()) {
+        (Some(value), true, 1) => Ok(Some(match ttl::parse_cosmos_default(value)? {
+            ttl::CosmosDefault::Seconds(seconds) => seconds,
+            ttl::CosmosDefault::NoDefault => -1,
+        })),
+        (_, true, _) => Err(cannot_create(
+            raw,
+            "The field '_ts' is maintained by the server; it can only be indexed as {_ts: 1} with expireAfterSeconds, \
+             which sets the collection's default time-to-live.",
+        )),
+        (Some(_), false, 2..) => Err(CommandError::new(
+            ErrorCode::CannotCreateIndex,
+            format!(
+                "TTL indexes are single-field indexes, compound indexes do not support TTL. Index spec: {}",
+                document_string(raw)
+            ),
+        )),
+        (Some(value), false, _) => Ok(Some(ttl::parse_field_expire_after(value, raw)?)),
+        (None, false, _) => Ok(None),
+    }
 }
 
 /// The options that distinguish two specs with the same key.
@@ -349,6 +389,7 @@ pub fn id_index_spec() -> IndexSpec {
         sparse: false,
         partial_filter: None,
         spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
+        catalog_only: false,
     }
 }
 
@@ -360,23 +401,14 @@ async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             format!("ns does not exist: {ns}"),
         ));
     };
-    let batch_size = match optional_document(ctx, body, "cursor")? {
-        Some(cursor) => crate::commands::args::optional_non_negative(ctx, cursor, "batchSize")?,
-        None => None,
-    };
     let specs = meta.indexes.into_iter().map(|index| index.spec).collect();
-    let cursor = Cursor::new(
+    buffered_cursor(
+        ctx,
+        body,
         format!("{}.$cmd.listIndexes.{}", ns.db, ns.coll),
-        buffered_source(specs),
-        None,
-        None,
-    );
-    let options = BatchOptions {
-        batch_size,
-        single_batch: false,
-        no_timeout: false,
-    };
-    open_cursor(ctx, cursor, options).await
+        specs,
+    )
+    .await
 }
 
 async fn drop_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -454,6 +486,140 @@ async fn drop_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     let mut reply = doc! {"nIndexesWas": count};
     if drop_all {
         reply.insert("msg", "non-_id indexes dropped for collection");
+    }
+    Ok(reply)
+}
+
+/// The new `expireAfterSeconds` for `index` in `collMod`, with mongod's errors (72, 14) and, for the
+/// `_ts` index, the Cosmos rules.
+fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
+    let invalid = |message: &str| CommandError::new(ErrorCode::InvalidOptions, message);
+    if index.is_id_index() {
+        return Err(invalid("the _id field does not support TTL indexes"));
+    }
+    if ttl::is_ts_index_key(index) {
+        return match ttl::parse_cosmos_default(value) {
+            Ok(ttl::CosmosDefault::Seconds(seconds)) => Ok(seconds),
+            Ok(ttl::CosmosDefault::NoDefault) => Ok(-1),
+            Err(error) => Err(invalid(&error.errmsg)),
+        };
+    }
+    if index.key.len() > 1 {
+        return Err(invalid(
+            "TTL indexes are single-field indexes, compound indexes do not support TTL",
+        ));
+    }
+    if index
+        .spec
+        .get("expireAfterSeconds")
+        .is_some_and(|old| crate::bsonutil::as_f64(old).is_none())
+    {
+        return Err(invalid("existing expireAfterSeconds field is not a number"));
+    }
+    ttl::parse_collmod_expire_after(value)
+}
+
+async fn coll_mod(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = collection_namespace(ctx, body)?;
+    if let Some((option, _)) =
+        crate::dispatch::command_fields(body).find(|(field, _)| *field != "index")
+    {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            format!("tideway's collMod supports only index changes, not '{option}'"),
+        ));
+    }
+    let storage = ctx.state.storage.as_ref();
+    let Some(meta) = storage.collection(&ns).await? else {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            format!("ns does not exist: {ns}"),
+        ));
+    };
+    let Some(change) = body.get("index") else {
+        return Ok(Document::new());
+    };
+    let Bson::Document(change) = change else {
+        return Err(wrong_type("collMod", "index", change, "object"));
+    };
+    let index = match (change.get("name"), change.get("keyPattern")) {
+        (Some(Bson::String(name)), _) => meta
+            .indexes
+            .iter()
+            .find(|index| &index.name == name)
+            .ok_or_else(|| {
+                CommandError::new(
+                    ErrorCode::IndexNotFound,
+                    format!("cannot find index {name} for ns {ns}"),
+                )
+            })?,
+        (None, Some(Bson::Document(key))) => meta
+            .indexes
+            .iter()
+            .find(|index| &index.key_pattern() == key)
+            .ok_or_else(|| {
+                CommandError::new(
+                    ErrorCode::IndexNotFound,
+                    format!("cannot find index {} for ns {ns}", document_string(key)),
+                )
+            })?,
+        _ => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidOptions,
+                "Must specify either index name or key pattern.",
+            ))
+        }
+    };
+    if change.contains_key("unique") || change.contains_key("prepareUnique") {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway's collMod does not convert indexes to unique",
+        ));
+    }
+    let expire_after = change.get("expireAfterSeconds");
+    let hidden = change.get("hidden");
+    if expire_after.is_none() && hidden.is_none() {
+        return Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            "no expireAfterSeconds, hidden, unique, or prepareUnique field",
+        ));
+    }
+    let mut spec = index.spec.clone();
+    let mut reply = Document::new();
+    if let Some(value) = expire_after {
+        let new = collmod_expire_after(index, value)?;
+        let old = spec
+            .get("expireAfterSeconds")
+            .and_then(crate::bsonutil::as_f64)
+            .map(|old| old as i64);
+        if old != Some(i64::from(new)) {
+            if let Some(old) = old {
+                reply.insert("expireAfterSeconds_old", old);
+            }
+            reply.insert("expireAfterSeconds_new", i64::from(new));
+            spec.insert("expireAfterSeconds", new);
+        }
+    }
+    if let Some(value) = hidden {
+        let Bson::Boolean(new) = value else {
+            return Err(wrong_type("collMod", "index.hidden", value, "bool"));
+        };
+        if index.is_id_index() {
+            return Err(CommandError::bad_value("can't hide _id index"));
+        }
+        let old = spec.get_bool("hidden").unwrap_or(false);
+        if old != *new {
+            reply.insert("hidden_old", old);
+            reply.insert("hidden_new", *new);
+            if *new {
+                spec.insert("hidden", true);
+            } else {
+                spec.remove("hidden");
+            }
+        }
+    }
+    if spec != index.spec {
+        storage.update_index_spec(&ns, &index.name, spec).await?;
     }
     Ok(reply)
 }

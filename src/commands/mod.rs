@@ -2,9 +2,11 @@
 //! does the work, build the reply. Each module exports its registry entries as `COMMANDS`; the
 //! dispatcher collects them through [`all`].
 
+mod admin;
+mod aggregate;
 pub mod args;
 mod crud;
-mod ddl;
+pub mod ddl;
 mod diagnostics;
 pub mod find;
 mod handshake;
@@ -23,6 +25,8 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         crud::COMMANDS,
         ddl::COMMANDS,
         indexes::COMMANDS,
+        admin::COMMANDS,
+        aggregate::COMMANDS,
     ]
     .into_iter()
     .flatten()

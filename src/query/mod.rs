@@ -25,12 +25,17 @@
 //! - [`sort`]: `SortSpec::parse(&Document)`, `compare(&Document, &Document) -> Ordering`,
 //!   `sort_key`/`compare_keys` for precomputed keys.
 //! - [`display`]: mongod-style rendering of values inside error messages.
+//! - [`pipeline`]: `Pipeline::parse(&[Document])`, `leading_match() -> Option<&Document>`,
+//!   `source() -> Option<&SourceStage>` (`$collStats`/`$documents`), and
+//!   `run(Vec<Document>, &PipelineContext) -> CommandResult<Vec<Document>>`; aggregation
+//!   expressions in `pipeline::expr`, `$group` accumulators in `pipeline::group`.
 
 pub mod compare;
 pub mod display;
 pub mod filter;
 mod numeric;
 pub mod path;
+pub mod pipeline;
 pub mod projection;
 pub mod sort;
 pub mod update;
@@ -40,6 +45,7 @@ pub use compare::{
 };
 pub use filter::{ElementMatcher, Filter, Interval};
 pub use path::{lookup, lookup_values, LeafArrays, PathValue};
+pub use pipeline::{CollStatsRequest, Pipeline, PipelineContext, SourceStage};
 pub use projection::Projection;
 pub use sort::{Direction, SortSpec};
 pub use update::{upsert_document, Update, UpdateContext};

@@ -10,8 +10,14 @@
 //! - Parsing rejects malformed specs with mongod's messages; applying never fails except for a
 //!   positional projection without a usable match position.
 //!
-//! This module does not evaluate aggregation expressions beyond literals, `$literal` and
-//! `"$field"` references.
+//! - Aggregation `$project` ([`Projection::parse_aggregation`]) uses the same tree: every
+//!   operator object and non-numeric, non-boolean value is handed to the caller's expression
+//!   compiler and stored as an opaque index; [`Projection::apply_computed`] asks the caller for
+//!   each index's value (`None` omits the field, as `$$REMOVE` does).
+//!
+//! This module does not evaluate aggregation expressions itself: `find` projections support
+//! literals, `$literal` and `"$field"` references; everything else belongs to
+//! `query::pipeline`.
 
 use bson::{Bson, Document};
 
@@ -45,19 +51,24 @@ enum Node {
     Include,
     Exclude,
     Sub(Tree),
-    Slice { skip: Option<i64>, limit: i64 },
+    Slice {
+        skip: Option<i64>,
+        limit: i64,
+    },
     ElemMatch(Box<Filter>),
     Positional,
     Literal(Bson),
     FieldReference(Vec<String>),
     Meta(String),
+    /// An aggregation expression, by the index the caller's compiler returned.
+    Expression(usize),
 }
 
 impl Node {
     fn is_computed(&self) -> bool {
         matches!(
             self,
-            Node::Literal(_) | Node::FieldReference(_) | Node::Meta(_)
+            Node::Literal(_) | Node::FieldReference(_) | Node::Meta(_) | Node::Expression(_)
         )
     }
 }
@@ -128,6 +139,16 @@ impl Tree {
     }
 }
 
+/// An aggregation expression compiler: stores the expression and returns its index.
+pub type ExpressionCompiler<'a> = dyn FnMut(&Bson) -> CommandResult<usize> + 'a;
+
+/// What a projection may contain besides inclusions and exclusions.
+struct ParseOptions<'a, 'b> {
+    allowed_meta: &'a [&'a str],
+    /// `Some` for aggregation `$project`: expressions are compiled by the caller.
+    compile: Option<&'a mut ExpressionCompiler<'b>>,
+}
+
 /// Parse-time facts that decide inclusion versus exclusion (mongod's ParseContext).
 #[derive(Default)]
 struct ParseState {
@@ -191,11 +212,38 @@ fn is_truthy(value: &Bson) -> bool {
 impl Projection {
     /// Parses a projection; `{f: {$meta: name}}` is accepted only for names in `allowed_meta`.
     pub fn parse(spec: &Document, allowed_meta: &[&str]) -> CommandResult<Projection> {
+        Projection::parse_with(
+            spec,
+            ParseOptions {
+                allowed_meta,
+                compile: None,
+            },
+        )
+    }
+
+    /// Parses an aggregation `$project` specification: operator objects and values other than
+    /// numbers and booleans are expressions, handed to `compile`, which returns the index
+    /// [`Projection::apply_computed`] later asks the value of. Positional projection and the
+    /// `find`-only `$slice`/`$elemMatch` forms are not available here.
+    pub fn parse_aggregation(
+        spec: &Document,
+        compile: &mut ExpressionCompiler<'_>,
+    ) -> CommandResult<Projection> {
+        Projection::parse_with(
+            spec,
+            ParseOptions {
+                allowed_meta: &[],
+                compile: Some(compile),
+            },
+        )
+    }
+
+    fn parse_with(spec: &Document, mut options: ParseOptions) -> CommandResult<Projection> {
         let mut state = ParseState::default();
         let mut root = Tree::default();
         for (name, value) in spec {
             state.id_specified |= name == "_id" || name.starts_with("_id.");
-            parse_element(&mut state, &mut root, &[], name, value, allowed_meta)?;
+            parse_element(&mut state, &mut root, &[], name, value, &mut options)?;
         }
         let kind = state.resolved_kind();
         if kind == Kind::Inclusion && !state.id_specified {
@@ -219,8 +267,28 @@ impl Projection {
 
     /// Shapes a document; `meta` resolves `$meta` names. Positional fields are dropped here.
     pub fn apply(&self, document: &Document, meta: &dyn Fn(&str) -> Bson) -> Document {
-        self.shape(document, meta, PositionalIndex::Ignore)
+        self.shape(document, meta, PositionalIndex::Ignore, None)
             .unwrap_or_default()
+    }
+
+    /// True when the projection removes fields (otherwise it keeps only the named ones).
+    pub fn is_exclusion(&self) -> bool {
+        self.kind == Kind::Exclusion
+    }
+
+    /// Shapes a document parsed by [`Projection::parse_aggregation`]; `evaluate` gives each
+    /// expression's value for this document (`None`: leave the field out). Its errors abort.
+    pub fn apply_computed(
+        &self,
+        document: &Document,
+        evaluate: &dyn Fn(usize) -> CommandResult<Option<Bson>>,
+    ) -> CommandResult<Document> {
+        self.shape(
+            document,
+            &|_| Bson::Null,
+            PositionalIndex::Ignore,
+            Some(evaluate),
+        )
     }
 
     /// Shapes a document, resolving positional `a.$` fields with the array index reported by
@@ -235,6 +303,7 @@ impl Projection {
             document,
             meta,
             PositionalIndex::Required(matched_array_index),
+            None,
         )
     }
 
@@ -243,11 +312,13 @@ impl Projection {
         document: &Document,
         meta: &dyn Fn(&str) -> Bson,
         positional: PositionalIndex,
+        evaluate: Option<&dyn Fn(usize) -> CommandResult<Option<Bson>>>,
     ) -> CommandResult<Document> {
         let shaper = Shaper {
             meta,
             positional,
             root_document: document,
+            evaluate,
         };
         match self.kind {
             Kind::Inclusion => shaper.include(document, &self.root),
@@ -262,7 +333,7 @@ fn parse_element(
     parent_path: &[String],
     name: &str,
     value: &Bson,
-    allowed_meta: &[&str],
+    options: &mut ParseOptions,
 ) -> CommandResult<()> {
     if name.is_empty() || name.split('.').any(str::is_empty) {
         return Err(CommandError::bad_value(
@@ -271,6 +342,12 @@ fn parse_element(
     }
     let is_top_level_id = name == "_id" && parent_path.is_empty();
     let positional = name == "$" || name.ends_with(".$");
+    if positional && options.compile.is_some() {
+        // mongod 31324.
+        return Err(CommandError::bad_value(
+            "Cannot use positional projection in aggregation projection",
+        ));
+    }
     let relative: Vec<String> = if positional {
         path::split_path(name.trim_end_matches(".$"))
     } else {
@@ -294,8 +371,27 @@ fn parse_element(
                 ));
             }
             let first_key = sub.keys().next().map(String::as_str);
-            if sub.len() == 1 && first_key.is_some_and(|key| key.starts_with('$')) {
-                let node = parse_expression(state, sub, &full, allowed_meta)?;
+            let is_operator = first_key.is_some_and(|key| key.starts_with('$'));
+            if let Some(compile) = options.compile.as_mut() {
+                if is_operator {
+                    let index = compile(value)?;
+                    parent.add(&relative, Node::Expression(index), &full)?;
+                    // mongod 31252.
+                    return state.require(Kind::Inclusion, || {
+                        CommandError::bad_value(
+                            "Cannot use expression other than $meta in exclusion projection",
+                        )
+                    });
+                }
+                if sub.is_empty() {
+                    // mongod 51270.
+                    return Err(CommandError::bad_value(format!(
+                        "An empty sub-projection is not a valid value. Found empty object at path {}",
+                        full.join(".")
+                    )));
+                }
+            } else if sub.len() == 1 && is_operator {
+                let node = parse_expression(state, sub, &full, options.allowed_meta)?;
                 parent.add(&relative, node, &full)?;
                 return Ok(());
             }
@@ -304,7 +400,7 @@ fn parse_element(
                 return Err(CommandError::internal("projection subtree expected"));
             };
             for (child_name, child_value) in sub {
-                parse_element(state, tree, &full, child_name, child_value, allowed_meta)?;
+                parse_element(state, tree, &full, child_name, child_value, options)?;
             }
             Ok(())
         }
@@ -361,11 +457,12 @@ fn parse_element(
                     "positional projection cannot be used with a literal",
                 ));
             }
-            let node = match literal {
-                Bson::String(reference) if reference.starts_with('$') => {
+            let node = match (literal, options.compile.as_mut()) {
+                (_, Some(compile)) => Node::Expression(compile(literal)?),
+                (Bson::String(reference), None) if reference.starts_with('$') => {
                     Node::FieldReference(path::split_path(&reference[1..]))
                 }
-                other => Node::Literal(other.clone()),
+                (other, None) => Node::Literal(other.clone()),
             };
             parent.add(&relative, node, &full)?;
             // mongod 31310.
@@ -505,6 +602,7 @@ struct Shaper<'a> {
     meta: &'a dyn Fn(&str) -> Bson,
     positional: PositionalIndex,
     root_document: &'a Document,
+    evaluate: Option<&'a dyn Fn(usize) -> CommandResult<Option<Bson>>>,
 }
 
 fn slice(elements: &[Bson], skip: Option<i64>, limit: i64) -> Vec<Bson> {
@@ -540,16 +638,20 @@ fn resolve_reference(value: &Bson, parts: &[String]) -> Option<Bson> {
 }
 
 impl Shaper<'_> {
-    fn computed(&self, node: &Node) -> Option<Bson> {
-        match node {
+    /// The value of a computed node (`None`: omit the field); non-computed nodes give `None`.
+    fn computed(&self, node: &Node) -> CommandResult<Option<Bson>> {
+        Ok(match node {
             Node::Literal(value) => Some(value.clone()),
             Node::Meta(name) => Some((self.meta)(name)),
-            Node::FieldReference(parts) => {
-                let (first, rest) = parts.split_first()?;
-                resolve_reference(self.root_document.get(first)?, rest)
-            }
+            Node::FieldReference(parts) => parts
+                .split_first()
+                .and_then(|(first, rest)| resolve_reference(self.root_document.get(first)?, rest)),
+            Node::Expression(index) => match self.evaluate {
+                Some(evaluate) => evaluate(*index)?,
+                None => None,
+            },
             _ => None,
-        }
+        })
     }
 
     /// Values for leaf nodes that transform a present value in either projection kind.
@@ -612,7 +714,7 @@ impl Shaper<'_> {
             }
         }
         for (name, node) in &tree.children {
-            if let Some(value) = self.computed(node) {
+            if let Some(value) = self.computed(node)? {
                 output.insert(name.clone(), value);
             } else if let Node::Sub(subtree) = node {
                 if !document.contains_key(name) && subtree.has_computed() {
@@ -656,7 +758,7 @@ impl Shaper<'_> {
             }
         }
         for (name, node) in &tree.children {
-            if let Some(value) = self.computed(node) {
+            if let Some(value) = self.computed(node)? {
                 output.insert(name.clone(), value);
             }
         }

@@ -6,25 +6,30 @@
 //! one engine; [`run_all`] runs them all.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
 use super::keycodec::{encode_id, encode_key, Direction};
 use super::{
-    CollectionMeta, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource, Storage,
-    StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    CollectionMeta, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource,
+    Storage, StorageError, Supersede, TimeRange, TtlClass, WriteMeta, WriteOp, WriteOptions,
+    WriteOutcome,
 };
 
 const META: WriteMeta = WriteMeta {
     last_write_ms: 1_700_000_000_000,
+    ttl: TtlClass::Default,
 };
 const ORDERED: WriteOptions = WriteOptions {
     ordered: true,
     force_durable: false,
+    background: false,
 };
 const UNORDERED: WriteOptions = WriteOptions {
     ordered: false,
     force_durable: false,
+    background: false,
 };
 
 /// Runs every check.
@@ -37,20 +42,43 @@ pub async fn run_all(storage: &dyn Storage) {
     indexes(storage).await;
     scans(storage).await;
     stats(storage).await;
+    expiry(storage).await;
+    supersede(storage).await;
+    catalog_only_indexes(storage).await;
+    background_writes(storage).await;
 }
 
 // ---- helpers ----
 
 pub fn insert(doc: Document) -> WriteOp {
-    WriteOp::Insert { doc, meta: META }
+    insert_with(doc, META, None)
+}
+
+pub fn insert_with(doc: Document, meta: WriteMeta, supersede: Option<Supersede>) -> WriteOp {
+    WriteOp::Insert {
+        doc,
+        meta,
+        supersede,
+    }
 }
 
 pub fn replace(id: impl Into<Bson>, expected_rev: u64, doc: Document) -> WriteOp {
+    replace_with(id, expected_rev, doc, META, None)
+}
+
+pub fn replace_with(
+    id: impl Into<Bson>,
+    expected_rev: u64,
+    doc: Document,
+    meta: WriteMeta,
+    supersede: Option<Supersede>,
+) -> WriteOp {
     WriteOp::Replace {
         id: id.into(),
         expected_rev,
         doc,
-        meta: META,
+        meta,
+        supersede,
     }
 }
 
@@ -93,6 +121,7 @@ pub fn index_spec(
         sparse,
         partial_filter,
         spec,
+        catalog_only: false,
     }
 }
 
@@ -123,9 +152,18 @@ pub async fn write_ok(
         .collect()
 }
 
+fn superseded_count(outcome: WriteOutcome) -> u32 {
+    match outcome {
+        WriteOutcome::Inserted { superseded, .. } | WriteOutcome::Replaced { superseded, .. } => {
+            superseded
+        }
+        WriteOutcome::Deleted => panic!("expected an insert or replace, got Deleted"),
+    }
+}
+
 fn inserted_rev(outcome: WriteOutcome) -> u64 {
     match outcome {
-        WriteOutcome::Inserted { rev } | WriteOutcome::Replaced { rev } => rev,
+        WriteOutcome::Inserted { rev, .. } | WriteOutcome::Replaced { rev, .. } => rev,
         WriteOutcome::Deleted => panic!("expected a revision, got Deleted"),
     }
 }
@@ -161,6 +199,60 @@ pub async fn scan_all(
         }
     }
     panic!("scan did not terminate");
+}
+
+/// Every time.
+pub const ALL_TIMES: TimeRange = (Bound::Unbounded, Bound::Unbounded);
+
+pub fn meta(last_write_ms: i64, ttl: TtlClass) -> WriteMeta {
+    WriteMeta { last_write_ms, ttl }
+}
+
+pub fn own(expire_at_ms: i64) -> TtlClass {
+    TtlClass::Own { expire_at_ms }
+}
+
+/// Pages through a whole expiry scan with `page` records per call; asserts the paging contract.
+pub async fn expiry_all(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    order: ExpiryOrder,
+    range: TimeRange,
+    page: usize,
+) -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut resume = None;
+    for _ in 0..100_000 {
+        let result = storage
+            .expiry_scan(ns, order, range, resume.take(), page)
+            .await
+            .expect("expiry scan");
+        assert!(result.records.len() <= page.max(1), "page over its limit");
+        records.extend(result.records);
+        match result.resume {
+            Some(key) => resume = Some(key),
+            None => return records,
+        }
+    }
+    panic!("expiry scan did not terminate");
+}
+
+/// The revision of the stored document `_id: id`.
+async fn current_rev(storage: &dyn Storage, ns: &Namespace, id: i32) -> u64 {
+    storage
+        .get(ns, &Bson::Int32(id))
+        .await
+        .expect("get")
+        .expect("document exists")
+        .rev
+}
+
+/// The `_id`s of both expiry structures, in order: (last write, own expiry).
+async fn expiry_ids(storage: &dyn Storage, ns: &Namespace) -> (Vec<Bson>, Vec<Bson>) {
+    (
+        ids(&expiry_all(storage, ns, ExpiryOrder::LastWrite, ALL_TIMES, 2).await),
+        ids(&expiry_all(storage, ns, ExpiryOrder::OwnExpiry, ALL_TIMES, 2).await),
+    )
 }
 
 fn ids(records: &[Record]) -> Vec<Bson> {
@@ -392,6 +484,7 @@ pub async fn documents(storage: &dyn Storage) {
             doc: doc! {"_id": 1, "v": "one"},
             rev: rev1,
             last_write_ms: META.last_write_ms,
+            ttl: TtlClass::Default,
         }
     );
 
@@ -399,12 +492,16 @@ pub async fn documents(storage: &dyn Storage) {
     let replaced = write_ok(
         storage,
         &ns,
-        vec![WriteOp::Replace {
-            id: Bson::Int32(1),
-            expected_rev: rev1,
-            doc: doc! {"_id": 1, "v": "uno"},
-            meta: WriteMeta { last_write_ms: 7 },
-        }],
+        vec![replace_with(
+            1,
+            rev1,
+            doc! {"_id": 1, "v": "uno"},
+            WriteMeta {
+                last_write_ms: 7,
+                ttl: TtlClass::Default,
+            },
+            None,
+        )],
     )
     .await;
     let rev1b = inserted_rev(replaced[0]);
@@ -1349,5 +1446,716 @@ pub async fn stats(storage: &dyn Storage) {
         .map(|(_, size)| *size)
         .expect("database listed");
     assert_eq!(size, after.storage_size);
+    cleanup(storage, db).await;
+}
+
+/// The expiry structures: which documents each holds (by class) and in which order, through
+/// inserts, replaces that change the class or the time, deletes, ranges, paging, resume across
+/// writes, rename and drop.
+pub async fn expiry(storage: &dyn Storage) {
+    use ExpiryOrder::{LastWrite, OwnExpiry};
+    let db = "conf_expiry";
+    let ns = Namespace::new(db, "e");
+    assert!(expiry_all(storage, &ns, LastWrite, ALL_TIMES, 3)
+        .await
+        .is_empty());
+    assert!(expiry_all(storage, &ns, OwnExpiry, ALL_TIMES, 3)
+        .await
+        .is_empty());
+
+    // Negative times sort first; equal times order by _id.
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert_with(doc! {"_id": 1}, meta(30, TtlClass::Default), None),
+            insert_with(doc! {"_id": 2}, meta(-5, TtlClass::Default), None),
+            insert_with(doc! {"_id": 3}, meta(30, TtlClass::Default), None),
+            insert_with(doc! {"_id": 4}, meta(10, TtlClass::Never), None),
+            insert_with(doc! {"_id": 5}, meta(10, own(100)), None),
+            insert_with(doc! {"_id": 6}, meta(10, own(-100)), None),
+            insert_with(doc! {"_id": 7}, meta(20, own(100)), None),
+        ],
+    )
+    .await;
+    let record = storage.get(&ns, &Bson::Int32(5)).await.unwrap().unwrap();
+    assert_eq!((record.last_write_ms, record.ttl), (10, own(100)));
+    let record = storage.get(&ns, &Bson::Int32(4)).await.unwrap().unwrap();
+    assert_eq!(record.ttl, TtlClass::Never);
+    for page in [1, 2, 3, 100] {
+        let found = expiry_all(storage, &ns, LastWrite, ALL_TIMES, page).await;
+        assert_eq!(ids(&found), int_ids([2, 1, 3]), "last write, page {page}");
+        assert!(found.iter().all(|record| record.ttl == TtlClass::Default));
+        let found = expiry_all(storage, &ns, OwnExpiry, ALL_TIMES, page).await;
+        assert_eq!(ids(&found), int_ids([6, 5, 7]), "own expiry, page {page}");
+        assert_eq!(
+            found.iter().map(|record| record.ttl).collect::<Vec<_>>(),
+            vec![own(-100), own(100), own(100)]
+        );
+    }
+
+    // Ranges: every bound kind, at and around the stored times.
+    let cases: Vec<(ExpiryOrder, TimeRange, Vec<i32>)> = vec![
+        (
+            LastWrite,
+            (Bound::Included(-5), Bound::Excluded(30)),
+            vec![2],
+        ),
+        (
+            LastWrite,
+            (Bound::Excluded(-5), Bound::Included(30)),
+            vec![1, 3],
+        ),
+        (LastWrite, (Bound::Unbounded, Bound::Excluded(-5)), vec![]),
+        (LastWrite, (Bound::Unbounded, Bound::Included(-5)), vec![2]),
+        (
+            LastWrite,
+            (Bound::Included(30), Bound::Unbounded),
+            vec![1, 3],
+        ),
+        (LastWrite, (Bound::Excluded(30), Bound::Unbounded), vec![]),
+        (
+            LastWrite,
+            (Bound::Included(31), Bound::Included(29)),
+            vec![],
+        ),
+        (LastWrite, (Bound::Included(7), Bound::Excluded(7)), vec![]),
+        (
+            OwnExpiry,
+            (Bound::Included(-100), Bound::Included(99)),
+            vec![6],
+        ),
+        (
+            OwnExpiry,
+            (Bound::Included(i64::MIN), Bound::Included(i64::MAX)),
+            vec![6, 5, 7],
+        ),
+        (
+            OwnExpiry,
+            (Bound::Excluded(i64::MAX), Bound::Unbounded),
+            vec![],
+        ),
+        (
+            OwnExpiry,
+            (Bound::Included(100), Bound::Included(100)),
+            vec![5, 7],
+        ),
+    ];
+    for (order, range, expected) in cases {
+        for page in [1, 2, 10] {
+            let found = expiry_all(storage, &ns, order, range, page).await;
+            assert_eq!(
+                ids(&found),
+                int_ids(expected.clone()),
+                "{order:?} {range:?}, page {page}"
+            );
+        }
+    }
+
+    // Replaces move documents between and within the structures, using the old header.
+    let rev = |id: i32| current_rev(storage, &ns, id);
+    let ops = vec![
+        // Default → Own, Own → Never, Never → Default, Default → Default at a later time.
+        replace_with(
+            1,
+            rev(1).await,
+            doc! {"_id": 1, "v": 1},
+            meta(40, own(50)),
+            None,
+        ),
+        replace_with(
+            5,
+            rev(5).await,
+            doc! {"_id": 5, "v": 1},
+            meta(40, TtlClass::Never),
+            None,
+        ),
+        replace_with(
+            4,
+            rev(4).await,
+            doc! {"_id": 4, "v": 1},
+            meta(0, TtlClass::Default),
+            None,
+        ),
+        replace_with(
+            2,
+            rev(2).await,
+            doc! {"_id": 2, "v": 1},
+            meta(60, TtlClass::Default),
+            None,
+        ),
+        // Own → Own with a different expiry.
+        replace_with(
+            7,
+            rev(7).await,
+            doc! {"_id": 7, "v": 1},
+            meta(40, own(-200)),
+            None,
+        ),
+    ];
+    let outcomes = write_ok(storage, &ns, ops).await;
+    assert!(outcomes
+        .iter()
+        .all(|outcome| superseded_count(*outcome) == 0));
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([4, 3, 2]), int_ids([7, 6, 1]))
+    );
+    let found = expiry_all(storage, &ns, LastWrite, ALL_TIMES, 10).await;
+    assert_eq!(
+        found
+            .iter()
+            .map(|record| record.last_write_ms)
+            .collect::<Vec<_>>(),
+        vec![0, 30, 60]
+    );
+
+    // Deletes remove the entries.
+    write_ok(storage, &ns, vec![delete(3, None), delete(6, None)]).await;
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([4, 2]), int_ids([7, 1]))
+    );
+    // A failed write leaves the structures alone.
+    let results = storage
+        .write(
+            &ns,
+            vec![
+                insert_with(doc! {"_id": 4}, meta(-1, own(-1)), None),
+                replace_with(2, 1, doc! {"_id": 2}, meta(-1, own(-1)), None),
+            ],
+            UNORDERED,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(results[0], Err(StorageError::DuplicateKey { .. })));
+    assert_eq!(results[1], Err(StorageError::WriteConflict));
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([4, 2]), int_ids([7, 1]))
+    );
+
+    // Resume after writes between pages: continues strictly after the last returned entry.
+    let first = storage
+        .expiry_scan(&ns, LastWrite, ALL_TIMES, None, 1)
+        .await
+        .unwrap();
+    assert_eq!(ids(&first.records), int_ids([4]));
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert_with(doc! {"_id": 8}, meta(-50, TtlClass::Default), None),
+            insert_with(doc! {"_id": 9}, meta(1000, TtlClass::Default), None),
+            insert_with(doc! {"_id": 0}, meta(0, TtlClass::Default), None),
+        ],
+    )
+    .await;
+    let rest = storage
+        .expiry_scan(&ns, LastWrite, ALL_TIMES, first.resume, 100)
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest.records), int_ids([2, 9]));
+    assert_eq!(rest.resume, None);
+
+    // Rename keeps the structures; drop removes them.
+    let renamed = Namespace::new(db, "renamed");
+    storage
+        .rename_collection(&ns, &renamed, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        expiry_ids(storage, &renamed).await,
+        (int_ids([8, 0, 4, 2, 9]), int_ids([7, 1]))
+    );
+    assert_eq!(expiry_ids(storage, &ns).await, (vec![], vec![]));
+    assert!(storage.drop_collection(&renamed).await.unwrap());
+    assert_eq!(expiry_ids(storage, &renamed).await, (vec![], vec![]));
+    write_ok(
+        storage,
+        &renamed,
+        vec![insert_with(doc! {"_id": 1}, meta(5, own(6)), None)],
+    )
+    .await;
+    assert_eq!(
+        expiry_ids(storage, &renamed).await,
+        (vec![], int_ids([1])),
+        "a recreated collection starts empty"
+    );
+    cleanup(storage, db).await;
+    assert_eq!(expiry_ids(storage, &renamed).await, (vec![], vec![]));
+}
+
+/// Superseding conflicting documents: on `_id` and on unique keys, for insert and replace, with
+/// no predicate, a false one and a true one; all or nothing; counted once per document; the
+/// superseded documents' index and expiry entries are gone.
+pub async fn supersede(storage: &dyn Storage) {
+    let db = "conf_supersede";
+    let ns = Namespace::new(db, "s");
+    storage
+        .create_indexes(
+            &ns,
+            vec![
+                index_spec("u_1", &[("u", 1)], true, false, None),
+                index_spec("v_1", &[("v", 1)], true, true, None),
+                index_spec("a_1", &[("a", 1)], false, false, None),
+            ],
+        )
+        .await
+        .unwrap();
+    let always: Supersede = Arc::new(|_: &Record| true);
+    let never: Supersede = Arc::new(|_: &Record| false);
+    // A caller rule over the stored record (here: a flag in the document).
+    let expired: Supersede =
+        Arc::new(|record: &Record| record.doc.get_bool("expired").unwrap_or(false));
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 1, "u": 1, "a": "x", "expired": true}),
+            insert_with(
+                doc! {"_id": 2, "u": 2, "a": "y", "expired": false},
+                meta(10, own(500)),
+                None,
+            ),
+            insert_with(
+                doc! {"_id": 3, "u": 3, "a": "z", "expired": true},
+                meta(20, own(600)),
+                None,
+            ),
+        ],
+    )
+    .await;
+    let by = |index: &str, value: Bson| {
+        let source = index_source(index, vec![point(key(&[(value, 1)]))]);
+        let ns = &ns;
+        async move { ids(&scan_all(storage, ns, source, false, 10).await) }
+    };
+    let duplicate = |results: &[Result<WriteOutcome, StorageError>], expected: &str| {
+        assert!(
+            matches!(&results[0], Err(StorageError::DuplicateKey { index, .. }) if index == expected),
+            "expected a duplicate key on {expected}: {results:?}"
+        );
+    };
+
+    // _id conflict: no predicate, a false predicate, a predicate false for this document.
+    for supersede in [None, Some(never.clone())] {
+        let results = storage
+            .write(
+                &ns,
+                vec![insert_with(doc! {"_id": 1, "u": 10}, META, supersede)],
+                ORDERED,
+            )
+            .await
+            .unwrap();
+        duplicate(&results, "_id_");
+    }
+    let results = storage
+        .write(
+            &ns,
+            vec![insert_with(
+                doc! {"_id": 2, "u": 10},
+                META,
+                Some(expired.clone()),
+            )],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    duplicate(&results, "_id_");
+    assert_eq!(by("u_1", Bson::Int32(10)).await, vec![]);
+
+    // _id conflict, predicate true: the old document and all its entries are replaced.
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![insert_with(
+            doc! {"_id": 1, "u": 11, "a": "new"},
+            meta(40, TtlClass::Never),
+            Some(expired.clone()),
+        )],
+    )
+    .await;
+    assert_eq!(superseded_count(outcome[0]), 1);
+    let record = storage.get(&ns, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(record.doc, doc! {"_id": 1, "u": 11, "a": "new"});
+    assert_eq!(record.ttl, TtlClass::Never);
+    assert_eq!(by("a_1", Bson::String("x".into())).await, vec![]);
+    assert_eq!(by("u_1", Bson::Int32(1)).await, vec![]);
+    assert_eq!(by("u_1", Bson::Int32(11)).await, int_ids([1]));
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (vec![], int_ids([2, 3])),
+        "the superseded Default-class entry is gone; the new document is Never"
+    );
+
+    // Unique-key conflict on insert, predicate false for the holder.
+    let results = storage
+        .write(
+            &ns,
+            vec![insert_with(
+                doc! {"_id": 5, "u": 2},
+                META,
+                Some(expired.clone()),
+            )],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    duplicate(&results, "u_1");
+    assert_eq!(storage.get(&ns, &Bson::Int32(5)).await.unwrap(), None);
+    // ... and true: the holder (another _id) is deleted with its entries.
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![insert_with(
+            doc! {"_id": 4, "u": 3},
+            meta(50, TtlClass::Default),
+            Some(expired.clone()),
+        )],
+    )
+    .await;
+    assert_eq!(superseded_count(outcome[0]), 1);
+    assert_eq!(storage.get(&ns, &Bson::Int32(3)).await.unwrap(), None);
+    assert_eq!(by("a_1", Bson::String("z".into())).await, vec![]);
+    assert_eq!(by("u_1", Bson::Int32(3)).await, int_ids([4]));
+    assert_eq!(expiry_ids(storage, &ns).await, (int_ids([4]), int_ids([2])));
+
+    // Two conflicting documents, one not supersedable: nothing happens at all.
+    let only_4: Supersede =
+        Arc::new(|record: &Record| record.doc.get("_id") == Some(&Bson::Int32(4)));
+    let results = storage
+        .write(
+            &ns,
+            vec![insert_with(
+                doc! {"_id": 4, "u": 2},
+                META,
+                Some(only_4.clone()),
+            )],
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    duplicate(&results, "u_1");
+    assert_eq!(
+        storage
+            .get(&ns, &Bson::Int32(4))
+            .await
+            .unwrap()
+            .unwrap()
+            .doc,
+        doc! {"_id": 4, "u": 3}
+    );
+    assert!(storage.get(&ns, &Bson::Int32(2)).await.unwrap().is_some());
+    assert_eq!(expiry_ids(storage, &ns).await, (int_ids([4]), int_ids([2])));
+    // Both supersedable: both go.
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![insert_with(
+            doc! {"_id": 4, "u": 2, "a": "w"},
+            meta(60, own(70)),
+            Some(always.clone()),
+        )],
+    )
+    .await;
+    assert_eq!(superseded_count(outcome[0]), 2);
+    assert_eq!(storage.get(&ns, &Bson::Int32(2)).await.unwrap(), None);
+    assert_eq!(by("a_1", Bson::String("y".into())).await, vec![]);
+    assert_eq!(by("u_1", Bson::Int32(2)).await, int_ids([4]));
+    assert_eq!(by("u_1", Bson::Int32(3)).await, vec![]);
+    assert_eq!(expiry_ids(storage, &ns).await, (vec![], int_ids([4])));
+
+    // One document conflicting on two unique indexes counts once.
+    write_ok(
+        storage,
+        &ns,
+        vec![insert(doc! {"_id": 10, "u": 20, "v": 20})],
+    )
+    .await;
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![insert_with(
+            doc! {"_id": 11, "u": 20, "v": 20},
+            META,
+            Some(always.clone()),
+        )],
+    )
+    .await;
+    assert_eq!(superseded_count(outcome[0]), 1);
+    assert_eq!(storage.get(&ns, &Bson::Int32(10)).await.unwrap(), None);
+    assert_eq!(by("v_1", Bson::Int32(20)).await, int_ids([11]));
+
+    // Replace: a unique conflict with another document.
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 20, "u": 30, "a": "r"}),
+            insert_with(
+                doc! {"_id": 21, "u": 31, "a": "s", "expired": true},
+                meta(5, own(6)),
+                None,
+            ),
+        ],
+    )
+    .await;
+    let rev20 = current_rev(storage, &ns, 20).await;
+    for supersede in [None, Some(never.clone())] {
+        let results = storage
+            .write(
+                &ns,
+                vec![replace_with(
+                    20,
+                    rev20,
+                    doc! {"_id": 20, "u": 31},
+                    META,
+                    supersede,
+                )],
+                ORDERED,
+            )
+            .await
+            .unwrap();
+        duplicate(&results, "u_1");
+    }
+    assert_eq!(
+        storage
+            .get(&ns, &Bson::Int32(20))
+            .await
+            .unwrap()
+            .unwrap()
+            .rev,
+        rev20
+    );
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![replace_with(
+            20,
+            rev20,
+            doc! {"_id": 20, "u": 31},
+            META,
+            Some(expired.clone()),
+        )],
+    )
+    .await;
+    assert!(matches!(
+        outcome[0],
+        WriteOutcome::Replaced { superseded: 1, .. }
+    ));
+    assert_eq!(storage.get(&ns, &Bson::Int32(21)).await.unwrap(), None);
+    assert_eq!(by("a_1", Bson::String("s".into())).await, vec![]);
+    assert_eq!(by("a_1", Bson::String("r".into())).await, vec![]);
+    assert_eq!(by("u_1", Bson::Int32(31)).await, int_ids([20]));
+    assert_eq!(by("u_1", Bson::Int32(30)).await, vec![]);
+    assert_eq!(
+        expiry_ids(storage, &ns).await.1,
+        int_ids([4]),
+        "the superseded Own-class entry is gone"
+    );
+    // The replaced document itself is never superseded (its own keys are no conflict).
+    let rev20 = current_rev(storage, &ns, 20).await;
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![replace_with(
+            20,
+            rev20,
+            doc! {"_id": 20, "u": 31, "b": 1},
+            META,
+            Some(always.clone()),
+        )],
+    )
+    .await;
+    assert!(matches!(
+        outcome[0],
+        WriteOutcome::Replaced { superseded: 0, .. }
+    ));
+    assert!(storage.get(&ns, &Bson::Int32(20)).await.unwrap().is_some());
+    // Without conflicts a predicate is never consulted and supersedes nothing.
+    let outcome = write_ok(
+        storage,
+        &ns,
+        vec![insert_with(doc! {"_id": 30, "u": 40}, META, Some(always))],
+    )
+    .await;
+    assert_eq!(superseded_count(outcome[0]), 0);
+    let count = storage.stats(&ns).await.unwrap().count;
+    assert_eq!(count, 5, "documents 1, 4, 11, 20 and 30 remain");
+    cleanup(storage, db).await;
+}
+
+/// Catalog-only indexes: recorded and listed, never built or maintained, empty scans, no
+/// constraint; spec updates (for any index) rewrite no document; droppable.
+pub async fn catalog_only_indexes(storage: &dyn Storage) {
+    let db = "conf_catalog_only";
+    let ns = Namespace::new(db, "c");
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert(doc! {"_id": 1, "_ts": 5, "a": 1}),
+            insert(doc! {"_id": 2, "_ts": 5, "a": 2}),
+        ],
+    )
+    .await;
+    let mut ts = index_spec("_ts_1", &[("_ts", 1)], true, false, None);
+    ts.catalog_only = true;
+    ts.spec.insert("expireAfterSeconds", 60);
+    let meta = storage
+        .create_indexes(
+            &ns,
+            vec![
+                ts.clone(),
+                index_spec("a_1", &[("a", 1)], false, false, None),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(index_names(&meta), vec!["_id_", "_ts_1", "a_1"]);
+    assert_eq!(meta.indexes[1], ts);
+    assert!(!meta.indexes[2].catalog_only);
+    let all = || index_source("_ts_1", vec![(Bound::Unbounded, Bound::Unbounded)]);
+    assert!(scan_all(storage, &ns, all(), false, 5).await.is_empty());
+    // Writes maintain nothing for it and it constrains nothing (not even unique).
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 3, "_ts": 5})]).await;
+    let rev = current_rev(storage, &ns, 1).await;
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            replace(1, rev, doc! {"_id": 1, "_ts": 6, "a": 1}),
+            delete(2, None),
+        ],
+    )
+    .await;
+    assert!(scan_all(storage, &ns, all(), true, 5).await.is_empty());
+    // Creating it again is a no-op.
+    let again = storage.create_indexes(&ns, vec![ts.clone()]).await.unwrap();
+    assert_eq!(
+        again.indexes,
+        storage.collection(&ns).await.unwrap().unwrap().indexes
+    );
+
+    // update_index_spec replaces the spec document only, for any index, rewriting no document.
+    let revs: Vec<u64> = scan_all(storage, &ns, ScanSource::Collection, false, 10)
+        .await
+        .iter()
+        .map(|record| record.rev)
+        .collect();
+    let mut new_spec = ts.spec.clone();
+    new_spec.insert("expireAfterSeconds", 120);
+    storage
+        .update_index_spec(&ns, "_ts_1", new_spec.clone())
+        .await
+        .unwrap();
+    let mut a_spec = meta.indexes[2].spec.clone();
+    a_spec.insert("expireAfterSeconds", 5);
+    storage
+        .update_index_spec(&ns, "a_1", a_spec.clone())
+        .await
+        .unwrap();
+    let mut id_spec = meta.indexes[0].spec.clone();
+    id_spec.insert("comment", "x");
+    storage
+        .update_index_spec(&ns, "_id_", id_spec.clone())
+        .await
+        .unwrap();
+    let updated = storage.collection(&ns).await.unwrap().unwrap();
+    assert_eq!(updated.indexes[0].spec, id_spec);
+    assert_eq!(updated.indexes[1].spec, new_spec);
+    assert!(updated.indexes[1].catalog_only);
+    assert_eq!(updated.indexes[1].key, ts.key);
+    assert_eq!(updated.indexes[2].spec, a_spec);
+    let after: Vec<u64> = scan_all(storage, &ns, ScanSource::Collection, false, 10)
+        .await
+        .iter()
+        .map(|record| record.rev)
+        .collect();
+    assert_eq!(after, revs, "no document was rewritten");
+    let by_a = scan_all(
+        storage,
+        &ns,
+        index_source("a_1", vec![(Bound::Unbounded, Bound::Unbounded)]),
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(
+        ids(&by_a),
+        int_ids([3, 1]),
+        "entries kept (missing a is Null)"
+    );
+    assert!(scan_all(storage, &ns, all(), false, 5).await.is_empty());
+
+    // Drop it.
+    storage
+        .drop_indexes(&ns, &["_ts_1".to_string()])
+        .await
+        .unwrap();
+    let dropped = storage.collection(&ns).await.unwrap().unwrap();
+    assert_eq!(index_names(&dropped), vec!["_id_", "a_1"]);
+    assert!(matches!(
+        storage
+            .scan(
+                &ns,
+                ScanRequest {
+                    source: all(),
+                    resume_after: None,
+                    reverse: false,
+                    limit: 1
+                }
+            )
+            .await,
+        Err(StorageError::IndexNotFound(_))
+    ));
+    // On a new collection (created by create_indexes).
+    let fresh = Namespace::new(db, "fresh");
+    let created = storage
+        .create_indexes(&fresh, vec![ts.clone()])
+        .await
+        .unwrap();
+    assert_eq!(index_names(&created), vec!["_id_", "_ts_1"]);
+    write_ok(storage, &fresh, vec![insert(doc! {"_id": 1, "_ts": 1})]).await;
+    assert!(scan_all(storage, &fresh, all(), false, 5).await.is_empty());
+    cleanup(storage, db).await;
+}
+
+/// Background writes succeed and are visible as soon as acknowledged, alone or with
+/// `force_durable`.
+pub async fn background_writes(storage: &dyn Storage) {
+    let db = "conf_background";
+    let ns = Namespace::new(db, "b");
+    let background = WriteOptions {
+        background: true,
+        ..ORDERED
+    };
+    write_ok(
+        storage,
+        &ns,
+        vec![insert(doc! {"_id": 1}), insert(doc! {"_id": 2})],
+    )
+    .await;
+    let results = storage
+        .write(&ns, vec![delete(1, None)], background)
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Ok(WriteOutcome::Deleted)]);
+    assert_eq!(storage.get(&ns, &Bson::Int32(1)).await.unwrap(), None);
+    let results = storage
+        .write(
+            &ns,
+            vec![delete(2, None), insert(doc! {"_id": 3})],
+            WriteOptions {
+                force_durable: true,
+                ..background
+            },
+        )
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(storage.get(&ns, &Bson::Int32(2)).await.unwrap(), None);
+    assert!(storage.get(&ns, &Bson::Int32(3)).await.unwrap().is_some());
     cleanup(storage, db).await;
 }

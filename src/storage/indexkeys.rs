@@ -288,6 +288,7 @@ mod tests {
             unique: false,
             sparse: false,
             partial_filter: None,
+            catalog_only: false,
             spec: doc! {"v": 2, "key": key_doc, "name": name},
         }
     }

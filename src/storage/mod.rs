@@ -8,11 +8,18 @@
 //! - **Cursors hold no transaction**: a scan returns a page and a resume key; the next page starts
 //!   strictly after it.
 //! - **Writes are per-operation atomic**: an operation either applies entirely (document, every index
-//!   entry) or not at all. A batch is applied in order; `ordered` stops at the first failed operation.
+//!   and expiry entry, every document it supersedes) or not at all. A batch is applied in order; `ordered` stops at the first failed operation.
 //! - **Revisions**: every stored document has a revision that changes on every write. `Replace` and
 //!   `Delete` carry the revision the caller read; if the document changed since, the operation fails
 //!   with `WriteConflict` and changes nothing (the caller re-reads and retries).
-//! - **Durability**: with `durable` set, a write is acknowledged only after it is on stable storage.
+//! - **Durability**: with `force_durable` set (or an engine configured durable), a write is
+//!   acknowledged only after it is on stable storage. `background` writes (TTL reaping) are the
+//!   exception: acknowledged once committed, made durable shortly after; a crash may lose them.
+//! - **Expiry structures are rule-free and exact**: every document carries a [`TtlClass`]; the engine
+//!   keeps, per collection and always (whatever TTL policy exists), the `Default`-class documents
+//!   ordered by `last_write_ms` and the `Own`-class documents ordered by `expire_at_ms`, updated
+//!   atomically with the document. What counts as expired is decided by the caller (`crate::ttl`);
+//!   storage only orders and evaluates caller-supplied predicates ([`Supersede`]).
 //! - Errors are a small closed set ([`StorageError`]) mapped to MongoDB codes in one place
 //!   (`impl From<StorageError> for CommandError`).
 
@@ -23,6 +30,7 @@ pub mod redb_engine;
 
 use std::fmt;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bson::{Bson, Document};
@@ -76,6 +84,11 @@ pub struct IndexSpec {
     /// Only documents matching this filter are indexed.
     pub partial_filter: Option<Document>,
     pub spec: Document,
+    /// Stored and listed, but the engine keeps no entries for it: never built or maintained,
+    /// scans of it are empty, and it constrains nothing (not even with `unique`). It still counts
+    /// in `CollectionMeta::indexes`, can be dropped and its spec updated. (The Cosmos `_ts` TTL
+    /// policy lives in the catalog only.)
+    pub catalog_only: bool,
 }
 
 impl IndexSpec {
@@ -99,19 +112,53 @@ pub struct Record {
     pub rev: u64,
     /// Server time of the last write (insert, replace, update), in ms since the epoch.
     pub last_write_ms: i64,
+    /// The TTL class stored with the document (as its last write's [`WriteMeta`] said).
+    pub ttl: TtlClass,
+}
+
+/// Which expiry structure a document is filed in. Decided by the caller (`crate::ttl`); storage
+/// attaches no meaning to it beyond the ordering it maintains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlClass {
+    /// Follows the collection's default TTL: ordered by `last_write_ms`.
+    Default,
+    /// Never expires (document `ttl: -1`): in no expiry structure.
+    Never,
+    /// The document's own ttl, already converted to an absolute expiry: ordered by
+    /// `expire_at_ms`.
+    Own { expire_at_ms: i64 },
 }
 
 /// Metadata the caller decides for each written document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteMeta {
     pub last_write_ms: i64,
+    pub ttl: TtlClass,
 }
 
+/// Decides whether a stored document that conflicts with a write (same `_id` on insert, or the
+/// same key in a unique index) may be deleted to let the write proceed (used so that an expired,
+/// not yet reaped document never blocks a write). Runs inside the engine's write path: it must be
+/// fast, must not block, must not panic (it runs on the writer thread) and must not call back
+/// into storage. Called at most once per conflicting document and operation.
+pub type Supersede = Arc<dyn Fn(&Record) -> bool + Send + Sync>;
+
 /// One operation of a write batch. Documents always carry `_id`.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// `supersede`: when validation finds an existing document that conflicts with the operation —
+/// same `_id` (Insert), or the same key in a unique index (Insert and Replace; never the replaced
+/// document itself) — and the predicate returns true for it, that document is deleted (with all
+/// its index and expiry entries) as part of the same atomic operation and the operation proceeds;
+/// otherwise the operation fails with `DuplicateKey` and changes nothing. All conflicts are
+/// resolved before anything is mutated.
+#[derive(Clone)]
 pub enum WriteOp {
-    /// Fails with `DuplicateKey` if `_id` or a unique index key is taken.
-    Insert { doc: Document, meta: WriteMeta },
+    /// Fails with `DuplicateKey` if `_id` or a unique index key is taken (and not superseded).
+    Insert {
+        doc: Document,
+        meta: WriteMeta,
+        supersede: Option<Supersede>,
+    },
     /// Replaces the document with `_id == id` if its revision is still `expected_rev`; `doc` has the
     /// same `_id`. `WriteConflict` if the revision changed or the document no longer exists.
     Replace {
@@ -119,17 +166,127 @@ pub enum WriteOp {
         expected_rev: u64,
         doc: Document,
         meta: WriteMeta,
+        supersede: Option<Supersede>,
     },
     /// Deletes the document with `_id == id`, if its revision is still `expected_rev` (when given).
     /// `WriteConflict` if the revision changed or no such document exists.
     Delete { id: Bson, expected_rev: Option<u64> },
 }
 
-/// What a successful operation did.
+/// Prints a predicate as `<predicate>`.
+struct PredicateDebug<'a>(&'a Option<Supersede>);
+
+impl fmt::Debug for PredicateDebug<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(_) => f.write_str("Some(<predicate>)"),
+            None => f.write_str("None"),
+        }
+    }
+}
+
+impl fmt::Debug for WriteOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteOp::Insert {
+                doc,
+                meta,
+                supersede,
+            } => f
+                .debug_struct("Insert")
+                .field("doc", doc)
+                .field("meta", meta)
+                .field("supersede", &PredicateDebug(supersede))
+                .finish(),
+            WriteOp::Replace {
+                id,
+                expected_rev,
+                doc,
+                meta,
+                supersede,
+            } => f
+                .debug_struct("Replace")
+                .field("id", id)
+                .field("expected_rev", expected_rev)
+                .field("doc", doc)
+                .field("meta", meta)
+                .field("supersede", &PredicateDebug(supersede))
+                .finish(),
+            WriteOp::Delete { id, expected_rev } => f
+                .debug_struct("Delete")
+                .field("id", id)
+                .field("expected_rev", expected_rev)
+                .finish(),
+        }
+    }
+}
+
+/// Predicates compare by identity (`Arc::ptr_eq`).
+fn same_predicate(a: &Option<Supersede>, b: &Option<Supersede>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+impl PartialEq for WriteOp {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                WriteOp::Insert {
+                    doc,
+                    meta,
+                    supersede,
+                },
+                WriteOp::Insert {
+                    doc: other_doc,
+                    meta: other_meta,
+                    supersede: other_supersede,
+                },
+            ) => {
+                doc == other_doc && meta == other_meta && same_predicate(supersede, other_supersede)
+            }
+            (
+                WriteOp::Replace {
+                    id,
+                    expected_rev,
+                    doc,
+                    meta,
+                    supersede,
+                },
+                WriteOp::Replace {
+                    id: other_id,
+                    expected_rev: other_rev,
+                    doc: other_doc,
+                    meta: other_meta,
+                    supersede: other_supersede,
+                },
+            ) => {
+                id == other_id
+                    && expected_rev == other_rev
+                    && doc == other_doc
+                    && meta == other_meta
+                    && same_predicate(supersede, other_supersede)
+            }
+            (
+                WriteOp::Delete { id, expected_rev },
+                WriteOp::Delete {
+                    id: other_id,
+                    expected_rev: other_rev,
+                },
+            ) => id == other_id && expected_rev == other_rev,
+            _ => false,
+        }
+    }
+}
+
+/// What a successful operation did. `superseded`: how many conflicting documents the operation's
+/// [`Supersede`] predicate let it delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
-    Inserted { rev: u64 },
-    Replaced { rev: u64 },
+    Inserted { rev: u64, superseded: u32 },
+    Replaced { rev: u64, superseded: u32 },
     Deleted,
 }
 
@@ -140,6 +297,24 @@ pub struct WriteOptions {
     pub ordered: bool,
     /// Acknowledge only once durable, whatever the engine's default (`writeConcern {j: true}`).
     pub force_durable: bool,
+    /// A write by background maintenance (the TTL reaper): acknowledged once committed, without
+    /// waiting for its own fsync even on a durable engine; the engine makes it durable within
+    /// about a second, and a crash before that may lose it (harmless: the reaper redoes it). It
+    /// must not delay foreground writes much (the engine bounds background work per commit).
+    /// `force_durable` wins over it.
+    pub background: bool,
+}
+
+/// A range of times in ms since the epoch, for [`Storage::expiry_scan`].
+pub type TimeRange = (Bound<i64>, Bound<i64>);
+
+/// Which expiry structure [`Storage::expiry_scan`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpiryOrder {
+    /// `TtlClass::Default` documents by `last_write_ms`.
+    LastWrite,
+    /// `TtlClass::Own` documents by `expire_at_ms`.
+    OwnExpiry,
 }
 
 /// A range of encoded index keys (see `keycodec`); bounds are key prefixes: an Included bound
@@ -282,7 +457,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     async fn set_collection_options(&self, ns: &Namespace, options: Document) -> StorageResult<()>;
     /// Creates the indexes that do not exist yet (creating the collection if needed), building each
     /// from the existing documents. All or nothing: a unique index that existing documents violate
-    /// fails with `DuplicateKey` and no index of the call is created. Returns the new metadata.
+    /// fails with `DuplicateKey` and no index of the call is created. `catalog_only` indexes are
+    /// only recorded (never built). Returns the new metadata.
     async fn create_indexes(
         &self,
         ns: &Namespace,
@@ -290,7 +466,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ) -> StorageResult<CollectionMeta>;
     /// Drops the named indexes (never `_id_`).
     async fn drop_indexes(&self, ns: &Namespace, names: &[String]) -> StorageResult<()>;
-    /// Replaces an index's `spec` document (options such as `expireAfterSeconds`), keeping its key.
+    /// Replaces an index's `spec` document (options such as `expireAfterSeconds`, as `collMod`
+    /// changes them), keeping its key, its parsed options and its entries; works for every index
+    /// (`_id_` and catalog-only ones included) and costs O(1): no document or entry is rewritten.
     async fn update_index_spec(
         &self,
         ns: &Namespace,
@@ -301,6 +479,19 @@ pub trait Storage: Send + Sync + fmt::Debug {
     // ---- reads ----
     async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>>;
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage>;
+    /// Documents whose `last_write_ms` (`LastWrite`: `TtlClass::Default` documents only) or
+    /// `expire_at_ms` (`OwnExpiry`: `TtlClass::Own` documents) lies in `range`, ascending by that
+    /// time then by `_id` key, at most `limit` (at least 1) per page; paged with `resume_after` /
+    /// `ScanPage::resume` exactly like [`Storage::scan`]. Costs in proportion to the records
+    /// returned, never to the collection's size. A missing collection scans as empty.
+    async fn expiry_scan(
+        &self,
+        ns: &Namespace,
+        order: ExpiryOrder,
+        range: (Bound<i64>, Bound<i64>),
+        resume_after: Option<Vec<u8>>,
+        limit: usize,
+    ) -> StorageResult<ScanPage>;
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats>;
 
     // ---- writes ----

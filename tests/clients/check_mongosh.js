@@ -157,12 +157,137 @@ function genuineInLog() {
   }
 }
 
+// --- CRUD in db `shop` ---------------------------------------------------------------------------
+
+// Prepended to the CRUD --eval scripts: check() throws (so mongosh exits non-zero and prints the
+// difference) unless the server's answer is exactly the expected one; step() marks progress.
+const SHELL_HELPERS = `
+function show(value) { return EJSON.stringify(value); }
+function check(what, actual, expected) {
+  if (show(actual) !== show(expected)) {
+    throw new Error(what + ': server answered ' + show(actual) + ', expected ' + show(expected));
+  }
+}
+function step(name) { print(${JSON.stringify(MARK)} + ' ' + name); }
+`;
+
+// Runs `body` as an --eval script against db `shop`, which is dropped before and after (also when
+// `body` throws), and expects every step in `steps` to be reached.
+function shopScript(body, steps) {
+  const script = `${SHELL_HELPERS}
+db = db.getSiblingDB('shop');
+db.dropDatabase();
+try {
+${body}
+} finally {
+  db.dropDatabase();
+}`;
+  const run = mongosh(['--quiet', '--eval', script]);
+  expectSuccess(run);
+  for (const name of steps) {
+    expect(run, run.stdout.includes(`${MARK} ${name}\n`), `the --eval script did not reach step "${name}"`);
+  }
+  expectGenuine(run);
+}
+
+function crudShop() {
+  shopScript(`
+  let r = db.c.insertOne({ _id: 1, a: 1 });
+  check('insertOne({_id: 1, a: 1})', [r.acknowledged, r.insertedId], [true, 1]);
+  step('insertOne');
+  r = db.c.insertMany([{ _id: 2, a: 2 }, { _id: 3, a: 3 }, { _id: 4, a: 0 }]);
+  check('insertMany: insertedIds', r.insertedIds, { 0: 2, 1: 3, 2: 4 });
+  step('insertMany');
+  check('find({a: {$gte: 1}}).sort({a: -1}).toArray()', db.c.find({ a: { $gte: 1 } }).sort({ a: -1 }).toArray(),
+    [{ _id: 3, a: 3 }, { _id: 2, a: 2 }, { _id: 1, a: 1 }]);
+  check('find({}, {_id: 0}).sort({a: 1}).skip(1).limit(2).toArray()',
+    db.c.find({}, { _id: 0 }).sort({ a: 1 }).skip(1).limit(2).toArray(), [{ a: 1 }, { a: 2 }]);
+  step('find');
+  r = db.c.updateOne({ _id: 1 }, { $set: { b: 2 } });
+  check('updateOne({_id: 1}, {$set: {b: 2}}): matchedCount, modifiedCount', [r.matchedCount, r.modifiedCount], [1, 1]);
+  check('document after updateOne', db.c.findOne({ _id: 1 }), { _id: 1, a: 1, b: 2 });
+  step('updateOne');
+  r = db.c.deleteMany({ a: { $gt: 1 } });
+  check('deleteMany({a: {$gt: 1}}): deletedCount', r.deletedCount, 2);
+  check('documents after deleteMany', db.c.find().sort({ _id: 1 }).toArray(),
+    [{ _id: 1, a: 1, b: 2 }, { _id: 4, a: 0 }]);
+  check('estimatedDocumentCount() after deleteMany', db.c.estimatedDocumentCount(), 2);
+  step('deleteMany');
+  check('db.getCollectionNames()', db.getCollectionNames(), ['c']);
+  check('dropDatabase().ok', db.dropDatabase().ok, 1);
+  const names = db.adminCommand({ listDatabases: 1, nameOnly: true }).databases.map((d) => d.name);
+  if (names.includes('shop')) throw new Error('listDatabases still has shop after dropDatabase: ' + show(names));
+  step('dropDatabase');`, ['insertOne', 'insertMany', 'find', 'updateOne', 'deleteMany', 'dropDatabase']);
+}
+
+function uniqueIndexShop() {
+  shopScript(`
+  db.c.insertMany([{ _id: 1, a: 1 }, { _id: 2, a: 2 }]);
+  check('createIndex({a: 1}, {unique: true})', db.c.createIndex({ a: 1 }, { unique: true }), 'a_1');
+  const index = db.c.getIndexes().find((i) => i.name === 'a_1');
+  check('getIndexes(): a_1 key and unique', index && [index.key, index.unique], [{ a: 1 }, true]);
+  step('createIndex');
+  let error = null;
+  try {
+    db.c.insertOne({ _id: 3, a: 1 });
+  } catch (e) {
+    error = e;
+  }
+  if (!error) throw new Error('insertOne({_id: 3, a: 1}) succeeded despite the unique index on a');
+  check('duplicate insert: error name and code', [error.name, error.code], ['MongoServerError', 11000]);
+  check('duplicate insert: message', error.message,
+    'E11000 duplicate key error collection: shop.c index: a_1 dup key: { a: 1 }');
+  check('documents after the rejected insert', db.c.find().sort({ _id: 1 }).toArray(),
+    [{ _id: 1, a: 1 }, { _id: 2, a: 2 }]);
+  step('duplicate');`, ['createIndex', 'duplicate']);
+}
+
+function showDbsCollections() {
+  // `show dbs` / `show collections` are shell helpers: run them at the interactive prompt, with a
+  // printed mark before each so their output can be told apart.
+  const section = (name) => `print(${JSON.stringify(`${MARK} ${name}`)})\n`;
+  const input = [
+    'use shop\n',
+    'db.dropDatabase()\n',
+    'db.c.insertOne({ _id: 1, a: 1 })\n',
+    'db.d.insertOne({ _id: 1 })\n',
+    section('show-dbs'), 'show dbs\n',
+    section('show-collections'), 'show collections\n',
+    section('drop'), 'db.dropDatabase()\n',
+    section('show-dbs-after-drop'), 'show dbs\n',
+    section('end'),
+  ].join('');
+  const run = mongosh([], input);
+  expectSuccess(run);
+  expectGenuine(run);
+  // The lines printed between one mark and the next, without the `shop> ` prompts.
+  const between = (from, to) => {
+    const start = run.output.indexOf(`${MARK} ${from}\n`);
+    const end = run.output.indexOf(`${MARK} ${to}\n`);
+    expect(run, start >= 0 && end > start, `no output between the marks "${from}" and "${to}"`);
+    return run.output.slice(start, end).split('\n').slice(1)
+      .map((line) => line.replace(/^(\w+> )+/, '').trim()).filter((line) => line !== '');
+  };
+  const dbs = between('show-dbs', 'show-collections');
+  expect(run, dbs.some((line) => /^shop\s+\d/.test(line)),
+    `"show dbs" did not list shop with its size: ${JSON.stringify(dbs)}`);
+  const collections = between('show-collections', 'drop');
+  expect(run, JSON.stringify(collections) === JSON.stringify(['c', 'd']),
+    `"show collections" printed ${JSON.stringify(collections)}, expected ["c","d"]`);
+  const after = between('show-dbs-after-drop', 'end');
+  expect(run, !after.some((line) => /^shop\s/.test(line)),
+    `"show dbs" still lists shop after dropDatabase: ${JSON.stringify(after)}`);
+}
+
 const SCENARIOS = [
   ['ping', ping],
   ['version', version],
   ['server_error_exit_status', serverErrorExitStatus],
   ['banner_verbose', bannerVerbose],
   ['interactive_prompt', interactivePrompt],
+  ['crud_shop', crudShop],
+  ['unique_index_shop', uniqueIndexShop],
+  ['show_dbs_collections', showDbsCollections],
   ['genuine_in_log', genuineInLog], // after the runs above, which write the logs
 ];
 

@@ -3,10 +3,13 @@
 //!
 //! Invariants: every operation validates completely (existence, revisions, `_id` and unique index
 //! keys — ignoring the document's own entries on replace —, parallel arrays, index build
-//! duplicates) before it mutates anything, so a failing operation leaves no trace and the group
-//! still commits the others. Only redb I/O errors can interrupt a mutation half-way; they are
-//! returned as `StorageError::Io` and poison the whole group. Catalog changes are written to the
-//! `catalog` table and staged in the batch (published only after the commit).
+//! duplicates, which conflicting documents its `Supersede` predicate removes, and decoding of
+//! every record it will remove) before it mutates anything, so a failing operation leaves no
+//! trace and the group still commits the others. Only redb I/O errors can interrupt a mutation
+//! half-way; they are returned as `StorageError::Io` and poison the whole group. Every document
+//! mutation keeps the data table, the maintained index tables and the expiry tables (`lw.`, `ox.`)
+//! in step; catalog-only indexes have no table and are never touched. Catalog changes are written
+//! to the `catalog` table and staged in the batch (published only after the commit).
 //!
 //! Must not: read outside the batch's transaction, or touch the published catalog.
 
@@ -18,14 +21,16 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::catalog::{id_index_spec, CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, corrupt, entry_key, entry_value, index_table_name, io, record_document,
-    record_rev, record_with_document, set_record_header, CATALOG, SIZES,
+    bytes_table, corrupt, decode_record, entry_key, entry_value, expiry_key, expiry_position,
+    index_table_name, io, record_document, record_header, record_with_document, set_record_header,
+    CATALOG, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::IndexKeyer;
 use crate::storage::keycodec::encode_id;
 use crate::storage::{
-    CollectionMeta, IndexSpec, Namespace, StorageError, StorageResult, WriteOp, WriteOutcome,
+    CollectionMeta, ExpiryOrder, IndexSpec, Namespace, StorageError, StorageResult, Supersede,
+    WriteMeta, WriteOp, WriteOutcome,
 };
 
 type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -40,14 +45,16 @@ pub(super) enum PreparedOp {
         doc: Document,
         /// Header placeholder + BSON.
         record: Vec<u8>,
-        last_write_ms: i64,
+        meta: WriteMeta,
+        supersede: Option<Supersede>,
     },
     Replace {
         id_key: Vec<u8>,
         expected_rev: u64,
         doc: Document,
         record: Vec<u8>,
-        last_write_ms: i64,
+        meta: WriteMeta,
+        supersede: Option<Supersede>,
     },
     Delete {
         id_key: Vec<u8>,
@@ -60,7 +67,11 @@ pub(super) enum PreparedOp {
 impl PreparedOp {
     pub fn prepare(op: WriteOp) -> PreparedOp {
         match op {
-            WriteOp::Insert { doc, meta } => {
+            WriteOp::Insert {
+                doc,
+                meta,
+                supersede,
+            } => {
                 let Some(id) = doc.get("_id").cloned() else {
                     return PreparedOp::Invalid(corrupt("document to insert has no _id"));
                 };
@@ -70,7 +81,8 @@ impl PreparedOp {
                         id,
                         doc,
                         record,
-                        last_write_ms: meta.last_write_ms,
+                        meta,
+                        supersede,
                     },
                     Err(error) => PreparedOp::Invalid(error),
                 }
@@ -80,6 +92,7 @@ impl PreparedOp {
                 expected_rev,
                 doc,
                 meta,
+                supersede,
             } => {
                 let id_key = encode_id(&id);
                 if doc.get("_id").map(encode_id).as_ref() != Some(&id_key) {
@@ -93,7 +106,8 @@ impl PreparedOp {
                         expected_rev,
                         doc,
                         record,
-                        last_write_ms: meta.last_write_ms,
+                        meta,
+                        supersede,
                     },
                     Err(error) => PreparedOp::Invalid(error),
                 }
@@ -307,11 +321,24 @@ pub(super) fn create_indexes(
     if keyers.is_empty() {
         return Ok(entry.meta.clone());
     }
-    let built = build_index_entries(&batch.txn, &entry, &keyers)?;
+    // Catalog-only indexes are only recorded: no scan of the documents when all are.
+    let built = if keyers.iter().any(|keyer| !keyer.spec().catalog_only) {
+        build_index_entries(&batch.txn, &entry, &keyers)?
+    } else {
+        vec![Vec::new(); keyers.len()]
+    };
     let mut updated = (*entry).clone();
     for (keyer, entries) in keyers.into_iter().zip(built) {
         let id = batch.counters.take_index_id();
         let table_name = index_table_name(id);
+        if keyer.spec().catalog_only {
+            updated.indexes.push(IndexEntry {
+                id,
+                table: table_name,
+                keyer,
+            });
+            continue;
+        }
         let mut table = batch.txn.open_table(bytes_table(&table_name)).map_err(io)?;
         let mut size = SizeDelta::default();
         for (key, value) in &entries {
@@ -330,8 +357,9 @@ pub(super) fn create_indexes(
     Ok(put_entry(batch, updated)?.meta.clone())
 }
 
-/// Every (stored key, value) of each new index over the collection's documents, sorted; fails
-/// on a unique violation or parallel arrays before anything is written.
+/// Every (stored key, value) of each new index over the collection's documents, sorted (none for
+/// catalog-only indexes); fails on a unique violation or parallel arrays before anything is
+/// written.
 fn build_index_entries(
     txn: &WriteTransaction,
     entry: &CollectionEntry,
@@ -345,6 +373,9 @@ fn build_index_entries(
         let id_key = id_key.value();
         let document = record_document(record.value())?;
         for (position, keyer) in keyers.iter().enumerate() {
+            if keyer.spec().catalog_only {
+                continue;
+            }
             let unique = keyer.spec().unique;
             for key in keyer.keys(&document)? {
                 if unique {
@@ -398,6 +429,7 @@ pub(super) fn drop_indexes(
     Ok(())
 }
 
+/// Replaces the spec document only (parsed options, key and entries stay): one catalog row.
 pub(super) fn update_index_spec(
     batch: &mut Batch,
     ns: &Namespace,
@@ -536,13 +568,25 @@ impl IndexTable<'_, '_> {
     }
 
     /// The document (other than `id_key`'s) holding unique key `index_key`, if any.
-    fn taken_by_other(&self, index_key: &[u8], id_key: &[u8]) -> StorageResult<bool> {
+    fn other_owner(&self, index_key: &[u8], id_key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
         Ok(self
             .table
             .get(index_key)
             .map_err(io)?
-            .is_some_and(|owner| owner.value() != id_key))
+            .map(|owner| owner.value().to_vec())
+            .filter(|owner| owner.as_slice() != id_key))
     }
+}
+
+/// Everything needed to delete one stored document, decoded before any mutation so that the
+/// deletion itself can only fail with I/O errors.
+struct Removal {
+    id_key: Vec<u8>,
+    record_len: usize,
+    /// The stored header's metadata: locates the expiry entry.
+    meta: WriteMeta,
+    /// Its keys in every maintained index, in `CollectionTables::indexes` order.
+    index_keys: Vec<Vec<Vec<u8>>>,
 }
 
 /// The open tables of one collection for the duration of one write job.
@@ -550,27 +594,35 @@ struct CollectionTables<'t, 'e> {
     entry: &'e CollectionEntry,
     data: BytesTable<'t>,
     data_size: SizeDelta,
+    /// `lw.<id>`: `TtlClass::Default` records by last write.
+    last_write: BytesTable<'t>,
+    /// `ox.<id>`: `TtlClass::Own` records by their own expiry.
+    own_expiry: BytesTable<'t>,
+    /// Maintained (not catalog-only) secondary indexes.
     indexes: Vec<IndexTable<'t, 'e>>,
 }
 
 impl<'t, 'e> CollectionTables<'t, 'e> {
     fn open(txn: &'t WriteTransaction, entry: &'e CollectionEntry) -> StorageResult<Self> {
-        let data = txn.open_table(bytes_table(&entry.data_table)).map_err(io)?;
+        let open = |name: &str| txn.open_table(bytes_table(name)).map_err(io);
         let indexes = entry
             .indexes
             .iter()
+            .filter(|index| index.maintained())
             .map(|index| {
                 Ok(IndexTable {
                     index,
-                    table: txn.open_table(bytes_table(&index.table)).map_err(io)?,
+                    table: open(&index.table)?,
                     size: SizeDelta::default(),
                 })
             })
             .collect::<StorageResult<Vec<_>>>()?;
         Ok(CollectionTables {
             entry,
-            data,
+            data: open(&entry.data_table)?,
             data_size: SizeDelta::default(),
+            last_write: open(&entry.expiry_table(ExpiryOrder::LastWrite))?,
+            own_expiry: open(&entry.expiry_table(ExpiryOrder::OwnExpiry))?,
             indexes,
         })
     }
@@ -580,9 +632,11 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             entry,
             data,
             data_size,
+            last_write,
+            own_expiry,
             indexes,
         } = self;
-        drop(data);
+        drop((data, last_write, own_expiry));
         data_size.save(txn, &entry.data_table)?;
         for index in indexes {
             let IndexTable { index, table, size } = index;
@@ -592,7 +646,26 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         Ok(())
     }
 
-    /// Keys of `document` for every secondary index, in `indexes` order.
+    /// Adds (`present`) or removes the expiry entry of `id_key` for a record written with `meta`
+    /// (`Never` records have none).
+    fn set_expiry(&mut self, meta: WriteMeta, id_key: &[u8], present: bool) -> StorageResult<()> {
+        let Some((order, at_ms)) = expiry_position(meta.ttl, meta.last_write_ms) else {
+            return Ok(());
+        };
+        let table = match order {
+            ExpiryOrder::LastWrite => &mut self.last_write,
+            ExpiryOrder::OwnExpiry => &mut self.own_expiry,
+        };
+        let key = expiry_key(at_ms, id_key);
+        if present {
+            table.insert(key.as_slice(), &[][..]).map_err(io)?;
+        } else {
+            table.remove(key.as_slice()).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Keys of `document` for every maintained secondary index, in `indexes` order.
     fn index_keys(&self, document: &Document) -> StorageResult<Vec<Vec<Vec<u8>>>> {
         self.indexes
             .iter()
@@ -609,7 +682,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             .map(|record| record.value().to_vec())
             .ok_or(StorageError::WriteConflict)?;
         if let Some(expected_rev) = expected_rev {
-            if record_rev(&record)? != expected_rev {
+            if record_header(&record)?.rev != expected_rev {
                 return Err(StorageError::WriteConflict);
             }
         }
@@ -631,6 +704,71 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             .collect())
     }
 
+    /// Decodes what deleting the stored `record` of `id_key` touches.
+    fn plan_removal(&self, id_key: &[u8], record: &[u8]) -> StorageResult<Removal> {
+        Ok(Removal {
+            id_key: id_key.to_vec(),
+            record_len: record.len(),
+            meta: record_header(record)?.meta,
+            index_keys: self.stored_keys(record)?,
+        })
+    }
+
+    /// Deletes a document with its index and expiry entries.
+    fn remove(&mut self, removal: &Removal) -> StorageResult<()> {
+        let id_key = removal.id_key.as_slice();
+        for (index, keys) in self.indexes.iter_mut().zip(&removal.index_keys) {
+            for key in keys {
+                index.remove(key, id_key)?;
+            }
+        }
+        self.set_expiry(removal.meta, id_key, false)?;
+        if self.data.remove(id_key).map_err(io)?.is_some() {
+            self.data_size.sub(id_key.len(), removal.record_len);
+        }
+        Ok(())
+    }
+
+    /// Resolves a conflict with the stored document `owner`: it joins `superseded` if `supersede`
+    /// accepts it (or already did); otherwise the operation fails with `conflict()`. A dangling
+    /// owner (no document) stays a conflict.
+    fn resolve_conflict(
+        &self,
+        owner: &[u8],
+        supersede: Option<&Supersede>,
+        superseded: &mut Vec<Removal>,
+        conflict: impl FnOnce() -> StorageError,
+    ) -> StorageResult<()> {
+        if superseded.iter().any(|removal| removal.id_key == owner) {
+            return Ok(());
+        }
+        let Some(supersede) = supersede else {
+            return Err(conflict());
+        };
+        let Some(record) = self
+            .data
+            .get(owner)
+            .map_err(io)?
+            .map(|record| record.value().to_vec())
+        else {
+            return Err(conflict());
+        };
+        if !supersede(&decode_record(&record)?) {
+            return Err(conflict());
+        }
+        superseded.push(self.plan_removal(owner, &record)?);
+        Ok(())
+    }
+
+    /// Deletes the superseded documents; their count.
+    fn remove_superseded(&mut self, superseded: Vec<Removal>) -> StorageResult<u32> {
+        for removal in &superseded {
+            self.remove(removal)?;
+        }
+        // At most one per unique index and key of one document: far below u32::MAX.
+        Ok(u32::try_from(superseded.len()).unwrap_or(u32::MAX))
+    }
+
     fn apply(&mut self, op: PreparedOp, counters: &mut Counters) -> StorageResult<WriteOutcome> {
         match op {
             PreparedOp::Insert {
@@ -638,41 +776,66 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 id_key,
                 doc,
                 mut record,
-                last_write_ms,
+                meta,
+                supersede,
             } => {
+                let mut superseded = Vec::new();
                 if self.data.get(id_key.as_slice()).map_err(io)?.is_some() {
-                    return Err(StorageError::DuplicateKey {
-                        ns: self.entry.meta.ns.clone(),
-                        index: IndexSpec::ID_INDEX_NAME.to_string(),
-                        key_pattern: Box::new(self.entry.id_index().key_pattern()),
-                        key_value: Box::new(doc! {"_id": id}),
-                    });
+                    self.resolve_conflict(&id_key, supersede.as_ref(), &mut superseded, || {
+                        StorageError::DuplicateKey {
+                            ns: self.entry.meta.ns.clone(),
+                            index: IndexSpec::ID_INDEX_NAME.to_string(),
+                            key_pattern: Box::new(self.entry.id_index().key_pattern()),
+                            key_value: Box::new(doc! {"_id": id}),
+                        }
+                    })?;
                 }
                 let new_keys = self.index_keys(&doc)?;
-                self.check_unique(&doc, &id_key, &new_keys, None)?;
+                // Unique keys held by a superseded `_id` twin are owned by `id_key`: no conflict.
+                self.check_unique(
+                    &doc,
+                    &id_key,
+                    &new_keys,
+                    None,
+                    supersede.as_ref(),
+                    &mut superseded,
+                )?;
+                let superseded = self.remove_superseded(superseded)?;
                 let rev = counters.take_rev();
-                set_record_header(&mut record, rev, last_write_ms);
+                set_record_header(&mut record, rev, meta);
                 self.put_record(&id_key, &record, None)?;
                 for (index, keys) in self.indexes.iter_mut().zip(&new_keys) {
                     for key in keys {
                         index.insert(key, &id_key)?;
                     }
                 }
-                Ok(WriteOutcome::Inserted { rev })
+                self.set_expiry(meta, &id_key, true)?;
+                Ok(WriteOutcome::Inserted { rev, superseded })
             }
             PreparedOp::Replace {
                 id_key,
                 expected_rev,
                 doc,
                 mut record,
-                last_write_ms,
+                meta,
+                supersede,
             } => {
                 let old_record = self.current(&id_key, Some(expected_rev))?;
+                let old_meta = record_header(&old_record)?.meta;
                 let old_keys = self.stored_keys(&old_record)?;
                 let new_keys = self.index_keys(&doc)?;
-                self.check_unique(&doc, &id_key, &new_keys, Some(&old_keys))?;
+                let mut superseded = Vec::new();
+                self.check_unique(
+                    &doc,
+                    &id_key,
+                    &new_keys,
+                    Some(&old_keys),
+                    supersede.as_ref(),
+                    &mut superseded,
+                )?;
+                let superseded = self.remove_superseded(superseded)?;
                 let rev = counters.take_rev();
-                set_record_header(&mut record, rev, last_write_ms);
+                set_record_header(&mut record, rev, meta);
                 self.put_record(&id_key, &record, Some(old_record.len()))?;
                 for ((index, old), new) in self.indexes.iter_mut().zip(&old_keys).zip(&new_keys) {
                     for key in old.iter().filter(|key| new.binary_search(key).is_err()) {
@@ -682,36 +845,35 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                         index.insert(key, &id_key)?;
                     }
                 }
-                Ok(WriteOutcome::Replaced { rev })
+                if old_meta != meta {
+                    self.set_expiry(old_meta, &id_key, false)?;
+                    self.set_expiry(meta, &id_key, true)?;
+                }
+                Ok(WriteOutcome::Replaced { rev, superseded })
             }
             PreparedOp::Delete {
                 id_key,
                 expected_rev,
             } => {
                 let old_record = self.current(&id_key, expected_rev)?;
-                let old_keys = self.stored_keys(&old_record)?;
-                for (index, keys) in self.indexes.iter_mut().zip(&old_keys) {
-                    for key in keys {
-                        index.remove(key, &id_key)?;
-                    }
-                }
-                if self.data.remove(id_key.as_slice()).map_err(io)?.is_some() {
-                    self.data_size.sub(id_key.len(), old_record.len());
-                }
+                let removal = self.plan_removal(&id_key, &old_record)?;
+                self.remove(&removal)?;
                 Ok(WriteOutcome::Deleted)
             }
             PreparedOp::Invalid(error) => Err(error),
         }
     }
 
-    /// Fails if a new unique key (one the document does not already hold) belongs to another
-    /// document.
+    /// Resolves every new unique key (one the document does not already hold) that another
+    /// document holds: superseded (added to `superseded`) or a `DuplicateKey` failure.
     fn check_unique(
         &self,
         document: &Document,
         id_key: &[u8],
         new_keys: &[Vec<Vec<u8>>],
         old_keys: Option<&[Vec<Vec<u8>>]>,
+        supersede: Option<&Supersede>,
+        superseded: &mut Vec<Removal>,
     ) -> StorageResult<()> {
         for (position, (index, keys)) in self.indexes.iter().zip(new_keys).enumerate() {
             if !index.index.unique() {
@@ -722,12 +884,13 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 if held.is_some_and(|held| held.binary_search(key).is_ok()) {
                     continue;
                 }
-                if index.taken_by_other(key, id_key)? {
-                    return Err(index.index.keyer.duplicate_key(
-                        &self.entry.meta.ns,
-                        document,
-                        key,
-                    ));
+                if let Some(owner) = index.other_owner(key, id_key)? {
+                    self.resolve_conflict(&owner, supersede, superseded, || {
+                        index
+                            .index
+                            .keyer
+                            .duplicate_key(&self.entry.meta.ns, document, key)
+                    })?;
                 }
             }
         }

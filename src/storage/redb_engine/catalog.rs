@@ -7,7 +7,9 @@
 //! catalog documents are `StorageError::Corrupt`.
 //!
 //! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
-//! Long, name, key: [[path, 1 | -1], ...], unique, sparse, partialFilterExpression?, spec}]}`.
+//! Long, name, key: [[path, 1 | -1], ...], unique, sparse, catalogOnly, partialFilterExpression?,
+//! spec}]}`. A catalog-only index has an id (and a reserved table name) but its table is never
+//! created.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,10 +17,10 @@ use std::sync::Arc;
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
-use super::format::{corrupt, data_table_name, index_table_name};
+use super::format::{corrupt, data_table_name, expiry_table_name, index_table_name};
 use crate::storage::indexkeys::IndexKeyer;
 use crate::storage::keycodec::Direction;
-use crate::storage::{CollectionMeta, IndexSpec, Namespace, StorageResult};
+use crate::storage::{CollectionMeta, ExpiryOrder, IndexSpec, Namespace, StorageResult};
 
 /// Every collection, by namespace. Cloned (shallowly) when the writer stages a change.
 #[derive(Clone, Debug, Default)]
@@ -60,6 +62,11 @@ impl IndexEntry {
     pub fn unique(&self) -> bool {
         self.keyer.spec().unique
     }
+
+    /// Whether the engine keeps entries for this index (not catalog-only).
+    pub fn maintained(&self) -> bool {
+        !self.keyer.spec().catalog_only
+    }
 }
 
 /// The `_id_` index every collection has.
@@ -71,6 +78,7 @@ pub(super) fn id_index_spec() -> IndexSpec {
         sparse: false,
         partial_filter: None,
         spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
+        catalog_only: false,
     }
 }
 
@@ -114,11 +122,22 @@ impl CollectionEntry {
         self.indexes.iter().find(|index| index.spec().name == name)
     }
 
-    /// Table names of the collection: data first, then each index.
+    /// `lw.<id>` or `ox.<id>`.
+    pub fn expiry_table(&self, order: ExpiryOrder) -> String {
+        expiry_table_name(order, self.id)
+    }
+
+    /// Every table the collection may have: data, both expiry tables, then each index (tables
+    /// that were never created included; deleting those is a no-op).
     pub fn table_names(&self) -> Vec<String> {
-        std::iter::once(self.data_table.clone())
-            .chain(self.indexes.iter().map(|index| index.table.clone()))
-            .collect()
+        [
+            self.data_table.clone(),
+            self.expiry_table(ExpiryOrder::LastWrite),
+            self.expiry_table(ExpiryOrder::OwnExpiry),
+        ]
+        .into_iter()
+        .chain(self.indexes.iter().map(|index| index.table.clone()))
+        .collect()
     }
 
     pub fn encode(&self) -> StorageResult<Vec<u8>> {
@@ -144,6 +163,7 @@ impl CollectionEntry {
                     "key": key,
                     "unique": spec.unique,
                     "sparse": spec.sparse,
+                    "catalogOnly": spec.catalog_only,
                     "spec": spec.spec.clone(),
                 };
                 if let Some(filter) = &spec.partial_filter {
@@ -236,6 +256,7 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
             None => None,
         },
         spec: document_of(field("spec")?)?.clone(),
+        catalog_only: boolean("catalogOnly")?,
     };
     // A stored partial filter that no longer parses is corruption, not a user error.
     IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))
@@ -273,6 +294,7 @@ mod tests {
                 sparse: false,
                 partial_filter: Some(doc! {"a": {"$gt": 1}}),
                 spec: doc! {"v": 2, "key": {"a": 1, "b": -1}, "name": "a_1_b_-1", "unique": true},
+                catalog_only: true,
             },
         )
         .unwrap();
@@ -289,6 +311,12 @@ mod tests {
         assert_eq!(decoded.indexes[0].id, 7);
         assert_eq!(decoded.indexes[0].table, "i.7");
         assert_eq!(decoded.data_table, "d.3");
+        assert_eq!(
+            decoded.table_names(),
+            vec!["d.3", "lw.3", "ox.3", "i.7"],
+            "every table, so drops remove them all"
+        );
+        assert!(!decoded.indexes[0].maintained());
         assert!(CollectionEntry::decode(3, b"garbage").is_err());
     }
 }

@@ -1,15 +1,27 @@
 //! The on-disk format of the redb engine: table names and definitions, the record header, index
-//! entry keys, size counters, and the single conversion of redb errors into `StorageError::Io`.
+//! and expiry entry keys, size counters, and the single conversion of redb errors into
+//! `StorageError::Io`.
 //!
-//! Layout (format version [`FORMAT_VERSION`], stored in `meta`):
+//! Layout (format version [`FORMAT_VERSION`], stored in `meta`; other versions are refused at
+//! open, there is no migration):
 //! - `meta` (`&str` → u64): `format_version`, `next_rev`, `next_collection_id`, `next_index_id`.
 //! - `catalog` (collection id u64 → BSON, see `catalog.rs`).
-//! - `sizes` (table name → (key bytes, value bytes)): running byte totals per data/index table.
-//! - `d.<collection id>` (encoded `_id` → record): record = [`RECORD_VERSION`] u8, rev u64 BE,
-//!   last_write_ms i64 BE, then the document's BSON bytes.
+//! - `sizes` (table name → (key bytes, value bytes)): running byte totals per data/index table
+//!   (expiry tables are not counted).
+//! - `d.<collection id>` (encoded `_id` → record): record = 26-byte header then the document's
+//!   BSON bytes. Header: [`RECORD_VERSION`] u8, rev u64 BE, last_write_ms i64 BE, TTL class u8
+//!   (0 `Default`, 1 `Never`, 2 `Own`), expire_at_ms i64 BE (0 unless `Own`).
 //! - `i.<index id>`: unique index: index key → encoded `_id`; non-unique: index key ++ encoded
 //!   `_id` ++ u32 BE length of the encoded `_id` → empty. Both sort by index key first (encoded
-//!   `_id`s are prefix-free, so the suffix never reorders distinct index keys).
+//!   `_id`s are prefix-free, so the suffix never reorders distinct index keys). Catalog-only
+//!   indexes have no table.
+//! - `lw.<collection id>`: one entry per `TtlClass::Default` record: order-preserving i64
+//!   `last_write_ms` (8 bytes, see [`ordered_i64`]) ++ encoded `_id` → empty.
+//! - `ox.<collection id>`: one entry per `TtlClass::Own` record: order-preserving i64
+//!   `expire_at_ms` ++ encoded `_id` → empty. `Never` records are in neither expiry table.
+//!
+//! Invariant: the expiry tables hold exactly the entries the data table's headers imply
+//! ([`expiry_position`]); writes keep them in step within the same transaction.
 //!
 //! Must not: change any of this without bumping [`FORMAT_VERSION`]; panic on bytes read from disk
 //! (malformed bytes are `StorageError::Corrupt`).
@@ -19,12 +31,19 @@ use std::fmt::Display;
 use bson::Document;
 use redb::TableDefinition;
 
-use crate::storage::{Record, StorageError, StorageResult};
+use crate::storage::{ExpiryOrder, Record, StorageError, StorageResult, TtlClass, WriteMeta};
 
-pub(super) const FORMAT_VERSION: u64 = 1;
-pub(super) const RECORD_VERSION: u8 = 1;
+/// 2: TTL class in the record header, expiry tables, catalog-only indexes.
+pub(super) const FORMAT_VERSION: u64 = 2;
+pub(super) const RECORD_VERSION: u8 = 2;
 /// Bytes before the BSON document in a record.
-pub(super) const RECORD_HEADER_LEN: usize = 17;
+pub(super) const RECORD_HEADER_LEN: usize = 26;
+/// Bytes of the time prefix of an expiry entry key.
+pub(super) const EXPIRY_TIME_LEN: usize = 8;
+
+const TTL_DEFAULT: u8 = 0;
+const TTL_NEVER: u8 = 1;
+const TTL_OWN: u8 = 2;
 /// Per-entry bytes redb keeps beside key and value in a leaf (key and value end offsets), used
 /// for size estimates.
 pub(super) const ENTRY_OVERHEAD_BYTES: u64 = 8;
@@ -51,6 +70,44 @@ pub(super) fn index_table_name(index_id: u64) -> String {
     format!("i.{index_id}")
 }
 
+/// `lw.<id>` or `ox.<id>`.
+pub(super) fn expiry_table_name(order: ExpiryOrder, collection_id: u64) -> String {
+    match order {
+        ExpiryOrder::LastWrite => format!("lw.{collection_id}"),
+        ExpiryOrder::OwnExpiry => format!("ox.{collection_id}"),
+    }
+}
+
+/// Big-endian with the sign bit flipped: byte order equals numeric order.
+pub(super) fn ordered_i64(value: i64) -> [u8; EXPIRY_TIME_LEN] {
+    ((value as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The expiry table and time a record with this class and write time is filed under (`None`
+/// for `Never`).
+pub(super) fn expiry_position(ttl: TtlClass, last_write_ms: i64) -> Option<(ExpiryOrder, i64)> {
+    match ttl {
+        TtlClass::Default => Some((ExpiryOrder::LastWrite, last_write_ms)),
+        TtlClass::Never => None,
+        TtlClass::Own { expire_at_ms } => Some((ExpiryOrder::OwnExpiry, expire_at_ms)),
+    }
+}
+
+/// The stored key of an expiry entry.
+pub(super) fn expiry_key(at_ms: i64, id_key: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(EXPIRY_TIME_LEN + id_key.len());
+    key.extend_from_slice(&ordered_i64(at_ms));
+    key.extend_from_slice(id_key);
+    key
+}
+
+/// The encoded `_id` an expiry entry points to.
+pub(super) fn expiry_entry_id(key: &[u8]) -> StorageResult<&[u8]> {
+    key.get(EXPIRY_TIME_LEN..)
+        .filter(|id_key| !id_key.is_empty())
+        .ok_or_else(|| corrupt("expiry entry shorter than its time prefix"))
+}
+
 /// The one place redb errors become storage errors.
 pub(super) fn io<E: Into<redb::Error>>(error: E) -> StorageError {
     StorageError::Io(error.into().to_string())
@@ -70,30 +127,54 @@ pub(super) fn record_with_document(document: &Document) -> StorageResult<Vec<u8>
     Ok(record)
 }
 
-pub(super) fn set_record_header(record: &mut [u8], rev: u64, last_write_ms: i64) {
+pub(super) fn set_record_header(record: &mut [u8], rev: u64, meta: WriteMeta) {
+    let (class, expire_at_ms) = match meta.ttl {
+        TtlClass::Default => (TTL_DEFAULT, 0),
+        TtlClass::Never => (TTL_NEVER, 0),
+        TtlClass::Own { expire_at_ms } => (TTL_OWN, expire_at_ms),
+    };
     if let Some(header) = record.get_mut(..RECORD_HEADER_LEN) {
         header[0] = RECORD_VERSION;
         header[1..9].copy_from_slice(&rev.to_be_bytes());
-        header[9..17].copy_from_slice(&last_write_ms.to_be_bytes());
+        header[9..17].copy_from_slice(&meta.last_write_ms.to_be_bytes());
+        header[17] = class;
+        header[18..26].copy_from_slice(&expire_at_ms.to_be_bytes());
     }
 }
 
-/// The revision of a stored record, without decoding the document.
-pub(super) fn record_rev(record: &[u8]) -> StorageResult<u64> {
-    let header = record_header(record)?;
-    Ok(u64::from_be_bytes(
-        header[1..9].try_into().map_err(corrupt)?,
-    ))
+/// A record header, decoded without the document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RecordHeader {
+    pub rev: u64,
+    pub meta: WriteMeta,
 }
 
-fn record_header(record: &[u8]) -> StorageResult<&[u8]> {
+fn be_bytes<const N: usize>(bytes: &[u8]) -> StorageResult<[u8; N]> {
+    bytes.try_into().map_err(corrupt)
+}
+
+/// The header of a stored record (version checked), without decoding the document.
+pub(super) fn record_header(record: &[u8]) -> StorageResult<RecordHeader> {
     let header = record
         .get(..RECORD_HEADER_LEN)
         .ok_or_else(|| corrupt("record shorter than its header"))?;
     if header[0] != RECORD_VERSION {
         return Err(corrupt(format!("unknown record version {}", header[0])));
     }
-    Ok(header)
+    let rev = u64::from_be_bytes(be_bytes(&header[1..9])?);
+    let last_write_ms = i64::from_be_bytes(be_bytes(&header[9..17])?);
+    let ttl = match header[17] {
+        TTL_DEFAULT => TtlClass::Default,
+        TTL_NEVER => TtlClass::Never,
+        TTL_OWN => TtlClass::Own {
+            expire_at_ms: i64::from_be_bytes(be_bytes(&header[18..26])?),
+        },
+        other => return Err(corrupt(format!("unknown TTL class {other} in a record"))),
+    };
+    Ok(RecordHeader {
+        rev,
+        meta: WriteMeta { last_write_ms, ttl },
+    })
 }
 
 /// The document of a stored record.
@@ -105,12 +186,11 @@ pub(super) fn record_document(record: &[u8]) -> StorageResult<Document> {
 
 pub(super) fn decode_record(record: &[u8]) -> StorageResult<Record> {
     let header = record_header(record)?;
-    let rev = u64::from_be_bytes(header[1..9].try_into().map_err(corrupt)?);
-    let last_write_ms = i64::from_be_bytes(header[9..17].try_into().map_err(corrupt)?);
     Ok(Record {
         doc: record_document(record)?,
-        rev,
-        last_write_ms,
+        rev: header.rev,
+        last_write_ms: header.meta.last_write_ms,
+        ttl: header.meta.ttl,
     })
 }
 
@@ -161,28 +241,53 @@ mod tests {
     use super::*;
     use bson::doc;
 
+    fn meta(last_write_ms: i64, ttl: TtlClass) -> WriteMeta {
+        WriteMeta { last_write_ms, ttl }
+    }
+
     #[test]
     fn record_round_trip_and_corruption() {
         let document = doc! {"_id": 1, "a": "x"};
+        for ttl in [
+            TtlClass::Default,
+            TtlClass::Never,
+            TtlClass::Own { expire_at_ms: -7 },
+            TtlClass::Own {
+                expire_at_ms: i64::MAX,
+            },
+        ] {
+            let mut record = record_with_document(&document).unwrap();
+            set_record_header(&mut record, 42, meta(-5, ttl));
+            assert_eq!(
+                decode_record(&record).unwrap(),
+                Record {
+                    doc: document.clone(),
+                    rev: 42,
+                    last_write_ms: -5,
+                    ttl,
+                }
+            );
+            assert_eq!(record_header(&record).unwrap().rev, 42);
+        }
         let mut record = record_with_document(&document).unwrap();
-        set_record_header(&mut record, 42, -5);
-        assert_eq!(
-            decode_record(&record).unwrap(),
-            Record {
-                doc: document,
-                rev: 42,
-                last_write_ms: -5
-            }
-        );
-        assert_eq!(record_rev(&record).unwrap(), 42);
+        set_record_header(&mut record, 42, meta(-5, TtlClass::Never));
         assert!(matches!(
-            decode_record(&record[..10]),
+            decode_record(&record[..20]),
             Err(StorageError::Corrupt(_))
         ));
-        record[0] = 9;
-        assert!(matches!(record_rev(&record), Err(StorageError::Corrupt(_))));
+        record[17] = 3;
+        assert!(matches!(
+            record_header(&record),
+            Err(StorageError::Corrupt(_))
+        ));
+        // Version 1 records (17-byte header) are refused, not misread.
+        record[0] = 1;
+        assert!(matches!(
+            record_header(&record),
+            Err(StorageError::Corrupt(_))
+        ));
         let mut truncated = record_with_document(&doc! {"a": 1}).unwrap();
-        set_record_header(&mut truncated, 1, 1);
+        set_record_header(&mut truncated, 1, meta(1, TtlClass::Default));
         truncated.truncate(truncated.len() - 2);
         assert!(matches!(
             decode_record(&truncated),
@@ -202,5 +307,28 @@ mod tests {
         }
         assert!(entry_id(&[0, 0, 0, 9], &[], false).is_err());
         assert!(entry_id(&[1], &[], false).is_err());
+    }
+
+    #[test]
+    fn expiry_keys_sort_by_time_then_id() {
+        let times = [i64::MIN, -1_000, -1, 0, 1, 1_700_000_000_000, i64::MAX];
+        let keys: Vec<Vec<u8>> = times
+            .iter()
+            .map(|time| expiry_key(*time, &[0x10, 5]))
+            .collect();
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]));
+        assert!(expiry_key(3, &[0x10, 1]) < expiry_key(3, &[0x10, 2]));
+        assert_eq!(expiry_entry_id(&keys[2]).unwrap(), &[0x10, 5]);
+        assert!(expiry_entry_id(&[1, 2, 3]).is_err());
+        assert!(expiry_entry_id(&ordered_i64(4)).is_err());
+        assert_eq!(
+            expiry_position(TtlClass::Own { expire_at_ms: 9 }, 1),
+            Some((ExpiryOrder::OwnExpiry, 9))
+        );
+        assert_eq!(
+            expiry_position(TtlClass::Default, 1),
+            Some((ExpiryOrder::LastWrite, 1))
+        );
+        assert_eq!(expiry_position(TtlClass::Never, 1), None);
     }
 }

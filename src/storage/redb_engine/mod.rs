@@ -2,10 +2,11 @@
 //! (same code on redb's `InMemoryBackend`).
 //!
 //! Structure: one writer thread (`writer.rs`) owns every write transaction and commits queued jobs
-//! in groups; callers submit a job and await its answer on a oneshot channel. Reads (`read.rs`)
-//! run inline on the caller's task in short read transactions, concurrently with the writer,
-//! against the published catalog (`catalog.rs`). The on-disk layout is in `format.rs`; the work
-//! done inside a write transaction is in `apply.rs`.
+//! in groups (background jobs capped per group, committed without their own fsync); callers
+//! submit a job and await its answer on a oneshot channel. Reads (`read.rs`) run inline on the
+//! caller's task in short read transactions, concurrently with the writer, against the published
+//! catalog (`catalog.rs`). The on-disk layout (data, index and per-collection expiry tables) is in
+//! `format.rs`; the work done inside a write transaction is in `apply.rs`.
 //!
 //! Invariants: a dbpath is used by one engine at a time (an exclusive lock on
 //! `<dbpath>/tideway.lock`, held for the engine's lifetime); dropping the engine finishes the
@@ -23,6 +24,7 @@ mod tests;
 
 use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -42,8 +44,8 @@ use self::format::{
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
-    CollectionMeta, CollectionStats, IndexSpec, Namespace, Record, ScanPage, ScanRequest, Storage,
-    StorageError, StorageResult, WriteOp, WriteOptions, WriteOutcome,
+    CollectionMeta, CollectionStats, ExpiryOrder, IndexSpec, Namespace, Record, ScanPage,
+    ScanRequest, Storage, StorageError, StorageResult, WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -156,15 +158,17 @@ impl RedbStorage {
     }
 
     /// Runs `work` on the writer thread inside a group's transaction and returns its result once
-    /// the group committed (or the commit's error).
-    async fn submit<T, F>(&self, force_durable: bool, bytes: usize, work: F) -> StorageResult<T>
+    /// the group committed (or the commit's error). `options` only matter through
+    /// `force_durable` and `background` (DDL passes [`DDL`]).
+    async fn submit<T, F>(&self, options: WriteOptions, bytes: usize, work: F) -> StorageResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Batch) -> StorageResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            force_durable,
+            force_durable: options.force_durable,
+            background: options.background && !options.force_durable,
             bytes,
             apply: Box::new(move |batch: Option<&mut Batch>| -> Finish {
                 let result = match batch {
@@ -197,6 +201,13 @@ impl RedbStorage {
     }
 }
 
+/// How catalog changes are submitted: foreground, with the engine's durability.
+const DDL: WriteOptions = WriteOptions {
+    ordered: true,
+    force_durable: false,
+    background: false,
+};
+
 /// Checks the format version (initializing a new database) and loads the id counters.
 fn init_meta(db: &Database) -> StorageResult<Counters> {
     let txn = db.begin_write().map_err(io)?;
@@ -214,7 +225,9 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
             Some(FORMAT_VERSION) => {}
             Some(other) => {
                 return Err(StorageError::Corrupt(format!(
-                    "unsupported data format version {other} (this build reads {FORMAT_VERSION})"
+                    "unsupported data format version {other}: this build reads only version \
+                     {FORMAT_VERSION} and does not migrate; start with an empty --dbpath (or \
+                     use the tideway build that wrote it)"
                 )))
             }
         }
@@ -303,7 +316,7 @@ impl Storage for RedbStorage {
         options: Document,
     ) -> StorageResult<CollectionMeta> {
         let ns = ns.clone();
-        self.submit(false, 0, move |batch| {
+        self.submit(DDL, 0, move |batch| {
             apply::create_collection(batch, &ns, options)
         })
         .await
@@ -311,13 +324,13 @@ impl Storage for RedbStorage {
 
     async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool> {
         let ns = ns.clone();
-        self.submit(false, 0, move |batch| apply::drop_collection(batch, &ns))
+        self.submit(DDL, 0, move |batch| apply::drop_collection(batch, &ns))
             .await
     }
 
     async fn drop_database(&self, db: &str) -> StorageResult<()> {
         let db = db.to_string();
-        self.submit(false, 0, move |batch| apply::drop_database(batch, &db))
+        self.submit(DDL, 0, move |batch| apply::drop_database(batch, &db))
             .await
     }
 
@@ -328,7 +341,7 @@ impl Storage for RedbStorage {
         drop_target: bool,
     ) -> StorageResult<()> {
         let (from, to) = (from.clone(), to.clone());
-        self.submit(false, 0, move |batch| {
+        self.submit(DDL, 0, move |batch| {
             apply::rename_collection(batch, &from, &to, drop_target)
         })
         .await
@@ -336,7 +349,7 @@ impl Storage for RedbStorage {
 
     async fn set_collection_options(&self, ns: &Namespace, options: Document) -> StorageResult<()> {
         let ns = ns.clone();
-        self.submit(false, 0, move |batch| {
+        self.submit(DDL, 0, move |batch| {
             apply::set_collection_options(batch, &ns, options)
         })
         .await
@@ -348,7 +361,7 @@ impl Storage for RedbStorage {
         specs: Vec<IndexSpec>,
     ) -> StorageResult<CollectionMeta> {
         let ns = ns.clone();
-        self.submit(false, 0, move |batch| {
+        self.submit(DDL, 0, move |batch| {
             apply::create_indexes(batch, &ns, specs)
         })
         .await
@@ -356,10 +369,8 @@ impl Storage for RedbStorage {
 
     async fn drop_indexes(&self, ns: &Namespace, names: &[String]) -> StorageResult<()> {
         let (ns, names) = (ns.clone(), names.to_vec());
-        self.submit(false, 0, move |batch| {
-            apply::drop_indexes(batch, &ns, &names)
-        })
-        .await
+        self.submit(DDL, 0, move |batch| apply::drop_indexes(batch, &ns, &names))
+            .await
     }
 
     async fn update_index_spec(
@@ -369,7 +380,7 @@ impl Storage for RedbStorage {
         spec: Document,
     ) -> StorageResult<()> {
         let (ns, name) = (ns.clone(), name.to_string());
-        self.submit(false, 0, move |batch| {
+        self.submit(DDL, 0, move |batch| {
             apply::update_index_spec(batch, &ns, &name, spec)
         })
         .await
@@ -381,6 +392,24 @@ impl Storage for RedbStorage {
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
         read::scan(&self.shared, ns, request)
+    }
+
+    async fn expiry_scan(
+        &self,
+        ns: &Namespace,
+        order: ExpiryOrder,
+        range: (Bound<i64>, Bound<i64>),
+        resume_after: Option<Vec<u8>>,
+        limit: usize,
+    ) -> StorageResult<ScanPage> {
+        read::expiry_scan(
+            &self.shared,
+            ns,
+            order,
+            range,
+            resume_after.as_deref(),
+            limit,
+        )
     }
 
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
@@ -396,7 +425,7 @@ impl Storage for RedbStorage {
         let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
         let bytes = ops.iter().map(PreparedOp::bytes).sum();
         let ns = ns.clone();
-        self.submit(options.force_durable, bytes, move |batch| {
+        self.submit(options, bytes, move |batch| {
             apply::write(batch, &ns, ops, options.ordered)
         })
         .await

@@ -1,11 +1,15 @@
-//! Reads: point gets, paged scans (collection or index, forward or reverse, keyset resume) and
-//! size statistics. Each call is one short redb read transaction that ends before it returns;
-//! nothing here blocks on the writer.
+//! Reads: point gets, paged scans (collection, index or expiry table; forward or reverse; keyset
+//! resume) and size statistics. Each call is one short redb read transaction that ends before it
+//! returns; nothing here blocks on the writer. Every paged scan shares [`page`].
 //!
 //! Scan ranges are over encoded index keys and are treated as key *prefixes*: an Included bound
 //! `b` covers every stored key starting with `b` (for non-unique indexes the stored key is the
 //! index key followed by the `_id` suffix), an Excluded bound excludes them. Resume keys are
 //! stored keys of the scanned table; the next page starts strictly after (before, in reverse).
+//!
+//! Expiry scans (`lw.`/`ox.` tables) turn an i64 time range into a range over the 8-byte
+//! order-preserving time prefix of the stored keys; resume keys are stored keys there too. They
+//! read one index entry and one record per returned document, whatever the collection's size.
 //!
 //! Must not: keep a read transaction beyond one call, or return fewer records than the ranges
 //! describe (dangling index entries are skipped; they point to no document).
@@ -16,13 +20,14 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetada
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, decode_record, entry_id, io, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    bytes_table, decode_record, entry_id, expiry_entry_id, io, ordered_i64, ENTRY_OVERHEAD_BYTES,
+    RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
 use crate::storage::{
-    CollectionStats, IndexSpec, KeyRange, Namespace, Record, ScanPage, ScanRequest, ScanSource,
-    StorageError, StorageResult,
+    CollectionStats, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record, ScanPage, ScanRequest,
+    ScanSource, StorageError, StorageResult,
 };
 
 type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -141,6 +146,8 @@ pub(super) fn scan(
         return Ok(empty);
     };
     let index_table = match index {
+        // Catalog-only indexes have no entries (and no table).
+        Some(index) if !index.maintained() => return Ok(empty),
         Some(index) => match open_table(&txn, &index.table)? {
             Some(table) => Some(table),
             None => return Ok(empty),
@@ -148,21 +155,52 @@ pub(super) fn scan(
         None => None,
     };
     let scanned = index_table.as_ref().unwrap_or(&data);
-    let limit = request.limit.max(1);
-    let mut ranges = ranges;
-    if request.reverse {
+    page(
+        scanned,
+        ranges,
+        request.resume_after.as_deref(),
+        request.reverse,
+        request.limit,
+        |key, value| match index {
+            None => decode_record(value).map(Some),
+            Some(index) => fetch(&data, entry_id(key, value, index.unique())?),
+        },
+    )
+}
+
+/// The record of `id_key`, `None` if the entry pointing to it dangles.
+fn fetch(data: &BytesReadTable, id_key: &[u8]) -> StorageResult<Option<Record>> {
+    data.get(id_key)
+        .map_err(io)?
+        .map(|record| decode_record(record.value()))
+        .transpose()
+}
+
+/// One page of `scanned` over stored-key `ranges` (in scan order, already stored ranges),
+/// strictly after `resume`; `record` maps a (key, value) entry to its record (`None`: skip a
+/// dangling entry). `resume` in the result is the last entry's key when more may follow.
+fn page(
+    scanned: &BytesReadTable,
+    mut ranges: Vec<KeyRange>,
+    resume: Option<&[u8]>,
+    reverse: bool,
+    limit: usize,
+    record: impl Fn(&[u8], &[u8]) -> StorageResult<Option<Record>>,
+) -> StorageResult<ScanPage> {
+    let limit = limit.max(1);
+    if reverse {
         ranges.reverse();
     }
     let mut records = Vec::new();
     let mut last_key: Option<Vec<u8>> = None;
     for range in &ranges {
-        let range = after_resume(range, request.resume_after.as_deref(), request.reverse);
+        let range = after_resume(range, resume, reverse);
         if is_empty(&range) {
             continue;
         }
         let mut entries = scanned.range::<&[u8]>(as_slices(&range)).map_err(io)?;
         loop {
-            let next = if request.reverse {
+            let next = if reverse {
                 entries.next_back()
             } else {
                 entries.next()
@@ -179,17 +217,7 @@ pub(super) fn scan(
             }
             let (key, value) = item.map_err(io)?;
             let key = key.value();
-            let record = match index {
-                None => Some(decode_record(value.value())?),
-                Some(index) => {
-                    let id_key = entry_id(key, value.value(), index.unique())?;
-                    match data.get(id_key).map_err(io)? {
-                        Some(record) => Some(decode_record(record.value())?),
-                        None => None,
-                    }
-                }
-            };
-            records.extend(record);
+            records.extend(record(key, value.value())?);
             last_key = Some(key.to_vec());
         }
     }
@@ -197,6 +225,61 @@ pub(super) fn scan(
         records,
         resume: None,
     })
+}
+
+/// An i64 time range as a stored-key range over expiry keys (time prefix ++ `_id`); `None` if
+/// empty.
+fn expiry_range((lower, upper): (Bound<i64>, Bound<i64>)) -> Option<KeyRange> {
+    let time = |at: i64| ordered_i64(at).to_vec();
+    let lower = match lower {
+        Bound::Included(at) => Bound::Included(time(at)),
+        Bound::Excluded(at) => Bound::Included(time(at.checked_add(1)?)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let upper = match upper {
+        Bound::Included(at) => at
+            .checked_add(1)
+            .map_or(Bound::Unbounded, |next| Bound::Excluded(time(next))),
+        Bound::Excluded(at) => Bound::Excluded(time(at)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let range = (lower, upper);
+    (!is_empty(&range)).then_some(range)
+}
+
+pub(super) fn expiry_scan(
+    shared: &Shared,
+    ns: &Namespace,
+    order: ExpiryOrder,
+    range: (Bound<i64>, Bound<i64>),
+    resume_after: Option<&[u8]>,
+    limit: usize,
+) -> StorageResult<ScanPage> {
+    let empty = ScanPage {
+        records: Vec::new(),
+        resume: None,
+    };
+    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+        return Ok(empty);
+    };
+    let Some(range) = expiry_range(range) else {
+        return Ok(empty);
+    };
+    let txn = begin(shared)?;
+    let (Some(data), Some(expiry)) = (
+        open_table(&txn, &entry.data_table)?,
+        open_table(&txn, &entry.expiry_table(order))?,
+    ) else {
+        return Ok(empty);
+    };
+    page(
+        &expiry,
+        vec![range],
+        resume_after,
+        false,
+        limit,
+        |key, _| fetch(&data, expiry_entry_id(key)?),
+    )
 }
 
 /// Sizes of one collection from the `sizes` counters and the data table's entry count, all O(1).
@@ -283,6 +366,29 @@ mod tests {
             stored_range(range(Bound::Unbounded, Bound::Included(b"\xff"))),
             Some(range(Bound::Unbounded, Bound::Unbounded))
         );
+    }
+
+    #[test]
+    fn time_ranges_become_expiry_key_ranges() {
+        let time = |at: i64| ordered_i64(at).to_vec();
+        assert_eq!(
+            expiry_range((Bound::Excluded(4), Bound::Included(9))),
+            Some((Bound::Included(time(5)), Bound::Excluded(time(10))))
+        );
+        assert_eq!(
+            expiry_range((Bound::Included(-3), Bound::Excluded(0))),
+            Some((Bound::Included(time(-3)), Bound::Excluded(time(0))))
+        );
+        assert_eq!(
+            expiry_range((Bound::Unbounded, Bound::Included(i64::MAX))),
+            Some((Bound::Unbounded, Bound::Unbounded))
+        );
+        assert_eq!(
+            expiry_range((Bound::Excluded(i64::MAX), Bound::Unbounded)),
+            None
+        );
+        assert_eq!(expiry_range((Bound::Included(5), Bound::Excluded(5))), None);
+        assert_eq!(expiry_range((Bound::Included(6), Bound::Included(5))), None);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Tests of the redb engine: the conformance suite on the memory and file backends, plus what is
-//! specific to this engine (persistence, the dbpath lock, group commit, relaxed durability,
-//! concurrent read-modify-write, and a randomized comparison against a `BTreeMap` model).
+//! specific to this engine (persistence of documents, indexes, expiry structures and catalog-only
+//! indexes; refusal of older formats; the dbpath lock; group commit; relaxed durability and
+//! background writes; concurrent read-modify-write; and a randomized comparison of documents,
+//! indexes, supersede and the expiry structures against a `BTreeMap` model).
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,13 +14,20 @@ use bson::{doc, Bson, Document};
 use tempfile::TempDir;
 
 use super::{Durability, RedbStorage};
-use crate::storage::conformance::{self, delete, index_spec, insert, replace, scan_all, write_ok};
+use crate::storage::conformance::{
+    self, delete, index_spec, insert, insert_with, replace, replace_with, scan_all, write_ok,
+    ALL_TIMES,
+};
 use crate::storage::keycodec::{encode_id, encode_key, Direction};
-use crate::storage::{Namespace, ScanSource, Storage, StorageError, WriteOptions, WriteOutcome};
+use crate::storage::{
+    ExpiryOrder, Namespace, ScanSource, Storage, StorageError, Supersede, TtlClass, WriteMeta,
+    WriteOptions, WriteOutcome,
+};
 
 const ORDERED: WriteOptions = WriteOptions {
     ordered: true,
     force_durable: false,
+    background: false,
 };
 
 fn ns(coll: &str) -> Namespace {
@@ -79,7 +88,7 @@ async fn everything_persists_across_reopen() {
                 .collect(),
         )
         .await;
-        let WriteOutcome::Inserted { rev } = outcomes[19] else {
+        let WriteOutcome::Inserted { rev, .. } = outcomes[19] else {
             panic!("insert outcome");
         };
         storage
@@ -115,9 +124,98 @@ async fn everything_persists_across_reopen() {
     assert!(matches!(&results[0], Err(StorageError::DuplicateKey { index, .. }) if index == "a_1"));
     // Revisions keep increasing; ids are not reused.
     let outcome = write_ok(&storage, &coll, vec![insert(doc! {"_id": 101, "a": 101})]).await;
-    assert!(matches!(outcome[0], WriteOutcome::Inserted { rev: new } if new > rev));
+    assert!(matches!(outcome[0], WriteOutcome::Inserted { rev: new, .. } if new > rev));
     let stats = storage.stats(&coll).await.unwrap();
     assert_eq!(stats.count, 21);
+}
+
+#[tokio::test]
+async fn expiry_structures_and_catalog_only_indexes_persist_across_reopen() {
+    let dir = TempDir::new().unwrap();
+    let coll = ns("ttl_persist");
+    let mut ts = index_spec("_ts_1", &[("_ts", 1)], false, false, None);
+    ts.catalog_only = true;
+    ts.spec.insert("expireAfterSeconds", 30);
+    let meta = {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        storage
+            .create_indexes(&coll, vec![ts.clone()])
+            .await
+            .unwrap();
+        let at = |last_write_ms, ttl| WriteMeta { last_write_ms, ttl };
+        write_ok(
+            &storage,
+            &coll,
+            vec![
+                insert_with(doc! {"_id": 1, "_ts": 1}, at(20, TtlClass::Default), None),
+                insert_with(doc! {"_id": 2, "_ts": 1}, at(10, TtlClass::Default), None),
+                insert_with(doc! {"_id": 3}, at(10, TtlClass::Never), None),
+                insert_with(
+                    doc! {"_id": 4},
+                    at(10, TtlClass::Own { expire_at_ms: 99 }),
+                    None,
+                ),
+            ],
+        )
+        .await;
+        storage.collection(&coll).await.unwrap().unwrap()
+    };
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    let reopened = storage.collection(&coll).await.unwrap().unwrap();
+    assert_eq!(reopened, meta);
+    assert!(reopened.indexes[1].catalog_only);
+    let ts_scan = ScanSource::Index {
+        name: "_ts_1".into(),
+        ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+    };
+    assert!(scan_all(&storage, &coll, ts_scan.clone(), false, 5)
+        .await
+        .is_empty());
+    let ids = |records: Vec<crate::storage::Record>| -> Vec<Bson> {
+        records
+            .into_iter()
+            .filter_map(|record| record.doc.get("_id").cloned())
+            .collect()
+    };
+    let last_write =
+        conformance::expiry_all(&storage, &coll, ExpiryOrder::LastWrite, ALL_TIMES, 1).await;
+    assert_eq!(ids(last_write), vec![Bson::Int32(2), Bson::Int32(1)]);
+    let own = conformance::expiry_all(&storage, &coll, ExpiryOrder::OwnExpiry, ALL_TIMES, 1).await;
+    assert_eq!(own[0].ttl, TtlClass::Own { expire_at_ms: 99 });
+    // Still maintained (and the catalog-only index still not) after the reopen.
+    write_ok(
+        &storage,
+        &coll,
+        vec![delete(2, None), insert(doc! {"_id": 5, "_ts": 2})],
+    )
+    .await;
+    let last_write =
+        conformance::expiry_all(&storage, &coll, ExpiryOrder::LastWrite, ALL_TIMES, 2).await;
+    assert_eq!(ids(last_write), vec![Bson::Int32(1), Bson::Int32(5)]);
+    assert!(scan_all(&storage, &coll, ts_scan, false, 5)
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn older_format_versions_are_refused() {
+    let dir = TempDir::new().unwrap();
+    {
+        let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(super::format::META)
+            .unwrap()
+            .insert(super::format::META_FORMAT_VERSION, 1)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let error = RedbStorage::open(dir.path(), Durability::Durable).unwrap_err();
+    assert!(matches!(error, StorageError::Corrupt(_)), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("unsupported data format version 1: this build reads only version 2"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -198,6 +296,7 @@ async fn relaxed_durability_syncs_in_background_and_on_close() {
                 WriteOptions {
                     ordered: true,
                     force_durable: true,
+                    background: false,
                 },
             )
             .await
@@ -260,6 +359,84 @@ async fn concurrent_read_modify_write_is_exact() {
     assert_eq!(record.doc.get_i64("n").unwrap(), TASKS * INCREMENTS);
 }
 
+const BACKGROUND: WriteOptions = WriteOptions {
+    ordered: true,
+    force_durable: false,
+    background: true,
+};
+
+#[tokio::test]
+async fn background_writes_skip_their_fsync_and_sync_within_a_second() {
+    let fail_sync = Arc::new(AtomicBool::new(false));
+    let storage = RedbStorage::with_backend(FailingSyncBackend {
+        inner: redb::backends::InMemoryBackend::new(),
+        fail_sync: fail_sync.clone(),
+    })
+    .unwrap();
+    let coll = ns("background");
+    write_ok(
+        &storage,
+        &coll,
+        vec![insert(doc! {"_id": 1}), insert(doc! {"_id": 2})],
+    )
+    .await;
+    // A durable engine acknowledges a background write without any fsync.
+    fail_sync.store(true, Ordering::SeqCst);
+    let results = storage
+        .write(&coll, vec![delete(1, None)], BACKGROUND)
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Ok(WriteOutcome::Deleted)]);
+    assert_eq!(storage.get(&coll, &Bson::Int32(1)).await.unwrap(), None);
+    fail_sync.store(false, Ordering::SeqCst);
+    let after_write = storage.commit_count();
+    // The durable commit follows within about a second (and only one).
+    tokio::time::sleep(std::time::Duration::from_millis(1400)).await;
+    assert_eq!(
+        storage.commit_count(),
+        after_write + 1,
+        "one background sync"
+    );
+    // A foreground durable write makes pending background writes durable: nothing left to sync.
+    let results = storage
+        .write(&coll, vec![delete(2, None)], BACKGROUND)
+        .await
+        .unwrap();
+    assert!(results[0].is_ok());
+    write_ok(&storage, &coll, vec![insert(doc! {"_id": 3})]).await;
+    let after_foreground = storage.commit_count();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_eq!(
+        storage.commit_count(),
+        after_foreground,
+        "nothing left to sync"
+    );
+}
+
+#[tokio::test]
+async fn background_writes_are_durable_after_close() {
+    let dir = TempDir::new().unwrap();
+    let coll = ns("background_close");
+    {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        write_ok(
+            &storage,
+            &coll,
+            (0..10).map(|i| insert(doc! {"_id": i})).collect(),
+        )
+        .await;
+        let results = storage
+            .write(&coll, (0..5).map(|i| delete(i, None)).collect(), BACKGROUND)
+            .await
+            .unwrap();
+        assert!(results.iter().all(Result::is_ok));
+        // Dropped at once: closing makes the background commit durable.
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(storage.stats(&coll).await.unwrap().count, 5);
+    assert_eq!(storage.get(&coll, &Bson::Int32(0)).await.unwrap(), None);
+}
+
 /// xorshift64*: small, deterministic.
 struct Prng(u64);
 
@@ -276,6 +453,63 @@ impl Prng {
     }
 }
 
+/// A stored document in the model.
+#[derive(Clone, Debug, PartialEq)]
+struct Modeled {
+    doc: Document,
+    rev: u64,
+    meta: WriteMeta,
+}
+
+type Model = BTreeMap<Vec<u8>, Modeled>;
+
+/// The model's rule for the supersede predicate the test passes: documents written at a
+/// negative time may be superseded.
+fn supersedable(last_write_ms: i64) -> bool {
+    last_write_ms < 0
+}
+
+/// The documents (by encoded `_id`) a write of `document` conflicts with: its `_id` twin (insert
+/// only) and the other holder of its `u` (sparse unique index `u_1`).
+fn model_conflicts(
+    model: &Model,
+    id_key: &[u8],
+    document: &Document,
+    insert: bool,
+) -> Vec<Vec<u8>> {
+    let mut conflicts = Vec::new();
+    if insert && model.contains_key(id_key) {
+        conflicts.push(id_key.to_vec());
+    }
+    if let Some(u) = document.get("u") {
+        conflicts.extend(
+            model
+                .iter()
+                .filter(|(key, stored)| key.as_slice() != id_key && stored.doc.get("u") == Some(u))
+                .map(|(key, _)| key.clone()),
+        );
+    }
+    conflicts
+}
+
+/// What the model expects of a write with these conflicts: `Ok(superseded)` (after removing
+/// them from the model) or a duplicate key.
+fn model_resolve(model: &mut Model, conflicts: &[Vec<u8>], with_predicate: bool) -> Option<u32> {
+    let all_supersedable = conflicts.iter().all(|key| {
+        model
+            .get(key)
+            .is_some_and(|stored| supersedable(stored.meta.last_write_ms))
+    });
+    if conflicts.is_empty() || (with_predicate && all_supersedable) {
+        for key in conflicts {
+            model.remove(key);
+        }
+        Some(conflicts.len() as u32)
+    } else {
+        None
+    }
+}
+
 #[tokio::test]
 async fn randomized_against_a_model() {
     let storage = RedbStorage::in_memory().unwrap();
@@ -283,14 +517,19 @@ async fn randomized_against_a_model() {
     storage
         .create_indexes(
             &coll,
-            vec![index_spec("a_1", &[("a", 1)], false, false, None)],
+            vec![
+                index_spec("a_1", &[("a", 1)], false, false, None),
+                index_spec("u_1", &[("u", 1)], true, true, None),
+            ],
         )
         .await
         .unwrap();
-    // Model: encoded _id → (document, rev).
-    let mut model: BTreeMap<Vec<u8>, (Document, u64)> = BTreeMap::new();
+    let predicate: Supersede = Arc::new(|record| supersedable(record.last_write_ms));
+    let mut model: Model = BTreeMap::new();
     let mut rng = Prng(0x9E37_79B9_7F4A_7C15);
-    for step in 0..3000 {
+    // (documents superseded, writes refused as duplicates)
+    let (mut superseded_total, mut duplicates) = (0, 0);
+    for step in 0..4000 {
         let id = Bson::Int64(rng.below(60) as i64);
         let key = encode_id(&id);
         let a_value = match rng.below(4) {
@@ -301,23 +540,50 @@ async fn randomized_against_a_model() {
             1 => Bson::Null,
             _ => Bson::Int32(rng.below(8) as i32),
         };
-        let document = doc! {"_id": id.clone(), "a": a_value, "step": step};
+        let mut document = doc! {"_id": id.clone(), "a": a_value, "step": step};
+        if rng.below(3) == 0 {
+            document.insert("u", rng.below(12) as i32);
+        }
+        // Times in -10..10, so about half the documents are supersedable.
+        let time = |rng: &mut Prng| rng.below(20) as i64 - 10;
+        let last_write_ms = time(&mut rng);
+        let ttl = match rng.below(3) {
+            0 => TtlClass::Default,
+            1 => TtlClass::Never,
+            _ => TtlClass::Own {
+                expire_at_ms: time(&mut rng),
+            },
+        };
+        let meta = WriteMeta { last_write_ms, ttl };
+        let supersede = (rng.below(2) == 0).then(|| predicate.clone());
+        let with_predicate = supersede.is_some();
         match rng.below(10) {
             0..=3 => {
                 let results = storage
-                    .write(&coll, vec![insert(document.clone())], ORDERED)
+                    .write(
+                        &coll,
+                        vec![insert_with(document.clone(), meta, supersede)],
+                        ORDERED,
+                    )
                     .await
                     .unwrap();
-                match (&results[0], model.contains_key(&key)) {
-                    (Ok(WriteOutcome::Inserted { rev }), false) => {
-                        model.insert(key, (document, *rev));
+                let conflicts = model_conflicts(&model, &key, &document, true);
+                match (
+                    &results[0],
+                    model_resolve(&mut model, &conflicts, with_predicate),
+                ) {
+                    (Ok(WriteOutcome::Inserted { rev, superseded }), Some(expected)) => {
+                        assert_eq!(*superseded, expected, "step {step}: superseded");
+                        superseded_total += expected;
+                        let (doc, rev) = (document, *rev);
+                        model.insert(key, Modeled { doc, rev, meta });
                     }
-                    (Err(StorageError::DuplicateKey { .. }), true) => {}
+                    (Err(StorageError::DuplicateKey { .. }), None) => duplicates += 1,
                     other => panic!("step {step}: insert gave {other:?}"),
                 }
             }
             4..=6 => {
-                let current = model.get(&key).map(|(_, rev)| *rev);
+                let current = model.get(&key).map(|stored| stored.rev);
                 let stale = rng.below(4) == 0;
                 let expected_rev = match (current, stale) {
                     (Some(rev), false) => rev,
@@ -327,24 +593,39 @@ async fn randomized_against_a_model() {
                 let results = storage
                     .write(
                         &coll,
-                        vec![replace(id.clone(), expected_rev, document.clone())],
+                        vec![replace_with(
+                            id.clone(),
+                            expected_rev,
+                            document.clone(),
+                            meta,
+                            supersede,
+                        )],
                         ORDERED,
                     )
                     .await
                     .unwrap();
-                match (&results[0], current) {
-                    (Ok(WriteOutcome::Replaced { rev }), Some(current)) if !stale => {
-                        assert!(*rev > current);
-                        model.insert(key, (document, *rev));
+                if current.is_none() || stale {
+                    assert_eq!(results[0], Err(StorageError::WriteConflict), "step {step}");
+                    continue;
+                }
+                let conflicts = model_conflicts(&model, &key, &document, false);
+                match (
+                    &results[0],
+                    model_resolve(&mut model, &conflicts, with_predicate),
+                ) {
+                    (Ok(WriteOutcome::Replaced { rev, superseded }), Some(expected)) => {
+                        assert_eq!(*superseded, expected, "step {step}: superseded");
+                        superseded_total += expected;
+                        assert!(Some(*rev) > current);
+                        let (doc, rev) = (document, *rev);
+                        model.insert(key, Modeled { doc, rev, meta });
                     }
-                    (Err(StorageError::WriteConflict), _) => {
-                        assert!(current.is_none() || stale, "step {step}: spurious conflict")
-                    }
+                    (Err(StorageError::DuplicateKey { .. }), None) => duplicates += 1,
                     other => panic!("step {step}: replace gave {other:?}"),
                 }
             }
             7..=8 => {
-                let expected_rev = model.get(&key).map(|(_, rev)| *rev);
+                let expected_rev = model.get(&key).map(|stored| stored.rev);
                 let results = storage
                     .write(&coll, vec![delete(id.clone(), expected_rev)], ORDERED)
                     .await
@@ -360,37 +641,108 @@ async fn randomized_against_a_model() {
                 let reverse = rng.below(2) == 0;
                 let scanned =
                     scan_all(&storage, &coll, ScanSource::Collection, reverse, page).await;
-                let mut expected: Vec<(Document, u64)> = model.values().cloned().collect();
+                let mut expected: Vec<Modeled> = model.values().cloned().collect();
                 if reverse {
                     expected.reverse();
                 }
-                let found: Vec<(Document, u64)> = scanned
+                let found: Vec<Modeled> = scanned
                     .into_iter()
-                    .map(|record| (record.doc, record.rev))
+                    .map(|record| Modeled {
+                        doc: record.doc,
+                        rev: record.rev,
+                        meta: WriteMeta {
+                            last_write_ms: record.last_write_ms,
+                            ttl: record.ttl,
+                        },
+                    })
                     .collect();
                 assert_eq!(found, expected, "step {step}: collection scan");
                 check_index_against_model(&storage, &coll, &model, page, step).await;
+                let bound = |rng: &mut Prng| {
+                    let at = rng.below(24) as i64 - 12;
+                    match rng.below(3) {
+                        0 => Bound::Included(at),
+                        1 => Bound::Excluded(at),
+                        _ => Bound::Unbounded,
+                    }
+                };
+                let range = (bound(&mut rng), bound(&mut rng));
+                check_expiry_against_model(&storage, &coll, &model, range, page, step).await;
+                check_expiry_against_model(&storage, &coll, &model, ALL_TIMES, page, step).await;
             }
         }
     }
-    check_index_against_model(&storage, &coll, &model, 5, 3000).await;
+    eprintln!(
+        "model: {superseded_total} documents superseded, {duplicates} duplicate-key refusals"
+    );
+    assert!(
+        superseded_total > 50 && duplicates > 50,
+        "both paths exercised"
+    );
+    check_index_against_model(&storage, &coll, &model, 5, 4000).await;
+    check_expiry_against_model(&storage, &coll, &model, ALL_TIMES, 3, 4000).await;
     assert_eq!(
         storage.stats(&coll).await.unwrap().count,
         model.len() as u64
     );
 }
 
+/// Both expiry structures hold exactly the model's documents of their class within `range`,
+/// ordered by (time, encoded `_id`).
+async fn check_expiry_against_model(
+    storage: &RedbStorage,
+    coll: &Namespace,
+    model: &Model,
+    range: (Bound<i64>, Bound<i64>),
+    page: usize,
+    step: i32,
+) {
+    for order in [ExpiryOrder::LastWrite, ExpiryOrder::OwnExpiry] {
+        let mut expected: Vec<(i64, Vec<u8>, u64)> = model
+            .iter()
+            .filter_map(|(id_key, stored)| {
+                let at = match (order, stored.meta.ttl) {
+                    (ExpiryOrder::LastWrite, TtlClass::Default) => stored.meta.last_write_ms,
+                    (ExpiryOrder::OwnExpiry, TtlClass::Own { expire_at_ms }) => expire_at_ms,
+                    _ => return None,
+                };
+                range
+                    .contains(&at)
+                    .then(|| (at, id_key.clone(), stored.rev))
+            })
+            .collect();
+        expected.sort();
+        let found: Vec<(i64, Vec<u8>, u64)> =
+            conformance::expiry_all(storage, coll, order, range, page)
+                .await
+                .into_iter()
+                .map(|record| {
+                    let at = match record.ttl {
+                        TtlClass::Own { expire_at_ms } => expire_at_ms,
+                        _ => record.last_write_ms,
+                    };
+                    (
+                        at,
+                        encode_id(record.doc.get("_id").unwrap_or(&Bson::Null)),
+                        record.rev,
+                    )
+                })
+                .collect();
+        assert_eq!(found, expected, "step {step}: {order:?} scan of {range:?}");
+    }
+}
+
 /// The `a_1` index holds exactly one entry per (distinct key value, document), in key order.
 async fn check_index_against_model(
     storage: &RedbStorage,
     coll: &Namespace,
-    model: &BTreeMap<Vec<u8>, (Document, u64)>,
+    model: &Model,
     page: usize,
     step: i32,
 ) {
     let mut expected: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    for (id_key, (document, _)) in model {
-        let mut keys: Vec<Vec<u8>> = match document.get("a") {
+    for (id_key, stored) in model {
+        let mut keys: Vec<Vec<u8>> = match stored.doc.get("a") {
             Some(Bson::Array(values)) => values
                 .iter()
                 .map(|value| encode_key(&[(value, Direction::Ascending)]))

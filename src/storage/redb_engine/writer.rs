@@ -1,24 +1,38 @@
 //! The writer thread: the only owner of redb write transactions (data and catalog alike), with
 //! group commit.
 //!
-//! Loop: take the first queued job, drain whatever else is already queued (at most
-//! [`MAX_GROUP_JOBS`] jobs / [`MAX_GROUP_BYTES`]), open one write transaction, apply every job in
-//! order, commit once, publish the staged catalog, then answer every job. Each job validates
-//! before it mutates, so a job that fails leaves nothing behind and the others still commit. An
-//! I/O error poisons the group: the transaction is aborted and every job of the group gets the
-//! error; the published catalog never shows uncommitted changes.
+//! Loop: wait for a job, drain whatever else is already queued into a group (foreground jobs up
+//! to [`MAX_GROUP_JOBS`] jobs / [`MAX_GROUP_BYTES`]; background jobs set aside), add at most
+//! [`MAX_BACKGROUND_JOBS_PER_GROUP`] set-aside background jobs (oldest first), open one write
+//! transaction, apply every job in group order, commit once, publish the staged catalog, then
+//! answer every job. Each job validates before it mutates, so a job that fails leaves nothing
+//! behind and the others still commit. An I/O error poisons the group: the transaction is
+//! aborted and every job of the group gets the error; the published catalog never shows
+//! uncommitted changes.
 //!
-//! Durability: `Durable` commits every group with `redb::Durability::Immediate` (acknowledged
-//! after the fsync). `Relaxed` commits with `Durability::None` (acknowledged before any fsync)
-//! unless a job forces durability, and makes a durable commit (an empty one if idle) once the
-//! oldest non-durable commit is `sync_delay` old. The thread exits when every sender is gone,
-//! after finishing the queued jobs and making pending commits durable.
+//! Fairness: background jobs (TTL reaping) never delay a foreground job by more than
+//! [`MAX_BACKGROUND_JOBS_PER_GROUP`] background jobs in its group (the reaper bounds each job's
+//! size); they still progress by at least one job per commit, so they cannot starve either.
+//! Jobs queued concurrently by different callers carry no order promise (none was acknowledged),
+//! so moving a background job behind later foreground jobs is allowed; one caller's sequential
+//! writes await each other and are never reordered.
+//!
+//! Durability: `Durable` commits a group with `redb::Durability::Immediate` (acknowledged after
+//! the fsync) unless every job of the group is a background job; `Relaxed` commits with
+//! `Durability::None` (acknowledged before any fsync) unless a job forces durability. Once the
+//! oldest non-durable commit is `sync_delay` old (`Relaxed`: the configured delay; `Durable`:
+//! [`BACKGROUND_SYNC_DELAY`], only background groups are non-durable there) the next commit is
+//! durable (an empty one if idle); a durable commit makes every earlier commit durable. A failed
+//! sync is retried after another delay. The thread exits when every sender is gone, after
+//! finishing the queued jobs (set-aside background jobs included) and making pending commits
+//! durable.
 //!
 //! Must not: hold a read transaction, block on anything but the job channel, or answer a job
 //! before its group's commit returned.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -32,6 +46,10 @@ use crate::storage::{StorageError, StorageResult};
 pub(super) const MAX_GROUP_JOBS: usize = 1024;
 /// Most payload bytes committed together (a single larger job still commits alone).
 pub(super) const MAX_GROUP_BYTES: usize = 8 << 20;
+/// Most background jobs in one group.
+pub(super) const MAX_BACKGROUND_JOBS_PER_GROUP: usize = 1;
+/// In `Durable` mode, how long a background-only commit may stay non-durable.
+pub(super) const BACKGROUND_SYNC_DELAY: Duration = Duration::from_millis(1000);
 
 /// State shared by the engine handle (readers) and the writer thread.
 pub(super) struct Shared {
@@ -106,6 +124,9 @@ pub(super) type Apply = Box<dyn FnOnce(Option<&mut Batch>) -> Finish + Send>;
 pub(super) struct Job {
     pub apply: Apply,
     pub force_durable: bool,
+    /// Background maintenance: needs no durable commit of its own (never set with
+    /// `force_durable`).
+    pub background: bool,
     /// Approximate payload size, for bounding a group.
     pub bytes: usize,
 }
@@ -149,6 +170,93 @@ pub enum Durability {
     Relaxed { sync_delay_ms: u64 },
 }
 
+/// The job channel plus the background jobs set aside while forming groups.
+struct Queue {
+    jobs: Receiver<Job>,
+    deferred: VecDeque<Job>,
+    /// False once every sender is gone.
+    open: bool,
+}
+
+/// What waiting for work gave.
+enum Wait {
+    /// A group can be formed.
+    Ready(Vec<Job>),
+    /// The timeout passed with nothing queued.
+    Idle,
+    /// No more jobs will come.
+    Closed,
+}
+
+impl Queue {
+    fn new(jobs: Receiver<Job>) -> Queue {
+        Queue {
+            jobs,
+            deferred: VecDeque::new(),
+            open: true,
+        }
+    }
+
+    /// Waits (at most `timeout`, if given) unless set-aside jobs are waiting, then forms a group.
+    fn next_group(&mut self, timeout: Option<Duration>) -> Wait {
+        let mut group = Vec::new();
+        let mut bytes = 0;
+        if self.deferred.is_empty() {
+            if !self.open {
+                return Wait::Closed;
+            }
+            let first = match timeout {
+                Some(timeout) => match self.jobs.recv_timeout(timeout) {
+                    Ok(job) => Some(job),
+                    Err(RecvTimeoutError::Timeout) => return Wait::Idle,
+                    Err(RecvTimeoutError::Disconnected) => None,
+                },
+                None => self.jobs.recv().ok(),
+            };
+            match first {
+                Some(job) => self.route(job, &mut group, &mut bytes),
+                None => {
+                    self.open = false;
+                    return Wait::Closed;
+                }
+            }
+        }
+        while self.open && group.len() < MAX_GROUP_JOBS && bytes < MAX_GROUP_BYTES {
+            match self.jobs.try_recv() {
+                Ok(job) => self.route(job, &mut group, &mut bytes),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.open = false,
+            }
+        }
+        for _ in 0..MAX_BACKGROUND_JOBS_PER_GROUP {
+            // A set-aside job always fits an empty group.
+            match self.deferred.front() {
+                Some(job) if group.is_empty() || bytes + job.bytes <= MAX_GROUP_BYTES => {}
+                _ => break,
+            }
+            if let Some(job) = self.deferred.pop_front() {
+                bytes += job.bytes;
+                group.push(job);
+            }
+        }
+        if group.is_empty() {
+            // Unreachable: a first job is either in the group or set aside and then taken.
+            return Wait::Idle;
+        }
+        Wait::Ready(group)
+    }
+
+    /// Foreground jobs join the group; background jobs are set aside.
+    fn route(&mut self, job: Job, group: &mut Vec<Job>, bytes: &mut usize) {
+        if job.background {
+            self.deferred.push_back(job);
+        } else {
+            *bytes += job.bytes;
+            group.push(job);
+        }
+    }
+}
+
 pub(super) struct Writer {
     shared: Arc<Shared>,
     counters: Counters,
@@ -165,46 +273,29 @@ impl Writer {
     }
 
     pub fn run(mut self, jobs: Receiver<Job>) {
+        let mut queue = Queue::new(jobs);
         // Set while non-durable commits are pending: when the oldest was made.
         let mut unsynced_since: Option<Instant> = None;
         loop {
-            let first = match (unsynced_since, self.sync_delay()) {
-                (Some(since), Some(delay)) => {
-                    let wait = (since + delay).saturating_duration_since(Instant::now());
-                    match jobs.recv_timeout(wait) {
-                        Ok(job) => job,
-                        Err(RecvTimeoutError::Timeout) => {
-                            if self.commit_group(Vec::new(), true) {
-                                unsynced_since = None;
-                            }
-                            continue;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => break,
+            let timeout = unsynced_since
+                .map(|since| (since + self.sync_delay()).saturating_duration_since(Instant::now()));
+            let group = match queue.next_group(timeout) {
+                Wait::Ready(group) => group,
+                Wait::Idle => {
+                    if unsynced_since.is_some_and(|since| since.elapsed() >= self.sync_delay()) {
+                        // On failure, retry after another delay rather than spin.
+                        unsynced_since = if self.commit_group(Vec::new(), true) {
+                            None
+                        } else {
+                            Some(Instant::now())
+                        };
                     }
+                    continue;
                 }
-                _ => match jobs.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
+                Wait::Closed => break,
             };
-            let mut bytes = first.bytes;
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP_JOBS && bytes < MAX_GROUP_BYTES {
-                match jobs.try_recv() {
-                    Ok(job) => {
-                        bytes += job.bytes;
-                        group.push(job);
-                    }
-                    Err(_) => break,
-                }
-            }
-            let sync_due = match (unsynced_since, self.sync_delay()) {
-                (Some(since), Some(delay)) => since.elapsed() >= delay,
-                _ => false,
-            };
-            let durable = self.sync_delay().is_none()
-                || sync_due
-                || group.iter().any(|job| job.force_durable);
+            let sync_due = unsynced_since.is_some_and(|since| since.elapsed() >= self.sync_delay());
+            let durable = sync_due || group.iter().any(|job| self.needs_durable(job));
             if self.commit_group(group, durable) {
                 if durable {
                     unsynced_since = None;
@@ -218,10 +309,16 @@ impl Writer {
         }
     }
 
-    fn sync_delay(&self) -> Option<Duration> {
+    /// Whether `job` must be acknowledged only after a durable commit.
+    fn needs_durable(&self, job: &Job) -> bool {
+        job.force_durable || (self.durability == Durability::Durable && !job.background)
+    }
+
+    /// How long a non-durable commit may stay so.
+    fn sync_delay(&self) -> Duration {
         match self.durability {
-            Durability::Durable => None,
-            Durability::Relaxed { sync_delay_ms } => Some(Duration::from_millis(sync_delay_ms)),
+            Durability::Durable => BACKGROUND_SYNC_DELAY,
+            Durability::Relaxed { sync_delay_ms } => Duration::from_millis(sync_delay_ms),
         }
     }
 
@@ -281,5 +378,57 @@ impl Writer {
         };
         txn.set_durability(durability).map_err(io)?;
         Ok(txn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A job tagged by its `bytes`.
+    fn job(tag: usize, background: bool) -> Job {
+        Job {
+            apply: Box::new(|_| Box::new(|_| {})),
+            force_durable: false,
+            background,
+            bytes: tag,
+        }
+    }
+
+    fn tags(wait: Wait) -> Vec<usize> {
+        match wait {
+            Wait::Ready(group) => group.iter().map(|job| job.bytes).collect(),
+            Wait::Idle => panic!("idle"),
+            Wait::Closed => panic!("closed"),
+        }
+    }
+
+    #[test]
+    fn foreground_jobs_go_first_and_background_jobs_are_capped_per_group() {
+        let (sender, receiver) = mpsc::channel();
+        let mut queue = Queue::new(receiver);
+        for (tag, background) in [(1, true), (2, true), (10, false), (11, false), (3, true)] {
+            sender.send(job(tag, background)).unwrap();
+        }
+        assert_eq!(tags(queue.next_group(None)), vec![10, 11, 1]);
+        assert_eq!(tags(queue.next_group(None)), vec![2]);
+        // A foreground job that arrives meanwhile still goes ahead of the set-aside ones.
+        sender.send(job(12, false)).unwrap();
+        assert_eq!(tags(queue.next_group(None)), vec![12, 3]);
+        assert!(matches!(
+            queue.next_group(Some(Duration::from_millis(5))),
+            Wait::Idle
+        ));
+        // A set-aside background job that does not fit a full group waits for the next one.
+        sender.send(job(4, true)).unwrap();
+        sender.send(job(MAX_GROUP_BYTES, false)).unwrap();
+        assert_eq!(tags(queue.next_group(None)), vec![MAX_GROUP_BYTES]);
+        // Set-aside jobs are still run after every sender is gone.
+        sender.send(job(5, true)).unwrap();
+        drop(sender);
+        assert_eq!(tags(queue.next_group(None)), vec![4]);
+        assert_eq!(tags(queue.next_group(None)), vec![5]);
+        assert!(matches!(queue.next_group(None), Wait::Closed));
     }
 }

@@ -1,0 +1,162 @@
+//! `aggregate`: reads the collection through the planner (the pipeline's leading `$match` decides
+//! the plan, and only visible documents enter), runs the remaining stages in memory
+//! (`query::pipeline`), and returns the result as a cursor. `$collStats` answers from storage
+//! statistics, with expired documents left out of the count.
+
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use crate::async_handler;
+use crate::commands::args::{optional_document, validate_namespace, wrong_type};
+use crate::commands::ddl::{storage_stats, visible_stats};
+use crate::commands::find::buffered_cursor;
+use crate::dispatch::{CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::exec::{self, CollectionView};
+use crate::query::pipeline::{CollStatsRequest, SourceStage};
+use crate::query::{Filter, Pipeline, PipelineContext};
+use crate::storage::Namespace;
+
+pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: "aggregate",
+    aliases: &[],
+    help: "Run an aggregation pipeline over a collection ($match, $group, $project, $sort, $unwind, ...).",
+    admin_only: false,
+    test_only: false,
+    handler: async_handler!(aggregate),
+}];
+
+async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let collection = match body.get("aggregate") {
+        Some(Bson::String(coll)) => {
+            let ns = Namespace::new(ctx.db, coll.as_str());
+            validate_namespace(&ns)?;
+            Some(ns)
+        }
+        Some(value) if crate::bsonutil::as_f64(value) == Some(1.0) => None,
+        Some(other) => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                format!(
+                    "collection name has invalid type {}",
+                    crate::query::display::type_name(other)
+                ),
+            ))
+        }
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                "missing collection name",
+            ))
+        }
+    };
+    let stages = match body.get("pipeline") {
+        Some(Bson::Array(stages)) => stages
+            .iter()
+            .map(|stage| match stage {
+                Bson::Document(stage) => Ok(stage.clone()),
+                other => Err(wrong_type("aggregate", "pipeline", other, "object")),
+            })
+            .collect::<CommandResult<Vec<_>>>()?,
+        Some(other) => return Err(wrong_type("aggregate", "pipeline", other, "array")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'aggregate.pipeline' is missing but a required field",
+            ))
+        }
+    };
+    if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support explain",
+        ));
+    }
+    if optional_document(ctx, body, "cursor")?.is_none() {
+        return Err(CommandError::new(
+            ErrorCode::FailedToParse,
+            "The 'cursor' option is required, except for aggregate with the explain argument",
+        ));
+    }
+    let pipeline = Pipeline::parse(&stages)?;
+    let now_ms = ctx.state.clock.now_ms();
+    let input = match (pipeline.source(), &collection) {
+        (Some(SourceStage::Documents), _) => Vec::new(),
+        (Some(SourceStage::CollStats(request)), Some(ns)) => {
+            vec![coll_stats_source(ctx, ns, request).await?]
+        }
+        (Some(SourceStage::CollStats(_)), None) => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                "$collStats must be run against a collection",
+            ))
+        }
+        (None, Some(ns)) => {
+            let storage = ctx.state.storage.as_ref();
+            let view = CollectionView::load(storage, ns, now_ms).await?;
+            let filter = pipeline
+                .leading_filter()
+                .cloned()
+                .map_or_else(|| Filter::parse(&Document::new()), Ok)?;
+            let records = exec::find_all(storage, &view, Arc::new(filter), None).await?;
+            records.into_iter().map(|record| record.doc).collect()
+        }
+        (None, None) => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                "{aggregate: 1} is only valid with a source stage such as $documents",
+            ))
+        }
+    };
+    let output = pipeline.run(
+        input,
+        &PipelineContext {
+            now: bson::DateTime::from_millis(now_ms),
+        },
+    )?;
+    let cursor_ns = match &collection {
+        Some(ns) => ns.to_string(),
+        None => format!("{}.$cmd.aggregate", ctx.db),
+    };
+    buffered_cursor(ctx, body, cursor_ns, output).await
+}
+
+/// The document `$collStats` produces for `request`.
+async fn coll_stats_source(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+    request: &CollStatsRequest,
+) -> CommandResult<Document> {
+    if request.latency_stats.is_some() || request.query_exec_stats {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not keep per-collection latency or query execution statistics ($collStats supports count and storageStats)",
+        ));
+    }
+    let mut out = doc! {
+        "ns": ns.to_string(),
+        "host": format!("{}:{}", ctx.state.hostname, ctx.state.config.port),
+        "localTime": ctx.state.clock.now(),
+    };
+    let meta = ctx.state.storage.collection(ns).await?;
+    if let Some(options) = &request.storage_stats {
+        let Some(meta) = &meta else {
+            return Err(CommandError::new(ErrorCode::NamespaceNotFound, format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{ns}] not found.")));
+        };
+        let scale = options
+            .get("scale")
+            .and_then(crate::bsonutil::as_f64)
+            .filter(|s| *s >= 1.0)
+            .unwrap_or(1.0) as i64;
+        out.insert("storageStats", storage_stats(ctx, meta, scale).await?);
+    }
+    if request.count {
+        let count = match &meta {
+            Some(meta) => visible_stats(ctx, meta).await?.count,
+            None => 0,
+        };
+        out.insert("count", count as i64);
+    }
+    Ok(out)
+}

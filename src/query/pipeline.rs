@@ -1,0 +1,1541 @@
+//! Aggregation pipelines: parsing `[{$stage: spec}, ...]` into stages and running them over
+//! documents in memory. Owns the stage semantics; expressions live in [`expr`], `$group` and
+//! its accumulators in [`group`]. Filters, projections and sort orders reuse
+//! [`Filter`], [`Projection`] and [`SortSpec`].
+//!
+//! Invariants:
+//! - Parsing validates every stage up front with mongod's codes and messages: a stage document
+//!   with other than one field is 40323, an unknown stage name 40324, a stage mongod has but
+//!   this server lacks NotImplemented (238). Nothing is evaluated at parse time.
+//! - The leading `$match` stages (merged with `$and` when there are several) are not run by
+//!   [`Pipeline::run`]: the caller applies [`Pipeline::leading_match`] while reading the
+//!   collection (through an index if it likes) and passes only matching documents.
+//! - A source stage (`$collStats`, `$documents`) can only come first; it is reported through
+//!   [`Pipeline::source`]. For `$collStats` the caller passes the statistics document it built
+//!   as the input; for `$documents` the caller passes nothing and `run` evaluates the documents.
+//! - Running is deterministic (stable sort, groups in first-seen order) and never panics on
+//!   data; expression errors abort the run with mongod's codes.
+//!
+//! This module performs no I/O and knows nothing about collections, cursors or batches.
+
+mod expr;
+mod group;
+
+use bson::{Bson, DateTime, Document};
+
+use super::display::{document_string, type_name, value_string};
+use super::filter::Filter;
+use super::numeric::Number;
+use super::projection::Projection;
+use super::sort::SortSpec;
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use expr::Expr;
+use group::Group;
+
+/// What a run needs from outside: the clock for `$$NOW`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PipelineContext {
+    /// The value of `$$NOW` for the whole run.
+    pub now: DateTime,
+}
+
+/// A first stage that does not read the collection's documents.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceStage {
+    /// `$collStats`: the caller builds one document with the requested sections (as mongod:
+    /// `ns`, `host`, `localTime`, then `latencyStats`/`storageStats`/`count`/`queryExecStats`)
+    /// and passes it to [`Pipeline::run`] as the only input document.
+    CollStats(CollStatsRequest),
+    /// `$documents`: collection-less (`aggregate: 1`); [`Pipeline::run`] evaluates the
+    /// documents itself and ignores its input.
+    Documents,
+}
+
+/// The sections a `$collStats` stage asks for (each `Some`/`true` when present).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CollStatsRequest {
+    /// `latencyStats: {histograms: bool}`.
+    pub latency_stats: Option<Document>,
+    /// `storageStats: {scale: n, ...}`.
+    pub storage_stats: Option<Document>,
+    /// `count: {}`.
+    pub count: bool,
+    /// `queryExecStats: {}`.
+    pub query_exec_stats: bool,
+}
+
+/// A parsed aggregation pipeline.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    source: Option<SourceStage>,
+    /// The `$documents` expression when `source` is `Documents`.
+    documents: Option<Expr>,
+    leading_match: Option<Document>,
+    leading_filter: Option<Filter>,
+    stages: Vec<Stage>,
+}
+
+#[derive(Clone, Debug)]
+enum Stage {
+    Match(Filter),
+    Project {
+        projection: Projection,
+        expressions: Vec<Expr>,
+    },
+    AddFields(FieldTree),
+    Unset(Projection),
+    Sort(SortSpec),
+    Skip(u64),
+    Limit(u64),
+    Count(String),
+    Group(Group),
+    Unwind(Unwind),
+    ReplaceRoot {
+        new_root: Expr,
+        /// How mongod names the value in its error message.
+        what: &'static str,
+    },
+}
+
+/// Stages mongod has that this server does not implement.
+const UNIMPLEMENTED_STAGES: &[&str] = &[
+    "$bucket",
+    "$bucketAuto",
+    "$changeStream",
+    "$changeStreamSplitLargeEvent",
+    "$currentOp",
+    "$densify",
+    "$facet",
+    "$fill",
+    "$geoNear",
+    "$graphLookup",
+    "$indexStats",
+    "$listCatalog",
+    "$listClusterCatalog",
+    "$listLocalSessions",
+    "$listSampledQueries",
+    "$listSearchIndexes",
+    "$listSessions",
+    "$lookup",
+    "$merge",
+    "$out",
+    "$planCacheStats",
+    "$querySettings",
+    "$queryStats",
+    "$redact",
+    "$sample",
+    "$search",
+    "$searchMeta",
+    "$setWindowFields",
+    "$shardedDataDistribution",
+    "$unionWith",
+    "$vectorSearch",
+];
+
+fn fail(code: ErrorCode, message: impl Into<String>) -> CommandError {
+    CommandError::new(code, message)
+}
+
+/// Prefixes an error the way mongod reports failures inside a stage's specification.
+fn caused_by(stage: &str) -> impl Fn(CommandError) -> CommandError + '_ {
+    move |error| CommandError {
+        errmsg: format!("Invalid {stage} :: caused by :: {}", error.errmsg),
+        ..error
+    }
+}
+
+impl Pipeline {
+    /// Parses `[{$stage: spec}, ...]`; errors carry mongod's codes and messages.
+    pub fn parse(stages: &[Document]) -> CommandResult<Pipeline> {
+        let mut pipeline = Pipeline {
+            source: None,
+            documents: None,
+            leading_match: None,
+            leading_filter: None,
+            stages: Vec::new(),
+        };
+        let mut leading_matches: Vec<Document> = Vec::new();
+        let mut at_start = true;
+        for (position, stage) in stages.iter().enumerate() {
+            if stage.len() != 1 {
+                return Err(fail(
+                    ErrorCode::Location40323,
+                    "A pipeline stage specification object must contain exactly one field.",
+                ));
+            }
+            let Some((name, spec)) = stage.iter().next() else {
+                return Err(CommandError::internal("stage vanished"));
+            };
+            match name.as_str() {
+                "$collStats" | "$documents" => {
+                    if position != 0 {
+                        return Err(fail(
+                            ErrorCode::Location40602,
+                            format!("{name} is only valid as the first stage in a pipeline"),
+                        ));
+                    }
+                    if name == "$collStats" {
+                        pipeline.source = Some(SourceStage::CollStats(parse_coll_stats(spec)?));
+                    } else {
+                        pipeline.documents = Some(Expr::parse(spec)?);
+                        pipeline.source = Some(SourceStage::Documents);
+                    }
+                    at_start = false;
+                    continue;
+                }
+                "$match" if at_start => {
+                    let Bson::Document(filter) = spec else {
+                        return Err(match_not_object());
+                    };
+                    Filter::parse(filter)?;
+                    leading_matches.push(filter.clone());
+                    continue;
+                }
+                _ => {}
+            }
+            at_start = false;
+            parse_stage(name, spec, &mut pipeline.stages)?;
+        }
+        let merged = match leading_matches.len() {
+            0 => None,
+            1 => leading_matches.pop(),
+            _ => Some(bson::doc! {"$and": leading_matches
+            .into_iter()
+            .map(Bson::Document)
+            .collect::<Vec<_>>()}),
+        };
+        if let Some(filter) = &merged {
+            pipeline.leading_filter = Some(Filter::parse(filter)?);
+        }
+        pipeline.leading_match = merged;
+        Ok(pipeline)
+    }
+
+    /// The leading `$match` filter (several leading `$match` stages merged under `$and`), for
+    /// the caller to apply while reading; `None` if the pipeline does not start with `$match`.
+    pub fn leading_match(&self) -> Option<&Document> {
+        self.leading_match.as_ref()
+    }
+
+    /// [`Pipeline::leading_match`], parsed.
+    pub fn leading_filter(&self) -> Option<&Filter> {
+        self.leading_filter.as_ref()
+    }
+
+    /// The special first stage the caller must provide the input for, if any.
+    pub fn source(&self) -> Option<&SourceStage> {
+        self.source.as_ref()
+    }
+
+    /// Runs every stage after the leading `$match` (and after a source stage) over `input`.
+    pub fn run(
+        &self,
+        input: Vec<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
+        let mut documents = match &self.documents {
+            Some(expression) => evaluate_documents(expression, context.now)?,
+            None => input,
+        };
+        for stage in &self.stages {
+            documents = stage.run(documents, context.now)?;
+        }
+        Ok(documents)
+    }
+}
+
+fn match_not_object() -> CommandError {
+    fail(
+        ErrorCode::Location15959,
+        "the match filter must be an expression in an object",
+    )
+}
+
+fn parse_coll_stats(spec: &Bson) -> CommandResult<CollStatsRequest> {
+    let Bson::Document(spec) = spec else {
+        return Err(CommandError::type_mismatch(format!(
+            "BSON field '$collStats' is the wrong type '{}', expected type 'object'",
+            type_name(spec)
+        )));
+    };
+    let mut request = CollStatsRequest::default();
+    for (name, value) in spec {
+        let Bson::Document(section) = value else {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field '$collStats.{name}' is the wrong type '{}', expected type 'object'",
+                type_name(value)
+            )));
+        };
+        match name.as_str() {
+            "latencyStats" => request.latency_stats = Some(section.clone()),
+            "storageStats" => request.storage_stats = Some(section.clone()),
+            "count" => request.count = true,
+            "queryExecStats" => request.query_exec_stats = true,
+            other => {
+                return Err(fail(
+                    ErrorCode::Location40415,
+                    format!("BSON field '$collStats.{other}' is an unknown field."),
+                ))
+            }
+        }
+    }
+    Ok(request)
+}
+
+fn evaluate_documents(expression: &Expr, now: DateTime) -> CommandResult<Vec<Document>> {
+    let empty = Document::new();
+    match expression.evaluate_on(&empty, now)? {
+        Some(Bson::Array(elements)) => elements
+            .into_iter()
+            .map(|element| match element {
+                Bson::Document(document) => Ok(document),
+                other => Err(CommandError::type_mismatch(format!(
+                    "$documents elements must be objects, found {}",
+                    type_name(&other)
+                ))),
+            })
+            .collect(),
+        _ => Err(fail(ErrorCode::Location5858203, "an array is expected")),
+    }
+}
+
+fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResult<()> {
+    let stage = match name {
+        "$match" => {
+            let Bson::Document(filter) = spec else {
+                return Err(match_not_object());
+            };
+            Stage::Match(Filter::parse(filter)?)
+        }
+        "$project" => parse_project(spec)?,
+        "$addFields" | "$set" => {
+            let Bson::Document(fields) = spec else {
+                return Err(fail(
+                    ErrorCode::Location40272,
+                    format!(
+                        "{name} specification stage must be an object, got {}",
+                        type_name(spec)
+                    ),
+                ));
+            };
+            Stage::AddFields(FieldTree::parse(fields).map_err(caused_by(name))?)
+        }
+        "$unset" => parse_unset(spec)?,
+        "$sort" => {
+            let Bson::Document(keys) = spec else {
+                return Err(fail(
+                    ErrorCode::Location15973,
+                    "the $sort key specification must be an object",
+                ));
+            };
+            if keys.is_empty() {
+                return Err(fail(
+                    ErrorCode::Location15976,
+                    "$sort stage must have at least one sort key",
+                ));
+            }
+            Stage::Sort(SortSpec::parse(keys)?)
+        }
+        "$skip" => Stage::Skip(parse_count_argument(
+            "$skip",
+            spec,
+            ErrorCode::Location5107200,
+        )?),
+        "$limit" => {
+            let limit = parse_count_argument("$limit", spec, ErrorCode::Location5107201)?;
+            if limit == 0 {
+                return Err(fail(ErrorCode::Location15958, "the limit must be positive"));
+            }
+            Stage::Limit(limit)
+        }
+        "$count" => Stage::Count(parse_count_field(spec)?),
+        "$group" => Stage::Group(Group::parse(spec)?),
+        "$unwind" => Stage::Unwind(Unwind::parse(spec)?),
+        "$sortByCount" => {
+            let valid = match spec {
+                Bson::String(_) => Expr::is_field_path(spec),
+                Bson::Document(document) => {
+                    document.len() == 1
+                        && document
+                            .keys()
+                            .next()
+                            .is_some_and(|key| key.starts_with('$'))
+                }
+                _ => {
+                    return Err(fail(
+                        ErrorCode::Location40149,
+                        "the sortByCount field must be specified as a string or as an object",
+                    ))
+                }
+            };
+            if !valid {
+                return Err(fail(
+                    ErrorCode::Location40148,
+                    "the sortByCount field must be defined as a $-prefixed path or an expression inside an object",
+                ));
+            }
+            stages.push(Stage::Group(Group::counting(Expr::parse(spec)?, "count")));
+            Stage::Sort(SortSpec::parse(&bson::doc! {"count": -1})?)
+        }
+        "$replaceRoot" => {
+            let Bson::Document(arguments) = spec else {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field '$replaceRoot' is the wrong type '{}', expected type 'object'",
+                    type_name(spec)
+                )));
+            };
+            if let Some(unknown) = arguments.keys().find(|key| *key != "newRoot") {
+                return Err(fail(
+                    ErrorCode::Location40415,
+                    format!("BSON field '$replaceRoot.{unknown}' is an unknown field."),
+                ));
+            }
+            let new_root = arguments.get("newRoot").ok_or_else(|| {
+                fail(
+                    ErrorCode::Location40414,
+                    "BSON field '$replaceRoot.newRoot' is missing but a required field",
+                )
+            })?;
+            Stage::ReplaceRoot {
+                new_root: Expr::parse(new_root)?,
+                what: "'newRoot' expression ",
+            }
+        }
+        "$replaceWith" => Stage::ReplaceRoot {
+            new_root: Expr::parse(spec)?,
+            what: "'replacement document' ",
+        },
+        other if UNIMPLEMENTED_STAGES.contains(&other) => {
+            return Err(fail(
+                ErrorCode::NotImplemented,
+                format!("{other} is not supported by this server"),
+            ))
+        }
+        other => {
+            return Err(fail(
+                ErrorCode::Location40324,
+                format!("Unrecognized pipeline stage name: '{other}'"),
+            ))
+        }
+    };
+    stages.push(stage);
+    Ok(())
+}
+
+fn parse_project(spec: &Bson) -> CommandResult<Stage> {
+    let Bson::Document(fields) = spec else {
+        return Err(fail(
+            ErrorCode::Location15969,
+            "$project specification must be an object",
+        ));
+    };
+    if fields.is_empty() {
+        return Err(fail(
+            ErrorCode::Location51272,
+            "Invalid $project :: caused by :: projection specification must have at least one field",
+        ));
+    }
+    let mut expressions = Vec::new();
+    let projection = Projection::parse_aggregation(fields, &mut |value| {
+        expressions.push(Expr::parse(value)?);
+        Ok(expressions.len() - 1)
+    })
+    .map_err(caused_by("$project"))?;
+    Ok(Stage::Project {
+        projection,
+        expressions,
+    })
+}
+
+fn parse_unset(spec: &Bson) -> CommandResult<Stage> {
+    let names: Vec<&str> = match spec {
+        Bson::String(name) => vec![name.as_str()],
+        Bson::Array(items) => {
+            if items.is_empty() {
+                return Err(fail(
+                    ErrorCode::Location31119,
+                    "$unset specification must be a string or an array with at least one field",
+                ));
+            }
+            items
+                .iter()
+                .map(|item| match item {
+                    Bson::String(name) => Ok(name.as_str()),
+                    _ => Err(fail(
+                        ErrorCode::Location31120,
+                        "$unset specification must be a string or an array containing only string values",
+                    )),
+                })
+                .collect::<CommandResult<_>>()?
+        }
+        _ => {
+            return Err(fail(
+                ErrorCode::Location31002,
+                "$unset specification must be a string or an array",
+            ))
+        }
+    };
+    let exclusion: Document = names
+        .into_iter()
+        .map(|name| (name.to_string(), Bson::Int32(0)))
+        .collect();
+    Ok(Stage::Unset(
+        Projection::parse(&exclusion, &[]).map_err(caused_by("$unset"))?,
+    ))
+}
+
+/// `$skip`/`$limit` arguments: a non-negative integral number of any numeric type.
+fn parse_count_argument(stage: &str, spec: &Bson, code: ErrorCode) -> CommandResult<u64> {
+    let reason = match Number::from_bson(spec) {
+        None => format!("Expected a number in: {stage}: {}", value_string(spec)),
+        Some(number) => match number.to_exact_i64() {
+            Some(value) if value >= 0 => return Ok(value.unsigned_abs()),
+            Some(_) => format!(
+                "Expected a non-negative number in: {stage}: {}",
+                value_string(spec)
+            ),
+            None if number.to_i64_truncated().is_none() && !number.is_nan() => {
+                format!(
+                    "Cannot represent as a 64-bit integer: {stage}: {}",
+                    value_string(spec)
+                )
+            }
+            None => format!("Expected an integer: {stage}: {}", value_string(spec)),
+        },
+    };
+    Err(fail(
+        code,
+        format!("invalid argument to {stage} stage: {reason}"),
+    ))
+}
+
+fn parse_count_field(spec: &Bson) -> CommandResult<String> {
+    let Bson::String(field) = spec else {
+        return Err(fail(
+            ErrorCode::Location40156,
+            "the count field must be a non-empty string",
+        ));
+    };
+    if field.is_empty() {
+        return Err(fail(
+            ErrorCode::Location40157,
+            "the count field must be a non-empty string",
+        ));
+    }
+    if field.starts_with('$') {
+        return Err(fail(
+            ErrorCode::Location40158,
+            "the count field cannot be a $-prefixed path",
+        ));
+    }
+    if field.contains('\0') {
+        return Err(fail(
+            ErrorCode::Location40159,
+            "the count field cannot contain a null byte",
+        ));
+    }
+    if field.contains('.') {
+        return Err(fail(
+            ErrorCode::Location40160,
+            "the count field cannot contain '.'",
+        ));
+    }
+    Ok(field.clone())
+}
+
+impl Stage {
+    fn run(&self, documents: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
+        match self {
+            Stage::Match(filter) => Ok(documents
+                .into_iter()
+                .filter(|document| filter.matches(document))
+                .collect()),
+            Stage::Project {
+                projection,
+                expressions,
+            } => documents
+                .iter()
+                .map(|document| {
+                    projection.apply_computed(document, &|index| match expressions.get(index) {
+                        Some(expression) => expression.evaluate_on(document, now),
+                        None => Err(CommandError::internal("projection expression index")),
+                    })
+                })
+                .collect(),
+            Stage::AddFields(tree) => documents
+                .into_iter()
+                .map(|mut document| {
+                    let root = document.clone();
+                    tree.apply(&root, &mut document, now)?;
+                    Ok(document)
+                })
+                .collect(),
+            Stage::Unset(projection) => Ok(documents
+                .iter()
+                .map(|document| projection.apply(document, &|_| Bson::Null))
+                .collect()),
+            Stage::Sort(spec) => {
+                let mut keyed: Vec<(Vec<Bson>, Document)> = documents
+                    .into_iter()
+                    .map(|document| (spec.sort_key(&document), document))
+                    .collect();
+                // Stable: equal keys keep their input order.
+                keyed.sort_by(|(a, _), (b, _)| spec.compare_keys(a, b));
+                Ok(keyed.into_iter().map(|(_, document)| document).collect())
+            }
+            Stage::Skip(count) => Ok(documents
+                .into_iter()
+                .skip(usize::try_from(*count).unwrap_or(usize::MAX))
+                .collect()),
+            Stage::Limit(count) => Ok(documents
+                .into_iter()
+                .take(usize::try_from(*count).unwrap_or(usize::MAX))
+                .collect()),
+            Stage::Count(field) => {
+                if documents.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let count = documents.len();
+                let value = i32::try_from(count)
+                    .map(Bson::Int32)
+                    .unwrap_or_else(|_| Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX)));
+                let mut output = Document::new();
+                output.insert(field.clone(), value);
+                Ok(vec![output])
+            }
+            Stage::Group(group) => group.run(documents, now),
+            Stage::Unwind(unwind) => {
+                let mut output = Vec::with_capacity(documents.len());
+                for document in documents {
+                    unwind.apply(document, &mut output)?;
+                }
+                Ok(output)
+            }
+            Stage::ReplaceRoot { new_root, what } => documents
+                .iter()
+                .map(|document| match new_root.evaluate_on(document, now)? {
+                    Some(Bson::Document(replacement)) => Ok(replacement),
+                    other => {
+                        let shown = other.clone().unwrap_or(Bson::Null);
+                        Err(fail(
+                            ErrorCode::Location40228,
+                            format!(
+                                "{what}must evaluate to an object, but resulting value was: {}. Type of resulting value: '{}'. Input document: {}",
+                                other.as_ref().map_or("MISSING".to_string(), |_| value_string(&shown)),
+                                expr::value_type_name(&other),
+                                document_string(document)
+                            ),
+                        ))
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `$addFields`/`$set`: computed fields at (possibly nested) paths, merged into each document.
+#[derive(Clone, Debug, Default)]
+struct FieldTree {
+    children: Vec<(String, FieldNode)>,
+}
+
+#[derive(Clone, Debug)]
+enum FieldNode {
+    Value(Expr),
+    Sub(FieldTree),
+}
+
+fn validate_output_path(path: &str) -> CommandResult<Vec<String>> {
+    let parts: Vec<String> = path.split('.').map(str::to_string).collect();
+    for part in &parts {
+        if part.is_empty() {
+            return Err(fail(
+                ErrorCode::Location15998,
+                "FieldPath field names may not be empty strings.",
+            ));
+        }
+        if part.starts_with('$') {
+            return Err(fail(
+                ErrorCode::Location16410,
+                format!(
+                    "FieldPath field names may not start with '$'. Consider using $getField or $setField. in path {path}"
+                ),
+            ));
+        }
+    }
+    Ok(parts)
+}
+
+impl FieldTree {
+    fn parse(spec: &Document) -> CommandResult<FieldTree> {
+        let mut tree = FieldTree::default();
+        tree.add_all(spec, &[])?;
+        Ok(tree)
+    }
+
+    fn add_all(&mut self, spec: &Document, prefix: &[String]) -> CommandResult<()> {
+        for (name, value) in spec {
+            let relative = validate_output_path(name)?;
+            let full: Vec<String> = prefix.iter().chain(relative.iter()).cloned().collect();
+            match value {
+                // A plain non-empty object is a nested specification (`{a: {b: 1}}` sets a.b).
+                Bson::Document(nested)
+                    if !nested.is_empty()
+                        && !nested.keys().next().is_some_and(|key| key.starts_with('$')) =>
+                {
+                    self.subtree(&relative, &full)?.add_all(nested, &full)?;
+                }
+                other => self.insert(&relative, FieldNode::Value(Expr::parse(other)?), &full)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn collision(full: &[String]) -> CommandError {
+        CommandError::bad_value(format!("Path collision at {}", full.join(".")))
+    }
+
+    /// The subtree at `parts`, created if missing; a value already there is a collision.
+    fn subtree(&mut self, parts: &[String], full: &[String]) -> CommandResult<&mut FieldTree> {
+        let Some((first, rest)) = parts.split_first() else {
+            return Ok(self);
+        };
+        let index = match self.children.iter().position(|(name, _)| name == first) {
+            Some(index) => index,
+            None => {
+                self.children
+                    .push((first.clone(), FieldNode::Sub(FieldTree::default())));
+                self.children.len() - 1
+            }
+        };
+        match &mut self.children[index].1 {
+            FieldNode::Sub(tree) => tree.subtree(rest, full),
+            FieldNode::Value(_) => Err(FieldTree::collision(full)),
+        }
+    }
+
+    fn insert(&mut self, parts: &[String], node: FieldNode, full: &[String]) -> CommandResult<()> {
+        let Some((last, parents)) = parts.split_last() else {
+            return Err(FieldTree::collision(full));
+        };
+        let parent = self.subtree(parents, full)?;
+        if parent.children.iter().any(|(name, _)| name == last) {
+            return Err(FieldTree::collision(full));
+        }
+        parent.children.push((last.clone(), node));
+        Ok(())
+    }
+
+    /// Sets every field of this tree in `target`, evaluating against `root` (mongod's
+    /// `applyExpressions`): existing fields keep their position, new ones are appended, and
+    /// a missing result removes the field.
+    fn apply(&self, root: &Document, target: &mut Document, now: DateTime) -> CommandResult<()> {
+        for (name, node) in &self.children {
+            let value = match node {
+                FieldNode::Value(expression) => expression.evaluate_on(root, now)?,
+                FieldNode::Sub(tree) => Some(tree.apply_to_value(root, target.get(name), now)?),
+            };
+            match value {
+                Some(value) => {
+                    target.insert(name.clone(), value);
+                }
+                None => {
+                    target.remove(name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A nested tree over an existing value: documents are extended, arrays map over their
+    /// elements, anything else (or nothing) is replaced by a document of the computed fields.
+    fn apply_to_value(
+        &self,
+        root: &Document,
+        existing: Option<&Bson>,
+        now: DateTime,
+    ) -> CommandResult<Bson> {
+        match existing {
+            Some(Bson::Document(document)) => {
+                let mut document = document.clone();
+                self.apply(root, &mut document, now)?;
+                Ok(Bson::Document(document))
+            }
+            Some(Bson::Array(elements)) => Ok(Bson::Array(
+                elements
+                    .iter()
+                    .map(|element| self.apply_to_value(root, Some(element), now))
+                    .collect::<CommandResult<_>>()?,
+            )),
+            _ => {
+                let mut document = Document::new();
+                self.apply(root, &mut document, now)?;
+                Ok(Bson::Document(document))
+            }
+        }
+    }
+}
+
+/// A parsed `$unwind`.
+#[derive(Clone, Debug)]
+struct Unwind {
+    path: Vec<String>,
+    include_array_index: Option<Vec<String>>,
+    preserve_null_and_empty_arrays: bool,
+}
+
+impl Unwind {
+    fn parse(spec: &Bson) -> CommandResult<Unwind> {
+        let (path, index, preserve) = match spec {
+            Bson::String(path) => (path.as_str(), None, false),
+            Bson::Document(options) => {
+                let mut path = None;
+                let mut index = None;
+                let mut preserve = false;
+                for (name, value) in options {
+                    match (name.as_str(), value) {
+                        ("path", Bson::String(text)) => path = Some(text.as_str()),
+                        ("path", other) => {
+                            return Err(fail(
+                                ErrorCode::Location28808,
+                                format!(
+                                    "expected a string as the path for $unwind stage, got {}",
+                                    type_name(other)
+                                ),
+                            ))
+                        }
+                        ("includeArrayIndex", Bson::String(text)) if !text.is_empty() => {
+                            if text.starts_with('$') {
+                                return Err(fail(
+                                    ErrorCode::Location28822,
+                                    format!(
+                                        "includeArrayIndex option to $unwind stage should not be prefixed with a '$': {text}"
+                                    ),
+                                ));
+                            }
+                            index = Some(validate_output_path(text)?);
+                        }
+                        ("includeArrayIndex", other) => {
+                            return Err(fail(
+                                ErrorCode::Location28810,
+                                format!(
+                                    "expected a non-empty string for the includeArrayIndex  option to $unwind stage, got {}",
+                                    type_name(other)
+                                ),
+                            ))
+                        }
+                        ("preserveNullAndEmptyArrays", Bson::Boolean(flag)) => preserve = *flag,
+                        ("preserveNullAndEmptyArrays", other) => {
+                            return Err(fail(
+                                ErrorCode::Location28809,
+                                format!(
+                                    "expected a boolean for the preserveNullAndEmptyArrays option to $unwind stage, got {}",
+                                    type_name(other)
+                                ),
+                            ))
+                        }
+                        (other, _) => {
+                            return Err(fail(
+                                ErrorCode::Location28811,
+                                format!("unrecognized option to $unwind stage: {other}"),
+                            ))
+                        }
+                    }
+                }
+                let path = path.ok_or_else(|| fail(ErrorCode::Location28812, "No path specified to $unwind stage"))?;
+                (path, index, preserve)
+            }
+            other => {
+                return Err(fail(
+                    ErrorCode::Location15981,
+                    format!(
+                        "expected either a string or an object as specification for $unwind stage, got {}",
+                        type_name(other)
+                    ),
+                ))
+            }
+        };
+        let Some(field_path) = path.strip_prefix('$') else {
+            return Err(fail(
+                ErrorCode::Location28818,
+                format!("path option to $unwind stage should be prefixed with a '$': {path}"),
+            ));
+        };
+        Ok(Unwind {
+            path: validate_output_path(field_path)?,
+            include_array_index: index,
+            preserve_null_and_empty_arrays: preserve,
+        })
+    }
+
+    /// The value at the path, walking documents only (arrays on the way yield nothing).
+    fn value<'a>(&self, document: &'a Document) -> Option<&'a Bson> {
+        let (first, rest) = self.path.split_first()?;
+        let mut current = document.get(first)?;
+        for part in rest {
+            let Bson::Document(inner) = current else {
+                return None;
+            };
+            current = inner.get(part)?;
+        }
+        Some(current)
+    }
+
+    fn apply(&self, document: Document, output: &mut Vec<Document>) -> CommandResult<()> {
+        let value = self.value(&document).cloned();
+        match value {
+            Some(Bson::Array(elements)) if !elements.is_empty() => {
+                for (index, element) in elements.into_iter().enumerate() {
+                    let mut unwound = document.clone();
+                    super::path::set_path(&mut unwound, &self.path, element)?;
+                    if let Some(index_path) = &self.include_array_index {
+                        let index = i64::try_from(index).unwrap_or(i64::MAX);
+                        super::path::set_path(&mut unwound, index_path, Bson::Int64(index))?;
+                    }
+                    output.push(unwound);
+                }
+            }
+            Some(Bson::Array(_)) | None | Some(Bson::Null) | Some(Bson::Undefined) => {
+                if !self.preserve_null_and_empty_arrays {
+                    return Ok(());
+                }
+                let mut kept = document;
+                if matches!(value, Some(Bson::Array(_))) {
+                    // An empty array is dropped from the preserved document, as in mongod.
+                    super::path::remove_path(&mut kept, &self.path);
+                }
+                if let Some(index_path) = &self.include_array_index {
+                    super::path::set_path(&mut kept, index_path, Bson::Null)?;
+                }
+                output.push(kept);
+            }
+            Some(_) => {
+                // A non-array value unwinds to itself.
+                let mut kept = document;
+                if let Some(index_path) = &self.include_array_index {
+                    super::path::set_path(&mut kept, index_path, Bson::Null)?;
+                }
+                output.push(kept);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Shared helpers for the pipeline, expression and accumulator tests.
+    use super::*;
+    use crate::query::compare::identical_documents;
+
+    /// A fixed `$$NOW`: 2021-03-04T05:06:07.089Z.
+    pub fn now() -> DateTime {
+        DateTime::from_millis(1_614_834_367_089)
+    }
+
+    pub fn context() -> PipelineContext {
+        PipelineContext { now: now() }
+    }
+
+    /// Parses and runs `stages` (the leading `$match` included, as a caller would apply it).
+    pub fn run(stages: Vec<Document>, input: Vec<Document>) -> CommandResult<Vec<Document>> {
+        let pipeline = Pipeline::parse(&stages)?;
+        let input = match pipeline.leading_filter() {
+            Some(filter) => input.into_iter().filter(|d| filter.matches(d)).collect(),
+            None => input,
+        };
+        pipeline.run(input, &context())
+    }
+
+    #[track_caller]
+    pub fn run_ok(stages: Vec<Document>, input: Vec<Document>) -> Vec<Document> {
+        run(stages, input).expect("pipeline runs")
+    }
+
+    #[track_caller]
+    pub fn parse_error(stages: Vec<Document>) -> CommandError {
+        Pipeline::parse(&stages).expect_err("pipeline should be rejected")
+    }
+
+    /// Evaluates one expression against `document`.
+    pub fn eval(expression: Bson, document: &Document) -> CommandResult<Option<Bson>> {
+        Expr::parse(&expression)?.evaluate_on(document, now())
+    }
+
+    #[track_caller]
+    pub fn eval_ok(expression: Bson, document: &Document) -> Option<Bson> {
+        eval(expression, document).expect("expression evaluates")
+    }
+
+    /// Byte-identical documents (field order and numeric types matter).
+    #[track_caller]
+    pub fn assert_documents(actual: &[Document], expected: &[Document]) {
+        assert_eq!(actual.len(), expected.len(), "{actual:?} != {expected:?}");
+        for (a, e) in actual.iter().zip(expected) {
+            assert!(identical_documents(a, e), "{actual:?} != {expected:?}");
+        }
+    }
+
+    /// Identical values (numeric types matter).
+    #[track_caller]
+    pub fn assert_value(actual: Option<Bson>, expected: Bson) {
+        let actual = actual.expect("a value, not missing");
+        assert!(
+            crate::query::compare::identical_values(&actual, &expected),
+            "{actual:?} != {expected:?}"
+        );
+    }
+
+    pub fn sales() -> Vec<Document> {
+        vec![
+            bson::doc! {"_id": 1, "item": "a", "price": 10, "qty": 2, "tags": ["x", "y"]},
+            bson::doc! {"_id": 2, "item": "b", "price": 20, "qty": 1, "tags": []},
+            bson::doc! {"_id": 3, "item": "a", "price": 5.5, "qty": 4},
+            bson::doc! {"_id": 4, "item": "c", "price": 20, "qty": 10, "tags": "z"},
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn count_documents_pipeline_counts_matches_after_skip_and_limit() {
+        let stages = vec![
+            doc! {"$match": {"item": "a"}},
+            doc! {"$skip": 0_i64},
+            doc! {"$limit": 10},
+            doc! {"$group": {"_id": 1, "n": {"$sum": 1}}},
+        ];
+        assert_documents(&run_ok(stages, sales()), &[doc! {"_id": 1, "n": 2}]);
+        let skipping = vec![
+            doc! {"$match": {}},
+            doc! {"$skip": 1},
+            doc! {"$limit": 2.0},
+            doc! {"$group": {"_id": 1, "n": {"$sum": 1}}},
+        ];
+        assert_documents(&run_ok(skipping, sales()), &[doc! {"_id": 1, "n": 2}]);
+    }
+
+    #[test]
+    fn count_documents_pipeline_on_empty_input_returns_nothing() {
+        let stages = vec![
+            doc! {"$match": {"item": "zzz"}},
+            doc! {"$group": {"_id": 1, "n": {"$sum": 1}}},
+        ];
+        assert!(run_ok(stages, sales()).is_empty());
+    }
+
+    #[test]
+    fn leading_matches_merge_under_and_and_are_not_rerun() {
+        let pipeline = Pipeline::parse(&[
+            doc! {"$match": {"a": 1}},
+            doc! {"$match": {"b": 2}},
+            doc! {"$project": {"a": 1}},
+            doc! {"$match": {"a": 5}},
+        ])
+        .expect("valid");
+        assert_eq!(
+            pipeline.leading_match(),
+            Some(&doc! {"$and": [{"a": 1}, {"b": 2}]})
+        );
+        // run() skips the leading matches but applies the later one.
+        let output = pipeline
+            .run(
+                vec![doc! {"_id": 1, "a": 5}, doc! {"_id": 2, "a": 1}],
+                &context(),
+            )
+            .expect("runs");
+        assert_documents(&output, &[doc! {"_id": 1, "a": 5}]);
+        let single = Pipeline::parse(&[doc! {"$match": {"a": 1}}]).expect("valid");
+        assert_eq!(single.leading_match(), Some(&doc! {"a": 1}));
+        let none =
+            Pipeline::parse(&[doc! {"$limit": 1}, doc! {"$match": {"a": 1}}]).expect("valid");
+        assert_eq!(none.leading_match(), None);
+    }
+
+    #[test]
+    fn stage_documents_must_have_exactly_one_field() {
+        for stage in [doc! {}, doc! {"$match": {}, "$limit": 1}] {
+            let error = parse_error(vec![stage]);
+            assert_eq!(error.code.code(), 40323);
+            assert_eq!(
+                error.errmsg,
+                "A pipeline stage specification object must contain exactly one field."
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_stages_are_40324_and_known_missing_ones_not_implemented() {
+        let error = parse_error(vec![doc! {"$foo": 1}]);
+        assert_eq!(error.code.code(), 40324);
+        assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
+        for stage in [
+            "$lookup",
+            "$facet",
+            "$bucket",
+            "$graphLookup",
+            "$merge",
+            "$out",
+            "$geoNear",
+        ] {
+            let error = parse_error(vec![doc! {stage: {}}]);
+            assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
+            assert!(error.errmsg.contains(stage));
+        }
+    }
+
+    #[test]
+    fn coll_stats_is_a_first_stage_source_the_caller_answers() {
+        let pipeline = Pipeline::parse(&[doc! {"$collStats": {"count": {}}}]).expect("valid");
+        assert_eq!(
+            pipeline.source(),
+            Some(&SourceStage::CollStats(CollStatsRequest {
+                count: true,
+                ..CollStatsRequest::default()
+            }))
+        );
+        assert_eq!(pipeline.leading_match(), None);
+        let stats = Pipeline::parse(&[
+            doc! {"$collStats": {"storageStats": {"scale": 1024}}},
+            doc! {"$project": {"storageStats.count": 1}},
+        ])
+        .expect("valid");
+        let Some(SourceStage::CollStats(request)) = stats.source() else {
+            panic!("collStats source expected");
+        };
+        assert_eq!(request.storage_stats, Some(doc! {"scale": 1024}));
+        let output = stats
+            .run(
+                vec![doc! {"ns": "db.c", "storageStats": {"count": 3, "size": 10}}],
+                &context(),
+            )
+            .expect("runs");
+        assert_documents(&output, &[doc! {"storageStats": {"count": 3}}]);
+        assert_eq!(
+            parse_error(vec![doc! {"$match": {}}, doc! {"$collStats": {}}])
+                .code
+                .code(),
+            40602
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$collStats": {"bogus": {}}}])
+                .code
+                .code(),
+            40415
+        );
+    }
+
+    #[test]
+    fn documents_stage_evaluates_its_documents() {
+        let pipeline = Pipeline::parse(&[
+            doc! {"$documents": [{"x": 1}, {"x": {"$add": [1, 1]}}]},
+            doc! {"$match": {"x": 2}},
+        ])
+        .expect("valid");
+        assert_eq!(pipeline.source(), Some(&SourceStage::Documents));
+        let output = pipeline.run(Vec::new(), &context()).expect("runs");
+        assert_documents(&output, &[doc! {"x": 2}]);
+    }
+
+    #[test]
+    fn project_includes_in_document_order_then_computed_in_spec_order() {
+        let stages = vec![doc! {"$project": {
+            "total": {"$multiply": ["$price", "$qty"]},
+            "qty": 1,
+            "item": true,
+            "label": {"$concat": ["$item", "-", {"$toString": "$_id"}]},
+        }}];
+        let output = run_ok(stages, sales()[..1].to_vec());
+        assert_documents(
+            &output,
+            &[doc! {"_id": 1, "item": "a", "qty": 2, "total": 20, "label": "a-1"}],
+        );
+    }
+
+    #[test]
+    fn project_exclusion_nested_specs_and_remove() {
+        let input = vec![doc! {"_id": 1, "a": {"b": 1, "c": 2}, "d": 3}];
+        assert_documents(
+            &run_ok(vec![doc! {"$project": {"a.b": 0, "_id": 0}}], input.clone()),
+            &[doc! {"a": {"c": 2}, "d": 3}],
+        );
+        assert_documents(
+            &run_ok(
+                vec![doc! {"$project": {"a": {"c": 1, "x": {"$literal": 1}}, "gone": "$$REMOVE"}}],
+                input.clone(),
+            ),
+            &[doc! {"_id": 1, "a": {"c": 2, "x": 1}}],
+        );
+        assert_documents(
+            &run_ok(
+                vec![
+                    doc! {"$project": {"_id": 0, "z": {"$cond": [{"$gt": ["$d", 2]}, "$$REMOVE", "$d"]}}},
+                ],
+                input,
+            ),
+            &[doc! {}],
+        );
+    }
+
+    #[test]
+    fn project_rejects_mixed_empty_and_bad_specs() {
+        let error = parse_error(vec![doc! {"$project": {}}]);
+        assert_eq!(error.code.code(), 51272);
+        let mixed = parse_error(vec![doc! {"$project": {"a": 0, "b": {"$add": [1]}}}]);
+        assert!(mixed
+            .errmsg
+            .starts_with("Invalid $project :: caused by :: "));
+        let unknown = parse_error(vec![doc! {"$project": {"a": {"$foo": 1}}}]);
+        assert_eq!(unknown.code, ErrorCode::InvalidPipelineOperator);
+        assert_eq!(
+            unknown.errmsg,
+            "Invalid $project :: caused by :: Unrecognized expression '$foo'"
+        );
+        assert_eq!(parse_error(vec![doc! {"$project": 1}]).code.code(), 15969);
+        assert!(parse_error(vec![doc! {"$project": {"a.$": 1}}])
+            .errmsg
+            .contains("positional"));
+    }
+
+    #[test]
+    fn add_fields_sets_nested_paths_through_arrays_and_keeps_order() {
+        let input = vec![doc! {"_id": 1, "a": {"x": 1}, "b": [{"y": 1}, 2], "c": 5}];
+        let output = run_ok(
+            vec![doc! {"$addFields": {
+                "c": {"$add": ["$c", 1]},
+                "a.z": "$c",
+                "b.k": true,
+                "new": {"n": 1},
+            }}],
+            input.clone(),
+        );
+        assert_documents(
+            &output,
+            &[doc! {
+                "_id": 1,
+                "a": {"x": 1, "z": 5},
+                "b": [{"y": 1, "k": true}, {"k": true}],
+                "c": 6,
+                "new": {"n": 1},
+            }],
+        );
+        let removed = run_ok(
+            vec![doc! {"$set": {"c": "$$REMOVE", "a": "$missing"}}],
+            input,
+        );
+        assert_documents(&removed, &[doc! {"_id": 1, "b": [{"y": 1}, 2]}]);
+        let collision = parse_error(vec![doc! {"$set": {"a": 1, "a.b": 2}}]);
+        assert!(collision.errmsg.contains("Path collision at a.b"));
+        assert_eq!(parse_error(vec![doc! {"$set": 1}]).code.code(), 40272);
+    }
+
+    #[test]
+    fn unset_removes_fields_and_validates_its_spec() {
+        let input = vec![doc! {"_id": 1, "a": 1, "b": {"c": 1, "d": 2}}];
+        assert_documents(
+            &run_ok(vec![doc! {"$unset": ["a", "b.c"]}], input.clone()),
+            &[doc! {"_id": 1, "b": {"d": 2}}],
+        );
+        assert_documents(
+            &run_ok(vec![doc! {"$unset": "_id"}], input),
+            &[doc! {"a": 1, "b": {"c": 1, "d": 2}}],
+        );
+        assert_eq!(parse_error(vec![doc! {"$unset": 1}]).code.code(), 31002);
+        assert_eq!(parse_error(vec![doc! {"$unset": []}]).code.code(), 31119);
+        assert_eq!(parse_error(vec![doc! {"$unset": [1]}]).code.code(), 31120);
+    }
+
+    #[test]
+    fn sort_is_stable_and_skip_limit_slice() {
+        let output = run_ok(
+            vec![
+                doc! {"$sort": {"price": -1}},
+                doc! {"$skip": 1},
+                doc! {"$limit": 2},
+                doc! {"$project": {"_id": 1}},
+            ],
+            sales(),
+        );
+        // Prices 20 (ids 2 and 4, input order kept), 10, 5.5.
+        assert_documents(&output, &[doc! {"_id": 4}, doc! {"_id": 1}]);
+        assert_eq!(parse_error(vec![doc! {"$sort": {}}]).code.code(), 15976);
+        assert_eq!(parse_error(vec![doc! {"$sort": 1}]).code.code(), 15973);
+    }
+
+    #[test]
+    fn skip_and_limit_arguments_follow_mongod() {
+        let error = parse_error(vec![doc! {"$skip": "x"}]);
+        assert_eq!(error.code.code(), 5107200);
+        assert_eq!(
+            error.errmsg,
+            "invalid argument to $skip stage: Expected a number in: $skip: \"x\""
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$skip": -1}]).errmsg,
+            "invalid argument to $skip stage: Expected a non-negative number in: $skip: -1"
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$limit": 1.5}]).errmsg,
+            "invalid argument to $limit stage: Expected an integer: $limit: 1.5"
+        );
+        let zero = parse_error(vec![doc! {"$limit": 0}]);
+        assert_eq!(zero.code.code(), 15958);
+        assert_eq!(zero.errmsg, "the limit must be positive");
+    }
+
+    #[test]
+    fn count_stage_counts_and_emits_nothing_for_no_input() {
+        assert_documents(
+            &run_ok(vec![doc! {"$count": "n"}], sales()),
+            &[doc! {"n": 4}],
+        );
+        assert!(run_ok(vec![doc! {"$count": "n"}], Vec::new()).is_empty());
+        assert_eq!(parse_error(vec![doc! {"$count": 1}]).code.code(), 40156);
+        assert_eq!(parse_error(vec![doc! {"$count": ""}]).code.code(), 40157);
+        assert_eq!(parse_error(vec![doc! {"$count": "$n"}]).code.code(), 40158);
+        assert_eq!(parse_error(vec![doc! {"$count": "a.b"}]).code.code(), 40160);
+    }
+
+    #[test]
+    fn group_by_field_with_every_accumulator() {
+        let output = run_ok(
+            vec![
+                doc! {"$group": {
+                    "_id": "$item",
+                    "total": {"$sum": {"$multiply": ["$price", "$qty"]}},
+                    "avg": {"$avg": "$qty"},
+                    "min": {"$min": "$price"},
+                    "max": {"$max": "$price"},
+                    "first": {"$first": "$_id"},
+                    "last": {"$last": "$_id"},
+                    "ids": {"$push": "$_id"},
+                    "prices": {"$addToSet": "$price"},
+                    "n": {"$count": {}},
+                }},
+                doc! {"$sort": {"_id": 1}},
+            ],
+            sales(),
+        );
+        assert_documents(
+            &output,
+            &[
+                doc! {"_id": "a", "total": 42.0, "avg": 3.0, "min": 5.5, "max": 10, "first": 1,
+                "last": 3, "ids": [1, 3], "prices": [10, 5.5], "n": 2},
+                doc! {"_id": "b", "total": 20, "avg": 1.0, "min": 20, "max": 20, "first": 2,
+                "last": 2, "ids": [2], "prices": [20], "n": 1},
+                doc! {"_id": "c", "total": 200, "avg": 10.0, "min": 20, "max": 20, "first": 4,
+                "last": 4, "ids": [4], "prices": [20], "n": 1},
+            ],
+        );
+    }
+
+    #[test]
+    fn group_ids_may_be_null_documents_and_numbers_of_any_type() {
+        let input = vec![
+            doc! {"_id": 1, "k": 1, "j": "x"},
+            doc! {"_id": 2, "k": 1.0, "j": "x"},
+            doc! {"_id": 3, "k": 1_i64, "j": "y"},
+            doc! {"_id": 4},
+        ];
+        let by_number = run_ok(
+            vec![doc! {"$group": {"_id": "$k", "n": {"$sum": 1}}}],
+            input.clone(),
+        );
+        assert_documents(
+            &by_number,
+            &[doc! {"_id": 1, "n": 3}, doc! {"_id": null, "n": 1}],
+        );
+        let by_document = run_ok(
+            vec![doc! {"$group": {"_id": {"k": "$k", "j": "$j"}, "n": {"$sum": 1}}}],
+            input.clone(),
+        );
+        assert_documents(
+            &by_document,
+            &[
+                doc! {"_id": {"k": 1, "j": "x"}, "n": 2},
+                doc! {"_id": {"k": 1_i64, "j": "y"}, "n": 1},
+                doc! {"_id": {}, "n": 1},
+            ],
+        );
+        let all = run_ok(
+            vec![
+                doc! {"$group": {"_id": null, "ids": {"$push": "$_id"}, "first": {"$first": "$j"}}},
+            ],
+            input,
+        );
+        assert_documents(
+            &all,
+            &[doc! {"_id": null, "ids": [1, 2, 3, 4], "first": "x"}],
+        );
+    }
+
+    #[test]
+    fn group_spec_errors_follow_mongod() {
+        assert_eq!(parse_error(vec![doc! {"$group": 1}]).code.code(), 15947);
+        assert_eq!(
+            parse_error(vec![doc! {"$group": {"n": {"$sum": 1}}}])
+                .code
+                .code(),
+            15955
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$group": {"_id": 1, "n": 1}}])
+                .code
+                .code(),
+            40234
+        );
+        assert_eq!(
+            parse_error(vec![
+                doc! {"$group": {"_id": 1, "n": {"$sum": 1, "$avg": 1}}}
+            ])
+            .code
+            .code(),
+            40238
+        );
+        let unknown = parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$foo": 1}}}]);
+        assert_eq!(unknown.code.code(), 15952);
+        assert_eq!(unknown.errmsg, "unknown group operator '$foo'");
+        assert_eq!(
+            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$stdDevPop": "$a"}}}]).code,
+            ErrorCode::NotImplemented
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$group": {"_id": 1, "a.b": {"$sum": 1}}}])
+                .code
+                .code(),
+            40235
+        );
+    }
+
+    #[test]
+    fn unwind_string_form_drops_empty_missing_and_null() {
+        let output = run_ok(
+            vec![doc! {"$unwind": "$tags"}, doc! {"$project": {"tags": 1}}],
+            sales(),
+        );
+        assert_documents(
+            &output,
+            &[
+                doc! {"_id": 1, "tags": "x"},
+                doc! {"_id": 1, "tags": "y"},
+                doc! {"_id": 4, "tags": "z"},
+            ],
+        );
+    }
+
+    #[test]
+    fn unwind_options_preserve_and_index() {
+        let input = vec![
+            doc! {"_id": 1, "a": {"b": [7, 8]}},
+            doc! {"_id": 2, "a": {"b": []}},
+            doc! {"_id": 3, "a": {"b": null}},
+            doc! {"_id": 4},
+            doc! {"_id": 5, "a": {"b": 9}},
+        ];
+        let output = run_ok(
+            vec![
+                doc! {"$unwind": {"path": "$a.b", "includeArrayIndex": "i", "preserveNullAndEmptyArrays": true}},
+            ],
+            input,
+        );
+        assert_documents(
+            &output,
+            &[
+                doc! {"_id": 1, "a": {"b": 7}, "i": 0_i64},
+                doc! {"_id": 1, "a": {"b": 8}, "i": 1_i64},
+                doc! {"_id": 2, "a": {}, "i": null},
+                doc! {"_id": 3, "a": {"b": null}, "i": null},
+                doc! {"_id": 4, "i": null},
+                doc! {"_id": 5, "a": {"b": 9}, "i": null},
+            ],
+        );
+        assert_eq!(parse_error(vec![doc! {"$unwind": "a"}]).code.code(), 28818);
+        assert_eq!(parse_error(vec![doc! {"$unwind": {}}]).code.code(), 28812);
+        assert_eq!(
+            parse_error(vec![doc! {"$unwind": {"path": "$a", "x": 1}}])
+                .code
+                .code(),
+            28811
+        );
+        assert_eq!(parse_error(vec![doc! {"$unwind": 1}]).code.code(), 15981);
+    }
+
+    #[test]
+    fn sort_by_count_groups_and_orders_by_count_descending() {
+        let output = run_ok(vec![doc! {"$sortByCount": "$item"}], sales());
+        assert_documents(
+            &output,
+            &[
+                doc! {"_id": "a", "count": 2},
+                doc! {"_id": "b", "count": 1},
+                doc! {"_id": "c", "count": 1},
+            ],
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$sortByCount": "item"}]).code.code(),
+            40148
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$sortByCount": 1}]).code.code(),
+            40149
+        );
+    }
+
+    #[test]
+    fn replace_root_and_replace_with_promote_documents() {
+        let input = vec![doc! {"_id": 1, "inner": {"x": 1}}];
+        assert_documents(
+            &run_ok(
+                vec![doc! {"$replaceRoot": {"newRoot": "$inner"}}],
+                input.clone(),
+            ),
+            &[doc! {"x": 1}],
+        );
+        assert_documents(
+            &run_ok(
+                vec![doc! {"$replaceWith": {"$mergeObjects": ["$inner", {"id": "$_id"}]}}],
+                input.clone(),
+            ),
+            &[doc! {"x": 1, "id": 1}],
+        );
+        let error = run(vec![doc! {"$replaceRoot": {"newRoot": "$_id"}}], input)
+            .expect_err("not a document");
+        assert_eq!(error.code.code(), 40228);
+        assert_eq!(
+            error.errmsg,
+            "'newRoot' expression must evaluate to an object, but resulting value was: 1. Type of resulting value: 'int'. Input document: {_id: 1, inner: { x: 1 }}"
+        );
+        assert_eq!(
+            parse_error(vec![doc! {"$replaceRoot": {}}]).code.code(),
+            40414
+        );
+    }
+
+    #[test]
+    fn match_after_other_stages_filters_computed_fields() {
+        let output = run_ok(
+            vec![
+                doc! {"$addFields": {"total": {"$multiply": ["$price", "$qty"]}}},
+                doc! {"$match": {"total": {"$gte": 22}}},
+                doc! {"$project": {"_id": 1}},
+            ],
+            sales(),
+        );
+        assert_documents(&output, &[doc! {"_id": 3}, doc! {"_id": 4}]);
+        assert_eq!(parse_error(vec![doc! {"$match": 1}]).code.code(), 15959);
+    }
+
+    #[test]
+    fn now_is_the_context_clock() {
+        let output = run_ok(
+            vec![doc! {"$project": {"_id": 0, "t": "$$NOW", "y": {"$year": "$$NOW"}}}],
+            vec![doc! {"_id": 1}],
+        );
+        assert_documents(&output, &[doc! {"t": now(), "y": 2021}]);
+    }
+}

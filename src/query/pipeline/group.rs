@@ -1,0 +1,631 @@
+//! `$group`: grouping documents by an `_id` expression and folding each group through
+//! accumulators (`$sum`, `$avg`, `$min`, `$max`, `$first`, `$last`, `$push`, `$addToSet`,
+//! `$count`, `$mergeObjects`). The accumulator states are shared with the `$sum`/`$avg`/`$min`/
+//! `$max` expressions.
+//!
+//! Invariants:
+//! - Group keys are equal exactly when [`values_equal`] says so (so `1`, `1.0` and
+//!   `NumberLong(1)` share a group, and the first key seen is the one reported); a missing `_id`
+//!   value groups as null. Groups are emitted in the order their first document arrived.
+//! - `$sum`/`$avg` ignore non-numeric values; integer sums are exact (i128) and reported as int
+//!   when they fit, else long, else double; double sums are compensated (mongod's
+//!   double-double summation), and any decimal makes the result decimal.
+//! - `$min`/`$max` ignore null, undefined and missing; `$push`/`$addToSet` ignore missing.
+//! - Nothing here fails on data except `$mergeObjects` on a non-document (40400).
+
+use std::cmp::Ordering;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use bson::{Bson, DateTime, Document};
+
+use super::expr::{
+    add_numbers, compare_optional, divide_decimal, is_nullish, merge_object_into, number_bson,
+    Expr, Value,
+};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::compare::values_equal;
+use crate::query::numeric::{Decimal, Number};
+
+/// The accumulators this server implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccumulatorOp {
+    Sum,
+    Avg,
+    Min,
+    Max,
+    First,
+    Last,
+    Push,
+    AddToSet,
+    Count,
+    MergeObjects,
+}
+
+impl AccumulatorOp {
+    fn from_name(name: &str) -> Option<AccumulatorOp> {
+        Some(match name {
+            "$sum" => AccumulatorOp::Sum,
+            "$avg" => AccumulatorOp::Avg,
+            "$min" => AccumulatorOp::Min,
+            "$max" => AccumulatorOp::Max,
+            "$first" => AccumulatorOp::First,
+            "$last" => AccumulatorOp::Last,
+            "$push" => AccumulatorOp::Push,
+            "$addToSet" => AccumulatorOp::AddToSet,
+            "$count" => AccumulatorOp::Count,
+            "$mergeObjects" => AccumulatorOp::MergeObjects,
+            _ => return None,
+        })
+    }
+}
+
+/// Accumulators mongod has and this server does not implement.
+const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &[
+    "$accumulator",
+    "$bottom",
+    "$bottomN",
+    "$firstN",
+    "$lastN",
+    "$maxN",
+    "$median",
+    "$minN",
+    "$percentile",
+    "$stdDevPop",
+    "$stdDevSamp",
+    "$top",
+    "$topN",
+];
+
+/// mongod's `DoubleDoubleSummation` reduced to a compensated (Neumaier) sum.
+#[derive(Clone, Copy, Debug, Default)]
+struct CompensatedSum {
+    sum: f64,
+    compensation: f64,
+}
+
+impl CompensatedSum {
+    fn add(&mut self, value: f64) {
+        let total = self.sum + value;
+        if !total.is_finite() {
+            // Infinities and NaN: plain IEEE arithmetic, compensation no longer meaningful.
+            self.sum = total;
+            self.compensation = 0.0;
+            return;
+        }
+        if self.sum.abs() >= value.abs() {
+            self.compensation += (self.sum - total) + value;
+        } else {
+            self.compensation += (value - total) + self.sum;
+        }
+        self.sum = total;
+    }
+
+    fn value(&self) -> f64 {
+        if self.sum.is_finite() {
+            self.sum + self.compensation
+        } else {
+            self.sum
+        }
+    }
+}
+
+/// Running numeric total: exact integers, compensated doubles, exact decimals.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NumericTotal {
+    /// Widest type seen: 0 none, 1 int, 2 long, 3 double, 4 decimal.
+    widest: u8,
+    integers: i128,
+    doubles: CompensatedSum,
+    decimal: Option<Decimal>,
+    count: u64,
+}
+
+impl NumericTotal {
+    fn add(&mut self, value: &Bson) {
+        let Some(number) = Number::from_bson(value) else {
+            return;
+        };
+        self.count += 1;
+        match number {
+            Number::Int32(v) => {
+                self.widest = self.widest.max(1);
+                self.integers += i128::from(v);
+            }
+            Number::Int64(v) => {
+                self.widest = self.widest.max(2);
+                self.integers += i128::from(v);
+            }
+            Number::Double(v) => {
+                self.widest = self.widest.max(3);
+                self.doubles.add(v);
+            }
+            Number::Decimal(v) => {
+                self.widest = 4;
+                self.decimal = Some(match self.decimal {
+                    None => v,
+                    Some(total) => decimal_sum(total, v),
+                });
+            }
+        }
+    }
+
+    fn as_double(&self) -> f64 {
+        let mut total = self.doubles;
+        total.add(self.integers as f64);
+        total.value()
+    }
+
+    fn as_decimal(&self) -> Decimal {
+        let integers = i64::try_from(self.integers)
+            .map(Decimal::from_i64)
+            .unwrap_or_else(|_| Decimal::from_f64(self.integers as f64));
+        let mut total = decimal_sum(integers, Decimal::from_f64(self.doubles.value()));
+        if let Some(decimal) = self.decimal {
+            total = decimal_sum(total, decimal);
+        }
+        total
+    }
+
+    /// The `$sum` result.
+    fn sum(&self) -> Bson {
+        match self.widest {
+            0 | 1 => match i32::try_from(self.integers) {
+                Ok(v) => Bson::Int32(v),
+                Err(_) => i64::try_from(self.integers)
+                    .map_or(Bson::Double(self.integers as f64), Bson::Int64),
+            },
+            2 => {
+                i64::try_from(self.integers).map_or(Bson::Double(self.integers as f64), Bson::Int64)
+            }
+            3 => Bson::Double(self.as_double()),
+            _ => number_bson(Number::Decimal(self.as_decimal())),
+        }
+    }
+
+    /// The `$avg` result: null without numeric input, decimal if any decimal, else double.
+    fn average(&self) -> Bson {
+        if self.count == 0 {
+            return Bson::Null;
+        }
+        if self.widest == 4 {
+            let total = self.as_decimal();
+            let count = Decimal::from_i64(i64::try_from(self.count).unwrap_or(i64::MAX));
+            return number_bson(Number::Decimal(divide_decimal(total, count)));
+        }
+        let total = if self.widest <= 2 {
+            self.integers as f64
+        } else {
+            self.as_double()
+        };
+        Bson::Double(total / self.count as f64)
+    }
+}
+
+fn decimal_sum(a: Decimal, b: Decimal) -> Decimal {
+    match add_numbers(Number::Decimal(a), Number::Decimal(b)) {
+        Number::Decimal(total) => total,
+        other => other.to_decimal(),
+    }
+}
+
+/// The running state of one accumulator over one group.
+#[derive(Clone, Debug)]
+pub(crate) enum AccumulatorState {
+    Sum(NumericTotal),
+    Avg(NumericTotal),
+    Min(Value),
+    Max(Value),
+    /// `None` until the first document; then that document's value (possibly missing).
+    First(Option<Value>),
+    Last(Value),
+    Push(Vec<Bson>),
+    AddToSet(Vec<Bson>),
+    Count(i64),
+    MergeObjects(Document),
+}
+
+impl AccumulatorState {
+    pub(crate) fn new(op: AccumulatorOp) -> AccumulatorState {
+        match op {
+            AccumulatorOp::Sum => AccumulatorState::Sum(NumericTotal::default()),
+            AccumulatorOp::Avg => AccumulatorState::Avg(NumericTotal::default()),
+            AccumulatorOp::Min => AccumulatorState::Min(None),
+            AccumulatorOp::Max => AccumulatorState::Max(None),
+            AccumulatorOp::First => AccumulatorState::First(None),
+            AccumulatorOp::Last => AccumulatorState::Last(None),
+            AccumulatorOp::Push => AccumulatorState::Push(Vec::new()),
+            AccumulatorOp::AddToSet => AccumulatorState::AddToSet(Vec::new()),
+            AccumulatorOp::Count => AccumulatorState::Count(0),
+            AccumulatorOp::MergeObjects => AccumulatorState::MergeObjects(Document::new()),
+        }
+    }
+
+    /// Folds one value in.
+    pub(crate) fn add(&mut self, value: Value) -> CommandResult<()> {
+        match self {
+            AccumulatorState::Sum(total) | AccumulatorState::Avg(total) => {
+                if let Some(value) = &value {
+                    total.add(value);
+                }
+            }
+            AccumulatorState::Min(best) => {
+                if !is_nullish(&value)
+                    && (best.is_none() || compare_optional(&value, best) == Ordering::Less)
+                {
+                    *best = value;
+                }
+            }
+            AccumulatorState::Max(best) => {
+                if !is_nullish(&value)
+                    && (best.is_none() || compare_optional(&value, best) == Ordering::Greater)
+                {
+                    *best = value;
+                }
+            }
+            AccumulatorState::First(first) => {
+                if first.is_none() {
+                    *first = Some(value);
+                }
+            }
+            AccumulatorState::Last(last) => *last = value,
+            AccumulatorState::Push(values) => values.extend(value),
+            AccumulatorState::AddToSet(values) => {
+                if let Some(value) = value {
+                    if !values.iter().any(|existing| values_equal(existing, &value)) {
+                        values.push(value);
+                    }
+                }
+            }
+            AccumulatorState::Count(count) => *count = count.saturating_add(1),
+            AccumulatorState::MergeObjects(output) => merge_object_into(output, value)?,
+        }
+        Ok(())
+    }
+
+    /// The accumulated result; `None` (missing) only for `$first`/`$last`/`$min`/`$max` over
+    /// missing values, which `$group` reports as null.
+    pub(crate) fn finish(self) -> Value {
+        match self {
+            AccumulatorState::Sum(total) => Some(total.sum()),
+            AccumulatorState::Avg(total) => Some(total.average()),
+            AccumulatorState::Min(best) | AccumulatorState::Max(best) => {
+                Some(best.unwrap_or(Bson::Null))
+            }
+            AccumulatorState::First(first) => first.flatten(),
+            AccumulatorState::Last(last) => last,
+            AccumulatorState::Push(values) | AccumulatorState::AddToSet(values) => {
+                Some(Bson::Array(values))
+            }
+            AccumulatorState::Count(count) => {
+                Some(i32::try_from(count).map_or(Bson::Int64(count), Bson::Int32))
+            }
+            AccumulatorState::MergeObjects(output) => Some(Bson::Document(output)),
+        }
+    }
+}
+
+/// A parsed `$group` stage.
+#[derive(Clone, Debug)]
+pub(crate) struct Group {
+    id: Expr,
+    fields: Vec<(String, AccumulatorOp, Expr)>,
+}
+
+fn group_error(code: ErrorCode, message: impl Into<String>) -> CommandError {
+    CommandError::new(code, message)
+}
+
+impl Group {
+    /// Parses `{_id: expr, field: {$accumulator: expr}, ...}`.
+    pub(crate) fn parse(spec: &Bson) -> CommandResult<Group> {
+        let Bson::Document(spec) = spec else {
+            return Err(group_error(
+                ErrorCode::Location15947,
+                "a group's fields must be specified in an object",
+            ));
+        };
+        let mut id = None;
+        let mut fields = Vec::new();
+        for (name, value) in spec {
+            if name == "_id" {
+                id = Some(Expr::parse(value)?);
+                continue;
+            }
+            if name.starts_with('$') {
+                return Err(group_error(
+                    ErrorCode::Location40236,
+                    format!("The field name '{name}' cannot be an operator name"),
+                ));
+            }
+            if name.contains('.') {
+                return Err(group_error(
+                    ErrorCode::Location40235,
+                    format!("The field name '{name}' cannot contain '.'"),
+                ));
+            }
+            let Bson::Document(accumulator) = value else {
+                return Err(group_error(
+                    ErrorCode::Location40234,
+                    format!("The field '{name}' must be an accumulator object"),
+                ));
+            };
+            if accumulator.len() != 1 {
+                return Err(group_error(
+                    ErrorCode::Location40238,
+                    format!("The field '{name}' must specify one accumulator"),
+                ));
+            }
+            let Some((operator, operand)) = accumulator.iter().next() else {
+                return Err(CommandError::internal("accumulator vanished"));
+            };
+            let Some(op) = AccumulatorOp::from_name(operator) else {
+                if UNIMPLEMENTED_ACCUMULATORS.contains(&operator.as_str()) {
+                    return Err(group_error(
+                        ErrorCode::NotImplemented,
+                        format!("accumulator {operator} is not supported by this server"),
+                    ));
+                }
+                return Err(group_error(
+                    ErrorCode::Location15952,
+                    format!("unknown group operator '{operator}'"),
+                ));
+            };
+            if op == AccumulatorOp::Count {
+                if !matches!(operand, Bson::Document(arguments) if arguments.is_empty()) {
+                    return Err(group_error(
+                        ErrorCode::Location40237,
+                        "$count takes no arguments, i.e. $count:{}",
+                    ));
+                }
+                fields.push((name.clone(), op, Expr::Literal(Bson::Int32(1))));
+                continue;
+            }
+            if matches!(operand, Bson::Array(_)) {
+                return Err(group_error(
+                    ErrorCode::Location40237,
+                    format!("The {operator} accumulator is a unary operator"),
+                ));
+            }
+            fields.push((name.clone(), op, Expr::parse(operand)?));
+        }
+        let id = id.ok_or_else(|| {
+            group_error(
+                ErrorCode::Location15955,
+                "a group specification must include an _id",
+            )
+        })?;
+        Ok(Group { id, fields })
+    }
+
+    /// A `$group` equivalent to `{_id: id, field: {$sum: 1}}` (for `$sortByCount`).
+    pub(crate) fn counting(id: Expr, field: &str) -> Group {
+        Group {
+            id,
+            fields: vec![(
+                field.to_string(),
+                AccumulatorOp::Sum,
+                Expr::Literal(Bson::Int32(1)),
+            )],
+        }
+    }
+
+    /// Groups `input` and returns one document per group: `_id` first, then the accumulator
+    /// fields in specification order.
+    pub(crate) fn run(&self, input: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
+        let mut keys: Vec<Bson> = Vec::new();
+        let mut states: Vec<Vec<AccumulatorState>> = Vec::new();
+        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::new();
+        for document in &input {
+            let key = self.id.evaluate_on(document, now)?.unwrap_or(Bson::Null);
+            let hash = key_hash(&key);
+            let bucket = buckets.entry(hash).or_default();
+            let index = match bucket
+                .iter()
+                .copied()
+                .find(|index| values_equal(&keys[*index], &key))
+            {
+                Some(index) => index,
+                None => {
+                    keys.push(key);
+                    states.push(
+                        self.fields
+                            .iter()
+                            .map(|(_, op, _)| AccumulatorState::new(*op))
+                            .collect(),
+                    );
+                    bucket.push(keys.len() - 1);
+                    keys.len() - 1
+                }
+            };
+            for ((_, _, expr), state) in self.fields.iter().zip(states[index].iter_mut()) {
+                state.add(expr.evaluate_on(document, now)?)?;
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .zip(states)
+            .map(|(key, states)| {
+                let mut output = Document::new();
+                output.insert("_id", key);
+                for ((name, _, _), state) in self.fields.iter().zip(states) {
+                    output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
+                }
+                output
+            })
+            .collect())
+    }
+}
+
+/// A hash consistent with [`values_equal`]: numbers hash by their double value (equal numbers
+/// of any type map to the same double), strings and symbols alike, containers recursively.
+fn key_hash(value: &Bson) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    hash_value(value, &mut hasher);
+    hasher.finish()
+}
+
+fn hash_value(value: &Bson, hasher: &mut DefaultHasher) {
+    crate::query::compare::canonical_type_rank(value).hash(hasher);
+    match value {
+        Bson::String(text) | Bson::Symbol(text) => text.hash(hasher),
+        Bson::Document(document) => {
+            for (name, field) in document {
+                name.hash(hasher);
+                hash_value(field, hasher);
+            }
+        }
+        Bson::Array(elements) => elements
+            .iter()
+            .for_each(|element| hash_value(element, hasher)),
+        Bson::Boolean(flag) => flag.hash(hasher),
+        Bson::ObjectId(id) => id.bytes().hash(hasher),
+        Bson::DateTime(moment) => moment.timestamp_millis().hash(hasher),
+        other => {
+            if let Some(number) = Number::from_bson(other) {
+                let double = number.to_f64();
+                // -0.0 == 0.0 and every NaN is equal: normalise before hashing the bits.
+                let normalised = if double == 0.0 || double.is_nan() {
+                    0.0f64
+                } else {
+                    double
+                };
+                normalised.to_bits().hash(hasher);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::assert_value;
+    use super::*;
+    use crate::query::compare::fixtures::decimal;
+
+    fn accumulate(op: AccumulatorOp, values: Vec<Bson>) -> Value {
+        let mut state = AccumulatorState::new(op);
+        for value in values {
+            state.add(Some(value)).expect("accumulates");
+        }
+        state.finish()
+    }
+
+    #[test]
+    fn sum_keeps_the_narrowest_type_that_holds_the_total() {
+        assert_value(accumulate(AccumulatorOp::Sum, vec![]), Bson::Int32(0));
+        assert_value(
+            accumulate(AccumulatorOp::Sum, vec![Bson::Int32(1), Bson::Int32(2)]),
+            Bson::Int32(3),
+        );
+        assert_value(
+            accumulate(
+                AccumulatorOp::Sum,
+                vec![Bson::Int32(i32::MAX), Bson::Int32(1)],
+            ),
+            Bson::Int64(2_147_483_648),
+        );
+        assert_value(
+            accumulate(AccumulatorOp::Sum, vec![Bson::Int64(1), Bson::Int32(1)]),
+            Bson::Int64(2),
+        );
+        assert_value(
+            accumulate(
+                AccumulatorOp::Sum,
+                vec![Bson::Int64(i64::MAX), Bson::Int64(1)],
+            ),
+            Bson::Double(i64::MAX as f64 + 1.0),
+        );
+        assert_value(
+            accumulate(
+                AccumulatorOp::Sum,
+                vec![Bson::Int32(1), "x".into(), Bson::Null],
+            ),
+            Bson::Int32(1),
+        );
+        assert_value(
+            accumulate(AccumulatorOp::Sum, vec![Bson::Int32(1), decimal("0.5")]),
+            decimal("1.5"),
+        );
+    }
+
+    #[test]
+    fn double_sums_are_compensated_like_mongod() {
+        // Naive summation loses the 1.0 (1e16 + 1 rounds back to 1e16).
+        assert_value(
+            accumulate(
+                AccumulatorOp::Sum,
+                vec![Bson::Double(1e16), Bson::Double(1.0), Bson::Double(-1e16)],
+            ),
+            Bson::Double(1.0),
+        );
+        assert_value(
+            accumulate(
+                AccumulatorOp::Sum,
+                vec![Bson::Double(0.1), Bson::Double(0.2)],
+            ),
+            Bson::Double(0.1 + 0.2),
+        );
+    }
+
+    #[test]
+    fn avg_ignores_non_numbers_and_is_null_without_numbers() {
+        assert_value(
+            accumulate(
+                AccumulatorOp::Avg,
+                vec![Bson::Int32(1), Bson::Int64(2), "x".into()],
+            ),
+            Bson::Double(1.5),
+        );
+        assert_value(accumulate(AccumulatorOp::Avg, vec!["x".into()]), Bson::Null);
+        assert_value(
+            accumulate(AccumulatorOp::Avg, vec![decimal("1"), Bson::Int32(2)]),
+            decimal("1.5"),
+        );
+    }
+
+    #[test]
+    fn min_max_ignore_nulls_and_compare_across_types() {
+        let values = vec![Bson::Null, Bson::Int32(3), "a".into(), Bson::Double(1.5)];
+        assert_value(
+            accumulate(AccumulatorOp::Min, values.clone()),
+            Bson::Double(1.5),
+        );
+        assert_value(accumulate(AccumulatorOp::Max, values), "a".into());
+        assert_value(accumulate(AccumulatorOp::Min, vec![Bson::Null]), Bson::Null);
+    }
+
+    #[test]
+    fn add_to_set_deduplicates_by_value_and_push_skips_missing() {
+        assert_value(
+            accumulate(
+                AccumulatorOp::AddToSet,
+                vec![Bson::Int32(1), Bson::Double(1.0), Bson::Int32(2)],
+            ),
+            bson::bson!([1, 2]),
+        );
+        let mut push = AccumulatorState::new(AccumulatorOp::Push);
+        push.add(None).expect("accumulates");
+        push.add(Some(Bson::Null)).expect("accumulates");
+        assert_value(push.finish(), bson::bson!([null]));
+    }
+
+    #[test]
+    fn first_and_last_keep_missing_as_missing() {
+        let mut first = AccumulatorState::new(AccumulatorOp::First);
+        first.add(None).expect("accumulates");
+        first.add(Some(Bson::Int32(1))).expect("accumulates");
+        assert_eq!(first.finish(), None);
+        assert_value(
+            accumulate(AccumulatorOp::Last, vec![Bson::Int32(1), Bson::Int32(2)]),
+            Bson::Int32(2),
+        );
+    }
+
+    #[test]
+    fn equal_numbers_of_different_types_hash_alike() {
+        assert_eq!(key_hash(&Bson::Int32(1)), key_hash(&Bson::Double(1.0)));
+        assert_eq!(key_hash(&Bson::Int64(1)), key_hash(&decimal("1.00")));
+        assert_eq!(key_hash(&Bson::Double(-0.0)), key_hash(&Bson::Int32(0)));
+    }
+}

@@ -1,0 +1,397 @@
+//! The TTL reaper: deletes expired documents in the background. It finds candidates only through
+//! ordered expiry structures — the last-write and own-expiry tables storage keeps, and the indexes
+//! behind MongoDB TTL indexes — so a pass costs in proportion to what has expired, never to a
+//! collection's size. Every candidate is re-checked with the rules in `ttl` and deleted with the
+//! revision it was read at, so a document rewritten in the meantime survives.
+//!
+//! Deletion is physical cleanup only: expired documents are already invisible to every command
+//! (see `exec::Visibility`). Invariants: passes never overlap; deletes go through the normal write
+//! path in bounded batches as background writes, yielding between batches so foreground requests
+//! keep priority; `run_once(now)` is the whole pass, for tests and `runTtlPass`.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bson::{Bson, Document};
+
+use crate::exec::byte_ranges;
+use crate::query::Interval;
+use crate::storage::keycodec;
+use crate::storage::{
+    CollectionMeta, ExpiryOrder, Namespace, Record, ScanRequest, ScanSource, Storage,
+    StorageResult, WriteOp, WriteOptions,
+};
+use crate::ttl::{FieldTtl, TtlPolicies};
+
+/// Candidates read, and deletes sent to the writer, per batch.
+const BATCH_SIZE: usize = 500;
+
+/// mongod's `metrics.ttl` counters.
+#[derive(Debug, Default)]
+pub struct ReaperMetrics {
+    pub passes: AtomicU64,
+    pub sub_passes: AtomicU64,
+    pub deleted_documents: AtomicU64,
+}
+
+/// The reaper's shared state: metrics, the last pass duration per collection, and the lock that
+/// keeps passes from overlapping.
+#[derive(Debug, Default)]
+pub struct Reaper {
+    pub metrics: ReaperMetrics,
+    last_pass_ms: Mutex<HashMap<Namespace, u64>>,
+    pass_lock: tokio::sync::Mutex<()>,
+    /// Woken when `ttlMonitorSleepSecs` or `ttlMonitorEnabled` change.
+    pub wake: tokio::sync::Notify,
+}
+
+/// One source of expiry candidates: an ordered structure and the range of it that has expired.
+enum CandidateSource<'a> {
+    /// Documents following the collection default, last written at or before the cutoff.
+    LastWrite { cutoff_ms: i64 },
+    /// Documents with their own ttl, expiring at or before now.
+    OwnExpiry { now_ms: i64 },
+    /// A MongoDB TTL index: entries with a Date at or before the cutoff.
+    Field {
+        ttl: &'a FieldTtl,
+        meta: &'a CollectionMeta,
+        cutoff_ms: i64,
+    },
+}
+
+impl CandidateSource<'_> {
+    /// Every source the policies define at `now_ms`.
+    fn all<'a>(
+        policies: &'a TtlPolicies,
+        meta: &'a CollectionMeta,
+        now_ms: i64,
+    ) -> Vec<CandidateSource<'a>> {
+        let mut sources = Vec::new();
+        if let Some(cutoff_ms) = policies.default_cutoff_ms(now_ms) {
+            sources.push(CandidateSource::LastWrite { cutoff_ms });
+        }
+        if policies.cosmos.is_some() {
+            sources.push(CandidateSource::OwnExpiry { now_ms });
+        }
+        for ttl in &policies.fields {
+            sources.push(CandidateSource::Field {
+                ttl,
+                meta,
+                cutoff_ms: ttl.date_cutoff_ms(now_ms),
+            });
+        }
+        sources
+    }
+
+    /// One page of candidates after `resume_after`.
+    async fn page(
+        &self,
+        storage: &dyn Storage,
+        ns: &Namespace,
+        resume_after: Option<Vec<u8>>,
+    ) -> StorageResult<crate::storage::ScanPage> {
+        match self {
+            CandidateSource::LastWrite { cutoff_ms } => {
+                let range = (Bound::Unbounded, Bound::Included(*cutoff_ms));
+                storage
+                    .expiry_scan(ns, ExpiryOrder::LastWrite, range, resume_after, BATCH_SIZE)
+                    .await
+            }
+            CandidateSource::OwnExpiry { now_ms } => {
+                let range = (Bound::Unbounded, Bound::Included(*now_ms));
+                storage
+                    .expiry_scan(ns, ExpiryOrder::OwnExpiry, range, resume_after, BATCH_SIZE)
+                    .await
+            }
+            CandidateSource::Field {
+                ttl,
+                meta,
+                cutoff_ms,
+            } => {
+                let Some(index) = meta
+                    .indexes
+                    .iter()
+                    .find(|index| index.name == ttl.index_name)
+                else {
+                    return Ok(crate::storage::ScanPage {
+                        records: Vec::new(),
+                        resume: None,
+                    });
+                };
+                let dates = Interval {
+                    lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
+                    upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(*cutoff_ms))),
+                };
+                let direction = index
+                    .key
+                    .first()
+                    .map_or(keycodec::Direction::Ascending, |(_, d)| *d);
+                let request = ScanRequest {
+                    source: ScanSource::Index {
+                        name: index.name.clone(),
+                        ranges: byte_ranges(&[dates], direction),
+                    },
+                    resume_after,
+                    reverse: false,
+                    limit: BATCH_SIZE,
+                };
+                storage.scan(ns, request).await
+            }
+        }
+    }
+}
+
+/// What a collection holds that has expired but is not deleted yet.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Backlog {
+    pub pending: u64,
+    /// The earliest expiry among them: how far the reaper lags.
+    pub oldest_expire_at_ms: Option<i64>,
+}
+
+impl Reaper {
+    /// One full pass over every collection with a TTL policy; the number of documents deleted.
+    pub async fn run_once(&self, storage: &dyn Storage, now_ms: i64) -> StorageResult<u64> {
+        let _exclusive = self.pass_lock.lock().await;
+        self.metrics.passes.fetch_add(1, Ordering::Relaxed);
+        let mut deleted = 0;
+        for meta in collections_with_policies(storage).await? {
+            let policies = TtlPolicies::from_meta(&meta);
+            let started = Instant::now();
+            deleted += self
+                .reap_collection(storage, &meta, &policies, now_ms)
+                .await?;
+            let elapsed_ms = started.elapsed().as_millis() as u64;
+            self.last_pass_ms
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(meta.ns.clone(), elapsed_ms);
+        }
+        Ok(deleted)
+    }
+
+    async fn reap_collection(
+        &self,
+        storage: &dyn Storage,
+        meta: &CollectionMeta,
+        policies: &TtlPolicies,
+        now_ms: i64,
+    ) -> StorageResult<u64> {
+        let mut deleted = 0;
+        for source in CandidateSource::all(policies, meta, now_ms) {
+            let mut resume_after = None;
+            loop {
+                let page = source.page(storage, &meta.ns, resume_after).await?;
+                let deletes: Vec<WriteOp> = page
+                    .records
+                    .iter()
+                    .filter(|record| policies.is_expired(record, now_ms))
+                    .map(|record| WriteOp::Delete {
+                        id: record.doc.get("_id").cloned().unwrap_or(Bson::Null),
+                        expected_rev: Some(record.rev),
+                    })
+                    .collect();
+                if !deletes.is_empty() {
+                    self.metrics.sub_passes.fetch_add(1, Ordering::Relaxed);
+                    let options = WriteOptions {
+                        ordered: false,
+                        force_durable: false,
+                        background: true,
+                    };
+                    // A write conflict means the document changed after we read it: it survives.
+                    let results = storage.write(&meta.ns, deletes, options).await?;
+                    let batch_deleted =
+                        results.iter().filter(|result| result.is_ok()).count() as u64;
+                    self.metrics
+                        .deleted_documents
+                        .fetch_add(batch_deleted, Ordering::Relaxed);
+                    deleted += batch_deleted;
+                }
+                tokio::task::yield_now().await;
+                match page.resume {
+                    Some(resume) => resume_after = Some(resume),
+                    None => break,
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Milliseconds the last pass spent on `ns`, if it has been reaped.
+    pub fn last_pass_ms(&self, ns: &Namespace) -> Option<u64> {
+        self.last_pass_ms
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(ns)
+            .copied()
+    }
+}
+
+/// Every collection that has at least one TTL policy.
+pub async fn collections_with_policies(
+    storage: &dyn Storage,
+) -> StorageResult<Vec<CollectionMeta>> {
+    let mut found = Vec::new();
+    for (db, _) in storage.list_databases().await? {
+        for meta in storage.list_collections(&db).await? {
+            if !TtlPolicies::from_meta(&meta).is_empty() {
+                found.push(meta);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The expired documents of a collection not yet deleted (found through the expiry structures).
+pub async fn backlog(
+    storage: &dyn Storage,
+    meta: &CollectionMeta,
+    policies: &TtlPolicies,
+    now_ms: i64,
+) -> StorageResult<Backlog> {
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut backlog = Backlog::default();
+    for source in CandidateSource::all(policies, meta, now_ms) {
+        let mut resume_after = None;
+        loop {
+            let page = source.page(storage, &meta.ns, resume_after).await?;
+            for record in &page.records {
+                let Some(expire_at) = policies.expire_at_ms(record).filter(|at| *at <= now_ms)
+                else {
+                    continue;
+                };
+                if seen.insert(keycodec::encode_id(
+                    record.doc.get("_id").unwrap_or(&Bson::Null),
+                )) {
+                    backlog.pending += 1;
+                    backlog.oldest_expire_at_ms = Some(
+                        backlog
+                            .oldest_expire_at_ms
+                            .map_or(expire_at, |o| o.min(expire_at)),
+                    );
+                }
+            }
+            match page.resume {
+                Some(resume) => resume_after = Some(resume),
+                None => break,
+            }
+        }
+    }
+    Ok(backlog)
+}
+
+/// The earliest expiry still ahead of `now_ms`, looking at the first live entry of each structure.
+pub async fn next_expiry_ms(
+    storage: &dyn Storage,
+    meta: &CollectionMeta,
+    policies: &TtlPolicies,
+    now_ms: i64,
+) -> StorageResult<Option<i64>> {
+    let mut next: Option<i64> = None;
+    let mut consider = |records: &[Record]| {
+        for record in records {
+            if let Some(at) = policies.expire_at_ms(record).filter(|at| *at > now_ms) {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+    };
+    if let Some(cutoff_ms) = policies.default_cutoff_ms(now_ms) {
+        let range = (Bound::Excluded(cutoff_ms), Bound::Unbounded);
+        consider(
+            &storage
+                .expiry_scan(&meta.ns, ExpiryOrder::LastWrite, range, None, 1)
+                .await?
+                .records,
+        );
+    }
+    if policies.cosmos.is_some() {
+        let range = (Bound::Excluded(now_ms), Bound::Unbounded);
+        consider(
+            &storage
+                .expiry_scan(&meta.ns, ExpiryOrder::OwnExpiry, range, None, 1)
+                .await?
+                .records,
+        );
+    }
+    for ttl in &policies.fields {
+        let Some(index) = meta
+            .indexes
+            .iter()
+            .find(|index| index.name == ttl.index_name)
+        else {
+            continue;
+        };
+        let dates = Interval {
+            lower: Bound::Excluded(Bson::DateTime(bson::DateTime::from_millis(
+                ttl.date_cutoff_ms(now_ms),
+            ))),
+            upper: Bound::Included(Bson::DateTime(bson::DateTime::MAX)),
+        };
+        let direction = index
+            .key
+            .first()
+            .map_or(keycodec::Direction::Ascending, |(_, d)| *d);
+        let request = ScanRequest {
+            source: ScanSource::Index {
+                name: index.name.clone(),
+                ranges: byte_ranges(&[dates], direction),
+            },
+            resume_after: None,
+            reverse: direction == keycodec::Direction::Descending,
+            limit: 1,
+        };
+        consider(&storage.scan(&meta.ns, request).await?.records);
+    }
+    Ok(next)
+}
+
+/// `serverStatus().ttl`: per collection with a policy, its backlog, lag, last pass and next expiry.
+pub async fn status(
+    reaper: &Reaper,
+    storage: &dyn Storage,
+    now_ms: i64,
+) -> StorageResult<Document> {
+    let mut out = Document::new();
+    for meta in collections_with_policies(storage).await? {
+        let policies = TtlPolicies::from_meta(&meta);
+        let pending = backlog(storage, &meta, &policies, now_ms).await?;
+        let next = next_expiry_ms(storage, &meta, &policies, now_ms).await?;
+        out.insert(
+            meta.ns.to_string(),
+            bson::doc! {
+                "expiredPending": pending.pending as i64,
+                "oldestExpiredAgeMillis": pending.oldest_expire_at_ms.map_or(0, |at| now_ms - at),
+                "lastPassMillis": reaper.last_pass_ms(&meta.ns).map_or(Bson::Null, |ms| Bson::Int64(ms as i64)),
+                "nextExpiryAt": next.map_or(Bson::Null, |at| Bson::DateTime(bson::DateTime::from_millis(at))),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Runs passes every `ttlMonitorSleepSecs` while `ttlMonitorEnabled`, until `stop` turns true.
+pub async fn run_background(
+    state: Arc<crate::state::ServerState>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let sleep = Duration::from_secs(state.params.ttl_monitor_sleep_secs());
+        tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            _ = state.reaper.wake.notified() => continue,
+            _ = tokio::time::sleep(sleep) => {}
+        }
+        if !state.params.ttl_monitor_enabled() {
+            continue;
+        }
+        let now_ms = state.clock.now_ms();
+        match state.reaper.run_once(state.storage.as_ref(), now_ms).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(deleted, "TTL pass"),
+            Err(error) => tracing::warn!(%error, "TTL pass failed"),
+        }
+    }
+}

@@ -1,0 +1,631 @@
+//! Every time-to-live rule, as pure functions: the Cosmos DB model (collection default from a `_ts`
+//! TTL index, per-document `ttl`, last-write time) and MongoDB TTL indexes on date fields, their
+//! validation, and the expiry instant of a stored document. Nothing else in the server decides
+//! whether a document is expired; storage only keeps the ordered structures these rules read.
+//!
+//! Invariants:
+//! - A document is expired exactly when its expiry instant `e` satisfies `e <= now_ms`; it lives at
+//!   least its ttl, never less.
+//! - The Cosmos expiry of a document is `last_write_ms + ttl × 1000`, where ttl is the document's own
+//!   valid `ttl` or else the collection default; `-1` (either) means never; without a `_ts` TTL
+//!   index nothing expires by these rules and `ttl` is ignored.
+//! - A MongoDB TTL index expires a document at `earliest Date at the path + expireAfterSeconds`;
+//!   non-Date values, missing fields and documents outside `partialFilterExpression` never expire.
+//! - When several policies apply, the earliest expiry wins.
+//!
+//! No I/O, no clocks: callers pass `now_ms`.
+
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::display::{document_string, type_name};
+use crate::query::{lookup_values, Filter};
+use crate::storage::{CollectionMeta, IndexSpec, Record, Supersede, TtlClass};
+
+/// The server-maintained last-modified field (Unix seconds), exposed only through `$meta`.
+pub const TS_FIELD: &str = "_ts";
+/// The per-document override field (root level, lower case).
+pub const TTL_FIELD: &str = "ttl";
+/// The name `createIndex({_ts: 1})` gives the collection-default TTL index.
+pub const TS_INDEX_NAME: &str = "_ts_1";
+/// `$meta` names for projections: last write in seconds, and the expiry instant as a Date.
+pub const META_LAST_MODIFIED: &str = "lastModified";
+pub const META_EXPIRE_AT: &str = "expireAt";
+pub const PROJECTION_META: &[&str] = &[META_LAST_MODIFIED, META_EXPIRE_AT];
+
+/// A document's own `ttl` as the Cosmos rules read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocumentTtl {
+    /// No `ttl`, or one that is not a meaningful value: the collection default applies.
+    Unset,
+    /// `ttl: -1`: never expires.
+    Never,
+    /// `ttl: n` with `n >= 1`.
+    Seconds(i32),
+}
+
+/// Reads the root-level `ttl`: an int32, an int64 that fits in int32, or a double with no
+/// fractional part that fits in int32, whose value is -1 or at least 1. Anything else is `Unset`.
+pub fn document_ttl(document: &Document) -> DocumentTtl {
+    let whole = match document.get(TTL_FIELD) {
+        Some(Bson::Int32(value)) => Some(*value),
+        Some(Bson::Int64(value)) => i32::try_from(*value).ok(),
+        Some(Bson::Double(value)) if value.fract() == 0.0 => (f64::from(i32::MIN)
+            ..=f64::from(i32::MAX))
+            .contains(value)
+            .then_some(*value as i32),
+        _ => None,
+    };
+    match whole {
+        Some(-1) => DocumentTtl::Never,
+        Some(seconds) if seconds >= 1 => DocumentTtl::Seconds(seconds),
+        _ => DocumentTtl::Unset,
+    }
+}
+
+/// Where storage files a document in its expiry structures, from the document and its write time.
+pub fn ttl_class(document: &Document, last_write_ms: i64) -> TtlClass {
+    match document_ttl(document) {
+        DocumentTtl::Unset => TtlClass::Default,
+        DocumentTtl::Never => TtlClass::Never,
+        DocumentTtl::Seconds(seconds) => TtlClass::Own {
+            expire_at_ms: after_seconds(last_write_ms, i64::from(seconds)),
+        },
+    }
+}
+
+fn after_seconds(start_ms: i64, seconds: i64) -> i64 {
+    start_ms.saturating_add(seconds.saturating_mul(1000))
+}
+
+/// The collection default set by `createIndex({_ts: 1}, {expireAfterSeconds: n})`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CosmosDefault {
+    /// Documents without their own ttl expire `n` seconds after their last write.
+    Seconds(i32),
+    /// `-1`: TTL is on, but only documents with their own `ttl` expire.
+    NoDefault,
+}
+
+/// A MongoDB TTL index on a field other than `_ts`.
+#[derive(Clone, Debug)]
+pub struct FieldTtl {
+    pub index_name: String,
+    pub path: String,
+    pub expire_after_seconds: i32,
+    pub partial: Option<Filter>,
+}
+
+impl FieldTtl {
+    /// Documents whose earliest date is at or before this instant are expired at `now_ms`.
+    pub fn date_cutoff_ms(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_sub(i64::from(self.expire_after_seconds).saturating_mul(1000))
+    }
+
+    fn expire_at_ms(&self, document: &Document) -> Option<i64> {
+        if self
+            .partial
+            .as_ref()
+            .is_some_and(|filter| !filter.matches(document))
+        {
+            return None;
+        }
+        let earliest = lookup_values(document, &self.path)
+            .into_iter()
+            .filter_map(|value| match value {
+                Bson::DateTime(date) => Some(date.timestamp_millis()),
+                _ => None,
+            })
+            .min()?;
+        Some(after_seconds(
+            earliest,
+            i64::from(self.expire_after_seconds),
+        ))
+    }
+}
+
+/// Every TTL policy of one collection.
+#[derive(Clone, Debug, Default)]
+pub struct TtlPolicies {
+    pub cosmos: Option<CosmosDefault>,
+    pub fields: Vec<FieldTtl>,
+}
+
+impl TtlPolicies {
+    /// The policies a collection's indexes define. Specs that do not parse define none (they were
+    /// validated on creation; this keeps reads working if a rule ever tightens).
+    pub fn from_meta(meta: &CollectionMeta) -> TtlPolicies {
+        let mut policies = TtlPolicies::default();
+        for index in &meta.indexes {
+            let Some(value) = index.spec.get("expireAfterSeconds") else {
+                continue;
+            };
+            if is_ts_index_key(index) {
+                policies.cosmos = parse_cosmos_default(value).ok();
+            } else if let ([(path, _)], Some(seconds)) =
+                (index.key.as_slice(), stored_expire_after(value))
+            {
+                policies.fields.push(FieldTtl {
+                    index_name: index.name.clone(),
+                    path: path.clone(),
+                    expire_after_seconds: seconds,
+                    partial: index
+                        .partial_filter
+                        .as_ref()
+                        .and_then(|filter| Filter::parse(filter).ok()),
+                });
+            }
+        }
+        policies
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cosmos.is_none() && self.fields.is_empty()
+    }
+
+    /// When `record` expires under these policies (the earliest of all that apply), if ever.
+    pub fn expire_at_ms(&self, record: &Record) -> Option<i64> {
+        let cosmos = self.cosmos.and_then(|default| {
+            let seconds = match (document_ttl(&record.doc), default) {
+                (DocumentTtl::Seconds(own), _) => own,
+                (DocumentTtl::Unset, CosmosDefault::Seconds(default)) => default,
+                (DocumentTtl::Never, _) | (DocumentTtl::Unset, CosmosDefault::NoDefault) => {
+                    return None
+                }
+            };
+            Some(after_seconds(record.last_write_ms, i64::from(seconds)))
+        });
+        self.fields
+            .iter()
+            .filter_map(|field| field.expire_at_ms(&record.doc))
+            .chain(cosmos)
+            .min()
+    }
+
+    pub fn is_expired(&self, record: &Record, now_ms: i64) -> bool {
+        !self.is_empty()
+            && self
+                .expire_at_ms(record)
+                .is_some_and(|expire_at| expire_at <= now_ms)
+    }
+
+    /// Documents following the collection default whose last write is at or before this instant
+    /// are expired at `now_ms`.
+    pub fn default_cutoff_ms(&self, now_ms: i64) -> Option<i64> {
+        match self.cosmos? {
+            CosmosDefault::Seconds(seconds) => {
+                Some(now_ms.saturating_sub(i64::from(seconds).saturating_mul(1000)))
+            }
+            CosmosDefault::NoDefault => None,
+        }
+    }
+
+    /// A predicate storage applies to a document that blocks a write (same `_id` or unique key):
+    /// an expired one is replaced instead of blocking.
+    pub fn supersede_expired(self: &Arc<Self>, now_ms: i64) -> Option<Supersede> {
+        if self.is_empty() {
+            return None;
+        }
+        let policies = Arc::clone(self);
+        Some(Arc::new(move |record: &Record| {
+            policies.is_expired(record, now_ms)
+        }))
+    }
+
+    /// The value of a projection `{f: {$meta: name}}` for `record`.
+    pub fn meta_value(&self, name: &str, record: &Record) -> Bson {
+        match name {
+            META_LAST_MODIFIED => {
+                let seconds = record.last_write_ms.div_euclid(1000);
+                i32::try_from(seconds).map_or(Bson::Int64(seconds), Bson::Int32)
+            }
+            META_EXPIRE_AT => self.expire_at_ms(record).map_or(Bson::Null, |ms| {
+                Bson::DateTime(bson::DateTime::from_millis(ms))
+            }),
+            _ => Bson::Null,
+        }
+    }
+}
+
+/// Whether an index is keyed on `_ts` alone (the Cosmos default TTL index, when it has
+/// `expireAfterSeconds`).
+pub fn is_ts_index_key(index: &IndexSpec) -> bool {
+    matches!(index.key.as_slice(), [(path, _)] if path == TS_FIELD)
+}
+
+/// A write may not set the server-maintained `_ts`.
+pub fn check_client_document(document: &Document) -> CommandResult<()> {
+    if document.contains_key(TS_FIELD) {
+        return Err(CommandError::bad_value(
+            "_ts is maintained by the server (the document's last-modified time) and cannot be set by a write",
+        ));
+    }
+    Ok(())
+}
+
+/// A whole number from any numeric BSON type; `None` for fractions, NaN and non-numbers.
+fn whole_number(value: &Bson) -> Option<i64> {
+    match value {
+        Bson::Int32(v) => Some(i64::from(*v)),
+        Bson::Int64(v) => Some(*v),
+        other => crate::bsonutil::as_f64(other)
+            .filter(|v| v.fract() == 0.0 && v.abs() < 9.0e18)
+            .map(|v| v as i64),
+    }
+}
+
+/// The collection default of a `_ts` TTL index: -1, or a whole number of seconds from 1 to
+/// 2147483647 (67 CannotCreateIndex otherwise; `collMod` reports it as 72 InvalidOptions).
+pub fn parse_cosmos_default(value: &Bson) -> CommandResult<CosmosDefault> {
+    match whole_number(value) {
+        Some(-1) => Ok(CosmosDefault::NoDefault),
+        Some(seconds) if (1..=i64::from(i32::MAX)).contains(&seconds) => Ok(CosmosDefault::Seconds(seconds as i32)),
+        _ => Err(CommandError::new(
+            ErrorCode::CannotCreateIndex,
+            format!(
+                "The 'expireAfterSeconds' option of the _ts TTL index must be -1 (TTL on, no default: only documents \
+                 with their own ttl expire) or a whole number of seconds from 1 to 2147483647, but received {value}"
+            ),
+        )),
+    }
+}
+
+/// A stored `expireAfterSeconds` of a field TTL index (always an Int32 once validated).
+fn stored_expire_after(value: &Bson) -> Option<i32> {
+    match value {
+        Bson::Int32(seconds) if *seconds >= 0 => Some(*seconds),
+        _ => None,
+    }
+}
+
+/// Validates `expireAfterSeconds` of a field TTL index in `createIndexes` with mongod's rules and
+/// messages; returns the value mongod stores (Int32, fraction truncated).
+pub fn parse_field_expire_after(value: &Bson, spec: &Document) -> CommandResult<i32> {
+    let spec_text = document_string(spec);
+    let fail = |why: String| {
+        CommandError::new(
+            ErrorCode::CannotCreateIndex,
+            format!("{why}. Index spec: {spec_text}"),
+        )
+    };
+    let Some(number) = crate::bsonutil::as_f64(value) else {
+        return Err(fail(format!(
+            "TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{}'",
+            type_name(value)
+        )));
+    };
+    if number.is_nan() {
+        return Err(fail(
+            "TTL index 'expireAfterSeconds' option must not be NaN".into(),
+        ));
+    }
+    if number < 0.0 {
+        return Err(fail(
+            "TTL index 'expireAfterSeconds' option cannot be less than 0".into(),
+        ));
+    }
+    if number > f64::from(i32::MAX) {
+        return Err(fail(
+            "TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer".into(),
+        ));
+    }
+    Ok(number.trunc() as i32)
+}
+
+/// Validates `collMod`'s `index.expireAfterSeconds` for a field index with mongod's rules: numeric
+/// (else 14), not negative (else 72); values past int32 are stored as 2147483647, fractions truncated.
+pub fn parse_collmod_expire_after(value: &Bson) -> CommandResult<i32> {
+    let Some(number) = crate::bsonutil::as_f64(value).filter(|n| !n.is_nan()) else {
+        return Err(CommandError::type_mismatch(format!(
+            "BSON field 'collMod.index.expireAfterSeconds' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            type_name(value)
+        )));
+    };
+    if number < 0.0 {
+        return Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            "TTL index 'expireAfterSeconds' option cannot be less than 0",
+        ));
+    }
+    Ok(number.min(f64::from(i32::MAX)).trunc() as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn record(doc: Document, last_write_ms: i64) -> Record {
+        Record {
+            rev: 1,
+            last_write_ms,
+            ttl: ttl_class(&doc, last_write_ms),
+            doc,
+        }
+    }
+
+    fn cosmos(default: Option<CosmosDefault>) -> TtlPolicies {
+        TtlPolicies {
+            cosmos: default,
+            fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn valid_ttl_encodings_override() {
+        for value in [Bson::Int32(20), Bson::Int64(20), Bson::Double(20.0)] {
+            assert_eq!(
+                document_ttl(&doc! {"ttl": value.clone()}),
+                DocumentTtl::Seconds(20),
+                "{value}"
+            );
+        }
+        assert_eq!(document_ttl(&doc! {"ttl": -1}), DocumentTtl::Never);
+        assert_eq!(document_ttl(&doc! {"ttl": -1.0}), DocumentTtl::Never);
+        assert_eq!(
+            document_ttl(&doc! {"ttl": i64::from(i32::MAX)}),
+            DocumentTtl::Seconds(i32::MAX)
+        );
+    }
+
+    #[test]
+    fn invalid_ttl_encodings_are_ignored() {
+        let decimal: bson::Decimal128 = "20".parse().unwrap();
+        for value in [
+            Bson::Double(20.5),
+            Bson::Int64(2_147_483_649),
+            Bson::Int32(0),
+            Bson::Int32(-5),
+            Bson::String("20".into()),
+            Bson::Null,
+            Bson::Decimal128(decimal),
+            Bson::Double(f64::NAN),
+            Bson::Double(3.0e9),
+            Bson::Boolean(true),
+        ] {
+            assert_eq!(
+                document_ttl(&doc! {"ttl": value.clone()}),
+                DocumentTtl::Unset,
+                "{value}"
+            );
+        }
+        assert_eq!(document_ttl(&doc! {"TTL": 5}), DocumentTtl::Unset);
+        assert_eq!(document_ttl(&doc! {"a": {"ttl": 5}}), DocumentTtl::Unset);
+    }
+
+    #[test]
+    fn ttl_class_follows_the_document() {
+        assert_eq!(ttl_class(&doc! {}, T0), TtlClass::Default);
+        assert_eq!(ttl_class(&doc! {"ttl": 20.5}, T0), TtlClass::Default);
+        assert_eq!(ttl_class(&doc! {"ttl": -1}, T0), TtlClass::Never);
+        assert_eq!(
+            ttl_class(&doc! {"ttl": 30}, T0),
+            TtlClass::Own {
+                expire_at_ms: T0 + 30_000
+            }
+        );
+    }
+
+    /// The Cosmos matrix: collection default absent / -1 / 60 × document ttl absent / -1 / 30.
+    #[test]
+    fn cosmos_matrix() {
+        let documents = [
+            ("absent", doc! {}),
+            ("never", doc! {"ttl": -1}),
+            ("own 30", doc! {"ttl": 30}),
+        ];
+        let defaults = [
+            ("no index", None),
+            ("-1", Some(CosmosDefault::NoDefault)),
+            ("60", Some(CosmosDefault::Seconds(60))),
+        ];
+        let expected = [
+            // no index: nothing expires, ttl ignored
+            [None, None, None],
+            // -1: only documents with their own ttl
+            [None, None, Some(T0 + 30_000)],
+            // 60: default unless the document says otherwise
+            [Some(T0 + 60_000), None, Some(T0 + 30_000)],
+        ];
+        for ((default_name, default), row) in defaults.iter().zip(expected) {
+            for ((doc_name, doc), want) in documents.iter().zip(row) {
+                let got = cosmos(*default).expire_at_ms(&record(doc.clone(), T0));
+                assert_eq!(got, want, "default {default_name}, document {doc_name}");
+            }
+        }
+    }
+
+    #[test]
+    fn expiry_boundary_is_inclusive_at_exactly_ttl_seconds() {
+        let policies = cosmos(Some(CosmosDefault::Seconds(10)));
+        let stored = record(doc! {}, T0);
+        assert!(!policies.is_expired(&stored, T0 + 9_999));
+        assert!(policies.is_expired(&stored, T0 + 10_000));
+        assert!(policies.is_expired(&stored, T0 + 10_001));
+        let own = record(doc! {"ttl": 3}, T0);
+        assert!(!policies.is_expired(&own, T0 + 2_999));
+        assert!(policies.is_expired(&own, T0 + 3_000));
+    }
+
+    #[test]
+    fn no_policy_means_nothing_expires() {
+        let policies = TtlPolicies::default();
+        assert!(!policies.is_expired(&record(doc! {"ttl": 1}, T0), T0 + 1_000_000));
+        assert!(policies.supersede_expired_is_none());
+    }
+
+    impl TtlPolicies {
+        fn supersede_expired_is_none(&self) -> bool {
+            Arc::new(self.clone()).supersede_expired(T0).is_none()
+        }
+    }
+
+    fn field_policy(path: &str, seconds: i32, partial: Option<Document>) -> TtlPolicies {
+        TtlPolicies {
+            cosmos: None,
+            fields: vec![FieldTtl {
+                index_name: format!("{path}_1"),
+                path: path.into(),
+                expire_after_seconds: seconds,
+                partial: partial.map(|p| Filter::parse(&p).unwrap()),
+            }],
+        }
+    }
+
+    #[test]
+    fn field_ttl_uses_dates_only_and_the_earliest_in_arrays() {
+        let date = |ms: i64| Bson::DateTime(bson::DateTime::from_millis(ms));
+        let policies = field_policy("at", 60, None);
+        let expiry = |doc: Document| policies.expire_at_ms(&record(doc, T0));
+        assert_eq!(expiry(doc! {"at": date(T0)}), Some(T0 + 60_000));
+        assert_eq!(
+            expiry(doc! {"at": [date(T0 + 5_000), date(T0 - 5_000), "x"]}),
+            Some(T0 + 55_000)
+        );
+        assert_eq!(expiry(doc! {"at": T0}), None, "numbers never expire");
+        assert_eq!(expiry(doc! {"at": "2020-01-01"}), None);
+        assert_eq!(
+            expiry(doc! {"at": bson::Timestamp { time: 1, increment: 1 }}),
+            None
+        );
+        assert_eq!(expiry(doc! {}), None);
+        assert_eq!(expiry(doc! {"at": []}), None);
+        let nested = field_policy("a.at", 0, None);
+        assert_eq!(
+            nested.expire_at_ms(&record(
+                doc! {"a": [{"at": date(T0 + 1)}, {"at": date(T0)}]},
+                T0
+            )),
+            Some(T0)
+        );
+    }
+
+    #[test]
+    fn field_ttl_honours_partial_filters() {
+        let date = Bson::DateTime(bson::DateTime::from_millis(T0));
+        let policies = field_policy("at", 0, Some(doc! {"kind": "session"}));
+        assert_eq!(
+            policies.expire_at_ms(&record(doc! {"at": date.clone(), "kind": "session"}, T0)),
+            Some(T0)
+        );
+        assert_eq!(
+            policies.expire_at_ms(&record(doc! {"at": date, "kind": "user"}, T0)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_earliest_policy_wins() {
+        let mut policies = field_policy("at", 0, None);
+        policies.cosmos = Some(CosmosDefault::Seconds(100));
+        let date = Bson::DateTime(bson::DateTime::from_millis(T0 + 5_000));
+        assert_eq!(
+            policies.expire_at_ms(&record(doc! {"at": date}, T0)),
+            Some(T0 + 5_000)
+        );
+        let late = Bson::DateTime(bson::DateTime::from_millis(T0 + 500_000));
+        assert_eq!(
+            policies.expire_at_ms(&record(doc! {"at": late}, T0)),
+            Some(T0 + 100_000)
+        );
+    }
+
+    #[test]
+    fn cosmos_default_validation() {
+        assert_eq!(
+            parse_cosmos_default(&Bson::Int32(-1)),
+            Ok(CosmosDefault::NoDefault)
+        );
+        assert_eq!(
+            parse_cosmos_default(&Bson::Double(3600.0)),
+            Ok(CosmosDefault::Seconds(3600))
+        );
+        assert_eq!(
+            parse_cosmos_default(&Bson::Int64(i64::from(i32::MAX))),
+            Ok(CosmosDefault::Seconds(i32::MAX))
+        );
+        for bad in [
+            Bson::Int32(0),
+            Bson::Int32(-2),
+            Bson::Int64(2_147_483_648),
+            Bson::String("60".into()),
+            Bson::Double(f64::NAN),
+            Bson::Double(1.5),
+        ] {
+            let error = parse_cosmos_default(&bad).unwrap_err();
+            assert_eq!(error.code, ErrorCode::CannotCreateIndex, "{bad}");
+            assert!(error.errmsg.contains("-1"), "{}", error.errmsg);
+        }
+    }
+
+    #[test]
+    fn field_expire_after_validation_matches_mongod() {
+        let spec = doc! {"key": {"w": 1}, "name": "w_1"};
+        assert_eq!(parse_field_expire_after(&Bson::Double(60.9), &spec), Ok(60));
+        assert_eq!(parse_field_expire_after(&Bson::Int64(60), &spec), Ok(60));
+        assert_eq!(parse_field_expire_after(&Bson::Int32(0), &spec), Ok(0));
+        let error = parse_field_expire_after(&Bson::String("x".into()), &spec).unwrap_err();
+        assert_eq!(error.code, ErrorCode::CannotCreateIndex);
+        assert!(error.errmsg.starts_with(
+            "TTL index 'expireAfterSeconds' option must be numeric, but received a type of 'string'. Index spec: "
+        ));
+        for bad in [
+            Bson::Double(f64::NAN),
+            Bson::Int32(-1),
+            Bson::Int64(2_147_483_648),
+        ] {
+            assert_eq!(
+                parse_field_expire_after(&bad, &spec).unwrap_err().code,
+                ErrorCode::CannotCreateIndex
+            );
+        }
+        assert_eq!(
+            parse_collmod_expire_after(&Bson::Int64(2_147_483_648)),
+            Ok(i32::MAX)
+        );
+        assert_eq!(parse_collmod_expire_after(&Bson::Double(30.5)), Ok(30));
+        assert_eq!(
+            parse_collmod_expire_after(&Bson::Int32(-1))
+                .unwrap_err()
+                .code,
+            ErrorCode::InvalidOptions
+        );
+        assert_eq!(
+            parse_collmod_expire_after(&Bson::String("1".into()))
+                .unwrap_err()
+                .code,
+            ErrorCode::TypeMismatch
+        );
+    }
+
+    #[test]
+    fn clients_cannot_write_ts() {
+        assert!(check_client_document(&doc! {"a": 1, "nested": {"_ts": 1}}).is_ok());
+        assert_eq!(
+            check_client_document(&doc! {"_ts": 1}).unwrap_err().code,
+            ErrorCode::BadValue
+        );
+    }
+
+    #[test]
+    fn meta_values() {
+        let policies = cosmos(Some(CosmosDefault::Seconds(10)));
+        let stored = record(doc! {}, T0 + 999);
+        assert_eq!(
+            policies.meta_value(META_LAST_MODIFIED, &stored),
+            Bson::Int32(1_700_000_000)
+        );
+        assert_eq!(
+            policies.meta_value(META_EXPIRE_AT, &stored),
+            Bson::DateTime(bson::DateTime::from_millis(T0 + 10_999))
+        );
+        assert_eq!(
+            TtlPolicies::default().meta_value(META_EXPIRE_AT, &stored),
+            Bson::Null
+        );
+    }
+}
