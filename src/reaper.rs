@@ -111,37 +111,45 @@ impl CandidateSource<'_> {
                 meta,
                 cutoff_ms,
             } => {
-                let Some(index) = meta
-                    .indexes
-                    .iter()
-                    .find(|index| index.name == ttl.index_name)
-                else {
-                    return Ok(crate::storage::ScanPage {
-                        records: Vec::new(),
-                        resume: None,
-                    });
-                };
                 let dates = Interval {
                     lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
                     upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(*cutoff_ms))),
                 };
-                let direction = index
-                    .key
-                    .first()
-                    .map_or(keycodec::Direction::Ascending, |(_, d)| *d);
-                let request = ScanRequest {
-                    source: ScanSource::Index {
-                        name: index.name.clone(),
-                        ranges: byte_ranges(&[dates], direction),
-                    },
-                    resume_after,
-                    reverse: false,
-                    limit: BATCH_SIZE,
-                };
-                storage.scan(ns, request).await
+                match date_scan(meta, ttl, dates, resume_after, BATCH_SIZE) {
+                    Some(request) => storage.scan(ns, request).await,
+                    None => Ok(crate::storage::ScanPage {
+                        records: Vec::new(),
+                        resume: None,
+                    }),
+                }
             }
         }
     }
+}
+
+/// A scan of the index behind a MongoDB TTL index over a range of Date values, in ascending date
+/// order; `None` if the index is gone.
+fn date_scan(
+    meta: &CollectionMeta,
+    ttl: &FieldTtl,
+    dates: Interval,
+    resume_after: Option<Vec<u8>>,
+    limit: usize,
+) -> Option<ScanRequest> {
+    let index = meta.index_named(&ttl.index_name)?;
+    let direction = index
+        .key
+        .first()
+        .map_or(keycodec::Direction::Ascending, |(_, d)| *d);
+    Some(ScanRequest {
+        source: ScanSource::Index {
+            name: index.name.clone(),
+            ranges: byte_ranges(&[dates], direction),
+        },
+        resume_after,
+        reverse: direction == keycodec::Direction::Descending,
+        limit,
+    })
 }
 
 /// What a collection holds that has expired but is not deleted yet.
@@ -317,33 +325,15 @@ pub async fn next_expiry_ms(
         );
     }
     for ttl in &policies.fields {
-        let Some(index) = meta
-            .indexes
-            .iter()
-            .find(|index| index.name == ttl.index_name)
-        else {
-            continue;
-        };
         let dates = Interval {
             lower: Bound::Excluded(Bson::DateTime(bson::DateTime::from_millis(
                 ttl.date_cutoff_ms(now_ms),
             ))),
             upper: Bound::Included(Bson::DateTime(bson::DateTime::MAX)),
         };
-        let direction = index
-            .key
-            .first()
-            .map_or(keycodec::Direction::Ascending, |(_, d)| *d);
-        let request = ScanRequest {
-            source: ScanSource::Index {
-                name: index.name.clone(),
-                ranges: byte_ranges(&[dates], direction),
-            },
-            resume_after: None,
-            reverse: direction == keycodec::Direction::Descending,
-            limit: 1,
-        };
-        consider(&storage.scan(&meta.ns, request).await?.records);
+        if let Some(request) = date_scan(meta, ttl, dates, None, 1) {
+            consider(&storage.scan(&meta.ns, request).await?.records);
+        }
     }
     Ok(next)
 }

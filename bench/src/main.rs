@@ -6,8 +6,11 @@
 //! `--uri`s every (workload, clients) combination runs against each server in turn, round after
 //! round, so that machine noise hits all of them alike. `--latency-vs-size` measures
 //! find-by-`_id` latency as one collection grows (10k → 100k → 1M documents by default).
+//! `ttl_churn` loads documents that expire together and measures the reaper (visible count
+//! after expiry, time to delete them all, deletions/s) and its effect on foreground clients.
 //! See the "Benchmarking" section of the repository README.
 
+mod churn;
 mod dataset;
 mod report;
 mod rng;
@@ -48,7 +51,8 @@ struct Cli {
     uris: Vec<String>,
 
     /// Workloads to run, comma-separated: insert_one, find_id, read_update, insert_many, all
-    /// (the four), or find_id_scaling (same as --latency-vs-size).
+    /// (the four), find_id_scaling (same as --latency-vs-size), ttl_churn (documents expiring
+    /// together under foreground load; not part of all).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     workload: Vec<WorkloadChoice>,
 
@@ -117,6 +121,23 @@ struct Cli {
     /// Allow servers that are not on this machine (by default only loopback hosts).
     #[arg(long)]
     allow_remote: bool,
+
+    /// ttl_churn: documents loaded with one common expiry date.
+    #[arg(long, default_value_t = 300_000)]
+    churn_docs: u64,
+
+    /// ttl_churn: seconds from the start of loading to the expiry (must leave time to load
+    /// and to measure the foreground before expiry).
+    #[arg(long, default_value_t = 30.0)]
+    expire_in_secs: f64,
+
+    /// ttl_churn: seconds of foreground measured after all documents are deleted.
+    #[arg(long, default_value_t = 3.0)]
+    after_secs: f64,
+
+    /// ttl_churn: milliseconds between serverStatus polls of metrics.ttl.deletedDocuments.
+    #[arg(long, default_value_t = 100)]
+    poll_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -128,6 +149,7 @@ enum WorkloadChoice {
     InsertMany,
     All,
     FindIdScaling,
+    TtlChurn,
 }
 
 /// Settings shared by every run, checked and converted from the command line.
@@ -199,6 +221,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), String> {
     let mut timed = BTreeSet::new();
     let mut scaling = cli.latency_vs_size;
+    let mut churn = false;
     for choice in &cli.workload {
         let chosen: &[Workload] = match choice {
             WorkloadChoice::InsertOne => &[Workload::InsertOne],
@@ -208,6 +231,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             WorkloadChoice::All => &Workload::ALL,
             WorkloadChoice::FindIdScaling => {
                 scaling = true;
+                &[]
+            }
+            WorkloadChoice::TtlChurn => {
+                churn = true;
                 &[]
             }
         };
@@ -221,7 +248,7 @@ async fn run(cli: Cli) -> Result<(), String> {
 
     let clients = if !cli.clients.is_empty() {
         cli.clients.clone()
-    } else if timed.is_empty() {
+    } else if timed.is_empty() && !churn {
         vec![1, 8]
     } else {
         vec![8]
@@ -232,8 +259,18 @@ async fn run(cli: Cli) -> Result<(), String> {
     if cli.rounds == 0 || cli.batch_size == 0 {
         return Err("--rounds and --batch-size must be at least 1".into());
     }
-    if timed.iter().any(|workload| workload.reads_preloaded()) && cli.docs == 0 {
-        return Err("--docs must be at least 1 for find_id and read_update".into());
+    if (churn || timed.iter().any(|workload| workload.reads_preloaded())) && cli.docs == 0 {
+        return Err("--docs must be at least 1 for find_id, read_update and ttl_churn".into());
+    }
+    let churn_settings = churn::ChurnSettings {
+        docs: cli.churn_docs,
+        expire_in: seconds("expire-in-secs", cli.expire_in_secs, false)?,
+        after: seconds("after-secs", cli.after_secs, true)?,
+        poll: Duration::from_millis(cli.poll_ms),
+        preloaded_docs: cli.docs,
+    };
+    if churn && (cli.churn_docs == 0 || cli.poll_ms == 0) {
+        return Err("--churn-docs and --poll-ms must be at least 1".into());
     }
     if scaling
         && (cli.sizes.is_empty() || cli.sizes.contains(&0) || !cli.sizes.is_sorted_by(|a, b| a < b))
@@ -254,7 +291,8 @@ async fn run(cli: Cli) -> Result<(), String> {
     };
 
     let max_clients = settings.clients.iter().copied().max().unwrap_or(1);
-    let pool_size = u32::try_from(max_clients + dataset::LOADERS).unwrap_or(u32::MAX);
+    // Room for the loaders, and for ttl_churn's serverStatus poller and count checks.
+    let pool_size = u32::try_from(max_clients + dataset::LOADERS + 4).unwrap_or(u32::MAX);
     let mut targets = Vec::with_capacity(cli.uris.len());
     for (index, spec) in cli.uris.iter().enumerate() {
         targets.push(target::connect(spec, index, pool_size, &cli.db, cli.allow_remote).await?);
@@ -269,13 +307,15 @@ async fn run(cli: Cli) -> Result<(), String> {
     for target in &targets {
         output.text(&format!("server {} = {}", target.label, target.display_uri));
     }
-    output.text(&format!(
-        "each run: {}; documents ~{} B; client tasks share one driver Client per server; \
-         {} round(s), servers interleaved",
-        settings.describe_timing(),
-        settings.doc_bytes,
-        settings.rounds
-    ));
+    if !timed.is_empty() || scaling {
+        output.text(&format!(
+            "each run: {}; documents ~{} B; client tasks share one driver Client per server; \
+             {} round(s), servers interleaved",
+            settings.describe_timing(),
+            settings.doc_bytes,
+            settings.rounds
+        ));
+    }
 
     let mut problems = Vec::new();
     if !timed.is_empty() {
@@ -286,6 +326,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
     if scaling {
         scaling::run(&targets, &cli.sizes, &settings, &mut problems).await;
+    }
+    if churn {
+        churn::run(&targets, churn_settings, &settings, &mut problems).await;
     }
     if problems.is_empty() {
         Ok(())

@@ -75,7 +75,7 @@ pub struct RunStats {
 }
 
 impl RunStats {
-    fn empty() -> Self {
+    pub fn empty() -> Self {
         RunStats {
             ops: 0,
             docs: 0,
@@ -130,7 +130,7 @@ fn per_second(count: u64, elapsed: Duration) -> f64 {
     }
 }
 
-pub fn new_histogram() -> Histogram<u64> {
+fn new_histogram() -> Histogram<u64> {
     // Auto-resizing, 3 significant digits: exact enough for p99.9, never out of range.
     Histogram::new(3).expect("3 significant digits is a valid histogram precision")
 }

@@ -460,16 +460,12 @@ async fn drop_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             (found, false)
         }
         Some(Bson::Document(key)) => {
-            let index = meta
-                .indexes
-                .iter()
-                .find(|index| &index.key_pattern() == key)
-                .ok_or_else(|| {
-                    CommandError::new(
-                        ErrorCode::IndexNotFound,
-                        format!("can't find index with key: {}", document_string(key)),
-                    )
-                })?;
+            let index = meta.index_with_key(key).ok_or_else(|| {
+                CommandError::new(
+                    ErrorCode::IndexNotFound,
+                    format!("can't find index with key: {}", document_string(key)),
+                )
+            })?;
             (vec![find_by_name(&index.name)?], false)
         }
         Some(other) => return Err(wrong_type("dropIndexes", "index", other, "string")),
@@ -543,26 +539,18 @@ async fn coll_mod(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         return Err(wrong_type("collMod", "index", change, "object"));
     };
     let index = match (change.get("name"), change.get("keyPattern")) {
-        (Some(Bson::String(name)), _) => meta
-            .indexes
-            .iter()
-            .find(|index| &index.name == name)
-            .ok_or_else(|| {
-                CommandError::new(
-                    ErrorCode::IndexNotFound,
-                    format!("cannot find index {name} for ns {ns}"),
-                )
-            })?,
-        (None, Some(Bson::Document(key))) => meta
-            .indexes
-            .iter()
-            .find(|index| &index.key_pattern() == key)
-            .ok_or_else(|| {
-                CommandError::new(
-                    ErrorCode::IndexNotFound,
-                    format!("cannot find index {} for ns {ns}", document_string(key)),
-                )
-            })?,
+        (Some(Bson::String(name)), _) => meta.index_named(name).ok_or_else(|| {
+            CommandError::new(
+                ErrorCode::IndexNotFound,
+                format!("cannot find index {name} for ns {ns}"),
+            )
+        })?,
+        (None, Some(Bson::Document(key))) => meta.index_with_key(key).ok_or_else(|| {
+            CommandError::new(
+                ErrorCode::IndexNotFound,
+                format!("cannot find index {} for ns {ns}", document_string(key)),
+            )
+        })?,
         _ => {
             return Err(CommandError::new(
                 ErrorCode::InvalidOptions,

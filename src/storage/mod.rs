@@ -71,6 +71,19 @@ pub struct CollectionMeta {
     pub indexes: Vec<IndexSpec>,
 }
 
+impl CollectionMeta {
+    pub fn index_named(&self, name: &str) -> Option<&IndexSpec> {
+        self.indexes.iter().find(|index| index.name == name)
+    }
+
+    /// The index whose key pattern is exactly `key` (field order and directions included).
+    pub fn index_with_key(&self, key: &Document) -> Option<&IndexSpec> {
+        self.indexes
+            .iter()
+            .find(|index| &index.key_pattern() == key)
+    }
+}
+
 /// An index definition. `spec` is the full document `listIndexes` returns
 /// (`{v: 2, key, name, unique?, sparse?, partialFilterExpression?, expireAfterSeconds?, ...}`);
 /// the other fields are parsed from it for the engine's use.

@@ -8,17 +8,25 @@ Prints one line per check: `PASS name`, `FAIL name` (followed by indented detail
 Every scenario is one function taking a `Ctx` and registered with @scenario; each runs once per
 client configuration (no compression, then each wire compressor pymongo can use here). To add a
 check, write another @scenario function; raise Skip("why") from it if it does not apply.
+
+The time-to-live scenarios (docs/ttl.md) are registered with @ttl_scenario instead and run once,
+after all the others, uncompressed; those that move the server's clock (advanceClock) run last of
+all (see the comment above TTL_SCENARIOS).
 """
 
 from __future__ import annotations
 
+import datetime
 import sys
+import time
 import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import bson
+import bson.int64
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument, monitoring
 from pymongo.collection import Collection
@@ -685,6 +693,448 @@ def crud_catalog(ctx: Ctx) -> None:
         expect_equal("documents after drop_database", list(db.delta.find()), [])
 
 
+# --- time-to-live scenarios (docs/ttl.md), end to end with real time ----------------------------
+#
+# These run once, not once per compressor (TTL has nothing to do with the wire encoding, and each
+# real-time one sleeps for a second or two). They use an uncompressed client and databases named
+# clients_py_ttl_<scenario>.
+#
+# Order matters: `advanceClock` moves the server's clock forward for good (for the rest of the
+# run, including the Node.js and mongosh checks). The real-time scenarios compare the server's
+# notion of "now" with the client's (a date field set from the client's clock, `$meta:
+# "lastModified"` against time.time()), so every scenario registered with moves_clock=True runs
+# after all the others, whatever the order of the definitions below.
+
+TTL_SCENARIOS: list[tuple[Callable[[Ctx], None], bool]] = []  # (scenario, moves the server clock)
+
+
+def ttl_scenario(moves_clock: bool = False) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
+    def register(fn: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+        TTL_SCENARIOS.append((fn, moves_clock))
+        return fn
+
+    return register
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleeps until time.monotonic() reaches deadline (at once if it already has)."""
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
+
+
+def id_key(value):
+    return (type(value).__name__, value)
+
+
+def sorted_ids(values) -> list:
+    return sorted(values, key=id_key)
+
+
+def read_paths(coll: Collection, universe: list, index_field: str | None = None) -> dict:
+    """What each read path sees of the collection: the _ids it returns, or the number it counts.
+    universe: every _id the scenario wrote (for the _id-index and find_one lookups)."""
+    db = coll.database
+    seen = {
+        "find() (collection scan): _ids": sorted_ids(ids(coll.find())),
+        "find({_id: {$in: all}}) (_id index): _ids":
+            sorted_ids(ids(coll.find({"_id": {"$in": universe}}))),
+        "find_one({_id: x}) for each x: _ids found":
+            sorted_ids(x for x in universe if coll.find_one({"_id": x}) is not None),
+        "count_documents({})": coll.count_documents({}),
+        "count command": db.command("count", coll.name).get("n"),
+        "estimated_document_count()": coll.estimated_document_count(),
+        "distinct('_id')": sorted_ids(coll.distinct("_id")),
+        "aggregate([{$match: {}}]): _ids": sorted_ids(ids(coll.aggregate([{"$match": {}}]))),
+        "aggregate([{$count: 'n'}])": [d.get("n") for d in coll.aggregate([{"$count": "n"}])],
+        "aggregate([{$collStats: {count: {}}}]): count":
+            [d.get("count") for d in coll.aggregate([{"$collStats": {"count": {}}}])],
+        "collStats.count": db.command("collStats", coll.name).get("count"),
+    }
+    if index_field:
+        seen[f"find({{{index_field}: {{$gte: ''}}}}) (secondary index): _ids"] = sorted_ids(
+            ids(coll.find({index_field: {"$gte": ""}})))
+    return seen
+
+
+def expected_paths(visible: list, index_field: str | None = None) -> dict:
+    n = len(visible)
+    expected = {
+        "find() (collection scan): _ids": sorted_ids(visible),
+        "find({_id: {$in: all}}) (_id index): _ids": sorted_ids(visible),
+        "find_one({_id: x}) for each x: _ids found": sorted_ids(visible),
+        "count_documents({})": n,
+        "count command": n,
+        "estimated_document_count()": n,
+        "distinct('_id')": sorted_ids(visible),
+        "aggregate([{$match: {}}]): _ids": sorted_ids(visible),
+        "aggregate([{$count: 'n'}])": [n] if n else [],  # $count emits nothing for no input
+        "aggregate([{$collStats: {count: {}}}]): count": [n],
+        "collStats.count": n,
+    }
+    if index_field:
+        expected[f"find({{{index_field}: {{$gte: ''}}}}) (secondary index): _ids"] = sorted_ids(visible)
+    return expected
+
+
+def expect_visible(what: str, coll: Collection, universe: list, visible: list,
+                   index_field: str | None = None, since: float | None = None) -> None:
+    """Every read path sees exactly the documents `visible` (by _id); lists every path that does
+    not. since: time.monotonic() of the write the expectation is about (reported on failure)."""
+    seen = read_paths(coll, universe, index_field)
+    expected = expected_paths(visible, index_field)
+    wrong = [f"  {path}: server answered {seen[path]!r}, client expected {expected[path]!r}"
+             for path in expected if seen[path] != expected[path]]
+    if wrong:
+        when = f" ({time.monotonic() - since:.3f} s after the write)" if since is not None else ""
+        raise AssertionError(f"{what}{when}: " + f"{len(wrong)} read path(s) disagree:\n" + "\n".join(wrong))
+
+
+def expect_writes_miss(what: str, coll: Collection, _id, whole_collection: bool = True) -> None:
+    """No write path matches the (expired) document _id; with whole_collection (when no document
+    at all is visible) neither do update_many({}) and delete_many({})."""
+    wrong = []
+
+    def check(path: str, actual, expected) -> None:
+        if actual != expected:
+            wrong.append(f"  {path}: server answered {actual!r}, client expected {expected!r}")
+
+    result = coll.update_one({"_id": _id}, {"$set": {"touched": 1}})
+    check(f"update_one({{_id: {_id!r}}}, $set): (matched, modified)",
+          (result.matched_count, result.modified_count), (0, 0))
+    if whole_collection:
+        result = coll.update_many({}, {"$set": {"touched": 1}})
+        check("update_many({}, $set): (matched, modified)", (result.matched_count, result.modified_count), (0, 0))
+    result = coll.replace_one({"_id": _id}, {"replaced": 1})
+    check(f"replace_one({{_id: {_id!r}}}): (matched, modified)",
+          (result.matched_count, result.modified_count), (0, 0))
+    check(f"find_one_and_update({{_id: {_id!r}}}, $set)",
+          coll.find_one_and_update({"_id": _id}, {"$set": {"touched": 1}}), None)
+    check(f"find_one_and_replace({{_id: {_id!r}}})", coll.find_one_and_replace({"_id": _id}, {"replaced": 1}), None)
+    check(f"find_one_and_delete({{_id: {_id!r}}})", coll.find_one_and_delete({"_id": _id}), None)
+    check(f"delete_one({{_id: {_id!r}}}).deleted_count", coll.delete_one({"_id": _id}).deleted_count, 0)
+    if whole_collection:
+        check("delete_many({}).deleted_count", coll.delete_many({}).deleted_count, 0)
+    if wrong:
+        raise AssertionError(f"{what}: {len(wrong)} write path(s) matched an expired document:\n"
+                             + "\n".join(wrong))
+
+
+def server_status(ctx: Ctx) -> dict:
+    return ctx.observer.admin.command("serverStatus")
+
+
+def ttl_metric(ctx: Ctx, name: str, status: dict | None = None) -> int:
+    status = status or server_status(ctx)
+    value = status.get("metrics", {}).get("ttl", {}).get(name)
+    assert isinstance(value, int), (
+        f"serverStatus().metrics.ttl.{name} is {value!r}, expected an integer "
+        f"(metrics.ttl = {status.get('metrics', {}).get('ttl')!r})"
+    )
+    return value
+
+
+def ttl_entry(ctx: Ctx, ns: str, status: dict | None = None) -> dict:
+    status = status or server_status(ctx)
+    section = status.get("ttl")
+    assert isinstance(section, dict), f"serverStatus() has no 'ttl' document: {sorted(status)}"
+    entry = section.get(ns)
+    assert isinstance(entry, dict), f"serverStatus().ttl has no entry for {ns!r}: {section!r}"
+    return entry
+
+
+def bson_size(docs) -> int:
+    return sum(len(bson.encode(doc)) for doc in docs)
+
+
+def utc_seconds(value: datetime.datetime) -> float:
+    """A datetime pymongo decoded (naive, in UTC) as Unix seconds."""
+    return value.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+@ttl_scenario()
+def ttl_default_real_time(ctx: Ctx) -> None:
+    """The collection default on _ts, with real time: visible before, absent from every path at
+    its expiry, then deleted by the background reaper."""
+    with scratch_db(ctx, "default_real_time") as db:
+        coll = db.events
+        ns = f"{db.name}.events"
+        expect_equal("create_index([('_ts', 1)], expireAfterSeconds=2)",
+                     coll.create_index([("_ts", ASCENDING)], expireAfterSeconds=2), "_ts_1")
+        expect_equal("_ts_1 in index_information()", coll.index_information().get("_ts_1"),
+                     {"v": 2, "key": [("_ts", 1)], "expireAfterSeconds": 2})
+        deleted_before = ttl_metric(ctx, "deletedDocuments")
+
+        wall_before = time.time()
+        coll.insert_one({"_id": 1, "k": "a"})
+        written = time.monotonic()
+        wall_after = time.time()
+        expect_visible("right after the insert", coll, [1], [1], since=written)
+        expect_equal("find_one({_id: 1}) right after the insert", coll.find_one({"_id": 1}),
+                     {"_id": 1, "k": "a"})
+        expect_equal("distinct('k') right after the insert", coll.distinct("k"), ["a"])
+        entry = ttl_entry(ctx, ns)
+        expect_equal(f"serverStatus().ttl[{ns!r}].expiredPending before the expiry",
+                     entry.get("expiredPending"), 0)
+        next_at = entry.get("nextExpiryAt")
+        assert isinstance(next_at, datetime.datetime) and (
+            wall_before + 2 - 0.002 <= utc_seconds(next_at) <= wall_after + 2 + 0.002
+        ), (f"serverStatus().ttl[{ns!r}].nextExpiryAt: server answered {next_at!r}, client expected "
+            f"the insert time + 2 s, between {wall_before + 2:.3f} and {wall_after + 2:.3f} (Unix s)")
+
+        sleep_until(written + 2.3)
+        expect_visible("2.3 s after the insert (default 2 s)", coll, [1], [], since=written)
+        expect_equal("distinct('k') after the expiry", coll.distinct("k"), [])
+        expect_writes_miss("2.3 s after the insert", coll, 1)
+
+        # The background reaper (every ttlMonitorSleepSecs = 1 s) deletes it physically.
+        deadline = time.monotonic() + 3.0
+        while True:
+            status = server_status(ctx)
+            deleted = ttl_metric(ctx, "deletedDocuments", status)
+            pending = ttl_entry(ctx, ns, status).get("expiredPending")
+            size = db.command("collStats", "events").get("size")
+            if (deleted >= deleted_before + 1 and pending == 0 and size == 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert deleted >= deleted_before + 1 and pending == 0 and size == 0, (
+            f"{time.monotonic() - written:.1f} s after the insert (the reaper runs every second): "
+            f"serverStatus().metrics.ttl.deletedDocuments is {deleted} (was {deleted_before} before the "
+            f"insert, client expected at least {deleted_before + 1}); serverStatus().ttl[{ns!r}]"
+            f".expiredPending is {pending!r} (expected 0); collStats.size is {size!r} (expected 0: "
+            "the expired document's bytes are gone)"
+        )
+
+
+@ttl_scenario()
+def ttl_per_document_real_time(ctx: Ctx) -> None:
+    """A default of -1 (TTL on, no default) and per-document ttl values, with real time."""
+    with scratch_db(ctx, "per_document_real_time") as db:
+        reply = db.command("createIndexes", "docs",
+                           indexes=[{"key": {"_ts": 1}, "name": "_ts_1", "expireAfterSeconds": -1}])
+        expect_equal("createIndexes _ts_1 with expireAfterSeconds -1: createdCollectionAutomatically",
+                     reply.get("createdCollectionAutomatically"), True)
+        expect_equal("_ts_1: expireAfterSeconds", db.docs.index_information()["_ts_1"].get("expireAfterSeconds"), -1)
+        docs = [
+            {"_id": "int32 1", "ttl": 1},
+            {"_id": "int64 1", "ttl": bson.int64.Int64(1)},
+            {"_id": "double 1.0", "ttl": 1.0},
+            {"_id": "ttl -1", "ttl": -1},
+            {"_id": "ttl 20.5 (ignored)", "ttl": 20.5},
+            {"_id": "ttl 0 (ignored)", "ttl": 0},
+            {"_id": "ttl '1' (ignored)", "ttl": "1"},
+            {"_id": "no ttl"},
+        ]
+        universe = [d["_id"] for d in docs]
+        db.docs.insert_many(docs)
+        written = time.monotonic()
+        # Without the _ts index, ttl means nothing.
+        db.plain.insert_one({"_id": "ttl 1 without a _ts index", "ttl": 1})
+        expect_visible("right after the inserts", db.docs, universe, universe, since=written)
+
+        sleep_until(written + 1.3)
+        survivors = ["ttl -1", "ttl 20.5 (ignored)", "ttl 0 (ignored)", "ttl '1' (ignored)", "no ttl"]
+        expect_visible("1.3 s after the inserts (default -1)", db.docs, universe, survivors, since=written)
+        expect_equal("documents 1.3 s after the inserts", list(db.docs.find().sort("_id", ASCENDING)),
+                     sorted((d for d in docs if d["_id"] in survivors), key=lambda d: d["_id"]))
+        expect_equal("a ttl: 1 document in a collection without a _ts index, 1.3 s later",
+                     list(db.plain.find()), [{"_id": "ttl 1 without a _ts index", "ttl": 1}])
+
+
+@ttl_scenario()
+def ttl_date_field_real_time(ctx: Ctx) -> None:
+    """A MongoDB TTL index on a date field (expireAfterSeconds 0: the date is the expiry)."""
+    with scratch_db(ctx, "date_field_real_time") as db:
+        coll = db.sessions
+        expect_equal("create_index('at', expireAfterSeconds=0)", coll.create_index("at", expireAfterSeconds=0),
+                     "at_1")
+        expect_equal("at_1: expireAfterSeconds", coll.index_information()["at_1"].get("expireAfterSeconds"), 0)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        written = time.monotonic()
+        docs = [
+            {"_id": "in 1 s", "at": now + datetime.timedelta(seconds=1)},
+            {"_id": "in 3600 s", "at": now + datetime.timedelta(seconds=3600)},
+            {"_id": "string at", "at": now.isoformat()},
+            {"_id": "no at"},
+        ]
+        universe = [d["_id"] for d in docs]
+        coll.insert_many(docs)
+        expect_visible("right after the inserts", coll, universe, universe, index_field=None, since=written)
+
+        sleep_until(written + 1.3)
+        expect_visible("1.3 s later", coll, universe, ["in 3600 s", "string at", "no at"], since=written)
+        expect_writes_miss("1.3 s later", coll, "in 1 s", whole_collection=False)
+
+
+@ttl_scenario()
+def ttl_ts_protection_and_meta(ctx: Ctx) -> None:
+    """_ts cannot be written; its value and the expiry are read through $meta."""
+    with scratch_db(ctx, "ts_protection_and_meta") as db:
+        coll = db.notes
+        coll.create_index([("_ts", ASCENDING)], expireAfterSeconds=100)
+        rejected = [
+            ("insert_one({_id: 1, _ts: 1})", lambda: coll.insert_one({"_id": 1, "_ts": 1})),
+        ]
+        for what, write in rejected:
+            try:
+                write()
+            except WriteError as err:
+                expect_error(what, err, 2)  # BadValue
+                assert "_ts is maintained by the server" in str((err.details or {}).get("errmsg")), (
+                    f"{what}: errmsg {(err.details or {}).get('errmsg')!r} does not say that _ts is "
+                    "maintained by the server"
+                )
+            else:
+                raise AssertionError(f"{what} succeeded: a client set _ts")
+        coll.insert_one({"_id": 2, "a": 1})
+        coll.insert_one({"_id": 3, "ttl": -1})
+        for what, write in [
+            ("update_one({_id: 2}, {$set: {_ts: 1}})", lambda: coll.update_one({"_id": 2}, {"$set": {"_ts": 1}})),
+            ("replace_one({_id: 2}, {_ts: 1})", lambda: coll.replace_one({"_id": 2}, {"_ts": 1})),
+            ("update_one({_id: 2}, {$rename: {a: '_ts'}})",
+             lambda: coll.update_one({"_id": 2}, {"$rename": {"a": "_ts"}})),
+        ]:
+            try:
+                write()
+            except WriteError as err:
+                expect_error(what, err, 2)  # BadValue
+            else:
+                raise AssertionError(f"{what} succeeded: a client set _ts")
+        expect_equal("documents after the rejected writes (no _ts field)", all_docs(coll),
+                     [{"_id": 2, "a": 1}, {"_id": 3, "ttl": -1}])
+
+        wall_before = time.time()
+        coll.update_one({"_id": 2}, {"$set": {"a": 2}})
+        wall_after = time.time()
+        projection = {"ts": {"$meta": "lastModified"}, "exp": {"$meta": "expireAt"}}
+        got = coll.find_one({"_id": 2}, projection)
+        assert isinstance(got, dict), f"find_one({{_id: 2}}, $meta projection): server answered {got!r}"
+        ts, exp = got.get("ts"), got.get("exp")
+        assert type(ts) is int and int(wall_before) <= ts <= int(wall_after), (
+            f"$meta 'lastModified' of a document written between {wall_before:.3f} and {wall_after:.3f} "
+            f"(Unix s): server answered {ts!r} ({type(ts).__name__}), client expected an int in "
+            f"[{int(wall_before)}, {int(wall_after)}] (whole document: {got!r})"
+        )
+        assert isinstance(exp, datetime.datetime) and (
+            wall_before + 100 - 0.002 <= utc_seconds(exp) <= wall_after + 100 + 0.002
+        ), (f"$meta 'expireAt' with a default of 100 s: server answered {exp!r}, client expected the last "
+            f"write + 100 s, a Date between {wall_before + 100:.3f} and {wall_after + 100:.3f} (Unix s)")
+        expect_equal("$meta 'lastModified' == floor(expireAt - 100 s)", ts, int(utc_seconds(exp)) - 100)
+        expect_equal("the document's other fields next to the $meta ones",
+                     {k: v for k, v in got.items() if k not in ("ts", "exp")}, {"_id": 2, "a": 2})
+        expect_equal("$meta 'expireAt' of a document with ttl -1",
+                     coll.find_one({"_id": 3}, {"exp": {"$meta": "expireAt"}}).get("exp", "missing"), None)
+
+
+@ttl_scenario()
+def ttl_collmod_real_time(ctx: Ctx) -> None:
+    """collMod of the default takes effect at once, without rewriting the documents."""
+    with scratch_db(ctx, "collmod_real_time") as db:
+        coll = db.items
+        coll.create_index([("_ts", ASCENDING)], expireAfterSeconds=3600)
+        coll.insert_many([{"_id": 1}, {"_id": 2, "ttl": 30}])
+        written = time.monotonic()
+        reply = db.command("collMod", "items", index={"keyPattern": {"_ts": 1}, "expireAfterSeconds": 1})
+        expect_equal("collMod _ts 3600 -> 1: expireAfterSeconds_old", reply.get("expireAfterSeconds_old"), 3600)
+        expect_equal("collMod _ts 3600 -> 1: expireAfterSeconds_new", reply.get("expireAfterSeconds_new"), 1)
+        expect_equal("_ts_1: expireAfterSeconds after collMod",
+                     coll.index_information()["_ts_1"].get("expireAfterSeconds"), 1)
+        elapsed = time.monotonic() - written
+        assert elapsed < 0.9, f"the collMod took until {elapsed:.3f} s after the insert: too late to check"
+        expect_visible("right after collMod to 1 s", coll, [1, 2], [1, 2], since=written)
+
+        sleep_until(written + 1.2)
+        expect_visible("1.2 s after the insert, with the default now 1 s (document 2 has ttl 30)",
+                       coll, [1, 2], [2], since=written)
+
+
+@ttl_scenario(moves_clock=True)
+def ttl_advance_clock(ctx: Ctx) -> None:
+    """advanceClock/runTtlPass: one second before and at the expiry, cursors, upsert, unique keys,
+    physical deletion. The background reaper is off meanwhile, so the expired documents stay in
+    storage until runTtlPass (and its count is exact)."""
+    admin = ctx.client.admin
+    was = admin.command("setParameter", 1, ttlMonitorEnabled=False).get("was")
+    try:
+        with scratch_db(ctx, "advance_clock") as db:
+            coll = db.accounts
+            ns = f"{db.name}.accounts"
+            coll.create_index([("_ts", ASCENDING)], expireAfterSeconds=3600)
+            expect_equal("create_index('email', unique=True)", coll.create_index("email", unique=True), "email_1")
+            docs = [{"_id": i, "email": f"u{i}@example.com", "n": 11 - i} for i in range(1, 11)]
+            universe = [d["_id"] for d in docs]
+            coll.insert_many(docs)  # one write: all ten share the same last-write time
+
+            reply = admin.command("advanceClock", 3599)
+            assert isinstance(reply.get("now"), datetime.datetime), (
+                f"advanceClock 3599: server answered {reply!r}, client expected {{now: <Date>}}"
+            )
+            expect_visible("3599 s after the insert (default 3600 s)", coll, universe, universe,
+                           index_field="email")
+
+            # Cursors opened before the expiry: one in natural order, one with an in-memory sort.
+            natural = coll.find().batch_size(2)
+            expect_equal("the natural-order cursor's first batch: size", len([next(natural), next(natural)]), 2)
+            sorted_by_n = coll.find().sort("n", ASCENDING).batch_size(2)
+            first_sorted = [next(sorted_by_n), next(sorted_by_n)]
+            expect_equal("the sorted cursor's first batch", ids(first_sorted), [10, 9])
+
+            admin.command("advanceClock", 1)
+            expect_equal("find().batch_size(2): documents handed out after the expiry (getMore)",
+                         ids(natural), [])
+            expect_equal("find().sort({n: 1}).batch_size(2): documents handed out after the expiry (getMore)",
+                         ids(sorted_by_n), [])
+            expect_visible("3600 s after the insert (default 3600 s)", coll, universe, [], index_field="email")
+            expect_writes_miss("3600 s after the insert", coll, 1)
+            stats = db.command("dbStats")
+            expect_equal("dbStats.objects after the expiry", stats.get("objects"), 0)
+            entry = ttl_entry(ctx, ns)
+            expect_equal(f"serverStatus().ttl[{ns!r}].expiredPending (reaper off)", entry.get("expiredPending"), 10)
+            expect_equal(f"serverStatus().ttl[{ns!r}].nextExpiryAt", entry.get("nextExpiryAt"), None)
+            age = entry.get("oldestExpiredAgeMillis")
+            assert isinstance(age, int) and 0 <= age < 60_000, (
+                f"serverStatus().ttl[{ns!r}].oldestExpiredAgeMillis: server answered {age!r}, client "
+                "expected a small non-negative integer (they expired moments ago)"
+            )
+            expect_equal("collStats.size before any physical delete (the bytes of all 10 expired documents)",
+                         db.command("collStats", "accounts").get("size"), bson_size(docs))
+
+            # An upsert where an expired document with the same _id still lies creates a fresh one.
+            result = coll.update_one({"_id": 1}, {"$set": {"fresh": True}}, upsert=True)
+            expect_write("update_one({_id: 1}, {$set: {fresh: true}}, upsert=True) on the expired _id 1",
+                         result, 0, 0, upserted_id=1)
+            expect_equal("the upserted document (only the new fields)", coll.find_one({"_id": 1}),
+                         {"_id": 1, "fresh": True})
+            # An expired document's unique key does not block an insert: the new one replaces it.
+            coll.insert_one({"_id": 100, "email": "u2@example.com"})
+            expect_equal("find({email: 'u2@example.com'}) after reusing the expired document's email",
+                         list(coll.find({"email": "u2@example.com"})), [{"_id": 100, "email": "u2@example.com"}])
+            # Nor does its _id.
+            coll.insert_one({"_id": 3, "email": "new3@example.com"})
+            live = [{"_id": 1, "fresh": True}, {"_id": 3, "email": "new3@example.com"},
+                    {"_id": 100, "email": "u2@example.com"}]
+            expect_visible("after the upsert and the two inserts", coll, universe + [100], [1, 3, 100])
+            expect_equal("find({email: {$gte: ''}}) (secondary index) after the upsert and the two inserts",
+                         sorted_ids(ids(coll.find({"email": {"$gte": ""}}))), [3, 100])
+            expect_equal("documents after the upsert and the two inserts", all_docs(coll), live)
+            expect_equal(f"serverStatus().ttl[{ns!r}].expiredPending (expired 4..10 still stored)",
+                         ttl_entry(ctx, ns).get("expiredPending"), 7)
+
+            reply = admin.command("runTtlPass")
+            expect_equal("runTtlPass: deleted (expired 4..10; the background reaper is off)",
+                         reply.get("deleted"), 7)
+            expect_equal(f"serverStatus().ttl[{ns!r}].expiredPending after runTtlPass",
+                         ttl_entry(ctx, ns).get("expiredPending"), 0)
+            stats = db.command("collStats", "accounts")
+            expect_equal("collStats.count after runTtlPass", stats.get("count"), 3)
+            expect_equal("collStats.size after runTtlPass (only the live documents' bytes)",
+                         stats.get("size"), bson_size(live))
+            expect_equal("runTtlPass again: deleted", admin.command("runTtlPass").get("deleted"), 0)
+            expect_equal("documents after runTtlPass", all_docs(coll), live)
+    finally:
+        admin.command("setParameter", 1, ttlMonitorEnabled=True if was is None else was)
+
+
 # --- runner ----------------------------------------------------------------------------------
 
 
@@ -711,12 +1161,29 @@ def available_compressors() -> tuple[list[str], list[tuple[str, str]]]:
 def report_failure(name: str, err: BaseException) -> None:
     print(f"FAIL {name}")
     if isinstance(err, AssertionError):
-        lines = [str(err) or "assertion failed"]
+        lines = (str(err) or "assertion failed").splitlines()
     else:
         lines = traceback.format_exception(type(err), err, err.__traceback__)
         lines = "".join(lines).rstrip().splitlines()
     for line in lines:
         print(f"    {line}")
+
+
+def run_scenario(name: str, fn: Callable[[Ctx], None], ctx: Ctx) -> bool:
+    """Runs one scenario and prints its PASS/FAIL/SKIP line; False if it failed."""
+    ok = True
+    started = time.monotonic()
+    try:
+        fn(ctx)
+    except Skip as why:
+        print(f"SKIP {name}: {why}")
+    except Exception as err:  # noqa: BLE001
+        report_failure(f"{name} (after {time.monotonic() - started:.2f} s)", err)
+        ok = False
+    else:
+        print(f"PASS {name}")
+    sys.stdout.flush()
+    return ok
 
 
 def main() -> int:
@@ -741,21 +1208,27 @@ def main() -> int:
             ctx = Ctx(port=port, label=label, compressor=compressor, client=client, observer=observer)
             try:
                 for fn in SCENARIOS:
-                    name = f"pymongo[{label}]/{fn.__name__}"
-                    try:
-                        fn(ctx)
-                    except Skip as why:
-                        print(f"SKIP {name}: {why}")
-                    except Exception as err:  # noqa: BLE001
-                        report_failure(name, err)
-                        failed += 1
-                    else:
-                        print(f"PASS {name}")
-                    sys.stdout.flush()
+                    failed += not run_scenario(f"pymongo[{label}]/{fn.__name__}", fn, ctx)
             finally:
                 client.close()
         for name, why in missing:
             print(f"SKIP pymongo[{name}]/*: {why}")
+
+        # The TTL group, once, uncompressed; the scenarios that move the server clock go last.
+        try:
+            client = connect(port)
+        except Exception as err:  # noqa: BLE001
+            report_failure("pymongo/ttl/connect", err)
+            failed += 1
+        else:
+            ctx = Ctx(port=port, label="ttl", compressor=None, client=client, observer=observer)
+            try:
+                ordered = [fn for fn, moves in TTL_SCENARIOS if not moves]
+                ordered += [fn for fn, moves in TTL_SCENARIOS if moves]
+                for fn in ordered:
+                    failed += not run_scenario(f"pymongo/ttl/{fn.__name__}", fn, ctx)
+            finally:
+                client.close()
     finally:
         observer.close()
     return 1 if failed else 0
