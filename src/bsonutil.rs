@@ -1,7 +1,7 @@
 //! Small BSON helpers shared by every layer: reading numeric and boolean command arguments the way
 //! mongod's command parsers accept them (any numeric type). Type names live in `query::display`.
 
-use bson::Bson;
+use bson::{Bson, Document};
 
 /// A numeric value as f64 (Int32, Int64, Double; Decimal128 through its string form).
 pub fn as_f64(value: &Bson) -> Option<f64> {
@@ -23,6 +23,45 @@ pub fn is_truthy(value: &Bson) -> bool {
     }
 }
 
+/// The encoded BSON size of `document` in bytes, computed without encoding it.
+pub fn encoded_size(document: &Document) -> usize {
+    // int32 length + elements + trailing NUL; each element is a type byte, a NUL-terminated name
+    // and its value.
+    4 + document
+        .iter()
+        .map(|(key, value)| 1 + key.len() + 1 + value_size(value))
+        .sum::<usize>()
+        + 1
+}
+
+fn value_size(value: &Bson) -> usize {
+    let string = |text: &str| 4 + text.len() + 1;
+    match value {
+        Bson::Double(_) | Bson::Int64(_) | Bson::DateTime(_) | Bson::Timestamp(_) => 8,
+        Bson::Int32(_) => 4,
+        Bson::Decimal128(_) => 16,
+        Bson::Boolean(_) => 1,
+        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
+        Bson::ObjectId(_) => 12,
+        Bson::String(text) | Bson::JavaScriptCode(text) | Bson::Symbol(text) => string(text),
+        Bson::Document(inner) => encoded_size(inner),
+        Bson::Array(items) => {
+            4 + items
+                .iter()
+                .enumerate()
+                .map(|(index, item)| 1 + index.to_string().len() + 1 + value_size(item))
+                .sum::<usize>()
+                + 1
+        }
+        Bson::Binary(binary) => 4 + 1 + binary.bytes.len(),
+        Bson::RegularExpression(regex) => regex.pattern.len() + 1 + regex.options.len() + 1,
+        Bson::JavaScriptCodeWithScope(code) => 4 + string(&code.code) + encoded_size(&code.scope),
+        Bson::DbPointer(_) => {
+            bson::to_vec(&bson::doc! {"p": value.clone()}).map_or(0, |bytes| bytes.len() - 8)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,6 +74,27 @@ mod tests {
         let decimal: bson::Decimal128 = "12.5".parse().unwrap();
         assert_eq!(as_f64(&Bson::Decimal128(decimal)), Some(12.5));
         assert_eq!(as_f64(&Bson::String("1".into())), None);
+    }
+
+    #[test]
+    fn encoded_size_matches_the_encoder() {
+        let decimal: bson::Decimal128 = "1.5".parse().unwrap();
+        let samples = [
+            bson::doc! {},
+            bson::doc! {"a": 1, "b": 2.5, "c": "text", "d": null, "e": true},
+            bson::doc! {"nested": {"x": [1, "two", {"three": 3_i64}], "y": []}, "id": bson::oid::ObjectId::new()},
+            bson::doc! {"when": bson::DateTime::now(), "ts": bson::Timestamp { time: 1, increment: 2 }, "dec": decimal},
+            bson::doc! {"re": bson::Regex { pattern: "a.*b".into(), options: "i".into() }, "bin": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![1, 2, 3] }},
+            bson::doc! {"many": (0..150).collect::<Vec<i32>>(), "min": Bson::MinKey, "max": Bson::MaxKey, "u": Bson::Undefined},
+            bson::doc! {"code": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope { code: "f()".into(), scope: bson::doc! {"v": 1} })},
+        ];
+        for sample in samples {
+            assert_eq!(
+                encoded_size(&sample),
+                bson::to_vec(&sample).unwrap().len(),
+                "{sample}"
+            );
+        }
     }
 
     #[test]

@@ -91,7 +91,7 @@ impl Cursor {
                 }
                 None => record.doc,
             };
-            batch_bytes += document_size(&document);
+            batch_bytes += crate::bsonutil::encoded_size(&document);
             batch.push(document);
         }
         if let Some(remaining) = &mut self.remaining {
@@ -116,11 +116,6 @@ fn next_visible(records: &mut VecDeque<Record>, visibility: &Visibility) -> Opti
         }
     }
     None
-}
-
-/// Approximate BSON size of a document, for batch limits.
-fn document_size(document: &Document) -> usize {
-    bson::to_vec(document).map_or(0, |bytes| bytes.len())
 }
 
 /// Open cursors by id.

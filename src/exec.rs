@@ -314,15 +314,15 @@ impl DocStream {
     }
 
     async fn fetch_page(&mut self, storage: &dyn Storage) -> StorageResult<()> {
-        // Reads served from cache never return Pending; yielding once per page keeps long scans
-        // fair to other requests and lets `maxTimeMS` interrupt them.
-        tokio::task::yield_now().await;
         let records = match &self.plan {
             Plan::Point(id) => {
                 self.exhausted = true;
                 storage.get(&self.ns, id).await?.into_iter().collect()
             }
             Plan::Scan { source, reverse } => {
+                // Reads served from cache never return Pending; yielding once per page keeps long
+                // scans fair to other requests and lets `maxTimeMS` interrupt them.
+                tokio::task::yield_now().await;
                 let page = storage
                     .scan(
                         &self.ns,

@@ -69,6 +69,8 @@ pub struct ChurnSettings {
     pub after: Duration,
     /// `serverStatus` poll interval.
     pub poll: Duration,
+    /// Polls ask for the whole `serverStatus`, with the per-collection `ttl` section.
+    pub poll_ttl_section: bool,
     /// Documents in the `preloaded` collection the foreground reads and updates.
     pub preloaded_docs: u64,
 }
@@ -86,12 +88,17 @@ pub async fn run(
     output.text(&format!(
         "ttl_churn: {} docs (~{} B) with one expireAt = load start + {} s (TTL index \
          expireAfterSeconds 0) while the foreground runs read_update on {} ({} docs); \
-         serverStatus polled every {} ms",
+         serverStatus{} polled every {} ms",
         thousands(churn.docs as f64),
         settings.doc_bytes,
         churn.expire_in.as_secs_f64(),
         PRELOADED_COLLECTION,
         churn.preloaded_docs,
+        if churn.poll_ttl_section {
+            " (with its ttl section)"
+        } else {
+            " (without its ttl section)"
+        },
         churn.poll.as_millis()
     ));
     let mut preloaded = vec![false; targets.len()];
@@ -239,13 +246,14 @@ fn ttl_section<'a>(status: &'a Document, namespace: &str) -> Option<&'a Document
         .ok()
 }
 
-async fn server_status(target: &Target) -> Result<Document, OpError> {
-    match tokio::time::timeout(
-        POLL_TIMEOUT,
-        target.admin().run_command(doc! {"serverStatus": 1}),
-    )
-    .await
-    {
+/// `serverStatus`, whole or (`with_ttl_section` false) without its per-collection `ttl`
+/// section, which the polls do not need and which tideway computes from the expired backlog.
+async fn server_status(target: &Target, with_ttl_section: bool) -> Result<Document, OpError> {
+    let mut command = doc! {"serverStatus": 1};
+    if !with_ttl_section {
+        command.insert("ttl", 0);
+    }
+    match tokio::time::timeout(POLL_TIMEOUT, target.admin().run_command(command)).await {
         Ok(Ok(reply)) => Ok(reply),
         Ok(Err(error)) => Err(error.into()),
         Err(_) => Err(OpError::new(
@@ -417,7 +425,7 @@ async fn run_one(
     })?;
     let mut poll_errors = ErrorLog::default();
     // Deletions so far, in case no poll happens before expiry (a load that ends late).
-    let pre_load_deleted = match server_status(target).await {
+    let pre_load_deleted = match server_status(target, false).await {
         Ok(status) => deleted_documents(&status),
         Err(error) => {
             poll_errors.record(error);
@@ -531,7 +539,7 @@ async fn run_one(
             continue;
         }
         let sent = Instant::now();
-        let status = match server_status(target).await {
+        let status = match server_status(target, churn.poll_ttl_section).await {
             Ok(status) => status,
             Err(error) => {
                 poll_errors.record(error);
@@ -591,7 +599,7 @@ async fn run_one(
             }
         }
     }
-    let final_ttl_section = match server_status(target).await {
+    let final_ttl_section = match server_status(target, true).await {
         Ok(status) => ttl_section(&status, &namespace).cloned(),
         Err(error) => {
             poll_errors.record(error);
@@ -966,6 +974,7 @@ impl ChurnResult {
             "expire_in_secs": churn.expire_in.as_secs_f64(),
             "after_secs": churn.after.as_secs_f64(),
             "poll_ms": churn.poll.as_millis() as i64,
+            "poll_ttl_section": churn.poll_ttl_section,
             "preloaded_docs": churn.preloaded_docs as i64,
             "load_secs": round3(self.load_secs),
             "load_margin_secs": round3(self.load_margin_secs),

@@ -138,6 +138,11 @@ struct Cli {
     /// ttl_churn: milliseconds between serverStatus polls of metrics.ttl.deletedDocuments.
     #[arg(long, default_value_t = 100)]
     poll_ms: u64,
+
+    /// ttl_churn: poll the whole serverStatus, including its per-collection ttl section
+    /// (tideway's expiredPending and oldestExpiredAgeMillis); by default polls send `ttl: 0`.
+    #[arg(long)]
+    poll_ttl_section: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -267,6 +272,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         expire_in: seconds("expire-in-secs", cli.expire_in_secs, false)?,
         after: seconds("after-secs", cli.after_secs, true)?,
         poll: Duration::from_millis(cli.poll_ms),
+        poll_ttl_section: cli.poll_ttl_section,
         preloaded_docs: cli.docs,
     };
     if churn && (cli.churn_docs == 0 || cli.poll_ms == 0) {
