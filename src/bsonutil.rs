@@ -23,6 +23,13 @@ pub fn is_truthy(value: &Bson) -> bool {
     }
 }
 
+/// Decodes one BSON document from exactly `bytes`, through bson's raw reader (no serde: ObjectIds
+/// and other values are copied, not round-tripped through strings). Every element is validated.
+pub fn decode_document(bytes: &[u8]) -> Result<Document, String> {
+    let raw = bson::RawDocument::from_bytes(bytes).map_err(|error| error.to_string())?;
+    Document::try_from(raw).map_err(|error| error.to_string())
+}
+
 /// The encoded BSON size of `document` in bytes, computed without encoding it.
 pub fn encoded_size(document: &Document) -> usize {
     // int32 length + elements + trailing NUL; each element is a type byte, a NUL-terminated name
@@ -74,6 +81,18 @@ mod tests {
         let decimal: bson::Decimal128 = "12.5".parse().unwrap();
         assert_eq!(as_f64(&Bson::Decimal128(decimal)), Some(12.5));
         assert_eq!(as_f64(&Bson::String("1".into())), None);
+    }
+
+    #[test]
+    fn decode_document_round_trips_and_rejects_garbage() {
+        let document =
+            bson::doc! {"_id": bson::oid::ObjectId::new(), "a": [1, {"b": "c"}], "d": 2.5};
+        let bytes = bson::to_vec(&document).unwrap();
+        assert_eq!(decode_document(&bytes), Ok(document));
+        assert!(decode_document(&bytes[..bytes.len() - 1]).is_err());
+        let mut corrupt = bytes.clone();
+        corrupt[4] = 0x7E; // an unknown element type
+        assert!(decode_document(&corrupt).is_err());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::storage::{
 use crate::ttl::{FieldTtl, TtlPolicies};
 
 /// Candidates read, and deletes sent to the writer, per batch.
-const BATCH_SIZE: usize = 500;
+const BATCH_SIZE: usize = 1000;
 
 /// mongod's `metrics.ttl` counters.
 #[derive(Debug, Default)]
@@ -190,9 +190,8 @@ impl Reaper {
     ) -> StorageResult<u64> {
         let mut deleted = 0;
         for source in CandidateSource::all(policies, meta, now_ms) {
-            let mut resume_after = None;
+            let mut page = source.page(storage, &meta.ns, None).await?;
             loop {
-                let page = source.page(storage, &meta.ns, resume_after).await?;
                 let deletes: Vec<WriteOp> = page
                     .records
                     .iter()
@@ -202,30 +201,52 @@ impl Reaper {
                         expected_rev: Some(record.rev),
                     })
                     .collect();
-                if !deletes.is_empty() {
-                    self.metrics.sub_passes.fetch_add(1, Ordering::Relaxed);
-                    let options = WriteOptions {
-                        ordered: false,
-                        force_durable: false,
-                        background: true,
-                    };
-                    // A write conflict means the document changed after we read it: it survives.
-                    let results = storage.write(&meta.ns, deletes, options).await?;
-                    let batch_deleted =
-                        results.iter().filter(|result| result.is_ok()).count() as u64;
-                    self.metrics
-                        .deleted_documents
-                        .fetch_add(batch_deleted, Ordering::Relaxed);
-                    deleted += batch_deleted;
-                }
-                tokio::task::yield_now().await;
-                match page.resume {
-                    Some(resume) => resume_after = Some(resume),
+                // Read the next page while this batch commits: deleting entries behind the resume
+                // key does not disturb the scan.
+                let next = async {
+                    match page.resume.take() {
+                        Some(resume) => {
+                            source.page(storage, &meta.ns, Some(resume)).await.map(Some)
+                        }
+                        None => Ok(None),
+                    }
+                };
+                let (batch_deleted, next) =
+                    tokio::join!(self.delete_batch(storage, &meta.ns, deletes), next);
+                deleted += batch_deleted?;
+                match next? {
+                    Some(next) => page = next,
                     None => break,
                 }
+                tokio::task::yield_now().await;
             }
         }
         Ok(deleted)
+    }
+
+    /// Deletes a batch as one background write; how many went (a write conflict means the document
+    /// changed after it was read, so it survives).
+    async fn delete_batch(
+        &self,
+        storage: &dyn Storage,
+        ns: &Namespace,
+        deletes: Vec<WriteOp>,
+    ) -> StorageResult<u64> {
+        if deletes.is_empty() {
+            return Ok(0);
+        }
+        self.metrics.sub_passes.fetch_add(1, Ordering::Relaxed);
+        let options = WriteOptions {
+            ordered: false,
+            force_durable: false,
+            background: true,
+        };
+        let results = storage.write(ns, deletes, options).await?;
+        let batch_deleted = results.iter().filter(|result| result.is_ok()).count() as u64;
+        self.metrics
+            .deleted_documents
+            .fetch_add(batch_deleted, Ordering::Relaxed);
+        Ok(batch_deleted)
     }
 
     /// Milliseconds the last pass spent on `ns`, if it has been reaped.
@@ -253,8 +274,77 @@ pub async fn collections_with_policies(
     Ok(found)
 }
 
-/// The expired documents of a collection not yet deleted (found through the expiry structures).
+/// The expired documents of a collection not yet deleted, counted through the expiry structures
+/// from their keys alone. Each document sits in at most one expiry table and, under one field
+/// policy, is counted once however many dates it has; only a collection with both a Cosmos and a
+/// field policy needs the exact (document-reading) count, since a document may be expired by both.
 pub async fn backlog(
+    storage: &dyn Storage,
+    meta: &CollectionMeta,
+    policies: &TtlPolicies,
+    now_ms: i64,
+) -> StorageResult<Backlog> {
+    if policies.cosmos.is_some() && !policies.fields.is_empty() {
+        return backlog_by_documents(storage, meta, policies, now_ms).await;
+    }
+    let mut backlog = Backlog::default();
+    let mut note = |documents: u64, earliest_expiry_ms: Option<i64>| {
+        backlog.pending += documents;
+        if let Some(at) = earliest_expiry_ms {
+            backlog.oldest_expire_at_ms = Some(
+                backlog
+                    .oldest_expire_at_ms
+                    .map_or(at, |oldest| oldest.min(at)),
+            );
+        }
+    };
+    if let Some(cutoff_ms) = policies.default_cutoff_ms(now_ms) {
+        let range = (Bound::Unbounded, Bound::Included(cutoff_ms));
+        let count = storage
+            .expiry_count(&meta.ns, ExpiryOrder::LastWrite, range)
+            .await?;
+        // Expiry = last write + default = last write + (now - cutoff).
+        note(
+            count.documents,
+            count
+                .earliest_ms
+                .map(|last_write| last_write + (now_ms - cutoff_ms)),
+        );
+    }
+    if policies.cosmos.is_some() {
+        let range = (Bound::Unbounded, Bound::Included(now_ms));
+        let count = storage
+            .expiry_count(&meta.ns, ExpiryOrder::OwnExpiry, range)
+            .await?;
+        note(count.documents, count.earliest_ms);
+    }
+    for ttl in &policies.fields {
+        let dates = Interval {
+            lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
+            upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(
+                ttl.date_cutoff_ms(now_ms),
+            ))),
+        };
+        let Some(request) = date_scan(meta, ttl, dates, None, 1) else {
+            continue;
+        };
+        let ScanSource::Index { name, ranges } = request.source.clone() else {
+            continue;
+        };
+        let documents = storage.index_count(&meta.ns, &name, ranges).await?;
+        let first = storage.scan(&meta.ns, request).await?.records;
+        note(
+            documents,
+            first
+                .first()
+                .and_then(|record| policies.expire_at_ms(record)),
+        );
+    }
+    Ok(backlog)
+}
+
+/// [`backlog`] by reading every expired candidate and counting each document once.
+async fn backlog_by_documents(
     storage: &dyn Storage,
     meta: &CollectionMeta,
     policies: &TtlPolicies,
@@ -282,6 +372,7 @@ pub async fn backlog(
                     );
                 }
             }
+            tokio::task::yield_now().await;
             match page.resume {
                 Some(resume) => resume_after = Some(resume),
                 None => break,

@@ -98,13 +98,29 @@ fn conflict_gave_up(what: &str) -> CommandError {
 
 /// A document as an insert will store it: `_id` first (generated if absent), no client `_ts`, within
 /// the size limit.
-fn prepare_for_insert(mut document: Document) -> CommandResult<Document> {
-    let id = document
-        .remove("_id")
-        .unwrap_or_else(|| Bson::ObjectId(ObjectId::new()));
-    check_id(&id)?;
-    let mut stored = doc! {"_id": id};
-    stored.extend(document);
+fn prepare_for_insert(document: &Document) -> CommandResult<Document> {
+    let stored = match document.iter().next() {
+        // Drivers generate `_id` and put it first: keep the document as it is.
+        Some((first, id)) if first == "_id" => {
+            check_id(id)?;
+            document.clone()
+        }
+        _ => {
+            let id = document
+                .get("_id")
+                .cloned()
+                .unwrap_or_else(|| Bson::ObjectId(ObjectId::new()));
+            check_id(&id)?;
+            let mut stored = doc! {"_id": id};
+            stored.extend(
+                document
+                    .iter()
+                    .filter(|(key, _)| *key != "_id")
+                    .map(|(key, value)| (key.clone(), value.clone())),
+            );
+            stored
+        }
+    };
     check_storable(&stored)?;
     Ok(stored)
 }
@@ -342,7 +358,7 @@ async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let mut run: Vec<(usize, WriteOp)> = Vec::new();
     let mut stopped = false;
     for (index, document) in documents.into_iter().enumerate() {
-        match prepare_for_insert(document.clone()) {
+        match prepare_for_insert(document) {
             Ok(doc) => run.push((index, writer.insert_op(doc))),
             Err(error) => {
                 if writer.options.ordered {

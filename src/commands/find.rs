@@ -302,7 +302,17 @@ async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let limit = optional_i64(ctx, body, "limit")?
         .map(i64::unsigned_abs)
         .filter(|limit| *limit > 0);
-    let matched = matching_records(ctx, body).await?.len() as u64;
+    let matched = if parse_filter(ctx, body, "query")?.matches_everything() {
+        // Every visible document: the stored count less the expired ones, counted from the expiry
+        // structures (never a raw count that would include them).
+        let ns = collection_namespace(ctx, body)?;
+        match ctx.state.storage.collection(&ns).await? {
+            Some(meta) => crate::commands::ddl::visible_stats(ctx, &meta).await?.count,
+            None => 0,
+        }
+    } else {
+        matching_records(ctx, body).await?.len() as u64
+    };
     let counted = matched.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
     let n = i32::try_from(counted).map_or(Bson::Int64(counted as i64), Bson::Int32);
     Ok(doc! {"n": n})

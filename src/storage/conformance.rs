@@ -195,7 +195,29 @@ pub async fn scan_all(
         records.extend(result.records);
         match result.resume {
             Some(key) => resume = Some(key),
-            None => return records,
+            None => {
+                if let ScanSource::Index { name, ranges } = &source {
+                    // Counting keys finds the same documents as scanning them.
+                    let distinct: std::collections::HashSet<Vec<u8>> = records
+                        .iter()
+                        .map(|record| {
+                            crate::storage::keycodec::encode_id(
+                                record.doc.get("_id").unwrap_or(&Bson::Null),
+                            )
+                        })
+                        .collect();
+                    let counted = storage
+                        .index_count(ns, name, ranges.clone())
+                        .await
+                        .expect("index count");
+                    assert_eq!(
+                        counted,
+                        distinct.len() as u64,
+                        "index_count of {name} over {ranges:?}"
+                    );
+                }
+                return records;
+            }
         }
     }
     panic!("scan did not terminate");
@@ -231,7 +253,27 @@ pub async fn expiry_all(
         records.extend(result.records);
         match result.resume {
             Some(key) => resume = Some(key),
-            None => return records,
+            None => {
+                // Counting keys agrees with scanning: same documents, and the first one's time.
+                let counted = storage
+                    .expiry_count(ns, order, range)
+                    .await
+                    .expect("expiry count");
+                assert_eq!(
+                    counted.documents,
+                    records.len() as u64,
+                    "expiry_count over {range:?}"
+                );
+                let first_time = records.first().map(|record| match (order, record.ttl) {
+                    (ExpiryOrder::OwnExpiry, TtlClass::Own { expire_at_ms }) => expire_at_ms,
+                    _ => record.last_write_ms,
+                });
+                assert_eq!(
+                    counted.earliest_ms, first_time,
+                    "earliest time over {range:?}"
+                );
+                return records;
+            }
         }
     }
     panic!("expiry scan did not terminate");

@@ -363,6 +363,13 @@ pub struct ScanPage {
     pub resume: Option<Vec<u8>>,
 }
 
+/// What part of an expiry table a range covers: how many documents, and the earliest time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpiryCount {
+    pub documents: u64,
+    pub earliest_ms: Option<i64>,
+}
+
 /// Sizes for `collStats`/`dbStats`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CollectionStats {
@@ -505,6 +512,22 @@ pub trait Storage: Send + Sync + fmt::Debug {
         resume_after: Option<Vec<u8>>,
         limit: usize,
     ) -> StorageResult<ScanPage>;
+    /// The documents of an expiry table whose time lies in `range`, and the earliest time, without
+    /// reading the documents. Costs in proportion to the entries counted.
+    async fn expiry_count(
+        &self,
+        ns: &Namespace,
+        order: ExpiryOrder,
+        range: (Bound<i64>, Bound<i64>),
+    ) -> StorageResult<ExpiryCount>;
+    /// Distinct documents with at least one entry of index `name` whose key lies in `ranges` (as in
+    /// [`ScanSource::Index`]), without reading the documents. A catalog-only index counts 0.
+    async fn index_count(
+        &self,
+        ns: &Namespace,
+        name: &str,
+        ranges: Vec<KeyRange>,
+    ) -> StorageResult<u64>;
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats>;
 
     // ---- writes ----

@@ -203,7 +203,7 @@ fn read_document(bytes: &[u8]) -> Result<(Document, usize), String> {
         ));
     }
     let length = declared as usize;
-    let document = Document::from_reader(&bytes[..length]).map_err(|error| error.to_string())?;
+    let document = crate::bsonutil::decode_document(&bytes[..length])?;
     Ok((document, length))
 }
 

@@ -394,6 +394,24 @@ impl Storage for RedbStorage {
         read::scan(&self.shared, ns, request)
     }
 
+    async fn expiry_count(
+        &self,
+        ns: &Namespace,
+        order: ExpiryOrder,
+        range: (Bound<i64>, Bound<i64>),
+    ) -> StorageResult<crate::storage::ExpiryCount> {
+        read::expiry_count(&self.shared, ns, order, range)
+    }
+
+    async fn index_count(
+        &self,
+        ns: &Namespace,
+        name: &str,
+        ranges: Vec<crate::storage::KeyRange>,
+    ) -> StorageResult<u64> {
+        read::index_count(&self.shared, ns, name, ranges)
+    }
+
     async fn expiry_scan(
         &self,
         ns: &Namespace,

@@ -20,14 +20,14 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetada
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, decode_record, entry_id, expiry_entry_id, io, ordered_i64, ENTRY_OVERHEAD_BYTES,
-    RECORD_HEADER_LEN, SIZES,
+    bytes_table, decode_record, entry_id, expiry_entry_id, expiry_entry_time, io, ordered_i64,
+    ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
 use crate::storage::{
-    CollectionStats, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record, ScanPage, ScanRequest,
-    ScanSource, StorageError, StorageResult,
+    CollectionStats, ExpiryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record, ScanPage,
+    ScanRequest, ScanSource, StorageError, StorageResult,
 };
 
 type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -280,6 +280,77 @@ pub(super) fn expiry_scan(
         limit,
         |key, _| fetch(&data, expiry_entry_id(key)?),
     )
+}
+
+/// Entries of an expiry table with a time in `range`: how many, and the earliest time. Reads keys
+/// only (one entry per document), so it costs a fraction of a scan that fetches the documents.
+pub(super) fn expiry_count(
+    shared: &Shared,
+    ns: &Namespace,
+    order: ExpiryOrder,
+    range: (Bound<i64>, Bound<i64>),
+) -> StorageResult<ExpiryCount> {
+    let mut count = ExpiryCount::default();
+    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+        return Ok(count);
+    };
+    let Some(range) = expiry_range(range) else {
+        return Ok(count);
+    };
+    let txn = begin(shared)?;
+    let Some(expiry) = open_table(&txn, &entry.expiry_table(order))? else {
+        return Ok(count);
+    };
+    for item in expiry.range::<&[u8]>(as_slices(&range)).map_err(io)? {
+        let (key, _) = item.map_err(io)?;
+        if count.earliest_ms.is_none() {
+            count.earliest_ms = Some(expiry_entry_time(key.value())?);
+        }
+        count.documents += 1;
+    }
+    Ok(count)
+}
+
+/// Distinct documents with at least one entry of index `name` in `ranges` (same range semantics
+/// as [`scan`]). Reads index keys only.
+pub(super) fn index_count(
+    shared: &Shared,
+    ns: &Namespace,
+    name: &str,
+    ranges: Vec<KeyRange>,
+) -> StorageResult<u64> {
+    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+        return Ok(0);
+    };
+    // `_id_` is the data table itself: one key per document.
+    let index = match name {
+        IndexSpec::ID_INDEX_NAME => None,
+        _ => Some(
+            entry
+                .index_named(name)
+                .ok_or_else(|| StorageError::IndexNotFound(name.to_owned()))?,
+        ),
+    };
+    if index.is_some_and(|index| !index.maintained()) {
+        return Ok(0);
+    }
+    let txn = begin(shared)?;
+    let table_name = index.map_or(&entry.data_table, |index| &index.table);
+    let Some(table) = open_table(&txn, table_name)? else {
+        return Ok(0);
+    };
+    let mut documents = std::collections::HashSet::new();
+    for range in ranges.into_iter().filter_map(stored_range) {
+        for item in table.range::<&[u8]>(as_slices(&range)).map_err(io)? {
+            let (key, value) = item.map_err(io)?;
+            let id = match index {
+                Some(index) => entry_id(key.value(), value.value(), index.unique())?,
+                None => key.value(),
+            };
+            documents.insert(id.to_vec());
+        }
+    }
+    Ok(documents.len() as u64)
 }
 
 /// Sizes of one collection from the `sizes` counters and the data table's entry count, all O(1).
