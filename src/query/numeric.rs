@@ -36,11 +36,11 @@ pub(crate) enum Decimal {
     },
 }
 
-fn pow10(exponent: u32) -> u128 {
+pub(crate) fn pow10(exponent: u32) -> u128 {
     10u128.pow(exponent)
 }
 
-fn digit_count(mut value: u128) -> u32 {
+pub(crate) fn digit_count(mut value: u128) -> u32 {
     let mut digits = 1;
     while value >= 10 {
         value /= 10;

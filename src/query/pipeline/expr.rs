@@ -24,7 +24,7 @@ use super::group::{AccumulatorOp, AccumulatorState};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::compare::{compare_values, values_equal};
 use crate::query::display::{type_name, value_string};
-use crate::query::numeric::{apply_arithmetic, Arithmetic, Decimal, Number};
+use crate::query::numeric::{apply_arithmetic, digit_count, pow10, Arithmetic, Decimal, Number};
 
 /// An evaluated value; `None` is missing.
 pub(crate) type Value = Option<Bson>;
@@ -1559,19 +1559,6 @@ fn subtract_numbers(a: Number, b: Number) -> Number {
             }
         }
     }
-}
-
-fn pow10(exponent: u32) -> u128 {
-    10u128.pow(exponent)
-}
-
-fn digit_count(mut value: u128) -> u32 {
-    let mut digits = 1;
-    while value >= 10 {
-        value /= 10;
-        digits += 1;
-    }
-    digits
 }
 
 /// Exact decimal division rounded half-even to 34 digits; the divisor is not zero.
