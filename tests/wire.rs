@@ -449,3 +449,40 @@ async fn shutdown_waits_for_nothing_when_connections_are_idle() {
     server.stop().await;
     assert_closed(&mut idle).await;
 }
+
+#[tokio::test]
+async fn shutdown_finishes_the_request_in_flight() {
+    let server = TestServer::start().await;
+    let coll = server
+        .client()
+        .database("app")
+        .collection::<Document>("big");
+    let docs: Vec<Document> = (0..60_000)
+        .map(|i| doc! {"_id": i, "r": (i * 7919) % 60_000})
+        .collect();
+    coll.insert_many(docs).await.unwrap();
+    let mut stream = connect(&server).await;
+    // A blocking sort over every document: long enough to still be running when shutdown starts.
+    let find = op_msg(
+        70,
+        0,
+        &[kind0(
+            &doc! {"find": "big", "sort": {"r": -1}, "batchSize": 1, "$db": "app"},
+        )],
+    );
+    stream.write_all(&find).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stopping = tokio::spawn(server.stop());
+    let reply = read_reply(&mut stream).await;
+    assert_eq!(reply.response_to, 70);
+    assert_eq!(reply.document.get_f64("ok"), Ok(1.0), "{}", reply.document);
+    let first = reply
+        .document
+        .get_document("cursor")
+        .unwrap()
+        .get_array("firstBatch")
+        .unwrap();
+    assert_eq!(first[0].as_document().unwrap().get_i32("r"), Ok(59_999));
+    stopping.await.unwrap();
+    assert_closed(&mut stream).await;
+}
