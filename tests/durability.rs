@@ -1,75 +1,17 @@
 //! Durability of the disk engine, end to end through the release-mode binary: restart after SIGTERM,
 //! acknowledged writes surviving SIGKILL, and the `--dbpath` lock.
 
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
 
 use bson::{doc, Document};
+use common::process::{free_port, Process};
 use futures::TryStreamExt;
-use mongodb::options::{ClientOptions, ServerAddress};
-use mongodb::{Client, IndexModel};
+use mongodb::IndexModel;
 
-struct Process {
-    child: Child,
-    port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start(dbpath: &Path, extra: &[&str]) -> Process {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_tideway"))
-        .args(["--port", &port.to_string(), "--dbpath"])
-        .arg(dbpath)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tideway");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "tideway did not start listening");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Process { child, port }
-}
-
-impl Process {
-    fn client(&self) -> Client {
-        let mut options = ClientOptions::default();
-        options.hosts = vec![ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(self.port),
-        }];
-        options.direct_connection = Some(true);
-        options.server_selection_timeout = Some(Duration::from_secs(5));
-        Client::with_options(options).unwrap()
-    }
-
-    /// SIGTERM, then wait for a clean exit.
-    fn terminate(mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = self.child.wait().unwrap();
-        assert!(exit.success(), "graceful shutdown exits 0, got {exit:?}");
-    }
-
-    /// SIGKILL: no chance to flush anything.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        let _ = self.child.wait();
-    }
+fn start(dbpath: &std::path::Path, extra: &[&str]) -> Process {
+    Process::start_disk(dbpath, extra)
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,18 +63,11 @@ impl TestServer {
     }
 
     pub fn options(&self) -> ClientOptions {
-        let mut options = ClientOptions::default();
-        options.hosts = vec![ServerAddress::Tcp {
-            host: self.addr.ip().to_string(),
-            port: Some(self.addr.port()),
-        }];
-        options.direct_connection = Some(true);
-        options.server_selection_timeout = Some(Duration::from_secs(2));
-        options
+        client_options(&self.addr)
     }
 
     pub fn client(&self) -> Client {
-        Client::with_options(self.options()).expect("client options")
+        client_for(&self.addr)
     }
 
     pub fn client_with_compressor(&self, compressor: Compressor) -> Client {
@@ -106,4 +101,21 @@ pub fn command_error<T: std::fmt::Debug>(
         ),
         ref other => panic!("expected a command error, got {other:?}"),
     }
+}
+
+/// Driver options for one server: a direct connection, and a short server-selection timeout so a
+/// broken handshake fails fast instead of hanging for 30 s.
+pub fn client_options(addr: &SocketAddr) -> ClientOptions {
+    let mut options = ClientOptions::default();
+    options.hosts = vec![ServerAddress::Tcp {
+        host: addr.ip().to_string(),
+        port: Some(addr.port()),
+    }];
+    options.direct_connection = Some(true);
+    options.server_selection_timeout = Some(Duration::from_secs(5));
+    options
+}
+
+pub fn client_for(addr: &SocketAddr) -> Client {
+    Client::with_options(client_options(addr)).expect("client options")
 }
