@@ -205,7 +205,9 @@ pub async fn dispatch(state: &Arc<ServerState>, client: &ClientInfo, body: &Docu
             reply
         }
         Err(error) => {
-            if let Some(counters) = registry().counters.get(name) {
+            // Counters are kept under canonical names; `name` may be an alias.
+            let canonical = registry().by_name.get(name).map(|spec| spec.name);
+            if let Some(counters) = canonical.and_then(|name| registry().counters.get(name)) {
                 bump(&counters.failed, 1);
             }
             tracing::debug!(name, elapsed_ms, code = error.code.code(), errmsg = %error.errmsg, "command failed");

@@ -355,15 +355,23 @@ impl DocStream {
     }
 }
 
-/// Every visible record matching `filter`, sorted by `sort` when given (a blocking sort where the
-/// plan does not already produce that order).
+/// Every visible record matching `filter`, sorted by `sort` when given.
 pub async fn find_all(
     storage: &dyn Storage,
     view: &CollectionView,
     filter: Arc<Filter>,
     sort: Option<&SortSpec>,
 ) -> StorageResult<Vec<Record>> {
-    let stream = view.stream(filter, sort);
+    sorted(storage, view.stream(filter, sort), sort).await
+}
+
+/// Every record `stream` yields, in `sort` order: a blocking in-memory sort only where the plan
+/// does not already produce that order.
+pub async fn sorted(
+    storage: &dyn Storage,
+    stream: DocStream,
+    sort: Option<&SortSpec>,
+) -> StorageResult<Vec<Record>> {
     let presorted = sort.is_none_or(|sort| stream.satisfies(sort));
     let mut records = stream.collect(storage).await?;
     if let Some(sort) = sort.filter(|_| !presorted) {
@@ -380,14 +388,11 @@ pub async fn first_match(
     filter: Arc<Filter>,
     sort: Option<&SortSpec>,
 ) -> StorageResult<Option<Record>> {
-    let mut stream = view.stream(filter.clone(), sort);
+    let mut stream = view.stream(filter, sort);
     if sort.is_none_or(|sort| stream.satisfies(sort)) {
         return stream.next(storage).await;
     }
-    Ok(find_all(storage, view, filter, sort)
-        .await?
-        .into_iter()
-        .next())
+    Ok(sorted(storage, stream, sort).await?.into_iter().next())
 }
 
 /// Sorts by `sort`, computing each document's sort key once.

@@ -410,3 +410,28 @@ async fn driver_compression_round_trips_with_every_compressor() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn failures_under_an_alias_count_for_the_command() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    // The driver's handshake already sent client metadata on this connection: a second is refused.
+    let (code, ..) = run_error(
+        &client,
+        "admin",
+        doc! {"ismaster": 1, "client": {"driver": {"name": "x", "version": "1"}}},
+    )
+    .await;
+    assert_eq!(code, 186);
+    let status = run(&client, "admin", doc! {"serverStatus": 1}).await;
+    let is_master = status
+        .get_document("metrics")
+        .unwrap()
+        .get_document("commands")
+        .unwrap()
+        .get_document("isMaster")
+        .unwrap()
+        .clone();
+    assert!(is_master.get_i64("failed").unwrap() >= 1, "{is_master}");
+    server.stop().await;
+}

@@ -364,11 +364,7 @@ fn window_figures(
         p50_us: stats.latency_us(0.5),
         p99_us: stats.latency_us(0.99),
         p999_us: stats.latency_us(0.999),
-        max_us: if stats.latency.is_empty() {
-            0
-        } else {
-            stats.latency.max()
-        },
+        max_us: stats.max_latency_us(),
         errors,
     }
 }

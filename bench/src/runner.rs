@@ -102,6 +102,15 @@ impl RunStats {
         }
     }
 
+    /// The slowest recorded operation in microseconds (0 when nothing was recorded).
+    pub fn max_latency_us(&self) -> u64 {
+        if self.latency.is_empty() {
+            0
+        } else {
+            self.latency.max()
+        }
+    }
+
     /// Adds another run of the same kind: counts and times add up, histograms combine.
     pub fn merge(&mut self, other: &RunStats) {
         self.ops += other.ops;

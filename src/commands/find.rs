@@ -171,10 +171,10 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     bump(&ctx.state.stats.opcounters.query, 1);
     let storage = ctx.state.storage.as_ref();
     let view = CollectionView::load(storage, &ns, ctx.state.clock.now_ms()).await?;
-    let mut stream = view.stream(filter.clone(), sort.as_ref());
+    let mut stream = view.stream(filter, sort.as_ref());
     let source = match sort.as_ref().filter(|sort| !stream.satisfies(sort)) {
         Some(sort) => {
-            let records = exec::find_all(storage, &view, filter, Some(sort)).await?;
+            let records = exec::sorted(storage, stream, Some(sort)).await?;
             let limit = limit.map_or(usize::MAX, |limit| limit as usize);
             CursorSource::Buffered(
                 records
