@@ -1,7 +1,7 @@
 //! Small BSON helpers shared by every layer: reading numeric and boolean command arguments the way
 //! mongod's command parsers accept them (any numeric type). Type names live in `query::display`.
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocument};
 
 /// A numeric value as f64 (Int32, Int64, Double; Decimal128 through its string form).
 pub fn as_f64(value: &Bson) -> Option<f64> {
@@ -28,6 +28,20 @@ pub fn is_truthy(value: &Bson) -> bool {
 pub fn decode_document(bytes: &[u8]) -> Result<Document, String> {
     let raw = bson::RawDocument::from_bytes(bytes).map_err(|error| error.to_string())?;
     Document::try_from(raw).map_err(|error| error.to_string())
+}
+
+/// Decodes only the top-level fields of `raw` that `wanted` accepts, skipping the others unread:
+/// enough to evaluate any path under those fields at a fraction of a full decode.
+pub fn decode_fields(raw: &RawDocument, wanted: impl Fn(&str) -> bool) -> Result<Document, String> {
+    let mut document = Document::new();
+    for element in raw {
+        let (key, value) = element.map_err(|error| error.to_string())?;
+        if wanted(key) {
+            let value = Bson::try_from(value).map_err(|error| error.to_string())?;
+            document.insert(key, value);
+        }
+    }
+    Ok(document)
 }
 
 /// The encoded BSON size of `document` in bytes, computed without encoding it.

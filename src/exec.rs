@@ -17,8 +17,8 @@ use bson::{Bson, Document};
 use crate::query::{Filter, Interval, SortSpec};
 use crate::storage::keycodec::{self, Direction};
 use crate::storage::{
-    CollectionMeta, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource, Storage,
-    StorageResult,
+    CollectionMeta, IndexSpec, KeyRange, Namespace, Record, RecordPredicate, ScanRequest,
+    ScanSource, Storage, StorageResult,
 };
 use crate::ttl::TtlPolicies;
 
@@ -54,6 +54,12 @@ impl Visibility {
 
     pub fn is_visible(&self, record: &Record) -> bool {
         !self.policies.is_expired(record, self.now_ms)
+    }
+
+    /// What is not visible, as a predicate storage evaluates before decoding (`None`: everything
+    /// is visible).
+    pub fn expired(&self) -> Option<RecordPredicate> {
+        self.policies.expired_predicate(self.now_ms)
     }
 
     /// The value of `{$meta: name}` in a projection of `record`.
@@ -331,6 +337,7 @@ impl DocStream {
                             resume_after: self.resume_after.take(),
                             reverse: *reverse,
                             limit: PAGE_SIZE,
+                            hide: self.visibility.expired(),
                         },
                     )
                     .await?;

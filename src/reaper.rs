@@ -21,8 +21,8 @@ use crate::exec::byte_ranges;
 use crate::query::Interval;
 use crate::storage::keycodec;
 use crate::storage::{
-    CollectionMeta, ExpiryOrder, Namespace, Record, ScanRequest, ScanSource, Storage,
-    StorageResult, WriteOp, WriteOptions,
+    CollectionMeta, ExpiryOrder, Namespace, ReapRequest, ReapSource, Record, ScanRequest,
+    ScanSource, Storage, StorageResult,
 };
 use crate::ttl::{FieldTtl, TtlPolicies};
 
@@ -127,6 +127,39 @@ impl CandidateSource<'_> {
     }
 }
 
+impl CandidateSource<'_> {
+    /// The same candidates, for [`Storage::reap`]; `None` if the index is gone.
+    fn reap_source(&self) -> Option<ReapSource> {
+        match self {
+            CandidateSource::LastWrite { cutoff_ms } => Some(ReapSource::Expiry {
+                order: ExpiryOrder::LastWrite,
+                range: (Bound::Unbounded, Bound::Included(*cutoff_ms)),
+            }),
+            CandidateSource::OwnExpiry { now_ms } => Some(ReapSource::Expiry {
+                order: ExpiryOrder::OwnExpiry,
+                range: (Bound::Unbounded, Bound::Included(*now_ms)),
+            }),
+            CandidateSource::Field {
+                ttl,
+                meta,
+                cutoff_ms,
+            } => {
+                let dates = Interval {
+                    lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
+                    upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(*cutoff_ms))),
+                };
+                let request = date_scan(meta, ttl, dates, None, BATCH_SIZE)?;
+                let ScanSource::Index { name, ranges } = request.source else {
+                    return None;
+                };
+                // One interval of one field: one byte range.
+                let range = ranges.into_iter().next()?;
+                Some(ReapSource::Index { name, range })
+            }
+        }
+    }
+}
+
 /// A scan of the index behind a MongoDB TTL index over a range of Date values, in ascending date
 /// order; `None` if the index is gone.
 fn date_scan(
@@ -149,6 +182,7 @@ fn date_scan(
         resume_after,
         reverse: direction == keycodec::Direction::Descending,
         limit,
+        hide: None,
     })
 }
 
@@ -167,7 +201,7 @@ impl Reaper {
         self.metrics.passes.fetch_add(1, Ordering::Relaxed);
         let mut deleted = 0;
         for meta in collections_with_policies(storage).await? {
-            let policies = TtlPolicies::from_meta(&meta);
+            let policies = Arc::new(TtlPolicies::from_meta(&meta));
             let started = Instant::now();
             deleted += self
                 .reap_collection(storage, &meta, &policies, now_ms)
@@ -185,68 +219,41 @@ impl Reaper {
         &self,
         storage: &dyn Storage,
         meta: &CollectionMeta,
-        policies: &TtlPolicies,
+        policies: &Arc<TtlPolicies>,
         now_ms: i64,
     ) -> StorageResult<u64> {
+        let Some(expired) = policies.expired_predicate(now_ms) else {
+            return Ok(0);
+        };
         let mut deleted = 0;
         for source in CandidateSource::all(policies, meta, now_ms) {
-            let mut page = source.page(storage, &meta.ns, None).await?;
+            let Some(source) = source.reap_source() else {
+                continue;
+            };
+            let mut resume_after = None;
             loop {
-                let deletes: Vec<WriteOp> = page
-                    .records
-                    .iter()
-                    .filter(|record| policies.is_expired(record, now_ms))
-                    .map(|record| WriteOp::Delete {
-                        id: record.doc.get("_id").cloned().unwrap_or(Bson::Null),
-                        expected_rev: Some(record.rev),
-                    })
-                    .collect();
-                // Read the next page while this batch commits: deleting entries behind the resume
-                // key does not disturb the scan.
-                let next = async {
-                    match page.resume.take() {
-                        Some(resume) => {
-                            source.page(storage, &meta.ns, Some(resume)).await.map(Some)
-                        }
-                        None => Ok(None),
-                    }
+                let request = ReapRequest {
+                    source: source.clone(),
+                    resume_after,
+                    limit: BATCH_SIZE,
+                    expired: expired.clone(),
                 };
-                let (batch_deleted, next) =
-                    tokio::join!(self.delete_batch(storage, &meta.ns, deletes), next);
-                deleted += batch_deleted?;
-                match next? {
-                    Some(next) => page = next,
+                let page = storage.reap(&meta.ns, request).await?;
+                if page.deleted > 0 {
+                    self.metrics.sub_passes.fetch_add(1, Ordering::Relaxed);
+                    self.metrics
+                        .deleted_documents
+                        .fetch_add(page.deleted, Ordering::Relaxed);
+                    deleted += page.deleted;
+                }
+                match page.resume {
+                    Some(resume) => resume_after = Some(resume),
                     None => break,
                 }
                 tokio::task::yield_now().await;
             }
         }
         Ok(deleted)
-    }
-
-    /// Deletes a batch as one background write; how many went (a write conflict means the document
-    /// changed after it was read, so it survives).
-    async fn delete_batch(
-        &self,
-        storage: &dyn Storage,
-        ns: &Namespace,
-        deletes: Vec<WriteOp>,
-    ) -> StorageResult<u64> {
-        if deletes.is_empty() {
-            return Ok(0);
-        }
-        self.metrics.sub_passes.fetch_add(1, Ordering::Relaxed);
-        let options = WriteOptions {
-            ordered: false,
-            force_durable: false,
-            background: true,
-        };
-        let results = storage.write(ns, deletes, options).await?;
-        let batch_deleted = results.iter().filter(|result| result.is_ok()).count() as u64;
-        self.metrics
-            .deleted_documents
-            .fetch_add(batch_deleted, Ordering::Relaxed);
-        Ok(batch_deleted)
     }
 
     /// Milliseconds the last pass spent on `ns`, if it has been reaped.

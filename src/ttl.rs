@@ -17,12 +17,13 @@
 
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawBsonRef, RawDocument};
 
+use crate::bsonutil::decode_fields;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::{document_string, type_name};
 use crate::query::{lookup_values, Filter};
-use crate::storage::{CollectionMeta, IndexSpec, Record, Supersede, TtlClass};
+use crate::storage::{CollectionMeta, IndexSpec, RawRecord, Record, RecordPredicate, TtlClass};
 
 /// The server-maintained last-modified field (Unix seconds), exposed only through `$meta`.
 pub const TS_FIELD: &str = "_ts";
@@ -119,10 +120,33 @@ impl FieldTtl {
                 _ => None,
             })
             .min()?;
-        Some(after_seconds(
-            earliest,
-            i64::from(self.expire_after_seconds),
-        ))
+        Some(self.after_date(earliest))
+    }
+
+    fn after_date(&self, date_ms: i64) -> i64 {
+        after_seconds(date_ms, i64::from(self.expire_after_seconds))
+    }
+
+    /// [`FieldTtl::expire_at_ms`] of a stored document, decoding no more of it than needed: a
+    /// top-level Date or missing field is read in place; otherwise only the path's top-level field
+    /// is decoded (the whole document when a partial filter must be evaluated).
+    fn stored_expire_at_ms(&self, raw: &RawDocument) -> Option<i64> {
+        let root = self.path.split('.').next().unwrap_or_default();
+        if self.partial.is_none() && root.len() == self.path.len() {
+            match raw.get(root) {
+                Ok(Some(RawBsonRef::DateTime(date))) => {
+                    return Some(self.after_date(date.timestamp_millis()))
+                }
+                Ok(None) => return None,
+                _ => {}
+            }
+        }
+        let document = if self.partial.is_some() {
+            Document::try_from(raw).ok()?
+        } else {
+            decode_fields(raw, |name| name == root).ok()?
+        };
+        self.expire_at_ms(&document)
     }
 }
 
@@ -165,22 +189,33 @@ impl TtlPolicies {
         self.cosmos.is_none() && self.fields.is_empty()
     }
 
+    /// The Cosmos expiry of a document stored with `ttl` (its own `ttl`, as [`ttl_class`] filed
+    /// it) and last written at `last_write_ms`.
+    fn cosmos_expire_at_ms(&self, ttl: TtlClass, last_write_ms: i64) -> Option<i64> {
+        match (ttl, self.cosmos?) {
+            (TtlClass::Own { expire_at_ms }, _) => Some(expire_at_ms),
+            (TtlClass::Default, CosmosDefault::Seconds(default)) => {
+                Some(after_seconds(last_write_ms, i64::from(default)))
+            }
+            (TtlClass::Never, _) | (TtlClass::Default, CosmosDefault::NoDefault) => None,
+        }
+    }
+
     /// When `record` expires under these policies (the earliest of all that apply), if ever.
     pub fn expire_at_ms(&self, record: &Record) -> Option<i64> {
-        let cosmos = self.cosmos.and_then(|default| {
-            let seconds = match (document_ttl(&record.doc), default) {
-                (DocumentTtl::Seconds(own), _) => own,
-                (DocumentTtl::Unset, CosmosDefault::Seconds(default)) => default,
-                (DocumentTtl::Never, _) | (DocumentTtl::Unset, CosmosDefault::NoDefault) => {
-                    return None
-                }
-            };
-            Some(after_seconds(record.last_write_ms, i64::from(seconds)))
-        });
         self.fields
             .iter()
             .filter_map(|field| field.expire_at_ms(&record.doc))
-            .chain(cosmos)
+            .chain(self.cosmos_expire_at_ms(record.ttl, record.last_write_ms))
+            .min()
+    }
+
+    /// [`TtlPolicies::expire_at_ms`] of a stored record, without decoding it in full.
+    pub fn stored_expire_at_ms(&self, record: &RawRecord<'_>) -> Option<i64> {
+        self.fields
+            .iter()
+            .filter_map(|field| field.stored_expire_at_ms(record.doc))
+            .chain(self.cosmos_expire_at_ms(record.ttl, record.last_write_ms))
             .min()
     }
 
@@ -202,15 +237,18 @@ impl TtlPolicies {
         }
     }
 
-    /// A predicate storage applies to a document that blocks a write (same `_id` or unique key):
-    /// an expired one is replaced instead of blocking.
-    pub fn supersede_expired(self: &Arc<Self>, now_ms: i64) -> Option<Supersede> {
+    /// "Expired at `now_ms`" as a predicate storage evaluates on stored records (`None` without
+    /// policies): scans skip such records undecoded, a write replaces one that blocks it (same
+    /// `_id` or unique key) instead of failing, and the reaper deletes them.
+    pub fn expired_predicate(self: &Arc<Self>, now_ms: i64) -> Option<RecordPredicate> {
         if self.is_empty() {
             return None;
         }
         let policies = Arc::clone(self);
-        Some(Arc::new(move |record: &Record| {
-            policies.is_expired(record, now_ms)
+        Some(RecordPredicate::new(move |record: &RawRecord<'_>| {
+            policies
+                .stored_expire_at_ms(record)
+                .is_some_and(|expire_at| expire_at <= now_ms)
         }))
     }
 
@@ -455,12 +493,12 @@ mod tests {
     fn no_policy_means_nothing_expires() {
         let policies = TtlPolicies::default();
         assert!(!policies.is_expired(&record(doc! {"ttl": 1}, T0), T0 + 1_000_000));
-        assert!(policies.supersede_expired_is_none());
+        assert!(policies.expired_predicate_is_none());
     }
 
     impl TtlPolicies {
-        fn supersede_expired_is_none(&self) -> bool {
-            Arc::new(self.clone()).supersede_expired(T0).is_none()
+        fn expired_predicate_is_none(&self) -> bool {
+            Arc::new(self.clone()).expired_predicate(T0).is_none()
         }
     }
 

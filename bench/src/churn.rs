@@ -48,6 +48,9 @@ const ALL_DELETED_WAIT: Duration = Duration::from_secs(60);
 const MIN_BEFORE_WINDOW: Duration = Duration::from_secs(5);
 /// When the visible churn documents are counted, after expiry.
 const VISIBLE_CHECKS: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(500)];
+/// The foreground timeline: slices of this length, starting this long before expiry.
+const TIMELINE_SLICE: Duration = Duration::from_millis(250);
+const TIMELINE_LEAD: Duration = Duration::from_secs(1);
 /// Longest wait for one `serverStatus` poll.
 const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -393,6 +396,9 @@ struct ChurnResult {
     poll_rtt_ms: (u64, u64, u64),
     poll_errors: ErrorLog,
     windows: Vec<WindowFigures>,
+    /// Foreground ops/s per [`TIMELINE_SLICE`] from 1 s before expiry to the end of the
+    /// deleting window.
+    timeline: Vec<f64>,
     deleting_finished: bool,
     foreground_errors: RunStats,
     final_ttl_section: Option<Document>,
@@ -661,6 +667,13 @@ async fn run_one(
         polls: polls.len(),
         poll_rtt_ms,
         poll_errors,
+        timeline: (0..)
+            .map(|slice| expiry - TIMELINE_LEAD + TIMELINE_SLICE * slice)
+            .take_while(|from| *from < deleting_end)
+            .map(|from| {
+                window_figures("", &traces, origin, expiry, from, from + TIMELINE_SLICE).ops_per_sec
+            })
+            .collect(),
         windows,
         deleting_finished: all_deleted.is_some_and(|at| at <= expiry + DELETING_WINDOW_MAX),
         foreground_errors,
@@ -893,6 +906,16 @@ impl ChurnResult {
                 ])
             ));
         }
+        output.text(&format!(
+            "  foreground ops/s per {} ms from T-{} s: {}",
+            TIMELINE_SLICE.as_millis(),
+            TIMELINE_LEAD.as_secs(),
+            self.timeline
+                .iter()
+                .map(|ops| thousands(*ops))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
         if let Some(section) = &self.final_ttl_section {
             output.text(&format!(
                 "  serverStatus.ttl[\"{}.{CHURN_COLLECTION}\"] at the end: {section}",
@@ -1026,6 +1049,14 @@ impl ChurnResult {
             })
             .collect();
         record.insert("windows", windows);
+        record.insert(
+            "timeline",
+            doc! {
+                "slice_ms": TIMELINE_SLICE.as_millis() as i64,
+                "from_secs": -TIMELINE_LEAD.as_secs_f64(),
+                "ops_per_sec": self.timeline.iter().map(|ops| Bson::Double(round3(*ops))).collect::<Vec<_>>(),
+            },
+        );
         record.insert(
             "targets",
             doc! {

@@ -81,6 +81,9 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     }
     let pipeline = Pipeline::parse(&stages)?;
     let now_ms = ctx.state.clock.now_ms();
+    let context = PipelineContext {
+        now: bson::DateTime::from_millis(now_ms),
+    };
     let input = match (pipeline.source(), &collection) {
         (Some(SourceStage::Documents), _) => Vec::new(),
         (Some(SourceStage::CollStats(request)), Some(ns)) => {
@@ -99,6 +102,16 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
                 .leading_filter()
                 .cloned()
                 .map_or_else(|| Filter::parse(&Document::new()), Ok)?;
+            if filter.matches_everything() && pipeline.counts_only() {
+                // Counting every visible document (`countDocuments({})`): the count `count`
+                // gives, from storage statistics and the expiry structures, no document read.
+                let visible = match &view.meta {
+                    Some(meta) => visible_stats(ctx, meta).await?.count,
+                    None => 0,
+                };
+                let output = pipeline.run_counted(visible, &context)?;
+                return buffered_cursor(ctx, body, ns.to_string(), output).await;
+            }
             let records = exec::find_all(storage, &view, Arc::new(filter), None).await?;
             records.into_iter().map(|record| record.doc).collect()
         }
@@ -109,12 +122,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             ))
         }
     };
-    let output = pipeline.run(
-        input,
-        &PipelineContext {
-            now: bson::DateTime::from_millis(now_ms),
-        },
-    )?;
+    let output = pipeline.run(input, &context)?;
     let cursor_ns = match &collection {
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),

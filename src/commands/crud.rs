@@ -205,7 +205,7 @@ impl<'a> WriteContext<'a> {
                 .view
                 .visibility
                 .policies
-                .supersede_expired(self.now_ms()),
+                .expired_predicate(self.now_ms()),
         }
     }
 
@@ -268,7 +268,7 @@ impl<'a> WriteContext<'a> {
                     .view
                     .visibility
                     .policies
-                    .supersede_expired(self.now_ms()),
+                    .expired_predicate(self.now_ms()),
             };
             match self.write_one(op).await {
                 Ok(_) => return Ok(Updated::Modified(document)),

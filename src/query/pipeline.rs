@@ -222,6 +222,58 @@ impl Pipeline {
         self.leading_filter.as_ref()
     }
 
+    /// Where the stages after the leading `$match` stop depending on anything but how many
+    /// documents came in: the position of a `$count`, or of a `$group` on a constant `_id` with
+    /// constant accumulator arguments (the shape drivers send for `countDocuments`), preceded only
+    /// by `$skip`/`$limit`. `None` if the pipeline reads its input's fields.
+    fn counting_stage(&self) -> Option<usize> {
+        if self.source.is_some() {
+            return None;
+        }
+        for (position, stage) in self.stages.iter().enumerate() {
+            match stage {
+                Stage::Skip(_) | Stage::Limit(_) => continue,
+                Stage::Count(_) => return Some(position),
+                Stage::Group(group) if group.is_constant() => return Some(position),
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Whether [`Pipeline::run_counted`] applies: the result depends only on how many documents
+    /// the leading `$match` lets through, so the caller need not read them.
+    pub fn counts_only(&self) -> bool {
+        self.counting_stage().is_some()
+    }
+
+    /// [`Pipeline::run`] over `count` input documents whose contents do not matter (see
+    /// [`Pipeline::counts_only`]; any other pipeline yields nothing).
+    pub fn run_counted(
+        &self,
+        mut count: u64,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
+        let Some(counting) = self.counting_stage() else {
+            return Ok(Vec::new());
+        };
+        let mut documents = Vec::new();
+        for (position, stage) in self.stages.iter().enumerate() {
+            if position > counting {
+                documents = stage.run(documents, context.now)?;
+                continue;
+            }
+            match stage {
+                Stage::Skip(skip) => count = count.saturating_sub(*skip),
+                Stage::Limit(limit) => count = count.min(*limit),
+                Stage::Count(field) => documents = count_output(field, count),
+                Stage::Group(group) => documents = group.run_on_copies(count, context.now)?,
+                _ => {}
+            }
+        }
+        Ok(documents)
+    }
+
     /// The special first stage the caller must provide the input for, if any.
     pub fn source(&self) -> Option<&SourceStage> {
         self.source.as_ref()
@@ -242,6 +294,19 @@ impl Pipeline {
         }
         Ok(documents)
     }
+}
+
+/// What `$count: field` produces for `count` documents.
+fn count_output(field: &str, count: u64) -> Vec<Document> {
+    if count == 0 {
+        return Vec::new();
+    }
+    let value = i32::try_from(count)
+        .map(Bson::Int32)
+        .unwrap_or_else(|_| Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX)));
+    let mut output = Document::new();
+    output.insert(field, value);
+    vec![output]
 }
 
 fn match_not_object() -> CommandError {
@@ -591,18 +656,7 @@ impl Stage {
                 .into_iter()
                 .take(usize::try_from(*count).unwrap_or(usize::MAX))
                 .collect()),
-            Stage::Count(field) => {
-                if documents.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let count = documents.len();
-                let value = i32::try_from(count)
-                    .map(Bson::Int32)
-                    .unwrap_or_else(|_| Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX)));
-                let mut output = Document::new();
-                output.insert(field.clone(), value);
-                Ok(vec![output])
-            }
+            Stage::Count(field) => Ok(count_output(field, documents.len() as u64)),
             Stage::Group(group) => group.run(documents, now),
             Stage::Unwind(unwind) => {
                 let mut output = Vec::with_capacity(documents.len());

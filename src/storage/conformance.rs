@@ -6,15 +6,14 @@
 //! one engine; [`run_all`] runs them all.
 
 use std::ops::Bound;
-use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
 use super::keycodec::{encode_id, encode_key, Direction};
 use super::{
-    CollectionMeta, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record, ScanRequest, ScanSource,
-    Storage, StorageError, Supersede, TimeRange, TtlClass, WriteMeta, WriteOp, WriteOptions,
-    WriteOutcome,
+    CollectionMeta, ExpiryOrder, IndexSpec, KeyRange, Namespace, RawRecord, Record,
+    RecordPredicate, ScanRequest, ScanSource, Storage, StorageError, TimeRange, TtlClass,
+    WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 
 const META: WriteMeta = WriteMeta {
@@ -54,7 +53,7 @@ pub fn insert(doc: Document) -> WriteOp {
     insert_with(doc, META, None)
 }
 
-pub fn insert_with(doc: Document, meta: WriteMeta, supersede: Option<Supersede>) -> WriteOp {
+pub fn insert_with(doc: Document, meta: WriteMeta, supersede: Option<RecordPredicate>) -> WriteOp {
     WriteOp::Insert {
         doc,
         meta,
@@ -71,7 +70,7 @@ pub fn replace_with(
     expected_rev: u64,
     doc: Document,
     meta: WriteMeta,
-    supersede: Option<Supersede>,
+    supersede: Option<RecordPredicate>,
 ) -> WriteOp {
     WriteOp::Replace {
         id: id.into(),
@@ -187,6 +186,7 @@ pub async fn scan_all(
                     resume_after: resume.take(),
                     reverse,
                     limit: page,
+                    hide: None,
                 },
             )
             .await
@@ -1161,7 +1161,8 @@ pub async fn indexes(storage: &dyn Storage) {
                     source: index_source("s_1", vec![]),
                     resume_after: None,
                     reverse: false,
-                    limit: 1
+                    limit: 1,
+                    hide: None,
                 }
             )
             .await,
@@ -1368,7 +1369,8 @@ pub async fn scans(storage: &dyn Storage) {
                     source: index_source("nope", vec![]),
                     resume_after: None,
                     reverse: false,
-                    limit: 5
+                    limit: 5,
+                    hide: None,
                 }
             )
             .await,
@@ -1384,6 +1386,7 @@ pub async fn scans(storage: &dyn Storage) {
                 resume_after: None,
                 reverse: false,
                 limit: 10,
+                hide: None,
             },
         )
         .await
@@ -1403,6 +1406,7 @@ pub async fn scans(storage: &dyn Storage) {
                 resume_after: first.resume,
                 reverse: false,
                 limit: 1000,
+                hide: None,
             },
         )
         .await
@@ -1745,11 +1749,11 @@ pub async fn supersede(storage: &dyn Storage) {
         )
         .await
         .unwrap();
-    let always: Supersede = Arc::new(|_: &Record| true);
-    let never: Supersede = Arc::new(|_: &Record| false);
+    let always = RecordPredicate::new(|_: &RawRecord| true);
+    let never = RecordPredicate::new(|_: &RawRecord| false);
     // A caller rule over the stored record (here: a flag in the document).
-    let expired: Supersede =
-        Arc::new(|record: &Record| record.doc.get_bool("expired").unwrap_or(false));
+    let expired =
+        RecordPredicate::new(|record: &RawRecord| record.doc.get_bool("expired").unwrap_or(false));
     write_ok(
         storage,
         &ns,
@@ -1864,8 +1868,8 @@ pub async fn supersede(storage: &dyn Storage) {
     assert_eq!(expiry_ids(storage, &ns).await, (int_ids([4]), int_ids([2])));
 
     // Two conflicting documents, one not supersedable: nothing happens at all.
-    let only_4: Supersede =
-        Arc::new(|record: &Record| record.doc.get("_id") == Some(&Bson::Int32(4)));
+    let only_4 =
+        RecordPredicate::new(|record: &RawRecord| record.doc.get_i32("_id").ok() == Some(4));
     let results = storage
         .write(
             &ns,
@@ -2146,7 +2150,8 @@ pub async fn catalog_only_indexes(storage: &dyn Storage) {
                     source: all(),
                     resume_after: None,
                     reverse: false,
-                    limit: 1
+                    limit: 1,
+                    hide: None,
                 }
             )
             .await,

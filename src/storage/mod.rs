@@ -19,7 +19,7 @@
 //!   keeps, per collection and always (whatever TTL policy exists), the `Default`-class documents
 //!   ordered by `last_write_ms` and the `Own`-class documents ordered by `expire_at_ms`, updated
 //!   atomically with the document. What counts as expired is decided by the caller (`crate::ttl`);
-//!   storage only orders and evaluates caller-supplied predicates ([`Supersede`]).
+//!   storage only orders and evaluates caller-supplied predicates ([`RecordPredicate`]).
 //! - Errors are a small closed set ([`StorageError`]) mapped to MongoDB codes in one place
 //!   (`impl From<StorageError> for CommandError`).
 
@@ -33,7 +33,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocument};
 
 use crate::error::{CommandError, ErrorCode};
 
@@ -149,28 +149,60 @@ pub struct WriteMeta {
     pub ttl: TtlClass,
 }
 
-/// Decides whether a stored document that conflicts with a write (same `_id` on insert, or the
-/// same key in a unique index) may be deleted to let the write proceed (used so that an expired,
-/// not yet reaped document never blocks a write). Runs inside the engine's write path: it must be
-/// fast, must not block, must not panic (it runs on the writer thread) and must not call back
-/// into storage. Called at most once per conflicting document and operation.
-pub type Supersede = Arc<dyn Fn(&Record) -> bool + Send + Sync>;
+/// A stored document as the engine holds it, not decoded: what [`RecordPredicate`]s see.
+#[derive(Clone, Copy, Debug)]
+pub struct RawRecord<'a> {
+    pub doc: &'a RawDocument,
+    pub rev: u64,
+    pub last_write_ms: i64,
+    pub ttl: TtlClass,
+}
+
+/// A caller-supplied rule the engine evaluates on stored records without decoding them (the TTL
+/// rules: "is this document expired now?"). It runs inside the engine, on the writer thread for
+/// writes: it must be fast, must not block, must not panic and must not call back into storage.
+/// Compares by identity.
+#[derive(Clone)]
+pub struct RecordPredicate(Arc<dyn Fn(&RawRecord<'_>) -> bool + Send + Sync>);
+
+impl RecordPredicate {
+    pub fn new(rule: impl Fn(&RawRecord<'_>) -> bool + Send + Sync + 'static) -> Self {
+        RecordPredicate(Arc::new(rule))
+    }
+
+    pub fn holds(&self, record: &RawRecord<'_>) -> bool {
+        (self.0)(record)
+    }
+}
+
+impl fmt::Debug for RecordPredicate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<predicate>")
+    }
+}
+
+impl PartialEq for RecordPredicate {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
 
 /// One operation of a write batch. Documents always carry `_id`.
 ///
 /// `supersede`: when validation finds an existing document that conflicts with the operation —
 /// same `_id` (Insert), or the same key in a unique index (Insert and Replace; never the replaced
-/// document itself) — and the predicate returns true for it, that document is deleted (with all
-/// its index and expiry entries) as part of the same atomic operation and the operation proceeds;
+/// document itself) — and the predicate holds for it, that document is deleted (with all its
+/// index and expiry entries) as part of the same atomic operation and the operation proceeds;
 /// otherwise the operation fails with `DuplicateKey` and changes nothing. All conflicts are
-/// resolved before anything is mutated.
-#[derive(Clone)]
+/// resolved before anything is mutated. (Used so that an expired, not yet reaped document never
+/// blocks a write.)
+#[derive(Clone, Debug, PartialEq)]
 pub enum WriteOp {
     /// Fails with `DuplicateKey` if `_id` or a unique index key is taken (and not superseded).
     Insert {
         doc: Document,
         meta: WriteMeta,
-        supersede: Option<Supersede>,
+        supersede: Option<RecordPredicate>,
     },
     /// Replaces the document with `_id == id` if its revision is still `expected_rev`; `doc` has the
     /// same `_id`. `WriteConflict` if the revision changed or the document no longer exists.
@@ -179,123 +211,15 @@ pub enum WriteOp {
         expected_rev: u64,
         doc: Document,
         meta: WriteMeta,
-        supersede: Option<Supersede>,
+        supersede: Option<RecordPredicate>,
     },
     /// Deletes the document with `_id == id`, if its revision is still `expected_rev` (when given).
     /// `WriteConflict` if the revision changed or no such document exists.
     Delete { id: Bson, expected_rev: Option<u64> },
 }
 
-/// Prints a predicate as `<predicate>`.
-struct PredicateDebug<'a>(&'a Option<Supersede>);
-
-impl fmt::Debug for PredicateDebug<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(_) => f.write_str("Some(<predicate>)"),
-            None => f.write_str("None"),
-        }
-    }
-}
-
-impl fmt::Debug for WriteOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WriteOp::Insert {
-                doc,
-                meta,
-                supersede,
-            } => f
-                .debug_struct("Insert")
-                .field("doc", doc)
-                .field("meta", meta)
-                .field("supersede", &PredicateDebug(supersede))
-                .finish(),
-            WriteOp::Replace {
-                id,
-                expected_rev,
-                doc,
-                meta,
-                supersede,
-            } => f
-                .debug_struct("Replace")
-                .field("id", id)
-                .field("expected_rev", expected_rev)
-                .field("doc", doc)
-                .field("meta", meta)
-                .field("supersede", &PredicateDebug(supersede))
-                .finish(),
-            WriteOp::Delete { id, expected_rev } => f
-                .debug_struct("Delete")
-                .field("id", id)
-                .field("expected_rev", expected_rev)
-                .finish(),
-        }
-    }
-}
-
-/// Predicates compare by identity (`Arc::ptr_eq`).
-fn same_predicate(a: &Option<Supersede>, b: &Option<Supersede>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        (None, None) => true,
-        _ => false,
-    }
-}
-
-impl PartialEq for WriteOp {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (
-                WriteOp::Insert {
-                    doc,
-                    meta,
-                    supersede,
-                },
-                WriteOp::Insert {
-                    doc: other_doc,
-                    meta: other_meta,
-                    supersede: other_supersede,
-                },
-            ) => {
-                doc == other_doc && meta == other_meta && same_predicate(supersede, other_supersede)
-            }
-            (
-                WriteOp::Replace {
-                    id,
-                    expected_rev,
-                    doc,
-                    meta,
-                    supersede,
-                },
-                WriteOp::Replace {
-                    id: other_id,
-                    expected_rev: other_rev,
-                    doc: other_doc,
-                    meta: other_meta,
-                    supersede: other_supersede,
-                },
-            ) => {
-                id == other_id
-                    && expected_rev == other_rev
-                    && doc == other_doc
-                    && meta == other_meta
-                    && same_predicate(supersede, other_supersede)
-            }
-            (
-                WriteOp::Delete { id, expected_rev },
-                WriteOp::Delete {
-                    id: other_id,
-                    expected_rev: other_rev,
-                },
-            ) => id == other_id && expected_rev == other_rev,
-            _ => false,
-        }
-    }
-}
-
 /// What a successful operation did. `superseded`: how many conflicting documents the operation's
-/// [`Supersede`] predicate let it delete.
+/// `supersede` predicate let it delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
     Inserted { rev: u64, superseded: u32 },
@@ -354,6 +278,40 @@ pub struct ScanRequest {
     pub reverse: bool,
     /// Maximum records in the page (at least 1).
     pub limit: usize,
+    /// Records it holds for are skipped before they are decoded (expired documents). A page that
+    /// skipped many may hold fewer than `limit` records, none even, and still have a `resume`.
+    pub hide: Option<RecordPredicate>,
+}
+
+/// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it
+/// that has expired.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReapSource {
+    /// An expiry table over a time range (as in [`Storage::expiry_scan`]).
+    Expiry {
+        order: ExpiryOrder,
+        range: TimeRange,
+    },
+    /// One index over a range of encoded keys (as one range of [`ScanSource::Index`]).
+    Index { name: String, range: KeyRange },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReapRequest {
+    pub source: ReapSource,
+    /// Continue strictly after this entry of the source (a `ReapPage::resume`).
+    pub resume_after: Option<Vec<u8>>,
+    /// Most source entries read (at least 1).
+    pub limit: usize,
+    /// Which of the candidates to delete, judged on their current state.
+    pub expired: RecordPredicate,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReapPage {
+    pub deleted: u64,
+    /// `Some` if the source may have more entries in range; pass it as `resume_after`.
+    pub resume: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -540,4 +498,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
+    /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
+    /// they point to for which `expired` holds, with all its index and expiry entries, as one
+    /// background write (see [`WriteOptions::background`]). Candidates are read, judged and
+    /// deleted in one atomic step, so a document rewritten since the caller last saw it is judged
+    /// by what it is now. Costs in proportion to the entries read, never to the collection's
+    /// size. A missing collection or index reaps nothing.
+    async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage>;
 }

@@ -318,6 +318,16 @@ fn group_error(code: ErrorCode, message: impl Into<String>) -> CommandError {
 }
 
 impl Group {
+    /// Whether the `_id` and every accumulator argument are literals: the result then depends
+    /// only on how many documents come in.
+    pub(crate) fn is_constant(&self) -> bool {
+        matches!(self.id, Expr::Literal(_))
+            && self
+                .fields
+                .iter()
+                .all(|(_, _, argument)| matches!(argument, Expr::Literal(_)))
+    }
+
     /// Parses `{_id: expr, field: {$accumulator: expr}, ...}`.
     pub(crate) fn parse(spec: &Bson) -> CommandResult<Group> {
         let Bson::Document(spec) = spec else {
@@ -413,6 +423,30 @@ impl Group {
 
     /// Groups `input` and returns one document per group: `_id` first, then the accumulator
     /// fields in specification order.
+    /// [`Group::run`] over `count` documents, for a group that [`Group::is_constant`]: the key
+    /// and every accumulator argument are evaluated once, and each argument is accumulated
+    /// `count` times, without the documents.
+    pub(crate) fn run_on_copies(&self, count: u64, now: DateTime) -> CommandResult<Vec<Document>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let empty = Document::new();
+        let mut output = Document::new();
+        output.insert(
+            "_id",
+            self.id.evaluate_on(&empty, now)?.unwrap_or(Bson::Null),
+        );
+        for (name, op, expr) in &self.fields {
+            let value = expr.evaluate_on(&empty, now)?;
+            let mut state = AccumulatorState::new(*op);
+            for _ in 0..count {
+                state.add(value.clone())?;
+            }
+            output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
+        }
+        Ok(vec![output])
+    }
+
     pub(crate) fn run(&self, input: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
         let mut keys: Vec<Bson> = Vec::new();
         let mut states: Vec<Vec<AccumulatorState>> = Vec::new();

@@ -3,7 +3,7 @@
 //!
 //! Invariants: every operation validates completely (existence, revisions, `_id` and unique index
 //! keys — ignoring the document's own entries on replace —, parallel arrays, index build
-//! duplicates, which conflicting documents its `Supersede` predicate removes, and decoding of
+//! duplicates, which conflicting documents its `supersede` predicate removes, and decoding of
 //! every record it will remove) before it mutates anything, so a failing operation leaves no
 //! trace and the group still commits the others. Only redb I/O errors can interrupt a mutation
 //! half-way; they are returned as `StorageError::Io` and poison the whole group. Every document
@@ -19,21 +19,21 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::catalog::{id_index_spec, CollectionEntry, IndexEntry};
+use super::catalog::{id_index_spec, CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
-    bytes_table, corrupt, decode_record, entry_key, entry_value, expiry_key, expiry_position,
-    index_table_name, io, record_document, record_header, record_with_document, set_record_header,
+    bytes_table, corrupt, entry_key, entry_value, expiry_key, expiry_position, index_table_name,
+    io, raw_record, record_document, record_header, record_with_document, set_record_header,
     CATALOG, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::IndexKeyer;
 use crate::storage::keycodec::encode_id;
 use crate::storage::{
-    CollectionMeta, ExpiryOrder, IndexSpec, Namespace, StorageError, StorageResult, Supersede,
-    WriteMeta, WriteOp, WriteOutcome,
+    CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
+    StorageResult, WriteMeta, WriteOp, WriteOutcome,
 };
 
-type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
 /// (stored key, value) pairs of one index table.
 type IndexEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -46,7 +46,7 @@ pub(super) enum PreparedOp {
         /// Header placeholder + BSON.
         record: Vec<u8>,
         meta: WriteMeta,
-        supersede: Option<Supersede>,
+        supersede: Option<RecordPredicate>,
     },
     Replace {
         id_key: Vec<u8>,
@@ -54,7 +54,7 @@ pub(super) enum PreparedOp {
         doc: Document,
         record: Vec<u8>,
         meta: WriteMeta,
-        supersede: Option<Supersede>,
+        supersede: Option<RecordPredicate>,
     },
     Delete {
         id_key: Vec<u8>,
@@ -498,7 +498,7 @@ pub(super) fn write(
 
 /// Signed change of a table's byte counters.
 #[derive(Default)]
-struct SizeDelta {
+pub(super) struct SizeDelta {
     key_bytes: i64,
     value_bytes: i64,
 }
@@ -509,7 +509,7 @@ impl SizeDelta {
         self.value_bytes += value_len as i64;
     }
 
-    fn sub(&mut self, key_len: usize, value_len: usize) {
+    pub fn sub(&mut self, key_len: usize, value_len: usize) {
         self.key_bytes -= key_len as i64;
         self.value_bytes -= value_len as i64;
     }
@@ -533,10 +533,10 @@ impl SizeDelta {
     }
 }
 
-struct IndexTable<'t, 'e> {
-    index: &'e IndexEntry,
-    table: BytesTable<'t>,
-    size: SizeDelta,
+pub(super) struct IndexTable<'t, 'e> {
+    pub index: &'e IndexEntry,
+    pub table: BytesTable<'t>,
+    pub size: SizeDelta,
 }
 
 impl IndexTable<'_, '_> {
@@ -550,7 +550,7 @@ impl IndexTable<'_, '_> {
     }
 
     /// Removes the entry of `id_key` under `index_key` (never another document's entry).
-    fn remove(&mut self, index_key: &[u8], id_key: &[u8]) -> StorageResult<()> {
+    pub fn remove(&mut self, index_key: &[u8], id_key: &[u8]) -> StorageResult<()> {
         let unique = self.index.unique();
         let key = entry_key(index_key, id_key, unique);
         if unique {
@@ -590,20 +590,22 @@ struct Removal {
 }
 
 /// The open tables of one collection for the duration of one write job.
-struct CollectionTables<'t, 'e> {
-    entry: &'e CollectionEntry,
-    data: BytesTable<'t>,
-    data_size: SizeDelta,
+pub(super) struct CollectionTables<'t, 'e> {
+    pub entry: &'e CollectionEntry,
+    pub data: BytesTable<'t>,
+    pub data_size: SizeDelta,
     /// `lw.<id>`: `TtlClass::Default` records by last write.
-    last_write: BytesTable<'t>,
+    pub last_write: BytesTable<'t>,
     /// `ox.<id>`: `TtlClass::Own` records by their own expiry.
-    own_expiry: BytesTable<'t>,
+    pub own_expiry: BytesTable<'t>,
     /// Maintained (not catalog-only) secondary indexes.
-    indexes: Vec<IndexTable<'t, 'e>>,
+    pub indexes: Vec<IndexTable<'t, 'e>>,
+    /// Keys of stored documents in `indexes`.
+    pub keyer: StoredKeyer<'e>,
 }
 
 impl<'t, 'e> CollectionTables<'t, 'e> {
-    fn open(txn: &'t WriteTransaction, entry: &'e CollectionEntry) -> StorageResult<Self> {
+    pub fn open(txn: &'t WriteTransaction, entry: &'e CollectionEntry) -> StorageResult<Self> {
         let open = |name: &str| txn.open_table(bytes_table(name)).map_err(io);
         let indexes = entry
             .indexes
@@ -618,6 +620,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             })
             .collect::<StorageResult<Vec<_>>>()?;
         Ok(CollectionTables {
+            keyer: StoredKeyer::new(entry),
             entry,
             data: open(&entry.data_table)?,
             data_size: SizeDelta::default(),
@@ -627,7 +630,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         })
     }
 
-    fn save_sizes(self, txn: &WriteTransaction) -> StorageResult<()> {
+    pub fn save_sizes(self, txn: &WriteTransaction) -> StorageResult<()> {
         let CollectionTables {
             entry,
             data,
@@ -635,6 +638,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             last_write,
             own_expiry,
             indexes,
+            keyer: _,
         } = self;
         drop((data, last_write, own_expiry));
         data_size.save(txn, &entry.data_table)?;
@@ -689,19 +693,9 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         Ok(record)
     }
 
-    /// Keys of a stored document. A stored document whose keys cannot be computed (impossible
-    /// while the invariants hold) contributes none: its entries are left dangling, which scans
-    /// tolerate, rather than blocking the write.
-    fn stored_keys(&self, record: &[u8]) -> StorageResult<Vec<Vec<Vec<u8>>>> {
-        if self.indexes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let document = record_document(record)?;
-        Ok(self
-            .indexes
-            .iter()
-            .map(|index| index.index.keyer.keys(&document).unwrap_or_default())
-            .collect())
+    /// Keys of a stored document, one list per maintained index (see [`StoredKeyer::keys`]).
+    pub fn stored_keys(&self, record: &[u8]) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+        self.keyer.keys(record)
     }
 
     /// Decodes what deleting the stored `record` of `id_key` touches.
@@ -735,7 +729,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
     fn resolve_conflict(
         &self,
         owner: &[u8],
-        supersede: Option<&Supersede>,
+        supersede: Option<&RecordPredicate>,
         superseded: &mut Vec<Removal>,
         conflict: impl FnOnce() -> StorageError,
     ) -> StorageResult<()> {
@@ -753,7 +747,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         else {
             return Err(conflict());
         };
-        if !supersede(&decode_record(&record)?) {
+        if !supersede.holds(&raw_record(&record)?) {
             return Err(conflict());
         }
         superseded.push(self.plan_removal(owner, &record)?);
@@ -872,7 +866,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         id_key: &[u8],
         new_keys: &[Vec<Vec<u8>>],
         old_keys: Option<&[Vec<Vec<u8>>]>,
-        supersede: Option<&Supersede>,
+        supersede: Option<&RecordPredicate>,
         superseded: &mut Vec<Removal>,
     ) -> StorageResult<()> {
         for (position, (index, keys)) in self.indexes.iter().zip(new_keys).enumerate() {

@@ -17,7 +17,10 @@ use std::sync::Arc;
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
-use super::format::{corrupt, data_table_name, expiry_table_name, index_table_name};
+use super::format::{
+    corrupt, data_table_name, expiry_table_name, index_table_name, raw_record, record_document,
+};
+use crate::bsonutil::decode_fields;
 use crate::storage::indexkeys::IndexKeyer;
 use crate::storage::keycodec::Direction;
 use crate::storage::{CollectionMeta, ExpiryOrder, IndexSpec, Namespace, StorageResult};
@@ -66,6 +69,63 @@ impl IndexEntry {
     /// Whether the engine keeps entries for this index (not catalog-only).
     pub fn maintained(&self) -> bool {
         !self.keyer.spec().catalog_only
+    }
+}
+
+/// Computes a stored document's keys in every maintained index of a collection, decoding only the
+/// top-level fields those keys depend on (the whole document when a partial filter must be
+/// evaluated).
+pub(super) struct StoredKeyer<'e> {
+    /// The maintained indexes, in `CollectionEntry::indexes` order.
+    pub indexes: Vec<&'e IndexEntry>,
+    /// `None`: decode everything.
+    fields: Option<Vec<&'e str>>,
+}
+
+impl<'e> StoredKeyer<'e> {
+    pub fn new(entry: &'e CollectionEntry) -> StoredKeyer<'e> {
+        let indexes: Vec<&IndexEntry> = entry
+            .indexes
+            .iter()
+            .filter(|index| index.maintained())
+            .collect();
+        let fields = indexes
+            .iter()
+            .map(|index| {
+                let spec = index.spec();
+                spec.partial_filter.is_none().then(|| {
+                    spec.key
+                        .iter()
+                        .map(|(path, _)| path.split('.').next().unwrap_or_default())
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|roots| roots.into_iter().flatten().collect());
+        StoredKeyer { indexes, fields }
+    }
+
+    /// The keys of a stored record, one list per maintained index. A document whose keys cannot
+    /// be computed (impossible while the invariants hold) has none in that index.
+    pub fn keys(&self, record: &[u8]) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+        if self.indexes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let document = match &self.fields {
+            Some(fields) => decode_fields(raw_record(record)?.doc, |name| fields.contains(&name))
+                .map_err(|error| corrupt(format!("stored document: {error}")))?,
+            None => record_document(record)?,
+        };
+        Ok(self
+            .indexes
+            .iter()
+            .map(|index| index.keyer.keys(&document).unwrap_or_default())
+            .collect())
+    }
+
+    /// The ids of the maintained indexes: keys computed under one keyer are valid under another
+    /// only if these are equal.
+    pub fn index_ids(&self) -> Vec<u64> {
+        self.indexes.iter().map(|index| index.id).collect()
     }
 }
 

@@ -28,10 +28,12 @@
 
 use std::fmt::Display;
 
-use bson::Document;
+use bson::{Document, RawDocument};
 use redb::TableDefinition;
 
-use crate::storage::{ExpiryOrder, Record, StorageError, StorageResult, TtlClass, WriteMeta};
+use crate::storage::{
+    ExpiryOrder, RawRecord, Record, StorageError, StorageResult, TtlClass, WriteMeta,
+};
 
 /// 2: TTL class in the record header, expiry tables, catalog-only indexes.
 pub(super) const FORMAT_VERSION: u64 = 2;
@@ -193,6 +195,19 @@ pub(super) fn record_document(record: &[u8]) -> StorageResult<Document> {
     record_header(record)?;
     crate::bsonutil::decode_document(&record[RECORD_HEADER_LEN..])
         .map_err(|error| corrupt(format!("stored document: {error}")))
+}
+
+/// A stored record as predicates see it, without decoding the document.
+pub(super) fn raw_record(record: &[u8]) -> StorageResult<RawRecord<'_>> {
+    let header = record_header(record)?;
+    let doc = RawDocument::from_bytes(&record[RECORD_HEADER_LEN..])
+        .map_err(|error| corrupt(format!("stored document: {error}")))?;
+    Ok(RawRecord {
+        doc,
+        rev: header.rev,
+        last_write_ms: header.meta.last_write_ms,
+        ttl: header.meta.ttl,
+    })
 }
 
 pub(super) fn decode_record(record: &[u8]) -> StorageResult<Record> {

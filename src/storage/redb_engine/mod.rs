@@ -6,7 +6,8 @@
 //! submit a job and await its answer on a oneshot channel. Reads (`read.rs`) run inline on the
 //! caller's task in short read transactions, concurrently with the writer, against the published
 //! catalog (`catalog.rs`). The on-disk layout (data, index and per-collection expiry tables) is in
-//! `format.rs`; the work done inside a write transaction is in `apply.rs`.
+//! `format.rs`; the work done inside a write transaction is in `apply.rs` (reaping of expired documents in
+//! `reap.rs`).
 //!
 //! Invariants: a dbpath is used by one engine at a time (an exclusive lock on
 //! `<dbpath>/tideway.lock`, held for the engine's lifetime); dropping the engine finishes the
@@ -14,9 +15,11 @@
 //! released. Must not: write outside the writer thread, or hold a read transaction across calls.
 
 mod apply;
+mod background;
 mod catalog;
 mod format;
 mod read;
+mod reap;
 mod writer;
 
 #[cfg(test)]
@@ -28,7 +31,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
@@ -37,6 +40,7 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use tokio::sync::oneshot;
 
 use self::apply::PreparedOp;
+use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
 use self::format::{
     io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
@@ -44,8 +48,9 @@ use self::format::{
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
-    CollectionMeta, CollectionStats, ExpiryOrder, IndexSpec, Namespace, Record, ScanPage,
-    ScanRequest, Storage, StorageError, StorageResult, WriteOp, WriteOptions, WriteOutcome,
+    CollectionMeta, CollectionStats, ExpiryOrder, IndexSpec, Namespace, ReapPage, ReapRequest,
+    Record, ScanPage, ScanRequest, Storage, StorageError, StorageResult, WriteOp, WriteOptions,
+    WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -58,6 +63,10 @@ pub const LOCK_FILE_NAME: &str = "tideway.lock";
 /// The redb storage engine. Cheap to share behind an `Arc`; see the module documentation.
 pub struct RedbStorage {
     shared: Arc<Shared>,
+    /// Runs the read phase of reaping at low CPU priority.
+    background_reader: BackgroundReader,
+    /// The reaping batch read ahead for the request expected next.
+    read_ahead: Mutex<Option<ReadAhead>>,
     /// `None` once dropping.
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
@@ -144,6 +153,8 @@ impl RedbStorage {
                 StorageError::Io(format!("cannot start the writer thread: {error}"))
             })?;
         Ok(RedbStorage {
+            background_reader: BackgroundReader::start()?,
+            read_ahead: Mutex::new(None),
             shared,
             jobs: Some(jobs),
             writer: Some(writer),
@@ -199,6 +210,15 @@ impl RedbStorage {
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
+}
+
+/// A reaping batch planned before it was asked for: [`Storage::reap`] with `request` on `ns`
+/// takes it instead of planning again (a plan is only a proposal: the write phase re-checks every
+/// document's revision and the catalog).
+struct ReadAhead {
+    ns: Namespace,
+    request: ReapRequest,
+    plan: Pending<StorageResult<Option<reap::ReapPlan>>>,
 }
 
 /// How catalog changes are submitted: foreground, with the engine's durability.
@@ -447,5 +467,66 @@ impl Storage for RedbStorage {
             apply::write(batch, &ns, ops, options.ordered)
         })
         .await
+    }
+
+    async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {
+        let read_ahead = self
+            .read_ahead
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+            .filter(|ahead| ahead.ns == *ns && ahead.request == request);
+        let planned = match read_ahead {
+            Some(ahead) => ahead.plan.wait().await??,
+            None => {
+                let (shared, ns) = (Arc::clone(&self.shared), ns.clone());
+                let request = request.clone();
+                self.background_reader
+                    .run(move || reap::plan(&shared, &ns, &request))
+                    .await??
+            }
+        };
+        let Some(plan) = planned else {
+            return Ok(ReapPage {
+                deleted: 0,
+                resume: None,
+            });
+        };
+        let resume = plan.resume.clone();
+        if let Some(resume) = &resume {
+            // Read the next batch while this one is deleted: the caller asks for it next.
+            let next = ReapRequest {
+                resume_after: Some(resume.clone()),
+                ..request
+            };
+            let plan = {
+                let (shared, ns, next) = (Arc::clone(&self.shared), ns.clone(), next.clone());
+                self.background_reader
+                    .queue(move || reap::plan(&shared, &ns, &next))?
+            };
+            *self
+                .read_ahead
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(ReadAhead {
+                ns: ns.clone(),
+                request: next,
+                plan,
+            });
+        }
+        let deleted = if plan.is_empty() {
+            0
+        } else {
+            let options = WriteOptions {
+                ordered: false,
+                force_durable: false,
+                background: true,
+            };
+            // Keys to remove dominate the job's size.
+            let bytes = plan.len().saturating_mul(64);
+            let ns = ns.clone();
+            self.submit(options, bytes, move |batch| reap::apply(batch, &ns, plan))
+                .await?
+        };
+        Ok(ReapPage { deleted, resume })
     }
 }

@@ -14,6 +14,7 @@
 //! Must not: keep a read transaction beyond one call, or return fewer records than the ranges
 //! describe (dangling index entries are skipped; they point to no document).
 
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetadata, TableError};
@@ -21,23 +22,31 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetada
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
     bytes_table, decode_record, entry_id, expiry_entry_id, expiry_entry_time, io, ordered_i64,
-    ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
 use crate::storage::{
-    CollectionStats, ExpiryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record, ScanPage,
-    ScanRequest, ScanSource, StorageError, StorageResult,
+    CollectionStats, ExpiryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record,
+    RecordPredicate, ScanPage, ScanRequest, ScanSource, StorageError, StorageResult,
 };
 
-type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+pub(super) type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
-fn begin(shared: &Shared) -> StorageResult<ReadTransaction> {
+/// A page reads at most this many entries per record it may return, and at least
+/// [`MIN_VISITS`].
+const VISITS_PER_RECORD: usize = 16;
+const MIN_VISITS: usize = 1024;
+
+pub(super) fn begin(shared: &Shared) -> StorageResult<ReadTransaction> {
     shared.db.begin_read().map_err(io)
 }
 
 /// A data or index table, or `None` if it was never written (or was dropped meanwhile).
-fn open_table(txn: &ReadTransaction, name: &str) -> StorageResult<Option<BytesReadTable>> {
+pub(super) fn open_table(
+    txn: &ReadTransaction,
+    name: &str,
+) -> StorageResult<Option<BytesReadTable>> {
     match txn.open_table(bytes_table(name)) {
         Ok(table) => Ok(Some(table)),
         Err(TableError::TableDoesNotExist(_)) => Ok(None),
@@ -65,7 +74,7 @@ pub(super) fn get(
 
 /// A contract range as a range over stored keys: lower bound Included or Unbounded, upper bound
 /// Excluded or Unbounded; `None` if it is empty.
-fn stored_range((lower, upper): KeyRange) -> Option<KeyRange> {
+pub(super) fn stored_range((lower, upper): KeyRange) -> Option<KeyRange> {
     let lower = match lower {
         Bound::Included(key) => Bound::Included(key),
         Bound::Excluded(key) => Bound::Included(prefix_successor(&key)?),
@@ -80,7 +89,7 @@ fn stored_range((lower, upper): KeyRange) -> Option<KeyRange> {
 }
 
 /// `range` narrowed to the keys strictly after (before, in reverse) `resume`.
-fn after_resume(range: &KeyRange, resume: Option<&[u8]>, reverse: bool) -> KeyRange {
+pub(super) fn after_resume(range: &KeyRange, resume: Option<&[u8]>, reverse: bool) -> KeyRange {
     let (lower, upper) = range.clone();
     let Some(resume) = resume else {
         return (lower, upper);
@@ -100,7 +109,7 @@ fn after_resume(range: &KeyRange, resume: Option<&[u8]>, reverse: bool) -> KeyRa
     }
 }
 
-fn is_empty((lower, upper): &KeyRange) -> bool {
+pub(super) fn is_empty((lower, upper): &KeyRange) -> bool {
     match (lower, upper) {
         (Bound::Included(low), Bound::Excluded(high)) => low >= high,
         (Bound::Excluded(low), Bound::Excluded(high)) => low >= high,
@@ -108,7 +117,7 @@ fn is_empty((lower, upper): &KeyRange) -> bool {
     }
 }
 
-fn as_slices(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
+pub(super) fn as_slices(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
     (
         range.0.as_ref().map(Vec::as_slice),
         range.1.as_ref().map(Vec::as_slice),
@@ -155,6 +164,7 @@ pub(super) fn scan(
         None => None,
     };
     let scanned = index_table.as_ref().unwrap_or(&data);
+    let hide = request.hide.as_ref();
     page(
         scanned,
         ranges,
@@ -162,18 +172,33 @@ pub(super) fn scan(
         request.reverse,
         request.limit,
         |key, value| match index {
-            None => decode_record(value).map(Some),
-            Some(index) => fetch(&data, entry_id(key, value, index.unique())?),
+            None => unless_hidden(value, hide),
+            Some(index) => fetch(&data, entry_id(key, value, index.unique())?, hide),
         },
     )
 }
 
-/// The record of `id_key`, `None` if the entry pointing to it dangles.
-fn fetch(data: &BytesReadTable, id_key: &[u8]) -> StorageResult<Option<Record>> {
-    data.get(id_key)
-        .map_err(io)?
-        .map(|record| decode_record(record.value()))
-        .transpose()
+/// The record of `id_key` unless `hide` holds for it; `None` also if the entry pointing to it
+/// dangles.
+fn fetch(
+    data: &BytesReadTable,
+    id_key: &[u8],
+    hide: Option<&RecordPredicate>,
+) -> StorageResult<Option<Record>> {
+    match data.get(id_key).map_err(io)? {
+        Some(record) => unless_hidden(record.value(), hide),
+        None => Ok(None),
+    }
+}
+
+/// The decoded record, or `None` if `hide` holds for it (judged before decoding the document).
+fn unless_hidden(record: &[u8], hide: Option<&RecordPredicate>) -> StorageResult<Option<Record>> {
+    if let Some(hide) = hide {
+        if hide.holds(&raw_record(record)?) {
+            return Ok(None);
+        }
+    }
+    decode_record(record).map(Some)
 }
 
 /// One page of `scanned` over stored-key `ranges` (in scan order, already stored ranges),
@@ -188,10 +213,13 @@ fn page(
     record: impl Fn(&[u8], &[u8]) -> StorageResult<Option<Record>>,
 ) -> StorageResult<ScanPage> {
     let limit = limit.max(1);
+    // Skipped entries (hidden records, dangling entries) count too, so one call stays short.
+    let max_visited = limit.saturating_mul(VISITS_PER_RECORD).max(MIN_VISITS);
     if reverse {
         ranges.reverse();
     }
     let mut records = Vec::new();
+    let mut visited = 0;
     let mut last_key: Option<Vec<u8>> = None;
     for range in &ranges {
         let range = after_resume(range, resume, reverse);
@@ -208,13 +236,14 @@ fn page(
             let Some(item) = next else {
                 break;
             };
-            if records.len() == limit {
+            if records.len() == limit || visited == max_visited {
                 // There is at least one more entry.
                 return Ok(ScanPage {
                     records,
                     resume: last_key,
                 });
             }
+            visited += 1;
             let (key, value) = item.map_err(io)?;
             let key = key.value();
             records.extend(record(key, value.value())?);
@@ -229,7 +258,7 @@ fn page(
 
 /// An i64 time range as a stored-key range over expiry keys (time prefix ++ `_id`); `None` if
 /// empty.
-fn expiry_range((lower, upper): (Bound<i64>, Bound<i64>)) -> Option<KeyRange> {
+pub(super) fn expiry_range((lower, upper): (Bound<i64>, Bound<i64>)) -> Option<KeyRange> {
     let time = |at: i64| ordered_i64(at).to_vec();
     let lower = match lower {
         Bound::Included(at) => Bound::Included(time(at)),
@@ -278,7 +307,7 @@ pub(super) fn expiry_scan(
         resume_after,
         false,
         limit,
-        |key, _| fetch(&data, expiry_entry_id(key)?),
+        |key, _| fetch(&data, expiry_entry_id(key)?, None),
     )
 }
 
@@ -339,9 +368,39 @@ pub(super) fn index_count(
     let Some(table) = open_table(&txn, table_name)? else {
         return Ok(0);
     };
+    // Distinct documents by a 64-bit hash of their `_id` key, without copying keys. A repeated
+    // hash is a document with several keys in range (multikey) or, very rarely, a collision: only
+    // then are the ids compared, by counting again with the keys themselves.
+    let ranges: Vec<KeyRange> = ranges.into_iter().filter_map(stored_range).collect();
+    let mut hashes = Vec::new();
+    for range in &ranges {
+        for item in table.range::<&[u8]>(as_slices(range)).map_err(io)? {
+            let (key, value) = item.map_err(io)?;
+            let id = match index {
+                Some(index) => entry_id(key.value(), value.value(), index.unique())?,
+                None => key.value(),
+            };
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            id.hash(&mut hasher);
+            hashes.push(hasher.finish());
+        }
+    }
+    hashes.sort_unstable();
+    if hashes.windows(2).any(|pair| pair[0] == pair[1]) {
+        return exact_index_count(&table, &ranges, index);
+    }
+    Ok(hashes.len() as u64)
+}
+
+/// [`index_count`] comparing the `_id` keys themselves.
+fn exact_index_count(
+    table: &BytesReadTable,
+    ranges: &[KeyRange],
+    index: Option<&IndexEntry>,
+) -> StorageResult<u64> {
     let mut documents = std::collections::HashSet::new();
-    for range in ranges.into_iter().filter_map(stored_range) {
-        for item in table.range::<&[u8]>(as_slices(&range)).map_err(io)? {
+    for range in ranges {
+        for item in table.range::<&[u8]>(as_slices(range)).map_err(io)? {
             let (key, value) = item.map_err(io)?;
             let id = match index {
                 Some(index) => entry_id(key.value(), value.value(), index.unique())?,

@@ -20,8 +20,8 @@ use crate::storage::conformance::{
 };
 use crate::storage::keycodec::{encode_id, encode_key, Direction};
 use crate::storage::{
-    ExpiryOrder, Namespace, ScanSource, Storage, StorageError, Supersede, TtlClass, WriteMeta,
-    WriteOptions, WriteOutcome,
+    ExpiryOrder, Namespace, RecordPredicate, ScanSource, Storage, StorageError, TtlClass,
+    WriteMeta, WriteOptions, WriteOutcome,
 };
 
 const ORDERED: WriteOptions = WriteOptions {
@@ -524,7 +524,7 @@ async fn randomized_against_a_model() {
         )
         .await
         .unwrap();
-    let predicate: Supersede = Arc::new(|record| supersedable(record.last_write_ms));
+    let predicate = RecordPredicate::new(|record| supersedable(record.last_write_ms));
     let mut model: Model = BTreeMap::new();
     let mut rng = Prng(0x9E37_79B9_7F4A_7C15);
     // (documents superseded, writes refused as duplicates)
