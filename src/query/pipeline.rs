@@ -1074,6 +1074,51 @@ mod tests {
         assert_documents(&run_ok(skipping, sales()), &[doc! {"_id": 1, "n": 2}]);
     }
 
+    /// A counting pipeline run on a count gives what running it on that many documents gives.
+    #[test]
+    fn counting_pipelines_run_on_a_count_as_on_documents() {
+        let context = PipelineContext {
+            now: DateTime::from_millis(0),
+        };
+        let counting = [
+            vec![doc! {"$group": {"_id": 1, "n": {"$sum": 1}}}],
+            vec![
+                doc! {"$match": {}},
+                doc! {"$skip": 1},
+                doc! {"$limit": 2},
+                doc! {"$group": {"_id": null, "n": {"$sum": 2.5}, "c": {"$count": {}}, "f": {"$first": "x"}}},
+            ],
+            vec![doc! {"$count": "total"}],
+            vec![
+                doc! {"$limit": 3},
+                doc! {"$count": "total"},
+                doc! {"$project": {"t": "$total"}},
+            ],
+            vec![doc! {"$skip": 10}, doc! {"$count": "total"}],
+        ];
+        for stages in counting {
+            let pipeline = Pipeline::parse(&stages).expect("parses");
+            assert!(pipeline.counts_only(), "{stages:?}");
+            let input: Vec<Document> = (0..4).map(|i| doc! {"_id": i, "v": i}).collect();
+            for count in [0, 4] {
+                let expected = run_ok(stages.clone(), input[..count].to_vec());
+                let counted = pipeline.run_counted(count as u64, &context).expect("runs");
+                assert_documents(&counted, &expected);
+            }
+        }
+        let reading = [
+            vec![doc! {"$group": {"_id": "$item", "n": {"$sum": 1}}}],
+            vec![doc! {"$group": {"_id": 1, "n": {"$sum": "$qty"}}}],
+            vec![doc! {"$sort": {"a": 1}}, doc! {"$count": "n"}],
+            vec![doc! {"$skip": 1}],
+            vec![],
+        ];
+        for stages in reading {
+            let pipeline = Pipeline::parse(&stages).expect("parses");
+            assert!(!pipeline.counts_only(), "{stages:?}");
+        }
+    }
+
     #[test]
     fn count_documents_pipeline_on_empty_input_returns_nothing() {
         let stages = vec![

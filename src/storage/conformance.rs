@@ -11,9 +11,9 @@ use bson::{doc, Bson, Document};
 
 use super::keycodec::{encode_id, encode_key, Direction};
 use super::{
-    CollectionMeta, ExpiryOrder, IndexSpec, KeyRange, Namespace, RawRecord, Record,
-    RecordPredicate, ScanRequest, ScanSource, Storage, StorageError, TimeRange, TtlClass,
-    WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    CollectionMeta, ExpiryOrder, IndexSpec, KeyRange, Namespace, RawRecord, ReapRequest,
+    ReapSource, Record, RecordPredicate, ScanRequest, ScanSource, Storage, StorageError, TimeRange,
+    TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 
 const META: WriteMeta = WriteMeta {
@@ -45,6 +45,8 @@ pub async fn run_all(storage: &dyn Storage) {
     supersede(storage).await;
     catalog_only_indexes(storage).await;
     background_writes(storage).await;
+    reaping(storage).await;
+    hidden_scans(storage).await;
 }
 
 // ---- helpers ----
@@ -2204,5 +2206,275 @@ pub async fn background_writes(storage: &dyn Storage) {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(storage.get(&ns, &Bson::Int32(2)).await.unwrap(), None);
     assert!(storage.get(&ns, &Bson::Int32(3)).await.unwrap().is_some());
+    cleanup(storage, db).await;
+}
+
+/// Reaps every batch of `source` on `ns` with `limit` entries per call; the total deleted.
+pub async fn reap_all(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    source: ReapSource,
+    limit: usize,
+    expired: &RecordPredicate,
+) -> u64 {
+    let mut deleted = 0;
+    let mut resume_after = None;
+    for _ in 0..100_000 {
+        let page = storage
+            .reap(
+                ns,
+                ReapRequest {
+                    source: source.clone(),
+                    resume_after: resume_after.take(),
+                    limit,
+                    expired: expired.clone(),
+                },
+            )
+            .await
+            .expect("reap");
+        deleted += page.deleted;
+        match page.resume {
+            Some(resume) => resume_after = Some(resume),
+            None => return deleted,
+        }
+    }
+    panic!("reaping did not terminate");
+}
+
+/// Reaping: from each kind of source, only documents the predicate calls expired, with every
+/// index and expiry entry; in batches that resume; for `_id`s that lie together in the data table
+/// and for scattered ones; nothing for a missing collection or index.
+pub async fn reaping(storage: &dyn Storage) {
+    let db = "conf_reaping";
+    let ns = Namespace::new(db, "r");
+    storage
+        .create_indexes(
+            &ns,
+            vec![
+                index_spec("a_1", &[("a", 1)], false, false, None),
+                index_spec("u_1", &[("u", 1)], true, false, None),
+                index_spec("d_1", &[("d", 1)], false, false, None),
+            ],
+        )
+        .await
+        .expect("create indexes");
+    // Default class: every third of 0..90 written at 0..30 (scattered `_id`s), the rest late;
+    // 200..260 written at 100..160 (`_id`s together). Own class: 300..320 expiring at 1000..1020.
+    // Never: 400..405. `d` is a Date on 500..530 only (multikey for 500..510).
+    let mut docs = Vec::new();
+    for i in 0..90 {
+        let written = if i % 3 == 0 { i / 3 } else { 10_000 + i };
+        docs.push((i, meta(written.into(), TtlClass::Default)));
+    }
+    for i in 200..260 {
+        docs.push((i, meta((i - 100).into(), TtlClass::Default)));
+    }
+    for i in 300..320 {
+        docs.push((i, meta(0, own((700 + i).into()))));
+    }
+    for i in 400..405 {
+        docs.push((i, meta(0, TtlClass::Never)));
+    }
+    for i in 500..530 {
+        docs.push((i, meta(20_000, TtlClass::Default)));
+    }
+    let ops = docs
+        .iter()
+        .map(|(i, meta)| {
+            let mut doc = doc! {"_id": *i, "a": i % 7, "u": *i};
+            if *i >= 500 {
+                let date = bson::DateTime::from_millis(i64::from(*i));
+                doc.insert(
+                    "d",
+                    if *i < 510 {
+                        Bson::Array(vec![date.into(), bson::DateTime::from_millis(9_999).into()])
+                    } else {
+                        date.into()
+                    },
+                );
+            }
+            insert_with(doc, *meta, None)
+        })
+        .collect();
+    write_ok(storage, &ns, ops).await;
+    let expired_before = |cutoff_ms: i64| {
+        RecordPredicate::new(move |record: &RawRecord| match record.ttl {
+            TtlClass::Default => record.last_write_ms <= cutoff_ms,
+            TtlClass::Own { expire_at_ms } => expire_at_ms <= cutoff_ms,
+            TtlClass::Never => false,
+        })
+    };
+    let never = RecordPredicate::new(|_: &RawRecord| false);
+    let last_write = |upper: i64| ReapSource::Expiry {
+        order: ExpiryOrder::LastWrite,
+        range: (Bound::Unbounded, Bound::Included(upper)),
+    };
+
+    // A predicate that holds for nothing deletes nothing, and the batches still end.
+    assert_eq!(reap_all(storage, &ns, last_write(200), 4, &never).await, 0);
+    // Last write ≤ 160: 30 scattered + 60 together, in batches of 7 and of 1000.
+    assert_eq!(
+        reap_all(storage, &ns, last_write(29), 7, &expired_before(29)).await,
+        30
+    );
+    assert_eq!(
+        reap_all(storage, &ns, last_write(160), 1000, &expired_before(160)).await,
+        60
+    );
+    // Own expiry ≤ 1009: 300..310.
+    let own_expiry = ReapSource::Expiry {
+        order: ExpiryOrder::OwnExpiry,
+        range: (Bound::Unbounded, Bound::Included(1009)),
+    };
+    assert_eq!(
+        reap_all(storage, &ns, own_expiry, 3, &expired_before(1009)).await,
+        10
+    );
+    // A date index: entries ≤ 519 ms (500..520, each document once although 500..510 have two
+    // dates), judged by the document's field.
+    let dated_before = RecordPredicate::new(|record: &RawRecord| {
+        record.doc.get_i32("_id").is_ok_and(|id| id < 520)
+    });
+    let dates = (
+        Bound::Included(key(&[(Bson::DateTime(bson::DateTime::MIN), 1)])),
+        Bound::Included(key(&[(
+            Bson::DateTime(bson::DateTime::from_millis(519)),
+            1,
+        )])),
+    );
+    let by_date = ReapSource::Index {
+        name: "d_1".to_string(),
+        range: dates,
+    };
+    assert_eq!(
+        reap_all(storage, &ns, by_date.clone(), 4, &dated_before).await,
+        20
+    );
+    assert_eq!(reap_all(storage, &ns, by_date, 4, &dated_before).await, 0);
+
+    // What is left, everywhere: data, every index, both expiry tables, counts.
+    let mut live: Vec<i32> = (0..90).filter(|i| i % 3 != 0).collect();
+    live.extend(310..320);
+    live.extend(400..405);
+    live.extend(520..530);
+    let live_ids: Vec<Bson> = live.iter().copied().map(Bson::Int32).collect();
+    let sorted_by = |records: Vec<Record>| {
+        let mut found = ids(&records);
+        found.sort_by_key(|id| id.as_i32());
+        found
+    };
+    assert_eq!(
+        sorted_by(scan_all(storage, &ns, ScanSource::Collection, false, 50).await),
+        live_ids
+    );
+    for index in ["a_1", "u_1", "d_1"] {
+        let all = vec![(Bound::Unbounded, Bound::Unbounded)];
+        assert_eq!(
+            sorted_by(scan_all(storage, &ns, index_source(index, all), false, 50).await),
+            live_ids,
+            "entries of {index}"
+        );
+    }
+    let (by_last_write, by_own_expiry) = expiry_ids(storage, &ns).await;
+    let mut default_live: Vec<Bson> = (0..90).filter(|i| i % 3 != 0).map(Bson::Int32).collect();
+    default_live.extend(int_ids(520..530));
+    assert_eq!(by_last_write, default_live);
+    assert_eq!(by_own_expiry, int_ids(310..320));
+    assert_eq!(
+        storage.stats(&ns).await.expect("stats").count,
+        live.len() as u64
+    );
+    // A reaped unique key is free again.
+    write_ok(storage, &ns, vec![insert(doc! {"_id": 1000, "u": 0})]).await;
+
+    // Missing collection or index: nothing, and no more batches.
+    let missing = Namespace::new(db, "missing");
+    let page = storage
+        .reap(
+            &missing,
+            ReapRequest {
+                source: last_write(i64::MAX),
+                resume_after: None,
+                limit: 10,
+                expired: expired_before(i64::MAX),
+            },
+        )
+        .await
+        .expect("reap a missing collection");
+    assert_eq!((page.deleted, page.resume), (0, None));
+    let no_index = ReapSource::Index {
+        name: "nope_1".to_string(),
+        range: (Bound::Unbounded, Bound::Unbounded),
+    };
+    assert_eq!(
+        reap_all(storage, &ns, no_index, 10, &expired_before(i64::MAX)).await,
+        0
+    );
+    cleanup(storage, db).await;
+}
+
+/// Scans with `hide`: hidden records never come back, whatever their number, through pages that
+/// may hold fewer records than asked (none even) but always resume until the end.
+pub async fn hidden_scans(storage: &dyn Storage) {
+    let db = "conf_hidden";
+    let ns = Namespace::new(db, "h");
+    storage
+        .create_indexes(
+            &ns,
+            vec![index_spec("a_1", &[("a", 1)], false, false, None)],
+        )
+        .await
+        .expect("create index");
+    write_ok(
+        storage,
+        &ns,
+        (0..6000)
+            .map(|i| insert(doc! {"_id": i, "a": i % 3}))
+            .collect(),
+    )
+    .await;
+    let hide = RecordPredicate::new(|record: &RawRecord| {
+        record.doc.get_i32("_id").is_ok_and(|id| id % 2000 != 1999)
+    });
+    for source in [
+        ScanSource::Collection,
+        index_source("a_1", vec![point(key(&[(Bson::Int32(1), 1)]))]),
+    ] {
+        for reverse in [false, true] {
+            let mut found = Vec::new();
+            let mut resume = None;
+            let mut pages = 0;
+            loop {
+                pages += 1;
+                assert!(pages < 10_000, "scan did not terminate");
+                let page = storage
+                    .scan(
+                        &ns,
+                        ScanRequest {
+                            source: source.clone(),
+                            resume_after: resume.take(),
+                            reverse,
+                            limit: 2,
+                            hide: Some(hide.clone()),
+                        },
+                    )
+                    .await
+                    .expect("scan");
+                assert!(page.records.len() <= 2, "page over its limit");
+                found.extend(ids(&page.records));
+                match page.resume {
+                    Some(key) => resume = Some(key),
+                    None => break,
+                }
+            }
+            found.sort_by_key(|id| id.as_i32());
+            let expected = match source {
+                ScanSource::Collection => int_ids([1999, 3999, 5999]),
+                // a == 1: ids ≡ 1 (mod 3).
+                _ => int_ids([1999, 3999, 5999].into_iter().filter(|id| id % 3 == 1)),
+            };
+            assert_eq!(found, expected, "{source:?} reverse={reverse}");
+        }
+    }
     cleanup(storage, db).await;
 }

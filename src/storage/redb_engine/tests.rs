@@ -896,3 +896,131 @@ async fn failed_commit_answers_the_error_and_publishes_nothing() {
     assert!(storage.get(&kept, &Bson::Int32(1)).await.unwrap().is_some());
     assert_eq!(storage.get(&failed, &Bson::Int32(2)).await.unwrap(), None);
 }
+
+/// A document rewritten between the read phase of reaping and its write phase keeps its new
+/// version, and so do its index and expiry entries; the others of the batch go. Also the read
+/// ahead: a plan made before the rewrite and taken by the next call spares it the same way.
+#[tokio::test]
+async fn reaping_spares_documents_rewritten_after_planning() {
+    use crate::storage::{RawRecord, ReapRequest, ReapSource};
+
+    let storage = RedbStorage::in_memory().unwrap();
+    let coll = ns("reap_rewrite");
+    storage
+        .create_indexes(
+            &coll,
+            vec![index_spec("a_1", &[("a", 1)], false, false, None)],
+        )
+        .await
+        .unwrap();
+    let old = WriteMeta {
+        last_write_ms: 10,
+        ttl: TtlClass::Default,
+    };
+    write_ok(
+        &storage,
+        &coll,
+        (0..60)
+            .map(|i| insert_with(doc! {"_id": i, "a": i}, old, None))
+            .collect(),
+    )
+    .await;
+    let request = |resume_after: Option<Vec<u8>>| ReapRequest {
+        source: ReapSource::Expiry {
+            order: ExpiryOrder::LastWrite,
+            range: (Bound::Unbounded, Bound::Included(10)),
+        },
+        resume_after,
+        limit: 20,
+        // Judged by the document alone: a rewritten document is still "expired".
+        expired: RecordPredicate::new(|record: &RawRecord| record.doc.get_i32("a").is_ok()),
+    };
+    let rewrite = |id: i32, rev: u64| {
+        replace_with(
+            id,
+            rev,
+            doc! {"_id": id, "a": 1000 + id},
+            // Out of the range reaped, so only the revision check can spare it the first time.
+            WriteMeta {
+                last_write_ms: 50,
+                ttl: TtlClass::Default,
+            },
+            None,
+        )
+    };
+
+    // Plan, rewrite one planned document, then delete.
+    let plan = super::reap::plan(&storage.shared, &coll, &request(None))
+        .unwrap()
+        .unwrap();
+    let rev = storage
+        .get(&coll, &Bson::Int32(3))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    write_ok(&storage, &coll, vec![rewrite(3, rev)]).await;
+    let options = WriteOptions {
+        background: true,
+        ..ORDERED
+    };
+    let deleted = {
+        let coll = coll.clone();
+        storage
+            .submit(options, 0, move |batch| {
+                super::reap::apply(batch, &coll, plan)
+            })
+            .await
+            .unwrap()
+    };
+    assert_eq!(deleted, 19);
+    let survivor = storage.get(&coll, &Bson::Int32(3)).await.unwrap().unwrap();
+    assert_eq!(survivor.doc, doc! {"_id": 3, "a": 1003});
+    assert_eq!(survivor.last_write_ms, 50);
+
+    // Through the API: the first call reads the next batch ahead; a rewrite made meanwhile is
+    // spared by the second call, which deletes the rest.
+    let first = storage.reap(&coll, request(None)).await.unwrap();
+    assert_eq!(first.deleted, 20);
+    let rev = storage
+        .get(&coll, &Bson::Int32(50))
+        .await
+        .unwrap()
+        .unwrap()
+        .rev;
+    write_ok(&storage, &coll, vec![rewrite(50, rev)]).await;
+    let second = storage.reap(&coll, request(first.resume)).await.unwrap();
+    assert_eq!(second.deleted, 19);
+    assert_eq!(second.resume, None);
+
+    let mut left: Vec<Bson> = scan_all(&storage, &coll, ScanSource::Collection, false, 10)
+        .await
+        .iter()
+        .map(|record| record.doc.get("_id").cloned().unwrap())
+        .collect();
+    left.sort_by_key(|id| id.as_i32());
+    assert_eq!(left, vec![Bson::Int32(3), Bson::Int32(50)]);
+    let index_entries = scan_all(
+        &storage,
+        &coll,
+        ScanSource::Index {
+            name: "a_1".to_string(),
+            ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+        },
+        false,
+        10,
+    )
+    .await;
+    assert_eq!(
+        index_entries.len(),
+        2,
+        "only the survivors' index entries are left"
+    );
+    let by_last_write =
+        conformance::expiry_all(&storage, &coll, ExpiryOrder::LastWrite, ALL_TIMES, 10).await;
+    assert_eq!(
+        by_last_write.len(),
+        2,
+        "only the survivors' expiry entries are left"
+    );
+}
