@@ -1,13 +1,15 @@
 //! The TTL reaper: deletes expired documents in the background. It finds candidates only through
 //! ordered expiry structures — the last-write and own-expiry tables storage keeps, and the indexes
 //! behind MongoDB TTL indexes — so a pass costs in proportion to what has expired, never to a
-//! collection's size. Every candidate is re-checked with the rules in `ttl` and deleted with the
-//! revision it was read at, so a document rewritten in the meantime survives.
+//! collection's size. Every candidate is re-checked with the rules in `ttl` (handed to storage as
+//! a predicate) and deleted only at the revision it was judged at, so a document rewritten in the
+//! meantime survives ([`Storage::reap`]).
 //!
 //! Deletion is physical cleanup only: expired documents are already invisible to every command
-//! (see `exec::Visibility`). Invariants: passes never overlap; deletes go through the normal write
-//! path in bounded batches as background writes, yielding between batches so foreground requests
-//! keep priority; `run_once(now)` is the whole pass, for tests and `runTtlPass`.
+//! (see `exec::Visibility`). Invariants: passes never overlap; deletes are background writes in
+//! bounded batches, yielding between batches so foreground requests keep priority (storage does
+//! the heavy reading at low CPU priority); `run_once(now)` is the whole pass, for tests and
+//! `runTtlPass`.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
@@ -48,114 +50,75 @@ pub struct Reaper {
     pub wake: tokio::sync::Notify,
 }
 
-/// One source of expiry candidates: an ordered structure and the range of it that has expired.
-enum CandidateSource<'a> {
-    /// Documents following the collection default, last written at or before the cutoff.
-    LastWrite { cutoff_ms: i64 },
-    /// Documents with their own ttl, expiring at or before now.
-    OwnExpiry { now_ms: i64 },
-    /// A MongoDB TTL index: entries with a Date at or before the cutoff.
-    Field {
-        ttl: &'a FieldTtl,
-        meta: &'a CollectionMeta,
-        cutoff_ms: i64,
-    },
-}
-
-impl CandidateSource<'_> {
-    /// Every source the policies define at `now_ms`.
-    fn all<'a>(
-        policies: &'a TtlPolicies,
-        meta: &'a CollectionMeta,
-        now_ms: i64,
-    ) -> Vec<CandidateSource<'a>> {
-        let mut sources = Vec::new();
-        if let Some(cutoff_ms) = policies.default_cutoff_ms(now_ms) {
-            sources.push(CandidateSource::LastWrite { cutoff_ms });
-        }
-        if policies.cosmos.is_some() {
-            sources.push(CandidateSource::OwnExpiry { now_ms });
-        }
-        for ttl in &policies.fields {
-            sources.push(CandidateSource::Field {
-                ttl,
-                meta,
-                cutoff_ms: ttl.date_cutoff_ms(now_ms),
-            });
-        }
-        sources
+/// Every source of expiry candidates the policies define at `now_ms`: an ordered structure and the
+/// range of it that has expired (documents following the collection default last written at or
+/// before the cutoff; documents with their own ttl expiring at or before now; for each MongoDB TTL
+/// index whose index exists, entries with a Date at or before its cutoff).
+fn candidate_sources(
+    policies: &TtlPolicies,
+    meta: &CollectionMeta,
+    now_ms: i64,
+) -> Vec<ReapSource> {
+    let mut sources = Vec::new();
+    if let Some(cutoff_ms) = policies.default_cutoff_ms(now_ms) {
+        sources.push(ReapSource::Expiry {
+            order: ExpiryOrder::LastWrite,
+            range: (Bound::Unbounded, Bound::Included(cutoff_ms)),
+        });
     }
-
-    /// One page of candidates after `resume_after`.
-    async fn page(
-        &self,
-        storage: &dyn Storage,
-        ns: &Namespace,
-        resume_after: Option<Vec<u8>>,
-    ) -> StorageResult<crate::storage::ScanPage> {
-        match self {
-            CandidateSource::LastWrite { cutoff_ms } => {
-                let range = (Bound::Unbounded, Bound::Included(*cutoff_ms));
-                storage
-                    .expiry_scan(ns, ExpiryOrder::LastWrite, range, resume_after, BATCH_SIZE)
-                    .await
-            }
-            CandidateSource::OwnExpiry { now_ms } => {
-                let range = (Bound::Unbounded, Bound::Included(*now_ms));
-                storage
-                    .expiry_scan(ns, ExpiryOrder::OwnExpiry, range, resume_after, BATCH_SIZE)
-                    .await
-            }
-            CandidateSource::Field {
-                ttl,
-                meta,
-                cutoff_ms,
-            } => {
-                let dates = Interval {
-                    lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
-                    upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(*cutoff_ms))),
-                };
-                match date_scan(meta, ttl, dates, resume_after, BATCH_SIZE) {
-                    Some(request) => storage.scan(ns, request).await,
-                    None => Ok(crate::storage::ScanPage {
-                        records: Vec::new(),
-                        resume: None,
-                    }),
-                }
-            }
+    if policies.cosmos.is_some() {
+        sources.push(ReapSource::Expiry {
+            order: ExpiryOrder::OwnExpiry,
+            range: (Bound::Unbounded, Bound::Included(now_ms)),
+        });
+    }
+    for ttl in &policies.fields {
+        let dates = Interval {
+            lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
+            upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(
+                ttl.date_cutoff_ms(now_ms),
+            ))),
+        };
+        let Some(ScanRequest {
+            source: ScanSource::Index { name, ranges },
+            ..
+        }) = date_scan(meta, ttl, dates, None, BATCH_SIZE)
+        else {
+            continue;
+        };
+        // One interval of one field: one byte range.
+        if let Some(range) = ranges.into_iter().next() {
+            sources.push(ReapSource::Index { name, range });
         }
     }
+    sources
 }
 
-impl CandidateSource<'_> {
-    /// The same candidates, for [`Storage::reap`]; `None` if the index is gone.
-    fn reap_source(&self) -> Option<ReapSource> {
-        match self {
-            CandidateSource::LastWrite { cutoff_ms } => Some(ReapSource::Expiry {
-                order: ExpiryOrder::LastWrite,
-                range: (Bound::Unbounded, Bound::Included(*cutoff_ms)),
-            }),
-            CandidateSource::OwnExpiry { now_ms } => Some(ReapSource::Expiry {
-                order: ExpiryOrder::OwnExpiry,
-                range: (Bound::Unbounded, Bound::Included(*now_ms)),
-            }),
-            CandidateSource::Field {
-                ttl,
-                meta,
-                cutoff_ms,
-            } => {
-                let dates = Interval {
-                    lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
-                    upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(*cutoff_ms))),
-                };
-                let request = date_scan(meta, ttl, dates, None, BATCH_SIZE)?;
-                let ScanSource::Index { name, ranges } = request.source else {
-                    return None;
-                };
-                // One interval of one field: one byte range.
-                let range = ranges.into_iter().next()?;
-                Some(ReapSource::Index { name, range })
-            }
+/// One page of the documents of `source` after `resume_after`.
+async fn candidate_page(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    source: &ReapSource,
+    resume_after: Option<Vec<u8>>,
+) -> StorageResult<crate::storage::ScanPage> {
+    match source {
+        ReapSource::Expiry { order, range } => {
+            storage
+                .expiry_scan(ns, *order, *range, resume_after, BATCH_SIZE)
+                .await
+        }
+        ReapSource::Index { name, range } => {
+            let request = ScanRequest {
+                source: ScanSource::Index {
+                    name: name.clone(),
+                    ranges: vec![range.clone()],
+                },
+                resume_after,
+                reverse: false,
+                limit: BATCH_SIZE,
+                hide: None,
+            };
+            storage.scan(ns, request).await
         }
     }
 }
@@ -226,10 +189,7 @@ impl Reaper {
             return Ok(0);
         };
         let mut deleted = 0;
-        for source in CandidateSource::all(policies, meta, now_ms) {
-            let Some(source) = source.reap_source() else {
-                continue;
-            };
+        for source in candidate_sources(policies, meta, now_ms) {
             let mut resume_after = None;
             loop {
                 let request = ReapRequest {
@@ -359,10 +319,10 @@ async fn backlog_by_documents(
 ) -> StorageResult<Backlog> {
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     let mut backlog = Backlog::default();
-    for source in CandidateSource::all(policies, meta, now_ms) {
+    for source in candidate_sources(policies, meta, now_ms) {
         let mut resume_after = None;
         loop {
-            let page = source.page(storage, &meta.ns, resume_after).await?;
+            let page = candidate_page(storage, &meta.ns, &source, resume_after).await?;
             for record in &page.records {
                 let Some(expire_at) = policies.expire_at_ms(record).filter(|at| *at <= now_ms)
                 else {

@@ -500,9 +500,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
     /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
     /// they point to for which `expired` holds, with all its index and expiry entries, as one
-    /// background write (see [`WriteOptions::background`]). Candidates are read, judged and
-    /// deleted in one atomic step, so a document rewritten since the caller last saw it is judged
-    /// by what it is now. Costs in proportion to the entries read, never to the collection's
-    /// size. A missing collection or index reaps nothing.
+    /// atomic background write (see [`WriteOptions::background`]). A document is judged as read
+    /// and deleted only if it is still at the revision judged: one rewritten in between survives
+    /// (a later call judges it again). Costs in proportion to the entries read, never to the
+    /// collection's size. A missing collection or index reaps nothing.
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage>;
 }
