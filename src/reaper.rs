@@ -11,7 +11,7 @@
 //! the heavy reading at low CPU priority); `run_once(now)` is the whole pass, for tests and
 //! `runTtlPass`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,18 +94,15 @@ fn candidate_sources(
     sources
 }
 
-/// One page of the documents of `source` after `resume_after`.
-async fn candidate_page(
+/// The first document of `source`'s range.
+async fn first_candidate(
     storage: &dyn Storage,
     ns: &Namespace,
     source: &ReapSource,
-    resume_after: Option<Vec<u8>>,
-) -> StorageResult<crate::storage::ScanPage> {
-    match source {
+) -> StorageResult<Option<Record>> {
+    let page = match source {
         ReapSource::Expiry { order, range } => {
-            storage
-                .expiry_scan(ns, *order, *range, resume_after, BATCH_SIZE)
-                .await
+            storage.expiry_scan(ns, *order, *range, None, 1).await?
         }
         ReapSource::Index { name, range } => {
             let request = ScanRequest {
@@ -113,14 +110,15 @@ async fn candidate_page(
                     name: name.clone(),
                     ranges: vec![range.clone()],
                 },
-                resume_after,
+                resume_after: None,
                 reverse: false,
-                limit: BATCH_SIZE,
+                limit: 1,
                 hide: None,
             };
-            storage.scan(ns, request).await
+            storage.scan(ns, request).await?
         }
-    }
+    };
+    Ok(page.records.into_iter().next())
 }
 
 /// A scan of the index behind a MongoDB TTL index over a range of Date values, in ascending date
@@ -152,6 +150,8 @@ fn date_scan(
 /// What a collection holds that has expired but is not deleted yet.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Backlog {
+    /// Every document stored, expired or not (same snapshot as `pending`).
+    pub documents: u64,
     pub pending: u64,
     /// The earliest expiry among them: how far the reaper lags.
     pub oldest_expire_at_ms: Option<i64>,
@@ -241,112 +241,33 @@ pub async fn collections_with_policies(
     Ok(found)
 }
 
-/// The expired documents of a collection not yet deleted, counted through the expiry structures
-/// from their keys alone. Each document sits in at most one expiry table and, under one field
-/// policy, is counted once however many dates it has; only a collection with both a Cosmos and a
-/// field policy needs the exact (document-reading) count, since a document may be expired by both.
+/// The expired documents of a collection not yet deleted, counted from the keys of the expiry
+/// structures' expired ranges (each document once, however many entries it has there), with the
+/// collection's document count from the same snapshot; and the earliest expiry among them, from
+/// the first entry of each range.
 pub async fn backlog(
     storage: &dyn Storage,
     meta: &CollectionMeta,
     policies: &TtlPolicies,
     now_ms: i64,
 ) -> StorageResult<Backlog> {
-    if policies.cosmos.is_some() && !policies.fields.is_empty() {
-        return backlog_by_documents(storage, meta, policies, now_ms).await;
-    }
-    let mut backlog = Backlog::default();
-    let mut note = |documents: u64, earliest_expiry_ms: Option<i64>| {
-        backlog.pending += documents;
-        if let Some(at) = earliest_expiry_ms {
-            backlog.oldest_expire_at_ms = Some(
-                backlog
-                    .oldest_expire_at_ms
-                    .map_or(at, |oldest| oldest.min(at)),
-            );
-        }
-    };
-    if let Some(cutoff_ms) = policies.default_cutoff_ms(now_ms) {
-        let range = (Bound::Unbounded, Bound::Included(cutoff_ms));
-        let count = storage
-            .expiry_count(&meta.ns, ExpiryOrder::LastWrite, range)
-            .await?;
-        // Expiry = last write + default = last write + (now - cutoff).
-        note(
-            count.documents,
-            count
-                .earliest_ms
-                .map(|last_write| last_write + (now_ms - cutoff_ms)),
-        );
-    }
-    if policies.cosmos.is_some() {
-        let range = (Bound::Unbounded, Bound::Included(now_ms));
-        let count = storage
-            .expiry_count(&meta.ns, ExpiryOrder::OwnExpiry, range)
-            .await?;
-        note(count.documents, count.earliest_ms);
-    }
-    for ttl in &policies.fields {
-        let dates = Interval {
-            lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
-            upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(
-                ttl.date_cutoff_ms(now_ms),
-            ))),
-        };
-        let Some(request) = date_scan(meta, ttl, dates, None, 1) else {
-            continue;
-        };
-        let ScanSource::Index { name, ranges } = request.source.clone() else {
-            continue;
-        };
-        let documents = storage.index_count(&meta.ns, &name, ranges).await?;
-        let first = storage.scan(&meta.ns, request).await?.records;
-        note(
-            documents,
-            first
-                .first()
-                .and_then(|record| policies.expire_at_ms(record)),
-        );
-    }
-    Ok(backlog)
-}
-
-/// [`backlog`] by reading every expired candidate and counting each document once.
-async fn backlog_by_documents(
-    storage: &dyn Storage,
-    meta: &CollectionMeta,
-    policies: &TtlPolicies,
-    now_ms: i64,
-) -> StorageResult<Backlog> {
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    let mut backlog = Backlog::default();
-    for source in candidate_sources(policies, meta, now_ms) {
-        let mut resume_after = None;
-        loop {
-            let page = candidate_page(storage, &meta.ns, &source, resume_after).await?;
-            for record in &page.records {
-                let Some(expire_at) = policies.expire_at_ms(record).filter(|at| *at <= now_ms)
-                else {
-                    continue;
-                };
-                if seen.insert(keycodec::encode_id(
-                    record.doc.get("_id").unwrap_or(&Bson::Null),
-                )) {
-                    backlog.pending += 1;
-                    backlog.oldest_expire_at_ms = Some(
-                        backlog
-                            .oldest_expire_at_ms
-                            .map_or(expire_at, |o| o.min(expire_at)),
-                    );
-                }
-            }
-            tokio::task::yield_now().await;
-            match page.resume {
-                Some(resume) => resume_after = Some(resume),
-                None => break,
-            }
+    let sources = candidate_sources(policies, meta, now_ms);
+    let count = storage.count_entries(&meta.ns, sources.clone()).await?;
+    let mut oldest_expire_at_ms: Option<i64> = None;
+    for source in &sources {
+        let first = first_candidate(storage, &meta.ns, source).await?;
+        if let Some(at) = first
+            .as_ref()
+            .and_then(|record| policies.expire_at_ms(record))
+        {
+            oldest_expire_at_ms = Some(oldest_expire_at_ms.map_or(at, |oldest| oldest.min(at)));
         }
     }
-    Ok(backlog)
+    Ok(Backlog {
+        documents: count.documents,
+        pending: count.in_sources,
+        oldest_expire_at_ms,
+    })
 }
 
 /// The earliest expiry still ahead of `now_ms`, looking at the first live entry of each structure.

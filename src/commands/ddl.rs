@@ -306,9 +306,10 @@ pub async fn visible_stats(
     let mut stats = storage.stats(&meta.ns).await?;
     let policies = TtlPolicies::from_meta(meta);
     if !policies.is_empty() {
+        // Stored and expired counts from one snapshot: exact while the reaper deletes.
         let backlog =
             crate::reaper::backlog(storage, meta, &policies, ctx.state.clock.now_ms()).await?;
-        stats.count = stats.count.saturating_sub(backlog.pending);
+        stats.count = backlog.documents.saturating_sub(backlog.pending);
     }
     Ok(stats)
 }

@@ -199,6 +199,10 @@ pub async fn scan_all(
             Some(key) => resume = Some(key),
             None => {
                 if let ScanSource::Index { name, ranges } = &source {
+                    if name == IndexSpec::ID_INDEX_NAME {
+                        // Not a source of expiry entries (`_id` is never a TTL index).
+                        return records;
+                    }
                     // Counting keys finds the same documents as scanning them.
                     let distinct: std::collections::HashSet<Vec<u8>> = records
                         .iter()
@@ -208,14 +212,21 @@ pub async fn scan_all(
                             )
                         })
                         .collect();
+                    let sources = ranges
+                        .iter()
+                        .map(|range| ReapSource::Index {
+                            name: name.clone(),
+                            range: range.clone(),
+                        })
+                        .collect();
                     let counted = storage
-                        .index_count(ns, name, ranges.clone())
+                        .count_entries(ns, sources)
                         .await
-                        .expect("index count");
+                        .expect("count entries");
                     assert_eq!(
-                        counted,
+                        counted.in_sources,
                         distinct.len() as u64,
-                        "index_count of {name} over {ranges:?}"
+                        "count_entries of {name} over {ranges:?}"
                     );
                 }
                 return records;
@@ -256,23 +267,15 @@ pub async fn expiry_all(
         match result.resume {
             Some(key) => resume = Some(key),
             None => {
-                // Counting keys agrees with scanning: same documents, and the first one's time.
+                // Counting keys agrees with scanning.
                 let counted = storage
-                    .expiry_count(ns, order, range)
+                    .count_entries(ns, vec![ReapSource::Expiry { order, range }])
                     .await
-                    .expect("expiry count");
+                    .expect("count entries");
                 assert_eq!(
-                    counted.documents,
+                    counted.in_sources,
                     records.len() as u64,
-                    "expiry_count over {range:?}"
-                );
-                let first_time = records.first().map(|record| match (order, record.ttl) {
-                    (ExpiryOrder::OwnExpiry, TtlClass::Own { expire_at_ms }) => expire_at_ms,
-                    _ => record.last_write_ms,
-                });
-                assert_eq!(
-                    counted.earliest_ms, first_time,
-                    "earliest time over {range:?}"
+                    "count_entries over {range:?}"
                 );
                 return records;
             }
@@ -2241,9 +2244,10 @@ pub async fn reap_all(
     panic!("reaping did not terminate");
 }
 
-/// Reaping: from each kind of source, only documents the predicate calls expired, with every
-/// index and expiry entry; in batches that resume; for `_id`s that lie together in the data table
-/// and for scattered ones; nothing for a missing collection or index.
+/// Counting entries of expiry sources, and reaping: from each kind of source, only documents the
+/// predicate calls expired, with every index and expiry entry; in batches that resume; for `_id`s
+/// that lie together in the data table and for scattered ones; nothing for a missing collection or
+/// index.
 pub async fn reaping(storage: &dyn Storage) {
     let db = "conf_reaping";
     let ns = Namespace::new(db, "r");
@@ -2309,6 +2313,37 @@ pub async fn reaping(storage: &dyn Storage) {
         order: ExpiryOrder::LastWrite,
         range: (Bound::Unbounded, Bound::Included(upper)),
     };
+
+    // Counting entries: each document once, across multikey entries and overlapping sources.
+    let all_dates = ReapSource::Index {
+        name: "d_1".to_string(),
+        range: (
+            Bound::Included(key(&[(Bson::DateTime(bson::DateTime::MIN), 1)])),
+            Bound::Included(key(&[(Bson::DateTime(bson::DateTime::MAX), 1)])),
+        ),
+    };
+    let count = |sources: Vec<ReapSource>| {
+        let ns = &ns;
+        async move {
+            storage
+                .count_entries(ns, sources)
+                .await
+                .expect("count entries")
+        }
+    };
+    let counted = count(vec![all_dates.clone()]).await;
+    assert_eq!((counted.documents, counted.in_sources), (205, 30));
+    let counted = count(vec![last_write(i64::MAX), all_dates]).await;
+    assert_eq!((counted.documents, counted.in_sources), (205, 180));
+    assert_eq!(
+        count(vec![ReapSource::Expiry {
+            order: ExpiryOrder::OwnExpiry,
+            range: ALL_TIMES
+        }])
+        .await
+        .in_sources,
+        20
+    );
 
     // A predicate that holds for nothing deletes nothing, and the batches still end.
     assert_eq!(reap_all(storage, &ns, last_write(200), 4, &never).await, 0);

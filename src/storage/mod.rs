@@ -292,7 +292,8 @@ pub enum ReapSource {
         order: ExpiryOrder,
         range: TimeRange,
     },
-    /// One index over a range of encoded keys (as one range of [`ScanSource::Index`]).
+    /// One secondary index over a range of encoded keys (as one range of [`ScanSource::Index`]);
+    /// never `_id_`, which cannot be a TTL index.
     Index { name: String, range: KeyRange },
 }
 
@@ -321,11 +322,13 @@ pub struct ScanPage {
     pub resume: Option<Vec<u8>>,
 }
 
-/// What part of an expiry table a range covers: how many documents, and the earliest time.
+/// What [`Storage::count_entries`] found, from one snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ExpiryCount {
+pub struct EntryCount {
+    /// Documents in the collection.
     pub documents: u64,
-    pub earliest_ms: Option<i64>,
+    /// Distinct documents with at least one entry in the sources' ranges.
+    pub in_sources: u64,
 }
 
 /// Sizes for `collStats`/`dbStats`.
@@ -470,22 +473,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
         resume_after: Option<Vec<u8>>,
         limit: usize,
     ) -> StorageResult<ScanPage>;
-    /// The documents of an expiry table whose time lies in `range`, and the earliest time, without
-    /// reading the documents. Costs in proportion to the entries counted.
-    async fn expiry_count(
+    /// From one snapshot: the collection's documents, and the distinct documents the entries of
+    /// `sources` (ranges as in [`Storage::reap`]) point to — so `documents - in_sources` is exact
+    /// even while documents are written and reaped. Reads keys only: costs in proportion to the
+    /// entries in range. A missing collection counts 0; a missing index contributes nothing.
+    async fn count_entries(
         &self,
         ns: &Namespace,
-        order: ExpiryOrder,
-        range: (Bound<i64>, Bound<i64>),
-    ) -> StorageResult<ExpiryCount>;
-    /// Distinct documents with at least one entry of index `name` whose key lies in `ranges` (as in
-    /// [`ScanSource::Index`]), without reading the documents. A catalog-only index counts 0.
-    async fn index_count(
-        &self,
-        ns: &Namespace,
-        name: &str,
-        ranges: Vec<KeyRange>,
-    ) -> StorageResult<u64>;
+        sources: Vec<ReapSource>,
+    ) -> StorageResult<EntryCount>;
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats>;
 
     // ---- writes ----

@@ -85,17 +85,6 @@ pub(super) fn ordered_i64(value: i64) -> [u8; EXPIRY_TIME_LEN] {
     ((value as u64) ^ (1 << 63)).to_be_bytes()
 }
 
-/// The time an expiry entry is filed under (the inverse of [`ordered_i64`] on the key's prefix).
-pub(super) fn expiry_entry_time(key: &[u8]) -> StorageResult<i64> {
-    let prefix: [u8; EXPIRY_TIME_LEN] = key
-        .get(..EXPIRY_TIME_LEN)
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or_else(|| {
-            StorageError::Corrupt("expiry entry key is shorter than its time prefix".into())
-        })?;
-    Ok((u64::from_be_bytes(prefix) ^ (1 << 63)) as i64)
-}
-
 /// The expiry table and time a record with this class and write time is filed under (`None`
 /// for `Never`).
 pub(super) fn expiry_position(ttl: TtlClass, last_write_ms: i64) -> Option<(ExpiryOrder, i64)> {
@@ -333,14 +322,6 @@ mod tests {
         }
         assert!(entry_id(&[0, 0, 0, 9], &[], false).is_err());
         assert!(entry_id(&[1], &[], false).is_err());
-    }
-
-    #[test]
-    fn expiry_entry_time_inverts_the_key_prefix() {
-        for time in [i64::MIN, -1, 0, 1, 1_700_000_000_000, i64::MAX] {
-            assert_eq!(expiry_entry_time(&expiry_key(time, &[0x10, 5])), Ok(time));
-        }
-        assert!(expiry_entry_time(&[1, 2, 3]).is_err());
     }
 
     #[test]

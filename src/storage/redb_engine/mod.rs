@@ -48,9 +48,9 @@ use self::format::{
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
-    CollectionMeta, CollectionStats, ExpiryOrder, IndexSpec, Namespace, ReapPage, ReapRequest,
-    Record, ScanPage, ScanRequest, Storage, StorageError, StorageResult, WriteOp, WriteOptions,
-    WriteOutcome,
+    CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
+    ReapRequest, ReapSource, Record, ScanPage, ScanRequest, Storage, StorageError, StorageResult,
+    WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -414,22 +414,17 @@ impl Storage for RedbStorage {
         read::scan(&self.shared, ns, request)
     }
 
-    async fn expiry_count(
+    async fn count_entries(
         &self,
         ns: &Namespace,
-        order: ExpiryOrder,
-        range: (Bound<i64>, Bound<i64>),
-    ) -> StorageResult<crate::storage::ExpiryCount> {
-        read::expiry_count(&self.shared, ns, order, range)
-    }
-
-    async fn index_count(
-        &self,
-        ns: &Namespace,
-        name: &str,
-        ranges: Vec<crate::storage::KeyRange>,
-    ) -> StorageResult<u64> {
-        read::index_count(&self.shared, ns, name, ranges)
+        sources: Vec<ReapSource>,
+    ) -> StorageResult<EntryCount> {
+        // Up to every entry of a large expired range: off the async workers, so that requests
+        // they serve meanwhile do not wait for it.
+        let (shared, ns) = (Arc::clone(&self.shared), ns.clone());
+        tokio::task::spawn_blocking(move || read::count_entries(&shared, &ns, &sources))
+            .await
+            .map_err(|error| StorageError::Io(format!("counting entries failed: {error}")))?
     }
 
     async fn expiry_scan(

@@ -21,13 +21,13 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetada
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, decode_record, entry_id, expiry_entry_id, expiry_entry_time, io, ordered_i64,
-    raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    bytes_table, decode_record, entry_id, expiry_entry_id, io, ordered_i64, raw_record,
+    ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
 use crate::storage::{
-    CollectionStats, ExpiryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace, Record,
+    CollectionStats, EntryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace, ReapSource, Record,
     RecordPredicate, ScanPage, ScanRequest, ScanSource, StorageError, StorageResult,
 };
 
@@ -311,105 +311,104 @@ pub(super) fn expiry_scan(
     )
 }
 
-/// Entries of an expiry table with a time in `range`: how many, and the earliest time. Reads keys
-/// only (one entry per document), so it costs a fraction of a scan that fetches the documents.
-pub(super) fn expiry_count(
-    shared: &Shared,
-    ns: &Namespace,
-    order: ExpiryOrder,
-    range: (Bound<i64>, Bound<i64>),
-) -> StorageResult<ExpiryCount> {
-    let mut count = ExpiryCount::default();
-    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
-        return Ok(count);
-    };
-    let Some(range) = expiry_range(range) else {
-        return Ok(count);
-    };
-    let txn = begin(shared)?;
-    let Some(expiry) = open_table(&txn, &entry.expiry_table(order))? else {
-        return Ok(count);
-    };
-    for item in expiry.range::<&[u8]>(as_slices(&range)).map_err(io)? {
-        let (key, _) = item.map_err(io)?;
-        if count.earliest_ms.is_none() {
-            count.earliest_ms = Some(expiry_entry_time(key.value())?);
-        }
-        count.documents += 1;
-    }
-    Ok(count)
+/// How to read the `_id` key out of an entry of a source table.
+#[derive(Clone, Copy)]
+pub(super) enum EntryId {
+    /// Expiry tables: the key after its time prefix.
+    Expiry,
+    /// Index tables.
+    Index { unique: bool },
 }
 
-/// Distinct documents with at least one entry of index `name` in `ranges` (same range semantics
-/// as [`scan`]). Reads index keys only.
-pub(super) fn index_count(
+impl EntryId {
+    pub fn of<'a>(self, key: &'a [u8], value: &'a [u8]) -> StorageResult<&'a [u8]> {
+        match self {
+            EntryId::Expiry => expiry_entry_id(key),
+            EntryId::Index { unique } => entry_id(key, value, unique),
+        }
+    }
+}
+
+/// The table of `source`, its range as stored keys, and how ids come out of its entries; `None` if
+/// the table (or index) does not exist or the range is empty.
+pub(super) fn source_table(
+    txn: &ReadTransaction,
+    entry: &CollectionEntry,
+    source: &ReapSource,
+) -> StorageResult<Option<(BytesReadTable, KeyRange, EntryId)>> {
+    let (name, range, ids) = match source {
+        ReapSource::Expiry { order, range } => (
+            entry.expiry_table(*order),
+            expiry_range(*range),
+            EntryId::Expiry,
+        ),
+        ReapSource::Index { name, range } => {
+            let Some(index) = entry.index_named(name).filter(|index| index.maintained()) else {
+                return Ok(None);
+            };
+            (
+                index.table.clone(),
+                stored_range(range.clone()),
+                EntryId::Index {
+                    unique: index.unique(),
+                },
+            )
+        }
+    };
+    let (Some(table), Some(range)) = (open_table(txn, &name)?, range) else {
+        return Ok(None);
+    };
+    Ok(Some((table, range, ids)))
+}
+
+pub(super) fn count_entries(
     shared: &Shared,
     ns: &Namespace,
-    name: &str,
-    ranges: Vec<KeyRange>,
-) -> StorageResult<u64> {
+    sources: &[ReapSource],
+) -> StorageResult<EntryCount> {
     let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
-        return Ok(0);
+        return Ok(EntryCount::default());
     };
-    // `_id_` is the data table itself: one key per document.
-    let index = match name {
-        IndexSpec::ID_INDEX_NAME => None,
-        _ => Some(
-            entry
-                .index_named(name)
-                .ok_or_else(|| StorageError::IndexNotFound(name.to_owned()))?,
-        ),
-    };
-    if index.is_some_and(|index| !index.maintained()) {
-        return Ok(0);
-    }
     let txn = begin(shared)?;
-    let table_name = index.map_or(&entry.data_table, |index| &index.table);
-    let Some(table) = open_table(&txn, table_name)? else {
-        return Ok(0);
+    let Some(data) = open_table(&txn, &entry.data_table)? else {
+        return Ok(EntryCount::default());
+    };
+    let mut tables = Vec::new();
+    for source in sources {
+        tables.extend(source_table(&txn, &entry, source)?);
+    }
+    let each_id = |visit: &mut dyn FnMut(&[u8])| -> StorageResult<()> {
+        for (table, range, ids) in &tables {
+            for item in table.range::<&[u8]>(as_slices(range)).map_err(io)? {
+                let (key, value) = item.map_err(io)?;
+                visit(ids.of(key.value(), value.value())?);
+            }
+        }
+        Ok(())
     };
     // Distinct documents by a 64-bit hash of their `_id` key, without copying keys. A repeated
-    // hash is a document with several keys in range (multikey) or, very rarely, a collision: only
-    // then are the ids compared, by counting again with the keys themselves.
-    let ranges: Vec<KeyRange> = ranges.into_iter().filter_map(stored_range).collect();
+    // hash is a document with several entries in range (multikey, or in two sources) or, very
+    // rarely, a collision: only then are the ids themselves compared.
     let mut hashes = Vec::new();
-    for range in &ranges {
-        for item in table.range::<&[u8]>(as_slices(range)).map_err(io)? {
-            let (key, value) = item.map_err(io)?;
-            let id = match index {
-                Some(index) => entry_id(key.value(), value.value(), index.unique())?,
-                None => key.value(),
-            };
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            id.hash(&mut hasher);
-            hashes.push(hasher.finish());
-        }
-    }
+    each_id(&mut |id| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        hashes.push(hasher.finish());
+    })?;
     hashes.sort_unstable();
-    if hashes.windows(2).any(|pair| pair[0] == pair[1]) {
-        return exact_index_count(&table, &ranges, index);
-    }
-    Ok(hashes.len() as u64)
-}
-
-/// [`index_count`] comparing the `_id` keys themselves.
-fn exact_index_count(
-    table: &BytesReadTable,
-    ranges: &[KeyRange],
-    index: Option<&IndexEntry>,
-) -> StorageResult<u64> {
-    let mut documents = std::collections::HashSet::new();
-    for range in ranges {
-        for item in table.range::<&[u8]>(as_slices(range)).map_err(io)? {
-            let (key, value) = item.map_err(io)?;
-            let id = match index {
-                Some(index) => entry_id(key.value(), value.value(), index.unique())?,
-                None => key.value(),
-            };
-            documents.insert(id.to_vec());
-        }
-    }
-    Ok(documents.len() as u64)
+    let in_sources = if hashes.windows(2).any(|pair| pair[0] == pair[1]) {
+        let mut ids = std::collections::HashSet::new();
+        each_id(&mut |id| {
+            ids.insert(id.to_vec());
+        })?;
+        ids.len()
+    } else {
+        hashes.len()
+    };
+    Ok(EntryCount {
+        documents: data.len().map_err(io)?,
+        in_sources: in_sources as u64,
+    })
 }
 
 /// Sizes of one collection from the `sizes` counters and the data table's entry count, all O(1).

@@ -20,16 +20,12 @@ use redb::ReadableTable;
 
 use super::apply::{BytesTable, CollectionTables};
 use super::catalog::StoredKeyer;
-use super::format::{
-    entry_id, entry_key, expiry_entry_id, expiry_key, expiry_position, io, raw_record,
-    record_header,
-};
+use super::format::{entry_key, expiry_key, expiry_position, io, raw_record, record_header};
 use super::read::{
-    after_resume, as_slices, begin, expiry_range, is_empty, open_table, stored_range,
-    BytesReadTable,
+    after_resume, as_slices, begin, is_empty, open_table, source_table, BytesReadTable,
 };
 use super::writer::{Batch, Shared};
-use crate::storage::{ExpiryOrder, Namespace, ReapRequest, ReapSource, StorageResult};
+use crate::storage::{ExpiryOrder, Namespace, ReapRequest, StorageResult};
 
 /// Runs of fewer keys are always removed key by key.
 const MIN_RUN: usize = 8;
@@ -108,31 +104,10 @@ pub(super) fn plan(
         return Ok(None);
     };
     let keyer = StoredKeyer::new(&entry);
-    // `None`: an expiry table (ids follow the time prefix); `Some(unique)`: an index.
-    let (table, range, unique) = match &request.source {
-        ReapSource::Expiry { order, range } => {
-            (entry.expiry_table(*order), expiry_range(*range), None)
-        }
-        ReapSource::Index { name, range } => {
-            let Some(index) = keyer
-                .indexes
-                .iter()
-                .find(|index| index.spec().name == *name)
-            else {
-                return Ok(None);
-            };
-            (
-                index.table.clone(),
-                stored_range(range.clone()),
-                Some(index.unique()),
-            )
-        }
-    };
     let txn = begin(shared)?;
-    let (Some(data), Some(source), Some(range)) = (
+    let (Some(data), Some((source, range, entry_ids))) = (
         open_table(&txn, &entry.data_table)?,
-        open_table(&txn, &table)?,
-        range,
+        source_table(&txn, &entry, &request.source)?,
     ) else {
         return Ok(None);
     };
@@ -149,11 +124,7 @@ pub(super) fn plan(
             break;
         }
         let (key, value) = item.map_err(io)?;
-        let id = match unique {
-            None => expiry_entry_id(key.value())?,
-            Some(unique) => entry_id(key.value(), value.value(), unique)?,
-        };
-        ids.push(id.to_vec());
+        ids.push(entry_ids.of(key.value(), value.value())?.to_vec());
         resume = Some(key.value().to_vec());
     }
     if ids.len() < limit {
