@@ -4,10 +4,11 @@
 //! Structure: one writer thread (`writer.rs`) owns every write transaction and commits queued jobs
 //! in groups (background jobs capped per group, committed without their own fsync); callers
 //! submit a job and await its answer on a oneshot channel. Reads (`read.rs`) run inline on the
-//! caller's task in short read transactions, concurrently with the writer, against the published
-//! catalog (`catalog.rs`). The on-disk layout (data, index and per-collection expiry tables) is in
-//! `format.rs`; the work done inside a write transaction is in `apply.rs`. Reaping (`reap.rs`) reads
-//! and plans on a low-priority thread (`background.rs`) and deletes in the writer.
+//! caller's task in short read transactions (key counts over whole ranges on a blocking thread),
+//! concurrently with the writer, against the published catalog (`catalog.rs`). The on-disk layout
+//! (data, index and per-collection expiry tables) is in `format.rs`; the work done inside a write
+//! transaction is in `apply.rs`. Reaping (`reap.rs`) reads and plans on a low-priority thread
+//! (`background.rs`) and deletes in the writer.
 //!
 //! Invariants: a dbpath is used by one engine at a time (an exclusive lock on
 //! `<dbpath>/tideway.lock`, held for the engine's lifetime); dropping the engine finishes the
