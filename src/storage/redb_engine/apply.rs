@@ -325,10 +325,10 @@ pub(super) fn create_indexes(
     let built = if keyers.iter().any(|keyer| !keyer.spec().catalog_only) {
         build_index_entries(&batch.txn, &entry, &keyers)?
     } else {
-        vec![Vec::new(); keyers.len()]
+        vec![(Vec::new(), false); keyers.len()]
     };
     let mut updated = (*entry).clone();
-    for (keyer, entries) in keyers.into_iter().zip(built) {
+    for (keyer, (entries, multikey)) in keyers.into_iter().zip(built) {
         let id = batch.counters.take_index_id();
         let table_name = index_table_name(id);
         if keyer.spec().catalog_only {
@@ -336,6 +336,7 @@ pub(super) fn create_indexes(
                 id,
                 table: table_name,
                 keyer,
+                multikey: false,
             });
             continue;
         }
@@ -351,6 +352,7 @@ pub(super) fn create_indexes(
             id,
             table: table_name,
             keyer,
+            multikey,
         });
     }
     updated.sync_index_specs();
@@ -358,16 +360,17 @@ pub(super) fn create_indexes(
 }
 
 /// Every (stored key, value) of each new index over the collection's documents, sorted (none for
-/// catalog-only indexes); fails on a unique violation or parallel arrays before anything is
-/// written.
+/// catalog-only indexes), and whether some document has several keys in it; fails on a unique
+/// violation or parallel arrays before anything is written.
 fn build_index_entries(
     txn: &WriteTransaction,
     entry: &CollectionEntry,
     keyers: &[IndexKeyer],
-) -> StorageResult<Vec<IndexEntries>> {
+) -> StorageResult<Vec<(IndexEntries, bool)>> {
     let data = txn.open_table(bytes_table(&entry.data_table)).map_err(io)?;
     let mut unique_owner: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(); keyers.len()];
     let mut entries: Vec<IndexEntries> = vec![Vec::new(); keyers.len()];
+    let mut multikey = vec![false; keyers.len()];
     for item in data.iter().map_err(io)? {
         let (id_key, record) = item.map_err(io)?;
         let id_key = id_key.value();
@@ -377,7 +380,9 @@ fn build_index_entries(
                 continue;
             }
             let unique = keyer.spec().unique;
-            for key in keyer.keys(&document)? {
+            let keys = keyer.keys(&document)?;
+            multikey[position] |= keys.len() > 1;
+            for key in keys {
                 if unique {
                     if unique_owner[position].contains_key(&key) {
                         return Err(keyer.duplicate_key(&entry.meta.ns, &document, &key));
@@ -396,7 +401,7 @@ fn build_index_entries(
             entries[position].sort_unstable();
         }
     }
-    Ok(entries)
+    Ok(entries.into_iter().zip(multikey).collect())
 }
 
 pub(super) fn drop_indexes(
@@ -490,8 +495,16 @@ pub(super) fn write(
             break;
         }
     }
-    if let Some(tables) = tables {
-        tables.save_sizes(&batch.txn)?;
+    let became_multikey = tables
+        .map(|tables| tables.save_sizes(&batch.txn))
+        .transpose()?
+        .unwrap_or_default();
+    if let (Some(entry), false) = (&entry, became_multikey.is_empty()) {
+        let mut updated = (**entry).clone();
+        for index in &mut updated.indexes {
+            index.multikey |= became_multikey.contains(&index.id);
+        }
+        put_entry(batch, updated)?;
     }
     Ok(results)
 }
@@ -602,6 +615,8 @@ pub(super) struct CollectionTables<'t, 'e> {
     pub indexes: Vec<IndexTable<'t, 'e>>,
     /// Keys of stored documents in `indexes`.
     pub keyer: StoredKeyer<'e>,
+    /// Indexes in which a document written by this job has several keys (not yet flagged).
+    became_multikey: Vec<u64>,
 }
 
 impl<'t, 'e> CollectionTables<'t, 'e> {
@@ -621,6 +636,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             .collect::<StorageResult<Vec<_>>>()?;
         Ok(CollectionTables {
             keyer: StoredKeyer::new(entry),
+            became_multikey: Vec::new(),
             entry,
             data: open(&entry.data_table)?,
             data_size: SizeDelta::default(),
@@ -630,7 +646,8 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         })
     }
 
-    pub fn save_sizes(self, txn: &WriteTransaction) -> StorageResult<()> {
+    /// Saves the size counters; the ids of the indexes that became multikey during the job.
+    pub fn save_sizes(self, txn: &WriteTransaction) -> StorageResult<Vec<u64>> {
         let CollectionTables {
             entry,
             data,
@@ -639,6 +656,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             own_expiry,
             indexes,
             keyer: _,
+            became_multikey,
         } = self;
         drop((data, last_write, own_expiry));
         data_size.save(txn, &entry.data_table)?;
@@ -647,7 +665,19 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             drop(table);
             size.save(txn, &index.table)?;
         }
-        Ok(())
+        Ok(became_multikey)
+    }
+
+    /// Notes the indexes in which a document being written has several keys.
+    fn note_multikey(&mut self, keys: &[Vec<Vec<u8>>]) {
+        for (index, keys) in self.indexes.iter().zip(keys) {
+            if keys.len() > 1
+                && !index.index.multikey
+                && !self.became_multikey.contains(&index.index.id)
+            {
+                self.became_multikey.push(index.index.id);
+            }
+        }
     }
 
     /// Adds (`present`) or removes the expiry entry of `id_key` for a record written with `meta`
@@ -798,6 +828,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 let rev = counters.take_rev();
                 set_record_header(&mut record, rev, meta);
                 self.put_record(&id_key, &record, None)?;
+                self.note_multikey(&new_keys);
                 for (index, keys) in self.indexes.iter_mut().zip(&new_keys) {
                     for key in keys {
                         index.insert(key, &id_key)?;
@@ -831,6 +862,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 let rev = counters.take_rev();
                 set_record_header(&mut record, rev, meta);
                 self.put_record(&id_key, &record, Some(old_record.len()))?;
+                self.note_multikey(&new_keys);
                 for ((index, old), new) in self.indexes.iter_mut().zip(&old_keys).zip(&new_keys) {
                     for key in old.iter().filter(|key| new.binary_search(key).is_err()) {
                         index.remove(key, &id_key)?;

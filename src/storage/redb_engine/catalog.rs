@@ -47,6 +47,9 @@ pub(super) struct IndexEntry {
     /// `i.<id>`.
     pub table: String,
     pub keyer: IndexKeyer,
+    /// Some document has (or had) more than one key in it, as mongod's multikey flag: once set,
+    /// it stays. While unset, each document has at most one entry, so entries count documents.
+    pub multikey: bool,
 }
 
 impl IndexEntry {
@@ -55,6 +58,7 @@ impl IndexEntry {
             id,
             table: index_table_name(id),
             keyer: IndexKeyer::new(spec)?,
+            multikey: false,
         })
     }
 
@@ -224,6 +228,7 @@ impl CollectionEntry {
                     "unique": spec.unique,
                     "sparse": spec.sparse,
                     "catalogOnly": spec.catalog_only,
+                    "multikey": index.multikey,
                     "spec": spec.spec.clone(),
                 };
                 if let Some(filter) = &spec.partial_filter {
@@ -319,7 +324,11 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
         catalog_only: boolean("catalogOnly")?,
     };
     // A stored partial filter that no longer parses is corruption, not a user error.
-    IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))
+    let mut index =
+        IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))?;
+    // Entries written before the flag existed carry none: assume the worst.
+    index.multikey = encoded.get_bool("multikey").unwrap_or(true);
+    Ok(index)
 }
 
 fn string(value: &Bson) -> StorageResult<String> {
@@ -377,6 +386,32 @@ mod tests {
             "every table, so drops remove them all"
         );
         assert!(!decoded.indexes[0].maintained());
+        assert!(!decoded.indexes[0].multikey);
+        let mut multikey = entry.clone();
+        multikey.indexes[0].multikey = true;
+        let decoded = CollectionEntry::decode(3, &multikey.encode().unwrap()).unwrap();
+        assert!(decoded.indexes[0].multikey);
         assert!(CollectionEntry::decode(3, b"garbage").is_err());
+    }
+
+    /// Catalogs written before the multikey flag existed: every index may be multikey.
+    #[test]
+    fn a_missing_multikey_flag_means_multikey() {
+        let index = IndexEntry::new(1, id_index_spec()).unwrap();
+        let entry = CollectionEntry::new(
+            2,
+            Namespace::new("db", "c"),
+            [1; 16],
+            doc! {},
+            id_index_spec(),
+            vec![index],
+        );
+        let mut encoded = Document::from_reader(entry.encode().unwrap().as_slice()).unwrap();
+        let indexes = encoded.get_array_mut("indexes").unwrap();
+        if let Some(Bson::Document(index)) = indexes.first_mut() {
+            index.remove("multikey");
+        }
+        let decoded = CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()).unwrap();
+        assert!(decoded.indexes[0].multikey);
     }
 }

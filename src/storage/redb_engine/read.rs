@@ -328,18 +328,28 @@ impl EntryId {
     }
 }
 
-/// The table of `source`, its range as stored keys, and how ids come out of its entries; `None` if
-/// the table (or index) does not exist or the range is empty.
+/// A source's table, read.
+pub(super) struct SourceTable {
+    pub table: BytesReadTable,
+    /// The source's range, as stored keys.
+    pub range: KeyRange,
+    pub ids: EntryId,
+    /// Each document has at most one entry (expiry tables; indexes not multikey).
+    pub one_per_document: bool,
+}
+
+/// The table of `source`; `None` if the table (or index) does not exist or the range is empty.
 pub(super) fn source_table(
     txn: &ReadTransaction,
     entry: &CollectionEntry,
     source: &ReapSource,
-) -> StorageResult<Option<(BytesReadTable, KeyRange, EntryId)>> {
-    let (name, range, ids) = match source {
+) -> StorageResult<Option<SourceTable>> {
+    let (name, range, ids, one_per_document) = match source {
         ReapSource::Expiry { order, range } => (
             entry.expiry_table(*order),
             expiry_range(*range),
             EntryId::Expiry,
+            true,
         ),
         ReapSource::Index { name, range } => {
             let Some(index) = entry.index_named(name).filter(|index| index.maintained()) else {
@@ -351,13 +361,19 @@ pub(super) fn source_table(
                 EntryId::Index {
                     unique: index.unique(),
                 },
+                !index.multikey,
             )
         }
     };
     let (Some(table), Some(range)) = (open_table(txn, &name)?, range) else {
         return Ok(None);
     };
-    Ok(Some((table, range, ids)))
+    Ok(Some(SourceTable {
+        table,
+        range,
+        ids,
+        one_per_document,
+    }))
 }
 
 pub(super) fn count_entries(
@@ -376,34 +392,96 @@ pub(super) fn count_entries(
     for source in sources {
         tables.extend(source_table(&txn, &entry, source)?);
     }
+    // No document in two sources: one source, or only expiry tables (a document is in one).
+    let disjoint = tables.len() <= 1
+        || tables
+            .iter()
+            .all(|table| matches!(table.ids, EntryId::Expiry));
+    let in_sources = if disjoint && tables.iter().all(|table| table.one_per_document) {
+        let mut entries = 0;
+        for table in &tables {
+            entries += range_len(&table.table, &table.range)?;
+        }
+        entries
+    } else {
+        distinct_ids(&tables)?
+    };
+    Ok(EntryCount {
+        documents: data.len().map_err(io)?,
+        in_sources,
+    })
+}
+
+/// The entries of `table` in `range`, found by counting the range and the rest of the table
+/// together until either ends: twice the smaller of the two at most.
+fn range_len(table: &BytesReadTable, range: &KeyRange) -> StorageResult<u64> {
+    let total = table.len().map_err(io)?;
+    let (lower, upper) = as_slices(range);
+    let mut inside = table.range::<&[u8]>((lower, upper)).map_err(io)?;
+    let below = flip(lower)
+        .map(|end| table.range::<&[u8]>((Bound::Unbounded, end)))
+        .transpose()
+        .map_err(io)?;
+    let above = flip(upper)
+        .map(|start| table.range::<&[u8]>((start, Bound::Unbounded)))
+        .transpose()
+        .map_err(io)?;
+    let mut outside = below
+        .into_iter()
+        .flatten()
+        .chain(above.into_iter().flatten());
+    let (mut counted_inside, mut counted_outside) = (0, 0);
+    loop {
+        match inside.next() {
+            None => return Ok(counted_inside),
+            Some(item) => item.map(|_| counted_inside += 1).map_err(io)?,
+        }
+        match outside.next() {
+            None => return Ok(total.saturating_sub(counted_outside)),
+            Some(item) => item.map(|_| counted_outside += 1).map_err(io)?,
+        }
+    }
+}
+
+/// The complement of a range bound (`..lower` below a range, `upper..` above it); `None` for
+/// `Unbounded` (nothing lies beyond it).
+fn flip(bound: Bound<&[u8]>) -> Option<Bound<&[u8]>> {
+    match bound {
+        Bound::Included(key) => Some(Bound::Excluded(key)),
+        Bound::Excluded(key) => Some(Bound::Included(key)),
+        Bound::Unbounded => None,
+    }
+}
+
+/// The distinct documents the entries of `tables` in their ranges point to.
+fn distinct_ids(tables: &[SourceTable]) -> StorageResult<u64> {
     let each_id = |visit: &mut dyn FnMut(&[u8])| -> StorageResult<()> {
-        for (table, range, ids) in &tables {
-            for item in table.range::<&[u8]>(as_slices(range)).map_err(io)? {
+        for source in tables {
+            for item in source
+                .table
+                .range::<&[u8]>(as_slices(&source.range))
+                .map_err(io)?
+            {
                 let (key, value) = item.map_err(io)?;
-                visit(ids.of(key.value(), value.value())?);
+                visit(source.ids.of(key.value(), value.value())?);
             }
         }
         Ok(())
     };
-    // Distinct documents by a 64-bit hash of their `_id` key, without copying keys. A repeated
-    // hash is a document with several entries in range (multikey, or in two sources) or, very
-    // rarely, a collision: only then are the ids themselves compared.
+    // By a 64-bit hash of their `_id` key, without copying keys. A repeated hash is a document
+    // with several entries in range or, very rarely, a collision: only then are the ids
+    // themselves compared.
     let mut hashes = Vec::new();
     each_id(&mut |id| hashes.push(fx_hash(id)))?;
     hashes.sort_unstable();
-    let in_sources = if hashes.windows(2).any(|pair| pair[0] == pair[1]) {
-        let mut ids = std::collections::HashSet::new();
-        each_id(&mut |id| {
-            ids.insert(id.to_vec());
-        })?;
-        ids.len()
-    } else {
-        hashes.len()
-    };
-    Ok(EntryCount {
-        documents: data.len().map_err(io)?,
-        in_sources: in_sources as u64,
-    })
+    if hashes.windows(2).all(|pair| pair[0] != pair[1]) {
+        return Ok(hashes.len() as u64);
+    }
+    let mut ids = std::collections::HashSet::new();
+    each_id(&mut |id| {
+        ids.insert(id.to_vec());
+    })?;
+    Ok(ids.len() as u64)
 }
 
 /// A fast 64-bit hash of a key (FxHash's mixing, 8 bytes at a time). Not collision-resistant:

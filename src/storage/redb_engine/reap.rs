@@ -105,26 +105,26 @@ pub(super) fn plan(
     };
     let keyer = StoredKeyer::new(&entry);
     let txn = begin(shared)?;
-    let (Some(data), Some((source, range, entry_ids))) = (
+    let (Some(data), Some(source)) = (
         open_table(&txn, &entry.data_table)?,
         source_table(&txn, &entry, &request.source)?,
     ) else {
         return Ok(None);
     };
-    let range = after_resume(&range, request.resume_after.as_deref(), false);
+    let range = after_resume(&source.range, request.resume_after.as_deref(), false);
     if is_empty(&range) {
         return Ok(None);
     }
     let limit = request.limit.max(1);
     let mut ids = Vec::with_capacity(limit);
     let mut resume = None;
-    for item in source.range::<&[u8]>(as_slices(&range)).map_err(io)? {
+    for item in source.table.range::<&[u8]>(as_slices(&range)).map_err(io)? {
         if ids.len() == limit {
             // There is at least one more entry.
             break;
         }
         let (key, value) = item.map_err(io)?;
-        ids.push(entry_ids.of(key.value(), value.value())?.to_vec());
+        ids.push(source.ids.of(key.value(), value.value())?.to_vec());
         resume = Some(key.value().to_vec());
     }
     if ids.len() < limit {
