@@ -90,17 +90,15 @@ impl Drop for BackgroundReader {
     }
 }
 
-/// Puts the calling thread in the idle scheduling class (it runs only when no other thread wants
-/// the core) with nice 19 as a fallback. Best effort, Linux only: there a thread id addresses one
-/// thread; elsewhere the calls would change the whole process.
+/// Sets the calling thread's nice value to 19: it yields to every normal thread and takes what
+/// they leave idle (the idle scheduling class was measured too: it starves reaping whenever
+/// requests keep the cores busy). Best effort, Linux only: there a thread id addresses one
+/// thread; elsewhere the call would renice the whole process.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
-    // SAFETY: `gettid` and `setpriority` take and return plain integers, and `sched_setscheduler`
-    // reads the parameter struct we pass; none keeps a pointer. A failure only leaves the priority
-    // unchanged.
+    // SAFETY: `gettid` and `setpriority` take and return plain integers and touch no memory of
+    // ours; a failure only leaves the priority unchanged.
     unsafe {
         libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
-        let param = libc::sched_param { sched_priority: 0 };
-        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
     }
 }
