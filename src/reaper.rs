@@ -73,16 +73,10 @@ fn candidate_sources(
         });
     }
     for ttl in &policies.fields {
-        let dates = Interval {
-            lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
-            upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(
-                ttl.date_cutoff_ms(now_ms),
-            ))),
-        };
         let Some(ScanRequest {
             source: ScanSource::Index { name, ranges },
             ..
-        }) = date_scan(meta, ttl, dates, None, BATCH_SIZE)
+        }) = date_scan(meta, ttl, expired_dates(ttl, now_ms), None, BATCH_SIZE)
         else {
             continue;
         };
@@ -94,31 +88,14 @@ fn candidate_sources(
     sources
 }
 
-/// The first document of `source`'s range.
-async fn first_candidate(
-    storage: &dyn Storage,
-    ns: &Namespace,
-    source: &ReapSource,
-) -> StorageResult<Option<Record>> {
-    let page = match source {
-        ReapSource::Expiry { order, range } => {
-            storage.expiry_scan(ns, *order, *range, None, 1).await?
-        }
-        ReapSource::Index { name, range } => {
-            let request = ScanRequest {
-                source: ScanSource::Index {
-                    name: name.clone(),
-                    ranges: vec![range.clone()],
-                },
-                resume_after: None,
-                reverse: false,
-                limit: 1,
-                hide: None,
-            };
-            storage.scan(ns, request).await?
-        }
-    };
-    Ok(page.records.into_iter().next())
+/// The Dates a MongoDB TTL index has expired at `now_ms`.
+fn expired_dates(ttl: &FieldTtl, now_ms: i64) -> Interval {
+    Interval {
+        lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
+        upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(
+            ttl.date_cutoff_ms(now_ms),
+        ))),
+    }
 }
 
 /// A scan of the index behind a MongoDB TTL index over a range of Date values, in ascending date
@@ -253,16 +230,26 @@ pub async fn backlog(
 ) -> StorageResult<Backlog> {
     let sources = candidate_sources(policies, meta, now_ms);
     let count = storage.count_entries(&meta.ns, sources.clone()).await?;
-    let mut oldest_expire_at_ms: Option<i64> = None;
+    // The first entry of each expired range is its oldest expiry (for a TTL index, in date order
+    // whatever its direction).
+    let mut firsts = Vec::new();
     for source in &sources {
-        let first = first_candidate(storage, &meta.ns, source).await?;
-        if let Some(at) = first
-            .as_ref()
-            .and_then(|record| policies.expire_at_ms(record))
-        {
-            oldest_expire_at_ms = Some(oldest_expire_at_ms.map_or(at, |oldest| oldest.min(at)));
+        if let ReapSource::Expiry { order, range } = source {
+            let page = storage
+                .expiry_scan(&meta.ns, *order, *range, None, 1)
+                .await?;
+            firsts.extend(page.records);
         }
     }
+    for ttl in &policies.fields {
+        if let Some(request) = date_scan(meta, ttl, expired_dates(ttl, now_ms), None, 1) {
+            firsts.extend(storage.scan(&meta.ns, request).await?.records);
+        }
+    }
+    let oldest_expire_at_ms = firsts
+        .iter()
+        .filter_map(|record| policies.expire_at_ms(record))
+        .min();
     Ok(Backlog {
         documents: count.documents,
         pending: count.in_sources,
