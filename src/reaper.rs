@@ -76,7 +76,7 @@ fn candidate_sources(
         let Some(ScanRequest {
             source: ScanSource::Index { name, ranges },
             ..
-        }) = date_scan(meta, ttl, expired_dates(ttl, now_ms), None, BATCH_SIZE)
+        }) = date_scan(meta, ttl, expired_dates(ttl, now_ms), BATCH_SIZE)
         else {
             continue;
         };
@@ -104,7 +104,6 @@ fn date_scan(
     meta: &CollectionMeta,
     ttl: &FieldTtl,
     dates: Interval,
-    resume_after: Option<Vec<u8>>,
     limit: usize,
 ) -> Option<ScanRequest> {
     let index = meta.index_named(&ttl.index_name)?;
@@ -117,7 +116,7 @@ fn date_scan(
             name: index.name.clone(),
             ranges: byte_ranges(&[dates], direction),
         },
-        resume_after,
+        resume_after: None,
         reverse: direction == keycodec::Direction::Descending,
         limit,
         hide: None,
@@ -242,7 +241,7 @@ pub async fn backlog(
         }
     }
     for ttl in &policies.fields {
-        if let Some(request) = date_scan(meta, ttl, expired_dates(ttl, now_ms), None, 1) {
+        if let Some(request) = date_scan(meta, ttl, expired_dates(ttl, now_ms), 1) {
             firsts.extend(storage.scan(&meta.ns, request).await?.records);
         }
     }
@@ -297,7 +296,7 @@ pub async fn next_expiry_ms(
             ))),
             upper: Bound::Included(Bson::DateTime(bson::DateTime::MAX)),
         };
-        if let Some(request) = date_scan(meta, ttl, dates, None, 1) {
+        if let Some(request) = date_scan(meta, ttl, dates, 1) {
             consider(&storage.scan(&meta.ns, request).await?.records);
         }
     }

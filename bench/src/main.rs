@@ -353,7 +353,7 @@ struct Measurement {
 
 fn timed_table(label_width: usize) -> Table {
     Table::new(vec![
-        Column::text("server", label_width.max(6)),
+        Column::text("server", label_width),
         Column::text("workload", 11),
         Column::number("clients", 7),
         Column::number("round", 5),
@@ -378,7 +378,7 @@ async fn run_timed(
     problems: &mut Vec<String>,
 ) -> Vec<Measurement> {
     let output = settings.output;
-    let label_width = targets.iter().map(|t| t.label.len()).max().unwrap_or(1);
+    let label_width = target::label_width(targets);
     let table = timed_table(label_width);
     // Per server: has the preloaded collection been made ready (None: not yet tried)?
     let mut preloaded: Vec<Option<bool>> = vec![None; targets.len()];
@@ -519,7 +519,7 @@ fn docs_rate(workload: Workload, figures: &Figures) -> String {
 fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: &Settings) {
     let output = settings.output;
     let first = &targets[0].label;
-    let label_width = targets.iter().map(|t| t.label.len()).max().unwrap_or(1);
+    let label_width = target::label_width(targets);
     let ops_ratio_title: &'static str = if targets.len() > 1 {
         "ops/s÷first"
     } else {
@@ -529,7 +529,7 @@ fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: 
     let table = Table::new(vec![
         Column::text("workload", 11),
         Column::number("clients", 7),
-        Column::text("server", label_width.max(6)),
+        Column::text("server", label_width),
         Column::number("runs", 4),
         Column::number("ops/s", 10),
         Column::number("docs/s", 10),

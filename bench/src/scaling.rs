@@ -12,7 +12,7 @@ use bson::doc;
 
 use crate::report::{print_errors, thousands, Column, Figures, Table};
 use crate::runner::{self, RunStats};
-use crate::target::Target;
+use crate::target::{label_width, Target};
 use crate::workload::{OpParams, Workload};
 use crate::{dataset, ratio, Settings};
 
@@ -27,12 +27,7 @@ pub async fn run(
     problems: &mut Vec<String>,
 ) {
     let output = settings.output;
-    let label_width = targets
-        .iter()
-        .map(|t| t.label.len())
-        .max()
-        .unwrap_or(1)
-        .max(6);
+    let label_width = label_width(targets);
     output.text("");
     output.text(&format!(
         "latency vs collection size: find_id over a collection grown through {sizes:?} docs; {}",
@@ -165,12 +160,7 @@ fn print_flatness(
         return;
     };
     let output = settings.output;
-    let label_width = targets
-        .iter()
-        .map(|t| t.label.len())
-        .max()
-        .unwrap_or(1)
-        .max(6);
+    let label_width = label_width(targets);
     let table = Table::new(vec![
         Column::text("server", label_width),
         Column::number("clients", 7),

@@ -138,6 +138,16 @@ pub async fn connect(
     })
 }
 
+/// Width of a table's "server" column: the longest label, at least the header's.
+pub fn label_width(targets: &[Target]) -> usize {
+    targets
+        .iter()
+        .map(|target| target.label.len())
+        .max()
+        .unwrap_or(0)
+        .max("server".len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

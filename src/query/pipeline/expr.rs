@@ -1815,11 +1815,32 @@ fn round_to_millis(number: Number) -> i64 {
     }
 }
 
-fn evaluate_subtract(a: Value, b: Value) -> CommandResult<Value> {
+/// Both operands of a binary arithmetic operator, or `None` when either is null or missing (the
+/// operator's result is then null).
+fn both_operands(a: Value, b: Value) -> Option<(Bson, Bson)> {
     if is_nullish(&a) || is_nullish(&b) {
-        return Ok(Some(Bson::Null));
+        return None;
     }
-    let (Some(a), Some(b)) = (a, b) else {
+    Some((a?, b?))
+}
+
+/// The numbers of a division-like operator (`$divide`, `$mod`), refusing a zero divisor.
+fn dividend_and_divisor(
+    name: &str,
+    a: &Bson,
+    b: &Bson,
+    type_code: ErrorCode,
+    zero_code: ErrorCode,
+) -> CommandResult<(Number, Number)> {
+    let (x, y) = binary_numbers(name, a, b, type_code)?;
+    if y.is_zero() {
+        return Err(fail(zero_code, format!("can't {name} by zero")));
+    }
+    Ok((x, y))
+}
+
+fn evaluate_subtract(a: Value, b: Value) -> CommandResult<Value> {
+    let Some((a, b)) = both_operands(a, b) else {
         return Ok(Some(Bson::Null));
     };
     let mismatch = |a: &Bson, b: &Bson| {
@@ -1878,16 +1899,16 @@ fn binary_numbers(
 }
 
 fn evaluate_divide(a: Value, b: Value) -> CommandResult<Value> {
-    if is_nullish(&a) || is_nullish(&b) {
-        return Ok(Some(Bson::Null));
-    }
-    let (Some(a), Some(b)) = (a, b) else {
+    let Some((a, b)) = both_operands(a, b) else {
         return Ok(Some(Bson::Null));
     };
-    let (x, y) = binary_numbers("$divide", &a, &b, ErrorCode::Location16609)?;
-    if y.is_zero() {
-        return Err(fail(ErrorCode::Location16608, "can't $divide by zero"));
-    }
+    let (x, y) = dividend_and_divisor(
+        "$divide",
+        &a,
+        &b,
+        ErrorCode::Location16609,
+        ErrorCode::Location16608,
+    )?;
     Ok(Some(match (x, y) {
         (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
             decimal_bson(divide_decimal(x.to_decimal(), y.to_decimal()))
@@ -1897,16 +1918,16 @@ fn evaluate_divide(a: Value, b: Value) -> CommandResult<Value> {
 }
 
 fn evaluate_mod(a: Value, b: Value) -> CommandResult<Value> {
-    if is_nullish(&a) || is_nullish(&b) {
-        return Ok(Some(Bson::Null));
-    }
-    let (Some(a), Some(b)) = (a, b) else {
+    let Some((a, b)) = both_operands(a, b) else {
         return Ok(Some(Bson::Null));
     };
-    let (x, y) = binary_numbers("$mod", &a, &b, ErrorCode::Location16611)?;
-    if y.is_zero() {
-        return Err(fail(ErrorCode::Location16610, "can't $mod by zero"));
-    }
+    let (x, y) = dividend_and_divisor(
+        "$mod",
+        &a,
+        &b,
+        ErrorCode::Location16611,
+        ErrorCode::Location16610,
+    )?;
     Ok(Some(match (x, y) {
         (Number::Decimal(_), _) | (_, Number::Decimal(_)) => {
             decimal_bson(decimal_remainder(x.to_decimal(), y.to_decimal())?)

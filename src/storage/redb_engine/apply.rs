@@ -668,6 +668,29 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         Ok(became_multikey)
     }
 
+    /// Moves `id_key`'s entries in every index from its `old` keys (none for an insert) to its
+    /// `new` ones (both sorted per index), touching only the keys that differ.
+    fn move_index_entries(
+        &mut self,
+        id_key: &[u8],
+        old: Option<&[Vec<Vec<u8>>]>,
+        new: &[Vec<Vec<u8>>],
+    ) -> StorageResult<()> {
+        self.note_multikey(new);
+        for (position, (index, new)) in self.indexes.iter_mut().zip(new).enumerate() {
+            let old = old
+                .and_then(|old| old.get(position))
+                .map_or(&[][..], Vec::as_slice);
+            for key in old.iter().filter(|key| new.binary_search(key).is_err()) {
+                index.remove(key, id_key)?;
+            }
+            for key in new.iter().filter(|key| old.binary_search(key).is_err()) {
+                index.insert(key, id_key)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Notes the indexes in which a document being written has several keys.
     fn note_multikey(&mut self, keys: &[Vec<Vec<u8>>]) {
         for (index, keys) in self.indexes.iter().zip(keys) {
@@ -828,12 +851,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 let rev = counters.take_rev();
                 set_record_header(&mut record, rev, meta);
                 self.put_record(&id_key, &record, None)?;
-                self.note_multikey(&new_keys);
-                for (index, keys) in self.indexes.iter_mut().zip(&new_keys) {
-                    for key in keys {
-                        index.insert(key, &id_key)?;
-                    }
-                }
+                self.move_index_entries(&id_key, None, &new_keys)?;
                 self.set_expiry(meta, &id_key, true)?;
                 Ok(WriteOutcome::Inserted { rev, superseded })
             }
@@ -862,15 +880,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 let rev = counters.take_rev();
                 set_record_header(&mut record, rev, meta);
                 self.put_record(&id_key, &record, Some(old_record.len()))?;
-                self.note_multikey(&new_keys);
-                for ((index, old), new) in self.indexes.iter_mut().zip(&old_keys).zip(&new_keys) {
-                    for key in old.iter().filter(|key| new.binary_search(key).is_err()) {
-                        index.remove(key, &id_key)?;
-                    }
-                    for key in new.iter().filter(|key| old.binary_search(key).is_err()) {
-                        index.insert(key, &id_key)?;
-                    }
-                }
+                self.move_index_entries(&id_key, Some(&old_keys), &new_keys)?;
                 if old_meta != meta {
                     self.set_expiry(old_meta, &id_key, false)?;
                     self.set_expiry(meta, &id_key, true)?;

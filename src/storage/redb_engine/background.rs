@@ -4,8 +4,8 @@
 //! competing with them, which is what keeps foreground latency flat while a large expiry is
 //! reaped.
 //!
-//! Invariants: tasks run one at a time in submission order; dropping the reader lets queued tasks
-//! finish, then joins the thread.
+//! Invariants: tasks run one at a time in submission order; a task that panics fails only itself;
+//! dropping the reader lets queued tasks finish, then joins the thread.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -30,7 +30,9 @@ impl BackgroundReader {
             .spawn(move || {
                 lower_priority();
                 for task in receiver {
-                    task();
+                    // A task that panics drops its reply (its caller gets an error); the thread
+                    // stays up for the next one.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
                 }
             })
             .map_err(|error| {
@@ -100,5 +102,18 @@ fn lower_priority() {
     // ours; a failure only leaves the priority unchanged.
     unsafe {
         libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_task_fails_alone() {
+        let reader = BackgroundReader::start().unwrap();
+        let panicked = reader.run(|| -> u32 { panic!("task failure") }).await;
+        assert!(matches!(panicked, Err(StorageError::Io(_))), "{panicked:?}");
+        assert_eq!(reader.run(|| 7).await, Ok(7));
     }
 }
