@@ -233,6 +233,8 @@ error_codes! {
     Location5107200 = 5107200,
     Location5107201 = 5107201,
     Location5654602 = 5654602,
+    Location5729100 = 5729100,
+    Location7749501 = 7749501,
     Location5858203 = 5858203,
 }
 

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     init_logging(&config);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(tideway::limits::THREAD_STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime,

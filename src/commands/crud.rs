@@ -23,6 +23,7 @@ use crate::commands::find::parse_projection;
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, document_id, CollectionView};
+use crate::limits::{self, StorageWrite};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
@@ -121,7 +122,7 @@ fn prepare_for_insert(document: &Document) -> CommandResult<Document> {
             stored
         }
     };
-    check_storable(&stored)?;
+    check_storable(&stored, StorageWrite::Insert)?;
     Ok(stored)
 }
 
@@ -138,8 +139,10 @@ fn check_id(id: &Bson) -> CommandResult<()> {
     }
 }
 
-/// What every written document must satisfy: no client `_ts`, at most 16 MiB.
-fn check_storable(document: &Document) -> CommandResult<()> {
+/// What every written document must satisfy: no client `_ts`, nesting within mongod's storage
+/// depth, at most 16 MiB.
+fn check_storable(document: &Document, write: StorageWrite) -> CommandResult<()> {
+    limits::check_storage_depth(document, write)?;
     ttl::check_client_document(document)?;
     let size = bson::to_vec(document)
         .map_err(|e| CommandError::bad_value(e.to_string()))?
@@ -257,7 +260,7 @@ impl<'a> WriteContext<'a> {
             if !update.apply(&mut document, &context)? {
                 return Ok(Updated::Unchanged(document));
             }
-            check_storable(&document)?;
+            check_storable(&document, StorageWrite::Update)?;
             let id = document_id(&record.doc);
             let op = WriteOp::Replace {
                 id: id.clone(),
@@ -320,7 +323,7 @@ impl<'a> WriteContext<'a> {
             &UpdateContext::new(bson::DateTime::from_millis(self.now_ms())),
         )?;
         check_id(&document_id(&document))?;
-        check_storable(&document)?;
+        check_storable(&document, StorageWrite::Update)?;
         match self.write_one(self.insert_op(document.clone())).await {
             Ok(_) => Ok(Some(document)),
             Err(StorageError::DuplicateKey { index, .. })

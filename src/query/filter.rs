@@ -24,6 +24,7 @@ use super::display::value_string;
 use super::numeric::Number;
 use super::path::{self, LeafArrays};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::{check_field_path_length, MAX_FILTER_PATH_COMPONENTS};
 
 const UNDEFINED_RANK: u8 = 1;
 const NULL_RANK: u8 = 6;
@@ -500,6 +501,7 @@ fn leaf(path: &Option<Vec<String>>, predicate: Predicate) -> Expr {
 }
 
 fn parse_field(name: &str, value: &Bson) -> CommandResult<Vec<Expr>> {
+    check_field_path_length(name, MAX_FILTER_PATH_COMPONENTS, ErrorCode::Location5729100)?;
     let path = Some(path::split_path(name));
     match value {
         Bson::RegularExpression(regex) => Ok(vec![leaf(

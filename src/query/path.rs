@@ -14,10 +14,13 @@
 //!
 //! This module does not interpret operators or compare values.
 
+use std::collections::HashSet;
+
 use bson::{Bson, Document};
 
 use super::display::element_string;
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::MAX_USER_STORAGE_DEPTH;
 
 /// What a path that ends on an array reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,9 +63,28 @@ pub fn lookup<'a>(
     parts: &[String],
     leaf: LeafArrays,
 ) -> Vec<PathValue<'a>> {
-    let mut found = Vec::new();
-    walk_document(document, parts, leaf, None, &mut found);
-    found
+    let mut walk = Walk {
+        leaf,
+        found: Vec::new(),
+        // Only a numeric component makes an array element reachable two ways (as a document
+        // with the same path, and by its index), and chains of those would revisit the same
+        // subdocuments exponentially often.
+        visited: parts
+            .iter()
+            .any(|part| array_index(part).is_some())
+            .then(HashSet::new),
+    };
+    walk_document(document, parts, None, &mut walk);
+    walk.found
+}
+
+/// One lookup's state: what it found, and which (subdocument, remaining path) pairs it has
+/// walked when a path can reach one twice. Each pair is walked once, so a lookup costs at most
+/// the document's size times the path's length.
+struct Walk<'a> {
+    leaf: LeafArrays,
+    found: Vec<PathValue<'a>>,
+    visited: Option<HashSet<(usize, usize)>>,
 }
 
 /// The values present at a dotted path, leaf arrays expanded (what `distinct` reports).
@@ -73,8 +95,8 @@ pub fn lookup_values<'a>(document: &'a Document, path: &str) -> Vec<&'a Bson> {
         .collect()
 }
 
-fn push<'a>(found: &mut Vec<PathValue<'a>>, value: Option<&'a Bson>, outer_index: Option<usize>) {
-    found.push(PathValue {
+fn push<'a>(walk: &mut Walk<'a>, value: Option<&'a Bson>, outer_index: Option<usize>) {
+    walk.found.push(PathValue {
         value,
         array_index: outer_index,
         is_leaf_array: false,
@@ -84,35 +106,32 @@ fn push<'a>(found: &mut Vec<PathValue<'a>>, value: Option<&'a Bson>, outer_index
 fn walk_document<'a>(
     document: &'a Document,
     parts: &[String],
-    leaf: LeafArrays,
     outer_index: Option<usize>,
-    found: &mut Vec<PathValue<'a>>,
+    walk: &mut Walk<'a>,
 ) {
+    if let Some(visited) = &mut walk.visited {
+        if !visited.insert((std::ptr::from_ref(document) as usize, parts.len())) {
+            return;
+        }
+    }
     let mut current = document;
     for (position, part) in parts.iter().enumerate() {
         let is_last = position + 1 == parts.len();
         match current.get(part) {
-            None => return push(found, None, outer_index),
+            None => return push(walk, None, outer_index),
             Some(value @ Bson::Array(elements)) => {
-                return walk_array(
-                    value,
-                    elements,
-                    &parts[position + 1..],
-                    leaf,
-                    outer_index,
-                    found,
-                )
+                return walk_array(value, elements, &parts[position + 1..], outer_index, walk)
             }
             Some(Bson::Document(inner)) if !is_last => current = inner,
             Some(value) => {
                 let value = if is_last { Some(value) } else { None };
-                return push(found, value, outer_index);
+                return push(walk, value, outer_index);
             }
         }
     }
     // An empty path names nothing.
     if parts.is_empty() {
-        push(found, None, outer_index);
+        push(walk, None, outer_index);
     }
 }
 
@@ -120,18 +139,18 @@ fn walk_array<'a>(
     array: &'a Bson,
     elements: &'a [Bson],
     rest: &[String],
-    leaf: LeafArrays,
     outer_index: Option<usize>,
-    found: &mut Vec<PathValue<'a>>,
+    walk: &mut Walk<'a>,
 ) {
+    let leaf = walk.leaf;
     let Some(next) = rest.first() else {
         if leaf != LeafArrays::NoExpand {
             for (index, element) in elements.iter().enumerate() {
-                push(found, Some(element), outer_index.or(Some(index)));
+                push(walk, Some(element), outer_index.or(Some(index)));
             }
         }
         if leaf != LeafArrays::ExpandOnly {
-            found.push(PathValue {
+            walk.found.push(PathValue {
                 value: Some(array),
                 array_index: outer_index,
                 is_leaf_array: leaf == LeafArrays::ExpandAndSelf,
@@ -142,18 +161,16 @@ fn walk_array<'a>(
     let addressed_index = array_index(next);
     for (index, element) in elements.iter().enumerate() {
         if let Bson::Document(inner) = element {
-            walk_document(inner, rest, leaf, outer_index.or(Some(index)), found);
+            walk_document(inner, rest, outer_index.or(Some(index)), walk);
         }
         if addressed_index != Some(index) {
             continue;
         }
         let after_index = &rest[1..];
         match element {
-            _ if after_index.is_empty() => push(found, Some(element), outer_index),
-            Bson::Document(inner) => walk_document(inner, after_index, leaf, outer_index, found),
-            Bson::Array(nested) => {
-                walk_array(element, nested, after_index, leaf, outer_index, found)
-            }
+            _ if after_index.is_empty() => push(walk, Some(element), outer_index),
+            Bson::Document(inner) => walk_document(inner, after_index, outer_index, walk),
+            Bson::Array(nested) => walk_array(element, nested, after_index, outer_index, walk),
             _ => {}
         }
     }
@@ -231,17 +248,21 @@ pub fn set_path<S: AsRef<str>>(
         document.insert(first, Document::new());
     }
     match document.get_mut(first) {
-        Some(slot) => set_in_value(slot, first, rest, value),
+        Some(slot) => set_in_value(slot, first, rest, 2, value),
         None => Err(CommandError::internal(
             "field vanished while setting a path",
         )),
     }
 }
 
+/// Sets `parts` below `container`, whose first component lies at `level` (top-level fields are
+/// level 1). Nothing is created past mongod's storage depth, so the recursion is bounded however
+/// long the path.
 fn set_in_value<S: AsRef<str>>(
     container: &mut Bson,
     container_name: &str,
     parts: &[S],
+    level: usize,
     value: Bson,
 ) -> CommandResult<()> {
     let Some((part, rest)) = parts.split_first() else {
@@ -249,6 +270,12 @@ fn set_in_value<S: AsRef<str>>(
         return Ok(());
     };
     let part = part.as_ref();
+    if level > MAX_USER_STORAGE_DEPTH && matches!(container, Bson::Document(_) | Bson::Array(_)) {
+        return Err(CommandError::new(
+            ErrorCode::Overflow,
+            format!("Document exceeds maximum nesting depth of {MAX_USER_STORAGE_DEPTH}"),
+        ));
+    }
     match container {
         Bson::Document(inner) => {
             if rest.is_empty() {
@@ -259,7 +286,7 @@ fn set_in_value<S: AsRef<str>>(
                 inner.insert(part, Document::new());
             }
             match inner.get_mut(part) {
-                Some(slot) => set_in_value(slot, part, rest, value),
+                Some(slot) => set_in_value(slot, part, rest, level + 1, value),
                 None => Err(CommandError::internal(
                     "field vanished while setting a path",
                 )),
@@ -275,7 +302,7 @@ fn set_in_value<S: AsRef<str>>(
                     elements[index] = Bson::Document(Document::new());
                 }
             }
-            set_in_value(&mut elements[index], part, rest, value)
+            set_in_value(&mut elements[index], part, rest, level + 1, value)
         }
         _ => Err(cannot_create(part, container_name, container)),
     }
@@ -476,5 +503,22 @@ mod tests {
         let document = doc! {"a": [{"b": 1}, {"b": 2}]};
         assert_eq!(get_path(&document, &["a", "1", "b"]), Some(&Bson::Int32(2)));
         assert_eq!(get_path(&document, &["a", "b"]), None);
+    }
+
+    #[test]
+    fn numeric_paths_through_nested_arrays_cost_polynomial_time() {
+        // Each array element is reachable as a document and by index: without memoising
+        // (subdocument, remaining path), 60 levels would take 2^60 steps.
+        let mut value = Bson::Int32(1);
+        for _ in 0..60 {
+            value = Bson::Array(vec![Bson::Document(doc! {"0": value})]);
+        }
+        let document = doc! {"0": value};
+        let parts = split_path(&vec!["0"; 121].join("."));
+        let found = lookup(&document, &parts, LeafArrays::ExpandAndSelf);
+        assert!(found
+            .iter()
+            .any(|candidate| candidate.value == Some(&Bson::Int32(1))));
+        assert!(found.len() < 100_000, "{} values", found.len());
     }
 }

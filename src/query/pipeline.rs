@@ -29,6 +29,9 @@ use super::numeric::Number;
 use super::projection::Projection;
 use super::sort::SortSpec;
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::{
+    check_field_path_length, exceeds_depth, MAX_BSON_DEPTH, MAX_FIELD_PATH_COMPONENTS,
+};
 use expr::Expr;
 use group::Group;
 
@@ -132,6 +135,9 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$vectorSearch",
 ];
 
+/// mongod's `internalPipelineLengthLimit`.
+const MAX_PIPELINE_STAGES: usize = 1000;
+
 fn fail(code: ErrorCode, message: impl Into<String>) -> CommandError {
     CommandError::new(code, message)
 }
@@ -154,6 +160,12 @@ impl Pipeline {
             leading_filter: None,
             stages: Vec::new(),
         };
+        if stages.len() > MAX_PIPELINE_STAGES {
+            return Err(fail(
+                ErrorCode::Location7749501,
+                format!("Pipeline length must be no longer than {MAX_PIPELINE_STAGES} stages."),
+            ));
+        }
         let mut leading_matches: Vec<Document> = Vec::new();
         let mut at_start = true;
         for (position, stage) in stages.iter().enumerate() {
@@ -260,7 +272,7 @@ impl Pipeline {
         let mut documents = Vec::new();
         for (position, stage) in self.stages.iter().enumerate() {
             if position > counting {
-                documents = stage.run(documents, context.now)?;
+                documents = stage.run_checked(documents, context.now)?;
                 continue;
             }
             match stage {
@@ -290,7 +302,7 @@ impl Pipeline {
             None => input,
         };
         for stage in &self.stages {
-            documents = stage.run(documents, context.now)?;
+            documents = stage.run_checked(documents, context.now)?;
         }
         Ok(documents)
     }
@@ -609,6 +621,31 @@ fn parse_count_field(spec: &Bson) -> CommandResult<String> {
 }
 
 impl Stage {
+    /// [`Stage::run`], refusing output nested deeper than a BSON document may be: stages that
+    /// build documents can nest their input (`$$ROOT` in `$addFields`, `$push` in `$group`), and
+    /// the next stage must again see bounded input.
+    fn run_checked(&self, documents: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
+        let output = self.run(documents, now)?;
+        let builds_documents = matches!(
+            self,
+            Stage::Project { .. }
+                | Stage::AddFields(_)
+                | Stage::Group(_)
+                | Stage::ReplaceRoot { .. }
+        );
+        if builds_documents
+            && output
+                .iter()
+                .any(|document| exceeds_depth(document, MAX_BSON_DEPTH))
+        {
+            return Err(fail(
+                ErrorCode::Overflow,
+                format!("cannot convert document to BSON because it exceeds the limit of {MAX_BSON_DEPTH} levels of nesting"),
+            ));
+        }
+        Ok(output)
+    }
+
     fn run(&self, documents: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
         match self {
             Stage::Match(filter) => Ok(documents
@@ -700,6 +737,7 @@ enum FieldNode {
 }
 
 fn validate_output_path(path: &str) -> CommandResult<Vec<String>> {
+    check_field_path_length(path, MAX_FIELD_PATH_COMPONENTS, ErrorCode::Overflow)?;
     let parts: Vec<String> = path.split('.').map(str::to_string).collect();
     for part in &parts {
         if part.is_empty() {

@@ -26,6 +26,7 @@ use super::filter::Filter;
 use super::numeric::Number;
 use super::path;
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
 
 /// A parsed projection.
 #[derive(Clone, Debug)]
@@ -340,6 +341,7 @@ fn parse_element(
             "FieldPath field names may not be empty strings.",
         ));
     }
+    check_field_path_length(name, MAX_FIELD_PATH_COMPONENTS, ErrorCode::Overflow)?;
     let is_top_level_id = name == "_id" && parent_path.is_empty();
     let positional = name == "$" || name.ends_with(".$");
     if positional && options.compile.is_some() {

@@ -13,7 +13,8 @@ use bson::{Bson, Document};
 use super::compare::compare_values;
 use super::numeric::Number;
 use super::path::{self, LeafArrays};
-use crate::error::{CommandError, CommandResult};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
 
 /// Sort direction of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,7 @@ impl SortSpec {
     pub fn parse(spec: &Document) -> CommandResult<SortSpec> {
         let mut keys = Vec::with_capacity(spec.len());
         for (field, value) in spec {
+            check_field_path_length(field, MAX_FIELD_PATH_COMPONENTS, ErrorCode::Overflow)?;
             if field.is_empty() || field.split('.').any(str::is_empty) {
                 return Err(CommandError::bad_value(format!(
                     "Empty field name in sort pattern: {field}"

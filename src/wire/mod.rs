@@ -16,7 +16,7 @@ pub use compression::Compressor;
 
 use bson::Document;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 
 /// Largest user document, as advertised in `hello`.
 pub const MAX_BSON_OBJECT_SIZE: i32 = 16 * 1024 * 1024;
@@ -191,19 +191,26 @@ pub fn encode_reply(
 }
 
 /// Reads one BSON document from the front of `bytes`, returning it and the bytes it used.
-fn read_document(bytes: &[u8]) -> Result<(Document, usize), String> {
+/// Reads one document from the front of `bytes`: malformed BSON is `InvalidBSON`, nesting deeper
+/// than `maxBSONDepth` is `Overflow` (checked on the raw bytes, before anything recursive decodes
+/// them).
+fn read_document(bytes: &[u8]) -> Result<(Document, usize), CommandError> {
+    let malformed = |why: String| CommandError::new(ErrorCode::InvalidBSON, why);
     let declared = bytes
         .get(..4)
         .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .ok_or("document is truncated")?;
+        .ok_or_else(|| malformed("document is truncated".into()))?;
     if declared < 5 || declared as usize > bytes.len() {
-        return Err(format!(
+        return Err(malformed(format!(
             "document length {declared} does not fit the {} remaining bytes",
             bytes.len()
-        ));
+        )));
     }
     let length = declared as usize;
-    let document = crate::bsonutil::decode_document(&bytes[..length])?;
+    let raw = bson::RawDocument::from_bytes(&bytes[..length])
+        .map_err(|error| malformed(error.to_string()))?;
+    crate::limits::check_wire_depth(raw)?;
+    let document = Document::try_from(raw).map_err(|error| malformed(error.to_string()))?;
     Ok((document, length))
 }
 

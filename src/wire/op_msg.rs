@@ -76,7 +76,7 @@ fn parse_sections(mut sections: &[u8]) -> Result<Document, CommandError> {
     while let Some((&kind, rest)) = sections.split_first() {
         match kind {
             0 => {
-                let (document, used) = read_document(rest).map_err(malformed)?;
+                let (document, used) = read_document(rest)?;
                 if body.replace(document).is_some() {
                     return Err(CommandError::new(
                         ErrorCode::Location40430,
@@ -93,8 +93,7 @@ fn parse_sections(mut sections: &[u8]) -> Result<Document, CommandError> {
                         "document sequence size {size} is invalid"
                     )));
                 }
-                let (identifier, documents) =
-                    parse_sequence(&rest[4..size as usize]).map_err(malformed)?;
+                let (identifier, documents) = parse_sequence(&rest[4..size as usize])?;
                 if sequences.iter().any(|(name, _)| *name == identifier) {
                     return Err(CommandError::new(
                         ErrorCode::Location40431,
@@ -140,8 +139,9 @@ fn parse_sections(mut sections: &[u8]) -> Result<Document, CommandError> {
 }
 
 /// A kind-1 payload after its size: the identifier, then documents back to back.
-fn parse_sequence(payload: &[u8]) -> Result<(String, Vec<Bson>), String> {
-    let (identifier, used) = read_cstring(payload)?;
+fn parse_sequence(payload: &[u8]) -> Result<(String, Vec<Bson>), CommandError> {
+    let (identifier, used) =
+        read_cstring(payload).map_err(|why| CommandError::new(ErrorCode::InvalidBSON, why))?;
     let mut rest = &payload[used..];
     let mut documents = Vec::new();
     while !rest.is_empty() {

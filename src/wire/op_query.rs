@@ -40,8 +40,7 @@ fn parse(body: &[u8]) -> Result<Document, CommandError> {
     })?;
     // numberToSkip and numberToReturn follow the namespace; commands ignore both.
     let query_bytes = body.get(4 + used + 8..).ok_or_else(truncated)?;
-    let (query, _) =
-        read_document(query_bytes).map_err(|why| CommandError::new(ErrorCode::InvalidBSON, why))?;
+    let (query, _) = read_document(query_bytes)?;
     command_from_query(namespace, query)
 }
 

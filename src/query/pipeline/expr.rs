@@ -22,6 +22,7 @@ use bson::{oid::ObjectId, Bson, DateTime, Decimal128, Document};
 
 use super::group::{AccumulatorOp, AccumulatorState};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
 use crate::query::compare::{compare_values, values_equal};
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::{apply_arithmetic, digit_count, pow10, Arithmetic, Decimal, Number};
@@ -284,6 +285,7 @@ fn validate_field_name(name: &str) -> CommandResult<()> {
 }
 
 fn parse_path(path: &str) -> CommandResult<Vec<String>> {
+    check_field_path_length(path, MAX_FIELD_PATH_COMPONENTS, ErrorCode::Overflow)?;
     let parts: Vec<String> = path.split('.').map(str::to_string).collect();
     for part in &parts {
         validate_field_name(part)?;

@@ -27,6 +27,7 @@ impl BackgroundReader {
         let (tasks, receiver) = mpsc::channel::<Task>();
         let thread = std::thread::Builder::new()
             .name("tideway-bgread".to_string())
+            .stack_size(crate::limits::THREAD_STACK_BYTES)
             .spawn(move || {
                 lower_priority();
                 for task in receiver {

@@ -149,6 +149,7 @@ impl RedbStorage {
         let writer = Writer::new(shared.clone(), counters, durability);
         let writer = std::thread::Builder::new()
             .name("tideway-writer".to_string())
+            .stack_size(crate::limits::THREAD_STACK_BYTES)
             .spawn(move || writer.run(receiver))
             .map_err(|error| {
                 StorageError::Io(format!("cannot start the writer thread: {error}"))
