@@ -1,6 +1,8 @@
 //! Time as the server sees it. Everything that depends on "now" (TTL expiry, `localTime`, cursor
-//! timeouts) reads a [`Clock`], so tests move time instead of sleeping. Invariant: a clock never goes
-//! backwards through this interface; [`ManualClock`] only advances.
+//! timeouts) reads a [`Clock`], so tests move time instead of sleeping. Invariant: the server's
+//! clock ([`ServerClock`]) never goes backwards, not even when the system clock steps back or
+//! across a restart (its floor is the high-water mark storage persisted); [`ManualClock`] only
+//! advances.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -34,6 +36,38 @@ impl Clock for SystemClock {
 
     fn advance_ms(&self, delta_ms: i64) {
         self.offset_ms.fetch_add(delta_ms.max(0), Ordering::SeqCst);
+    }
+}
+
+/// The clock the server reads: a source clock that is never allowed to go backwards. Every reading
+/// raises a floor, and a reading below the floor (the system clock stepped back, or a restart
+/// with a slower clock than the persisted high-water mark) returns the floor instead: a moment
+/// the server has reported is never lived again, so a document it has called expired stays
+/// expired.
+#[derive(Debug)]
+pub struct ServerClock {
+    source: std::sync::Arc<dyn Clock>,
+    floor_ms: AtomicI64,
+}
+
+impl ServerClock {
+    pub fn new(source: std::sync::Arc<dyn Clock>, floor_ms: i64) -> Self {
+        ServerClock {
+            source,
+            floor_ms: AtomicI64::new(floor_ms),
+        }
+    }
+}
+
+impl Clock for ServerClock {
+    fn now_ms(&self) -> i64 {
+        let now_ms = self.source.now_ms();
+        let floor_ms = self.floor_ms.fetch_max(now_ms, Ordering::SeqCst);
+        now_ms.max(floor_ms)
+    }
+
+    fn advance_ms(&self, delta_ms: i64) {
+        self.source.advance_ms(delta_ms);
     }
 }
 
@@ -72,6 +106,22 @@ mod tests {
         clock.advance_ms(-10_000);
         assert_eq!(clock.now_ms(), 1_500);
         assert_eq!(clock.now(), bson::DateTime::from_millis(1_500));
+    }
+
+    #[test]
+    fn server_clock_never_goes_below_what_it_reported_or_its_floor() {
+        let source = std::sync::Arc::new(ManualClock::new(1_000));
+        let clock = ServerClock::new(source.clone(), 5_000);
+        assert_eq!(clock.now_ms(), 5_000);
+        source.advance_ms(10_000);
+        assert_eq!(clock.now_ms(), 11_000);
+        // A source that steps back (a system clock corrected backwards) is held at the mark.
+        let stepped_back = ServerClock::new(std::sync::Arc::new(ManualClock::new(2_000)), 0);
+        assert_eq!(stepped_back.now_ms(), 2_000);
+        let restarted = ServerClock::new(std::sync::Arc::new(ManualClock::new(500)), 2_000);
+        assert_eq!(restarted.now_ms(), 2_000);
+        clock.advance_ms(1);
+        assert_eq!(clock.now_ms(), 11_001);
     }
 
     #[test]

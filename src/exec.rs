@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
+use crate::clock::Clock;
 use crate::query::{Filter, Interval, SortSpec};
 use crate::storage::keycodec::{self, Direction};
 use crate::storage::{
@@ -68,26 +69,78 @@ impl Visibility {
     }
 }
 
-/// A collection as one command sees it: its catalog entry and what is visible at the command's time.
+/// Orders commands that judge visibility against changes of TTL policies, so expiry is final: a
+/// command holds its collection's gate shared from before it reads the time until it replies, and
+/// a policy change holds it exclusively while it deletes what the old policies have expired and
+/// swaps them. No command can therefore judge with old policies at a time later than the change.
+///
+/// Gates are striped by namespace (bounded memory, however many names clients use); a command
+/// holds at most one gate at a time, so striping cannot deadlock.
+#[derive(Debug)]
+pub struct PolicyGates {
+    stripes: Vec<Arc<tokio::sync::RwLock<()>>>,
+}
+
+const POLICY_GATE_STRIPES: usize = 64;
+
+/// A shared hold on a collection's policy gate (see [`PolicyGates`]).
+pub type SharedGate = Arc<tokio::sync::OwnedRwLockReadGuard<()>>;
+
+impl Default for PolicyGates {
+    fn default() -> Self {
+        PolicyGates {
+            stripes: (0..POLICY_GATE_STRIPES)
+                .map(|_| Arc::new(tokio::sync::RwLock::new(())))
+                .collect(),
+        }
+    }
+}
+
+impl PolicyGates {
+    fn stripe(&self, ns: &Namespace) -> Arc<tokio::sync::RwLock<()>> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        ns.hash(&mut hasher);
+        self.stripes[hasher.finish() as usize % self.stripes.len()].clone()
+    }
+
+    pub async fn shared(&self, ns: &Namespace) -> SharedGate {
+        Arc::new(self.stripe(ns).read_owned().await)
+    }
+
+    pub async fn exclusive(&self, ns: &Namespace) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.stripe(ns).write_owned().await
+    }
+}
+
+/// A collection as one command sees it: its catalog entry and what is visible at the command's
+/// time, under a shared hold on its policy gate for as long as the view lives.
 #[derive(Clone, Debug)]
 pub struct CollectionView {
     pub ns: Namespace,
     pub meta: Option<CollectionMeta>,
     pub visibility: Visibility,
+    _gate: SharedGate,
 }
 
 impl CollectionView {
-    pub async fn load(
+    /// Takes the collection's gate, then the time, then its policies: in that order, so a policy
+    /// change either precedes the whole view or follows it.
+    pub async fn open(
+        gates: &PolicyGates,
         storage: &dyn Storage,
+        clock: &dyn Clock,
         ns: &Namespace,
-        now_ms: i64,
     ) -> StorageResult<CollectionView> {
+        let gate = gates.shared(ns).await;
+        let now_ms = clock.now_ms();
         let meta = storage.collection(ns).await?;
         let visibility = Visibility::for_meta(meta.as_ref(), now_ms);
         Ok(CollectionView {
             ns: ns.clone(),
             meta,
             visibility,
+            _gate: gate,
         })
     }
 

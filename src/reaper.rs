@@ -192,6 +192,22 @@ impl Reaper {
         Ok(deleted)
     }
 
+    /// Deletes every document of `ns` that its current policies have expired at `now_ms`, with
+    /// the same metrics as a pass.
+    pub async fn reap_namespace(
+        &self,
+        storage: &dyn Storage,
+        ns: &Namespace,
+        now_ms: i64,
+    ) -> StorageResult<u64> {
+        let Some(meta) = storage.collection(ns).await? else {
+            return Ok(0);
+        };
+        let policies = Arc::new(TtlPolicies::from_meta(&meta));
+        self.reap_collection(storage, &meta, &policies, now_ms)
+            .await
+    }
+
     /// Milliseconds the last pass spent on `ns`, if it has been reaped.
     pub fn last_pass_ms(&self, ns: &Namespace) -> Option<u64> {
         self.last_pass_ms
@@ -200,6 +216,32 @@ impl Reaper {
             .get(ns)
             .copied()
     }
+}
+
+/// Runs `change`, a command that may change the TTL policies of `ns` (`ttl_involved`), so that
+/// expiry stays final: under the collection's exclusive policy gate, at one instant `now`, it
+/// deletes what the current policies have expired, applies the change, and deletes what the new
+/// policies have expired, all before the command replies. A document the server has called
+/// expired can then never reappear (a raised or removed policy applies only to documents still
+/// alive), and a change that expires documents leaves visibility and
+/// `metrics.ttl.deletedDocuments` in agreement when it replies. Without `ttl_involved`, `change`
+/// just runs.
+pub async fn change_policies<T>(
+    state: &crate::state::ServerState,
+    ns: &Namespace,
+    ttl_involved: bool,
+    change: impl std::future::Future<Output = crate::error::CommandResult<T>>,
+) -> crate::error::CommandResult<T> {
+    if !ttl_involved {
+        return change.await;
+    }
+    let _exclusive = state.policy_gates.exclusive(ns).await;
+    let now_ms = state.clock.now_ms();
+    let storage = state.storage.as_ref();
+    state.reaper.reap_namespace(storage, ns, now_ms).await?;
+    let changed = change.await?;
+    state.reaper.reap_namespace(storage, ns, now_ms).await?;
+    Ok(changed)
 }
 
 /// Every collection that has at least one TTL policy.

@@ -57,6 +57,7 @@ impl Server {
             self.state.clone(),
             stop_rx.clone(),
         ));
+        let time_keeper = tokio::spawn(record_time(self.state.clone(), stop_rx.clone()));
         for addr in self.local_addrs() {
             tracing::info!(%addr, "Waiting for connections");
         }
@@ -83,6 +84,7 @@ impl Server {
         let _ = done_rx.recv().await;
         let _ = cursor_reaper.await;
         let _ = ttl_reaper.await;
+        let _ = time_keeper.await;
         tracing::info!("shutdown complete");
     }
 }
@@ -101,6 +103,29 @@ async fn reap_idle_cursors(state: Arc<ServerState>, mut stop: watch::Receiver<bo
                     tracing::info!(reaped, "closed idle cursors");
                 }
             }
+        }
+    }
+}
+
+/// How often the server's time is recorded in storage. After a crash, the clock restarts no
+/// earlier than the last record: at most this much of reported time can be lived again, and only
+/// if the system clock also stepped back.
+const TIME_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Records the server's time every [`TIME_RECORD_INTERVAL`] and once more at shutdown, so
+/// [`crate::clock::ServerClock`] resumes from it after a restart.
+async fn record_time(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(TIME_RECORD_INTERVAL);
+    loop {
+        let stopping = tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => true,
+            _ = ticks.tick() => false,
+        };
+        if let Err(error) = state.storage.record_time(state.clock.now_ms()).await {
+            tracing::warn!(%error, "cannot record the server time");
+        }
+        if stopping {
+            return;
         }
     }
 }

@@ -6,21 +6,24 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, ServerClock};
 use crate::config::Config;
 use crate::config::StorageKind;
 use crate::cursor::CursorRegistry;
 use crate::error::CommandResult;
+use crate::exec::{CollectionView, PolicyGates};
 use crate::params::Parameters;
 use crate::reaper::Reaper;
 use crate::storage::redb_engine::{Durability, RedbStorage};
-use crate::storage::{Storage, StorageResult};
+use crate::storage::{Namespace, Storage, StorageResult};
 
 #[derive(Debug)]
 pub struct ServerState {
     pub config: Config,
     pub params: Parameters,
     pub clock: Arc<dyn Clock>,
+    /// Orders visibility judgements against TTL policy changes (see [`PolicyGates`]).
+    pub policy_gates: PolicyGates,
     pub storage: Arc<dyn Storage>,
     pub cursors: CursorRegistry,
     pub reaper: Reaper,
@@ -94,11 +97,14 @@ impl ServerState {
     ) -> CommandResult<Arc<ServerState>> {
         let params = Parameters::from_config(&config)?;
         let startup_warnings = startup_warnings(&config);
+        // Never earlier than any moment the server reported before a restart.
+        let clock = Arc::new(ServerClock::new(clock, storage.time_high_water_ms()));
         Ok(Arc::new(ServerState {
             config,
             params,
             clock,
             storage,
+            policy_gates: PolicyGates::default(),
             cursors: CursorRegistry::default(),
             reaper: Reaper::default(),
             started: Instant::now(),
@@ -107,6 +113,17 @@ impl ServerState {
             startup_warnings,
             next_connection_id: AtomicI32::new(1),
         }))
+    }
+
+    /// `ns` as a command sees it now (see [`CollectionView::open`]).
+    pub async fn view(&self, ns: &Namespace) -> StorageResult<CollectionView> {
+        CollectionView::open(
+            &self.policy_gates,
+            self.storage.as_ref(),
+            self.clock.as_ref(),
+            ns,
+        )
+        .await
     }
 
     pub fn next_connection_id(&self) -> i32 {

@@ -107,6 +107,16 @@ impl Fixture {
             .unwrap()
     }
 
+    /// `serverStatus().metrics.ttl.deletedDocuments`.
+    async fn deleted_documents(&self) -> i64 {
+        self.run(doc! {"serverStatus": 1})
+            .await
+            .get_document("metrics")
+            .and_then(|metrics| metrics.get_document("ttl"))
+            .and_then(|ttl| ttl.get_i64("deletedDocuments"))
+            .unwrap()
+    }
+
     async fn ttl_pass(&self) -> i64 {
         let admin = self.server.client().database("admin");
         admin
@@ -417,8 +427,18 @@ async fn ttl_without_a_ts_index_has_no_effect_and_minus_one_default_means_own_tt
     f.run(doc! {"dropIndexes": "c", "index": "_ts_1"}).await;
     assert_eq!(
         f.ids(doc! {}).await,
-        vec!["a", "b"],
-        "dropping the policy shows again at once"
+        vec!["b"],
+        "dropping the policy never brings back what it expired"
+    );
+    f.coll
+        .insert_one(doc! {"_id": "c", "ttl": 1})
+        .await
+        .unwrap();
+    f.at(60_000);
+    assert_eq!(
+        f.ids(doc! {}).await,
+        vec!["b", "c"],
+        "without the policy, ttl is ignored again"
     );
 }
 
@@ -547,9 +567,11 @@ async fn coll_mod_changes_the_default_at_once_without_rewriting() {
         .collect();
     f.run(doc! {"insert": "c", "documents": docs, "ordered": false})
         .await;
-    let before = f.stored("000042").await.unwrap();
+    f.at(5_000);
+    f.coll.insert_one(doc! {"_id": "later"}).await.unwrap();
+    let before = f.stored("later").await.unwrap();
     f.at(20_000);
-    assert_eq!(f.coll.estimated_document_count().await.unwrap(), 100_000);
+    assert_eq!(f.coll.estimated_document_count().await.unwrap(), 100_001);
     let reply = f
         .run(doc! {"collMod": "c", "index": {"keyPattern": {"_ts": 1}, "expireAfterSeconds": 20}})
         .await;
@@ -557,10 +579,13 @@ async fn coll_mod_changes_the_default_at_once_without_rewriting() {
     assert_eq!(reply.get_i64("expireAfterSeconds_new"), Ok(20));
     assert_eq!(
         f.coll.estimated_document_count().await.unwrap(),
-        0,
-        "every document expired at once"
+        1,
+        "every document written at T0 expired at once"
     );
-    let after = f.stored("000042").await.unwrap();
+    // What the change expired was deleted before the reply; the rest was not rewritten.
+    assert!(f.stored("000042").await.is_none());
+    assert_eq!(f.deleted_documents().await, 100_000);
+    let after = f.stored("later").await.unwrap();
     assert_eq!(
         (after.rev, after.last_write_ms),
         (before.rev, before.last_write_ms),
@@ -853,5 +878,140 @@ async fn a_backlog_left_at_shutdown_is_reaped_after_restart() {
         .await
         .unwrap();
     assert_eq!(stats.count, 0);
+    server.stop().await;
+}
+
+/// Expiry is final: once a document has been reported expired, no later policy change brings it
+/// back. Each change below would resurrect a document if it only changed visibility.
+#[tokio::test]
+async fn lowering_the_default_to_minus_one_never_resurrects_expired_documents() {
+    let f = Fixture::with_default_ttl().await;
+    // An invalid own ttl: the default applies.
+    f.coll
+        .insert_one(doc! {"_id": "invalid", "ttl": "x"})
+        .await
+        .unwrap();
+    f.at(5_000);
+    f.coll.insert_one(doc! {"_id": "young"}).await.unwrap();
+    f.at(10_000);
+    assert_eq!(f.ids(doc! {}).await, vec!["keeper", "young"]);
+    f.run(doc! {"collMod": "c", "index": {"name": "_ts_1", "expireAfterSeconds": -1}})
+        .await;
+    assert_eq!(f.ids(doc! {}).await, vec!["keeper", "young"]);
+    assert_eq!(f.deleted_documents().await, 2);
+    // The change applies to documents alive at it: "young" now never expires.
+    f.at(3_600_000);
+    assert_eq!(f.ids(doc! {}).await, vec!["keeper", "young"]);
+    assert_eq!(f.coll.count_documents(doc! {}).await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn dropping_the_default_never_resurrects_expired_documents() {
+    let f = Fixture::with_default_ttl().await;
+    f.at(10_000);
+    assert_eq!(f.ids(doc! {}).await, vec!["keeper"]);
+    f.run(doc! {"dropIndexes": "c", "index": "_ts_1"}).await;
+    assert_eq!(f.ids(doc! {}).await, vec!["keeper"]);
+    assert!(f.stored("doomed").await.is_none());
+    assert_eq!(f.deleted_documents().await, 1);
+}
+
+/// A collection with a TTL index on `at` (10 s) and two documents: "old" dated T0, "new" dated
+/// T0 + 5 s.
+async fn with_ttl_index() -> Fixture {
+    let f = Fixture::start().await;
+    f.run(doc! {"createIndexes": "c", "indexes": [{"key": {"at": 1}, "name": "at_1", "expireAfterSeconds": 10}]})
+        .await;
+    let date = |ms: i64| bson::DateTime::from_millis(T0 + ms);
+    f.coll
+        .insert_many([
+            doc! {"_id": "old", "at": date(0)},
+            doc! {"_id": "new", "at": date(5_000)},
+        ])
+        .await
+        .unwrap();
+    f
+}
+
+#[tokio::test]
+async fn raising_or_dropping_a_ttl_index_never_resurrects_expired_documents() {
+    let f = with_ttl_index().await;
+    f.at(10_000);
+    assert_eq!(f.ids(doc! {}).await, vec!["new"]);
+    f.run(doc! {"collMod": "c", "index": {"name": "at_1", "expireAfterSeconds": 3600}})
+        .await;
+    assert_eq!(f.ids(doc! {}).await, vec!["new"]);
+    assert_eq!(f.deleted_documents().await, 1);
+    // "new" was alive at the change: it lives by the new value.
+    f.at(3_604_999);
+    assert_eq!(f.ids(doc! {}).await, vec!["new"]);
+    f.at(3_605_000);
+    assert!(f.ids(doc! {}).await.is_empty());
+
+    let f = with_ttl_index().await;
+    f.at(10_000);
+    f.run(doc! {"dropIndexes": "c", "index": "at_1"}).await;
+    assert_eq!(f.ids(doc! {}).await, vec!["new"]);
+    f.at(3_600_000);
+    assert_eq!(f.ids(doc! {}).await, vec!["new"]);
+}
+
+#[tokio::test]
+async fn a_ttl_ddl_that_expires_documents_deletes_them_before_it_replies() {
+    let f = Fixture::start().await;
+    let date = bson::DateTime::from_millis(T0);
+    f.coll
+        .insert_many((0..50).map(|i| doc! {"_id": format!("d{i}"), "at": date}))
+        .await
+        .unwrap();
+    f.at(60_000);
+    // The monitor is off in this fixture: only the command itself can have deleted them.
+    f.run(doc! {"createIndexes": "c", "indexes": [{"key": {"at": 1}, "name": "at_1", "expireAfterSeconds": 30}]})
+        .await;
+    assert_eq!(f.deleted_documents().await, 50);
+    assert_eq!(f.coll.count_documents(doc! {}).await.unwrap(), 0);
+    assert!(f.stored("d7").await.is_none());
+
+    // Lowering the default with collMod: counters and counts agree when it replies.
+    f.set_default_ttl(3600).await;
+    f.coll
+        .insert_many((0..20).map(|i| doc! {"_id": format!("e{i}")}))
+        .await
+        .unwrap();
+    f.at(120_000);
+    f.run(doc! {"collMod": "c", "index": {"name": "_ts_1", "expireAfterSeconds": 30}})
+        .await;
+    assert_eq!(f.deleted_documents().await, 70);
+    assert_eq!(f.coll.count_documents(doc! {}).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_server_clock_never_goes_back_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tideway::Config {
+        storage: tideway::config::StorageKind::Disk,
+        dbpath: dir.path().to_path_buf(),
+        set_parameter: vec!["ttlMonitorEnabled=false".into()],
+        ..common::test_config()
+    };
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = TestServer::start_with_clock(config.clone(), clock.clone()).await;
+    let db = server.client().database("ttl");
+    db.run_command(doc! {"createIndexes": "c", "indexes": [{"key": {"_ts": 1}, "name": "_ts_1", "expireAfterSeconds": 10}]})
+        .await
+        .unwrap();
+    let coll = db.collection::<Document>("c");
+    coll.insert_one(doc! {"_id": 1}).await.unwrap();
+    clock.advance_ms(10_000);
+    assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 0);
+    server.stop().await;
+
+    // The system clock stepped back an hour while the server was down.
+    let stepped_back = Arc::new(ManualClock::new(T0 - 3_600_000));
+    let server = TestServer::start_with_clock(config, stepped_back).await;
+    assert!(server.state.clock.now_ms() >= T0 + 10_000);
+    let coll = server.client().database("ttl").collection::<Document>("c");
+    assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 0);
+    assert!(coll.find_one(doc! {"_id": 1}).await.unwrap().is_none());
     server.stop().await;
 }

@@ -13,7 +13,7 @@ use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::buffered_cursor;
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, CollectionView};
+use crate::exec;
 use crate::query::pipeline::{CollStatsRequest, SourceStage};
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::storage::Namespace;
@@ -97,7 +97,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         }
         (None, Some(ns)) => {
             let storage = ctx.state.storage.as_ref();
-            let view = CollectionView::load(storage, ns, now_ms).await?;
+            let view = ctx.state.view(ns).await?;
             let filter = pipeline
                 .leading_filter()
                 .cloned()
@@ -105,10 +105,9 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             if filter.matches_everything() && pipeline.counts_only() {
                 // Counting every visible document (`countDocuments({})`): the count `count`
                 // gives, from storage statistics and the expiry structures, no document read.
-                let visible = match &view.meta {
-                    Some(meta) => visible_stats(ctx, meta).await?.count,
-                    None => 0,
-                };
+                let visible = visible_stats(ctx, &view)
+                    .await?
+                    .map_or(0, |stats| stats.count);
                 let output = pipeline.run_counted(visible, &context)?;
                 return buffered_cursor(ctx, body, ns.to_string(), output).await;
             }
@@ -147,23 +146,22 @@ async fn coll_stats_source(
         "host": format!("{}:{}", ctx.state.hostname, ctx.state.config.port),
         "localTime": ctx.state.clock.now(),
     };
-    let meta = ctx.state.storage.collection(ns).await?;
+    let view = ctx.state.view(ns).await?;
     if let Some(options) = &request.storage_stats {
-        let Some(meta) = &meta else {
+        if view.meta.is_none() {
             return Err(CommandError::new(ErrorCode::NamespaceNotFound, format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{ns}] not found.")));
-        };
+        }
         let scale = options
             .get("scale")
             .and_then(crate::bsonutil::as_f64)
             .filter(|s| *s >= 1.0)
             .unwrap_or(1.0) as i64;
-        out.insert("storageStats", storage_stats(ctx, meta, scale).await?);
+        out.insert("storageStats", storage_stats(ctx, &view, scale).await?);
     }
     if request.count {
-        let count = match &meta {
-            Some(meta) => visible_stats(ctx, meta).await?.count,
-            None => 0,
-        };
+        let count = visible_stats(ctx, &view)
+            .await?
+            .map_or(0, |stats| stats.count);
         out.insert("count", count as i64);
     }
     Ok(out)

@@ -179,8 +179,7 @@ impl<'a> WriteContext<'a> {
         let ns = collection_namespace(ctx, body)?;
         validate_writable_namespace(&ns)?;
         let options = write_options(ctx, body)?;
-        let view =
-            CollectionView::load(ctx.state.storage.as_ref(), &ns, ctx.state.clock.now_ms()).await?;
+        let view = ctx.state.view(&ns).await?;
         Ok(WriteContext { ctx, view, options })
     }
 

@@ -13,9 +13,9 @@ use crate::commands::args::{
 use crate::commands::find::buffered_cursor;
 use crate::dispatch::{command_fields, CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::exec::CollectionView;
 use crate::query::Filter;
 use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
-use crate::ttl::TtlPolicies;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -296,22 +296,26 @@ fn scale(ctx: &CommandContext, body: &Document) -> CommandResult<i64> {
     }
 }
 
-/// Storage statistics with documents that have expired but are not deleted yet left out of the
-/// count (their bytes are still on disk, so sizes keep them).
+/// Storage statistics of the viewed collection (`None` if it does not exist) with documents that
+/// have expired at the view's time but are not deleted yet left out of the count (their bytes are
+/// still on disk, so sizes keep them).
 pub async fn visible_stats(
     ctx: &CommandContext<'_>,
-    meta: &CollectionMeta,
-) -> CommandResult<CollectionStats> {
+    view: &CollectionView,
+) -> CommandResult<Option<CollectionStats>> {
+    let Some(meta) = &view.meta else {
+        return Ok(None);
+    };
     let storage = ctx.state.storage.as_ref();
     let mut stats = storage.stats(&meta.ns).await?;
-    let policies = TtlPolicies::from_meta(meta);
+    let policies = &view.visibility.policies;
     if !policies.is_empty() {
         // Stored and expired counts from one snapshot: exact while the reaper deletes.
         let backlog =
-            crate::reaper::backlog(storage, meta, &policies, ctx.state.clock.now_ms()).await?;
+            crate::reaper::backlog(storage, meta, policies, view.visibility.now_ms).await?;
         stats.count = backlog.documents.saturating_sub(backlog.pending);
     }
-    Ok(stats)
+    Ok(Some(stats))
 }
 
 fn total_index_size(stats: &CollectionStats) -> u64 {
@@ -326,7 +330,10 @@ async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let (mut objects, mut data_size, mut storage_size, mut indexes, mut index_size) =
         (0u64, 0u64, 0u64, 0usize, 0u64);
     for meta in &collections {
-        let stats = visible_stats(ctx, meta).await?;
+        let view = ctx.state.view(&meta.ns).await?;
+        let Some(stats) = visible_stats(ctx, &view).await? else {
+            continue;
+        };
         objects += stats.count;
         data_size += stats.data_size;
         storage_size += stats.storage_size;
@@ -357,22 +364,28 @@ async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn coll_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     let scale = scale(ctx, body)?;
-    let Some(meta) = ctx.state.storage.collection(&ns).await? else {
+    let view = ctx.state.view(&ns).await?;
+    if view.meta.is_none() {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,
             format!("Collection [{ns}] not found."),
         ));
-    };
-    storage_stats(ctx, &meta, scale).await
+    }
+    storage_stats(ctx, &view, scale).await
 }
 
 /// The statistics `collStats` returns, also `$collStats: {storageStats: {}}`'s `storageStats`.
 pub async fn storage_stats(
     ctx: &CommandContext<'_>,
-    meta: &CollectionMeta,
+    view: &CollectionView,
     scale: i64,
 ) -> CommandResult {
-    let stats = visible_stats(ctx, meta).await?;
+    let (Some(meta), Some(stats)) = (&view.meta, visible_stats(ctx, view).await?) else {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            format!("Collection [{}] not found.", view.ns),
+        ));
+    };
     let scaled = |bytes: u64| (bytes as i64) / scale;
     let mut index_sizes = Document::new();
     for (name, size) in &stats.index_sizes {

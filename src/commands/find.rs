@@ -14,7 +14,7 @@ use crate::commands::args::{
 use crate::cursor::{Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, CollectionView, Visibility};
+use crate::exec::{self, Visibility};
 use crate::query::{values_equal, Filter, Projection, SortSpec};
 use crate::state::bump;
 use crate::storage::Record;
@@ -170,7 +170,7 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     };
     bump(&ctx.state.stats.opcounters.query, 1);
     let storage = ctx.state.storage.as_ref();
-    let view = CollectionView::load(storage, &ns, ctx.state.clock.now_ms()).await?;
+    let view = ctx.state.view(&ns).await?;
     let mut stream = view.stream(filter, sort.as_ref());
     let source = match sort.as_ref().filter(|sort| !stream.satisfies(sort)) {
         Some(sort) => {
@@ -237,12 +237,18 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     }
     bump(&ctx.state.stats.opcounters.getmore, 1);
     let storage = ctx.state.storage.as_ref();
-    // Visibility is decided now, with the collection's current policies, not when the cursor opened.
-    let visibility = match &cursor.collection {
-        Some(ns) => CollectionView::load(storage, ns, now_ms).await?.visibility,
-        None => Visibility::everything(now_ms),
+    // Visibility is decided now, with the collection's current policies, not when the cursor
+    // opened; the view holds the collection's policy gate until the batch is read.
+    let view = match &cursor.collection {
+        Some(ns) => Some(ctx.state.view(ns).await?),
+        None => None,
     };
+    let visibility = view.as_ref().map_or_else(
+        || Visibility::everything(now_ms),
+        |view| view.visibility.clone(),
+    );
     let (batch, exhausted) = cursor.next_batch(storage, batch_size, &visibility).await?;
+    drop(view);
     let ns = cursor.ns.clone();
     let reply_id = if exhausted {
         0
@@ -291,9 +297,8 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
     let ns = collection_namespace(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "query")?);
-    let storage = ctx.state.storage.as_ref();
-    let view = CollectionView::load(storage, &ns, ctx.state.clock.now_ms()).await?;
-    Ok(exec::find_all(storage, &view, filter, None).await?)
+    let view = ctx.state.view(&ns).await?;
+    Ok(exec::find_all(ctx.state.storage.as_ref(), &view, filter, None).await?)
 }
 
 async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -306,10 +311,10 @@ async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         // Every visible document: the stored count less the expired ones, counted from the expiry
         // structures (never a raw count that would include them).
         let ns = collection_namespace(ctx, body)?;
-        match ctx.state.storage.collection(&ns).await? {
-            Some(meta) => crate::commands::ddl::visible_stats(ctx, &meta).await?.count,
-            None => 0,
-        }
+        let view = ctx.state.view(&ns).await?;
+        crate::commands::ddl::visible_stats(ctx, &view)
+            .await?
+            .map_or(0, |stats| stats.count)
     } else {
         matching_records(ctx, body).await?.len() as u64
     };

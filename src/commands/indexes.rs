@@ -10,8 +10,9 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::document_string;
 use crate::query::Filter;
+use crate::reaper;
 use crate::storage::keycodec::Direction;
-use crate::storage::IndexSpec;
+use crate::storage::{IndexSpec, Namespace};
 use crate::ttl;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -316,6 +317,13 @@ fn check_conflict(requested: &IndexSpec, existing: &IndexSpec) -> CommandResult<
 
 async fn create_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
+    let creates_ttl = matches!(body.get("indexes"), Some(Bson::Array(specs))
+        if specs.iter().any(|spec| matches!(spec, Bson::Document(spec) if spec.contains_key("expireAfterSeconds"))));
+    reaper::change_policies(ctx.state, &ns, creates_ttl, build_indexes(ctx, body, &ns)).await
+}
+
+async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> CommandResult {
+    let ns = ns.clone();
     validate_writable_namespace(&ns)?;
     let raw_specs = match body.get("indexes") {
         Some(Bson::Array(specs)) => specs,
@@ -413,6 +421,21 @@ async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 
 async fn drop_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
+    let has_policies = ctx
+        .state
+        .storage
+        .collection(&ns)
+        .await?
+        .is_some_and(|meta| !ttl::TtlPolicies::from_meta(&meta).is_empty());
+    reaper::change_policies(ctx.state, &ns, has_policies, remove_indexes(ctx, body, &ns)).await
+}
+
+async fn remove_indexes(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    ns: &Namespace,
+) -> CommandResult {
+    let ns = ns.clone();
     let storage = ctx.state.storage.as_ref();
     let Some(meta) = storage.collection(&ns).await? else {
         return Err(CommandError::new(
@@ -517,6 +540,22 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
 
 async fn coll_mod(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
+    let changes_ttl = matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
+    reaper::change_policies(
+        ctx.state,
+        &ns,
+        changes_ttl,
+        modify_collection(ctx, body, &ns),
+    )
+    .await
+}
+
+async fn modify_collection(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    ns: &Namespace,
+) -> CommandResult {
+    let ns = ns.clone();
     if let Some((option, _)) =
         crate::dispatch::command_fields(body).find(|(field, _)| *field != "index")
     {

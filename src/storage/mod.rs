@@ -413,6 +413,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     // ---- catalog ----
     /// Database names with their total storage size in bytes, sorted by name.
     async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>>;
+    /// The latest time [`Storage::record_time`] had recorded when the engine opened (0 if none):
+    /// the floor of the server clock after a restart.
+    fn time_high_water_ms(&self) -> i64;
+    /// Records `now_ms` as a moment the server has reported (kept if later than what is recorded),
+    /// as a background write: durable within a second.
+    async fn record_time(&self, now_ms: i64) -> StorageResult<()>;
     /// Collections of `db`, sorted by name.
     async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>>;
     async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>>;

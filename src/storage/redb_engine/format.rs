@@ -58,6 +58,8 @@ pub(super) const META_FORMAT_VERSION: &str = "format_version";
 pub(super) const META_NEXT_REV: &str = "next_rev";
 pub(super) const META_NEXT_COLLECTION_ID: &str = "next_collection_id";
 pub(super) const META_NEXT_INDEX_ID: &str = "next_index_id";
+/// The latest server time recorded ([`crate::storage::Storage::record_time`]), in ms.
+pub(super) const META_TIME_HIGH_WATER: &str = "time_high_water_ms";
 
 /// Definition of a data or index table (`d.<id>`, `i.<id>`).
 pub(super) fn bytes_table(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {

@@ -45,7 +45,7 @@ use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
 use self::format::{
     io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
-    META_NEXT_INDEX_ID, META_NEXT_REV, SIZES,
+    META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER, SIZES,
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
@@ -72,6 +72,8 @@ pub struct RedbStorage {
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
     dbpath: Option<PathBuf>,
+    /// The server time recorded last before this engine opened.
+    time_high_water_ms: i64,
     /// Held (locked) for the engine's lifetime; declared last so it is released last.
     _lock: Option<File>,
 }
@@ -139,6 +141,7 @@ impl RedbStorage {
         lock: Option<File>,
     ) -> StorageResult<RedbStorage> {
         let counters = init_meta(&db)?;
+        let time_high_water_ms = read_time_high_water(&db)?;
         let catalog = load_catalog(&db)?;
         let shared = Arc::new(Shared {
             db,
@@ -161,6 +164,7 @@ impl RedbStorage {
             jobs: Some(jobs),
             writer: Some(writer),
             dbpath,
+            time_high_water_ms,
             _lock: lock,
         })
     }
@@ -229,6 +233,13 @@ const DDL: WriteOptions = WriteOptions {
     force_durable: false,
     background: false,
 };
+
+fn read_time_high_water(db: &Database) -> StorageResult<i64> {
+    let txn = db.begin_read().map_err(io)?;
+    let meta = txn.open_table(META).map_err(io)?;
+    let recorded = meta.get(META_TIME_HIGH_WATER).map_err(io)?;
+    Ok(recorded.map_or(0, |value| i64::try_from(value.value()).unwrap_or(i64::MAX)))
+}
 
 /// Checks the format version (initializing a new database) and loads the id counters.
 fn init_meta(db: &Database) -> StorageResult<Counters> {
@@ -404,6 +415,30 @@ impl Storage for RedbStorage {
         let (ns, name) = (ns.clone(), name.to_string());
         self.submit(DDL, 0, move |batch| {
             apply::update_index_spec(batch, &ns, &name, spec)
+        })
+        .await
+    }
+
+    fn time_high_water_ms(&self) -> i64 {
+        self.time_high_water_ms
+    }
+
+    async fn record_time(&self, now_ms: i64) -> StorageResult<()> {
+        let options = WriteOptions {
+            ordered: true,
+            force_durable: false,
+            background: true,
+        };
+        let now = u64::try_from(now_ms).unwrap_or(0);
+        self.submit(options, 0, move |batch| {
+            let mut meta = batch.txn.open_table(META).map_err(io)?;
+            let recorded = meta
+                .get(META_TIME_HIGH_WATER)
+                .map_err(io)?
+                .map_or(0, |value| value.value());
+            meta.insert(META_TIME_HIGH_WATER, recorded.max(now))
+                .map_err(io)?;
+            Ok(())
         })
         .await
     }
