@@ -11,8 +11,10 @@ use std::sync::Mutex;
 use bson::Document;
 
 use crate::exec::{DocStream, Visibility};
+use crate::query::pipeline::DocumentStream;
 use crate::query::Projection;
-use crate::storage::{Namespace, Record, Storage, StorageResult};
+use crate::sorter::Sorted;
+use crate::storage::{Namespace, Record, Storage, StorageError, StorageResult, TtlClass};
 
 /// mongod's `cursorTimeoutMillis` default: 10 minutes.
 pub const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
@@ -25,8 +27,12 @@ pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
 pub enum CursorSource {
     /// Matching documents still to be read from storage.
     Stream(Box<DocStream>),
-    /// The rest of a result computed in full (sorted results, catalog listings).
+    /// The rest of a result computed in full (catalog listings, small results).
     Buffered(VecDeque<Record>),
+    /// The rest of a blocking sort, in memory or merged from spilled runs.
+    Sorted(Box<Sorted<Record>>),
+    /// The rest of a pipeline's output (already judged: visibility does not apply).
+    Documents(Box<std::iter::Peekable<DocumentStream>>),
 }
 
 pub struct Cursor {
@@ -83,6 +89,11 @@ impl Cursor {
             let record = match &mut self.source {
                 CursorSource::Stream(stream) => stream.next(storage).await?,
                 CursorSource::Buffered(records) => next_visible(records, visibility),
+                CursorSource::Sorted(sorted) => next_visible_sorted(sorted, visibility)?,
+                CursorSource::Documents(documents) => match documents.next().transpose() {
+                    Ok(document) => document.map(output_record),
+                    Err(error) => return Err(StorageError::Io(error.errmsg)),
+                },
             };
             let Some(record) = record else { break };
             let document = match &self.projection {
@@ -103,6 +114,8 @@ impl Cursor {
                 // Records left may expire before the next getMore, which then returns an empty
                 // final batch: valid for any MongoDB cursor.
                 CursorSource::Buffered(records) => records.is_empty(),
+                CursorSource::Sorted(sorted) => sorted.is_empty(),
+                CursorSource::Documents(documents) => documents.peek().is_none(),
             };
         Ok((batch, exhausted))
     }
@@ -116,6 +129,30 @@ fn next_visible(records: &mut VecDeque<Record>, visibility: &Visibility) -> Opti
         }
     }
     None
+}
+
+/// A computed document in the shape cursors hand out (no storage metadata).
+pub fn output_record(doc: Document) -> Record {
+    Record {
+        doc,
+        rev: 0,
+        last_write_ms: 0,
+        ttl: TtlClass::Never,
+    }
+}
+
+/// Reads sorted records until one is still visible.
+fn next_visible_sorted(
+    sorted: &mut Sorted<Record>,
+    visibility: &Visibility,
+) -> StorageResult<Option<Record>> {
+    loop {
+        match sorted.next_item() {
+            Ok(Some(record)) if !visibility.is_visible(&record) => continue,
+            Ok(record) => return Ok(record),
+            Err(error) => return Err(StorageError::Io(error.errmsg)),
+        }
+    }
 }
 
 /// Open cursors by id.

@@ -15,6 +15,8 @@ use futures::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::Deadline;
+use crate::sorter::SortLimits;
 use crate::state::{bump, ServerState};
 
 /// Who sent a command: what handlers may know about the connection, without the socket.
@@ -45,6 +47,30 @@ pub struct CommandContext<'a> {
     pub db: &'a str,
     /// The command's registered name (the first key of the body, canonical casing).
     pub name: &'static str,
+    /// When `maxTimeMS` runs out: long CPU-bound work checks it (the timeout around the handler
+    /// only interrupts at await points).
+    pub deadline: Deadline,
+}
+
+impl CommandContext<'_> {
+    /// The limits of one blocking operation of this command: `max_memory_bytes`, spilling under
+    /// the server's spill directory if `allow_disk_use` (or, when the command does not say,
+    /// `allowDiskUseByDefault`) permits, else failing with `exceeded_message`.
+    pub fn blocking_limits(
+        &self,
+        allow_disk_use: Option<bool>,
+        max_memory_bytes: u64,
+        exceeded_message: String,
+    ) -> SortLimits {
+        SortLimits {
+            max_memory_bytes: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
+            allow_disk_use: allow_disk_use
+                .unwrap_or_else(|| self.state.params.allow_disk_use_by_default()),
+            spill_dir: self.state.spill_dir.clone(),
+            exceeded_message,
+            deadline: self.deadline,
+        }
+    }
 }
 
 pub type Handler = for<'a> fn(&'a CommandContext<'a>, &'a Document) -> BoxFuture<'a, CommandResult>;
@@ -276,6 +302,9 @@ async fn run(
         client,
         db,
         name: spec.name,
+        deadline: max_time_ms.map_or(Deadline::none(), |limit| {
+            Deadline::at(std::time::Instant::now() + std::time::Duration::from_millis(limit))
+        }),
     };
     let work = (spec.handler)(&ctx, body);
     match max_time_ms {

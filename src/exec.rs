@@ -16,10 +16,11 @@ use bson::{Bson, Document};
 
 use crate::clock::Clock;
 use crate::query::{Filter, Interval, SortSpec};
+use crate::sorter::Spillable;
 use crate::storage::keycodec::{self, Direction};
 use crate::storage::{
     CollectionMeta, IndexSpec, KeyRange, Namespace, Record, RecordPredicate, ScanRequest,
-    ScanSource, Storage, StorageResult,
+    ScanSource, Storage, StorageResult, TtlClass,
 };
 use crate::ttl::TtlPolicies;
 
@@ -415,33 +416,18 @@ impl DocStream {
     }
 }
 
-/// Every visible record matching `filter`, sorted by `sort` when given.
+/// Every visible record matching `filter`, in the order the plan reads them.
 pub async fn find_all(
     storage: &dyn Storage,
     view: &CollectionView,
     filter: Arc<Filter>,
-    sort: Option<&SortSpec>,
 ) -> StorageResult<Vec<Record>> {
-    sorted(storage, view.stream(filter, sort), sort).await
-}
-
-/// Every record `stream` yields, in `sort` order: a blocking in-memory sort only where the plan
-/// does not already produce that order.
-pub async fn sorted(
-    storage: &dyn Storage,
-    stream: DocStream,
-    sort: Option<&SortSpec>,
-) -> StorageResult<Vec<Record>> {
-    let presorted = sort.is_none_or(|sort| stream.satisfies(sort));
-    let mut records = stream.collect(storage).await?;
-    if let Some(sort) = sort.filter(|_| !presorted) {
-        sort_records(&mut records, sort);
-    }
-    Ok(records)
+    view.stream(filter, None).collect(storage).await
 }
 
 /// The first visible record matching `filter` in `sort` order (natural order without one),
-/// reading only as far as needed when the plan already yields that order.
+/// reading only as far as needed when the plan already yields that order, and otherwise keeping
+/// only the best record seen (ties: the first read).
 pub async fn first_match(
     storage: &dyn Storage,
     view: &CollectionView,
@@ -449,20 +435,61 @@ pub async fn first_match(
     sort: Option<&SortSpec>,
 ) -> StorageResult<Option<Record>> {
     let mut stream = view.stream(filter, sort);
-    if sort.is_none_or(|sort| stream.satisfies(sort)) {
+    let Some(sort) = sort.filter(|sort| !stream.satisfies(sort)) else {
         return stream.next(storage).await;
+    };
+    let mut best: Option<(Vec<Bson>, Record)> = None;
+    while let Some(record) = stream.next(storage).await? {
+        let key = sort.sort_key(&record.doc);
+        if best.as_ref().is_none_or(|(best_key, _)| {
+            sort.compare_keys(&key, best_key) == std::cmp::Ordering::Less
+        }) {
+            best = Some((key, record));
+        }
     }
-    Ok(sorted(storage, stream, sort).await?.into_iter().next())
+    Ok(best.map(|(_, record)| record))
 }
 
-/// Sorts by `sort`, computing each document's sort key once.
-pub fn sort_records(records: &mut Vec<Record>, sort: &SortSpec) {
-    let mut keyed: Vec<(Vec<Bson>, Record)> = records
-        .drain(..)
-        .map(|record| (sort.sort_key(&record.doc), record))
-        .collect();
-    keyed.sort_by(|a, b| sort.compare_keys(&a.0, &b.0));
-    records.extend(keyed.into_iter().map(|(_, record)| record));
+/// A record in a spill file: the document and the metadata visibility needs.
+impl Spillable for Record {
+    fn memory_bytes(&self) -> usize {
+        crate::bsonutil::encoded_size(&self.doc) + 32
+    }
+
+    fn into_document(self) -> Document {
+        let (class, expire_at_ms) = match self.ttl {
+            TtlClass::Default => ("default", 0),
+            TtlClass::Never => ("never", 0),
+            TtlClass::Own { expire_at_ms } => ("own", expire_at_ms),
+        };
+        bson::doc! {
+            "d": self.doc,
+            "r": self.rev as i64,
+            "w": self.last_write_ms,
+            "c": class,
+            "e": expire_at_ms,
+        }
+    }
+
+    fn from_document(mut document: Document) -> Option<Record> {
+        let ttl = match document.get_str("c").ok()? {
+            "default" => TtlClass::Default,
+            "never" => TtlClass::Never,
+            "own" => TtlClass::Own {
+                expire_at_ms: document.get_i64("e").ok()?,
+            },
+            _ => return None,
+        };
+        Some(Record {
+            rev: document.get_i64("r").ok()? as u64,
+            last_write_ms: document.get_i64("w").ok()?,
+            ttl,
+            doc: match document.remove("d")? {
+                Bson::Document(doc) => doc,
+                _ => return None,
+            },
+        })
+    }
 }
 
 /// The `_id` of a stored document (every stored document has one).

@@ -19,6 +19,7 @@ pub mod params;
 pub mod query;
 pub mod reaper;
 pub mod server;
+pub mod sorter;
 pub mod state;
 pub mod storage;
 pub mod ttl;

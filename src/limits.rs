@@ -156,6 +156,33 @@ pub fn check_field_path_length(
     Ok(())
 }
 
+/// When an operation must stop (`maxTimeMS`), checked inside long CPU-bound work (sorts,
+/// pipeline stages) where the command's timeout cannot interrupt it at an await point.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Deadline(Option<std::time::Instant>);
+
+impl Deadline {
+    pub fn none() -> Deadline {
+        Deadline(None)
+    }
+
+    pub fn at(instant: std::time::Instant) -> Deadline {
+        Deadline(Some(instant))
+    }
+
+    /// `MaxTimeMSExpired` once the deadline has passed.
+    pub fn check(&self) -> Result<(), CommandError> {
+        match self.0 {
+            Some(deadline) if std::time::Instant::now() >= deadline => Err(Deadline::exceeded()),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn exceeded() -> CommandError {
+        CommandError::new(ErrorCode::MaxTimeMSExpired, "operation exceeded time limit")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

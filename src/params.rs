@@ -17,6 +17,9 @@ pub struct Parameters {
     enable_test_commands: AtomicBool,
     ttl_monitor_enabled: AtomicBool,
     ttl_monitor_sleep_secs: AtomicU64,
+    allow_disk_use_by_default: AtomicBool,
+    max_blocking_sort_bytes: AtomicU64,
+    max_group_bytes: AtomicU64,
 }
 
 impl Default for Parameters {
@@ -25,6 +28,9 @@ impl Default for Parameters {
             enable_test_commands: AtomicBool::new(false),
             ttl_monitor_enabled: AtomicBool::new(true),
             ttl_monitor_sleep_secs: AtomicU64::new(DEFAULT_TTL_MONITOR_SLEEP_SECS),
+            allow_disk_use_by_default: AtomicBool::new(true),
+            max_blocking_sort_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_group_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
         }
     }
 }
@@ -67,18 +73,60 @@ const PARAMETERS: &[ParameterSpec] = &[
             Ok(())
         }),
         set_at_runtime: Some(|p, value| {
-            let enabled = match value {
-                Bson::Boolean(enabled) => *enabled,
-                other => crate::bsonutil::as_f64(other)
-                    .map(|number| number != 0.0)
-                    .ok_or_else(|| {
-                        CommandError::bad_value(format!(
-                            "ttlMonitorEnabled must be a boolean, got {other}"
-                        ))
-                    })?,
-            };
+            let enabled = runtime_bool("ttlMonitorEnabled", value)?;
             p.ttl_monitor_enabled.store(enabled, Ordering::Relaxed);
             Ok(())
+        }),
+    },
+    ParameterSpec {
+        name: "allowDiskUseByDefault",
+        get: |p| Bson::Boolean(p.allow_disk_use_by_default()),
+        set_at_startup: Some(|p, value| {
+            p.allow_disk_use_by_default
+                .store(parse_bool(value)?, Ordering::Relaxed);
+            Ok(())
+        }),
+        set_at_runtime: Some(|p, value| {
+            let allowed = runtime_bool("allowDiskUseByDefault", value)?;
+            p.allow_disk_use_by_default
+                .store(allowed, Ordering::Relaxed);
+            Ok(())
+        }),
+    },
+    ParameterSpec {
+        name: "internalQueryMaxBlockingSortMemoryUsageBytes",
+        get: |p| Bson::Int64(p.max_blocking_sort_bytes() as i64),
+        set_at_startup: Some(|p, value| {
+            store_bytes(
+                &p.max_blocking_sort_bytes,
+                "internalQueryMaxBlockingSortMemoryUsageBytes",
+                &Bson::String(value.into()),
+            )
+        }),
+        set_at_runtime: Some(|p, value| {
+            store_bytes(
+                &p.max_blocking_sort_bytes,
+                "internalQueryMaxBlockingSortMemoryUsageBytes",
+                value,
+            )
+        }),
+    },
+    ParameterSpec {
+        name: "internalDocumentSourceGroupMaxMemoryBytes",
+        get: |p| Bson::Int64(p.max_group_bytes() as i64),
+        set_at_startup: Some(|p, value| {
+            store_bytes(
+                &p.max_group_bytes,
+                "internalDocumentSourceGroupMaxMemoryBytes",
+                &Bson::String(value.into()),
+            )
+        }),
+        set_at_runtime: Some(|p, value| {
+            store_bytes(
+                &p.max_group_bytes,
+                "internalDocumentSourceGroupMaxMemoryBytes",
+                value,
+            )
         }),
     },
     ParameterSpec {
@@ -102,6 +150,35 @@ const PARAMETERS: &[ParameterSpec] = &[
         }),
     },
 ];
+
+/// A boolean parameter's runtime value: a boolean, or a number (non-zero is true).
+fn runtime_bool(name: &str, value: &Bson) -> CommandResult<bool> {
+    match value {
+        Bson::Boolean(enabled) => Ok(*enabled),
+        other => crate::bsonutil::as_f64(other)
+            .map(|number| number != 0.0)
+            .ok_or_else(|| {
+                CommandError::bad_value(format!("{name} must be a boolean, got {other}"))
+            }),
+    }
+}
+
+/// A positive byte count, from a number or (at startup) its decimal text.
+fn store_bytes(slot: &AtomicU64, name: &str, value: &Bson) -> CommandResult<()> {
+    let number = match value {
+        Bson::String(text) => text.parse::<f64>().ok(),
+        other => crate::bsonutil::as_f64(other),
+    };
+    let bytes = number
+        .filter(|bytes| bytes.fract() == 0.0 && *bytes >= 1.0 && *bytes <= i64::MAX as f64)
+        .ok_or_else(|| {
+            CommandError::bad_value(format!(
+                "{name} must be a positive whole number of bytes, got {value}"
+            ))
+        })?;
+    slot.store(bytes as u64, Ordering::Relaxed);
+    Ok(())
+}
 
 fn parse_bool(value: &str) -> CommandResult<bool> {
     match value {
@@ -155,6 +232,19 @@ impl Parameters {
 
     pub fn ttl_monitor_enabled(&self) -> bool {
         self.ttl_monitor_enabled.load(Ordering::Relaxed)
+    }
+
+    /// Whether blocking stages may spill when a command does not say (mongod 6.0+: true).
+    pub fn allow_disk_use_by_default(&self) -> bool {
+        self.allow_disk_use_by_default.load(Ordering::Relaxed)
+    }
+
+    pub fn max_blocking_sort_bytes(&self) -> u64 {
+        self.max_blocking_sort_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn max_group_bytes(&self) -> u64 {
+        self.max_group_bytes.load(Ordering::Relaxed)
     }
 
     pub fn ttl_monitor_sleep_secs(&self) -> u64 {

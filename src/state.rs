@@ -24,6 +24,9 @@ pub struct ServerState {
     pub clock: Arc<dyn Clock>,
     /// Orders visibility judgements against TTL policy changes (see [`PolicyGates`]).
     pub policy_gates: PolicyGates,
+    /// Where blocking sorts and groups spill: `<dbpath>/_tmp`, or a private temporary directory
+    /// for memory storage.
+    pub spill_dir: std::path::PathBuf,
     pub storage: Arc<dyn Storage>,
     pub cursors: CursorRegistry,
     pub reaper: Reaper,
@@ -99,12 +102,30 @@ impl ServerState {
         let startup_warnings = startup_warnings(&config);
         // Never earlier than any moment the server reported before a restart.
         let clock = Arc::new(ServerClock::new(clock, storage.time_high_water_ms()));
+        let spill_dir = match config.storage {
+            StorageKind::Disk => {
+                let dir = config.dbpath.join("_tmp");
+                // Runs a killed process left behind are never read again (the dbpath lock
+                // makes the directory this server's alone).
+                crate::sorter::clear_spill_dir(&dir);
+                dir
+            }
+            StorageKind::Memory => {
+                static NEXT_SERVER: AtomicU64 = AtomicU64::new(0);
+                std::env::temp_dir().join(format!(
+                    "tideway-{}-{}",
+                    std::process::id(),
+                    NEXT_SERVER.fetch_add(1, Ordering::Relaxed)
+                ))
+            }
+        };
         Ok(Arc::new(ServerState {
             config,
             params,
             clock,
             storage,
             policy_gates: PolicyGates::default(),
+            spill_dir,
             cursors: CursorRegistry::default(),
             reaper: Reaper::default(),
             started: Instant::now(),
@@ -128,6 +149,13 @@ impl ServerState {
 
     pub fn next_connection_id(&self) -> i32 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Drop for ServerState {
+    fn drop(&mut self) {
+        // Only if empty: every spill file is deleted when its sort ends.
+        let _ = std::fs::remove_dir(&self.spill_dir);
     }
 }
 

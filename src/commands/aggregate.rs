@@ -1,6 +1,7 @@
 //! `aggregate`: reads the collection through the planner (the pipeline's leading `$match` decides
-//! the plan, and only visible documents enter), runs the remaining stages in memory
-//! (`query::pipeline`), and returns the result as a cursor. `$collStats` answers from storage
+//! the plan, and only visible documents enter), streams the documents through the remaining
+//! stages (`query::pipeline`) with blocking stages held by `sorter` buffers within the memory
+//! limits, and returns the output as a cursor. `$collStats` answers from storage
 //! statistics, with expired documents left out of the count.
 
 use std::sync::Arc;
@@ -8,14 +9,14 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::commands::args::{optional_document, validate_namespace, wrong_type};
+use crate::commands::args::{optional_bool, optional_document, validate_namespace, wrong_type};
 use crate::commands::ddl::{storage_stats, visible_stats};
-use crate::commands::find::buffered_cursor;
+use crate::commands::find::{buffered_cursor, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec;
 use crate::query::pipeline::{CollStatsRequest, SourceStage};
 use crate::query::{Filter, Pipeline, PipelineContext};
+use crate::sorter::{self, PipelineBuffers};
 use crate::storage::Namespace;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
@@ -84,10 +85,21 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let context = PipelineContext {
         now: bson::DateTime::from_millis(now_ms),
     };
-    let input = match (pipeline.source(), &collection) {
-        (Some(SourceStage::Documents), _) => Vec::new(),
+    let max_sort_bytes = ctx.state.params.max_blocking_sort_bytes();
+    let buffers = PipelineBuffers {
+        sort: ctx.blocking_limits(
+            optional_bool(ctx, body, "allowDiskUse")?,
+            max_sort_bytes,
+            sorter::sort_exceeded_message(usize::try_from(max_sort_bytes).unwrap_or(usize::MAX)),
+        ),
+        group_max_bytes: usize::try_from(ctx.state.params.max_group_bytes()).unwrap_or(usize::MAX),
+    };
+    let mut run = pipeline.start(&context, &buffers);
+    match (pipeline.source(), &collection) {
+        (Some(SourceStage::Documents), _) => {}
         (Some(SourceStage::CollStats(request)), Some(ns)) => {
-            vec![coll_stats_source(ctx, ns, request).await?]
+            run.push(coll_stats_source(ctx, ns, request).await?)
+                .map_err(during_aggregation)?;
         }
         (Some(SourceStage::CollStats(_)), None) => {
             return Err(CommandError::new(
@@ -111,8 +123,12 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
                 let output = pipeline.run_counted(visible, &context)?;
                 return buffered_cursor(ctx, body, ns.to_string(), output).await;
             }
-            let records = exec::find_all(storage, &view, Arc::new(filter), None).await?;
-            records.into_iter().map(|record| record.doc).collect()
+            // Documents flow through the pipeline as they are read: only blocking stages hold
+            // any, within their limits.
+            let mut stream = view.stream(Arc::new(filter), None);
+            while let Some(record) = stream.next(storage).await? {
+                run.push(record.doc).map_err(during_aggregation)?;
+            }
         }
         (None, None) => {
             return Err(CommandError::new(
@@ -121,12 +137,26 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             ))
         }
     };
-    let output = pipeline.run(input, &context)?;
+    let output = run.finish().map_err(during_aggregation)?;
     let cursor_ns = match &collection {
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),
     };
-    buffered_cursor(ctx, body, cursor_ns, output).await
+    stream_cursor(ctx, body, cursor_ns, output).await
+}
+
+/// mongod's context for a memory limit hit while the pipeline runs.
+fn during_aggregation(error: CommandError) -> CommandError {
+    if error.code != ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed {
+        return error;
+    }
+    CommandError {
+        errmsg: format!(
+            "PlanExecutor error during aggregation :: caused by :: {}",
+            error.errmsg
+        ),
+        ..error
+    }
 }
 
 /// The document `$collStats` produces for `request`.

@@ -334,12 +334,8 @@ impl<'a> WriteContext<'a> {
         }
     }
 
-    async fn find_all(
-        &self,
-        filter: &Arc<Filter>,
-        sort: Option<&SortSpec>,
-    ) -> CommandResult<Vec<Record>> {
-        Ok(exec::find_all(self.storage(), &self.view, filter.clone(), sort).await?)
+    async fn find_all(&self, filter: &Arc<Filter>) -> CommandResult<Vec<Record>> {
+        Ok(exec::find_all(self.storage(), &self.view, filter.clone()).await?)
     }
 
     async fn first_match(
@@ -462,7 +458,7 @@ async fn run_update_statement(
     }
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
         let matches = if multi {
-            writer.find_all(&filter, None).await?
+            writer.find_all(&filter).await?
         } else {
             writer
                 .first_match(&filter, None)
@@ -566,7 +562,7 @@ async fn run_delete_statement(
         return Err(conflict_gave_up("delete"));
     }
     let mut deleted = 0;
-    for record in writer.find_all(&filter, None).await? {
+    for record in writer.find_all(&filter).await? {
         if writer.delete_record(&filter, record).await?.is_some() {
             deleted += 1;
         }

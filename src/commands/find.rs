@@ -11,11 +11,13 @@ use crate::commands::args::{
     collection_namespace, optional_bool, optional_document, optional_i64, optional_non_negative,
     wrong_type,
 };
-use crate::cursor::{Cursor, CursorSource, DEFAULT_FIRST_BATCH};
+use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, Visibility};
+use crate::query::pipeline::DocumentStream;
 use crate::query::{values_equal, Filter, Projection, SortSpec};
+use crate::sorter::{self, Sorter};
 use crate::state::bump;
 use crate::storage::Record;
 
@@ -163,6 +165,7 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let projection = parse_projection(ctx, body, "projection")?;
     let skip = optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
     let limit = optional_non_negative(ctx, body, "limit")?.filter(|limit| *limit > 0);
+    let allow_disk_use = optional_bool(ctx, body, "allowDiskUse")?;
     let options = BatchOptions {
         batch_size: optional_non_negative(ctx, body, "batchSize")?,
         single_batch: optional_bool(ctx, body, "singleBatch")?.unwrap_or(false),
@@ -174,15 +177,30 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let mut stream = view.stream(filter, sort.as_ref());
     let source = match sort.as_ref().filter(|sort| !stream.satisfies(sort)) {
         Some(sort) => {
-            let records = exec::sorted(storage, stream, Some(sort)).await?;
-            let limit = limit.map_or(usize::MAX, |limit| limit as usize);
-            CursorSource::Buffered(
-                records
-                    .into_iter()
-                    .skip(skip as usize)
-                    .take(limit)
-                    .collect(),
-            )
+            // A blocking sort: top-(skip + limit) with a limit, spilled past the memory limit.
+            let max_memory_bytes = ctx.state.params.max_blocking_sort_bytes();
+            let limits = ctx.blocking_limits(
+                allow_disk_use,
+                max_memory_bytes,
+                format!(
+                    "Executor error during find command :: caused by :: {}",
+                    sorter::sort_exceeded_message(max_memory_bytes as usize)
+                ),
+            );
+            let keep = limit
+                .map(|limit| usize::try_from(skip.saturating_add(limit)).unwrap_or(usize::MAX));
+            let mut sorter = Sorter::new(sort.key_order(), keep, limits);
+            while let Some(record) = stream.next(storage).await? {
+                ctx.deadline.check()?;
+                sorter.push(sort.sort_key(&record.doc), record)?;
+            }
+            let mut sorted = sorter.finish()?;
+            for _ in 0..skip {
+                if sorted.next_item()?.is_none() {
+                    break;
+                }
+            }
+            CursorSource::Sorted(Box::new(sorted))
         }
         None => {
             for _ in 0..skip {
@@ -298,7 +316,7 @@ async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandR
     let ns = collection_namespace(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "query")?);
     let view = ctx.state.view(&ns).await?;
-    Ok(exec::find_all(ctx.state.storage.as_ref(), &view, filter, None).await?)
+    Ok(exec::find_all(ctx.state.storage.as_ref(), &view, filter).await?)
 }
 
 async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -375,16 +393,35 @@ pub async fn buffered_cursor(
     .await
 }
 
+/// A cursor over a pipeline's output.
+pub async fn stream_cursor(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    cursor_ns: String,
+    documents: DocumentStream,
+) -> CommandResult {
+    let batch_size = match optional_document(ctx, body, "cursor")? {
+        Some(cursor) => optional_non_negative(ctx, cursor, "batchSize")?,
+        None => None,
+    };
+    let source = CursorSource::Documents(Box::new(documents.peekable()));
+    let cursor = Cursor::new(cursor_ns, None, source, None, None);
+    let options = BatchOptions {
+        batch_size,
+        single_batch: false,
+        no_timeout: false,
+    };
+    open_cursor(
+        ctx,
+        cursor,
+        &Visibility::everything(ctx.state.clock.now_ms()),
+        options,
+    )
+    .await
+}
+
 /// A buffered cursor over documents computed in full (catalog listings).
 fn buffered_source(documents: Vec<Document>) -> CursorSource {
-    let records: VecDeque<Record> = documents
-        .into_iter()
-        .map(|doc| Record {
-            doc,
-            rev: 0,
-            last_write_ms: 0,
-            ttl: crate::storage::TtlClass::Never,
-        })
-        .collect();
+    let records: VecDeque<Record> = documents.into_iter().map(output_record).collect();
     CursorSource::Buffered(records)
 }

@@ -20,6 +20,9 @@
 
 mod expr;
 mod group;
+mod run;
+
+pub use run::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream, PipelineRun};
 
 use bson::{Bson, DateTime, Document};
 
@@ -289,22 +292,6 @@ impl Pipeline {
     /// The special first stage the caller must provide the input for, if any.
     pub fn source(&self) -> Option<&SourceStage> {
         self.source.as_ref()
-    }
-
-    /// Runs every stage after the leading `$match` (and after a source stage) over `input`.
-    pub fn run(
-        &self,
-        input: Vec<Document>,
-        context: &PipelineContext,
-    ) -> CommandResult<Vec<Document>> {
-        let mut documents = match &self.documents {
-            Some(expression) => evaluate_documents(expression, context.now)?,
-            None => input,
-        };
-        for stage in &self.stages {
-            documents = stage.run_checked(documents, context.now)?;
-        }
-        Ok(documents)
     }
 }
 
@@ -620,6 +607,17 @@ fn parse_count_field(spec: &Bson) -> CommandResult<String> {
     Ok(field.clone())
 }
 
+/// Refuses a document a stage built deeper than a BSON document may be.
+fn check_built_depth(document: &Document) -> CommandResult<()> {
+    if exceeds_depth(document, MAX_BSON_DEPTH) {
+        return Err(fail(
+            ErrorCode::Overflow,
+            format!("cannot convert document to BSON because it exceeds the limit of {MAX_BSON_DEPTH} levels of nesting"),
+        ));
+    }
+    Ok(())
+}
+
 impl Stage {
     /// [`Stage::run`], refusing output nested deeper than a BSON document may be: stages that
     /// build documents can nest their input (`$$ROOT` in `$addFields`, `$push` in `$group`), and
@@ -633,15 +631,8 @@ impl Stage {
                 | Stage::Group(_)
                 | Stage::ReplaceRoot { .. }
         );
-        if builds_documents
-            && output
-                .iter()
-                .any(|document| exceeds_depth(document, MAX_BSON_DEPTH))
-        {
-            return Err(fail(
-                ErrorCode::Overflow,
-                format!("cannot convert document to BSON because it exceeds the limit of {MAX_BSON_DEPTH} levels of nesting"),
-            ));
+        if builds_documents {
+            output.iter().try_for_each(check_built_depth)?;
         }
         Ok(output)
     }

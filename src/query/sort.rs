@@ -23,6 +23,9 @@ pub enum Direction {
     Descending,
 }
 
+/// How two precomputed keys compare (equal keys keep their input order where it matters).
+pub type KeyOrder = std::sync::Arc<dyn Fn(&[Bson], &[Bson]) -> Ordering + Send + Sync>;
+
 /// A parsed sort specification.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SortSpec {
@@ -79,6 +82,12 @@ impl SortSpec {
             .iter()
             .map(|(_, parts, direction)| key_value(document, parts, *direction))
             .collect()
+    }
+
+    /// [`SortSpec::compare_keys`] as a shareable function, for buffers that sort keys later.
+    pub fn key_order(&self) -> KeyOrder {
+        let spec = self.clone();
+        std::sync::Arc::new(move |a: &[Bson], b: &[Bson]| spec.compare_keys(a, b))
     }
 
     /// Orders two precomputed sort keys.

@@ -51,6 +51,10 @@ impl Process {
         Process::spawn(command, port)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn client(&self) -> Client {
         super::client_for(&format!("127.0.0.1:{}", self.port).parse().unwrap())
     }

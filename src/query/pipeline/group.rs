@@ -448,47 +448,157 @@ impl Group {
     }
 
     pub(crate) fn run(&self, input: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
-        let mut keys: Vec<Bson> = Vec::new();
-        let mut states: Vec<Vec<AccumulatorState>> = Vec::new();
-        let mut buckets: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut table = GroupTable::new(self.clone());
         for document in &input {
-            let key = self.id.evaluate_on(document, now)?.unwrap_or(Bson::Null);
-            let hash = key_hash(&key);
-            let bucket = buckets.entry(hash).or_default();
-            let index = match bucket
+            let (key, values) = self.evaluate(document, now)?;
+            table.add(key, values)?;
+        }
+        Ok(table.finish())
+    }
+
+    /// The group key of `document` and the argument of each accumulator.
+    pub(crate) fn evaluate(
+        &self,
+        document: &Document,
+        now: DateTime,
+    ) -> CommandResult<(Bson, Vec<Value>)> {
+        let key = self.id.evaluate_on(document, now)?.unwrap_or(Bson::Null);
+        let values = self
+            .fields
+            .iter()
+            .map(|(_, _, expr)| expr.evaluate_on(document, now))
+            .collect::<CommandResult<Vec<_>>>()?;
+        Ok((key, values))
+    }
+
+    fn new_states(&self) -> Vec<AccumulatorState> {
+        self.fields
+            .iter()
+            .map(|(_, op, _)| AccumulatorState::new(*op))
+            .collect()
+    }
+
+    /// The output document of one group.
+    pub(crate) fn output(&self, key: Bson, states: Vec<AccumulatorState>) -> Document {
+        let mut output = Document::new();
+        output.insert("_id", key);
+        for ((name, _, _), state) in self.fields.iter().zip(states) {
+            output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
+        }
+        output
+    }
+}
+
+fn add_all(states: &mut [AccumulatorState], values: Vec<Value>) -> CommandResult<()> {
+    for (state, value) in states.iter_mut().zip(values) {
+        state.add(value)?;
+    }
+    Ok(())
+}
+
+/// Bytes a group is assumed to hold beyond its key and collected values.
+const GROUP_OVERHEAD_BYTES: usize = 96;
+
+fn value_bytes(value: &Value) -> usize {
+    value.as_ref().map_or(0, |value| {
+        crate::bsonutil::encoded_size(&bson::doc! {"": value.clone()})
+    })
+}
+
+/// The groups of one `$group` run so far, in first-seen order, with an estimate of the memory
+/// they hold (keys, and the values `$push`, `$addToSet` and `$mergeObjects` collect).
+pub(crate) struct GroupTable {
+    group: Group,
+    keys: Vec<Bson>,
+    /// `None` once taken out with [`GroupTable::take`].
+    states: Vec<Option<Vec<AccumulatorState>>>,
+    buckets: HashMap<u64, Vec<usize>>,
+    memory_bytes: usize,
+}
+
+impl GroupTable {
+    pub(crate) fn new(group: Group) -> GroupTable {
+        GroupTable {
+            group,
+            keys: Vec::new(),
+            states: Vec::new(),
+            buckets: HashMap::new(),
+            memory_bytes: 0,
+        }
+    }
+
+    pub(crate) fn group(&self) -> &Group {
+        &self.group
+    }
+
+    fn position(&self, key: &Bson, hash: u64) -> Option<usize> {
+        self.buckets.get(&hash).and_then(|bucket| {
+            bucket
                 .iter()
                 .copied()
-                .find(|index| values_equal(&keys[*index], &key))
-            {
-                Some(index) => index,
-                None => {
-                    keys.push(key);
-                    states.push(
-                        self.fields
-                            .iter()
-                            .map(|(_, op, _)| AccumulatorState::new(*op))
-                            .collect(),
-                    );
-                    bucket.push(keys.len() - 1);
-                    keys.len() - 1
-                }
-            };
-            for ((_, _, expr), state) in self.fields.iter().zip(states[index].iter_mut()) {
-                state.add(expr.evaluate_on(document, now)?)?;
+                .find(|index| values_equal(&self.keys[*index], key))
+        })
+    }
+
+    /// Folds one document's accumulator arguments into the group of `key`, creating it if new.
+    pub(crate) fn add(&mut self, key: Bson, values: Vec<Value>) -> CommandResult<()> {
+        let hash = key_hash(&key);
+        let index = match self.position(&key, hash) {
+            Some(index) => index,
+            None => {
+                self.memory_bytes += value_bytes(&Some(key.clone())) + GROUP_OVERHEAD_BYTES;
+                self.keys.push(key);
+                self.states.push(Some(self.group.new_states()));
+                self.buckets
+                    .entry(hash)
+                    .or_default()
+                    .push(self.keys.len() - 1);
+                self.keys.len() - 1
+            }
+        };
+        for ((_, op, _), value) in self.group.fields.iter().zip(&values) {
+            if matches!(
+                op,
+                AccumulatorOp::Push | AccumulatorOp::AddToSet | AccumulatorOp::MergeObjects
+            ) {
+                self.memory_bytes += value_bytes(value);
             }
         }
-        Ok(keys
+        match &mut self.states[index] {
+            Some(states) => add_all(states, values),
+            None => Err(CommandError::internal("a $group group was folded twice")),
+        }
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.memory_bytes
+    }
+
+    /// Folds the rest of the group of `key` (`arguments`, in input order) onto what the table
+    /// holds of it, takes it out of the table and returns its output.
+    pub(crate) fn fold_rest(
+        &mut self,
+        key: Bson,
+        arguments: impl IntoIterator<Item = Vec<Value>>,
+    ) -> CommandResult<Document> {
+        let held = self
+            .position(&key, key_hash(&key))
+            .and_then(|index| self.states[index].take());
+        let mut states = held.unwrap_or_else(|| self.group.new_states());
+        for values in arguments {
+            add_all(&mut states, values)?;
+        }
+        Ok(self.group.output(key, states))
+    }
+
+    /// The output of every group still in the table, in first-seen order.
+    pub(crate) fn finish(self) -> Vec<Document> {
+        let group = self.group;
+        self.keys
             .into_iter()
-            .zip(states)
-            .map(|(key, states)| {
-                let mut output = Document::new();
-                output.insert("_id", key);
-                for ((name, _, _), state) in self.fields.iter().zip(states) {
-                    output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
-                }
-                output
-            })
-            .collect())
+            .zip(self.states)
+            .filter_map(|(key, states)| Some(group.output(key, states?)))
+            .collect()
     }
 }
 
