@@ -8,9 +8,12 @@
 //! find-by-`_id` latency as one collection grows (10k → 100k → 1M documents by default).
 //! `ttl_churn` loads documents that expire together and measures the reaper (visible count
 //! after expiry, time to delete them all, deletions/s) and its effect on foreground clients.
+//! `--crash-loop` starts a server binary itself, SIGKILLs it mid-write cycle after cycle and
+//! checks after every restart that no acknowledged write was lost (`crashloop.rs`).
 //! See the "Benchmarking" section of the repository README.
 
 mod churn;
+mod crashloop;
 mod dataset;
 mod report;
 mod rng;
@@ -20,6 +23,7 @@ mod target;
 mod workload;
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -143,6 +147,48 @@ struct Cli {
     /// (tideway's expiredPending and oldestExpiredAgeMillis); by default polls send `ttl: 0`.
     #[arg(long)]
     poll_ttl_section: bool,
+
+    /// Crash-loop mode instead of the workloads (--uri and --workload are not used): start
+    /// --server-bin, write from --writers tasks, SIGKILL it mid-write, restart it and check
+    /// that no acknowledged write was lost; --cycles times, then a final check. Exits 1 if
+    /// anything was lost.
+    #[arg(long)]
+    crash_loop: bool,
+
+    /// --crash-loop: the server binary, started as `BIN --port P --dbpath DIR`.
+    #[arg(long, value_name = "BIN")]
+    server_bin: Option<PathBuf>,
+
+    /// --crash-loop: extra server arguments, whitespace-separated (e.g. "--syncdelay-ms 100").
+    #[arg(
+        long,
+        value_name = "ARGS",
+        allow_hyphen_values = true,
+        default_value = ""
+    )]
+    server_args: String,
+
+    /// --crash-loop: kill-and-restart cycles.
+    #[arg(long, default_value_t = 50)]
+    cycles: u32,
+
+    /// --crash-loop: the server's data directory, kept across cycles (its crashloop
+    /// collection is dropped first). Default: a new directory in the temp directory, removed
+    /// after a passing run.
+    #[arg(long, value_name = "DIR")]
+    dbpath: Option<PathBuf>,
+
+    /// --crash-loop: concurrent writer tasks.
+    #[arg(long, default_value_t = 8)]
+    writers: u32,
+
+    /// --crash-loop: shortest writing time before the kill, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    run_ms_min: u64,
+
+    /// --crash-loop: longest writing time before the kill (each cycle draws uniformly).
+    #[arg(long, default_value_t = 1500)]
+    run_ms_max: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -224,6 +270,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
+    if cli.crash_loop {
+        return run_crash_loop(cli).await;
+    }
     let mut timed = BTreeSet::new();
     let mut scaling = cli.latency_vs_size;
     let mut churn = false;
@@ -305,11 +354,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 
     let output = settings.output;
-    output.text(&format!(
-        "tideway-bench {} (mongodb driver 3.9, {} tokio worker threads)",
-        env!("CARGO_PKG_VERSION"),
-        tokio::runtime::Handle::current().metrics().num_workers()
-    ));
+    print_banner(output);
     for target in &targets {
         output.text(&format!("server {} = {}", target.label, target.display_uri));
     }
@@ -341,6 +386,47 @@ async fn run(cli: Cli) -> Result<(), String> {
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// The first line of every report: versions and runtime threads.
+fn print_banner(output: Output) {
+    output.text(&format!(
+        "tideway-bench {} (mongodb driver 3.9, {} tokio worker threads)",
+        env!("CARGO_PKG_VERSION"),
+        tokio::runtime::Handle::current().metrics().num_workers()
+    ));
+}
+
+async fn run_crash_loop(cli: Cli) -> Result<(), String> {
+    let Some(server_bin) = cli.server_bin else {
+        return Err("--crash-loop needs --server-bin (e.g. target/release/tideway)".into());
+    };
+    if cli.cycles == 0 || cli.writers == 0 {
+        return Err("--cycles and --writers must be at least 1".into());
+    }
+    if cli.run_ms_min == 0 || cli.run_ms_min > cli.run_ms_max {
+        return Err("--run-ms-min must be at least 1 and at most --run-ms-max".into());
+    }
+    let settings = crashloop::CrashLoopSettings {
+        server_bin,
+        server_args: cli
+            .server_args
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        dbpath: cli.dbpath,
+        cycles: cli.cycles,
+        writers: cli.writers,
+        run_ms_min: cli.run_ms_min,
+        run_ms_max: cli.run_ms_max,
+        doc_bytes: cli.doc_bytes,
+        database: cli.db,
+        seed: cli.seed,
+        op_timeout: seconds("op-timeout-secs", cli.op_timeout_secs, false)?,
+    };
+    let output = Output { json: cli.json };
+    print_banner(output);
+    crashloop::run(settings, output).await
 }
 
 /// One timed run's result.
