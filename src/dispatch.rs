@@ -296,6 +296,9 @@ async fn run(
     if !OWN_OPCOUNTER.contains(&spec.name) {
         bump(&state.stats.opcounters.command, 1);
     }
+    if let Some(args) = crate::commands::schema::args_for(spec.name) {
+        crate::commands::schema::validate(spec.name, args, body)?;
+    }
     let max_time_ms = max_time_ms(body)?;
     let ctx = CommandContext {
         state,

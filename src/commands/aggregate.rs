@@ -9,7 +9,9 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::commands::args::{optional_bool, optional_document, validate_namespace, wrong_type};
+use crate::commands::args::{
+    check_collation, check_hint, optional_bool, optional_document, validate_namespace, wrong_type,
+};
 use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::{buffered_cursor, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -80,6 +82,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             "The 'cursor' option is required, except for aggregate with the explain argument",
         ));
     }
+    check_collation("aggregate", body)?;
     let pipeline = Pipeline::parse(&stages)?;
     let now_ms = ctx.state.clock.now_ms();
     let context = PipelineContext {
@@ -110,6 +113,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         (None, Some(ns)) => {
             let storage = ctx.state.storage.as_ref();
             let view = ctx.state.view(ns).await?;
+            check_hint(ns, view.meta.as_ref(), body)?;
             let filter = pipeline
                 .leading_filter()
                 .cloned()

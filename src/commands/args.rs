@@ -7,7 +7,7 @@ use crate::bsonutil::as_f64;
 use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::type_name;
-use crate::storage::{Namespace, WriteOptions};
+use crate::storage::{CollectionMeta, Namespace, WriteOptions};
 
 /// mongod's limit on `db.collection` length in bytes.
 const MAX_NAMESPACE_BYTES: usize = 255;
@@ -96,6 +96,61 @@ pub fn wrong_type(command: &str, field: &str, actual: &Bson, expected: &str) -> 
         "BSON field '{command}.{field}' is the wrong type '{}', expected type '{expected}'",
         type_name(actual)
     ))
+}
+
+/// `collation`: tideway has only the simple collation, so any other is refused (238) rather than
+/// ignored, which would change results.
+pub fn check_collation(command: &str, fields: &Document) -> CommandResult<()> {
+    match fields.get("collation") {
+        None | Some(Bson::Null) => Ok(()),
+        Some(Bson::Document(collation))
+            if collation.is_empty() || collation.get_str("locale") == Ok("simple") =>
+        {
+            Ok(())
+        }
+        Some(Bson::Document(_)) => Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway supports only the simple collation",
+        )),
+        Some(other) => Err(wrong_type(command, "collation", other, "object")),
+    }
+}
+
+/// `hint`: an index name, an index key pattern or `{$natural: ±1}`, naming an index the collection
+/// has and that is not hidden; mongod's errors otherwise. (Against a missing collection any hint
+/// is accepted: the plan is empty, as in mongod.) A valid hint does not change which documents
+/// a command sees, only how they are read.
+pub fn check_hint(
+    ns: &Namespace,
+    meta: Option<&CollectionMeta>,
+    fields: &Document,
+) -> CommandResult<()> {
+    let Some(hint) = fields.get("hint") else {
+        return Ok(());
+    };
+    let usable = |index: Option<&crate::storage::IndexSpec>| {
+        index.is_some_and(|index| !index.spec.get_bool("hidden").unwrap_or(false))
+    };
+    let found = match hint {
+        Bson::Document(key) if key.is_empty() => return Ok(()),
+        Bson::Document(key) if key.keys().next().map(String::as_str) == Some("$natural") => {
+            return Ok(())
+        }
+        Bson::String(name) => meta.map(|meta| usable(meta.index_named(name))),
+        Bson::Document(key) => meta.map(|meta| usable(meta.index_with_key(key))),
+        _ => {
+            return Err(CommandError::new(
+                ErrorCode::FailedToParse,
+                "hint must be either a string or nested object",
+            ))
+        }
+    };
+    if found == Some(false) {
+        return Err(CommandError::bad_value(format!(
+            "error processing query: ns={ns} planner returned error :: caused by :: hint provided does not correspond to an existing index"
+        )));
+    }
+    Ok(())
 }
 
 /// An optional sub-document field.

@@ -16,8 +16,8 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    batch, collection_namespace, optional_bool, optional_document, validate_writable_namespace,
-    write_options, wrong_type,
+    batch, check_collation, check_hint, collection_namespace, optional_bool, optional_document,
+    validate_writable_namespace, write_options, wrong_type,
 };
 use crate::commands::find::parse_projection;
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -334,6 +334,12 @@ impl<'a> WriteContext<'a> {
         }
     }
 
+    /// A statement's `collation` and `hint`, honoured or refused.
+    fn check_statement_options(&self, command: &str, statement: &Document) -> CommandResult<()> {
+        check_collation(command, statement)?;
+        check_hint(&self.view.ns, self.view.meta.as_ref(), statement)
+    }
+
     async fn find_all(&self, filter: &Arc<Filter>) -> CommandResult<Vec<Record>> {
         Ok(exec::find_all(self.storage(), &self.view, filter.clone()).await?)
     }
@@ -441,6 +447,7 @@ async fn run_update_statement(
     statement: &Document,
 ) -> CommandResult<StatementOutcome> {
     let ctx = writer.ctx;
+    writer.check_statement_options("update", statement)?;
     let filter = parse_filter(ctx, statement, "q")?;
     let update = parse_update("update", "updates.u", statement.get("u"))?.ok_or_else(|| {
         CommandError::new(
@@ -529,6 +536,7 @@ async fn run_delete_statement(
     writer: &WriteContext<'_>,
     statement: &Document,
 ) -> CommandResult<usize> {
+    writer.check_statement_options("delete", statement)?;
     let filter = parse_filter(writer.ctx, statement, "q")?;
     let limit = match statement.get("limit") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
@@ -592,6 +600,7 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?;
+    writer.check_statement_options("findAndModify", body)?;
     let filter = parse_filter(ctx, body, "query")?;
     let sort = optional_document(ctx, body, "sort")?
         .map(SortSpec::parse)

@@ -8,8 +8,8 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    collection_namespace, optional_bool, optional_document, optional_i64, optional_non_negative,
-    wrong_type,
+    check_collation, check_hint, collection_namespace, optional_bool, optional_document,
+    optional_i64, optional_non_negative, wrong_type,
 };
 use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -145,16 +145,7 @@ fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()
             ));
         }
     }
-    if let Some(collation) = optional_document(ctx, body, "collation")? {
-        let simple = collation.is_empty() || collation.get_str("locale") == Ok("simple");
-        if !simple {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway supports only the simple collation",
-            ));
-        }
-    }
-    Ok(())
+    check_collation(ctx.name, body)
 }
 
 async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -174,6 +165,7 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     bump(&ctx.state.stats.opcounters.query, 1);
     let storage = ctx.state.storage.as_ref();
     let view = ctx.state.view(&ns).await?;
+    check_hint(&ns, view.meta.as_ref(), body)?;
     let mut stream = view.stream(filter, sort.as_ref());
     let source = match sort.as_ref().filter(|sort| !stream.satisfies(sort)) {
         Some(sort) => {
@@ -315,7 +307,9 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
     let ns = collection_namespace(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "query")?);
+    check_collation(ctx.name, body)?;
     let view = ctx.state.view(&ns).await?;
+    check_hint(&ns, view.meta.as_ref(), body)?;
     Ok(exec::find_all(ctx.state.storage.as_ref(), &view, filter).await?)
 }
 
@@ -329,7 +323,9 @@ async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         // Every visible document: the stored count less the expired ones, counted from the expiry
         // structures (never a raw count that would include them).
         let ns = collection_namespace(ctx, body)?;
+        check_collation(ctx.name, body)?;
         let view = ctx.state.view(&ns).await?;
+        check_hint(&ns, view.meta.as_ref(), body)?;
         crate::commands::ddl::visible_stats(ctx, &view)
             .await?
             .map_or(0, |stats| stats.count)

@@ -11,6 +11,7 @@ mod diagnostics;
 pub mod find;
 mod handshake;
 pub mod indexes;
+pub mod schema;
 mod sessions;
 
 use crate::dispatch::CommandSpec;

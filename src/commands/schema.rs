@@ -1,0 +1,598 @@
+//! Every command's arguments as one table of data, from mongod's IDL (7.0): each field's type,
+//! whether it is required, its allowed range, and what tideway does with it — uses it, ignores
+//! it because mongod's meaning makes it a no-op here, or refuses it (238 NotImplemented) rather
+//! than silently dropping what it asks for. [`validate`] checks a command body against its entry
+//! before the handler runs, with mongod's codes and messages: unknown fields of strict commands
+//! 40415, wrong types 14, missing required fields 40414, out-of-range values 51024.
+//!
+//! Invariants: the command's own first field and generic arguments (`dispatch::GENERIC_ARGUMENTS`)
+//! are not described here (handlers and dispatch check those); `null` (and `undefined`) for an
+//! optional typed field means absent, as in mongod's generated parsers; every registered command
+//! has an entry (a test checks it).
+
+use bson::{Bson, Document};
+
+use crate::bsonutil::as_f64;
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::display::{type_name, value_string};
+
+/// The BSON types a field accepts, as mongod's IDL types name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    /// Checked by the handler (variants, custom parsers such as `hint` or `countLimit`).
+    Any,
+    /// `safeInt64`/`safeInt`: any number.
+    Number,
+    /// `safeBool`: a boolean or a number.
+    SafeBool,
+    /// `bool`: a boolean only.
+    Bool,
+    /// `optionalBool`: a boolean only, with its own message.
+    OptionalBool,
+    Int,
+    Long,
+    Str,
+    Object,
+    Array,
+}
+
+impl ArgType {
+    fn accepts(self, value: &Bson) -> bool {
+        let number = matches!(
+            value,
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
+        );
+        match self {
+            ArgType::Any => true,
+            ArgType::Number => number,
+            ArgType::SafeBool => number || matches!(value, Bson::Boolean(_)),
+            ArgType::Bool | ArgType::OptionalBool => matches!(value, Bson::Boolean(_)),
+            ArgType::Int => matches!(value, Bson::Int32(_)),
+            ArgType::Long => matches!(value, Bson::Int64(_)),
+            ArgType::Str => matches!(value, Bson::String(_)),
+            ArgType::Object => matches!(value, Bson::Document(_)),
+            ArgType::Array => matches!(value, Bson::Array(_)),
+        }
+    }
+
+    /// mongod's "expected type(s)" clause, quirks included (the quote after `]` is mongod's).
+    fn expected(self) -> &'static str {
+        match self {
+            ArgType::Any => "",
+            ArgType::Number => "expected types '[long, int, decimal, double']",
+            ArgType::SafeBool => "expected types '[bool, long, int, decimal, double']",
+            ArgType::Bool | ArgType::OptionalBool => "expected type 'bool'",
+            ArgType::Int => "expected type 'int'",
+            ArgType::Long => "expected type 'long'",
+            ArgType::Str => "expected type 'string'",
+            ArgType::Object => "expected type 'object'",
+            ArgType::Array => "expected type 'array'",
+        }
+    }
+}
+
+/// What tideway does with a field mongod knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// The handler honours it.
+    Honoured,
+    /// Accepted and without effect, as on a standalone mongod (e.g. `bypassDocumentValidation`
+    /// without validators, shard and replication internals).
+    NoOp,
+    /// Not implemented: present with any value other than null, false or `{}`, it is refused.
+    Refused,
+}
+
+/// One field of a command.
+#[derive(Clone, Copy, Debug)]
+pub struct Arg {
+    pub name: &'static str,
+    pub ty: ArgType,
+    pub required: bool,
+    /// mongod's `gte` validator.
+    pub min: Option<i64>,
+    pub use_: Use,
+}
+
+const fn arg(name: &'static str, ty: ArgType) -> Arg {
+    Arg {
+        name,
+        ty,
+        required: false,
+        min: None,
+        use_: Use::Honoured,
+    }
+}
+
+const fn required(name: &'static str, ty: ArgType) -> Arg {
+    Arg {
+        required: true,
+        ..arg(name, ty)
+    }
+}
+
+const fn at_least(name: &'static str, min: i64) -> Arg {
+    Arg {
+        min: Some(min),
+        ..arg(name, ArgType::Number)
+    }
+}
+
+const fn no_op(name: &'static str, ty: ArgType) -> Arg {
+    Arg {
+        use_: Use::NoOp,
+        ..arg(name, ty)
+    }
+}
+
+const fn refused(name: &'static str, ty: ArgType) -> Arg {
+    Arg {
+        use_: Use::Refused,
+        ..arg(name, ty)
+    }
+}
+
+/// A command's fields; `strict` commands refuse fields they do not list (40415).
+#[derive(Debug)]
+pub struct Args {
+    pub strict: bool,
+    pub fields: &'static [Arg],
+}
+
+impl Args {
+    pub fn field(&self, name: &str) -> Option<&'static Arg> {
+        self.fields.iter().find(|arg| arg.name == name)
+    }
+}
+
+use ArgType::{Any, Array, Bool, Int, Long, Number, Object, OptionalBool, SafeBool, Str};
+
+/// Fields every write command shares (`write_ops.idl`).
+macro_rules! write_command_fields {
+    ($($field:expr),* $(,)?) => {
+        &[
+            $($field,)*
+            arg("ordered", Bool),
+            no_op("bypassDocumentValidation", SafeBool),
+            refused("let", Object),
+            refused("runtimeConstants", Object),
+            no_op("stmtId", Int),
+            no_op("stmtIds", Array),
+            no_op("isTimeseriesNamespace", OptionalBool),
+            refused("collectionUUID", Any),
+            refused("encryptionInformation", Object),
+            no_op("bypassEmptyTsReplacement", OptionalBool),
+        ]
+    };
+}
+
+const FIND: Args = Args {
+    strict: true,
+    fields: &[
+        arg("filter", Object),
+        arg("projection", Object),
+        arg("sort", Object),
+        arg("hint", Any),
+        arg("collation", Object),
+        at_least("skip", 0),
+        at_least("limit", 0),
+        at_least("batchSize", 0),
+        arg("singleBatch", OptionalBool),
+        arg("allowDiskUse", OptionalBool),
+        refused("min", Object),
+        refused("max", Object),
+        refused("returnKey", OptionalBool),
+        refused("showRecordId", OptionalBool),
+        arg("tailable", OptionalBool),
+        no_op("oplogReplay", Any),
+        arg("noCursorTimeout", OptionalBool),
+        refused("awaitData", OptionalBool),
+        no_op("allowPartialResults", OptionalBool),
+        refused("let", Object),
+        no_op("readOnce", OptionalBool),
+        no_op("allowSpeculativeMajorityRead", OptionalBool),
+        no_op("term", Number),
+        refused("$_requestResumeToken", OptionalBool),
+        refused("$_resumeAfter", Object),
+        refused("$_startAt", Object),
+        refused("collectionUUID", Any),
+        refused("encryptionInformation", Object),
+        refused("runtimeConstants", Object),
+        no_op("mirrored", OptionalBool),
+        no_op("sampleId", Any),
+    ],
+};
+
+const GET_MORE: Args = Args {
+    strict: true,
+    fields: &[
+        required("collection", Str),
+        at_least("batchSize", 0),
+        no_op("term", Long),
+        no_op("lastKnownCommittedOpTime", Object),
+    ],
+};
+
+const KILL_CURSORS: Args = Args {
+    strict: true,
+    fields: &[required("cursors", Array)],
+};
+
+const COUNT: Args = Args {
+    strict: true,
+    fields: &[
+        arg("query", Object),
+        arg("limit", Any),
+        at_least("skip", 0),
+        arg("hint", Any),
+        arg("collation", Object),
+        no_op("fields", Object),
+        no_op("$queryOptions", Object),
+        refused("encryptionInformation", Object),
+        no_op("mirrored", OptionalBool),
+        no_op("sampleId", Any),
+    ],
+};
+
+const DISTINCT: Args = Args {
+    strict: true,
+    fields: &[
+        required("key", Str),
+        arg("query", Object),
+        arg("collation", Object),
+        arg("hint", Any),
+        no_op("mirrored", OptionalBool),
+        no_op("sampleId", Any),
+    ],
+};
+
+const AGGREGATE: Args = Args {
+    strict: true,
+    fields: &[
+        required("pipeline", Array),
+        arg("explain", Any),
+        arg("allowDiskUse", OptionalBool),
+        arg("cursor", Object),
+        no_op("bypassDocumentValidation", SafeBool),
+        arg("collation", Object),
+        arg("hint", Any),
+        refused("let", Object),
+        no_op("needsMerge", OptionalBool),
+        no_op("fromMongos", OptionalBool),
+        no_op("$queryOptions", Object),
+        refused("exchange", Object),
+        refused("runtimeConstants", Object),
+        no_op("isMapReduceCommand", OptionalBool),
+        refused("collectionUUID", Any),
+        refused("encryptionInformation", Object),
+        no_op("$_generateV2ResumeTokens", OptionalBool),
+        refused("$_passthroughToShard", Object),
+        refused("$_requestReshardingResumeToken", OptionalBool),
+    ],
+};
+
+const INSERT: Args = Args {
+    strict: true,
+    fields: write_command_fields![required("documents", Array)],
+};
+
+const UPDATE: Args = Args {
+    strict: true,
+    fields: write_command_fields![required("updates", Array)],
+};
+
+const DELETE: Args = Args {
+    strict: true,
+    fields: write_command_fields![required("deletes", Array)],
+};
+
+const FIND_AND_MODIFY: Args = Args {
+    strict: true,
+    fields: &[
+        arg("query", Object),
+        arg("fields", Object),
+        arg("sort", Object),
+        no_op("batchSize", Int),
+        no_op("singleBatch", Bool),
+        arg("hint", Any),
+        arg("collation", Object),
+        refused("arrayFilters", Array),
+        arg("remove", SafeBool),
+        arg("update", Any),
+        arg("upsert", SafeBool),
+        arg("new", SafeBool),
+        no_op("stmtId", Int),
+        no_op("bypassDocumentValidation", SafeBool),
+        refused("let", Object),
+        refused("runtimeConstants", Object),
+        refused("encryptionInformation", Object),
+        no_op("bypassEmptyTsReplacement", OptionalBool),
+        no_op("sampleId", Any),
+        no_op("$_originalQuery", Object),
+        no_op("$_originalCollation", Object),
+    ],
+};
+
+const CREATE: Args = Args {
+    strict: true,
+    // The handler refuses the collection kinds tideway lacks with mongod's or its own errors.
+    fields: &[
+        arg("capped", SafeBool),
+        no_op("autoIndexId", SafeBool),
+        arg("idIndex", Object),
+        arg("size", Number),
+        arg("max", Number),
+        arg("storageEngine", Object),
+        arg("validator", Object),
+        arg("validationLevel", Str),
+        arg("validationAction", Str),
+        arg("indexOptionDefaults", Object),
+        arg("viewOn", Str),
+        arg("pipeline", Array),
+        arg("collation", Object),
+        arg("changeStreamPreAndPostImages", Object),
+        arg("timeseries", Object),
+        arg("clusteredIndex", Any),
+        arg("expireAfterSeconds", Number),
+        arg("encryptedFields", Object),
+        no_op("temp", SafeBool),
+        no_op("flags", Number),
+    ],
+};
+
+const DROP: Args = Args {
+    strict: true,
+    fields: &[refused("collectionUUID", Any)],
+};
+
+const NO_FIELDS: Args = Args {
+    strict: true,
+    fields: &[],
+};
+
+/// Commands whose parsers ignore what they do not know (mongod's non-strict commands).
+const LOOSE: Args = Args {
+    strict: false,
+    fields: &[],
+};
+
+const LIST_DATABASES: Args = Args {
+    strict: true,
+    fields: &[
+        arg("nameOnly", SafeBool),
+        arg("authorizedDatabases", Bool),
+        arg("filter", Object),
+    ],
+};
+
+const LIST_COLLECTIONS: Args = Args {
+    strict: true,
+    fields: &[
+        arg("cursor", Object),
+        arg("filter", Object),
+        arg("nameOnly", Bool),
+        arg("authorizedCollections", Bool),
+        no_op("includePendingDrops", SafeBool),
+    ],
+};
+
+const LIST_INDEXES: Args = Args {
+    strict: true,
+    fields: &[
+        arg("cursor", Object),
+        no_op("includeBuildUUIDs", SafeBool),
+        no_op("includeIndexBuildInfo", SafeBool),
+        no_op("isTimeseriesNamespace", Bool),
+    ],
+};
+
+const CREATE_INDEXES: Args = Args {
+    strict: true,
+    fields: &[
+        required("indexes", Array),
+        no_op("v", Number),
+        refused("ignoreUnknownIndexOptions", SafeBool),
+        no_op("commitQuorum", Any),
+        no_op("returnOnStart", OptionalBool),
+        no_op("isTimeseriesNamespace", Bool),
+        refused("collectionUUID", Any),
+    ],
+};
+
+const DROP_INDEXES: Args = Args {
+    strict: true,
+    fields: &[
+        required("index", Any),
+        no_op("isTimeseriesNamespace", Bool),
+        refused("collectionUUID", Any),
+    ],
+};
+
+const COLL_MOD: Args = Args {
+    strict: true,
+    fields: &[
+        arg("index", Object),
+        refused("validator", Object),
+        refused("validationLevel", Str),
+        refused("validationAction", Str),
+        refused("viewOn", Str),
+        refused("pipeline", Array),
+        refused("recordPreImages", SafeBool),
+        refused("changeStreamPreAndPostImages", Object),
+        refused("expireAfterSeconds", Any),
+        refused("timeseries", Object),
+        refused("dryRun", SafeBool),
+        refused("collectionUUID", Any),
+        refused("cappedSize", Number),
+        refused("cappedMax", Number),
+    ],
+};
+
+const RENAME_COLLECTION: Args = Args {
+    strict: true,
+    fields: &[
+        required("to", Str),
+        arg("dropTarget", Any),
+        no_op("stayTemp", Bool),
+        refused("collectionUUID", Any),
+    ],
+};
+
+const DB_STATS: Args = Args {
+    strict: true,
+    fields: &[at_least("scale", 1), no_op("freeStorage", SafeBool)],
+};
+
+const COLL_STATS: Args = Args {
+    strict: false,
+    fields: &[at_least("scale", 1)],
+};
+
+const HELLO: Args = Args {
+    strict: false,
+    fields: &[
+        arg("forShell", SafeBool),
+        arg("hostInfo", Str),
+        arg("hangUpOnStepDown", SafeBool),
+        arg("internalClient", Object),
+        arg("client", Object),
+        arg("topologyVersion", Object),
+        at_least("maxAwaitTimeMS", 0),
+        arg("helloOk", SafeBool),
+        arg("compression", Array),
+        arg("saslSupportedMechs", Any),
+        arg("speculativeAuthenticate", Object),
+        arg("loadBalanced", Bool),
+    ],
+};
+
+const CONNECTION_STATUS: Args = Args {
+    strict: true,
+    fields: &[arg("showPrivileges", SafeBool)],
+};
+
+/// The argument description of a registered command (by canonical name).
+pub fn args_for(command: &str) -> Option<&'static Args> {
+    Some(match command {
+        "find" => &FIND,
+        "getMore" => &GET_MORE,
+        "killCursors" => &KILL_CURSORS,
+        "count" => &COUNT,
+        "distinct" => &DISTINCT,
+        "aggregate" => &AGGREGATE,
+        "insert" => &INSERT,
+        "update" => &UPDATE,
+        "delete" => &DELETE,
+        "findAndModify" => &FIND_AND_MODIFY,
+        "create" => &CREATE,
+        "drop" => &DROP,
+        "dropDatabase" | "endSessions" | "refreshSessions" | "ping" | "hostInfo"
+        | "getCmdLineOpts" | "getLog" => &NO_FIELDS,
+        "listDatabases" => &LIST_DATABASES,
+        "listCollections" => &LIST_COLLECTIONS,
+        "listIndexes" => &LIST_INDEXES,
+        "createIndexes" => &CREATE_INDEXES,
+        "dropIndexes" => &DROP_INDEXES,
+        "collMod" => &COLL_MOD,
+        "renameCollection" => &RENAME_COLLECTION,
+        "dbStats" => &DB_STATS,
+        "collStats" => &COLL_STATS,
+        "hello" | "isMaster" => &HELLO,
+        "connectionStatus" => &CONNECTION_STATUS,
+        "killSessions" | "killAllSessions" | "startSession" | "buildInfo" | "listCommands"
+        | "whatsmyuri" | "serverStatus" | "getParameter" | "setParameter" | "advanceClock"
+        | "runTtlPass" => &LOOSE,
+        _ => return None,
+    })
+}
+
+fn is_absent(value: &Bson) -> bool {
+    matches!(value, Bson::Null | Bson::Undefined)
+}
+
+/// Checks `body`'s fields against the description of `command`.
+pub fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()> {
+    for (name, value) in crate::dispatch::command_fields(body) {
+        let Some(arg) = args.field(name) else {
+            if args.strict {
+                return Err(CommandError::new(
+                    ErrorCode::Location40415,
+                    format!("BSON field '{command}.{name}' is an unknown field."),
+                ));
+            }
+            continue;
+        };
+        if is_absent(value) && arg.ty != ArgType::OptionalBool {
+            continue;
+        }
+        if !arg.ty.accepts(value) {
+            let message = if arg.ty == ArgType::OptionalBool {
+                format!(
+                    "Field '{name}' should be a boolean value, but found: {}",
+                    type_name(value)
+                )
+            } else {
+                format!(
+                    "BSON field '{command}.{name}' is the wrong type '{}', {}",
+                    type_name(value),
+                    arg.ty.expected()
+                )
+            };
+            return Err(CommandError::type_mismatch(message));
+        }
+        if let (Some(min), Some(number)) = (arg.min, as_f64(value)) {
+            if number < min as f64 || number.is_nan() {
+                return Err(CommandError::new(
+                    ErrorCode::Location51024,
+                    format!(
+                        "BSON field '{command}.{name}' value must be >= {min}, actual value '{}'",
+                        value_string(value)
+                    ),
+                ));
+            }
+        }
+        if arg.use_ == Use::Refused && !is_inert(value) {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                format!("tideway does not support the {command} option '{name}'"),
+            ));
+        }
+    }
+    for arg in args.fields.iter().filter(|arg| arg.required) {
+        if body.get(arg.name).is_none_or(is_absent) {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                format!(
+                    "BSON field '{command}.{}' is missing but a required field",
+                    arg.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A value that asks for nothing: null, false or an empty document.
+fn is_inert(value: &Bson) -> bool {
+    match value {
+        Bson::Null | Bson::Undefined | Bson::Boolean(false) => true,
+        Bson::Document(document) => document.is_empty(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registered_command_is_described() {
+        for spec in crate::commands::all() {
+            assert!(
+                args_for(spec.name).is_some(),
+                "{} has no description",
+                spec.name
+            );
+        }
+    }
+}
