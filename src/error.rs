@@ -236,6 +236,7 @@ error_codes! {
     Location3041704 = 3041704,
     Location5107200 = 5107200,
     Location5107201 = 5107201,
+    Location5255100 = 5255100,
     Location5654602 = 5654602,
     Location5729100 = 5729100,
     Location7749501 = 7749501,

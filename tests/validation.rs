@@ -21,8 +21,6 @@ enum Expect {
 
 use Expect::{Code, Error, Ok};
 
-const NUMBER_TYPES: &str = "expected types '[long, int, decimal, double']";
-
 fn rows() -> Vec<(&'static str, Document, Expect)> {
     vec![
         // find
@@ -43,6 +41,8 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("killCursors", doc! {"killCursors": "c"}, Error(40414, "BSON field 'killCursors.cursors' is missing but a required field")),
         ("killCursors", doc! {"killCursors": "c", "cursors": 5}, Error(14, "BSON field 'killCursors.cursors' is the wrong type 'int', expected type 'array'")),
         ("killCursors", doc! {"killCursors": "c", "cursors": [], "foo": 1}, Code(40415)),
+        ("killCursors", doc! {"killCursors": "c", "cursors": [5]}, Error(14, "BSON field 'killCursors.cursors.0' is the wrong type 'int', expected type 'long'")),
+        ("getMore", doc! {"getMore": 5, "collection": "c"}, Error(14, "BSON field 'getMore.getMore' is the wrong type 'int', expected type 'long'")),
         // count, distinct
         ("count", doc! {"count": "c", "skip": -1}, Error(51024, "BSON field 'count.skip' value must be >= 0, actual value '-1'")),
         ("count", doc! {"count": "c", "query": "x"}, Error(14, "BSON field 'count.query' is the wrong type 'string', expected type 'object'")),
@@ -75,6 +75,8 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("create", doc! {"create": "new1", "capped": "x"}, Error(14, "BSON field 'create.capped' is the wrong type 'string', expected types '[bool, long, int, decimal, double']")),
         ("drop", doc! {"drop": "c", "foo": 1}, Error(40415, "BSON field 'drop.foo' is an unknown field.")),
         ("dropDatabase", doc! {"dropDatabase": 1, "foo": 1}, Error(40415, "BSON field 'dropDatabase.foo' is an unknown field.")),
+        ("dropDatabase", doc! {"dropDatabase": 0}, Error(5255100, "Have to pass 1 as 'drop' parameter")),
+        ("dropDatabase", doc! {"dropDatabase": "x"}, Error(14, "BSON field 'dropDatabase.dropDatabase' is the wrong type 'string', expected types '[long, int, decimal, double']")),
         ("listDatabases", doc! {"listDatabases": 1, "nameOnly": "x"}, Code(14)),
         ("listDatabases", doc! {"listDatabases": 1, "foo": 1}, Error(40415, "BSON field 'listDatabases.foo' is an unknown field.")),
         ("listCollections", doc! {"listCollections": 1, "nameOnly": 1}, Error(14, "BSON field 'listCollections.nameOnly' is the wrong type 'int', expected type 'bool'")),
@@ -116,7 +118,10 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("endSessions", doc! {"endSessions": [], "foo": 1}, Error(40415, "BSON field 'endSessions.foo' is an unknown field.")),
         ("refreshSessions", doc! {"refreshSessions": [], "foo": 1}, Code(40415)),
         ("killSessions", doc! {"killSessions": [], "foo": 1}, Ok),
+        ("killSessions", doc! {"killSessions": 5}, Error(14, "BSON field 'KillSessionsCmd.killSessions' is the wrong type 'int', expected type 'array'")),
         ("killAllSessions", doc! {"killAllSessions": [], "foo": 1}, Ok),
+        ("killAllSessions", doc! {"killAllSessions": 5}, Error(14, "BSON field 'KillAllSessionsCmd.killAllSessions' is the wrong type 'int', expected type 'array'")),
+        ("endSessions", doc! {"endSessions": 5}, Error(14, "BSON field 'endSessions.endSessions' is the wrong type 'int', expected type 'array'")),
         // test-only commands
         ("advanceClock", doc! {"advanceClock": 0, "foo": 1}, Ok),
         ("runTtlPass", doc! {"runTtlPass": 1, "foo": 1}, Ok),

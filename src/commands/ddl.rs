@@ -150,7 +150,24 @@ async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     Ok(doc! {"nIndexesWas": meta.indexes.len() as i32, "ns": ns.to_string()})
 }
 
-async fn drop_database(ctx: &CommandContext<'_>, _body: &Document) -> CommandResult {
+async fn drop_database(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    // mongod's IDL reads the argument as a number and requires exactly 1.
+    let argument = body.get("dropDatabase").unwrap_or(&Bson::Null);
+    match crate::bsonutil::as_f64(argument) {
+        None if !matches!(argument, Bson::Null | Bson::Undefined) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'dropDatabase.dropDatabase' is the wrong type '{}', expected types '[long, int, decimal, double']",
+                crate::query::display::type_name(argument)
+            )))
+        }
+        Some(1.0) => {}
+        _ => {
+            return Err(CommandError::new(
+                ErrorCode::Location5255100,
+                "Have to pass 1 as 'drop' parameter",
+            ))
+        }
+    }
     validate_database_name(ctx.db)?;
     ctx.state.storage.drop_database(ctx.db).await?;
     let prefix = format!("{}.", ctx.db);

@@ -285,9 +285,14 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     };
     let mut killed = Vec::new();
     let mut not_found = Vec::new();
-    for id in ids {
+    for (index, id) in ids.iter().enumerate() {
         let Bson::Int64(id) = id else {
-            return Err(wrong_type("killCursors", "cursors", id, "long"));
+            return Err(wrong_type(
+                "killCursors",
+                &format!("cursors.{index}"),
+                id,
+                "long",
+            ));
         };
         if ctx.state.cursors.kill(*id) {
             killed.push(Bson::Int64(*id));
@@ -370,23 +375,7 @@ pub async fn buffered_cursor(
     cursor_ns: String,
     documents: Vec<Document>,
 ) -> CommandResult {
-    let batch_size = match optional_document(ctx, body, "cursor")? {
-        Some(cursor) => optional_non_negative(ctx, cursor, "batchSize")?,
-        None => None,
-    };
-    let cursor = Cursor::new(cursor_ns, None, buffered_source(documents), None, None);
-    let options = BatchOptions {
-        batch_size,
-        single_batch: false,
-        no_timeout: false,
-    };
-    open_cursor(
-        ctx,
-        cursor,
-        &Visibility::everything(ctx.state.clock.now_ms()),
-        options,
-    )
-    .await
+    computed_cursor(ctx, body, cursor_ns, buffered_source(documents)).await
 }
 
 /// A cursor over a pipeline's output.
@@ -396,11 +385,22 @@ pub async fn stream_cursor(
     cursor_ns: String,
     documents: DocumentStream,
 ) -> CommandResult {
+    let source = CursorSource::Documents(Box::new(documents.peekable()));
+    computed_cursor(ctx, body, cursor_ns, source).await
+}
+
+/// A cursor over computed documents (no collection, so nothing expires), batched as the
+/// command's `cursor.batchSize` asks.
+async fn computed_cursor(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    cursor_ns: String,
+    source: CursorSource,
+) -> CommandResult {
     let batch_size = match optional_document(ctx, body, "cursor")? {
         Some(cursor) => optional_non_negative(ctx, cursor, "batchSize")?,
         None => None,
     };
-    let source = CursorSource::Documents(Box::new(documents.peekable()));
     let cursor = Cursor::new(cursor_ns, None, source, None, None);
     let options = BatchOptions {
         batch_size,

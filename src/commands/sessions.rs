@@ -7,9 +7,10 @@
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
+use crate::commands::args::wrong_type;
 use crate::commands::handshake::LOGICAL_SESSION_TIMEOUT_MINUTES;
 use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult};
+use crate::error::CommandResult;
 use crate::sync_handler;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -65,25 +66,27 @@ fn start_session(_ctx: &CommandContext, _body: &Document) -> CommandResult {
 
 /// The four commands whose argument is an array of documents (session ids or users).
 fn session_list(ctx: &CommandContext, body: &Document) -> CommandResult {
+    // mongod parses killSessions and killAllSessions into structs its errors are named after.
+    let context = match ctx.name {
+        "killSessions" => "KillSessionsCmd",
+        "killAllSessions" => "KillAllSessionsCmd",
+        other => other,
+    };
     let argument = body.get(ctx.name).unwrap_or(&Bson::Null);
     let Bson::Array(entries) = argument else {
-        return Err(CommandError::type_mismatch(format!(
-            "BSON field '{}.{}' is the wrong type '{}', expected type 'array'",
-            ctx.name,
-            ctx.name,
-            crate::query::display::type_name(argument)
-        )));
+        return Err(wrong_type(context, ctx.name, argument, "array"));
     };
-    if let Some(bad) = entries
+    if let Some((index, bad)) = entries
         .iter()
-        .find(|entry| !matches!(entry, Bson::Document(_)))
+        .enumerate()
+        .find(|(_, entry)| !matches!(entry, Bson::Document(_)))
     {
-        return Err(CommandError::type_mismatch(format!(
-            "BSON field '{}.{}' is the wrong type '{}', expected type 'object'",
-            ctx.name,
-            ctx.name,
-            crate::query::display::type_name(bad)
-        )));
+        return Err(wrong_type(
+            context,
+            &format!("{}.{index}", ctx.name),
+            bad,
+            "object",
+        ));
     }
     Ok(Document::new())
 }

@@ -22,6 +22,10 @@
 //!   storage only orders and evaluates caller-supplied predicates ([`RecordPredicate`]).
 //! - Errors are a small closed set ([`StorageError`]) mapped to MongoDB codes in one place
 //!   (`impl From<StorageError> for CommandError`).
+//! - **I/O errors are survivable**: a write that fails with `Io` or `OutOfDiskSpace` (a full disk)
+//!   loses nothing acknowledged before it; reads go on; the engine recovers by itself, without a
+//!   restart, so the same write succeeds once the cause is gone (space freed). Whether the failed
+//!   write itself was applied is unknown, as with a lost reply.
 
 pub mod conformance;
 pub mod indexkeys;
@@ -373,6 +377,10 @@ pub enum StorageError {
     CannotIndexParallelArrays(String, String),
     #[error("storage I/O error: {0}")]
     Io(String),
+    /// The disk (or the quota) is full; the string says what failed. Transient: the same write
+    /// succeeds once space is freed (mongod code 14031).
+    #[error("No space left on device: {0}")]
+    OutOfDiskSpace(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }
@@ -387,6 +395,7 @@ impl From<StorageError> for CommandError {
             StorageError::WriteConflict => ErrorCode::WriteConflict,
             StorageError::InvalidIndex(_) => ErrorCode::CannotCreateIndex,
             StorageError::CannotIndexParallelArrays(..) => ErrorCode::CannotIndexParallelArrays,
+            StorageError::OutOfDiskSpace(_) => ErrorCode::OutOfDiskSpace,
             StorageError::Io(_) | StorageError::Corrupt(_) => ErrorCode::InternalError,
         };
         let command_error = CommandError::new(code, error.to_string());

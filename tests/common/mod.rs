@@ -47,6 +47,15 @@ impl TestServer {
 
     pub async fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> TestServer {
         let storage = tideway::state::open_storage(&config).expect("storage opens");
+        TestServer::start_with_storage(config, clock, storage).await
+    }
+
+    /// A server on a storage engine the test built (fault injection, a reopened file).
+    pub async fn start_with_storage(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        storage: Arc<dyn tideway::storage::Storage>,
+    ) -> TestServer {
         let state = ServerState::new(config, clock, storage).expect("valid test configuration");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");

@@ -1,6 +1,6 @@
 //! The on-disk format of the redb engine: table names and definitions, the record header, index
 //! and expiry entry keys, size counters, and the single conversion of redb errors into
-//! `StorageError::Io`.
+//! `StorageError` (`Io`, or `OutOfDiskSpace` for a full disk).
 //!
 //! Layout (format version [`FORMAT_VERSION`], stored in `meta`; other versions are refused at
 //! open, there is no migration):
@@ -112,9 +112,27 @@ pub(super) fn expiry_entry_id(key: &[u8]) -> StorageResult<&[u8]> {
         .ok_or_else(|| corrupt("expiry entry shorter than its time prefix"))
 }
 
-/// The one place redb errors become storage errors.
+/// The one place redb errors become storage errors: a full disk is `OutOfDiskSpace`, any other
+/// failure `Io`.
 pub(super) fn io<E: Into<redb::Error>>(error: E) -> StorageError {
-    StorageError::Io(error.into().to_string())
+    match error.into() {
+        redb::Error::Io(error) if is_out_of_space(&error) => {
+            StorageError::OutOfDiskSpace("writing the database".to_string())
+        }
+        redb::Error::PreviousIo | redb::Error::DatabaseClosed => StorageError::Io(
+            "an I/O error interrupted this operation; the database is reopened, retry it"
+                .to_string(),
+        ),
+        error => StorageError::Io(error.to_string()),
+    }
+}
+
+/// ENOSPC, and a full quota (EDQUOT): both mean no space is left for the database.
+pub(super) fn is_out_of_space(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) || error.raw_os_error() == Some(libc::ENOSPC)
 }
 
 pub(super) fn corrupt(what: impl Display) -> StorageError {

@@ -8,7 +8,9 @@
 //! concurrently with the writer, against the published catalog (`catalog.rs`). The on-disk layout
 //! (data, index and per-collection expiry tables) is in `format.rs`; the work done inside a write
 //! transaction is in `apply.rs`. Reaping (`reap.rs`) reads and plans on a low-priority thread
-//! (`background.rs`) and deletes in the writer.
+//! (`background.rs`) and deletes in the writer. After an I/O error (a full disk) the writer
+//! reopens the database (`database.rs`); a read that failed meanwhile asks the writer to and runs
+//! again on the reopened database, so reads go on and writes resume without a restart.
 //!
 //! Invariants: a dbpath is used by one engine at a time (an exclusive lock on
 //! `<dbpath>/tideway.lock`, held for the engine's lifetime); dropping the engine finishes the
@@ -18,6 +20,8 @@
 mod apply;
 mod background;
 mod catalog;
+mod database;
+pub mod faults;
 mod format;
 mod read;
 mod reap;
@@ -28,6 +32,7 @@ mod tests;
 
 use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
+use std::future::Future;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +48,7 @@ use tokio::sync::oneshot;
 use self::apply::PreparedOp;
 use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
+use self::database::{DbSlot, Source};
 use self::format::{
     io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
     META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER, SIZES,
@@ -115,36 +121,44 @@ impl RedbStorage {
                 )))
             }
         }
-        let db = Database::builder()
-            .create(dbpath.join(DATA_FILE_NAME))
-            .map_err(io)?;
-        Self::start(db, durability, Some(dbpath.to_path_buf()), Some(lock))
+        let source = Source::File(dbpath.join(DATA_FILE_NAME));
+        Self::start(source, durability, Some(dbpath.to_path_buf()), Some(lock))
     }
 
     /// A fresh database in memory (lost on drop).
     pub fn in_memory() -> StorageResult<RedbStorage> {
-        Self::with_backend(redb::backends::InMemoryBackend::new())
+        let backend = Arc::new(redb::backends::InMemoryBackend::new());
+        let source = Source::Backend {
+            backend,
+            name: "the in-memory database",
+        };
+        Self::start(source, Durability::Durable, None, None)
     }
 
-    /// A fresh database on `backend` (tests inject faults this way).
-    fn with_backend(backend: impl redb::StorageBackend) -> StorageResult<RedbStorage> {
-        let db = Database::builder()
-            .create_with_backend(backend)
-            .map_err(io)?;
-        Self::start(db, Durability::Durable, None, None)
+    /// A durable engine on `backend` (opening the database already there, or creating one): for
+    /// tests that inject faults (see [`faults`]). After an I/O error the engine reopens the
+    /// database on the same backend, so the backend must stay usable after redb closes it (as
+    /// redb's `InMemoryBackend` and `FileBackend` do).
+    pub fn with_backend(backend: impl redb::StorageBackend) -> StorageResult<RedbStorage> {
+        let source = Source::Backend {
+            backend: Arc::new(backend),
+            name: "the storage backend",
+        };
+        Self::start(source, Durability::Durable, None, None)
     }
 
     fn start(
-        db: Database,
+        source: Source,
         durability: Durability,
         dbpath: Option<PathBuf>,
         lock: Option<File>,
     ) -> StorageResult<RedbStorage> {
+        let db = source.open()?;
         let counters = init_meta(&db)?;
         let time_high_water_ms = read_time_high_water(&db)?;
         let catalog = load_catalog(&db)?;
         let shared = Arc::new(Shared {
-            db,
+            db: DbSlot::new(db, source),
             catalog: RwLock::new(Arc::new(catalog)),
             commits: AtomicU64::new(0),
         });
@@ -193,7 +207,10 @@ impl RedbStorage {
                         Some(error) => Err(error),
                         None => {
                             let result = work(batch);
-                            if let Err(error @ StorageError::Io(_)) = &result {
+                            if let Err(
+                                error @ (StorageError::Io(_) | StorageError::OutOfDiskSpace(_)),
+                            ) = &result
+                            {
                                 batch.poison(error.clone());
                             }
                             result
@@ -216,6 +233,48 @@ impl RedbStorage {
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
+
+    /// Runs `read`; if it failed with an I/O error, lets the writer reopen the database if that
+    /// (or an error the writer met) made it unusable, and runs `read` again on a reopened one.
+    async fn read<T, F, Fut>(&self, read: F) -> StorageResult<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = StorageResult<T>>,
+    {
+        let mut retries = 0;
+        loop {
+            let generation = self.shared.db.generation();
+            match read().await {
+                Err(error) if is_io_failure(&error) && retries < MAX_READ_RETRIES => {
+                    retries += 1;
+                    self.let_writer_recover().await;
+                    if self.shared.db.generation() == generation {
+                        return Err(error);
+                    }
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// Returns once the writer has run an empty job: it reopens an unusable database (unless it
+    /// is backing off after a failure) before it runs a group.
+    async fn let_writer_recover(&self) {
+        let options = WriteOptions {
+            ordered: true,
+            force_durable: false,
+            background: true,
+        };
+        let _ = self.submit(options, 0, |_| Ok(())).await;
+    }
+}
+
+/// Reads retried after an I/O error (each after the writer had a chance to reopen the database).
+const MAX_READ_RETRIES: usize = 2;
+
+/// Failures that may mean the database must be reopened.
+fn is_io_failure(error: &StorageError) -> bool {
+    matches!(error, StorageError::Io(_) | StorageError::OutOfDiskSpace(_))
 }
 
 /// A reaping batch planned before it was asked for: [`Storage::reap`] with `request` on `ns`
@@ -320,7 +379,8 @@ impl Storage for RedbStorage {
     }
 
     async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>> {
-        read::list_databases(&self.shared)
+        self.read(|| async { read::list_databases(&self.shared) })
+            .await
     }
 
     async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>> {
@@ -444,11 +504,13 @@ impl Storage for RedbStorage {
     }
 
     async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
-        read::get(&self.shared, ns, id)
+        self.read(|| async { read::get(&self.shared, ns, id) })
+            .await
     }
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
-        read::scan(&self.shared, ns, request)
+        self.read(|| async { read::scan(&self.shared, ns, request.clone()) })
+            .await
     }
 
     async fn count_entries(
@@ -458,10 +520,13 @@ impl Storage for RedbStorage {
     ) -> StorageResult<EntryCount> {
         // Up to every entry of a large expired range: off the async workers, so that requests
         // they serve meanwhile do not wait for it.
-        let (shared, ns) = (Arc::clone(&self.shared), ns.clone());
-        tokio::task::spawn_blocking(move || read::count_entries(&shared, &ns, &sources))
-            .await
-            .map_err(|error| StorageError::Io(format!("counting entries failed: {error}")))?
+        self.read(|| async {
+            let (shared, ns, sources) = (Arc::clone(&self.shared), ns.clone(), sources.clone());
+            tokio::task::spawn_blocking(move || read::count_entries(&shared, &ns, &sources))
+                .await
+                .map_err(|error| StorageError::Io(format!("counting entries failed: {error}")))?
+        })
+        .await
     }
 
     async fn expiry_scan(
@@ -472,18 +537,21 @@ impl Storage for RedbStorage {
         resume_after: Option<Vec<u8>>,
         limit: usize,
     ) -> StorageResult<ScanPage> {
-        read::expiry_scan(
-            &self.shared,
-            ns,
-            order,
-            range,
-            resume_after.as_deref(),
-            limit,
-        )
+        self.read(|| async {
+            read::expiry_scan(
+                &self.shared,
+                ns,
+                order,
+                range,
+                resume_after.as_deref(),
+                limit,
+            )
+        })
+        .await
     }
 
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
-        read::stats(&self.shared, ns)
+        self.read(|| async { read::stats(&self.shared, ns) }).await
     }
 
     async fn write(
@@ -509,13 +577,24 @@ impl Storage for RedbStorage {
             .take()
             .filter(|ahead| ahead.ns == *ns && ahead.request == request);
         let planned = match read_ahead {
-            Some(ahead) => ahead.plan.wait().await??,
+            Some(ahead) => match ahead.plan.wait().await? {
+                // Read before an I/O error: plan again (on the reopened database).
+                Err(error) if is_io_failure(&error) => None,
+                planned => Some(planned?),
+            },
+            None => None,
+        };
+        let planned = match planned {
+            Some(planned) => planned,
             None => {
-                let (shared, ns) = (Arc::clone(&self.shared), ns.clone());
-                let request = request.clone();
-                self.background_reader
-                    .run(move || reap::plan(&shared, &ns, &request))
-                    .await??
+                self.read(|| async {
+                    let (shared, ns) = (Arc::clone(&self.shared), ns.clone());
+                    let request = request.clone();
+                    self.background_reader
+                        .run(move || reap::plan(&shared, &ns, &request))
+                        .await?
+                })
+                .await?
             }
         };
         let Some(plan) = planned else {

@@ -16,7 +16,7 @@
 
 use std::ops::Bound;
 
-use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTableMetadata, TableError};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
@@ -38,7 +38,7 @@ const VISITS_PER_RECORD: usize = 16;
 const MIN_VISITS: usize = 1024;
 
 pub(super) fn begin(shared: &Shared) -> StorageResult<ReadTransaction> {
-    shared.db.begin_read().map_err(io)
+    shared.db.begin_read()
 }
 
 /// A data or index table, or `None` if it was never written (or was dropped meanwhile).

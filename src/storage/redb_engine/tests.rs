@@ -13,6 +13,7 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 use tempfile::TempDir;
 
+use super::faults::{Disk, DiskFullBackend};
 use super::{Durability, RedbStorage};
 use crate::storage::conformance::{
     self, delete, index_spec, insert, insert_with, replace, replace_with, scan_all, write_ok,
@@ -869,8 +870,10 @@ impl redb::StorageBackend for FailingSyncBackend {
     }
 }
 
+/// Syncs failing (EIO) also fail the reopen: reads and writes then get an I/O error, never a
+/// panic; once syncs work again, both come back on the same engine with nothing lost.
 #[tokio::test]
-async fn failed_commit_answers_the_error_and_publishes_nothing() {
+async fn failed_commit_answers_the_error_publishes_nothing_and_recovers() {
     let fail_sync = Arc::new(AtomicBool::new(false));
     let storage = RedbStorage::with_backend(FailingSyncBackend {
         inner: redb::backends::InMemoryBackend::new(),
@@ -893,8 +896,221 @@ async fn failed_commit_answers_the_error_and_publishes_nothing() {
         .unwrap_err();
     assert!(matches!(error, StorageError::Io(_)), "{error:?}");
     assert_eq!(storage.collection(&failed).await.unwrap(), None);
-    assert!(storage.get(&kept, &Bson::Int32(1)).await.unwrap().is_some());
+    let error = storage.get(&kept, &Bson::Int32(1)).await.unwrap_err();
+    assert!(matches!(error, StorageError::Io(_)), "{error:?}");
+    fail_sync.store(false, Ordering::SeqCst);
+    let record = eventually(|| storage.get(&kept, &Bson::Int32(1))).await;
+    assert!(record.is_some());
     assert_eq!(storage.get(&failed, &Bson::Int32(2)).await.unwrap(), None);
+    eventually(|| storage.write(&kept, vec![insert(doc! {"_id": 3})], ORDERED)).await;
+    let ids: Vec<Bson> = scan_all(&storage, &kept, ScanSource::Collection, false, 10)
+        .await
+        .into_iter()
+        .map(|record| record.doc.get("_id").cloned().unwrap())
+        .collect();
+    assert_eq!(ids, vec![Bson::Int32(1), Bson::Int32(3)]);
+}
+
+/// Retries `attempt` until it succeeds (the writer backs off for up to two seconds after a
+/// failure); panics after ten seconds.
+async fn eventually<T, F, Fut>(attempt: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StorageError>>,
+{
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(error) if Instant::now() < deadline => {
+                assert!(
+                    matches!(error, StorageError::Io(_) | StorageError::OutOfDiskSpace(_)),
+                    "{error:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("still failing after 10 s: {error:?}"),
+        }
+    }
+}
+
+/// A document with a 2 MiB payload: never fits in space a full disk has left.
+fn big_document(id: i32) -> Document {
+    let blob = bson::Binary {
+        subtype: bson::spec::BinarySubtype::Generic,
+        bytes: vec![u8::try_from(id % 251).unwrap(); 2 << 20],
+    };
+    doc! {"_id": id, "a": id, "blob": blob}
+}
+
+fn assert_out_of_disk_space(error: &StorageError) {
+    assert!(
+        matches!(error, StorageError::OutOfDiskSpace(_)),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().starts_with("No space left on device: "),
+        "{error}"
+    );
+}
+
+/// Every acknowledged document of `coll` is there (by `_id`, by scan and through index `a_1`),
+/// and nothing else.
+async fn assert_holds_exactly(
+    storage: &RedbStorage,
+    coll: &Namespace,
+    acknowledged: &BTreeMap<i32, Document>,
+) {
+    for (id, document) in acknowledged {
+        let record = storage.get(coll, &Bson::Int32(*id)).await.unwrap();
+        assert_eq!(record.map(|record| record.doc).as_ref(), Some(document));
+    }
+    let scanned: Vec<Document> = scan_all(storage, coll, ScanSource::Collection, false, 16)
+        .await
+        .into_iter()
+        .map(|record| record.doc)
+        .collect();
+    assert_eq!(scanned, acknowledged.values().cloned().collect::<Vec<_>>());
+    let index_entries = scan_all(
+        storage,
+        coll,
+        ScanSource::Index {
+            name: "a_1".to_string(),
+            ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+        },
+        false,
+        16,
+    )
+    .await;
+    assert_eq!(index_entries.len(), acknowledged.len());
+}
+
+/// Runs writes before, during and after a full disk under `storage`; returns the documents of
+/// `ns("disk_full")` that were acknowledged, which must all be there at every step.
+async fn write_through_a_full_disk(storage: &RedbStorage, disk: &Disk) -> BTreeMap<i32, Document> {
+    let coll = ns("disk_full");
+    storage
+        .create_indexes(
+            &coll,
+            vec![index_spec("a_1", &[("a", 1)], false, false, None)],
+        )
+        .await
+        .unwrap();
+    let mut acknowledged: BTreeMap<i32, Document> = (0..200)
+        .map(|id| (id, doc! {"_id": id, "a": id, "pad": "x".repeat(300)}))
+        .collect();
+    for chunk in acknowledged.values().collect::<Vec<_>>().chunks(50) {
+        write_ok(
+            storage,
+            &coll,
+            chunk.iter().map(|d| insert((*d).clone())).collect(),
+        )
+        .await;
+    }
+    let commits_before = storage.commit_count();
+    let generation_before = storage.shared.db.generation();
+
+    disk.fill();
+    // Inserts, updates, deletes and DDL fail with OutOfDiskSpace and leave nothing behind (the
+    // first on the disk itself, the others at once while the writer backs off).
+    let error = storage
+        .write(&coll, vec![insert(big_document(1000))], ORDERED)
+        .await
+        .unwrap_err();
+    assert_out_of_disk_space(&error);
+    assert_eq!(
+        storage.shared.db.generation(),
+        generation_before + 1,
+        "the failed commit made redb refuse the database: it was reopened"
+    );
+    let record = storage.get(&coll, &Bson::Int32(5)).await.unwrap().unwrap();
+    let error = storage
+        .write(
+            &coll,
+            vec![replace(5, record.rev, big_document(5))],
+            ORDERED,
+        )
+        .await
+        .unwrap_err();
+    assert_out_of_disk_space(&error);
+    let error = storage
+        .write(&coll, vec![delete(6, None)], ORDERED)
+        .await
+        .unwrap_err();
+    assert_out_of_disk_space(&error);
+    let error = storage
+        .create_collection(&ns("disk_full_other"), Document::new())
+        .await
+        .unwrap_err();
+    assert_out_of_disk_space(&error);
+    // Still failing after the backoff: each attempt reaches the disk again.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let error = storage
+        .write(&coll, vec![insert(big_document(1001))], ORDERED)
+        .await
+        .unwrap_err();
+    assert_out_of_disk_space(&error);
+    assert_eq!(storage.commit_count(), commits_before, "nothing committed");
+    // Reads go on and see exactly what was acknowledged.
+    assert_holds_exactly(storage, &coll, &acknowledged).await;
+    assert_eq!(
+        storage.collection(&ns("disk_full_other")).await.unwrap(),
+        None
+    );
+    assert_eq!(storage.stats(&coll).await.unwrap().count, 200);
+
+    disk.free();
+    // The same engine writes again once space is back (after the backoff).
+    eventually(|| storage.write(&coll, vec![insert(big_document(1000))], ORDERED)).await;
+    acknowledged.insert(1000, big_document(1000));
+    let record = storage.get(&coll, &Bson::Int32(5)).await.unwrap().unwrap();
+    let outcomes = write_ok(
+        storage,
+        &coll,
+        vec![replace(5, record.rev, big_document(5)), delete(6, None)],
+    )
+    .await;
+    assert!(matches!(outcomes[1], WriteOutcome::Deleted), "{outcomes:?}");
+    acknowledged.insert(5, big_document(5));
+    acknowledged.remove(&6);
+    storage
+        .create_collection(&ns("disk_full_other"), Document::new())
+        .await
+        .unwrap();
+    assert_holds_exactly(storage, &coll, &acknowledged).await;
+    acknowledged
+}
+
+#[tokio::test]
+async fn full_disk_fails_writes_keeps_reads_and_recovers_without_restart() {
+    let (backend, disk) = DiskFullBackend::new(redb::backends::InMemoryBackend::new()).unwrap();
+    let storage = RedbStorage::with_backend(backend).unwrap();
+    write_through_a_full_disk(&storage, &disk).await;
+}
+
+#[tokio::test]
+async fn full_disk_on_a_file_loses_nothing_acknowledged_across_reopen() {
+    let dir = TempDir::new().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join(super::DATA_FILE_NAME))
+        .unwrap();
+    let (backend, disk) =
+        DiskFullBackend::new(redb::backends::FileBackend::new(file).unwrap()).unwrap();
+    let acknowledged = {
+        let storage = RedbStorage::with_backend(backend).unwrap();
+        write_through_a_full_disk(&storage, &disk).await
+    };
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_holds_exactly(&storage, &ns("disk_full"), &acknowledged).await;
+    assert!(storage
+        .collection(&ns("disk_full_other"))
+        .await
+        .unwrap()
+        .is_some());
 }
 
 /// A document rewritten between the read phase of reaping and its write phase keeps its new

@@ -10,6 +10,16 @@
 //! aborted and every job of the group gets the error; the published catalog never shows
 //! uncommitted changes.
 //!
+//! Recovery: redb refuses to go on after an I/O error (a full disk, a failed fsync), so after a
+//! failed group that left the database unusable the writer reopens it (`database.rs`: redb's
+//! crash recovery, back to the last durable commit), reloads and publishes the catalog from it,
+//! and only then answers the group. The id counters stay (they only move forward). For a backoff
+//! ([`FAILURE_BACKOFF`], doubling while failures repeat, at most [`MAX_FAILURE_BACKOFF`]) groups
+//! then fail at once with the same error, so a full disk costs one reopen per backoff, not one
+//! per write; the first commit that succeeds ends it. A database that cannot be reopened stays
+//! closed (reads and writes get the error) and is tried again by the next group after the
+//! backoff; readers that meet an I/O error queue an empty background job for that.
+//!
 //! Fairness: background jobs (TTL reaping) never delay a foreground job by more than
 //! [`MAX_BACKGROUND_JOBS_PER_GROUP`] background jobs in its group (the reaper bounds each job's
 //! size); they still progress by at least one job per commit, so they cannot starve either.
@@ -36,9 +46,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use redb::{Database, WriteTransaction};
+use redb::WriteTransaction;
 
 use super::catalog::Catalog;
+use super::database::{BeginError, DbSlot};
 use super::format::{io, META, META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV};
 use crate::storage::{StorageError, StorageResult};
 
@@ -50,10 +61,16 @@ pub(super) const MAX_GROUP_BYTES: usize = 8 << 20;
 pub(super) const MAX_BACKGROUND_JOBS_PER_GROUP: usize = 1;
 /// In `Durable` mode, how long a background-only commit may stay non-durable.
 pub(super) const BACKGROUND_SYNC_DELAY: Duration = Duration::from_millis(1000);
+/// After a failure that made the database unusable, how long groups fail at once with its error.
+pub(super) const FAILURE_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest backoff, reached while failures repeat: at most this long after space returns,
+/// writes succeed again.
+pub(super) const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(2);
 
 /// State shared by the engine handle (readers) and the writer thread.
 pub(super) struct Shared {
-    pub db: Database,
+    /// The open database; reopened by the writer after an I/O error.
+    pub db: DbSlot,
     /// The committed catalog; replaced (never mutated) by the writer after each commit.
     pub catalog: RwLock<Arc<Catalog>>,
     /// Write transactions committed (for tests and metrics).
@@ -68,7 +85,7 @@ impl Shared {
             .clone()
     }
 
-    fn publish(&self, catalog: Arc<Catalog>) {
+    pub fn publish(&self, catalog: Arc<Catalog>) {
         *self
             .catalog
             .write()
@@ -261,6 +278,15 @@ pub(super) struct Writer {
     shared: Arc<Shared>,
     counters: Counters,
     durability: Durability,
+    /// The last failure that made the database unusable, until a commit succeeds.
+    failure: Option<Failure>,
+}
+
+/// A failure that made the database unusable, and when writing is tried again.
+struct Failure {
+    error: StorageError,
+    retry_at: Instant,
+    backoff: Duration,
 }
 
 impl Writer {
@@ -269,6 +295,7 @@ impl Writer {
             shared,
             counters,
             durability,
+            failure: None,
         }
     }
 
@@ -324,7 +351,11 @@ impl Writer {
 
     /// Applies and commits `group`, then answers every job. Returns whether the commit succeeded.
     fn commit_group(&mut self, group: Vec<Job>, durable: bool) -> bool {
-        let txn = match self.begin(durable) {
+        let begun = match self.backing_off() {
+            Some(error) => Err(error),
+            None => self.begin(durable),
+        };
+        let txn = match begun {
             Ok(txn) => txn,
             Err(error) => {
                 for job in group {
@@ -358,10 +389,21 @@ impl Writer {
             }
             None => counters.save(&txn).and_then(|()| txn.commit().map_err(io)),
         };
+        let outcome = outcome.map_err(|error| match error {
+            StorageError::OutOfDiskSpace(_) => StorageError::OutOfDiskSpace(format!(
+                "committing writes to {}",
+                self.shared.db.describe()
+            )),
+            error => error,
+        });
         let committed = outcome.is_ok();
         if committed {
             self.shared.commits.fetch_add(1, Ordering::Relaxed);
             self.shared.publish(catalog);
+            self.failure = None;
+        } else if let Err(error) = &outcome {
+            // Before answering: the next request then finds the database reopened.
+            self.recover_after(error);
         }
         for finish in finishes {
             finish(outcome.clone());
@@ -369,8 +411,22 @@ impl Writer {
         committed
     }
 
-    fn begin(&self, durable: bool) -> StorageResult<WriteTransaction> {
-        let mut txn = self.shared.db.begin_write().map_err(io)?;
+    fn begin(&mut self, durable: bool) -> StorageResult<WriteTransaction> {
+        let mut txn = match self.shared.db.begin_write() {
+            Ok(txn) => txn,
+            Err(BeginError::Other(error)) => return Err(error),
+            // Closed (a reopen failed) or failed under a reader: reopen, then begin there.
+            Err(BeginError::Failed(error)) => {
+                if let Err(reopen_error) = self.reopen(&error) {
+                    self.note_failure(reopen_error.clone());
+                    return Err(reopen_error);
+                }
+                match self.shared.db.begin_write() {
+                    Ok(txn) => txn,
+                    Err(BeginError::Failed(error) | BeginError::Other(error)) => return Err(error),
+                }
+            }
+        };
         let durability = if durable {
             redb::Durability::Immediate
         } else {
@@ -378,6 +434,58 @@ impl Writer {
         };
         txn.set_durability(durability).map_err(io)?;
         Ok(txn)
+    }
+
+    /// The error groups fail with at once, while backing off after a failure.
+    fn backing_off(&self) -> Option<StorageError> {
+        self.failure
+            .as_ref()
+            .filter(|failure| Instant::now() < failure.retry_at)
+            .map(|failure| failure.error.clone())
+    }
+
+    /// After a failed group: if its I/O error left the database unusable, reopens it and backs
+    /// off.
+    fn recover_after(&mut self, error: &StorageError) {
+        if !matches!(error, StorageError::Io(_) | StorageError::OutOfDiskSpace(_))
+            || !self.shared.db.failed()
+        {
+            return;
+        }
+        let error = match self.reopen(error) {
+            Ok(()) => error.clone(),
+            Err(reopen_error) => reopen_error,
+        };
+        self.note_failure(error);
+    }
+
+    /// Starts (or doubles) the backoff, with `error` as the answer meanwhile.
+    fn note_failure(&mut self, error: StorageError) {
+        let backoff = self.failure.as_ref().map_or(FAILURE_BACKOFF, |failure| {
+            (failure.backoff * 2).min(MAX_FAILURE_BACKOFF)
+        });
+        self.failure = Some(Failure {
+            error,
+            retry_at: Instant::now() + backoff,
+            backoff,
+        });
+    }
+
+    /// Reopens the database and publishes the catalog read from it (non-durable commits since
+    /// the last durable one are gone, and a commit that failed in its fsync may be there).
+    fn reopen(&self, error: &StorageError) -> StorageResult<()> {
+        let database = self.shared.db.describe();
+        tracing::warn!(%error, %database, "reopening the database after an I/O error");
+        let shared = Arc::clone(&self.shared);
+        let reopened = self.shared.db.reopen(|db| {
+            shared.publish(Arc::new(super::load_catalog(db)?));
+            Ok(())
+        });
+        match &reopened {
+            Ok(()) => tracing::info!(%database, "database reopened"),
+            Err(error) => tracing::error!(%error, %database, "cannot reopen the database"),
+        }
+        reopened
     }
 }
 
