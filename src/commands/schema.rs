@@ -585,6 +585,60 @@ fn is_inert(value: &Bson) -> bool {
 mod tests {
     use super::*;
 
+    /// A value of `ty` that asks for something.
+    fn meaningful(ty: ArgType) -> Bson {
+        match ty {
+            ArgType::Any | ArgType::Object => Bson::Document(bson::doc! {"x": 1}),
+            ArgType::Number | ArgType::Int => Bson::Int32(1),
+            ArgType::Long => Bson::Int64(1),
+            ArgType::SafeBool | ArgType::Bool | ArgType::OptionalBool => Bson::Boolean(true),
+            ArgType::Str => Bson::String("x".into()),
+            ArgType::Array => Bson::Array(vec![Bson::Int32(1)]),
+        }
+    }
+
+    #[test]
+    fn every_refused_option_is_refused_and_every_other_accepted() {
+        for spec in crate::commands::all() {
+            let Some(args) = args_for(spec.name) else {
+                continue;
+            };
+            for arg in args.fields {
+                let mut body = bson::doc! {spec.name: 1};
+                for other in args.fields.iter().filter(|other| other.required) {
+                    body.insert(other.name, meaningful(other.ty));
+                }
+                body.insert(arg.name, meaningful(arg.ty));
+                let outcome = validate(spec.name, args, &body);
+                match arg.use_ {
+                    Use::Refused => {
+                        let error = outcome.expect_err(arg.name);
+                        assert_eq!(
+                            error.code,
+                            ErrorCode::NotImplemented,
+                            "{}.{}",
+                            spec.name,
+                            arg.name
+                        );
+                    }
+                    Use::Honoured | Use::NoOp => {
+                        assert!(outcome.is_ok(), "{}.{}: {outcome:?}", spec.name, arg.name)
+                    }
+                }
+                // null is absent for optional fields.
+                if !arg.required && arg.ty != ArgType::OptionalBool {
+                    body.insert(arg.name, Bson::Null);
+                    assert!(
+                        validate(spec.name, args, &body).is_ok(),
+                        "{}.{}",
+                        spec.name,
+                        arg.name
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_registered_command_is_described() {
         for spec in crate::commands::all() {
