@@ -34,6 +34,8 @@ pub enum ArgType {
     Str,
     Object,
     Array,
+    /// An array of documents, each described by its own fields (`updates`, `deletes`).
+    Entries(&'static Args),
 }
 
 impl ArgType {
@@ -51,7 +53,7 @@ impl ArgType {
             ArgType::Long => matches!(value, Bson::Int64(_)),
             ArgType::Str => matches!(value, Bson::String(_)),
             ArgType::Object => matches!(value, Bson::Document(_)),
-            ArgType::Array => matches!(value, Bson::Array(_)),
+            ArgType::Array | ArgType::Entries(_) => matches!(value, Bson::Array(_)),
         }
     }
 
@@ -66,7 +68,7 @@ impl ArgType {
             ArgType::Long => "expected type 'long'",
             ArgType::Str => "expected type 'string'",
             ArgType::Object => "expected type 'object'",
-            ArgType::Array => "expected type 'array'",
+            ArgType::Array | ArgType::Entries(_) => "expected type 'array'",
         }
     }
 }
@@ -84,7 +86,7 @@ pub enum Use {
 }
 
 /// One field of a command.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Arg {
     pub name: &'static str,
     pub ty: ArgType,
@@ -133,7 +135,7 @@ const fn refused(name: &'static str, ty: ArgType) -> Arg {
 }
 
 /// A command's fields; `strict` commands refuse fields they do not list (40415).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Args {
     pub strict: bool,
     pub fields: &'static [Arg],
@@ -276,14 +278,47 @@ const INSERT: Args = Args {
     fields: write_command_fields![required("documents", Array)],
 };
 
+/// One `updates` entry (`UpdateOpEntry`).
+const UPDATE_ENTRY: Args = Args {
+    strict: true,
+    fields: &[
+        required("q", Object),
+        required("u", Any),
+        refused("c", Object),
+        refused("arrayFilters", Array),
+        arg("hint", Any),
+        arg("multi", Bool),
+        arg("upsert", Bool),
+        no_op("upsertSupplied", OptionalBool),
+        arg("collation", Object),
+        no_op("sampleId", Any),
+        no_op(
+            "$_allowShardKeyUpdatesWithoutFullShardKeyInQuery",
+            OptionalBool,
+        ),
+    ],
+};
+
 const UPDATE: Args = Args {
     strict: true,
-    fields: write_command_fields![required("updates", Array)],
+    fields: write_command_fields![required("updates", ArgType::Entries(&UPDATE_ENTRY))],
+};
+
+/// One `deletes` entry (`DeleteOpEntry`); `limit` is read as a number, 0 or 1 (the handler).
+const DELETE_ENTRY: Args = Args {
+    strict: true,
+    fields: &[
+        required("q", Object),
+        required("limit", Any),
+        arg("hint", Any),
+        arg("collation", Object),
+        no_op("sampleId", Any),
+    ],
 };
 
 const DELETE: Args = Args {
     strict: true,
-    fields: write_command_fields![required("deletes", Array)],
+    fields: write_command_fields![required("deletes", ArgType::Entries(&DELETE_ENTRY))],
 };
 
 const FIND_AND_MODIFY: Args = Args {
@@ -512,12 +547,23 @@ fn is_absent(value: &Bson) -> bool {
 
 /// Checks `body`'s fields against the description of `command`.
 pub fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()> {
-    for (name, value) in crate::dispatch::command_fields(body) {
+    validate_fields(command, args, crate::dispatch::command_fields(body), body)
+}
+
+/// Checks `fields` (of `document`) against `args`; `context` names them in messages, as
+/// mongod's parser does (`find`, `update.updates`).
+fn validate_fields<'d>(
+    context: &str,
+    args: &Args,
+    fields: impl Iterator<Item = (&'d std::string::String, &'d Bson)>,
+    document: &Document,
+) -> CommandResult<()> {
+    for (name, value) in fields {
         let Some(arg) = args.field(name) else {
             if args.strict {
                 return Err(CommandError::new(
                     ErrorCode::Location40415,
-                    format!("BSON field '{command}.{name}' is an unknown field."),
+                    format!("BSON field '{context}.{name}' is an unknown field."),
                 ));
             }
             continue;
@@ -533,7 +579,7 @@ pub fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()
                 )
             } else {
                 format!(
-                    "BSON field '{command}.{name}' is the wrong type '{}', {}",
+                    "BSON field '{context}.{name}' is the wrong type '{}', {}",
                     type_name(value),
                     arg.ty.expected()
                 )
@@ -545,7 +591,7 @@ pub fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()
                 return Err(CommandError::new(
                     ErrorCode::Location51024,
                     format!(
-                        "BSON field '{command}.{name}' value must be >= {min}, actual value '{}'",
+                        "BSON field '{context}.{name}' value must be >= {min}, actual value '{}'",
                         value_string(value)
                     ),
                 ));
@@ -554,16 +600,28 @@ pub fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()
         if arg.use_ == Use::Refused && !is_inert(value) {
             return Err(CommandError::new(
                 ErrorCode::NotImplemented,
-                format!("tideway does not support the {command} option '{name}'"),
+                format!("tideway does not support the {context} option '{name}'"),
             ));
+        }
+        if let (ArgType::Entries(entry_args), Bson::Array(entries)) = (arg.ty, value) {
+            let entry_context = format!("{context}.{name}");
+            for (index, entry) in entries.iter().enumerate() {
+                let Bson::Document(entry) = entry else {
+                    return Err(CommandError::type_mismatch(format!(
+                        "BSON field '{entry_context}.{index}' is the wrong type '{}', expected type 'object'",
+                        type_name(entry)
+                    )));
+                };
+                validate_fields(&entry_context, entry_args, entry.iter(), entry)?;
+            }
         }
     }
     for arg in args.fields.iter().filter(|arg| arg.required) {
-        if body.get(arg.name).is_none_or(is_absent) {
+        if document.get(arg.name).is_none_or(is_absent) {
             return Err(CommandError::new(
                 ErrorCode::Location40414,
                 format!(
-                    "BSON field '{command}.{}' is missing but a required field",
+                    "BSON field '{context}.{}' is missing but a required field",
                     arg.name
                 ),
             ));
@@ -594,6 +652,13 @@ mod tests {
             ArgType::SafeBool | ArgType::Bool | ArgType::OptionalBool => Bson::Boolean(true),
             ArgType::Str => Bson::String("x".into()),
             ArgType::Array => Bson::Array(vec![Bson::Int32(1)]),
+            ArgType::Entries(args) => {
+                let mut entry = Document::new();
+                for field in args.fields.iter().filter(|field| field.required) {
+                    entry.insert(field.name, meaningful(field.ty));
+                }
+                Bson::Array(vec![Bson::Document(entry)])
+            }
         }
     }
 
