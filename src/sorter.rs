@@ -476,9 +476,10 @@ impl DocumentBuffer for Sorter<Document> {
 }
 
 /// The buffers of one aggregation: `$sort` and `$group` within their memory limits (spilling
-/// if the command allows disk use), the output spilling past the sort limit only if disk use
-/// is allowed (mongod streams its output, so without disk use it is held in memory rather than
-/// refused).
+/// if the command allows disk use, else 292), and the output, which always spills past the sort
+/// limit: mongod streams its output to the cursor and never holds or refuses it, so holding it
+/// all in memory would let one command exhaust the server, and refusing it would fail commands
+/// mongod runs.
 pub struct PipelineBuffers {
     pub sort: SortLimits,
     pub group_max_bytes: usize,
@@ -495,8 +496,7 @@ impl Buffers for PipelineBuffers {
         match purpose {
             BufferPurpose::Sort => {}
             BufferPurpose::GroupSpill => limits.max_memory_bytes = self.group_max_bytes,
-            BufferPurpose::Output if !limits.allow_disk_use => limits.max_memory_bytes = usize::MAX,
-            BufferPurpose::Output => {}
+            BufferPurpose::Output => limits.allow_disk_use = true,
         }
         Box::new(Sorter::<Document>::new(order, limit, limits))
     }

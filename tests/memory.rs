@@ -219,6 +219,12 @@ async fn aggregation_sort_and_group_spill_or_fail_with_mongods_error() {
     .unwrap();
     let keys: Vec<Bson> = top.iter().map(|d| d.get("key").unwrap().clone()).collect();
     assert_eq!(keys, vec![Bson::Int32(999); 3]);
+    // An output larger than the limit is not a blocking stage: mongod returns it, and so does
+    // tideway, without holding it all in memory.
+    let everything = aggregate(&db, vec![doc! {"$project": {"pad": 1}}], false)
+        .await
+        .unwrap();
+    assert_eq!(everything.len(), 3000);
     assert_eq!(spill_files(&server), 0);
     server.stop().await;
 }

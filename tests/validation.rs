@@ -92,6 +92,7 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("listIndexes", doc! {"listIndexes": "c", "foo": 1}, Error(40415, "BSON field 'listIndexes.foo' is an unknown field.")),
         ("createIndexes", doc! {"createIndexes": "c"}, Error(40414, "BSON field 'createIndexes.indexes' is missing but a required field")),
         ("createIndexes", doc! {"createIndexes": "c", "indexes": [], "foo": 1}, Code(40415)),
+        ("createIndexes", doc! {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a\0b"}]}, Code(67)),
         ("dropIndexes", doc! {"dropIndexes": "c"}, Error(40414, "BSON field 'dropIndexes.index' is missing but a required field")),
         ("dropIndexes", doc! {"dropIndexes": "c", "index": "*", "foo": 1}, Code(40415)),
         ("collMod", doc! {"collMod": "c", "foo": 1}, Error(40415, "BSON field 'collMod.foo' is an unknown field.")),

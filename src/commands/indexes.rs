@@ -110,6 +110,12 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
         Some(Bson::String(name)) if name == "*" => {
             return Err(CommandError::bad_value("The index name '*' is not valid."))
         }
+        Some(Bson::String(name)) if name.contains('\0') => {
+            return Err(cannot_create(
+                raw,
+                "index name cannot contain null characters",
+            ))
+        }
         Some(Bson::String(name)) if !name.is_empty() => name.clone(),
         Some(Bson::String(_)) => return Err(cannot_create(raw, "index name cannot be empty")),
         Some(other) => return Err(wrong_type("createIndexes", "indexes.name", other, "string")),
