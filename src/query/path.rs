@@ -225,9 +225,14 @@ fn cannot_create(part: &str, parent_name: &str, parent: &Bson) -> CommandError {
     )
 }
 
+/// mongod's `kMaxPaddingAllowed`: a write may pad an array with at most this many nulls to reach
+/// the index it sets, so `{$set: {"a.2147483647": 1}}` cannot allocate gigabytes.
+pub const MAX_ARRAY_PADDING: usize = 1_500_000;
+
 /// Stores `value` at an exact path, creating missing intermediate documents and padding arrays
 /// with nulls. Fails with PathNotViable (28) when a component runs into a scalar, or into an
-/// array with a non-numeric component.
+/// array with a non-numeric component, and with CannotBackfillArray (34) when reaching the index
+/// would take more than [`MAX_ARRAY_PADDING`] nulls.
 pub fn set_path<S: AsRef<str>>(
     document: &mut Document,
     parts: &[S],
@@ -297,6 +302,13 @@ fn set_in_value<S: AsRef<str>>(
                 return Err(cannot_create(part, container_name, container));
             };
             if index >= elements.len() {
+                // `index - len` counts the nulls beyond the one slot the value takes.
+                if index - elements.len() >= MAX_ARRAY_PADDING {
+                    return Err(CommandError::new(
+                        ErrorCode::CannotBackfillArray,
+                        format!("can't backfill more than {MAX_ARRAY_PADDING} elements"),
+                    ));
+                }
                 elements.resize(index + 1, Bson::Null);
                 if !rest.is_empty() {
                     elements[index] = Bson::Document(Document::new());
@@ -471,6 +483,30 @@ mod tests {
         assert_eq!(document, doc! {"a": [1, null, null, 4]});
         set_path(&mut document, &["a", "5", "b"], Bson::Int32(6)).expect("settable");
         assert_eq!(document, doc! {"a": [1, null, null, 4, null, {"b": 6}]});
+    }
+
+    #[test]
+    fn set_path_pads_at_most_mongods_limit() {
+        // Found by tests/fuzz.rs: `$push: {"a.2147483648": …}` padded 2^31 nulls.
+        let mut document = doc! {"a": [1]};
+        let error = set_path(&mut document, &["a", "2147483648"], Bson::Int32(1))
+            .expect_err("too much padding");
+        assert_eq!(error.code, ErrorCode::CannotBackfillArray);
+        assert_eq!(error.errmsg, "can't backfill more than 1500000 elements");
+        let error = set_path(
+            &mut document,
+            &["a", "18446744073709551615"],
+            Bson::Int32(1),
+        )
+        .expect_err("too much padding");
+        assert_eq!(error.code.code(), 34);
+        assert_eq!(document, doc! {"a": [1]});
+        let last_legal = MAX_ARRAY_PADDING.to_string();
+        set_path(&mut document, &["a", last_legal.as_str()], Bson::Int32(2)).expect("settable");
+        assert_eq!(
+            document.get_array("a").map(Vec::len),
+            Ok(MAX_ARRAY_PADDING + 1)
+        );
     }
 
     #[test]

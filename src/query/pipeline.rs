@@ -618,6 +618,22 @@ fn check_built_depth(document: &Document) -> CommandResult<()> {
     Ok(())
 }
 
+/// The largest document a stage may build (`BSONObjMaxInternalSize`).
+const MAX_BUILT_DOCUMENT_BYTES: usize = 16 * 1024 * 1024 + 16 * 1024;
+
+/// Refuses a document a stage built larger than a document may be, with mongod's message for
+/// such a document.
+fn check_built_size(document: &Document) -> CommandResult<()> {
+    let size = crate::bsonutil::encoded_size(document);
+    if size > MAX_BUILT_DOCUMENT_BYTES {
+        return Err(fail(
+            ErrorCode::BSONObjectTooLarge,
+            format!("BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and {MAX_BUILT_DOCUMENT_BYTES}(16MB)"),
+        ));
+    }
+    Ok(())
+}
+
 impl Stage {
     /// [`Stage::run`], refusing output nested deeper than a BSON document may be: stages that
     /// build documents can nest their input (`$$ROOT` in `$addFields`, `$push` in `$group`), and
@@ -633,6 +649,15 @@ impl Stage {
         );
         if builds_documents {
             output.iter().try_for_each(check_built_depth)?;
+        }
+        // Each evaluation copies at most `MAX_COPIED_BYTES`, but stages could add that much
+        // again and again: the next stage sees at most a document's size.
+        let copies_values = matches!(
+            self,
+            Stage::Project { .. } | Stage::AddFields(_) | Stage::ReplaceRoot { .. }
+        );
+        if copies_values {
+            output.iter().try_for_each(check_built_size)?;
         }
         Ok(output)
     }
@@ -964,44 +989,103 @@ impl Unwind {
         Some(current)
     }
 
+    fn value_mut<'a>(&self, document: &'a mut Document) -> Option<&'a mut Bson> {
+        let (first, rest) = self.path.split_first()?;
+        let mut current = document.get_mut(first)?;
+        for part in rest {
+            let Bson::Document(inner) = current else {
+                return None;
+            };
+            current = inner.get_mut(part)?;
+        }
+        Some(current)
+    }
+
     fn apply(&self, document: Document, output: &mut Vec<Document>) -> CommandResult<()> {
-        let value = self.value(&document).cloned();
-        match value {
-            Some(Bson::Array(elements)) if !elements.is_empty() => {
-                for (index, element) in elements.into_iter().enumerate() {
-                    let mut unwound = document.clone();
-                    super::path::set_path(&mut unwound, &self.path, element)?;
-                    if let Some(index_path) = &self.include_array_index {
-                        let index = i64::try_from(index).unwrap_or(i64::MAX);
-                        super::path::set_path(&mut unwound, index_path, Bson::Int64(index))?;
-                    }
-                    output.push(unwound);
-                }
+        for unwound in self.unwound(document) {
+            output.push(unwound?);
+        }
+        Ok(())
+    }
+
+    /// The documents `document` unwinds to, made one at a time: all the copies of a large
+    /// document with a long array would not fit in memory at once.
+    fn unwound(&self, mut document: Document) -> Unwound<'_> {
+        // The array is taken out, so that each copy of the document does not copy it again.
+        if let Some(Bson::Array(elements)) = self.value_mut(&mut document) {
+            if !elements.is_empty() {
+                let elements = std::mem::take(elements);
+                return Unwound::Elements {
+                    unwind: self,
+                    document,
+                    elements: elements.into_iter().enumerate(),
+                };
             }
-            Some(Bson::Array(_)) | None | Some(Bson::Null) | Some(Bson::Undefined) => {
+        }
+        let kept = match self.value(&document) {
+            value @ (Some(Bson::Array(_)) | None | Some(Bson::Null) | Some(Bson::Undefined)) => {
                 if !self.preserve_null_and_empty_arrays {
-                    return Ok(());
+                    return Unwound::Done;
                 }
+                let empty_array = matches!(value, Some(Bson::Array(_)));
                 let mut kept = document;
-                if matches!(value, Some(Bson::Array(_))) {
+                if empty_array {
                     // An empty array is dropped from the preserved document, as in mongod.
                     super::path::remove_path(&mut kept, &self.path);
                 }
-                if let Some(index_path) = &self.include_array_index {
-                    super::path::set_path(&mut kept, index_path, Bson::Null)?;
-                }
-                output.push(kept);
+                kept
             }
-            Some(_) => {
-                // A non-array value unwinds to itself.
-                let mut kept = document;
-                if let Some(index_path) = &self.include_array_index {
-                    super::path::set_path(&mut kept, index_path, Bson::Null)?;
+            // A non-array value unwinds to itself.
+            Some(_) => document,
+        };
+        let kept = match &self.include_array_index {
+            Some(index_path) => {
+                let mut kept = kept;
+                super::path::set_path(&mut kept, index_path, Bson::Null).map(|()| kept)
+            }
+            None => Ok(kept),
+        };
+        Unwound::One(Some(kept))
+    }
+}
+
+/// What `$unwind` makes of one document ([`Unwind::unwound`]).
+enum Unwound<'u> {
+    Done,
+    One(Option<CommandResult<Document>>),
+    Elements {
+        unwind: &'u Unwind,
+        document: Document,
+        elements: std::iter::Enumerate<std::vec::IntoIter<Bson>>,
+    },
+}
+
+impl Iterator for Unwound<'_> {
+    type Item = CommandResult<Document>;
+
+    fn next(&mut self) -> Option<CommandResult<Document>> {
+        match self {
+            Unwound::Done => None,
+            Unwound::One(kept) => kept.take(),
+            Unwound::Elements {
+                unwind,
+                document,
+                elements,
+            } => {
+                let (index, element) = elements.next()?;
+                let mut unwound = document.clone();
+                if let Err(error) = super::path::set_path(&mut unwound, &unwind.path, element) {
+                    return Some(Err(error));
                 }
-                output.push(kept);
+                if let Some(index_path) = &unwind.include_array_index {
+                    let index = Bson::Int64(i64::try_from(index).unwrap_or(i64::MAX));
+                    if let Err(error) = super::path::set_path(&mut unwound, index_path, index) {
+                        return Some(Err(error));
+                    }
+                }
+                Some(Ok(unwound))
             }
         }
-        Ok(())
     }
 }
 
@@ -1084,6 +1168,58 @@ mod tests {
     use super::fixtures::*;
     use super::*;
     use bson::doc;
+
+    #[test]
+    fn copies_are_bounded_within_and_across_stages() {
+        // Found by tests/fuzz.rs: stages doubling `a` ran the server out of memory.
+        let mut stages = vec![doc! {"$addFields": {"a": [1]}}];
+        let doubling = doc! {"$addFields": {"a": {"$concatArrays": ["$a", "$a"]}}};
+        stages.extend((0..64).map(|_| doubling.clone()));
+        let error = run(stages, vec![doc! {"_id": 1}]).expect_err("too large");
+        assert_eq!(error.code, ErrorCode::BSONObjectTooLarge);
+        // Within one expression, each `$let` level doubles the value.
+        let doubling = (0..60).fold(Bson::Array(vec![Bson::Int32(1)]), |inner, _| {
+            Bson::Document(doc! {"$let": {"vars": {"x": inner}, "in": ["$$x", "$$x"]}})
+        });
+        let error = eval(doubling, &doc! {}).expect_err("too large");
+        assert_eq!(error.code.code(), 10334);
+        // Stages that each add a copy within the budget stop at the largest document.
+        let big = "x".repeat(4 << 20);
+        let stages: Vec<Document> = (0..8)
+            .map(|i| doc! {"$addFields": {format!("f{i}"): "$big"}})
+            .collect();
+        let error = run(stages, vec![doc! {"_id": 1, "big": big}]).expect_err("too large");
+        assert!(
+            error.errmsg.starts_with("BSONObj size: "),
+            "{}",
+            error.errmsg
+        );
+        // Ordinary copies are untouched.
+        let stages = vec![doc! {"$addFields": {"b": ["$a", "$a"], "c": "$$ROOT"}}];
+        assert_eq!(run_ok(stages, vec![doc! {"a": 1}]).len(), 1);
+    }
+
+    #[test]
+    fn unwind_hands_on_each_copy_in_order() {
+        // One copy at a time (a long array in a large document would not fit otherwise), in
+        // the order a whole batch would have had, through `$skip` and `$limit`.
+        let stages = vec![
+            doc! {"$unwind": "$a"},
+            doc! {"$skip": 1},
+            doc! {"$unwind": {"path": "$b", "includeArrayIndex": "i"}},
+            doc! {"$limit": 3},
+            doc! {"$project": {"_id": 0, "a": 1, "b": 1, "i": 1}},
+        ];
+        let input = vec![doc! {"a": [1, 2, 3], "b": ["x", "y"]}];
+        assert_documents(
+            &run_ok(stages, input),
+            &[
+                doc! {"a": 2, "b": "x", "i": 0_i64},
+                doc! {"a": 2, "b": "y", "i": 1_i64},
+                doc! {"a": 3, "b": "x", "i": 0_i64},
+            ],
+        );
+    }
 
     #[test]
     fn count_documents_pipeline_counts_matches_after_skip_and_limit() {

@@ -62,12 +62,20 @@ pub(crate) fn compare_optional(a: &Value, b: &Value) -> Ordering {
     )
 }
 
+/// Bytes one evaluation may copy out of the document, its variables and its literals: the size
+/// of the largest document mongod handles (`BSONObjMaxInternalSize`). Every value an expression
+/// builds is made of such copies, so this bounds them all, however the operators nest: without
+/// it `$let`/`$map` over `[ "$$x", "$$x" ]` doubles a value per level and exhausts memory.
+pub(crate) const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024 + 16 * 1024;
+
 /// Evaluation environment: `$$ROOT`/`$$CURRENT` (the same document here), `$$NOW`, and the
 /// user variables bound by enclosing `$let`/`$map`/`$filter` (innermost last).
 pub(crate) struct Vars<'a> {
     root: &'a Document,
     now: DateTime,
     bindings: Vec<(String, Bson)>,
+    /// What this evaluation has copied so far, against [`MAX_COPIED_BYTES`].
+    copied_bytes: usize,
 }
 
 impl<'a> Vars<'a> {
@@ -76,7 +84,22 @@ impl<'a> Vars<'a> {
             root,
             now,
             bindings: Vec::new(),
+            copied_bytes: 0,
         }
+    }
+
+    /// Counts a copied value against [`MAX_COPIED_BYTES`].
+    fn copied(&mut self, value: Value) -> CommandResult<Value> {
+        if let Some(value) = &value {
+            self.copied_bytes = self.copied_bytes.saturating_add(value_bytes(value));
+            if self.copied_bytes > MAX_COPIED_BYTES {
+                return Err(fail(
+                    ErrorCode::BSONObjectTooLarge,
+                    format!("expression evaluation copies more than the maximum of {MAX_COPIED_BYTES} bytes"),
+                ));
+            }
+        }
+        Ok(value)
     }
 
     fn lookup(&self, name: &str) -> Option<&Bson> {
@@ -1209,27 +1232,45 @@ fn evaluate_all(arguments: &[Expr], vars: &mut Vars) -> CommandResult<Vec<Value>
         .collect()
 }
 
+/// The encoded size of a value, as an element would hold it (name excluded).
+fn value_bytes(value: &Bson) -> usize {
+    match value {
+        Bson::Document(document) => crate::bsonutil::encoded_size(document),
+        Bson::Array(items) => {
+            // An index name is at most a few digits: count 8 bytes of framing per element.
+            5 + items
+                .iter()
+                .map(|item| 8 + value_bytes(item))
+                .sum::<usize>()
+        }
+        Bson::String(text) | Bson::Symbol(text) | Bson::JavaScriptCode(text) => 5 + text.len(),
+        Bson::Binary(binary) => 5 + binary.bytes.len(),
+        Bson::RegularExpression(regex) => 2 + regex.pattern.len() + regex.options.len(),
+        Bson::JavaScriptCodeWithScope(code) => {
+            9 + code.code.len() + crate::bsonutil::encoded_size(&code.scope)
+        }
+        _ => 16,
+    }
+}
+
 fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
     match expr {
-        Expr::Literal(value) => Ok(Some(value.clone())),
-        Expr::Field(parts) => Ok(field_value(vars.root, parts)),
+        Expr::Literal(value) => vars.copied(Some(value.clone())),
+        Expr::Field(parts) => vars.copied(field_value(vars.root, parts)),
         Expr::Variable(variable, parts) => {
-            let base = match variable {
-                Variable::Root => {
-                    return Ok(if parts.is_empty() {
-                        Some(Bson::Document(vars.root.clone()))
-                    } else {
-                        field_value(vars.root, parts)
-                    })
-                }
-                Variable::Now => Bson::DateTime(vars.now),
-                Variable::Remove => return Ok(None),
-                Variable::User(name) => vars
-                    .lookup(name)
-                    .cloned()
-                    .ok_or_else(|| CommandError::internal(format!("unbound variable {name}")))?,
+            let value = match variable {
+                Variable::Root if parts.is_empty() => Some(Bson::Document(vars.root.clone())),
+                Variable::Root => field_value(vars.root, parts),
+                Variable::Now => walk_path(&Bson::DateTime(vars.now), parts),
+                Variable::Remove => None,
+                Variable::User(name) => walk_path(
+                    vars.lookup(name).ok_or_else(|| {
+                        CommandError::internal(format!("unbound variable {name}"))
+                    })?,
+                    parts,
+                ),
             };
-            Ok(walk_path(&base, parts))
+            vars.copied(value)
         }
         Expr::Object(fields) => {
             let mut document = Document::new();

@@ -20,6 +20,7 @@ use bson::{doc, Bson, Document};
 use super::group::GroupTable;
 use super::{
     check_built_depth, count_output, evaluate_documents, fail, Pipeline, PipelineContext, Stage,
+    Unwound,
 };
 use crate::error::{CommandResult, ErrorCode};
 use crate::limits::Deadline;
@@ -302,41 +303,64 @@ impl PipelineRun<'_> {
     }
 }
 
-/// Runs `document` through the phase's streaming stages into its sink.
+/// Runs `document` through the phase's streaming stages into its sink, one document at a time:
+/// `$unwind` hands on each document it makes before making the next, so a large document with a
+/// long array never exists as all its copies at once.
 fn push_into(
     phase: &mut Phase<'_>,
     document: Document,
     context: &PipelineContext,
     buffers: &dyn Buffers,
 ) -> CommandResult<()> {
-    let mut documents = vec![document];
-    for (stage, counter) in phase.stages.iter().zip(phase.counters.iter_mut()) {
-        documents = match stage {
-            Stage::Skip(_) => {
-                let skipped = documents
-                    .len()
-                    .min(usize::try_from(*counter).unwrap_or(usize::MAX));
-                *counter -= skipped as u64;
-                documents.split_off(skipped)
+    let stages = phase.stages;
+    // The `$unwind`s still making documents (innermost last), each with the stage after it.
+    let mut unwinding: Vec<(usize, Unwound<'_>)> = Vec::new();
+    let mut next = Some((0, document));
+    loop {
+        let (first, document) = match next.take() {
+            Some(start) => start,
+            None => {
+                let Some((after, unwound)) = unwinding.last_mut() else {
+                    return Ok(());
+                };
+                match unwound.next() {
+                    Some(document) => (*after, document?),
+                    None => {
+                        unwinding.pop();
+                        continue;
+                    }
+                }
             }
-            Stage::Limit(_) => {
-                let kept = documents
-                    .len()
-                    .min(usize::try_from(*counter).unwrap_or(usize::MAX));
-                *counter -= kept as u64;
-                documents.truncate(kept);
-                documents
-            }
-            other => other.run_checked(documents, context.now)?,
         };
-        if documents.is_empty() {
-            return Ok(());
+        let mut current = Some(document);
+        for (index, stage) in stages.iter().enumerate().skip(first) {
+            let Some(document) = current.take() else {
+                break;
+            };
+            let counter = &mut phase.counters[index];
+            current = match stage {
+                Stage::Skip(_) if *counter > 0 => {
+                    *counter -= 1;
+                    None
+                }
+                Stage::Limit(_) if *counter == 0 => None,
+                Stage::Limit(_) => {
+                    *counter -= 1;
+                    Some(document)
+                }
+                Stage::Skip(_) => Some(document),
+                Stage::Unwind(unwind) => {
+                    unwinding.push((index + 1, unwind.unwound(document)));
+                    None
+                }
+                // The other streaming stages make at most one document of one.
+                other => other.run_checked(vec![document], context.now)?.pop(),
+            };
+        }
+        if let Some(document) = current {
+            sink_push(&mut phase.sink, document, context, buffers)?;
         }
     }
-    for document in documents {
-        sink_push(&mut phase.sink, document, context, buffers)?;
-    }
-    Ok(())
 }
 
 fn sink_push(
