@@ -28,7 +28,8 @@
 //! replays the same sequence of cases. `TIDEWAY_FUZZ_SEED=<n>` picks another seed,
 //! `TIDEWAY_FUZZ_CASES=<n>` caps the number of cases, `LONG=1` uses a time-derived seed and
 //! 600 s per target, `TIDEWAY_FUZZ_STATS=1` prints how cases ended (how deep they got). A long
-//! run (the three targets run in parallel):
+//! run (the test harness runs as many targets at once as there are cores; `--test-threads 3` runs
+//! all three at once):
 //!
 //! ```text
 //! LONG=1 TIDEWAY_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --nocapture
