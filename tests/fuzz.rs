@@ -60,6 +60,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use common::TestServer;
+use tideway::commands::schema::{self, Arg, ArgType, Args, Use};
 use tideway::error::CommandError;
 use tideway::query::{
     compare_values, upsert_document, ElementMatcher, Filter, Pipeline, PipelineContext, Projection,
@@ -2409,9 +2410,15 @@ fn index_spec(rng: &mut Rng) -> Bson {
     Bson::Document(spec)
 }
 
+/// A value for `field` of the shape commands expect there, usually valid.
 fn typed_value(rng: &mut Rng, field: &str, cursors: &[i64]) -> Bson {
+    shaped_value(rng, field, cursors).unwrap_or_else(|| random_value(rng, 2))
+}
+
+/// [`typed_value`] for the fields the harness knows the shape of.
+fn shaped_value(rng: &mut Rng, field: &str, cursors: &[i64]) -> Option<Bson> {
     let depth = 2;
-    match field {
+    let value = match field {
         "filter" | "query" | "q" | "partialFilterExpression" | "validator" => {
             Bson::Document(filter(rng, depth))
         }
@@ -2513,8 +2520,8 @@ fn typed_value(rng: &mut Rng, field: &str, cursors: &[i64]) -> Bson {
         }
         "batchSize" | "limit" | "skip" | "maxTimeMS" | "size" | "max" | "scale"
         | "expireAfterSeconds" | "ttlMonitorSleepSecs" | "logLevel" | "maxAwaitTimeMS" => {
-            if rng.chance(30) {
-                Bson::Int32(rng.below(5) as i32)
+            if rng.chance(60) {
+                Bson::Int32(rng.pick(&[0, 1, 2, 3, 5, 101, 1000]))
             } else {
                 edge_or_small(rng)
             }
@@ -2564,8 +2571,9 @@ fn typed_value(rng: &mut Rng, field: &str, cursors: &[i64]) -> Bson {
                 .map(|_| Bson::String(rng.pick(&["zlib", "snappy", "zstd", "noop", ""]).to_string()))
                 .collect(),
         ),
-        _ => random_value(rng, 2),
-    }
+        _ => return None,
+    };
+    Some(value)
 }
 
 fn cursor_id(rng: &mut Rng, cursors: &[i64]) -> Bson {
@@ -2583,84 +2591,63 @@ fn cursor_id(rng: &mut Rng, cursors: &[i64]) -> Bson {
     }
 }
 
-/// Fields each command usually carries, so that cases get past "missing field" errors.
-const USUAL_FIELDS: &[(&str, &[&str])] = &[
-    ("aggregate", &["pipeline", "cursor", "let", "collation"]),
-    ("distinct", &["key", "query"]),
-    ("insert", &["documents", "ordered"]),
-    ("update", &["updates", "ordered", "let"]),
-    ("delete", &["deletes", "ordered"]),
-    (
-        "findAndModify",
-        &[
-            "query",
-            "update",
-            "sort",
-            "new",
-            "upsert",
-            "fields",
-            "remove",
-            "arrayFilters",
-        ],
-    ),
-    (
-        "findandmodify",
-        &[
-            "query", "update", "sort", "new", "upsert", "fields", "remove",
-        ],
-    ),
-    (
-        "find",
-        &[
-            "filter",
-            "sort",
-            "projection",
-            "limit",
-            "skip",
-            "batchSize",
-            "singleBatch",
-            "hint",
-        ],
-    ),
-    ("count", &["query", "limit", "skip", "hint"]),
-    ("createIndexes", &["indexes"]),
-    ("dropIndexes", &["index"]),
-    ("deleteIndexes", &["index"]),
-    ("collMod", &["index", "expireAfterSeconds", "validator"]),
-    ("renameCollection", &["to", "dropTarget"]),
-    ("killCursors", &["cursors"]),
-    ("getMore", &["collection", "batchSize", "maxTimeMS"]),
-    (
-        "create",
-        &[
-            "capped",
-            "size",
-            "max",
-            "expireAfterSeconds",
-            "timeseries",
-            "clusteredIndex",
-            "validator",
-        ],
-    ),
-    ("listCollections", &["filter", "nameOnly", "cursor"]),
-    ("listDatabases", &["filter", "nameOnly"]),
-    ("listIndexes", &["cursor"]),
-    (
-        "getParameter",
-        &[
-            "ttlMonitorEnabled",
-            "featureCompatibilityVersion",
-            "ttlMonitorSleepSecs",
-        ],
-    ),
-    (
-        "hello",
-        &["client", "compression", "helloOk", "saslSupportedMechs"],
-    ),
-    ("isMaster", &["client", "compression", "helloOk"]),
-    ("collStats", &["scale"]),
-    ("dbStats", &["scale"]),
-];
+/// A value of the type the argument table (`commands::schema`) gives `arg`; fields that hold
+/// filters, updates, pipelines and the like get values of their own shape.
+fn schema_value(rng: &mut Rng, arg: &Arg, cursors: &[i64]) -> Bson {
+    if rng.chance(5) {
+        return random_value(rng, 2);
+    }
+    match arg.ty {
+        ArgType::Number | ArgType::Int | ArgType::Long if rng.chance(70) => {
+            let small = arg.min.unwrap_or(0) + rng.below(4) as i64;
+            match arg.ty {
+                ArgType::Int => Bson::Int32(small as i32),
+                ArgType::Long => Bson::Int64(small),
+                _ => rng.pick(&[
+                    Bson::Int32(small as i32),
+                    Bson::Int64(small),
+                    Bson::Double(small as f64),
+                ]),
+            }
+        }
+        ArgType::Number | ArgType::Int | ArgType::Long => edge_or_small(rng),
+        ArgType::Bool | ArgType::OptionalBool => Bson::Boolean(rng.chance(50)),
+        ArgType::SafeBool if rng.chance(80) => Bson::Boolean(rng.chance(50)),
+        ArgType::SafeBool => edge_or_small(rng),
+        ArgType::Entries(fields) => Bson::Array(
+            (0..1 + rng.below(3))
+                .map(|_| Bson::Document(schema_fields(rng, fields, cursors)))
+                .collect(),
+        ),
+        _ => match (shaped_value(rng, arg.name, cursors), arg.ty) {
+            (Some(value), _) => value,
+            (None, ArgType::Str) => Bson::String(random_string(rng)),
+            (None, ArgType::Object) => Bson::Document(random_document(rng, 2)),
+            (None, ArgType::Array) => {
+                Bson::Array((0..rng.below(4)).map(|_| random_value(rng, 1)).collect())
+            }
+            (None, _) => random_value(rng, 2),
+        },
+    }
+}
+
+/// Fields for a command (or one of its entries) from its argument table: required ones nearly
+/// always, optional ones sometimes, refused ones rarely.
+fn schema_fields(rng: &mut Rng, args: &Args, cursors: &[i64]) -> Document {
+    let mut fields = Document::new();
+    for arg in args.fields {
+        let include = match arg.use_ {
+            Use::Refused => rng.chance(3),
+            _ if arg.required => rng.chance(95),
+            _ => rng.chance(30),
+        };
+        if include {
+            let value = schema_value(rng, arg, cursors);
+            fields.insert(arg.name, value);
+        }
+    }
+    fields
+}
 
 /// `setParameter` takes exactly one parameter.
 const PARAMETERS: &[&str] = &[
@@ -2671,6 +2658,14 @@ const PARAMETERS: &[&str] = &[
     "logLevel",
     "bogus",
 ];
+
+/// A name the registry answers to.
+#[derive(Clone, Copy, Debug)]
+struct CommandName {
+    name: &'static str,
+    canonical: &'static str,
+    admin_only: bool,
+}
 
 /// The first value: what the command's name is given.
 fn first_value(rng: &mut Rng, name: &str, cursors: &[i64]) -> Bson {
@@ -2714,44 +2709,35 @@ fn first_value(rng: &mut Rng, name: &str, cursors: &[i64]) -> Bson {
 
 /// The raw bytes of a random command body, and a short description of it. The body may hold a
 /// key twice, which a `Document` cannot.
-fn command_case(
-    rng: &mut Rng,
-    commands: &[(&'static str, bool)],
-    cursors: &[i64],
-) -> (Vec<u8>, String) {
-    let (name, admin_only) = if rng.chance(95) {
+fn command_case(rng: &mut Rng, commands: &[CommandName], cursors: &[i64]) -> (Vec<u8>, String) {
+    let command = if rng.chance(95) {
         rng.pick(commands)
     } else {
-        (
-            rng.pick(&[
-                "",
-                "Find",
-                "FIND",
-                "unknownCommand",
-                "$cmd",
-                "find ",
-                "listcommands",
-                "$db",
-            ]),
-            false,
-        )
-    };
-    let mut body = Document::new();
-    body.insert(name, first_value(rng, name, cursors));
-    if let Some((_, usual)) = USUAL_FIELDS.iter().find(|(command, _)| *command == name) {
-        for field in *usual {
-            if rng.chance(60) {
-                let value = typed_value(rng, field, cursors);
-                body.insert(*field, value);
-            }
+        let name = rng.pick(&["", "Find", "FIND", "unknownCommand", "$cmd", "find ", "$db"]);
+        CommandName {
+            name,
+            canonical: name,
+            admin_only: false,
         }
+    };
+    let CommandName {
+        name,
+        canonical,
+        admin_only,
+    } = command;
+    let mut body = Document::new();
+    body.insert(name, first_value(rng, canonical, cursors));
+    if let Some(args) = schema::args_for(canonical) {
+        body.extend(schema_fields(rng, args, cursors));
     }
-    if name == "setParameter" && rng.chance(80) {
+    if canonical == "setParameter" && rng.chance(80) {
         let parameter = rng.pick(PARAMETERS);
         let value = typed_value(rng, parameter, cursors);
         body.insert(parameter, value);
     }
-    for _ in 0..rng.below(4) {
+    // Most cases carry only fields the command knows, so they get past its validation.
+    let extra_fields = if rng.chance(75) { 0 } else { 1 + rng.below(3) };
+    for _ in 0..extra_fields {
         let field = match rng.below(10) {
             0..=7 => rng.pick(COMMAND_FIELDS).to_string(),
             _ => random_key(rng),
@@ -2764,19 +2750,19 @@ fn command_case(
         body.insert(field, value);
     }
     if rng.chance(95) {
-        let db = match rng.below(20) {
-            0..=15 => Bson::String(if admin_only || name == "setParameter" {
+        let db = match rng.below(40) {
+            0..=34 => Bson::String(if admin_only {
                 "admin".into()
             } else {
                 FUZZ_DB.into()
             }),
-            16 => Bson::String(
+            35 | 36 => Bson::String(
                 rng.pick(&[
                     "admin", "", "local", "config", "fuzz.x", "$x", "a b", "fuzz\0",
                 ])
                 .to_string(),
             ),
-            17 => Bson::String("admin".into()),
+            37 => Bson::String("admin".into()),
             _ => random_value(rng, 1),
         };
         body.insert("$db", db);
@@ -2817,15 +2803,20 @@ fn every_command_survives_random_arguments() {
             ..common::test_config()
         };
         let server = TestServer::start_with(config).await;
-        let commands: Vec<(&'static str, bool)> = tideway::commands::all()
+        let commands: Vec<CommandName> = tideway::commands::all()
             .flat_map(|spec| {
                 std::iter::once(spec.name)
                     .chain(spec.aliases.iter().copied())
-                    .map(move |name| (name, spec.admin_only))
+                    .map(move |name| CommandName {
+                        name,
+                        canonical: spec.name,
+                        admin_only: spec.admin_only,
+                    })
             })
-            .filter(|(name, _)| !name.to_ascii_lowercase().contains("shutdown"))
+            .filter(|command| !command.canonical.to_ascii_lowercase().contains("shutdown"))
             .collect();
-        eprintln!("fuzz commands: {} names: {commands:?}", commands.len());
+        let names: Vec<&str> = commands.iter().map(|command| command.name).collect();
+        eprintln!("fuzz commands: {} names: {names:?}", names.len());
         let mut findings = Findings::new("commands");
         let mut session = CommandSession {
             stream: None,
