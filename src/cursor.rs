@@ -69,6 +69,14 @@ impl Cursor {
 
     /// Up to `max_docs` documents visible under `visibility` (and at most [`MAX_BATCH_BYTES`]), and
     /// whether the cursor is exhausted afterwards.
+    /// What the cursor's storage stream has examined, when it reads one.
+    pub fn scan_stats(&self) -> Option<crate::exec::ScanStats> {
+        match &self.source {
+            CursorSource::Stream(stream) => Some(stream.stats()),
+            _ => None,
+        }
+    }
+
     pub async fn next_batch(
         &mut self,
         storage: &dyn Storage,

@@ -52,7 +52,19 @@ pub struct CommandContext<'a> {
     pub deadline: Deadline,
 }
 
-impl CommandContext<'_> {
+impl<'a> CommandContext<'a> {
+    /// The same command context under another command's name (a command run inside another,
+    /// such as the one `explain` describes).
+    pub fn renamed(&self, name: &'static str) -> CommandContext<'a> {
+        CommandContext {
+            state: self.state,
+            client: self.client,
+            db: self.db,
+            name,
+            deadline: self.deadline,
+        }
+    }
+
     /// The limits of one blocking operation of this command: `max_memory_bytes`, spilling under
     /// the server's spill directory if `allow_disk_use` (or, when the command does not say,
     /// `allowDiskUseByDefault`) permits, else failing with `exceeded_message`.

@@ -1,5 +1,6 @@
-//! Query execution over storage: choose how to read (point lookup, index range, collection scan) and
-//! stream the documents that match a filter, page by page, without holding a storage transaction.
+//! Query execution over storage: run the plan `crate::planner` chose (point lookup, index scans,
+//! collection scan) and stream the documents that match a filter, page by page, without holding
+//! a storage transaction, counting what it examined.
 //!
 //! Invariants: storage may return a superset of what a plan asks for, so every record is re-checked
 //! with the filter here; an index scan may meet a document once per matching key (multikey), so
@@ -9,18 +10,18 @@
 //! reply shapes.
 
 use std::collections::{HashSet, VecDeque};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
 
 use crate::clock::Clock;
-use crate::query::{Filter, Interval, SortSpec};
+use crate::planner::{self, Access, IndexScan, PlanCache, Planned, Query};
+use crate::query::Filter;
 use crate::sorter::Spillable;
-use crate::storage::keycodec::{self, Direction};
+use crate::storage::keycodec;
 use crate::storage::{
-    CollectionMeta, IndexSpec, KeyRange, Namespace, Record, RecordPredicate, ScanRequest,
-    ScanSource, Storage, StorageResult, TtlClass,
+    CollectionMeta, KeyPredicate, Namespace, Record, RecordPredicate, ScanRequest, ScanSource,
+    Storage, StorageResult, TtlClass,
 };
 use crate::ttl::TtlPolicies;
 
@@ -145,146 +146,39 @@ impl CollectionView {
         })
     }
 
-    /// A stream of the visible records matching `filter`, read the way [`plan`] chooses.
-    pub fn stream(&self, filter: Arc<Filter>, sort: Option<&SortSpec>) -> DocStream {
-        let plan = plan(self.meta.as_ref(), &filter, sort);
-        DocStream::new(self.ns.clone(), filter, plan, self.visibility.clone())
+    /// Plans `query` (see `crate::planner`) and returns the stream that reads it.
+    pub async fn plan(
+        &self,
+        storage: &dyn Storage,
+        cache: &PlanCache,
+        query: &Query,
+    ) -> StorageResult<Planned> {
+        planner::plan(storage, cache, self, query).await
     }
 }
 
-/// How a read is carried out.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
-    /// The filter pins `_id` to one value.
-    Point(Bson),
-    /// Scan a source; `reverse` for descending order.
-    Scan { source: ScanSource, reverse: bool },
+/// What a stream has read so far, as explain reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    pub keys_examined: u64,
+    pub docs_examined: u64,
+    /// Records handed out by [`DocStream::next`].
+    pub returned: u64,
 }
 
-impl Plan {
-    /// Whether results come out in the order `sort` asks for, so no in-memory sort is needed.
-    pub fn satisfies(&self, sort: &SortSpec) -> bool {
-        if sort.is_empty() || matches!(self, Plan::Point(_)) {
-            return true;
-        }
-        let mut keys = sort.keys();
-        match (self, keys.next(), keys.next()) {
-            (
-                Plan::Scan {
-                    source: ScanSource::Collection,
-                    reverse,
-                },
-                Some(("_id", direction)),
-                None,
-            ) => *reverse == (direction == crate::query::Direction::Descending),
-            _ => false,
-        }
+impl ScanStats {
+    /// Units of work as the planner's trial counts them: entries read, keys or documents.
+    pub fn works(&self) -> u64 {
+        self.keys_examined.max(self.docs_examined)
     }
 }
 
-/// Chooses a plan: `_id` equality, then a `_id` sort, then an index whose first field the filter
-/// bounds (equality preferred over ranges), else a collection scan.
-pub fn plan(meta: Option<&CollectionMeta>, filter: &Filter, sort: Option<&SortSpec>) -> Plan {
-    if let Some(id) = filter.id_equality() {
-        return Plan::Point(id.clone());
-    }
-    let collection_scan = |reverse| Plan::Scan {
-        source: ScanSource::Collection,
-        reverse,
-    };
-    if let Some(sort) = sort.filter(|sort| !sort.is_empty()) {
-        let mut keys = sort.keys();
-        if let (Some(("_id", direction)), None) = (keys.next(), keys.next()) {
-            return collection_scan(direction == crate::query::Direction::Descending);
-        }
-    }
-    let Some(meta) = meta else {
-        return collection_scan(false);
-    };
-    let mut best: Option<(bool, &IndexSpec, Vec<Interval>)> = None;
-    for index in meta.indexes.iter().filter(|index| usable_for_ranges(index)) {
-        let Some((first_field, _)) = index.key.first() else {
-            continue;
-        };
-        let Some(intervals) = filter.field_intervals(first_field) else {
-            continue;
-        };
-        let all_points = intervals.iter().all(is_point);
-        let better = match &best {
-            None => true,
-            Some((best_points, ..)) => all_points && !best_points,
-        };
-        if better {
-            best = Some((all_points, index, intervals));
-        }
-    }
-    match best {
-        Some((_, index, intervals)) => Plan::Scan {
-            source: ScanSource::Index {
-                name: index.name.clone(),
-                ranges: byte_ranges(&intervals, index.key[0].1),
-            },
-            reverse: false,
-        },
-        None => collection_scan(false),
-    }
-}
-
-/// Sparse, partial and hidden indexes may lack documents a filter matches; the `_id` index is
-/// the collection scan itself.
-fn usable_for_ranges(index: &IndexSpec) -> bool {
-    !index.is_id_index()
-        && !index.catalog_only
-        && !index.sparse
-        && index.partial_filter.is_none()
-        && !index.spec.get_bool("hidden").unwrap_or(false)
-}
-
-fn is_point(interval: &Interval) -> bool {
-    matches!((&interval.lower, &interval.upper), (Bound::Included(a), Bound::Included(b)) if a == b)
-}
-
-/// Encoded byte ranges over index keys whose first component is in one of `intervals`, sorted
-/// ascending. A descending first field inverts its bytes, so its value bounds swap ends.
-pub fn byte_ranges(intervals: &[Interval], direction: Direction) -> Vec<KeyRange> {
-    let encode = |value: &Bson| {
-        let mut out = Vec::new();
-        keycodec::encode_value(&mut out, value, direction);
-        out
-    };
-    // Keys whose first component is >= value (Included) or > value (Excluded).
-    let from = |bound: &Bound<Bson>| match bound {
-        Bound::Included(value) => Bound::Included(encode(value)),
-        Bound::Excluded(value) => {
-            keycodec::prefix_successor(&encode(value)).map_or(Bound::Unbounded, Bound::Included)
-        }
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    // Keys whose first component is <= value (Included) or < value (Excluded).
-    let to = |bound: &Bound<Bson>| match bound {
-        Bound::Included(value) => {
-            keycodec::prefix_successor(&encode(value)).map_or(Bound::Unbounded, Bound::Excluded)
-        }
-        Bound::Excluded(value) => Bound::Excluded(encode(value)),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    let mut ranges: Vec<_> = intervals
-        .iter()
-        .map(|interval| match direction {
-            Direction::Ascending => (from(&interval.lower), to(&interval.upper)),
-            Direction::Descending => (from(&interval.upper), to(&interval.lower)),
-        })
-        .collect();
-    ranges.sort_by(|a, b| lower_key(&a.0).cmp(lower_key(&b.0)));
-    ranges.dedup();
-    ranges
-}
-
-fn lower_key(bound: &Bound<Vec<u8>>) -> &[u8] {
-    match bound {
-        Bound::Included(key) | Bound::Excluded(key) => key,
-        Bound::Unbounded => &[],
-    }
+/// One storage scan of a plan.
+#[derive(Clone, Debug)]
+struct ScanStep {
+    source: ScanSource,
+    reverse: bool,
+    key_filter: Option<KeyPredicate>,
 }
 
 /// The matching documents of one plan, produced a page at a time. Holds only a resume key between
@@ -293,45 +187,75 @@ fn lower_key(bound: &Bound<Vec<u8>>) -> &[u8] {
 pub struct DocStream {
     ns: Namespace,
     filter: Arc<Filter>,
-    plan: Plan,
+    /// `Some` for an `_id` point lookup not yet made.
+    point: Option<Bson>,
+    /// Scans still to read, in order; the first is in progress.
+    scans: VecDeque<ScanStep>,
     resume_after: Option<Vec<u8>>,
     exhausted: bool,
     buffer: VecDeque<Record>,
-    /// Encoded `_id`s already produced, for index scans (multikey entries repeat documents).
+    /// Encoded `_id`s already produced, when a document can be met twice (multikey entries, the
+    /// branches of an `$or`).
     produced: Option<HashSet<Vec<u8>>>,
     visibility: Visibility,
+    /// Records asked of storage per page: small at first when few results are wanted, growing
+    /// to [`PAGE_SIZE`].
+    page_size: usize,
+    stats: ScanStats,
 }
 
 impl DocStream {
     pub fn new(
         ns: Namespace,
         filter: Arc<Filter>,
-        plan: Plan,
+        access: &Access,
         visibility: Visibility,
     ) -> DocStream {
-        let produced = matches!(
-            plan,
-            Plan::Scan {
-                source: ScanSource::Index { .. },
-                ..
-            }
-        )
-        .then(HashSet::new);
+        let index_step = |scan: &IndexScan| ScanStep {
+            source: ScanSource::Index {
+                name: scan.index.name.clone(),
+                ranges: scan.ranges.clone(),
+            },
+            reverse: scan.reverse,
+            key_filter: scan.key_filter.clone(),
+        };
+        let (point, scans, dedup) = match access {
+            Access::Eof => (None, VecDeque::new(), false),
+            Access::IdHack(id) => (Some(id.clone()), VecDeque::new(), false),
+            Access::CollScan { reverse } => (
+                None,
+                VecDeque::from([ScanStep {
+                    source: ScanSource::Collection,
+                    reverse: *reverse,
+                    key_filter: None,
+                }]),
+                false,
+            ),
+            Access::IndexScan(scan) => (None, VecDeque::from([index_step(scan)]), scan.multikey),
+            Access::Or(scans) => (None, scans.iter().map(index_step).collect(), true),
+        };
         DocStream {
             ns,
             filter,
-            plan,
+            exhausted: point.is_none() && scans.is_empty(),
+            point,
+            scans,
             resume_after: None,
-            exhausted: false,
             buffer: VecDeque::new(),
-            produced,
+            produced: dedup.then(HashSet::new),
             visibility,
+            page_size: PAGE_SIZE,
+            stats: ScanStats::default(),
         }
     }
 
-    /// Whether the stream already yields `sort` order.
-    pub fn satisfies(&self, sort: &SortSpec) -> bool {
-        self.plan.satisfies(sort)
+    /// At most `wanted` records will be taken: read small pages first.
+    pub fn set_wanted(&mut self, wanted: Option<u64>) {
+        if let Some(wanted) = wanted {
+            self.page_size = usize::try_from(wanted)
+                .unwrap_or(PAGE_SIZE)
+                .clamp(1, PAGE_SIZE);
+        }
     }
 
     /// Continues under new visibility (a `getMore` at a later time, or after a policy change).
@@ -339,11 +263,26 @@ impl DocStream {
         self.visibility = visibility;
     }
 
+    pub fn stats(&self) -> ScanStats {
+        self.stats
+    }
+
+    /// Whether storage has nothing more to give (records may still be buffered).
+    pub fn is_exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    /// Records read ahead and not yet handed out.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
     /// The next matching visible record, or `None` when there are no more.
     pub async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
         loop {
             if let Some(record) = self.buffer.pop_front() {
                 if self.visibility.is_visible(&record) {
+                    self.stats.returned += 1;
                     return Ok(Some(record));
                 }
                 continue;
@@ -351,7 +290,9 @@ impl DocStream {
             if self.exhausted {
                 return Ok(None);
             }
-            self.fetch_page(storage).await?;
+            let page_size = self.page_size;
+            self.read_page(storage, page_size).await?;
+            self.page_size = (self.page_size * 2).min(PAGE_SIZE);
         }
     }
 
@@ -359,7 +300,8 @@ impl DocStream {
     /// checked for visibility again when handed out).
     pub async fn has_more(&mut self, storage: &dyn Storage) -> StorageResult<bool> {
         while self.buffer.is_empty() && !self.exhausted {
-            self.fetch_page(storage).await?;
+            let page_size = self.page_size;
+            self.read_page(storage, page_size).await?;
         }
         Ok(!self.buffer.is_empty())
     }
@@ -373,32 +315,46 @@ impl DocStream {
         Ok(records)
     }
 
-    async fn fetch_page(&mut self, storage: &dyn Storage) -> StorageResult<()> {
-        let records = match &self.plan {
-            Plan::Point(id) => {
-                self.exhausted = true;
-                storage.get(&self.ns, id).await?.into_iter().collect()
+    /// Reads one page of at most `limit` records from storage into the buffer (fewer, none
+    /// even, when entries were skipped).
+    pub async fn read_page(&mut self, storage: &dyn Storage, limit: usize) -> StorageResult<()> {
+        if self.exhausted {
+            return Ok(());
+        }
+        let records = if let Some(id) = self.point.take() {
+            self.exhausted = true;
+            let record = storage.get(&self.ns, &id).await?;
+            self.stats.keys_examined += 1;
+            self.stats.docs_examined += u64::from(record.is_some());
+            record.into_iter().collect()
+        } else if let Some(step) = self.scans.front() {
+            // Reads served from cache never return Pending; yielding once per page keeps long
+            // scans fair to other requests and lets `maxTimeMS` interrupt them.
+            tokio::task::yield_now().await;
+            let page = storage
+                .scan(
+                    &self.ns,
+                    ScanRequest {
+                        source: step.source.clone(),
+                        resume_after: self.resume_after.take(),
+                        reverse: step.reverse,
+                        limit: limit.max(1),
+                        hide: self.visibility.expired(),
+                        key_filter: step.key_filter.clone(),
+                    },
+                )
+                .await?;
+            self.stats.keys_examined += page.keys_examined;
+            self.stats.docs_examined += page.docs_examined;
+            self.resume_after = page.resume;
+            if self.resume_after.is_none() {
+                self.scans.pop_front();
+                self.exhausted = self.scans.is_empty();
             }
-            Plan::Scan { source, reverse } => {
-                // Reads served from cache never return Pending; yielding once per page keeps long
-                // scans fair to other requests and lets `maxTimeMS` interrupt them.
-                tokio::task::yield_now().await;
-                let page = storage
-                    .scan(
-                        &self.ns,
-                        ScanRequest {
-                            source: source.clone(),
-                            resume_after: self.resume_after.take(),
-                            reverse: *reverse,
-                            limit: PAGE_SIZE,
-                            hide: self.visibility.expired(),
-                        },
-                    )
-                    .await?;
-                self.exhausted = page.resume.is_none();
-                self.resume_after = page.resume;
-                page.records
-            }
+            page.records
+        } else {
+            self.exhausted = true;
+            Vec::new()
         };
         for record in records {
             if !self.visibility.is_visible(&record) || !self.filter.matches(&record.doc) {
@@ -416,26 +372,32 @@ impl DocStream {
     }
 }
 
-/// Every visible record matching `filter`, in the order the plan reads them.
+/// Every visible record matching `query`, in the order its plan reads them.
 pub async fn find_all(
     storage: &dyn Storage,
+    cache: &PlanCache,
     view: &CollectionView,
-    filter: Arc<Filter>,
+    query: &Query,
 ) -> StorageResult<Vec<Record>> {
-    view.stream(filter, None).collect(storage).await
+    view.plan(storage, cache, query)
+        .await?
+        .stream
+        .collect(storage)
+        .await
 }
 
-/// The first visible record matching `filter` in `sort` order (natural order without one),
+/// The first visible record matching `query` in its sort order (natural order without one),
 /// reading only as far as needed when the plan already yields that order, and otherwise keeping
 /// only the best record seen (ties: the first read).
 pub async fn first_match(
     storage: &dyn Storage,
+    cache: &PlanCache,
     view: &CollectionView,
-    filter: Arc<Filter>,
-    sort: Option<&SortSpec>,
+    query: &Query,
 ) -> StorageResult<Option<Record>> {
-    let mut stream = view.stream(filter, sort);
-    let Some(sort) = sort.filter(|sort| !stream.satisfies(sort)) else {
+    let planned = view.plan(storage, cache, query).await?;
+    let mut stream = planned.stream;
+    let Some(sort) = query.sort.as_ref().filter(|_| !planned.plan.provides_sort) else {
         return stream.next(storage).await;
     };
     let mut best: Option<(Vec<Bson>, Record)> = None;
@@ -495,108 +457,4 @@ impl Spillable for Record {
 /// The `_id` of a stored document (every stored document has one).
 pub fn document_id(document: &Document) -> Bson {
     document.get("_id").cloned().unwrap_or(Bson::Null)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bson::doc;
-
-    fn index(name: &str, key: Document, field: &str, direction: Direction) -> IndexSpec {
-        IndexSpec {
-            name: name.into(),
-            key: vec![(field.into(), direction)],
-            unique: false,
-            sparse: false,
-            partial_filter: None,
-            spec: doc! {"v": 2, "key": key, "name": name},
-            catalog_only: false,
-        }
-    }
-
-    fn meta(indexes: Vec<IndexSpec>) -> CollectionMeta {
-        CollectionMeta {
-            ns: Namespace::new("db", "c"),
-            uuid: [0; 16],
-            options: Document::new(),
-            indexes,
-        }
-    }
-
-    #[test]
-    fn id_equality_is_a_point_lookup() {
-        let filter = Filter::parse(&doc! {"_id": 5, "a": 1}).unwrap();
-        assert_eq!(plan(None, &filter, None), Plan::Point(Bson::Int32(5)));
-    }
-
-    #[test]
-    fn equality_index_is_preferred_over_a_range_index() {
-        let meta = meta(vec![
-            index("a_1", doc! {"a": 1}, "a", Direction::Ascending),
-            index("b_1", doc! {"b": 1}, "b", Direction::Ascending),
-        ]);
-        let filter = Filter::parse(&doc! {"a": {"$gt": 1}, "b": 7}).unwrap();
-        match plan(Some(&meta), &filter, None) {
-            Plan::Scan {
-                source: ScanSource::Index { name, ranges },
-                ..
-            } => {
-                assert_eq!(name, "b_1");
-                assert_eq!(ranges.len(), 1);
-            }
-            other => panic!("expected an index scan, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn unbounded_filters_scan_the_collection() {
-        let meta = meta(vec![index("a_1", doc! {"a": 1}, "a", Direction::Ascending)]);
-        let filter = Filter::parse(&doc! {"b": 1}).unwrap();
-        assert_eq!(
-            plan(Some(&meta), &filter, None),
-            Plan::Scan {
-                source: ScanSource::Collection,
-                reverse: false
-            }
-        );
-        let sort = SortSpec::parse(&doc! {"_id": -1}).unwrap();
-        let planned = plan(Some(&meta), &filter, Some(&sort));
-        assert!(planned.satisfies(&sort));
-        assert_eq!(
-            planned,
-            Plan::Scan {
-                source: ScanSource::Collection,
-                reverse: true
-            }
-        );
-    }
-
-    #[test]
-    fn byte_ranges_contain_exactly_the_interval() {
-        let encoded = |value: Bson, direction| {
-            let mut out = Vec::new();
-            keycodec::encode_value(&mut out, &value, direction);
-            out.extend(keycodec::encode_id(&Bson::Int32(1)));
-            out
-        };
-        let contains = |ranges: &[KeyRange], key: &Vec<u8>| {
-            ranges
-                .iter()
-                .any(|range| std::ops::RangeBounds::contains(range, key))
-        };
-        let interval = Interval {
-            lower: Bound::Excluded(Bson::Int32(2)),
-            upper: Bound::Included(Bson::Int32(5)),
-        };
-        for direction in [Direction::Ascending, Direction::Descending] {
-            let ranges = byte_ranges(std::slice::from_ref(&interval), direction);
-            for (value, inside) in [(1, false), (2, false), (3, true), (5, true), (6, false)] {
-                assert_eq!(
-                    contains(&ranges, &encoded(Bson::Int32(value), direction)),
-                    inside,
-                    "{value} {direction:?}"
-                );
-            }
-        }
-    }
 }

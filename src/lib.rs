@@ -16,6 +16,7 @@ pub mod exec;
 pub mod limits;
 pub mod logbuf;
 pub mod params;
+pub mod planner;
 pub mod query;
 pub mod reaper;
 pub mod server;

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use bson::{Bson, Document};
 
-use crate::exec::byte_ranges;
-use crate::query::Interval;
+use crate::planner::bounds::{single_field_ranges, Endpoint, Interval};
 use crate::storage::keycodec;
 use crate::storage::{
     CollectionMeta, ExpiryOrder, Namespace, ReapRequest, ReapSource, Record, ScanRequest,
@@ -90,12 +89,13 @@ fn candidate_sources(
 
 /// The Dates a MongoDB TTL index has expired at `now_ms`.
 fn expired_dates(ttl: &FieldTtl, now_ms: i64) -> Interval {
-    Interval {
-        lower: Bound::Included(Bson::DateTime(bson::DateTime::MIN)),
-        upper: Bound::Included(Bson::DateTime(bson::DateTime::from_millis(
-            ttl.date_cutoff_ms(now_ms),
-        ))),
-    }
+    Interval::new(
+        Endpoint::new(Bson::DateTime(bson::DateTime::MIN), true),
+        Endpoint::new(
+            Bson::DateTime(bson::DateTime::from_millis(ttl.date_cutoff_ms(now_ms))),
+            true,
+        ),
+    )
 }
 
 /// A scan of the index behind a MongoDB TTL index over a range of Date values, in ascending date
@@ -114,12 +114,13 @@ fn date_scan(
     Some(ScanRequest {
         source: ScanSource::Index {
             name: index.name.clone(),
-            ranges: byte_ranges(&[dates], direction),
+            ranges: single_field_ranges(dates, direction),
         },
         resume_after: None,
         reverse: direction == keycodec::Direction::Descending,
         limit,
         hide: None,
+        key_filter: None,
     })
 }
 
@@ -332,12 +333,13 @@ pub async fn next_expiry_ms(
         );
     }
     for ttl in &policies.fields {
-        let dates = Interval {
-            lower: Bound::Excluded(Bson::DateTime(bson::DateTime::from_millis(
-                ttl.date_cutoff_ms(now_ms),
-            ))),
-            upper: Bound::Included(Bson::DateTime(bson::DateTime::MAX)),
-        };
+        let dates = Interval::new(
+            Endpoint::new(
+                Bson::DateTime(bson::DateTime::from_millis(ttl.date_cutoff_ms(now_ms))),
+                false,
+            ),
+            Endpoint::new(Bson::DateTime(bson::DateTime::MAX), true),
+        );
         if let Some(request) = date_scan(meta, ttl, dates, 1) {
             consider(&storage.scan(&meta.ns, request).await?.records);
         }

@@ -29,6 +29,8 @@ pub struct ServerState {
     pub spill_dir: std::path::PathBuf,
     pub storage: Arc<dyn Storage>,
     pub cursors: CursorRegistry,
+    /// The winning plan per query shape (see `crate::planner`).
+    pub plan_cache: crate::planner::PlanCache,
     pub reaper: Reaper,
     pub started: Instant,
     pub stats: Stats,
@@ -127,6 +129,7 @@ impl ServerState {
             policy_gates: PolicyGates::default(),
             spill_dir,
             cursors: CursorRegistry::default(),
+            plan_cache: crate::planner::PlanCache::default(),
             reaper: Reaper::default(),
             started: Instant::now(),
             stats: Stats::default(),

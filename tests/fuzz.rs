@@ -3178,7 +3178,17 @@ fn run_query_case(case: &Document, label: &str, findings: &mut Findings) {
             filter.matches_everything();
             filter.id_equality();
             for path in ["a", "b", "_id", "a.b", "x"] {
-                filter.field_intervals(path);
+                for multikey in [false, true] {
+                    let bounds = tideway::planner::bounds::field_bounds(filter, path, multikey);
+                    tideway::planner::bounds::IndexBounds {
+                        fields: vec![(
+                            path.to_string(),
+                            tideway::storage::keycodec::Direction::Descending,
+                            bounds,
+                        )],
+                    }
+                    .scan();
+                }
             }
             filter.equality_fields()
         });

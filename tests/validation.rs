@@ -57,6 +57,12 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "foo": 1}, Error(40415, "BSON field 'aggregate.foo' is an unknown field.")),
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "let": {"x": 1}}, Code(238)),
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "bypassDocumentValidation": true}, Ok),
+        // explain
+        ("explain", doc! {"explain": {"find": "c"}, "verbosity": "bogus"}, Code(2)),
+        ("explain", doc! {"explain": {"find": "c"}, "foo": 1}, Error(40415, "BSON field 'explain.foo' is an unknown field.")),
+        ("explain", doc! {"explain": {"find": "c", "foo": 1}}, Error(40415, "BSON field 'find.foo' is an unknown field.")),
+        ("explain", doc! {"explain": {"bogus": "c"}}, Code(59)),
+        ("explain", doc! {"explain": {"count": "c"}, "verbosity": "queryPlanner"}, Ok),
         // writes
         ("insert", doc! {"insert": "c"}, Error(40414, "BSON field 'insert.documents' is missing but a required field")),
         ("insert", doc! {"insert": "c", "documents": [{}], "ordered": 1}, Error(14, "BSON field 'insert.ordered' is the wrong type 'int', expected type 'bool'")),

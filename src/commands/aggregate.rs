@@ -16,6 +16,7 @@ use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::{buffered_cursor, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::planner::{self, Query};
 use crate::query::pipeline::{CollStatsRequest, SourceStage};
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
@@ -71,10 +72,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         }
     };
     if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
-        return Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway does not support explain",
-        ));
+        return crate::commands::explain::explain_aggregate_command(ctx, body).await;
     }
     if optional_document(ctx, body, "cursor")?.is_none() {
         return Err(CommandError::new(
@@ -129,7 +127,14 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
             // Documents flow through the pipeline as they are read: only blocking stages hold
             // any, within their limits.
-            let mut stream = view.stream(Arc::new(filter), None);
+            let query = Query {
+                hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+                ..Query::filter(Arc::new(filter))
+            };
+            let mut stream = view
+                .plan(storage, &ctx.state.plan_cache, &query)
+                .await?
+                .stream;
             while let Some(record) = stream.next(storage).await? {
                 run.push(record.doc).map_err(during_aggregation)?;
             }

@@ -24,6 +24,7 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, document_id, CollectionView};
 use crate::limits::{self, StorageWrite};
+use crate::planner::{self, Query};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
@@ -340,16 +341,38 @@ impl<'a> WriteContext<'a> {
         check_hint(&self.view.ns, self.view.meta.as_ref(), statement)
     }
 
-    async fn find_all(&self, filter: &Arc<Filter>) -> CommandResult<Vec<Record>> {
-        Ok(exec::find_all(self.storage(), &self.view, filter.clone()).await?)
+    /// The query a statement's filter, sort and `hint` make.
+    fn query(&self, filter: &Arc<Filter>, sort: Option<&SortSpec>, statement: &Document) -> Query {
+        Query {
+            filter: filter.clone(),
+            sort: sort.cloned(),
+            wanted: None,
+            hint: planner::resolve_hint(self.view.meta.as_ref(), statement.get("hint")),
+        }
     }
 
-    async fn first_match(
-        &self,
-        filter: &Arc<Filter>,
-        sort: Option<&SortSpec>,
-    ) -> CommandResult<Option<Record>> {
-        Ok(exec::first_match(self.storage(), &self.view, filter.clone(), sort).await?)
+    async fn find_all(&self, query: &Query) -> CommandResult<Vec<Record>> {
+        Ok(exec::find_all(
+            self.storage(),
+            &self.ctx.state.plan_cache,
+            &self.view,
+            query,
+        )
+        .await?)
+    }
+
+    async fn first_match(&self, query: &Query) -> CommandResult<Option<Record>> {
+        let query = Query {
+            wanted: Some(1),
+            ..query.clone()
+        };
+        Ok(exec::first_match(
+            self.storage(),
+            &self.ctx.state.plan_cache,
+            &self.view,
+            &query,
+        )
+        .await?)
     }
 }
 
@@ -449,6 +472,7 @@ async fn run_update_statement(
     let ctx = writer.ctx;
     writer.check_statement_options("update", statement)?;
     let filter = parse_filter(ctx, statement, "q")?;
+    let query = writer.query(&filter, None, statement);
     let update = parse_update("update", "updates.u", statement.get("u"))?.ok_or_else(|| {
         CommandError::new(
             ErrorCode::Location40414,
@@ -465,13 +489,9 @@ async fn run_update_statement(
     }
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
         let matches = if multi {
-            writer.find_all(&filter).await?
+            writer.find_all(&query).await?
         } else {
-            writer
-                .first_match(&filter, None)
-                .await?
-                .into_iter()
-                .collect()
+            writer.first_match(&query).await?.into_iter().collect()
         };
         let mut outcome = StatementOutcome {
             matched: 0,
@@ -538,6 +558,7 @@ async fn run_delete_statement(
 ) -> CommandResult<usize> {
     writer.check_statement_options("delete", statement)?;
     let filter = parse_filter(writer.ctx, statement, "q")?;
+    let query = writer.query(&filter, None, statement);
     let limit = match statement.get("limit") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
             crate::bsonutil::as_f64(value).unwrap_or(0.0)
@@ -560,7 +581,7 @@ async fn run_delete_statement(
         // Retry while the first match is taken by a concurrent writer, so one matching document
         // that stays is deleted.
         for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-            let Some(record) = writer.first_match(&filter, None).await? else {
+            let Some(record) = writer.first_match(&query).await? else {
                 return Ok(0);
             };
             if writer.delete_record(&filter, record).await?.is_some() {
@@ -570,7 +591,7 @@ async fn run_delete_statement(
         return Err(conflict_gave_up("delete"));
     }
     let mut deleted = 0;
-    for record in writer.find_all(&filter).await? {
+    for record in writer.find_all(&query).await? {
         if writer.delete_record(&filter, record).await?.is_some() {
             deleted += 1;
         }
@@ -605,6 +626,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     let sort = optional_document(ctx, body, "sort")?
         .map(SortSpec::parse)
         .transpose()?;
+    let query = writer.query(&filter, sort.as_ref(), body);
     let projection = parse_projection(ctx, body, "fields")?;
     let remove = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     let return_new = optional_bool(ctx, body, "new")?.unwrap_or(false);
@@ -627,7 +649,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
         None => document,
     };
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-        let first = writer.first_match(&filter, sort.as_ref()).await?;
+        let first = writer.first_match(&query).await?;
         match (first, &update) {
             (Some(record), None) => {
                 bump(&ctx.state.stats.opcounters.delete, 1);

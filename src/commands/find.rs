@@ -14,7 +14,8 @@ use crate::commands::args::{
 use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, Visibility};
+use crate::exec::{CollectionView, ScanStats, Visibility};
+use crate::planner::{self, PlanSummary, Query};
 use crate::query::pipeline::DocumentStream;
 use crate::query::{values_equal, Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
@@ -148,7 +149,24 @@ fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()
     check_collation(ctx.name, body)
 }
 
-async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+/// A `find` planned and ready to read: its cursor and what explain reports about it.
+pub struct FindRun {
+    pub cursor: Cursor,
+    pub view: CollectionView,
+    pub planned: PlanSummary,
+    /// What the scan examined, when a blocking sort already read it all (otherwise the
+    /// cursor's stream keeps counting).
+    pub drained: Option<ScanStats>,
+    pub sort: Option<Document>,
+    pub skip: u64,
+    pub limit: Option<u64>,
+    pub projection: Option<Document>,
+    pub options: BatchOptions,
+}
+
+/// Parses, plans and starts a `find`: skips what `skip` asks, and runs a blocking sort when
+/// the plan does not provide the order.
+pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<FindRun> {
     let ns = collection_namespace(ctx, body)?;
     reject_unsupported(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "filter")?);
@@ -162,12 +180,20 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         single_batch: optional_bool(ctx, body, "singleBatch")?.unwrap_or(false),
         no_timeout: optional_bool(ctx, body, "noCursorTimeout")?.unwrap_or(false),
     };
-    bump(&ctx.state.stats.opcounters.query, 1);
     let storage = ctx.state.storage.as_ref();
     let view = ctx.state.view(&ns).await?;
     check_hint(&ns, view.meta.as_ref(), body)?;
-    let mut stream = view.stream(filter, sort.as_ref());
-    let source = match sort.as_ref().filter(|sort| !stream.satisfies(sort)) {
+    let query = Query {
+        filter,
+        sort: sort.clone(),
+        wanted: limit.map(|limit| skip.saturating_add(limit)),
+        hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+    };
+    let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
+    let summary = PlanSummary::of(&planned, &query);
+    let mut stream = planned.stream;
+    let mut drained = None;
+    let source = match sort.as_ref().filter(|_| !planned.plan.provides_sort) {
         Some(sort) => {
             // A blocking sort: top-(skip + limit) with a limit, spilled past the memory limit.
             let max_memory_bytes = ctx.state.params.max_blocking_sort_bytes();
@@ -186,6 +212,7 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
                 ctx.deadline.check()?;
                 sorter.push(sort.sort_key(&record.doc), record)?;
             }
+            drained = Some(stream.stats());
             let mut sorted = sorter.finish()?;
             for _ in 0..skip {
                 if sorted.next_item()?.is_none() {
@@ -203,8 +230,23 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             CursorSource::Stream(Box::new(stream))
         }
     };
-    let cursor = Cursor::new(ns.to_string(), Some(ns), source, projection, limit);
-    open_cursor(ctx, cursor, &view.visibility, options).await
+    Ok(FindRun {
+        cursor: Cursor::new(ns.to_string(), Some(ns), source, projection, limit),
+        view,
+        planned: summary,
+        drained,
+        sort: optional_document(ctx, body, "sort")?.cloned(),
+        skip,
+        limit,
+        projection: optional_document(ctx, body, "projection")?.cloned(),
+        options,
+    })
+}
+
+async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    bump(&ctx.state.stats.opcounters.query, 1);
+    let run = start_find(ctx, body).await?;
+    open_cursor(ctx, run.cursor, &run.view.visibility, run.options).await
 }
 
 async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -308,14 +350,39 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     })
 }
 
-/// The records matching the command's `query` field (count and distinct).
-async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
+/// The records matching the command's `query` field (count, distinct, and explained writes:
+/// `sort` and `wanted` as the command would plan with), how they were planned, and what the
+/// read examined.
+pub async fn planned_matches(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    sort: Option<SortSpec>,
+    wanted: Option<u64>,
+) -> CommandResult<(Vec<Record>, PlanSummary, ScanStats)> {
     let ns = collection_namespace(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "query")?);
     check_collation(ctx.name, body)?;
     let view = ctx.state.view(&ns).await?;
     check_hint(&ns, view.meta.as_ref(), body)?;
-    Ok(exec::find_all(ctx.state.storage.as_ref(), &view, filter).await?)
+    let query = Query {
+        filter,
+        sort,
+        wanted,
+        hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+    };
+    let storage = ctx.state.storage.as_ref();
+    let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
+    let summary = PlanSummary::of(&planned, &query);
+    let mut stream = planned.stream;
+    let mut records = Vec::new();
+    while let Some(record) = stream.next(storage).await? {
+        records.push(record);
+    }
+    Ok((records, summary, stream.stats()))
+}
+
+async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
+    Ok(planned_matches(ctx, body, None, None).await?.0)
 }
 
 async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {

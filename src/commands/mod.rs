@@ -8,6 +8,7 @@ pub mod args;
 mod crud;
 pub mod ddl;
 mod diagnostics;
+pub mod explain;
 pub mod find;
 mod handshake;
 pub mod indexes;
@@ -28,6 +29,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         indexes::COMMANDS,
         admin::COMMANDS,
         aggregate::COMMANDS,
+        explain::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -248,6 +248,12 @@ const DISTINCT: Args = Args {
     ],
 };
 
+/// mongod's `explain` IDL: the explained command is the command field itself.
+const EXPLAIN: Args = Args {
+    strict: true,
+    fields: &[arg("verbosity", Str)],
+};
+
 const AGGREGATE: Args = Args {
     strict: true,
     fields: &[
@@ -515,6 +521,7 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "count" => &COUNT,
         "distinct" => &DISTINCT,
         "aggregate" => &AGGREGATE,
+        "explain" => &EXPLAIN,
         "insert" => &INSERT,
         "update" => &UPDATE,
         "delete" => &DELETE,

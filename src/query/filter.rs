@@ -10,11 +10,11 @@
 //!   NaN. Null matches missing fields.
 //! - Parsing rejects what mongod rejects, with its codes and messages; evaluation never fails.
 //!
-//! This module does not plan queries or touch storage; [`Filter::field_intervals`] only reports
-//! bounds, the caller still re-checks every document with [`Filter::matches`].
+//! This module does not plan queries or touch storage; `crate::planner::bounds` reads the parsed
+//! tree to derive index bounds, and execution still re-checks every document with
+//! [`Filter::matches`].
 
 use std::cmp::Ordering;
-use std::ops::Bound;
 
 use bson::{Bson, Document};
 use regex::Regex;
@@ -32,27 +32,11 @@ const NULL_RANK: u8 = 6;
 /// A parsed query filter.
 #[derive(Clone, Debug)]
 pub struct Filter {
-    root: Expr,
-}
-
-/// One side of an index interval; bounds follow [`compare_values`] order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Interval {
-    pub lower: Bound<Bson>,
-    pub upper: Bound<Bson>,
-}
-
-impl Interval {
-    fn point(value: Bson) -> Interval {
-        Interval {
-            lower: Bound::Included(value.clone()),
-            upper: Bound::Included(value),
-        }
-    }
+    pub(crate) root: Expr,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CompareOp {
+pub(crate) enum CompareOp {
     Eq,
     Gt,
     Gte,
@@ -61,7 +45,7 @@ enum CompareOp {
 }
 
 #[derive(Clone, Debug)]
-enum Expr {
+pub(crate) enum Expr {
     And(Vec<Expr>),
     Or(Vec<Expr>),
     Nor(Vec<Expr>),
@@ -75,20 +59,20 @@ enum Expr {
 }
 
 #[derive(Clone, Debug)]
-struct RegexMatcher {
-    pattern: String,
-    options: String,
+pub(crate) struct RegexMatcher {
+    pub(crate) pattern: String,
+    pub(crate) options: String,
     compiled: Regex,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TypeSelector {
+pub(crate) enum TypeSelector {
     Code(i32),
     Number,
 }
 
 #[derive(Clone, Debug)]
-enum Predicate {
+pub(crate) enum Predicate {
     Compare(CompareOp, Bson),
     In {
         values: Vec<Bson>,
@@ -252,43 +236,23 @@ impl Filter {
         Ok(document)
     }
 
-    /// Index intervals on `path` that contain every value a matching document can have there
-    /// (a superset; multikey-safe because only one predicate is used). Equality and `$in` are
-    /// preferred over ranges; `None` when no top-level predicate on `path` yields bounds.
-    pub fn field_intervals(&self, path: &str) -> Option<Vec<Interval>> {
-        let wanted = path::split_path(path);
-        let predicates: Vec<&Predicate> = self
-            .top_level_conjuncts()
-            .into_iter()
-            .filter_map(|expr| match expr {
-                Expr::Leaf {
-                    path: Some(leaf_path),
-                    predicate,
-                } if *leaf_path == wanted => Some(predicate),
-                _ => None,
-            })
-            .collect();
-        let points = predicates
-            .iter()
-            .find_map(|predicate| point_intervals(predicate));
-        points.or_else(|| {
-            predicates
-                .iter()
-                .find_map(|predicate| range_interval(predicate))
-        })
+    /// The conjuncts of the filter's top-level `$and` (nested `$and`s flattened).
+    pub(crate) fn top_level_conjuncts(&self) -> Vec<&Expr> {
+        conjuncts_of(&self.root)
     }
+}
 
-    fn top_level_conjuncts(&self) -> Vec<&Expr> {
-        fn collect<'a>(expr: &'a Expr, out: &mut Vec<&'a Expr>) {
-            match expr {
-                Expr::And(children) => children.iter().for_each(|child| collect(child, out)),
-                other => out.push(other),
-            }
+/// The conjuncts of `expr` (nested `$and`s flattened; anything else is one conjunct).
+pub(crate) fn conjuncts_of(expr: &Expr) -> Vec<&Expr> {
+    fn collect<'a>(expr: &'a Expr, out: &mut Vec<&'a Expr>) {
+        match expr {
+            Expr::And(children) => children.iter().for_each(|child| collect(child, out)),
+            other => out.push(other),
         }
-        let mut conjuncts = Vec::new();
-        collect(&self.root, &mut conjuncts);
-        conjuncts
     }
+    let mut conjuncts = Vec::new();
+    collect(expr, &mut conjuncts);
+    conjuncts
 }
 
 /// A condition on single values, as `$pull` applies it to each array element: an operator
@@ -332,118 +296,6 @@ impl ElementMatcher {
                 .all(|expr| expr.evaluate(Subject::Value(value), &mut None)),
         }
     }
-}
-
-fn point_intervals(predicate: &Predicate) -> Option<Vec<Interval>> {
-    let usable = |value: &Bson| !matches!(value, Bson::Array(_) | Bson::RegularExpression(_));
-    match predicate {
-        Predicate::Compare(CompareOp::Eq, value) if usable(value) => {
-            Some(vec![Interval::point(value.clone())])
-        }
-        Predicate::In {
-            values,
-            regexes,
-            has_null,
-        } if regexes.is_empty() && values.iter().all(usable) => {
-            let mut points: Vec<Bson> = values.clone();
-            if *has_null && !points.iter().any(|value| matches!(value, Bson::Null)) {
-                points.push(Bson::Null);
-            }
-            points.sort_by(compare_values);
-            points.dedup_by(|a, b| values_equal(a, b));
-            Some(points.into_iter().map(Interval::point).collect())
-        }
-        _ => None,
-    }
-}
-
-/// The smallest and largest values of a type bracket, where they can be built.
-fn bracket_bounds(value: &Bson) -> Option<(Bound<Bson>, Bound<Bson>)> {
-    use bson::{oid::ObjectId, spec::BinarySubtype, Binary, Timestamp};
-    let bounds = match value {
-        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => (
-            Bound::Included(Bson::Double(f64::NEG_INFINITY)),
-            Bound::Included(Bson::Double(f64::INFINITY)),
-        ),
-        Bson::String(_) | Bson::Symbol(_) => (
-            Bound::Included(Bson::String(String::new())),
-            Bound::Excluded(Bson::Document(Document::new())),
-        ),
-        Bson::Document(_) => (
-            Bound::Included(Bson::Document(Document::new())),
-            Bound::Excluded(Bson::Array(Vec::new())),
-        ),
-        Bson::Binary(_) => (
-            Bound::Included(Bson::Binary(Binary {
-                subtype: BinarySubtype::Generic,
-                bytes: Vec::new(),
-            })),
-            Bound::Excluded(Bson::ObjectId(ObjectId::from_bytes([0; 12]))),
-        ),
-        Bson::ObjectId(_) => (
-            Bound::Included(Bson::ObjectId(ObjectId::from_bytes([0; 12]))),
-            Bound::Included(Bson::ObjectId(ObjectId::from_bytes([0xff; 12]))),
-        ),
-        Bson::Boolean(_) => (
-            Bound::Included(Bson::Boolean(false)),
-            Bound::Included(Bson::Boolean(true)),
-        ),
-        Bson::DateTime(_) => (
-            Bound::Included(Bson::DateTime(bson::DateTime::from_millis(i64::MIN))),
-            Bound::Included(Bson::DateTime(bson::DateTime::from_millis(i64::MAX))),
-        ),
-        Bson::Timestamp(_) => (
-            Bound::Included(Bson::Timestamp(Timestamp {
-                time: 0,
-                increment: 0,
-            })),
-            Bound::Included(Bson::Timestamp(Timestamp {
-                time: u32::MAX,
-                increment: u32::MAX,
-            })),
-        ),
-        _ => return None,
-    };
-    Some(bounds)
-}
-
-fn range_interval(predicate: &Predicate) -> Option<Vec<Interval>> {
-    let Predicate::Compare(op, value) = predicate else {
-        return None;
-    };
-    if matches!(value, Bson::Null) {
-        return Some(match op {
-            CompareOp::Gte | CompareOp::Lte | CompareOp::Eq => vec![Interval::point(Bson::Null)],
-            CompareOp::Gt | CompareOp::Lt => Vec::new(),
-        });
-    }
-    if Number::from_bson(value).is_some_and(Number::is_nan) {
-        return Some(match op {
-            CompareOp::Gte | CompareOp::Lte | CompareOp::Eq => vec![Interval::point(value.clone())],
-            CompareOp::Gt | CompareOp::Lt => Vec::new(),
-        });
-    }
-    let (bracket_lower, bracket_upper) = bracket_bounds(value)?;
-    let interval = match op {
-        CompareOp::Eq => return None,
-        CompareOp::Gt => Interval {
-            lower: Bound::Excluded(value.clone()),
-            upper: bracket_upper,
-        },
-        CompareOp::Gte => Interval {
-            lower: Bound::Included(value.clone()),
-            upper: bracket_upper,
-        },
-        CompareOp::Lt => Interval {
-            lower: bracket_lower,
-            upper: Bound::Excluded(value.clone()),
-        },
-        CompareOp::Lte => Interval {
-            lower: bracket_lower,
-            upper: Bound::Included(value.clone()),
-        },
-    };
-    Some(vec![interval])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1504,38 +1356,6 @@ mod tests {
         assert_eq!(
             error.errmsg,
             "cannot infer query fields to set, path 'a' is matched twice"
-        );
-    }
-
-    #[test]
-    fn field_intervals_prefer_points_and_stay_in_bracket() {
-        let filter = parse(doc! {"a": {"$gt": 5}, "b": {"$in": [3, 1, 1.0]}});
-        assert_eq!(
-            filter.field_intervals("a"),
-            Some(vec![Interval {
-                lower: Bound::Excluded(Bson::Int32(5)),
-                upper: Bound::Included(Bson::Double(f64::INFINITY)),
-            }])
-        );
-        assert_eq!(
-            filter.field_intervals("b"),
-            Some(vec![
-                Interval::point(Bson::Int32(1)),
-                Interval::point(Bson::Int32(3))
-            ])
-        );
-        assert_eq!(filter.field_intervals("c"), None);
-        let filter = parse(doc! {"a": {"$lt": "m"}, "a.b": 1});
-        assert_eq!(
-            filter.field_intervals("a"),
-            Some(vec![Interval {
-                lower: Bound::Included(Bson::String(String::new())),
-                upper: Bound::Excluded(Bson::String("m".into())),
-            }])
-        );
-        assert_eq!(
-            parse(doc! {"a": {"$gte": 1}, "a ": 1, "$and": [{"a": 7}]}).field_intervals("a"),
-            Some(vec![Interval::point(Bson::Int32(7))])
         );
     }
 

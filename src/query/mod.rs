@@ -15,8 +15,8 @@
 //!   `get_path`/`get_path_mut`/`set_path`/`remove_path` for updates.
 //! - [`filter`]: `Filter::parse(&Document)`, `matches(&Document) -> bool`,
 //!   `match_position(&Document) -> Option<Option<usize>>` (for positional `$`),
-//!   `id_equality() -> Option<&Bson>`, `equality_fields() -> CommandResult<Document>`,
-//!   `field_intervals(&str) -> Option<Vec<Interval>>`; `ElementMatcher` for `$pull`.
+//!   `id_equality() -> Option<&Bson>`, `equality_fields() -> CommandResult<Document>`; its parsed
+//!   tree is crate-visible for `crate::planner::bounds`; `ElementMatcher` for `$pull`.
 //! - [`update`]: `Update::parse(&Document)`, `apply(&mut Document, &UpdateContext) ->
 //!   CommandResult<bool>`, `touched_paths()`, and `upsert_document(&Filter, &Update,
 //!   &UpdateContext) -> CommandResult<Document>`.
@@ -33,7 +33,7 @@
 pub mod compare;
 pub mod display;
 pub mod filter;
-mod numeric;
+pub(crate) mod numeric;
 pub mod path;
 pub mod pipeline;
 pub mod projection;
@@ -43,7 +43,7 @@ pub mod update;
 pub use compare::{
     canonical_type_rank, compare_values, identical_documents, identical_values, values_equal,
 };
-pub use filter::{ElementMatcher, Filter, Interval};
+pub use filter::{ElementMatcher, Filter};
 pub use path::{lookup, lookup_values, LeafArrays, PathValue};
 pub use pipeline::{CollStatsRequest, Pipeline, PipelineContext, SourceStage};
 pub use projection::Projection;

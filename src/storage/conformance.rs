@@ -189,6 +189,7 @@ pub async fn scan_all(
                     reverse,
                     limit: page,
                     hide: None,
+                    key_filter: None,
                 },
             )
             .await
@@ -1168,6 +1169,7 @@ pub async fn indexes(storage: &dyn Storage) {
                     reverse: false,
                     limit: 1,
                     hide: None,
+                    key_filter: None,
                 }
             )
             .await,
@@ -1376,6 +1378,7 @@ pub async fn scans(storage: &dyn Storage) {
                     reverse: false,
                     limit: 5,
                     hide: None,
+                    key_filter: None,
                 }
             )
             .await,
@@ -1392,6 +1395,7 @@ pub async fn scans(storage: &dyn Storage) {
                 reverse: false,
                 limit: 10,
                 hide: None,
+                key_filter: None,
             },
         )
         .await
@@ -1412,6 +1416,7 @@ pub async fn scans(storage: &dyn Storage) {
                 reverse: false,
                 limit: 1000,
                 hide: None,
+                key_filter: None,
             },
         )
         .await
@@ -2157,6 +2162,7 @@ pub async fn catalog_only_indexes(storage: &dyn Storage) {
                     reverse: false,
                     limit: 1,
                     hide: None,
+                    key_filter: None,
                 }
             )
             .await,
@@ -2491,6 +2497,7 @@ pub async fn hidden_scans(storage: &dyn Storage) {
                             reverse,
                             limit: 2,
                             hide: Some(hide.clone()),
+                            key_filter: None,
                         },
                     )
                     .await

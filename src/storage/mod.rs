@@ -73,11 +73,18 @@ pub struct CollectionMeta {
     pub options: Document,
     /// Every index, `_id_` first.
     pub indexes: Vec<IndexSpec>,
+    /// Names of the indexes in which some document has (or had) more than one key: their
+    /// bounds on one field must not be intersected. Only ever grows while an index exists.
+    pub multikey_indexes: Vec<String>,
 }
 
 impl CollectionMeta {
     pub fn index_named(&self, name: &str) -> Option<&IndexSpec> {
         self.indexes.iter().find(|index| index.name == name)
+    }
+
+    pub fn is_multikey(&self, index: &str) -> bool {
+        self.multikey_indexes.iter().any(|name| name == index)
     }
 
     /// The index whose key pattern is exactly `key` (field order and directions included).
@@ -191,6 +198,36 @@ impl PartialEq for RecordPredicate {
     }
 }
 
+/// A caller-supplied rule over stored index keys (the whole stored key: the encoded index key,
+/// possibly followed by a record suffix), evaluated before the document is fetched. Same rules
+/// as [`RecordPredicate`]: fast, non-blocking, never panics. Compares by identity.
+#[derive(Clone)]
+pub struct KeyPredicate(Arc<KeyRule>);
+
+type KeyRule = dyn Fn(&[u8]) -> bool + Send + Sync;
+
+impl KeyPredicate {
+    pub fn new(rule: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> Self {
+        KeyPredicate(Arc::new(rule))
+    }
+
+    pub fn holds(&self, key: &[u8]) -> bool {
+        (self.0)(key)
+    }
+}
+
+impl fmt::Debug for KeyPredicate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<key predicate>")
+    }
+}
+
+impl PartialEq for KeyPredicate {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// One operation of a write batch. Documents always carry `_id`.
 ///
 /// `supersede`: when validation finds an existing document that conflicts with the operation —
@@ -285,6 +322,9 @@ pub struct ScanRequest {
     /// Records it holds for are skipped before they are decoded (expired documents). A page that
     /// skipped many may hold fewer than `limit` records, none even, and still have a `resume`.
     pub hide: Option<RecordPredicate>,
+    /// Index scans only: entries whose stored key it rejects are skipped without fetching their
+    /// document (like `hide`, they may leave a page short).
+    pub key_filter: Option<KeyPredicate>,
 }
 
 /// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it
@@ -319,11 +359,16 @@ pub struct ReapPage {
     pub resume: Option<Vec<u8>>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ScanPage {
     pub records: Vec<Record>,
     /// `Some` if the scan may have more; pass it as `resume_after`.
     pub resume: Option<Vec<u8>>,
+    /// Index entries read (0 for collection scans), hidden and filtered ones included.
+    pub keys_examined: u64,
+    /// Stored documents read (fetched by an index scan, or visited by a collection scan),
+    /// hidden ones included.
+    pub docs_examined: u64,
 }
 
 /// What [`Storage::count_entries`] found, from one snapshot.

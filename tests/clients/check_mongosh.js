@@ -239,7 +239,16 @@ function uniqueIndexShop() {
     'E11000 duplicate key error collection: shop.c index: a_1 dup key: { a: 1 }');
   check('documents after the rejected insert', db.c.find().sort({ _id: 1 }).toArray(),
     [{ _id: 1, a: 1 }, { _id: 2, a: 2 }]);
-  step('duplicate');`, ['createIndex', 'duplicate']);
+  step('duplicate');
+  const plan = db.c.find({ a: { $gte: 1, $lt: 2 } }).explain('executionStats');
+  const scan = plan.queryPlanner.winningPlan.inputStage;
+  check('find({a: {$gte: 1, $lt: 2}}).explain("executionStats"): stages, index, bounds',
+    [plan.queryPlanner.winningPlan.stage, scan.stage, scan.indexName, scan.indexBounds],
+    ['FETCH', 'IXSCAN', 'a_1', { a: ['[1, 2)'] }]);
+  check('explain("executionStats"): nReturned, totalKeysExamined, totalDocsExamined',
+    [plan.executionStats.nReturned, plan.executionStats.totalKeysExamined, plan.executionStats.totalDocsExamined],
+    [1, 1, 1]);
+  step('explain');`, ['createIndex', 'duplicate', 'explain']);
 }
 
 function showDbsCollections() {

@@ -504,6 +504,7 @@ pub(super) fn write(
         for index in &mut updated.indexes {
             index.multikey |= became_multikey.contains(&index.id);
         }
+        updated.sync_index_specs();
         put_entry(batch, updated)?;
     }
     Ok(results)

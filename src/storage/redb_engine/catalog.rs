@@ -162,6 +162,7 @@ impl CollectionEntry {
                 uuid,
                 options,
                 indexes: vec![id_index],
+                multikey_indexes: Vec::new(),
             },
             data_table: data_table_name(id),
             indexes,
@@ -170,12 +171,19 @@ impl CollectionEntry {
         entry
     }
 
-    /// Rebuilds `meta.indexes` (keeping the `_id_` spec) from `indexes`.
+    /// Rebuilds `meta.indexes` (keeping the `_id_` spec) and `meta.multikey_indexes` from
+    /// `indexes`.
     pub fn sync_index_specs(&mut self) {
         self.meta.indexes.truncate(1);
         self.meta
             .indexes
             .extend(self.indexes.iter().map(|index| index.spec().clone()));
+        self.meta.multikey_indexes = self
+            .indexes
+            .iter()
+            .filter(|index| index.multikey)
+            .map(|index| index.spec().name.clone())
+            .collect();
     }
 
     pub fn id_index(&self) -> &IndexSpec {

@@ -128,13 +128,12 @@ pub(super) fn scan(
     ns: &Namespace,
     request: ScanRequest,
 ) -> StorageResult<ScanPage> {
-    let empty = ScanPage {
-        records: Vec::new(),
-        resume: None,
-    };
+    let empty = ScanPage::default();
     let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
         return Ok(empty);
     };
+    // An `_id_` scan reads the data table by its keys: each entry is a key and a document.
+    let reads_index = matches!(request.source, ScanSource::Index { .. });
     let (index, ranges): (Option<&IndexEntry>, Vec<KeyRange>) = match request.source {
         ScanSource::Collection => (None, vec![(Bound::Unbounded, Bound::Unbounded)]),
         ScanSource::Index { name, ranges } => {
@@ -164,17 +163,33 @@ pub(super) fn scan(
     };
     let scanned = index_table.as_ref().unwrap_or(&data);
     let hide = request.hide.as_ref();
+    let key_filter = request.key_filter.as_ref();
     page(
         scanned,
         ranges,
         request.resume_after.as_deref(),
         request.reverse,
         request.limit,
-        |key, value| match index {
-            None => unless_hidden(value, hide),
-            Some(index) => fetch(&data, entry_id(key, value, index.unique())?, hide),
+        reads_index,
+        |key, value| {
+            if key_filter.is_some_and(|filter| !filter.holds(key)) {
+                return Ok(Visit::Skipped);
+            }
+            let record = match index {
+                None => unless_hidden(value, hide)?,
+                Some(index) => fetch(&data, entry_id(key, value, index.unique())?, hide)?,
+            };
+            Ok(Visit::Read(record))
         },
     )
+}
+
+/// What one entry of a paged scan gave.
+enum Visit {
+    /// Rejected by its key; no document was read.
+    Skipped,
+    /// A document was read (`None`: hidden, or the entry dangles).
+    Read(Option<Record>),
 }
 
 /// The record of `id_key` unless `hide` holds for it; `None` also if the entry pointing to it
@@ -201,15 +216,17 @@ fn unless_hidden(record: &[u8], hide: Option<&RecordPredicate>) -> StorageResult
 }
 
 /// One page of `scanned` over stored-key `ranges` (in scan order, already stored ranges),
-/// strictly after `resume`; `record` maps a (key, value) entry to its record (`None`: skip a
-/// dangling entry). `resume` in the result is the last entry's key when more may follow.
+/// strictly after `resume`; `visit` maps a (key, value) entry to its record. `resume` in the
+/// result is the last entry's key when more may follow. `reads_index`: entries are index keys
+/// (counted as keys examined), not documents.
 fn page(
     scanned: &BytesReadTable,
     mut ranges: Vec<KeyRange>,
     resume: Option<&[u8]>,
     reverse: bool,
     limit: usize,
-    record: impl Fn(&[u8], &[u8]) -> StorageResult<Option<Record>>,
+    reads_index: bool,
+    visit: impl Fn(&[u8], &[u8]) -> StorageResult<Visit>,
 ) -> StorageResult<ScanPage> {
     let limit = limit.max(1);
     // Skipped entries (hidden records, dangling entries) count too, so one call stays short.
@@ -219,6 +236,7 @@ fn page(
     }
     let mut records = Vec::new();
     let mut visited = 0;
+    let mut docs_examined = 0;
     let mut last_key: Option<Vec<u8>> = None;
     for range in &ranges {
         let range = after_resume(range, resume, reverse);
@@ -240,18 +258,25 @@ fn page(
                 return Ok(ScanPage {
                     records,
                     resume: last_key,
+                    keys_examined: if reads_index { visited as u64 } else { 0 },
+                    docs_examined,
                 });
             }
             visited += 1;
             let (key, value) = item.map_err(io)?;
             let key = key.value();
-            records.extend(record(key, value.value())?);
+            if let Visit::Read(record) = visit(key, value.value())? {
+                docs_examined += 1;
+                records.extend(record);
+            }
             last_key = Some(key.to_vec());
         }
     }
     Ok(ScanPage {
         records,
         resume: None,
+        keys_examined: if reads_index { visited as u64 } else { 0 },
+        docs_examined,
     })
 }
 
@@ -283,10 +308,7 @@ pub(super) fn expiry_scan(
     resume_after: Option<&[u8]>,
     limit: usize,
 ) -> StorageResult<ScanPage> {
-    let empty = ScanPage {
-        records: Vec::new(),
-        resume: None,
-    };
+    let empty = ScanPage::default();
     let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
         return Ok(empty);
     };
@@ -306,7 +328,8 @@ pub(super) fn expiry_scan(
         resume_after,
         false,
         limit,
-        |key, _| fetch(&data, expiry_entry_id(key)?, None),
+        true,
+        |key, _| fetch(&data, expiry_entry_id(key)?, None).map(Visit::Read),
     )
 }
 

@@ -1,0 +1,611 @@
+//! `explain` of `find`, `count`, `distinct`, `aggregate`, `update`, `delete` and
+//! `findAndModify`, at the verbosities `queryPlanner`, `executionStats` and
+//! `allPlansExecution`, in mongod's reply shape (`queryPlanner`, `executionStats`, `command`,
+//! `serverInfo`).
+//!
+//! Invariants: the plan explained is the plan the command would run (the same planning
+//! functions choose it); execution counters are measured by running the read to the end; an
+//! explained write reads what it would change but writes nothing (mongod's `nWouldModify`).
+
+use std::time::Instant;
+
+use bson::{doc, Bson, Document};
+
+use crate::async_handler;
+use crate::commands::args::{collection_namespace, optional_bool, wrong_type};
+use crate::commands::find::{planned_matches, start_find};
+use crate::dispatch::{CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::exec::ScanStats;
+use crate::planner::explain::{access_stages, count, parsed_query, query_hash, wrap};
+use crate::planner::PlanSummary;
+use crate::query::{values_equal, Update, UpdateContext};
+
+pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: "explain",
+    aliases: &[],
+    help: "How a find, count, distinct, aggregate, update, delete or findAndModify would run (queryPlanner, executionStats, allPlansExecution).",
+    admin_only: false,
+    test_only: false,
+    handler: async_handler!(explain),
+}];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verbosity {
+    QueryPlanner,
+    ExecutionStats,
+    AllPlansExecution,
+}
+
+fn verbosity(body: &Document) -> CommandResult<Verbosity> {
+    match body.get("verbosity") {
+        None => Ok(Verbosity::AllPlansExecution),
+        Some(Bson::String(name)) => match name.as_str() {
+            "queryPlanner" => Ok(Verbosity::QueryPlanner),
+            "executionStats" => Ok(Verbosity::ExecutionStats),
+            "allPlansExecution" => Ok(Verbosity::AllPlansExecution),
+            other => Err(CommandError::bad_value(format!(
+                "Enumeration value '{other}' for field 'explain.verbosity' is not a valid value."
+            ))),
+        },
+        Some(other) => Err(wrong_type("explain", "verbosity", other, "string")),
+    }
+}
+
+async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let inner = match body.get("explain") {
+        Some(Bson::Document(inner)) => inner,
+        Some(other) => return Err(wrong_type("explain", "explain", other, "object")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'explain.explain' is missing but a required field",
+            ))
+        }
+    };
+    let verbosity = verbosity(body)?;
+    let Some(command) = inner.keys().next() else {
+        return Err(CommandError::bad_value(
+            "explain command requires a nested object",
+        ));
+    };
+    // The inner command runs against the outer command's database, under its own name.
+    let mut inner = inner.clone();
+    inner.insert("$db", ctx.db);
+    let name: &'static str = match command.as_str() {
+        "find" => "find",
+        "count" => "count",
+        "distinct" => "distinct",
+        "aggregate" => "aggregate",
+        "update" => "update",
+        "delete" => "delete",
+        "findAndModify" | "findandmodify" => "findAndModify",
+        other => {
+            return Err(CommandError::new(
+                ErrorCode::CommandNotFound,
+                format!("Explain failed due to unknown command: {other}"),
+            ))
+        }
+    };
+    if let Some(args) = crate::commands::schema::args_for(name) {
+        crate::commands::schema::validate(name, args, &inner)?;
+    }
+    let ctx = &ctx.renamed(name);
+    let mut reply = match name {
+        "find" => explain_find(ctx, &inner, verbosity).await?,
+        "count" => explain_count(ctx, &inner, verbosity).await?,
+        "distinct" => explain_distinct(ctx, &inner, verbosity).await?,
+        "aggregate" => explain_aggregate(ctx, &inner, verbosity).await?,
+        "update" => explain_write(ctx, &inner, verbosity, WriteKind::Update).await?,
+        "delete" => explain_write(ctx, &inner, verbosity, WriteKind::Delete).await?,
+        _ => explain_write(ctx, &inner, verbosity, WriteKind::FindAndModify).await?,
+    };
+    inner.remove("$db");
+    reply.insert("command", inner);
+    reply.insert("serverInfo", server_info(ctx));
+    Ok(reply)
+}
+
+/// `explain: true` on `aggregate` itself: the `queryPlanner` explain.
+pub async fn explain_aggregate_command(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let mut reply = explain_aggregate(ctx, body, Verbosity::QueryPlanner).await?;
+    let mut command = body.clone();
+    command.remove("$db");
+    reply.insert("command", command);
+    reply.insert("serverInfo", server_info(ctx));
+    Ok(reply)
+}
+
+fn server_info(ctx: &CommandContext<'_>) -> Document {
+    doc! {
+        "host": &ctx.state.hostname,
+        "port": i32::from(ctx.state.config.port),
+        "version": crate::commands::handshake::MONGODB_VERSION,
+        "gitVersion": concat!("tideway-", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// `queryPlanner` for a planned read whose access stages are wrapped by `wrap_stages`.
+fn query_planner(
+    ns: &str,
+    summary: &PlanSummary,
+    wrap_stages: &dyn Fn(Document, bool) -> Document,
+) -> Document {
+    let hash = query_hash(&summary.shape);
+    doc! {
+        "namespace": ns,
+        "indexFilterSet": false,
+        "parsedQuery": parsed_query(&summary.filter),
+        "queryHash": &hash,
+        "planCacheKey": &hash,
+        "maxIndexedOrSolutionsReached": false,
+        "maxIndexedAndSolutionsReached": false,
+        "maxScansToExplodeReached": false,
+        "winningPlan": wrap_stages(access_stages(&summary.plan, &summary.filter, None), false),
+        "rejectedPlans": summary
+            .rejected
+            .iter()
+            .map(|(plan, _)| Bson::Document(wrap_stages(access_stages(plan, &summary.filter, None), false)))
+            .collect::<Vec<_>>(),
+    }
+}
+
+/// `executionStats` from what the read measured.
+fn execution_stats(
+    summary: &PlanSummary,
+    verbosity: Verbosity,
+    returned: u64,
+    stats: &ScanStats,
+    started: Instant,
+    stages: Document,
+) -> Document {
+    let mut execution = doc! {
+        "executionSuccess": true,
+        "nReturned": count(returned),
+        "executionTimeMillis": count(started.elapsed().as_millis() as u64),
+        "totalKeysExamined": count(stats.keys_examined),
+        "totalDocsExamined": count(stats.docs_examined),
+        "executionStages": stages,
+    };
+    if verbosity == Verbosity::AllPlansExecution {
+        let mut all: Vec<Bson> = Vec::new();
+        if let Some(trial) = &summary.trial {
+            all.push(Bson::Document(trial_stats(&summary.plan, summary, trial)));
+            for (plan, trial) in &summary.rejected {
+                all.push(Bson::Document(trial_stats(plan, summary, trial)));
+            }
+        }
+        execution.insert("allPlansExecution", all);
+    }
+    execution
+}
+
+/// What one candidate did during the planner's trial.
+fn trial_stats(
+    plan: &crate::planner::QueryPlan,
+    summary: &PlanSummary,
+    trial: &ScanStats,
+) -> Document {
+    doc! {
+        "nReturned": count(trial.returned),
+        "executionTimeMillisEstimate": 0,
+        "totalKeysExamined": count(trial.keys_examined),
+        "totalDocsExamined": count(trial.docs_examined),
+        "executionStages": access_stages(plan, &summary.filter, Some(trial)),
+    }
+}
+
+fn explain_reply(query_planner: Document, execution: Option<Document>) -> Document {
+    let mut reply = doc! {"explainVersion": "1", "queryPlanner": query_planner};
+    if let Some(execution) = execution {
+        reply.insert("executionStats", execution);
+    }
+    reply
+}
+
+async fn explain_find(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    verbosity: Verbosity,
+) -> CommandResult<Document> {
+    let started = Instant::now();
+    let mut run = start_find(ctx, body).await?;
+    let ns = run.view.ns.to_string();
+    let sort = run.sort.clone();
+    let (skip, limit, projection) = (run.skip, run.limit, run.projection.clone());
+    let wrap_stages = |access: Document, counted: Option<(u64, u64, u64)>| {
+        // Counts: documents out of the access stages, after the sort, after skip.
+        let mut stages = access;
+        if let Some(sort) = sort.as_ref().filter(|_| !run.planned.plan.provides_sort) {
+            let mut fields =
+                doc! {"sortPattern": sort.clone(), "memLimit": 104_857_600, "type": "simple"};
+            if let Some(limit) = limit {
+                fields.insert("limitAmount", count(skip.saturating_add(limit)));
+            }
+            stages = wrap(stages, "SORT", fields, counted.map(|(sorted, _, _)| sorted));
+        }
+        if skip > 0 {
+            stages = wrap(
+                stages,
+                "SKIP",
+                doc! {"skipAmount": count(skip)},
+                counted.map(|(_, skipped, _)| skipped),
+            );
+        }
+        if let Some(limit) = limit {
+            stages = wrap(
+                stages,
+                "LIMIT",
+                doc! {"limitAmount": count(limit)},
+                counted.map(|(_, _, out)| out),
+            );
+        }
+        if let Some(projection) = &projection {
+            stages = wrap(
+                stages,
+                "PROJECTION_DEFAULT",
+                doc! {"transformBy": projection.clone()},
+                counted.map(|(_, _, out)| out),
+            );
+        }
+        stages
+    };
+    let planner = query_planner(&ns, &run.planned, &|access, _| wrap_stages(access, None));
+    if verbosity == Verbosity::QueryPlanner {
+        return Ok(explain_reply(planner, None));
+    }
+    let storage = ctx.state.storage.as_ref();
+    let mut returned = 0u64;
+    loop {
+        let (batch, exhausted) = run
+            .cursor
+            .next_batch(storage, None, &run.view.visibility)
+            .await?;
+        returned += batch.len() as u64;
+        if exhausted {
+            break;
+        }
+    }
+    let stats = run
+        .drained
+        .or_else(|| run.cursor.scan_stats())
+        .unwrap_or_default();
+    // Documents the access stages produced; the sort keeps at most skip + limit of them.
+    let sorted = limit.map_or(stats.returned, |limit| {
+        stats.returned.min(skip.saturating_add(limit))
+    });
+    let skipped = if run.drained.is_some() {
+        sorted.saturating_sub(skip)
+    } else {
+        stats.returned.saturating_sub(skip)
+    };
+    let access = access_stages(&run.planned.plan, &run.planned.filter, Some(&stats));
+    let stages = wrap_stages(access, Some((sorted, skipped, returned)));
+    let execution = execution_stats(&run.planned, verbosity, returned, &stats, started, stages);
+    Ok(explain_reply(planner, Some(execution)))
+}
+
+async fn explain_count(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    verbosity: Verbosity,
+) -> CommandResult<Document> {
+    let started = Instant::now();
+    let ns = collection_namespace(ctx, body)?;
+    let (records, summary, stats) = planned_matches(ctx, body, None, None).await?;
+    let skip = crate::commands::args::optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
+    let limit = crate::commands::args::optional_i64(ctx, body, "limit")?
+        .map(i64::unsigned_abs)
+        .filter(|limit| *limit > 0);
+    let counted = (records.len() as u64)
+        .saturating_sub(skip)
+        .min(limit.unwrap_or(u64::MAX));
+    let wrap_count = |access: Document, counted: Option<u64>| {
+        let mut fields = Document::new();
+        if let Some(counted) = counted {
+            fields.insert("nCounted", count(counted));
+        }
+        if skip > 0 {
+            fields.insert("nSkipped", count(skip.min(records.len() as u64)));
+        }
+        wrap(access, "COUNT", fields, counted.map(|_| 0))
+    };
+    let planner = query_planner(&ns.to_string(), &summary, &|access, _| {
+        wrap_count(access, None)
+    });
+    if verbosity == Verbosity::QueryPlanner {
+        return Ok(explain_reply(planner, None));
+    }
+    let stages = wrap_count(
+        access_stages(&summary.plan, &summary.filter, Some(&stats)),
+        Some(counted),
+    );
+    Ok(explain_reply(
+        planner,
+        Some(execution_stats(
+            &summary, verbosity, 0, &stats, started, stages,
+        )),
+    ))
+}
+
+async fn explain_distinct(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    verbosity: Verbosity,
+) -> CommandResult<Document> {
+    let started = Instant::now();
+    let ns = collection_namespace(ctx, body)?;
+    let key = match body.get("key") {
+        Some(Bson::String(key)) => key.clone(),
+        Some(other) => return Err(wrong_type("distinct", "key", other, "string")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'distinct.key' is missing but a required field",
+            ))
+        }
+    };
+    let (records, summary, stats) = planned_matches(ctx, body, None, None).await?;
+    let projection = doc! {"_id": 0, key.as_str(): 1};
+    let wrap_projection = |access: Document, returned: Option<u64>| {
+        wrap(
+            access,
+            "PROJECTION_SIMPLE",
+            doc! {"transformBy": projection.clone()},
+            returned,
+        )
+    };
+    let planner = query_planner(&ns.to_string(), &summary, &|access, _| {
+        wrap_projection(access, None)
+    });
+    if verbosity == Verbosity::QueryPlanner {
+        return Ok(explain_reply(planner, None));
+    }
+    let mut values: Vec<&Bson> = Vec::new();
+    for record in &records {
+        for value in crate::query::lookup_values(&record.doc, &key) {
+            if !values.iter().any(|seen| values_equal(seen, value)) {
+                values.push(value);
+            }
+        }
+    }
+    let returned = records.len() as u64;
+    let stages = wrap_projection(
+        access_stages(&summary.plan, &summary.filter, Some(&stats)),
+        Some(returned),
+    );
+    Ok(explain_reply(
+        planner,
+        Some(execution_stats(
+            &summary, verbosity, returned, &stats, started, stages,
+        )),
+    ))
+}
+
+async fn explain_aggregate(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    verbosity: Verbosity,
+) -> CommandResult<Document> {
+    let started = Instant::now();
+    let ns = collection_namespace(ctx, body)?;
+    let stages = match body.get("pipeline") {
+        Some(Bson::Array(stages)) => stages.clone(),
+        Some(other) => return Err(wrong_type("aggregate", "pipeline", other, "array")),
+        None => {
+            return Err(CommandError::new(
+                ErrorCode::Location40414,
+                "BSON field 'aggregate.pipeline' is missing but a required field",
+            ))
+        }
+    };
+    // Validates the whole pipeline as aggregate would.
+    let documents: Vec<Document> = stages
+        .iter()
+        .map(|stage| match stage {
+            Bson::Document(stage) => Ok(stage.clone()),
+            other => Err(wrong_type("aggregate", "pipeline", other, "object")),
+        })
+        .collect::<CommandResult<_>>()?;
+    let pipeline = crate::query::Pipeline::parse(&documents)?;
+    if pipeline.source().is_some() {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "explain of a pipeline that starts with a source stage is not supported by tideway",
+        ));
+    }
+    let leading_match = documents
+        .first()
+        .and_then(|stage| stage.get_document("$match").ok())
+        .cloned();
+    let query_body = read_body(ctx, &ns, leading_match.clone().unwrap_or_default(), body);
+    let (records, summary, stats) = planned_matches(ctx, &query_body, None, None).await?;
+    let planner = query_planner(&ns.to_string(), &summary, &|access, _| access);
+    let mut cursor = doc! {"queryPlanner": planner};
+    if verbosity >= Verbosity::ExecutionStats {
+        let returned = records.len() as u64;
+        let stages = access_stages(&summary.plan, &summary.filter, Some(&stats));
+        cursor.insert(
+            "executionStats",
+            execution_stats(&summary, verbosity, returned, &stats, started, stages),
+        );
+    }
+    let mut explained = vec![Bson::Document(doc! {"$cursor": cursor})];
+    let rest = if leading_match.is_some() {
+        &documents[1..]
+    } else {
+        &documents[..]
+    };
+    explained.extend(rest.iter().cloned().map(Bson::Document));
+    Ok(doc! {"explainVersion": "1", "stages": explained})
+}
+
+/// The body [`planned_matches`] reads for a command that is not `count`/`distinct`: the
+/// collection under the command's name, the filter as `query`, and the `hint` and `collation`
+/// of `options`.
+fn read_body(
+    ctx: &CommandContext<'_>,
+    ns: &crate::storage::Namespace,
+    filter: Document,
+    options: &Document,
+) -> Document {
+    let mut body = doc! {ctx.name: ns.coll.as_str(), "query": filter};
+    for field in ["hint", "collation"] {
+        if let Some(value) = options.get(field) {
+            body.insert(field, value.clone());
+        }
+    }
+    body
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Update,
+    Delete,
+    FindAndModify,
+}
+
+/// `update`/`delete` (one statement, as mongod requires) and `findAndModify`: the plan of the
+/// read, and with execution stats what the write would do, without writing.
+async fn explain_write(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    verbosity: Verbosity,
+    kind: WriteKind,
+) -> CommandResult<Document> {
+    let started = Instant::now();
+    let ns = collection_namespace(ctx, body)?;
+    let (statement, filter_field) = match kind {
+        WriteKind::Update | WriteKind::Delete => {
+            let field = if kind == WriteKind::Update {
+                "updates"
+            } else {
+                "deletes"
+            };
+            let statements = match body.get(field) {
+                Some(Bson::Array(statements)) => statements,
+                Some(other) => return Err(wrong_type(ctx.name, field, other, "array")),
+                None => {
+                    return Err(CommandError::new(
+                        ErrorCode::Location40414,
+                        format!(
+                            "BSON field '{}.{field}' is missing but a required field",
+                            if kind == WriteKind::Update {
+                                "update"
+                            } else {
+                                "delete"
+                            }
+                        ),
+                    ))
+                }
+            };
+            match statements.as_slice() {
+                [Bson::Document(statement)] => (statement.clone(), "q"),
+                _ => {
+                    return Err(CommandError::new(
+                        ErrorCode::InvalidLength,
+                        format!(
+                            "explained write batches must be of size 1, but got {}",
+                            statements.len()
+                        ),
+                    ))
+                }
+            }
+        }
+        WriteKind::FindAndModify => (body.clone(), "query"),
+    };
+    let filter = match statement.get(filter_field) {
+        Some(Bson::Document(filter)) => filter.clone(),
+        _ => Document::new(),
+    };
+    let query_body = read_body(ctx, &ns, filter, &statement);
+    let is_delete = kind == WriteKind::Delete
+        || (kind == WriteKind::FindAndModify
+            && optional_bool(ctx, body, "remove")?.unwrap_or(false));
+    let single = match kind {
+        WriteKind::Update => !optional_bool(ctx, &statement, "multi")?.unwrap_or(false),
+        WriteKind::Delete => statement
+            .get("limit")
+            .and_then(crate::bsonutil::as_f64)
+            .is_some_and(|limit| limit == 1.0),
+        WriteKind::FindAndModify => true,
+    };
+    let sort = match (kind, body.get("sort")) {
+        (WriteKind::FindAndModify, Some(Bson::Document(sort))) => {
+            Some(crate::query::SortSpec::parse(sort)?).filter(|sort| !sort.is_empty())
+        }
+        _ => None,
+    };
+    let (records, summary, stats) =
+        planned_matches(ctx, &query_body, sort.clone(), single.then_some(1)).await?;
+    // A single write takes the first match in sort order.
+    let records = match &sort {
+        Some(sort) if single && !summary.plan.provides_sort => {
+            let mut records = records;
+            records.sort_by(|a, b| sort.compare(&a.doc, &b.doc));
+            records
+        }
+        _ => records,
+    };
+    let stage = if is_delete { "DELETE" } else { "UPDATE" };
+    let wrap_write = |access: Document, fields: Option<Document>| {
+        wrap(access, stage, fields.unwrap_or_default(), None)
+    };
+    let planner = query_planner(&ns.to_string(), &summary, &|access, _| {
+        wrap_write(access, None)
+    });
+    if verbosity == Verbosity::QueryPlanner {
+        return Ok(explain_reply(planner, None));
+    }
+    let matched = if single {
+        records.len().min(1)
+    } else {
+        records.len()
+    };
+    let fields = if is_delete {
+        doc! {"nWouldDelete": count(matched as u64)}
+    } else {
+        let field = if kind == WriteKind::Update {
+            "u"
+        } else {
+            "update"
+        };
+        let update = match statement.get(field) {
+            Some(Bson::Document(update)) => Update::parse(update)?,
+            _ => {
+                return Err(CommandError::new(
+                    ErrorCode::NotImplemented,
+                    "explain of this update form is not supported by tideway",
+                ))
+            }
+        };
+        let now = bson::DateTime::from_millis(ctx.state.clock.now_ms());
+        let mut would_modify = 0u64;
+        for record in records.iter().take(matched) {
+            let mut document = record.doc.clone();
+            let context = UpdateContext {
+                matched_array_index: summary.filter.match_position(&record.doc).flatten(),
+                ..UpdateContext::new(now)
+            };
+            if update.apply(&mut document, &context)? {
+                would_modify += 1;
+            }
+        }
+        let upsert = optional_bool(ctx, &statement, "upsert")?.unwrap_or(false);
+        doc! {
+            "nMatched": count(matched as u64),
+            "nWouldModify": count(would_modify),
+            "nWouldUpsert": count(u64::from(upsert && matched == 0)),
+        }
+    };
+    let stages = wrap_write(
+        access_stages(&summary.plan, &summary.filter, Some(&stats)),
+        Some(fields),
+    );
+    Ok(explain_reply(
+        planner,
+        Some(execution_stats(
+            &summary, verbosity, 0, &stats, started, stages,
+        )),
+    ))
+}

@@ -1,0 +1,188 @@
+//! The plan cache: the winning plan's choice of index per query shape (the filter's structure
+//! with values reduced to their type brackets, the sort, whether a limit was given), per
+//! collection and index set.
+//!
+//! Invariants: a key includes the collection's uuid and every index's name, key pattern and
+//! multikey flag, so creating, dropping or changing an index — or an index becoming multikey —
+//! makes old entries unreachable (they age out); a cached choice is only a name: the plan is
+//! rebuilt from the query's own values, and used only if that candidate exists for them. The
+//! cache holds at most [`MAX_ENTRIES`]; past that it starts over.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use bson::Bson;
+
+use super::{Access, Query, QueryPlan};
+use crate::query::filter::{Expr, Predicate};
+use crate::storage::CollectionMeta;
+
+const MAX_ENTRIES: usize = 5000;
+
+/// Which candidate won, by the indexes it reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Index { name: String, reverse: bool },
+    Or(Vec<String>),
+    Other,
+}
+
+pub fn choice_of(plan: &QueryPlan) -> Choice {
+    match &plan.access {
+        Access::IndexScan(scan) => Choice::Index {
+            name: scan.index.name.clone(),
+            reverse: scan.reverse,
+        },
+        Access::Or(scans) => Choice::Or(scans.iter().map(|scan| scan.index.name.clone()).collect()),
+        _ => Choice::Other,
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PlanCache {
+    entries: Mutex<HashMap<String, Choice>>,
+}
+
+impl PlanCache {
+    pub fn get(&self, key: &str) -> Option<Choice> {
+        self.entries.lock().ok()?.get(key).cloned()
+    }
+
+    pub fn insert(&self, key: String, choice: Choice) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= MAX_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(key, choice);
+        }
+    }
+
+    /// Entries currently cached (for `planCacheListFilters`-like diagnostics and tests).
+    pub fn len(&self) -> usize {
+        self.entries.lock().map_or(0, |entries| entries.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets every entry of collection `ns` (`planCacheClear`).
+    pub fn clear_collection(&self, ns: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            let prefix = format!("{ns}|");
+            entries.retain(|key, _| !key.starts_with(&prefix));
+        }
+    }
+}
+
+/// The cache key of `query` over `meta`.
+pub fn key(meta: &CollectionMeta, query: &Query) -> String {
+    let mut key = format!("{}|", meta.ns);
+    for byte in meta.uuid {
+        let _ = write!(key, "{byte:02x}");
+    }
+    for index in &meta.indexes {
+        let _ = write!(
+            key,
+            "|{}{}{}",
+            index.name,
+            crate::query::display::document_string(&index.key_pattern()),
+            if meta.is_multikey(&index.name) {
+                "*"
+            } else {
+                ""
+            }
+        );
+    }
+    key.push_str("||");
+    key.push_str(&shape_key(query));
+    key
+}
+
+/// The query's shape alone: the filter's structure, the sort, whether a limit was given.
+pub fn shape_key(query: &Query) -> String {
+    let mut key = String::new();
+    shape(&query.filter.root, &mut key);
+    if let Some(sort) = &query.sort {
+        key.push_str("|sort:");
+        for (field, direction) in sort.keys() {
+            let _ = write!(key, "{field}:{direction:?},");
+        }
+    }
+    if query.wanted.is_some() {
+        key.push_str("|limit");
+    }
+    key
+}
+
+/// The structure of a filter: operators and paths, with each value reduced to its type bracket.
+fn shape(expr: &Expr, out: &mut String) {
+    match expr {
+        Expr::And(children) | Expr::Or(children) | Expr::Nor(children) => {
+            out.push_str(match expr {
+                Expr::And(_) => "and(",
+                Expr::Or(_) => "or(",
+                _ => "nor(",
+            });
+            for child in children {
+                shape(child, out);
+                out.push(',');
+            }
+            out.push(')');
+        }
+        Expr::Not(child) => {
+            out.push_str("not(");
+            shape(child, out);
+            out.push(')');
+        }
+        Expr::Constant(value) => {
+            let _ = write!(out, "{value}");
+        }
+        Expr::Leaf { path, predicate } => {
+            if let Some(path) = path {
+                out.push_str(&path.join("."));
+            }
+            out.push(':');
+            predicate_shape(predicate, out);
+        }
+    }
+}
+
+fn predicate_shape(predicate: &Predicate, out: &mut String) {
+    let rank = |value: &Bson| crate::query::canonical_type_rank(value);
+    match predicate {
+        Predicate::Compare(op, value) => {
+            let _ = write!(out, "{op:?}{}", rank(value));
+        }
+        Predicate::In {
+            values, regexes, ..
+        } => {
+            out.push_str("in[");
+            for value in values {
+                let _ = write!(out, "{},", rank(value));
+            }
+            let _ = write!(out, "r{}]", regexes.len());
+        }
+        Predicate::Exists => out.push_str("exists"),
+        Predicate::Type(_) => out.push_str("type"),
+        Predicate::Regex(regex) => {
+            let _ = write!(out, "regex{}", regex.options);
+        }
+        Predicate::Size(_) => out.push_str("size"),
+        Predicate::Mod { .. } => out.push_str("mod"),
+        Predicate::ElemMatchObject(filter) => {
+            out.push_str("elemMatch(");
+            shape(&filter.root, out);
+            out.push(')');
+        }
+        Predicate::ElemMatchValue(exprs) => {
+            out.push_str("elemMatchValue(");
+            for expr in exprs {
+                shape(expr, out);
+                out.push(',');
+            }
+            out.push(')');
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! Query planning: which way to read a collection for a filter and sort — an `_id` point lookup,
+//! an index scan with bounds, a union of index scans for `$or`, or a collection scan — chosen as
+//! mongod does in spirit: every indexed candidate is tried for a short trial and the most
+//! productive wins; the winner is cached per query shape; `hint` overrides the choice.
+//!
+//! Invariants:
+//! - A plan never loses a matching document: bounds are supersets ([`bounds`]), and execution
+//!   (`crate::exec`) re-checks every document with the whole filter.
+//! - A plan that claims to provide the sort (`provides_sort`) yields documents in exactly the
+//!   order a blocking sort would (ties in `_id` order): only non-multikey indexes whose key
+//!   pattern, after fields pinned to one value, starts with the sort pattern (all directions
+//!   equal or all reversed).
+//! - Sparse indexes are used only when the bounds exclude null (every matching document is
+//!   indexed), partial and hidden ones only when hinted (partial) or never (hidden).
+//! - The plan cache is keyed by the collection's identity and index set (names, keys, multikey
+//!   flags), so any index change invalidates its entries; a cached choice is rebuilt with the
+//!   query's own values.
+//!
+//! The trial reads through `exec::DocStream`; the winner's stream, with what it read during the
+//! trial, is handed back so nothing is read twice.
+
+pub mod bounds;
+mod cache;
+pub mod explain;
+
+use std::sync::Arc;
+
+use bson::Bson;
+
+use crate::exec::{CollectionView, DocStream, ScanStats};
+use crate::query::filter::Expr;
+use crate::query::{path, Filter, SortSpec};
+use crate::storage::keycodec::Direction;
+use crate::storage::{CollectionMeta, IndexSpec, KeyPredicate, KeyRange, Storage, StorageResult};
+use bounds::IndexBounds;
+pub use cache::{shape_key, PlanCache};
+
+/// Results a trial aims for before it stops (mongod's default batch size plus one).
+const TRIAL_RESULTS: u64 = 101;
+/// Most index keys or documents each candidate reads during a trial.
+const TRIAL_MAX_WORKS: u64 = 10_000;
+/// Records each candidate may produce per trial round.
+const TRIAL_PAGE: usize = 32;
+
+/// What a command asks the planner for.
+#[derive(Clone, Debug)]
+pub struct Query {
+    pub filter: Arc<Filter>,
+    pub sort: Option<SortSpec>,
+    /// At most this many documents will be read from the plan (`skip + limit`), when known.
+    pub wanted: Option<u64>,
+    pub hint: Hint,
+}
+
+impl Query {
+    /// A filter alone: no sort, no limit, no hint.
+    pub fn filter(filter: Arc<Filter>) -> Query {
+        Query {
+            filter,
+            sort: None,
+            wanted: None,
+            hint: Hint::None,
+        }
+    }
+}
+
+/// The `hint` of a command, resolved against the collection's indexes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Hint {
+    None,
+    /// `{$natural: 1 | -1}`: a collection scan in that direction.
+    Natural {
+        reverse: bool,
+    },
+    /// An index, by name.
+    Index(String),
+}
+
+/// One way to read.
+#[derive(Clone, Debug)]
+pub enum Access {
+    /// Nothing can match (contradictory bounds).
+    Eof,
+    /// The filter pins `_id` to one value.
+    IdHack(Bson),
+    /// Every document in `_id` order.
+    CollScan {
+        reverse: bool,
+    },
+    IndexScan(IndexScan),
+    /// The union of index scans, one per `$or` branch, documents deduplicated.
+    Or(Vec<IndexScan>),
+}
+
+/// A scan of one index over bounds.
+#[derive(Clone, Debug)]
+pub struct IndexScan {
+    pub index: IndexSpec,
+    pub bounds: IndexBounds,
+    pub reverse: bool,
+    pub multikey: bool,
+    pub ranges: Vec<KeyRange>,
+    pub key_filter: Option<KeyPredicate>,
+}
+
+impl IndexScan {
+    fn new(index: &IndexSpec, bounds: IndexBounds, reverse: bool, multikey: bool) -> IndexScan {
+        let (ranges, key_filter) = bounds.scan();
+        IndexScan {
+            index: index.clone(),
+            bounds,
+            reverse,
+            multikey,
+            ranges,
+            key_filter,
+        }
+    }
+
+    /// `IXSCAN { a: 1, b: -1 }`.
+    fn summary(&self) -> String {
+        let fields: Vec<String> = self
+            .index
+            .key_pattern()
+            .iter()
+            .map(|(field, value)| {
+                format!("{field}: {}", crate::query::display::value_string(value))
+            })
+            .collect();
+        format!("IXSCAN {{ {} }}", fields.join(", "))
+    }
+}
+
+/// The chosen way to read, and whether its order satisfies the query's sort.
+#[derive(Clone, Debug)]
+pub struct QueryPlan {
+    pub access: Access,
+    pub provides_sort: bool,
+    /// The choice came from the plan cache (no trial ran).
+    pub from_cache: bool,
+}
+
+impl QueryPlan {
+    fn new(access: Access, provides_sort: bool) -> QueryPlan {
+        QueryPlan {
+            access,
+            provides_sort,
+            from_cache: false,
+        }
+    }
+
+    /// mongod's `planSummary`: `IXSCAN { at: 1 }`, `COLLSCAN`, `IDHACK`, `EOF`, or the scans of
+    /// an `$or` joined by `, `.
+    pub fn summary(&self) -> String {
+        match &self.access {
+            Access::Eof => "EOF".to_string(),
+            Access::IdHack(_) => "IDHACK".to_string(),
+            Access::CollScan { .. } => "COLLSCAN".to_string(),
+            Access::IndexScan(scan) => scan.summary(),
+            Access::Or(scans) => scans
+                .iter()
+                .map(IndexScan::summary)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+/// A candidate plan with how it did in the trial.
+#[derive(Debug)]
+pub struct Candidate {
+    pub plan: QueryPlan,
+    pub stream: DocStream,
+    pub score: f64,
+}
+
+/// What planning produced: the winner, ready to read, and the candidates it beat.
+#[derive(Debug)]
+pub struct Planned {
+    pub plan: QueryPlan,
+    pub stream: DocStream,
+    pub rejected: Vec<Candidate>,
+}
+
+/// What explain needs to know about how a query was planned, once its stream is being read.
+#[derive(Clone, Debug)]
+pub struct PlanSummary {
+    pub plan: QueryPlan,
+    /// The candidates the winner beat, with what each read during the trial.
+    pub rejected: Vec<(QueryPlan, ScanStats)>,
+    /// What the winner read during the trial (`None`: no trial ran).
+    pub trial: Option<ScanStats>,
+    pub filter: Arc<Filter>,
+    /// The query shape (see [`shape_key`]).
+    pub shape: String,
+}
+
+impl PlanSummary {
+    pub fn of(planned: &Planned, query: &Query) -> PlanSummary {
+        PlanSummary {
+            plan: planned.plan.clone(),
+            rejected: planned
+                .rejected
+                .iter()
+                .map(|candidate| (candidate.plan.clone(), candidate.stream.stats()))
+                .collect(),
+            trial: (!planned.rejected.is_empty()).then(|| planned.stream.stats()),
+            filter: query.filter.clone(),
+            shape: shape_key(query),
+        }
+    }
+}
+
+/// Plans `query` over `view` and returns the stream to read.
+pub async fn plan(
+    storage: &dyn Storage,
+    cache: &PlanCache,
+    view: &CollectionView,
+    query: &Query,
+) -> StorageResult<Planned> {
+    let meta = view.meta.as_ref();
+    let stream = |plan: &QueryPlan| {
+        let mut stream = DocStream::new(
+            view.ns.clone(),
+            query.filter.clone(),
+            &plan.access,
+            view.visibility.clone(),
+        );
+        stream.set_wanted(query.wanted);
+        stream
+    };
+    let single = |plan: QueryPlan| Planned {
+        stream: stream(&plan),
+        plan,
+        rejected: Vec::new(),
+    };
+    if let Some(plan) = hinted(meta, query) {
+        return Ok(single(plan));
+    }
+    let conjuncts = query.filter.top_level_conjuncts();
+    if conjuncts
+        .iter()
+        .any(|conjunct| matches!(conjunct, Expr::Constant(false)))
+    {
+        return Ok(single(QueryPlan::new(Access::Eof, true)));
+    }
+    if let Some(id) = query.filter.id_equality() {
+        return Ok(single(QueryPlan::new(Access::IdHack(id.clone()), true)));
+    }
+    let Some(meta) = meta else {
+        return Ok(single(collection_scan(query.sort.as_ref())));
+    };
+    let mut candidates = candidates(meta, &conjuncts, query.sort.as_ref());
+    if let Some(eof) = candidates
+        .iter()
+        .position(|plan| matches!(plan.access, Access::Eof))
+    {
+        return Ok(single(candidates.swap_remove(eof)));
+    }
+    match candidates.len() {
+        0 => return Ok(single(collection_scan(query.sort.as_ref()))),
+        1 => return Ok(single(candidates.remove(0))),
+        _ => {}
+    }
+    let cache_key = cache::key(meta, query);
+    if let Some(choice) = cache.get(&cache_key) {
+        if let Some(mut plan) = candidates
+            .iter()
+            .position(|plan| cache::choice_of(plan) == choice)
+            .map(|position| candidates.swap_remove(position))
+        {
+            plan.from_cache = true;
+            return Ok(single(plan));
+        }
+    }
+    let mut trials: Vec<Candidate> = candidates
+        .into_iter()
+        .map(|plan| Candidate {
+            stream: stream(&plan),
+            plan,
+            score: 0.0,
+        })
+        .collect();
+    run_trial(storage, &mut trials, query).await?;
+    let best = trials
+        .iter()
+        .enumerate()
+        .max_by(|(_, a), (_, b)| a.score.total_cmp(&b.score))
+        .map_or(0, |(position, _)| position);
+    let winner = trials.swap_remove(best);
+    cache.insert(cache_key, cache::choice_of(&winner.plan));
+    Ok(Planned {
+        plan: winner.plan,
+        stream: winner.stream,
+        rejected: trials,
+    })
+}
+
+/// The plan a `hint` forces, if any.
+fn hinted(meta: Option<&CollectionMeta>, query: &Query) -> Option<QueryPlan> {
+    match &query.hint {
+        Hint::None => None,
+        Hint::Natural { reverse } => Some(QueryPlan::new(
+            Access::CollScan { reverse: *reverse },
+            query
+                .sort
+                .as_ref()
+                .is_some_and(|sort| natural_order_provides(sort, *reverse)),
+        )),
+        Hint::Index(name) => {
+            let meta = meta?;
+            let index = meta.index_named(name)?;
+            let conjuncts = query.filter.top_level_conjuncts();
+            let multikey = meta.is_multikey(&index.name);
+            let bounds = index_bounds(index, &conjuncts, multikey);
+            let order = query
+                .sort
+                .as_ref()
+                .and_then(|sort| sort_order(index, &bounds, multikey, sort));
+            let scan = IndexScan::new(index, bounds, order.unwrap_or(false), multikey);
+            Some(QueryPlan::new(
+                Access::IndexScan(scan),
+                order.is_some() || query.sort.is_none(),
+            ))
+        }
+    }
+}
+
+fn natural_order_provides(sort: &SortSpec, reverse: bool) -> bool {
+    let mut keys = sort.keys();
+    matches!(
+        (keys.next(), keys.next()),
+        (Some(("_id", direction)), None)
+            if reverse == (direction == crate::query::Direction::Descending)
+    )
+}
+
+/// A collection scan, in `_id` order backwards when that is the sort.
+fn collection_scan(sort: Option<&SortSpec>) -> QueryPlan {
+    let reverse = sort.is_some_and(|sort| natural_order_provides(sort, true));
+    let provides = sort.is_none_or(|sort| natural_order_provides(sort, reverse));
+    QueryPlan::new(Access::CollScan { reverse }, provides)
+}
+
+/// Plain ascending/descending indexes the planner may choose by itself.
+fn usable(index: &IndexSpec) -> bool {
+    !index.catalog_only
+        && index.partial_filter.is_none()
+        && !index.spec.get_bool("hidden").unwrap_or(false)
+}
+
+/// The bounds the filter's top-level conjuncts put on each field of `index`.
+fn index_bounds(index: &IndexSpec, conjuncts: &[&Expr], multikey: bool) -> IndexBounds {
+    IndexBounds {
+        fields: index
+            .key
+            .iter()
+            .map(|(field, direction)| {
+                let path = path::split_path(field);
+                let found = bounds::conjunct_bounds(conjuncts, &path);
+                (field.clone(), *direction, bounds::combine(found, multikey))
+            })
+            .collect(),
+    }
+}
+
+/// Whether scanning `index` within `bounds` yields `sort` order: `Some(reverse)` if so.
+fn sort_order(
+    index: &IndexSpec,
+    bounds: &IndexBounds,
+    multikey: bool,
+    sort: &SortSpec,
+) -> Option<bool> {
+    if multikey {
+        return None;
+    }
+    let pinned: Vec<&str> = bounds.equality_fields().collect();
+    let index_fields = index
+        .key
+        .iter()
+        .filter(|(field, _)| !pinned.contains(&field.as_str()));
+    let sort_fields: Vec<(&str, crate::query::Direction)> = sort
+        .keys()
+        .filter(|(field, _)| !pinned.contains(field))
+        .collect();
+    let mut reverse = None;
+    let mut index_fields = index_fields.peekable();
+    for (field, direction) in sort_fields {
+        let (index_field, index_direction) = index_fields.next()?;
+        if index_field != field {
+            return None;
+        }
+        let same = (direction == crate::query::Direction::Ascending)
+            == (*index_direction == Direction::Ascending);
+        match reverse {
+            None => reverse = Some(!same),
+            Some(reverse) if reverse == same => return None,
+            Some(_) => {}
+        }
+    }
+    Some(reverse.unwrap_or(false))
+}
+
+/// The indexed plans worth trying: each usable index whose leading field the filter bounds or
+/// whose order provides the sort, and a union of index scans when a top-level `$or` has an
+/// indexed plan for every branch. Contradictory bounds make an `Eof` plan.
+fn candidates(
+    meta: &CollectionMeta,
+    conjuncts: &[&Expr],
+    sort: Option<&SortSpec>,
+) -> Vec<QueryPlan> {
+    let mut plans = Vec::new();
+    for index in meta.indexes.iter().filter(|index| usable(index)) {
+        let multikey = meta.is_multikey(&index.name);
+        let bounds = index_bounds(index, conjuncts, multikey);
+        if bounds.is_empty() {
+            return vec![QueryPlan::new(Access::Eof, true)];
+        }
+        if index.sparse
+            && !bounds
+                .fields
+                .iter()
+                .any(|(_, _, field)| !field.contains_value(&Bson::Null))
+        {
+            continue;
+        }
+        let leading_bounded = bounds
+            .fields
+            .first()
+            .is_some_and(|(_, _, field)| !field.is_full());
+        let order = sort.and_then(|sort| sort_order(index, &bounds, multikey, sort));
+        if !leading_bounded && order.is_none() {
+            continue;
+        }
+        let provides_sort = sort.is_none() || order.is_some();
+        let scan = IndexScan::new(index, bounds, order.unwrap_or(false), multikey);
+        plans.push(QueryPlan::new(Access::IndexScan(scan), provides_sort));
+    }
+    if let Some(or) = or_plan(meta, conjuncts, sort) {
+        plans.push(or);
+    }
+    plans
+}
+
+/// A union of index scans for the first top-level `$or`, when every branch has one.
+fn or_plan(
+    meta: &CollectionMeta,
+    conjuncts: &[&Expr],
+    sort: Option<&SortSpec>,
+) -> Option<QueryPlan> {
+    let branches = conjuncts.iter().find_map(|expr| match expr {
+        Expr::Or(branches) => Some(branches),
+        _ => None,
+    })?;
+    let mut scans = Vec::with_capacity(branches.len());
+    for branch in branches {
+        let branch_conjuncts = crate::query::filter::conjuncts_of(branch);
+        let mut best: Option<(usize, IndexScan)> = None;
+        for index in meta.indexes.iter().filter(|index| usable(index)) {
+            let multikey = meta.is_multikey(&index.name);
+            let bounds = index_bounds(index, &branch_conjuncts, multikey);
+            if index.sparse
+                && !bounds
+                    .fields
+                    .iter()
+                    .any(|(_, _, field)| !field.contains_value(&Bson::Null))
+            {
+                continue;
+            }
+            let score = selectivity(&bounds);
+            if score > 0
+                && best
+                    .as_ref()
+                    .is_none_or(|(best_score, _)| score > *best_score)
+            {
+                best = Some((score, IndexScan::new(index, bounds, false, multikey)));
+            }
+        }
+        let (_, scan) = best?;
+        if !scan.bounds.is_empty() {
+            scans.push(scan);
+        }
+    }
+    let provides_sort = sort.is_none();
+    Some(QueryPlan::new(
+        if scans.is_empty() {
+            Access::Eof
+        } else {
+            Access::Or(scans)
+        },
+        provides_sort,
+    ))
+}
+
+/// How narrow bounds are, for choosing a branch's index without a trial: leading fields
+/// pinned to values count most, then a bounded field after them; 0 when the leading field is
+/// unbounded.
+fn selectivity(bounds: &IndexBounds) -> usize {
+    let mut score = 0;
+    for (_, _, field) in &bounds.fields {
+        if field.point_values().is_some() {
+            score += 4;
+        } else {
+            if !field.is_full() {
+                score += 2;
+            }
+            break;
+        }
+    }
+    score
+}
+
+/// Runs every candidate in rounds until one reaches the end, one has produced enough results,
+/// or all have done their share of work; then scores each as mongod does: results per unit of
+/// work, a plan that must sort counting its results only if it finished, plus a bonus for
+/// finishing and small tie-breakers for providing the sort.
+async fn run_trial(
+    storage: &dyn Storage,
+    trials: &mut [Candidate],
+    query: &Query,
+) -> StorageResult<()> {
+    let target = query
+        .wanted
+        .map_or(TRIAL_RESULTS, |wanted| wanted.clamp(1, TRIAL_RESULTS));
+    let page = TRIAL_PAGE.min(target as usize);
+    loop {
+        let mut done = true;
+        for trial in trials.iter_mut() {
+            if trial.stream.is_exhausted() || trial.stream.stats().works() >= TRIAL_MAX_WORKS {
+                continue;
+            }
+            trial.stream.read_page(storage, page).await?;
+            done = false;
+        }
+        let finished = trials.iter().any(|trial| {
+            trial.stream.is_exhausted()
+                || (trial.plan.provides_sort && trial.stream.buffered() as u64 >= target)
+        });
+        if done || finished {
+            break;
+        }
+    }
+    for trial in trials.iter_mut() {
+        let exhausted = trial.stream.is_exhausted();
+        let results = if trial.plan.provides_sort || exhausted {
+            trial.stream.buffered() as f64
+        } else {
+            0.0
+        };
+        let works = trial.stream.stats().works().max(1) as f64;
+        let eof_bonus = if exhausted { 1.0 } else { 0.0 };
+        let sort_bonus = if trial.plan.provides_sort { 1e-4 } else { 0.0 };
+        trial.score = 1.0 + results / works + eof_bonus + sort_bonus;
+    }
+    Ok(())
+}
+
+/// Resolves a command's `hint` field; `Err` carries mongod's messages (see
+/// `commands::args::check_hint` for validation of the value).
+pub fn resolve_hint(meta: Option<&CollectionMeta>, hint: Option<&Bson>) -> Hint {
+    match hint {
+        Some(Bson::String(name)) => Hint::Index(name.clone()),
+        Some(Bson::Document(key)) if key.is_empty() => Hint::None,
+        Some(Bson::Document(key)) => match key.iter().next() {
+            Some((field, value)) if field == "$natural" => Hint::Natural {
+                reverse: crate::bsonutil::as_f64(value).is_some_and(|direction| direction < 0.0),
+            },
+            _ => meta
+                .and_then(|meta| meta.index_with_key(key))
+                .map_or(Hint::None, |index| Hint::Index(index.name.clone())),
+        },
+        _ => Hint::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{keycodec::Direction, Namespace};
+    use bson::{doc, Document};
+
+    fn index(name: &str, key: &[(&str, Direction)]) -> IndexSpec {
+        let pattern: Document = key
+            .iter()
+            .map(|(field, direction)| {
+                (
+                    field.to_string(),
+                    Bson::Int32(if *direction == Direction::Ascending {
+                        1
+                    } else {
+                        -1
+                    }),
+                )
+            })
+            .collect();
+        IndexSpec {
+            name: name.into(),
+            key: key
+                .iter()
+                .map(|(field, direction)| (field.to_string(), *direction))
+                .collect(),
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": pattern, "name": name},
+            catalog_only: false,
+        }
+    }
+
+    fn meta(indexes: Vec<IndexSpec>) -> CollectionMeta {
+        let mut all = vec![index("_id_", &[("_id", Direction::Ascending)])];
+        all.extend(indexes);
+        CollectionMeta {
+            ns: Namespace::new("db", "c"),
+            uuid: [0; 16],
+            options: Document::new(),
+            indexes: all,
+            multikey_indexes: Vec::new(),
+        }
+    }
+
+    fn plans(meta: &CollectionMeta, filter: Document, sort: Option<Document>) -> Vec<String> {
+        let filter = Filter::parse(&filter).unwrap();
+        let sort = sort.map(|sort| SortSpec::parse(&sort).unwrap());
+        candidates(meta, &filter.top_level_conjuncts(), sort.as_ref())
+            .iter()
+            .map(|plan| {
+                format!(
+                    "{}{}",
+                    plan.summary(),
+                    if plan.provides_sort { " sorted" } else { "" }
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ranges_and_sorts_choose_indexes() {
+        let meta = meta(vec![
+            index("at_1", &[("at", Direction::Ascending)]),
+            index(
+                "user_1_at_1",
+                &[("user", Direction::Ascending), ("at", Direction::Ascending)],
+            ),
+        ]);
+        assert_eq!(
+            plans(&meta, doc! {"at": {"$gte": 1, "$lt": 5}}, None),
+            ["IXSCAN { at: 1 } sorted"]
+        );
+        assert_eq!(
+            plans(&meta, doc! {}, Some(doc! {"at": -1})),
+            ["IXSCAN { at: 1 } sorted"]
+        );
+        assert_eq!(
+            plans(&meta, doc! {"user": 7}, Some(doc! {"at": -1})),
+            [
+                "IXSCAN { at: 1 } sorted",
+                "IXSCAN { user: 1, at: 1 } sorted"
+            ]
+        );
+        assert_eq!(
+            plans(&meta, doc! {"user": {"$in": [1, 2]}}, Some(doc! {"at": 1})),
+            ["IXSCAN { at: 1 } sorted", "IXSCAN { user: 1, at: 1 }"]
+        );
+        assert_eq!(
+            plans(&meta, doc! {"$or": [{"user": 1}, {"at": 2}]}, None),
+            ["IXSCAN { user: 1, at: 1 }, IXSCAN { at: 1 } sorted"]
+        );
+        assert_eq!(
+            plans(&meta, doc! {"$or": [{"user": 1}, {"b": 2}]}, None),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            plans(&meta, doc! {"_id": {"$gt": 3}}, Some(doc! {"_id": -1})),
+            ["IXSCAN { _id: 1 } sorted"]
+        );
+        assert_eq!(
+            plans(&meta, doc! {"at": {"$gt": 5, "$lt": 1}}, None),
+            ["EOF sorted"]
+        );
+    }
+
+    #[test]
+    fn multikey_indexes_neither_intersect_nor_sort() {
+        let mut meta = meta(vec![index("at_1", &[("at", Direction::Ascending)])]);
+        meta.multikey_indexes.push("at_1".into());
+        assert_eq!(
+            plans(&meta, doc! {}, Some(doc! {"at": 1})),
+            Vec::<String>::new()
+        );
+        let filter = Filter::parse(&doc! {"at": {"$gt": 5, "$lt": 1}}).unwrap();
+        let bounds = index_bounds(&meta.indexes[1], &filter.top_level_conjuncts(), true);
+        assert!(!bounds.is_empty());
+    }
+}

@@ -1,0 +1,708 @@
+//! The query planner: an index plan returns exactly what a collection scan returns (a corpus of
+//! generated filters over mixed-type, array and null data, with every index hinted, the
+//! planner's own choice and `$natural`), and `explain` reports the plan that runs with measured
+//! counters for every plan kind (mongod's stage names and shapes).
+
+mod common;
+
+use bson::{doc, Bson, Document};
+use common::TestServer;
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+
+/// A deterministic generator (xorshift), so a failing case can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())].clone()
+    }
+}
+
+fn scalars() -> Vec<Bson> {
+    vec![
+        Bson::Int32(-2),
+        Bson::Int32(0),
+        Bson::Int32(1),
+        Bson::Int64(3),
+        Bson::Double(3.0),
+        Bson::Double(4.5),
+        Bson::Double(-0.0),
+        Bson::Double(f64::NAN),
+        Bson::Int32(7),
+        Bson::Int32(10),
+        Bson::String("a".into()),
+        Bson::String("ab".into()),
+        Bson::String("abc".into()),
+        Bson::String("b".into()),
+        Bson::Null,
+        Bson::Boolean(true),
+        Bson::Boolean(false),
+        Bson::DateTime(bson::DateTime::from_millis(1_000)),
+        Bson::DateTime(bson::DateTime::from_millis(5_000)),
+        Bson::Document(doc! {"x": 1}),
+    ]
+}
+
+fn value(rng: &mut Rng, arrays: bool) -> Option<Bson> {
+    match rng.below(12) {
+        0 => None,
+        1 if arrays => Some(Bson::Array(vec![
+            rng.pick(&scalars()),
+            rng.pick(&scalars()),
+        ])),
+        2 if arrays => Some(Bson::Array(Vec::new())),
+        3 if arrays => Some(Bson::Array(vec![Bson::Array(vec![Bson::Int32(1)])])),
+        _ => Some(rng.pick(&scalars())),
+    }
+}
+
+fn documents(rng: &mut Rng, arrays: bool) -> Vec<Document> {
+    (0..300)
+        .map(|id| {
+            let mut document = doc! {"_id": id};
+            // Compound indexes cover a and b: at most one of them may hold an array.
+            let array_field = rng.pick(&["a", "b"]);
+            for field in ["a", "b", "e"] {
+                if let Some(value) = value(rng, arrays && field == array_field) {
+                    document.insert(field, value);
+                }
+            }
+            let c = match (rng.below(4), arrays) {
+                (0, _) => None,
+                (1, true) => Some(Bson::Array(vec![
+                    Bson::Document(doc! {"d": rng.pick(&scalars())}),
+                    Bson::Document(doc! {"d": rng.pick(&scalars())}),
+                ])),
+                (2, true) => Some(Bson::Array(vec![Bson::Int32(1)])),
+                _ => value(rng, false).map(|d| Bson::Document(doc! {"d": d})),
+            };
+            if let Some(c) = c {
+                document.insert("c", c);
+            }
+            document
+        })
+        .collect()
+}
+
+fn operand(rng: &mut Rng) -> Bson {
+    rng.pick(&scalars())
+}
+
+fn leaf(rng: &mut Rng) -> Document {
+    let field = rng.pick(&["a", "b", "c.d", "_id", "e"]);
+    let condition: Bson = match rng.below(16) {
+        0 => operand(rng),
+        1 => doc! {"$gt": operand(rng)}.into(),
+        2 => doc! {"$gte": operand(rng), "$lt": operand(rng)}.into(),
+        3 => doc! {"$lte": operand(rng)}.into(),
+        4 => doc! {"$in": [operand(rng), operand(rng), operand(rng)]}.into(),
+        5 => doc! {"$nin": [operand(rng), operand(rng)]}.into(),
+        6 => doc! {"$ne": operand(rng)}.into(),
+        7 => doc! {"$exists": rng.below(2) == 0}.into(),
+        8 => {
+            doc! {"$type": rng.pick(&["number", "string", "null", "date", "object", "bool"])}.into()
+        }
+        9 => doc! {"$regex": rng.pick(&["^a", "^ab", "b", "^a.c", "^A"])}.into(),
+        10 => Bson::Null,
+        11 => doc! {"$elemMatch": {"$gte": 1, "$lt": 8}}.into(),
+        12 => doc! {"$not": {"$gt": operand(rng)}}.into(),
+        13 => doc! {"$gt": rng.below(8) as i32, "$lt": (rng.below(8) + 2) as i32}.into(),
+        14 => doc! {"$in": [Bson::Null, operand(rng)]}.into(),
+        _ => doc! {"$gte": operand(rng)}.into(),
+    };
+    doc! {field: condition}
+}
+
+fn filter(rng: &mut Rng) -> Document {
+    match rng.below(6) {
+        0 => doc! {"$or": [leaf(rng), leaf(rng)]},
+        1 => {
+            let mut both = leaf(rng);
+            both.extend(leaf(rng));
+            both
+        }
+        2 => doc! {"$and": [leaf(rng), {"$or": [leaf(rng), leaf(rng)]}]},
+        _ => leaf(rng),
+    }
+}
+
+async fn ids(
+    collection: &Collection<Document>,
+    filter: &Document,
+    hint: Option<Bson>,
+    sort: Option<Document>,
+) -> Result<Vec<Bson>, String> {
+    let mut find = collection.find(filter.clone());
+    if let Some(hint) = hint {
+        find = find.hint(mongodb::options::Hint::Keys(match hint {
+            Bson::Document(keys) => keys,
+            _ => unreachable!(),
+        }));
+    }
+    if let Some(sort) = sort {
+        find = find.sort(sort);
+    }
+    let documents: Vec<Document> = find
+        .await
+        .map_err(|error| error.to_string())?
+        .try_collect()
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(documents
+        .into_iter()
+        .map(|document| document.get("_id").cloned().unwrap_or(Bson::Null))
+        .collect())
+}
+
+fn sorted(mut ids: Vec<Bson>) -> Vec<i32> {
+    let mut out: Vec<i32> = ids.drain(..).map(|id| id.as_i32().unwrap_or(-1)).collect();
+    out.sort_unstable();
+    out
+}
+
+/// The ordered indexes both collections get (a sparse index on `e` comes on top).
+fn indexes() -> Vec<(&'static str, Document)> {
+    vec![
+        ("a_1", doc! {"a": 1}),
+        ("b_-1", doc! {"b": -1}),
+        ("a_1_b_1", doc! {"a": 1, "b": 1}),
+        ("b_1_a_-1", doc! {"b": 1, "a": -1}),
+        ("c.d_1", doc! {"c.d": 1}),
+        ("e_1_a_1_b_1", doc! {"e": 1, "a": 1, "b": 1}),
+    ]
+}
+
+async fn load(db: &Database, name: &str, arrays: bool, seed: u64) -> Collection<Document> {
+    let collection = db.collection::<Document>(name);
+    collection
+        .insert_many(documents(&mut Rng(seed), arrays))
+        .await
+        .unwrap();
+    let mut indexes: Vec<Bson> = indexes()
+        .into_iter()
+        .map(|(name, key)| Bson::Document(doc! {"key": key, "name": name}))
+        .collect();
+    indexes.push(Bson::Document(
+        doc! {"key": {"e": 1}, "name": "e_sparse", "sparse": true},
+    ));
+    db.run_command(doc! {"createIndexes": name, "indexes": indexes})
+        .await
+        .unwrap();
+    collection
+}
+
+#[tokio::test]
+async fn every_index_plan_returns_what_a_collection_scan_returns() {
+    let server = TestServer::start().await;
+    let db = server.client().database("planner");
+    let flat = load(&db, "flat", false, 7).await;
+    let mixed = load(&db, "mixed", true, 11).await;
+    let mut rng = Rng(0x5eed_1234);
+    let mut checked = 0;
+    for round in 0..240 {
+        let collection = if round % 2 == 0 { &flat } else { &mixed };
+        let filter = filter(&mut rng);
+        let reference =
+            match ids(collection, &filter, Some(doc! {"$natural": 1}.into()), None).await {
+                Ok(reference) => sorted(reference),
+                // Filters mongod refuses are refused whatever the plan.
+                Err(_) => continue,
+            };
+        checked += 1;
+        let chosen = sorted(ids(collection, &filter, None, None).await.unwrap());
+        assert_eq!(
+            chosen,
+            reference,
+            "planner's choice for {filter} on {}",
+            collection.name()
+        );
+        for (name, key) in indexes() {
+            let hinted = sorted(
+                ids(collection, &filter, Some(key.into()), None)
+                    .await
+                    .unwrap(),
+            );
+            assert_eq!(
+                hinted,
+                reference,
+                "hint {name} for {filter} on {}",
+                collection.name()
+            );
+        }
+        // Sorted reads: the same documents in an order consistent with the sort.
+        let sort = doc! {rng.pick(&["a", "b"]): rng.pick(&[1, -1])};
+        let by_sort = ids(collection, &filter, None, Some(sort.clone()))
+            .await
+            .unwrap();
+        assert_eq!(sorted(by_sort), reference, "sorted {sort} for {filter}");
+    }
+    assert!(checked >= 200, "only {checked} filters were checked");
+}
+
+async fn explain(db: &Database, command: Document, verbosity: &str) -> Document {
+    db.run_command(doc! {"explain": command, "verbosity": verbosity})
+        .await
+        .unwrap()
+}
+
+fn stage<'a>(plan: &'a Document, path: &[&str]) -> &'a Document {
+    let mut current = plan;
+    for step in path {
+        current = current.get_document(step).unwrap();
+    }
+    current
+}
+
+async fn events(server: &TestServer) -> Database {
+    let db = server.client().database("explain");
+    let documents: Vec<Document> = (0..1000)
+        .map(|i| doc! {"_id": i, "at": i * 10, "user": i % 20, "n": i % 7})
+        .collect();
+    db.collection::<Document>("events")
+        .insert_many(documents)
+        .await
+        .unwrap();
+    db.run_command(doc! {"createIndexes": "events", "indexes": [
+        {"key": {"at": 1}, "name": "at_1"},
+        {"key": {"user": 1, "at": 1}, "name": "user_1_at_1"},
+    ]})
+    .await
+    .unwrap();
+    db
+}
+
+#[tokio::test]
+async fn explain_reports_each_plan_kind_with_measured_counters() {
+    let server = TestServer::start().await;
+    let db = events(&server).await;
+
+    // IDHACK.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"_id": 5}},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(reply.get_str("explainVersion").unwrap(), "1");
+    let planner = reply.get_document("queryPlanner").unwrap();
+    assert_eq!(planner.get_str("namespace").unwrap(), "explain.events");
+    assert_eq!(
+        stage(planner, &["winningPlan"]).get_str("stage").unwrap(),
+        "IDHACK"
+    );
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 1);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 1);
+    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 1);
+
+    // A range on an indexed field reads exactly its keys.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"at": {"$gte": 1000, "$lt": 1100}}},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "FETCH");
+    let ixscan = winning.get_document("inputStage").unwrap();
+    assert_eq!(ixscan.get_str("stage").unwrap(), "IXSCAN");
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "at_1");
+    assert_eq!(ixscan.get_document("keyPattern").unwrap(), &doc! {"at": 1});
+    assert!(!ixscan.get_bool("isMultiKey").unwrap());
+    assert_eq!(ixscan.get_str("direction").unwrap(), "forward");
+    assert_eq!(
+        ixscan.get_document("indexBounds").unwrap(),
+        &doc! {"at": ["[1000, 1100)"]}
+    );
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 10);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 10);
+    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 10);
+
+    // An `_id` range uses the primary key order.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"_id": {"$gte": 500, "$lt": 510}}},
+        "executionStats",
+    )
+    .await;
+    let ixscan = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan", "inputStage"],
+    );
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "_id_");
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 10);
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 10);
+
+    // Newest first with a limit reads as many index entries as it returns.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "sort": {"at": -1}, "limit": 5},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "LIMIT");
+    assert_eq!(winning.get_i32("limitAmount").unwrap(), 5);
+    let ixscan = stage(winning, &["inputStage", "inputStage"]);
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "at_1");
+    assert_eq!(ixscan.get_str("direction").unwrap(), "backward");
+    assert_eq!(
+        ixscan.get_document("indexBounds").unwrap(),
+        &doc! {"at": ["[MaxKey, MinKey]"]}
+    );
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 5);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 5);
+    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 5);
+
+    // An equality prefix then the sort field of a compound index.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"user": 3}, "sort": {"at": -1}, "limit": 2},
+        "executionStats",
+    )
+    .await;
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 2);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 2);
+    let ixscan = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan", "inputStage", "inputStage"],
+    );
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "user_1_at_1");
+    assert_eq!(
+        ixscan.get_document("indexBounds").unwrap(),
+        &doc! {"user": ["[3, 3]"], "at": ["[MaxKey, MinKey]"]}
+    );
+
+    // `$or` of two indexed equalities: a union of two index scans.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"$or": [{"user": 1}, {"user": 2}]}},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "FETCH");
+    let or = winning.get_document("inputStage").unwrap();
+    assert_eq!(or.get_str("stage").unwrap(), "OR");
+    assert_eq!(or.get_array("inputStages").unwrap().len(), 2);
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 100);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 100);
+
+    // No usable index: a collection scan, and a blocking sort.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"n": 3}, "sort": {"n": 1}},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "SORT");
+    assert_eq!(winning.get_document("sortPattern").unwrap(), &doc! {"n": 1});
+    assert_eq!(
+        stage(winning, &["inputStage"]).get_str("stage").unwrap(),
+        "COLLSCAN"
+    );
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 1000);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 0);
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 143);
+
+    // Contradictory bounds on a non-multikey index: nothing is read.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"at": {"$gt": 50, "$lt": 10}}},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        stage(
+            reply.get_document("queryPlanner").unwrap(),
+            &["winningPlan"]
+        )
+        .get_str("stage")
+        .unwrap(),
+        "EOF"
+    );
+    assert_eq!(
+        reply
+            .get_document("executionStats")
+            .unwrap()
+            .get_i32("totalDocsExamined")
+            .unwrap(),
+        0
+    );
+
+    // Hints: by name, by key pattern, and `$natural`.
+    for (hint, expected) in [
+        (Bson::String("user_1_at_1".into()), "user_1_at_1"),
+        (doc! {"user": 1, "at": 1}.into(), "user_1_at_1"),
+    ] {
+        let reply = explain(
+            &db,
+            doc! {"find": "events", "filter": {"at": {"$gte": 100, "$lt": 200}}, "hint": hint},
+            "queryPlanner",
+        )
+        .await;
+        let ixscan = stage(
+            reply.get_document("queryPlanner").unwrap(),
+            &["winningPlan", "inputStage"],
+        );
+        assert_eq!(ixscan.get_str("indexName").unwrap(), expected);
+        assert_eq!(
+            ixscan.get_document("indexBounds").unwrap(),
+            &doc! {"user": ["[MinKey, MaxKey]"], "at": ["[100, 200)"]}
+        );
+    }
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"at": 100}, "hint": {"$natural": -1}},
+        "queryPlanner",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "COLLSCAN");
+    assert_eq!(winning.get_str("direction").unwrap(), "backward");
+}
+
+#[tokio::test]
+async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
+    let server = TestServer::start().await;
+    let db = explain_db(&server).await;
+
+    let reply = explain(
+        &db,
+        doc! {"count": "events", "query": {"at": {"$lt": 100}}},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "COUNT");
+    assert_eq!(
+        stage(winning, &["inputStage", "inputStage"])
+            .get_str("stage")
+            .unwrap(),
+        "IXSCAN"
+    );
+    let execution = stage(&reply, &["executionStats", "executionStages"]);
+    assert_eq!(execution.get_i32("nCounted").unwrap(), 10);
+
+    let reply = explain(
+        &db,
+        doc! {"distinct": "events", "key": "user", "query": {"user": {"$in": [1, 2]}}},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(
+        stage(winning, &["inputStage", "inputStage"])
+            .get_str("indexName")
+            .unwrap(),
+        "user_1_at_1"
+    );
+
+    let reply = explain(&db, doc! {"aggregate": "events", "pipeline": [{"$match": {"at": 50}}, {"$project": {"at": 1}}], "cursor": {}}, "executionStats").await;
+    let stages = reply.get_array("stages").unwrap();
+    let cursor = stages[0]
+        .as_document()
+        .unwrap()
+        .get_document("$cursor")
+        .unwrap();
+    let ixscan = stage(cursor, &["queryPlanner", "winningPlan", "inputStage"]);
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "at_1");
+    assert_eq!(
+        stage(cursor, &["executionStats"])
+            .get_i32("nReturned")
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        stages[1].as_document().unwrap(),
+        &doc! {"$project": {"at": 1}}
+    );
+    // `explain: true` on aggregate itself.
+    let reply = db
+        .run_command(
+            doc! {"aggregate": "events", "pipeline": [{"$match": {"at": 50}}], "explain": true},
+        )
+        .await
+        .unwrap();
+    assert!(reply.get_array("stages").is_ok());
+
+    let reply = explain(&db, doc! {"update": "events", "updates": [{"q": {"user": 4}, "u": {"$set": {"n": 0}}, "multi": true}]}, "executionStats").await;
+    let execution = stage(&reply, &["executionStats", "executionStages"]);
+    assert_eq!(execution.get_str("stage").unwrap(), "UPDATE");
+    assert_eq!(execution.get_i32("nMatched").unwrap(), 50);
+    // n == i % 7 and user == i % 20: among user 4, n is already 0 for i ≡ 0 (mod 7).
+    let already = (0..1000).filter(|i| i % 20 == 4 && i % 7 == 0).count() as i32;
+    assert_eq!(execution.get_i32("nWouldModify").unwrap(), 50 - already);
+    let reply = explain(
+        &db,
+        doc! {"delete": "events", "deletes": [{"q": {"at": {"$lt": 30}}, "limit": 0}]},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        stage(&reply, &["executionStats", "executionStages"])
+            .get_i32("nWouldDelete")
+            .unwrap(),
+        3
+    );
+    let reply = explain(
+        &db,
+        doc! {"findAndModify": "events", "query": {"user": 5}, "sort": {"at": -1}, "remove": true},
+        "queryPlanner",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "DELETE");
+    // Nothing was written.
+    let events = db.collection::<Document>("events");
+    assert_eq!(events.count_documents(doc! {}).await.unwrap(), 1000);
+    assert_eq!(events.count_documents(doc! {"n": 0}).await.unwrap(), 143);
+
+    // A write batch of more than one statement cannot be explained.
+    let error = db
+        .run_command(doc! {"explain": {"delete": "events", "deletes": [{"q": {}, "limit": 0}, {"q": {}, "limit": 0}]}})
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("explained write batches must be of size 1"),
+        "{error}"
+    );
+}
+
+async fn explain_db(server: &TestServer) -> Database {
+    events(server).await
+}
+
+#[tokio::test]
+async fn multikey_indexes_keep_one_predicates_bounds_and_index_changes_replan() {
+    let server = TestServer::start().await;
+    let db = server.client().database("multikey");
+    let c = db.collection::<Document>("c");
+    c.insert_many((0..100).map(|i| doc! {"_id": i, "a": i, "b": i % 10}))
+        .await
+        .unwrap();
+    db.run_command(doc! {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_1"}]})
+        .await
+        .unwrap();
+    let bounds = |reply: &Document| {
+        stage(
+            reply.get_document("queryPlanner").unwrap(),
+            &["winningPlan", "inputStage"],
+        )
+        .get_document("indexBounds")
+        .unwrap()
+        .clone()
+    };
+    let range = doc! {"find": "c", "filter": {"a": {"$gte": 10, "$lte": 20}}};
+    assert_eq!(
+        bounds(&explain(&db, range.clone(), "queryPlanner").await),
+        doc! {"a": ["[10, 20]"]}
+    );
+    // An array makes the index multikey: {a: [5, 30]} matches (5 <= 20 and 30 >= 10), so the
+    // two bounds must not be intersected.
+    c.insert_one(doc! {"_id": 1000, "a": [5, 30]})
+        .await
+        .unwrap();
+    let reply = explain(&db, range.clone(), "executionStats").await;
+    assert!(stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan", "inputStage"]
+    )
+    .get_bool("isMultiKey")
+    .unwrap());
+    assert_eq!(bounds(&reply), doc! {"a": ["[10, inf]"]});
+    let found: Vec<Document> = c
+        .find(range.get_document("filter").unwrap().clone())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 12);
+
+    // A better index created later is chosen (cached plans are keyed by the index set).
+    let both = doc! {"find": "c", "filter": {"a": {"$gte": 0}, "b": 3}};
+    let chosen = |reply: &Document| {
+        stage(
+            reply.get_document("queryPlanner").unwrap(),
+            &["winningPlan", "inputStage"],
+        )
+        .get_str("indexName")
+        .unwrap()
+        .to_string()
+    };
+    assert_eq!(
+        chosen(&explain(&db, both.clone(), "queryPlanner").await),
+        "a_1"
+    );
+    db.run_command(doc! {"createIndexes": "c", "indexes": [{"key": {"b": 1}, "name": "b_1"}]})
+        .await
+        .unwrap();
+    let reply = explain(&db, both.clone(), "allPlansExecution").await;
+    assert_eq!(chosen(&reply), "b_1");
+    assert_eq!(
+        reply
+            .get_document("queryPlanner")
+            .unwrap()
+            .get_array("rejectedPlans")
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        stage(&reply, &["executionStats"])
+            .get_array("allPlansExecution")
+            .unwrap()
+            .len(),
+        2
+    );
+    db.run_command(doc! {"dropIndexes": "c", "index": "b_1"})
+        .await
+        .unwrap();
+    assert_eq!(chosen(&explain(&db, both, "queryPlanner").await), "a_1");
+}
