@@ -241,6 +241,25 @@ async fn every_index_plan_returns_what_a_collection_scan_returns() {
                 collection.name()
             );
         }
+        // Counts, from index keys where the plan allows it, count what a scan finds.
+        let counted = collection.count_documents(filter.clone()).await.unwrap();
+        assert_eq!(
+            counted as usize,
+            reference.len(),
+            "countDocuments({filter}) on {}",
+            collection.name()
+        );
+        let reply = collection
+            .client()
+            .database("planner")
+            .run_command(doc! {"count": collection.name(), "query": filter.clone()})
+            .await
+            .unwrap();
+        assert_eq!(
+            reply.get_i32("n").unwrap() as usize,
+            reference.len(),
+            "count {filter}"
+        );
         // Sorted reads: the same documents in an order consistent with the sort.
         let sort = doc! {rng.pick(&["a", "b"]): rng.pick(&[1, -1])};
         let by_sort = ids(collection, &filter, None, Some(sort.clone()))
@@ -512,14 +531,45 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         &["winningPlan"],
     );
     assert_eq!(winning.get_str("stage").unwrap(), "COUNT");
+    let count_scan = stage(winning, &["inputStage"]);
+    assert_eq!(count_scan.get_str("stage").unwrap(), "COUNT_SCAN");
+    assert_eq!(count_scan.get_str("indexName").unwrap(), "at_1");
     assert_eq!(
-        stage(winning, &["inputStage", "inputStage"])
-            .get_str("stage")
-            .unwrap(),
-        "IXSCAN"
+        count_scan.get_document("indexBounds").unwrap(),
+        &doc! {"at": ["[-inf, 100)"]}
     );
     let execution = stage(&reply, &["executionStats", "executionStages"]);
     assert_eq!(execution.get_i32("nCounted").unwrap(), 10);
+    // Counted from the keys alone: no document read.
+    assert_eq!(
+        stage(execution, &["inputStage"]).get_str("stage").unwrap(),
+        "COUNT_SCAN"
+    );
+    assert_eq!(
+        stage(&reply, &["executionStats"])
+            .get_i32("totalDocsExamined")
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        stage(&reply, &["executionStats"])
+            .get_i32("totalKeysExamined")
+            .unwrap(),
+        10
+    );
+    // A filter the keys do not answer exactly fetches the documents.
+    let reply = explain(
+        &db,
+        doc! {"count": "events", "query": {"at": {"$lt": 100}, "n": 1}},
+        "executionStats",
+    )
+    .await;
+    let execution = stage(&reply, &["executionStats", "executionStages"]);
+    assert_eq!(
+        stage(execution, &["inputStage"]).get_str("stage").unwrap(),
+        "FETCH"
+    );
+    assert_eq!(execution.get_i32("nCounted").unwrap(), 2);
 
     let reply = explain(
         &db,
@@ -557,6 +607,36 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         stages[1].as_document().unwrap(),
         &doc! {"$project": {"at": 1}}
     );
+    // A leading `$sort` + `$limit` is read in index order and stops after the limit.
+    let reply = explain(&db, doc! {"aggregate": "events", "pipeline": [{"$match": {"user": 3}}, {"$sort": {"at": -1}}, {"$limit": 2}], "cursor": {}}, "executionStats").await;
+    let cursor = reply.get_array("stages").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("$cursor")
+        .unwrap();
+    let ixscan = stage(cursor, &["queryPlanner", "winningPlan", "inputStage"]);
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "user_1_at_1");
+    assert_eq!(ixscan.get_str("direction").unwrap(), "backward");
+    assert_eq!(
+        stage(cursor, &["executionStats"])
+            .get_i32("totalKeysExamined")
+            .unwrap(),
+        2
+    );
+    let newest: Vec<Document> = db
+        .collection::<Document>("events")
+        .aggregate(vec![
+            doc! {"$match": {"user": 3}},
+            doc! {"$sort": {"at": -1}},
+            doc! {"$limit": 2},
+            doc! {"$project": {"_id": 1}},
+        ])
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(newest, vec![doc! {"_id": 983}, doc! {"_id": 963}]);
     // `explain: true` on aggregate itself.
     let reply = db
         .run_command(
@@ -705,4 +785,59 @@ async fn multikey_indexes_keep_one_predicates_bounds_and_index_changes_replan() 
         .await
         .unwrap();
     assert_eq!(chosen(&explain(&db, both, "queryPlanner").await), "a_1");
+}
+
+#[tokio::test]
+async fn counts_and_index_reads_never_include_expired_documents() {
+    use std::sync::Arc;
+    use tideway::clock::{Clock, ManualClock};
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = tideway::Config {
+        set_parameter: vec!["ttlMonitorEnabled=false".into()],
+        ..common::test_config()
+    };
+    let server = TestServer::start_with_clock(config, clock.clone()).await;
+    let db = server.client().database("expiry");
+    let now = clock.now_ms();
+    let c = db.collection::<Document>("c");
+    // Half the documents expire 10 s from now under a TTL index on `expireAt`.
+    c.insert_many((0..100).map(|i| {
+        let expire_in = if i % 2 == 0 { 10_000 } else { 3_600_000 };
+        doc! {"_id": i, "a": i, "expireAt": bson::DateTime::from_millis(now + expire_in)}
+    }))
+    .await
+    .unwrap();
+    db.run_command(doc! {"createIndexes": "c", "indexes": [
+        {"key": {"a": 1}, "name": "a_1"},
+        {"key": {"expireAt": 1}, "name": "ttl", "expireAfterSeconds": 0},
+    ]})
+    .await
+    .unwrap();
+    let window = doc! {"a": {"$gte": 10, "$lt": 30}};
+    assert_eq!(c.count_documents(window.clone()).await.unwrap(), 20);
+    clock.advance_ms(10_000);
+    // Nothing reaped yet: the index still holds the expired documents' keys.
+    assert_eq!(c.count_documents(window.clone()).await.unwrap(), 10);
+    let reply = db
+        .run_command(doc! {"count": "c", "query": window.clone()})
+        .await
+        .unwrap();
+    assert_eq!(reply.get_i32("n").unwrap(), 10);
+    let found: Vec<Document> = c
+        .find(window.clone())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(found.iter().all(|d| d.get_i32("a").unwrap() % 2 == 1));
+    assert_eq!(found.len(), 10);
+    // Judging expiry needs the documents: the count fetches them.
+    let reply = explain(&db, doc! {"count": "c", "query": window}, "executionStats").await;
+    let execution = stage(&reply, &["executionStats", "executionStages"]);
+    assert_eq!(
+        stage(execution, &["inputStage"]).get_str("stage").unwrap(),
+        "FETCH"
+    );
+    assert_eq!(execution.get_i32("nCounted").unwrap(), 10);
 }

@@ -13,7 +13,7 @@ use crate::commands::args::{
     check_collation, check_hint, optional_bool, optional_document, validate_namespace, wrong_type,
 };
 use crate::commands::ddl::{storage_stats, visible_stats};
-use crate::commands::find::{buffered_cursor, stream_cursor};
+use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
@@ -127,15 +127,27 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
             // Documents flow through the pipeline as they are read: only blocking stages hold
             // any, within their limits.
-            let query = Query {
-                hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
-                ..Query::filter(Arc::new(filter))
-            };
-            let mut stream = view
-                .plan(storage, &ctx.state.plan_cache, &query)
-                .await?
-                .stream;
-            while let Some(record) = stream.next(storage).await? {
+            let query = aggregation_query(&view, body, &pipeline, filter);
+            let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
+            if pipeline.counts_only() {
+                // `countDocuments(filter)`: from the index keys when they answer it.
+                if let Some(count) =
+                    count_from_keys(ctx, &view, &planned.plan, &query.filter).await?
+                {
+                    let output = pipeline.run_counted(count, &context)?;
+                    return buffered_cursor(ctx, body, ns.to_string(), output).await;
+                }
+            }
+            // A read in the order of a leading `$sort` followed by `$limit n` can stop after n
+            // documents: they are the first n the sort would keep.
+            let enough = query.wanted.filter(|_| planned.plan.provides_sort);
+            let mut stream = planned.stream;
+            let mut read = 0;
+            while enough.is_none_or(|enough| read < enough) {
+                let Some(record) = stream.next(storage).await? else {
+                    break;
+                };
+                read += 1;
                 run.push(record.doc).map_err(during_aggregation)?;
             }
         }
@@ -204,4 +216,23 @@ async fn coll_stats_source(
         out.insert("count", count as i64);
     }
     Ok(out)
+}
+
+/// What an aggregation reads from its collection: the leading `$match`, in the order of a
+/// `$sort` right after it (with the `$limit` after that), under the command's `hint`.
+pub fn aggregation_query(
+    view: &crate::exec::CollectionView,
+    body: &Document,
+    pipeline: &Pipeline,
+    filter: Filter,
+) -> Query {
+    let (sort, wanted) = pipeline
+        .leading_sort()
+        .map_or((None, None), |(sort, limit)| (Some(sort.clone()), limit));
+    Query {
+        filter: Arc::new(filter),
+        sort,
+        wanted,
+        hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+    }
 }

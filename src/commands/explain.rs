@@ -13,11 +13,13 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{collection_namespace, optional_bool, wrong_type};
-use crate::commands::find::{planned_matches, start_find};
+use crate::commands::find::{planned_matches, start_find, PlannedMatches};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::ScanStats;
-use crate::planner::explain::{access_stages, count, parsed_query, query_hash, wrap};
+use crate::planner::explain::{
+    access_stages, count, count_scan_stage, parsed_query, query_hash, wrap,
+};
 use crate::planner::PlanSummary;
 use crate::query::{values_equal, Update, UpdateContext};
 
@@ -292,38 +294,41 @@ async fn explain_count(
 ) -> CommandResult<Document> {
     let started = Instant::now();
     let ns = collection_namespace(ctx, body)?;
-    let (records, summary, stats) = planned_matches(ctx, body, None, None).await?;
+    let matches = planned_matches(ctx, body, None, None, true).await?;
+    let (summary, stats) = (&matches.summary, &matches.stats);
     let skip = crate::commands::args::optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
     let limit = crate::commands::args::optional_i64(ctx, body, "limit")?
         .map(i64::unsigned_abs)
         .filter(|limit| *limit > 0);
-    let counted = (records.len() as u64)
+    let counted = matches
+        .count
         .saturating_sub(skip)
         .min(limit.unwrap_or(u64::MAX));
+    let access = |stats: Option<&ScanStats>| match summary.plan.count_scan(&summary.filter) {
+        Some(scan) if matches.from_keys => count_scan_stage(scan, stats),
+        _ => access_stages(&summary.plan, &summary.filter, stats),
+    };
     let wrap_count = |access: Document, counted: Option<u64>| {
         let mut fields = Document::new();
         if let Some(counted) = counted {
             fields.insert("nCounted", count(counted));
-        }
-        if skip > 0 {
-            fields.insert("nSkipped", count(skip.min(records.len() as u64)));
+            if skip > 0 {
+                fields.insert("nSkipped", count(skip.min(matches.count)));
+            }
         }
         wrap(access, "COUNT", fields, counted.map(|_| 0))
     };
-    let planner = query_planner(&ns.to_string(), &summary, &|access, _| {
-        wrap_count(access, None)
+    let planner = query_planner(&ns.to_string(), summary, &|_, _| {
+        wrap_count(access(None), None)
     });
     if verbosity == Verbosity::QueryPlanner {
         return Ok(explain_reply(planner, None));
     }
-    let stages = wrap_count(
-        access_stages(&summary.plan, &summary.filter, Some(&stats)),
-        Some(counted),
-    );
+    let stages = wrap_count(access(Some(stats)), Some(counted));
     Ok(explain_reply(
         planner,
         Some(execution_stats(
-            &summary, verbosity, 0, &stats, started, stages,
+            summary, verbosity, 0, stats, started, stages,
         )),
     ))
 }
@@ -345,7 +350,12 @@ async fn explain_distinct(
             ))
         }
     };
-    let (records, summary, stats) = planned_matches(ctx, body, None, None).await?;
+    let PlannedMatches {
+        records,
+        summary,
+        stats,
+        ..
+    } = planned_matches(ctx, body, None, None, false).await?;
     let projection = doc! {"_id": 0, key.as_str(): 1};
     let wrap_projection = |access: Document, returned: Option<u64>| {
         wrap(
@@ -414,12 +424,21 @@ async fn explain_aggregate(
             "explain of a pipeline that starts with a source stage is not supported by tideway",
         ));
     }
-    let leading_match = documents
-        .first()
-        .and_then(|stage| stage.get_document("$match").ok())
-        .cloned();
+    let leading_match = pipeline.leading_match().cloned();
+    let leading_stages = documents
+        .iter()
+        .take_while(|stage| stage.contains_key("$match"))
+        .count();
     let query_body = read_body(ctx, &ns, leading_match.clone().unwrap_or_default(), body);
-    let (records, summary, stats) = planned_matches(ctx, &query_body, None, None).await?;
+    let (sort, wanted) = pipeline
+        .leading_sort()
+        .map_or((None, None), |(sort, limit)| (Some(sort.clone()), limit));
+    let PlannedMatches {
+        records,
+        summary,
+        stats,
+        ..
+    } = planned_matches(ctx, &query_body, sort, wanted, false).await?;
     let planner = query_planner(&ns.to_string(), &summary, &|access, _| access);
     let mut cursor = doc! {"queryPlanner": planner};
     if verbosity >= Verbosity::ExecutionStats {
@@ -431,12 +450,12 @@ async fn explain_aggregate(
         );
     }
     let mut explained = vec![Bson::Document(doc! {"$cursor": cursor})];
-    let rest = if leading_match.is_some() {
-        &documents[1..]
-    } else {
-        &documents[..]
-    };
-    explained.extend(rest.iter().cloned().map(Bson::Document));
+    explained.extend(
+        documents[leading_stages..]
+            .iter()
+            .cloned()
+            .map(Bson::Document),
+    );
     Ok(doc! {"explainVersion": "1", "stages": explained})
 }
 
@@ -536,8 +555,12 @@ async fn explain_write(
         }
         _ => None,
     };
-    let (records, summary, stats) =
-        planned_matches(ctx, &query_body, sort.clone(), single.then_some(1)).await?;
+    let PlannedMatches {
+        records,
+        summary,
+        stats,
+        ..
+    } = planned_matches(ctx, &query_body, sort.clone(), single.then_some(1), false).await?;
     // A single write takes the first match in sort order.
     let records = match &sort {
         Some(sort) if single && !summary.plan.provides_sort => {

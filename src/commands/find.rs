@@ -15,12 +15,12 @@ use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{CollectionView, ScanStats, Visibility};
-use crate::planner::{self, PlanSummary, Query};
+use crate::planner::{self, PlanSummary, Query, QueryPlan};
 use crate::query::pipeline::DocumentStream;
 use crate::query::{values_equal, Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
 use crate::state::bump;
-use crate::storage::Record;
+use crate::storage::{ReapSource, Record};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -350,15 +350,30 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     })
 }
 
-/// The records matching the command's `query` field (count, distinct, and explained writes:
-/// `sort` and `wanted` as the command would plan with), how they were planned, and what the
-/// read examined.
+/// What [`planned_matches`] read.
+pub struct PlannedMatches {
+    /// The matching records (none when only counted).
+    pub records: Vec<Record>,
+    /// How many matched.
+    pub count: u64,
+    pub summary: PlanSummary,
+    pub stats: ScanStats,
+    /// Counted from index keys alone (`COUNT_SCAN`), no document read.
+    pub from_keys: bool,
+}
+
+/// The records matching the command's `query` field (count, distinct, and explained reads and
+/// writes: `sort` and `wanted` as the command would plan with; when the plan yields that order,
+/// reading stops after `wanted`), how they were planned, and what the read examined. With
+/// `count_only`, the records are counted, from index keys when the plan allows it and nothing
+/// can be hidden by expiry.
 pub async fn planned_matches(
     ctx: &CommandContext<'_>,
     body: &Document,
     sort: Option<SortSpec>,
     wanted: Option<u64>,
-) -> CommandResult<(Vec<Record>, PlanSummary, ScanStats)> {
+    count_only: bool,
+) -> CommandResult<PlannedMatches> {
     let ns = collection_namespace(ctx, body)?;
     let filter = Arc::new(parse_filter(ctx, body, "query")?);
     check_collation(ctx.name, body)?;
@@ -373,16 +388,72 @@ pub async fn planned_matches(
     let storage = ctx.state.storage.as_ref();
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
     let summary = PlanSummary::of(&planned, &query);
+    if count_only {
+        if let Some(count) = count_from_keys(ctx, &view, &planned.plan, &query.filter).await? {
+            return Ok(PlannedMatches {
+                records: Vec::new(),
+                count,
+                summary,
+                stats: ScanStats {
+                    keys_examined: count,
+                    ..ScanStats::default()
+                },
+                from_keys: true,
+            });
+        }
+    }
+    // In the order asked for, the first `wanted` documents are all the command uses.
+    let enough = wanted.filter(|_| planned.plan.provides_sort);
     let mut stream = planned.stream;
     let mut records = Vec::new();
-    while let Some(record) = stream.next(storage).await? {
-        records.push(record);
+    let mut count = 0;
+    while enough.is_none_or(|enough| count < enough) {
+        let Some(record) = stream.next(storage).await? else {
+            break;
+        };
+        count += 1;
+        if !count_only {
+            records.push(record);
+        }
     }
-    Ok((records, summary, stream.stats()))
+    Ok(PlannedMatches {
+        records,
+        count,
+        summary,
+        stats: stream.stats(),
+        from_keys: false,
+    })
+}
+
+/// The number of documents `filter` matches, counted from the index keys of `plan` alone
+/// (mongod's `COUNT_SCAN`) when the plan allows it and nothing in the collection can be hidden
+/// by expiry (judging expiry needs the documents); `None` otherwise.
+pub async fn count_from_keys(
+    ctx: &CommandContext<'_>,
+    view: &CollectionView,
+    plan: &QueryPlan,
+    filter: &Filter,
+) -> CommandResult<Option<u64>> {
+    if view.visibility.expired().is_some() {
+        return Ok(None);
+    }
+    let Some(scan) = plan.count_scan(filter) else {
+        return Ok(None);
+    };
+    let sources = scan
+        .ranges
+        .iter()
+        .map(|range| ReapSource::Index {
+            name: scan.index.name.clone(),
+            range: range.clone(),
+        })
+        .collect();
+    let counted = ctx.state.storage.count_entries(&view.ns, sources).await?;
+    Ok(Some(counted.in_sources))
 }
 
 async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
-    Ok(planned_matches(ctx, body, None, None).await?.0)
+    Ok(planned_matches(ctx, body, None, None, false).await?.records)
 }
 
 async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -402,7 +473,7 @@ async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             .await?
             .map_or(0, |stats| stats.count)
     } else {
-        matching_records(ctx, body).await?.len() as u64
+        planned_matches(ctx, body, None, None, true).await?.count
     };
     let counted = matched.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
     let n = i32::try_from(counted).map_or(Bson::Int64(counted as i64), Bson::Int32);

@@ -654,6 +654,52 @@ pub(crate) fn combine(mut found: Vec<IntervalList>, multikey: bool) -> IntervalL
         .fold(first, |current, bounds| current.intersect(bounds))
 }
 
+/// Whether a key inside `expr`'s bounds always belongs to a document `expr` matches, on an index
+/// that is not multikey: comparisons and `$in` of plain values (not null, NaN, arrays, regexes,
+/// decimals, MinKey/MaxKey), on a path that is one of `fields`.
+fn is_exact(expr: &Expr, fields: &[Vec<String>]) -> bool {
+    let plain = |value: &Bson| {
+        !matches!(
+            value,
+            Bson::Null
+                | Bson::Undefined
+                | Bson::Array(_)
+                | Bson::RegularExpression(_)
+                | Bson::Decimal128(_)
+                | Bson::MinKey
+                | Bson::MaxKey
+        ) && !is_nan(value)
+    };
+    let Expr::Leaf {
+        path: Some(path),
+        predicate,
+    } = expr
+    else {
+        return false;
+    };
+    fields.contains(path)
+        && match predicate {
+            Predicate::Compare(op, value) => {
+                plain(value) && (*op == CompareOp::Eq || bracket_bounds(value).is_some())
+            }
+            Predicate::In {
+                values, regexes, ..
+            } => regexes.is_empty() && values.iter().all(plain),
+            _ => false,
+        }
+}
+
+/// Whether the keys inside the bounds of a non-multikey index on `fields` are exactly the
+/// documents `filter` matches: every top-level conjunct is exact on one of the fields.
+pub(crate) fn covers(filter: &crate::query::Filter, fields: &[String]) -> bool {
+    let paths: Vec<Vec<String>> = fields
+        .iter()
+        .map(|field| crate::query::path::split_path(field))
+        .collect();
+    let conjuncts = filter.top_level_conjuncts();
+    !conjuncts.is_empty() && conjuncts.iter().all(|expr| is_exact(expr, &paths))
+}
+
 /// The bounds `filter`'s top-level conjuncts put on `path` of an index (multikey or not).
 pub fn field_bounds(filter: &crate::query::Filter, path: &str, multikey: bool) -> IntervalList {
     let conjuncts = filter.top_level_conjuncts();
@@ -1001,6 +1047,23 @@ mod tests {
             ))[0],
             "[\"\", {})"
         );
+    }
+
+    #[test]
+    fn exact_bounds_cover_plain_comparisons_only() {
+        let covered = |filter: Document| {
+            covers(
+                &Filter::parse(&filter).unwrap(),
+                &["a".to_string(), "b".to_string()],
+            )
+        };
+        assert!(covered(doc! {"a": {"$gte": 1, "$lt": 5}, "b": "x"}));
+        assert!(covered(doc! {"a": {"$in": [1, 2]}}));
+        assert!(!covered(doc! {"a": null}));
+        assert!(!covered(doc! {"a": {"$ne": 1}}));
+        assert!(!covered(doc! {"a": 1, "c": 1}));
+        assert!(!covered(doc! {"a": [1]}));
+        assert!(!covered(doc! {}));
     }
 
     #[test]

@@ -86,6 +86,17 @@ fn fetch(
     stage
 }
 
+/// `COUNT_SCAN`: a count answered from the keys of `scan`, no document fetched.
+pub fn count_scan_stage(scan: &IndexScan, stats: Option<&ScanStats>) -> Document {
+    let mut stage = index_scan_stage(scan);
+    stage.insert("stage", "COUNT_SCAN");
+    if let Some(stats) = stats {
+        stage.insert("nReturned", 0);
+        stage.insert("keysExamined", count(stats.keys_examined));
+    }
+    stage
+}
+
 fn index_scan_stage(scan: &IndexScan) -> Document {
     doc! {
         "stage": "IXSCAN",

@@ -148,6 +148,26 @@ impl QueryPlan {
         }
     }
 
+    /// The index scan whose keys alone answer a count of `filter`'s matches (mongod's
+    /// `COUNT_SCAN`): a secondary index, not multikey, without a key filter, whose bounds are
+    /// exact for every conjunct of the filter. The caller must also know nothing is hidden.
+    pub fn count_scan(&self, filter: &Filter) -> Option<&IndexScan> {
+        let Access::IndexScan(scan) = &self.access else {
+            return None;
+        };
+        let fields: Vec<String> = scan
+            .index
+            .key
+            .iter()
+            .map(|(field, _)| field.clone())
+            .collect();
+        (!scan.index.is_id_index()
+            && !scan.multikey
+            && scan.key_filter.is_none()
+            && bounds::covers(filter, &fields))
+        .then_some(scan)
+    }
+
     /// mongod's `planSummary`: `IXSCAN { at: 1 }`, `COLLSCAN`, `IDHACK`, `EOF`, or the scans of
     /// an `$or` joined by `, `.
     pub fn summary(&self) -> String {

@@ -290,6 +290,23 @@ impl Pipeline {
     }
 
     /// The special first stage the caller must provide the input for, if any.
+    /// The `$sort` that opens the stages after the leading `$match`, and the `$limit` right
+    /// after it if any: the order the caller may ask its read to produce, and how many documents
+    /// in that order are enough. `None` for pipelines with a source stage.
+    pub fn leading_sort(&self) -> Option<(&SortSpec, Option<u64>)> {
+        if self.source.is_some() {
+            return None;
+        }
+        let Stage::Sort(spec) = self.stages.first()? else {
+            return None;
+        };
+        let limit = match self.stages.get(1) {
+            Some(Stage::Limit(limit)) => Some(*limit),
+            _ => None,
+        };
+        Some((spec, limit))
+    }
+
     pub fn source(&self) -> Option<&SourceStage> {
         self.source.as_ref()
     }
