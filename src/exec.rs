@@ -412,6 +412,101 @@ pub async fn first_match(
     Ok(best.map(|(_, record)| record))
 }
 
+/// The distinct values at `path` of the visible documents inside `scan` (a [`distinct_scan`]
+/// of an index whose first field is `path`), in index order: one document is read per key
+/// value, then the scan jumps past every key with that value. A document without a value at
+/// `path` (keyed as null, or undefined for `[]`) gives nothing and the scan goes on within the
+/// value, so an explicit null later in the group is still found.
+///
+/// [`distinct_scan`]: crate::planner::distinct_scan
+pub async fn distinct_values(
+    storage: &dyn Storage,
+    view: &CollectionView,
+    scan: &IndexScan,
+    path: &str,
+) -> StorageResult<(Vec<Bson>, ScanStats)> {
+    let direction = scan
+        .index
+        .key
+        .first()
+        .map_or(keycodec::Direction::Ascending, |(_, direction)| *direction);
+    let mut values: Vec<Bson> = Vec::new();
+    let mut stats = ScanStats::default();
+    for range in &scan.ranges {
+        let mut lower = range.0.clone();
+        let mut resume_after = None;
+        loop {
+            tokio::task::yield_now().await;
+            let page = storage
+                .scan(
+                    &view.ns,
+                    ScanRequest {
+                        source: ScanSource::Index {
+                            name: scan.index.name.clone(),
+                            ranges: vec![(lower.clone(), range.1.clone())],
+                        },
+                        resume_after: resume_after.take(),
+                        reverse: false,
+                        limit: 1,
+                        hide: view.visibility.expired(),
+                        key_filter: None,
+                    },
+                )
+                .await?;
+            stats.keys_examined += page.keys_examined;
+            stats.docs_examined += page.docs_examined;
+            let Some(resume) = page.resume else {
+                // The range is done; a last record may still have come with it.
+                if let Some(record) = page
+                    .records
+                    .into_iter()
+                    .find(|r| view.visibility.is_visible(r))
+                {
+                    push_distinct(&mut values, &record.doc, path);
+                }
+                break;
+            };
+            let Some(record) = page
+                .records
+                .into_iter()
+                .find(|r| view.visibility.is_visible(r))
+            else {
+                resume_after = Some(resume);
+                continue;
+            };
+            stats.returned += 1;
+            if !push_distinct(&mut values, &record.doc, path) {
+                resume_after = Some(resume);
+                continue;
+            }
+            // Past every key whose first component is this one.
+            let Ok((_, used)) = keycodec::decode_value(&resume, direction) else {
+                resume_after = Some(resume);
+                continue;
+            };
+            match keycodec::prefix_successor(&resume[..used]) {
+                Some(next) => lower = std::ops::Bound::Included(next),
+                None => break,
+            }
+        }
+    }
+    Ok((values, stats))
+}
+
+/// Adds the values at `path` of `document` not already in `values`; whether it had any.
+fn push_distinct(values: &mut Vec<Bson>, document: &Document, path: &str) -> bool {
+    let found = crate::query::lookup_values(document, path);
+    for value in &found {
+        if !values
+            .iter()
+            .any(|seen| crate::query::values_equal(seen, value))
+        {
+            values.push((*value).clone());
+        }
+    }
+    !found.is_empty()
+}
+
 /// A record in a spill file: the document and the metadata visibility needs.
 impl Spillable for Record {
     fn memory_bytes(&self) -> usize {

@@ -260,6 +260,37 @@ async fn every_index_plan_returns_what_a_collection_scan_returns() {
             reference.len(),
             "count {filter}"
         );
+        // Distinct values, through an index where one answers them, as a scan finds them.
+        for key in ["a", "b"] {
+            for query in [filter.clone(), doc! {}, doc! {key: {"$gte": 1}}] {
+                let distinct = |hint: Option<Document>| {
+                    let mut command =
+                        doc! {"distinct": collection.name(), "key": key, "query": query.clone()};
+                    if let Some(hint) = hint {
+                        command.insert("hint", hint);
+                    }
+                    let db = collection.client().database("planner");
+                    async move {
+                        db.run_command(command)
+                            .await
+                            .map(|reply| reply.get_array("values").unwrap().clone())
+                    }
+                };
+                let Ok(reference) = distinct(Some(doc! {"$natural": 1})).await else {
+                    continue;
+                };
+                // Equal values of different types (0 and -0.0) may be represented by either.
+                let values = distinct(None).await.unwrap();
+                assert!(
+                    values.len() == reference.len()
+                        && values
+                            .iter()
+                            .zip(&reference)
+                            .all(|(a, b)| tideway::query::values_equal(a, b)),
+                    "distinct {key} {query}: {values:?} vs {reference:?}"
+                );
+            }
+        }
         // Sorted reads: the same documents in an order consistent with the sort.
         let sort = doc! {rng.pick(&["a", "b"]): rng.pick(&[1, -1])};
         let by_sort = ids(collection, &filter, None, Some(sort.clone()))
@@ -581,11 +612,37 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         reply.get_document("queryPlanner").unwrap(),
         &["winningPlan"],
     );
+    // One document per distinct value, jumping from one key value to the next.
+    let scan = stage(winning, &["inputStage", "inputStage"]);
+    assert_eq!(scan.get_str("stage").unwrap(), "DISTINCT_SCAN");
+    assert_eq!(scan.get_str("indexName").unwrap(), "user_1_at_1");
+    let execution = stage(&reply, &["executionStats"]);
+    assert_eq!(execution.get_i32("totalDocsExamined").unwrap(), 2);
+    assert_eq!(execution.get_i32("totalKeysExamined").unwrap(), 2);
+    let reply = db
+        .run_command(doc! {"distinct": "events", "key": "user", "query": {"user": {"$in": [1, 2]}}})
+        .await
+        .unwrap();
     assert_eq!(
-        stage(winning, &["inputStage", "inputStage"])
-            .get_str("indexName")
+        reply.get_array("values").unwrap(),
+        &vec![Bson::Int32(1), Bson::Int32(2)]
+    );
+    let reply = db
+        .run_command(doc! {"distinct": "events", "key": "user"})
+        .await
+        .unwrap();
+    assert_eq!(reply.get_array("values").unwrap().len(), 20);
+    let reply = explain(
+        &db,
+        doc! {"distinct": "events", "key": "user"},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        stage(&reply, &["executionStats"])
+            .get_i32("totalDocsExamined")
             .unwrap(),
-        "user_1_at_1"
+        20
     );
 
     let reply = explain(&db, doc! {"aggregate": "events", "pipeline": [{"$match": {"at": 50}}, {"$project": {"at": 1}}], "cursor": {}}, "executionStats").await;

@@ -13,15 +13,16 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{collection_namespace, optional_bool, wrong_type};
-use crate::commands::find::{planned_matches, start_find, PlannedMatches};
+use crate::commands::find::{distinct_read, planned_matches, start_find, PlannedMatches};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::ScanStats;
 use crate::planner::explain::{
-    access_stages, count, count_scan_stage, parsed_query, query_hash, wrap,
+    access_stages, count, count_scan_stage, distinct_scan_stages, parsed_query, query_hash, wrap,
 };
+use crate::planner::Access;
 use crate::planner::PlanSummary;
-use crate::query::{values_equal, Update, UpdateContext};
+use crate::query::{Update, UpdateContext};
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "explain",
@@ -350,13 +351,13 @@ async fn explain_distinct(
             ))
         }
     };
-    let PlannedMatches {
-        records,
-        summary,
-        stats,
-        ..
-    } = planned_matches(ctx, body, None, None, false).await?;
+    let read = distinct_read(ctx, body).await?;
+    let (summary, stats) = (&read.summary, &read.stats);
     let projection = doc! {"_id": 0, key.as_str(): 1};
+    let access = |stats: Option<&ScanStats>| match &summary.plan.access {
+        Access::IndexScan(scan) if read.distinct_scan => distinct_scan_stages(scan, stats),
+        _ => access_stages(&summary.plan, &summary.filter, stats),
+    };
     let wrap_projection = |access: Document, returned: Option<u64>| {
         wrap(
             access,
@@ -365,29 +366,18 @@ async fn explain_distinct(
             returned,
         )
     };
-    let planner = query_planner(&ns.to_string(), &summary, &|access, _| {
-        wrap_projection(access, None)
+    let planner = query_planner(&ns.to_string(), summary, &|_, _| {
+        wrap_projection(access(None), None)
     });
     if verbosity == Verbosity::QueryPlanner {
         return Ok(explain_reply(planner, None));
     }
-    let mut values: Vec<&Bson> = Vec::new();
-    for record in &records {
-        for value in crate::query::lookup_values(&record.doc, &key) {
-            if !values.iter().any(|seen| values_equal(seen, value)) {
-                values.push(value);
-            }
-        }
-    }
-    let returned = records.len() as u64;
-    let stages = wrap_projection(
-        access_stages(&summary.plan, &summary.filter, Some(&stats)),
-        Some(returned),
-    );
+    let returned = stats.returned;
+    let stages = wrap_projection(access(Some(stats)), Some(returned));
     Ok(explain_reply(
         planner,
         Some(execution_stats(
-            &summary, verbosity, returned, &stats, started, stages,
+            summary, verbosity, returned, stats, started, stages,
         )),
     ))
 }

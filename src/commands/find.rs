@@ -14,7 +14,7 @@ use crate::commands::args::{
 use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{CollectionView, ScanStats, Visibility};
+use crate::exec::{self, CollectionView, ScanStats, Visibility};
 use crate::planner::{self, PlanSummary, Query, QueryPlan};
 use crate::query::pipeline::DocumentStream;
 use crate::query::{values_equal, Filter, Projection, SortSpec};
@@ -452,10 +452,6 @@ pub async fn count_from_keys(
     Ok(Some(counted.in_sources))
 }
 
-async fn matching_records(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Vec<Record>> {
-    Ok(planned_matches(ctx, body, None, None, false).await?.records)
-}
-
 async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let skip = optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
     // A negative limit counts like its absolute value, as mongod does.
@@ -480,7 +476,22 @@ async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     Ok(doc! {"n": n})
 }
 
-async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+/// What `distinct` read: the values, and how (a `DISTINCT_SCAN` of an index, or a plan whose
+/// documents were all read).
+pub struct DistinctRead {
+    pub values: Vec<Bson>,
+    /// Whether the values came from a `DISTINCT_SCAN` (the summary's plan is its index scan).
+    pub distinct_scan: bool,
+    pub summary: PlanSummary,
+    pub stats: ScanStats,
+}
+
+/// Runs `distinct`: by jumping through an index on the key when one answers it, otherwise by
+/// reading every matching document.
+pub async fn distinct_read(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+) -> CommandResult<DistinctRead> {
     let key = match body.get("key") {
         Some(Bson::String(key)) => key.clone(),
         Some(other) => return Err(wrong_type("distinct", "key", other, "string")),
@@ -491,9 +502,31 @@ async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             ))
         }
     };
-    let records = matching_records(ctx, body).await?;
+    let ns = collection_namespace(ctx, body)?;
+    let filter = parse_filter(ctx, body, "query")?;
+    check_collation(ctx.name, body)?;
+    let view = ctx.state.view(&ns).await?;
+    check_hint(&ns, view.meta.as_ref(), body)?;
+    let hint = planner::resolve_hint(view.meta.as_ref(), body.get("hint"));
+    let scan = view
+        .meta
+        .as_ref()
+        .and_then(|meta| planner::distinct_scan(meta, &filter, &key, &hint));
+    if let Some(scan) = scan {
+        let (mut values, stats) =
+            exec::distinct_values(ctx.state.storage.as_ref(), &view, &scan, &key).await?;
+        values.sort_by(crate::query::compare_values);
+        return Ok(DistinctRead {
+            values,
+            distinct_scan: true,
+            summary: PlanSummary::of_distinct_scan(scan, Arc::new(filter)),
+            stats,
+        });
+    }
+    drop(view);
+    let matches = planned_matches(ctx, body, None, None, false).await?;
     let mut values: Vec<Bson> = Vec::new();
-    for record in &records {
+    for record in &matches.records {
         // Leaf arrays arrive expanded: `{a: [1, [2]]}` yields 1 and [2], as mongod reports them.
         for value in crate::query::lookup_values(&record.doc, &key) {
             if !values.iter().any(|seen| values_equal(seen, value)) {
@@ -502,7 +535,17 @@ async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         }
     }
     values.sort_by(crate::query::compare_values);
-    Ok(doc! {"values": values})
+    Ok(DistinctRead {
+        values,
+        distinct_scan: false,
+        summary: matches.summary,
+        stats: matches.stats,
+    })
+}
+
+async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let read = distinct_read(ctx, body).await?;
+    Ok(doc! {"values": read.values})
 }
 
 /// The cursor reply of a result computed in full (catalog listings, aggregation results):

@@ -97,6 +97,23 @@ pub fn count_scan_stage(scan: &IndexScan, stats: Option<&ScanStats>) -> Document
     stage
 }
 
+/// `FETCH` over `DISTINCT_SCAN`: one document read per distinct key value of `scan`.
+pub fn distinct_scan_stages(scan: &IndexScan, stats: Option<&ScanStats>) -> Document {
+    let mut distinct = index_scan_stage(scan);
+    distinct.insert("stage", "DISTINCT_SCAN");
+    if let Some(stats) = stats {
+        distinct.insert("nReturned", count(stats.docs_examined));
+        distinct.insert("keysExamined", count(stats.keys_examined));
+    }
+    let mut fetch = doc! {"stage": "FETCH"};
+    if let Some(stats) = stats {
+        fetch.insert("nReturned", count(stats.returned));
+        fetch.insert("docsExamined", count(stats.docs_examined));
+    }
+    fetch.insert("inputStage", distinct);
+    fetch
+}
+
 fn index_scan_stage(scan: &IndexScan) -> Document {
     doc! {
         "stage": "IXSCAN",

@@ -230,6 +230,20 @@ impl PlanSummary {
     }
 }
 
+impl PlanSummary {
+    /// The summary of a [`distinct_scan`] (no trial, nothing rejected).
+    pub fn of_distinct_scan(scan: IndexScan, filter: Arc<Filter>) -> PlanSummary {
+        let shape = shape_key(&Query::filter(filter.clone()));
+        PlanSummary {
+            plan: QueryPlan::new(Access::IndexScan(scan), true),
+            rejected: Vec::new(),
+            trial: None,
+            filter,
+            shape,
+        }
+    }
+}
+
 /// Plans `query` over `view` and returns the stream to read.
 pub async fn plan(
     storage: &dyn Storage,
@@ -572,6 +586,31 @@ async fn run_trial(
         trial.score = 1.0 + results / works + eof_bonus + sort_bonus;
     }
     Ok(())
+}
+
+/// The index scan that answers `distinct(key, filter)` by jumping from one key value to the next
+/// (mongod's `DISTINCT_SCAN`): an unhinted query, an index usable by itself whose first field is
+/// `key`, not sparse and not multikey (each document then has one value there, the one its
+/// key holds), and a filter that is empty or exactly answered by bounds on `key` alone.
+pub fn distinct_scan(
+    meta: &CollectionMeta,
+    filter: &Filter,
+    key: &str,
+    hint: &Hint,
+) -> Option<IndexScan> {
+    if *hint != Hint::None {
+        return None;
+    }
+    let covered = filter.matches_everything() || bounds::covers(filter, &[key.to_string()]);
+    if !covered {
+        return None;
+    }
+    let conjuncts = filter.top_level_conjuncts();
+    meta.indexes
+        .iter()
+        .filter(|index| usable(index) && !index.sparse && !meta.is_multikey(&index.name))
+        .find(|index| index.key.first().is_some_and(|(field, _)| field == key))
+        .map(|index| IndexScan::new(index, index_bounds(index, &conjuncts, false), false, false))
 }
 
 /// Resolves a command's `hint` field; `Err` carries mongod's messages (see
