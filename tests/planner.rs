@@ -486,6 +486,29 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
     assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 0);
     assert_eq!(stats.get_i32("nReturned").unwrap(), 143);
 
+    // A blocking sort with a limit keeps only the top k.
+    let reply = explain(
+        &db,
+        doc! {"find": "events", "filter": {"user": 3}, "sort": {"n": -1}, "skip": 1, "limit": 3},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "LIMIT");
+    let skip = stage(winning, &["inputStage"]);
+    assert_eq!(skip.get_str("stage").unwrap(), "SKIP");
+    let sort = stage(skip, &["inputStage"]);
+    assert_eq!(sort.get_str("stage").unwrap(), "SORT");
+    assert_eq!(sort.get_i32("limitAmount").unwrap(), 4);
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 3);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 50);
+    let sorted = stage(stats, &["executionStages", "inputStage", "inputStage"]);
+    assert_eq!(sorted.get_i32("nReturned").unwrap(), 4);
+
     // Contradictory bounds on a non-multikey index: nothing is read.
     let reply = explain(
         &db,
