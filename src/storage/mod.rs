@@ -498,8 +498,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     async fn set_collection_options(&self, ns: &Namespace, options: Document) -> StorageResult<()>;
     /// Creates the indexes that do not exist yet (creating the collection if needed), building each
     /// from the existing documents. All or nothing: a unique index that existing documents violate
-    /// fails with `DuplicateKey` and no index of the call is created. `catalog_only` indexes are
-    /// only recorded (never built). Returns the new metadata.
+    /// fails with `DuplicateKey` and no index of the call is created (nothing of it is left). The
+    /// build need not block other writes: an engine may build in steps while writes go on (and
+    /// maintain the index); the indexes appear in [`CollectionMeta`] only once complete, and a
+    /// crash during a build leaves no trace after reopening. `catalog_only` indexes are only
+    /// recorded (never built). Returns the new metadata.
     async fn create_indexes(
         &self,
         ns: &Namespace,

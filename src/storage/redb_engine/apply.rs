@@ -14,6 +14,7 @@
 //! Must not: read outside the batch's transaction, or touch the published catalog.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
@@ -34,8 +35,6 @@ use crate::storage::{
 };
 
 pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
-/// (stored key, value) pairs of one index table.
-type IndexEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A write operation with its keys and record bytes computed on the caller's task.
 pub(super) enum PreparedOp {
@@ -295,11 +294,14 @@ fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
     Ok(())
 }
 
-pub(super) fn create_indexes(
+/// The first step of `create_indexes`: validates the specs and registers the new indexes, the
+/// catalog-only ones finished, the others empty and building (see [`IndexEntry::building`]), so
+/// that every write from now on maintains them. Returns the ids of the indexes to build.
+pub(super) fn begin_index_build(
     batch: &mut Batch,
     ns: &Namespace,
     specs: Vec<IndexSpec>,
-) -> StorageResult<CollectionMeta> {
+) -> StorageResult<Vec<u64>> {
     let current = existing(batch, ns);
     let mut keyers: Vec<IndexKeyer> = Vec::new();
     for spec in specs {
@@ -319,89 +321,191 @@ pub(super) fn create_indexes(
         None => new_collection(batch, ns, Document::new())?,
     };
     if keyers.is_empty() {
-        return Ok(entry.meta.clone());
+        return Ok(Vec::new());
     }
-    // Catalog-only indexes are only recorded: no scan of the documents when all are.
-    let built = if keyers.iter().any(|keyer| !keyer.spec().catalog_only) {
-        build_index_entries(&batch.txn, &entry, &keyers)?
-    } else {
-        vec![(Vec::new(), false); keyers.len()]
-    };
     let mut updated = (*entry).clone();
-    for (keyer, (entries, multikey)) in keyers.into_iter().zip(built) {
+    let mut building = Vec::new();
+    for keyer in keyers {
         let id = batch.counters.take_index_id();
-        let table_name = index_table_name(id);
-        if keyer.spec().catalog_only {
-            updated.indexes.push(IndexEntry {
-                id,
-                table: table_name,
-                keyer,
-                multikey: false,
-            });
-            continue;
+        let table = index_table_name(id);
+        let catalog_only = keyer.spec().catalog_only;
+        if !catalog_only {
+            batch.txn.open_table(bytes_table(&table)).map_err(io)?;
+            building.push(id);
         }
-        let mut table = batch.txn.open_table(bytes_table(&table_name)).map_err(io)?;
-        let mut size = SizeDelta::default();
-        for (key, value) in &entries {
-            table.insert(key.as_slice(), value.as_slice()).map_err(io)?;
-            size.add(key.len(), value.len());
-        }
-        drop(table);
-        size.save(&batch.txn, &table_name)?;
         updated.indexes.push(IndexEntry {
             id,
-            table: table_name,
+            table,
             keyer,
-            multikey,
+            multikey: false,
+            building: !catalog_only,
         });
+    }
+    updated.sync_index_specs();
+    put_entry(batch, updated)?;
+    Ok(building)
+}
+
+/// One step of an index build: adds the keys of up to `limit` documents stored after `after`
+/// (in `_id` order) to the building indexes `ids`, all or nothing (a unique violation or an
+/// unindexable document fails the step before anything is written). Documents written since the
+/// build began are already indexed; adding their keys again changes nothing. Returns where the
+/// next step starts, or `None` when every document is done.
+pub(super) fn index_build_step(
+    batch: &mut Batch,
+    ns: &Namespace,
+    ids: &[u64],
+    after: Option<Vec<u8>>,
+    limit: usize,
+) -> StorageResult<Option<Vec<u8>>> {
+    let entry = require(batch, ns)?;
+    let building: Vec<&IndexEntry> = entry
+        .indexes
+        .iter()
+        .filter(|index| index.building && ids.contains(&index.id))
+        .collect();
+    if building.is_empty() {
+        return Ok(None);
+    }
+    let data = batch
+        .txn
+        .open_table(bytes_table(&entry.data_table))
+        .map_err(io)?;
+    let mut tables = building
+        .iter()
+        .map(|index| batch.txn.open_table(bytes_table(&index.table)).map_err(io))
+        .collect::<StorageResult<Vec<_>>>()?;
+    let lower = match &after {
+        Some(after) => Bound::Excluded(after.as_slice()),
+        None => Bound::Unbounded,
+    };
+    // Per index: the stored entries to add, and (unique indexes) the owner of each key so far.
+    let mut additions: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); building.len()];
+    let mut claimed: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(); building.len()];
+    let mut multikey = vec![false; building.len()];
+    let mut last: Option<Vec<u8>> = None;
+    let mut processed = 0;
+    for item in data.range::<&[u8]>((lower, Bound::Unbounded)).map_err(io)? {
+        if processed == limit {
+            break;
+        }
+        processed += 1;
+        let (id_key, record) = item.map_err(io)?;
+        let id_key = id_key.value();
+        let document = record_document(record.value())?;
+        for (position, index) in building.iter().enumerate() {
+            let keys = index.keyer.keys(&document)?;
+            multikey[position] |= keys.len() > 1;
+            for key in keys {
+                if index.unique() {
+                    let stored = tables[position]
+                        .get(key.as_slice())
+                        .map_err(io)?
+                        .map(|owner| owner.value().to_vec());
+                    let owner = claimed[position].get(&key).cloned().or(stored);
+                    if owner.is_some_and(|owner| owner.as_slice() != id_key) {
+                        return Err(index.keyer.duplicate_key(ns, &document, &key));
+                    }
+                    claimed[position].insert(key.clone(), id_key.to_vec());
+                }
+                additions[position].push((
+                    entry_key(&key, id_key, index.unique()),
+                    entry_value(id_key, index.unique()).to_vec(),
+                ));
+            }
+        }
+        last = Some(id_key.to_vec());
+    }
+    drop(data);
+    for ((table, index), entries) in tables.iter_mut().zip(&building).zip(&additions) {
+        let mut size = SizeDelta::default();
+        for (key, value) in entries {
+            if table
+                .insert(key.as_slice(), value.as_slice())
+                .map_err(io)?
+                .is_none()
+            {
+                size.add(key.len(), value.len());
+            }
+        }
+        size.save(&batch.txn, &index.table)?;
+    }
+    drop(tables);
+    if multikey.iter().any(|flag| *flag) {
+        let mut updated = (*entry).clone();
+        for index in &mut updated.indexes {
+            if let Some(position) = building.iter().position(|built| built.id == index.id) {
+                index.multikey |= multikey[position];
+            }
+        }
+        put_entry(batch, updated)?;
+    }
+    Ok(if processed == limit { last } else { None })
+}
+
+/// The last step of a build: the indexes `ids` are finished and readable.
+pub(super) fn finish_index_build(
+    batch: &mut Batch,
+    ns: &Namespace,
+    ids: &[u64],
+) -> StorageResult<CollectionMeta> {
+    let mut updated = (*require(batch, ns)?).clone();
+    for index in &mut updated.indexes {
+        if ids.contains(&index.id) {
+            index.building = false;
+        }
     }
     updated.sync_index_specs();
     Ok(put_entry(batch, updated)?.meta.clone())
 }
 
-/// Every (stored key, value) of each new index over the collection's documents, sorted (none for
-/// catalog-only indexes), and whether some document has several keys in it; fails on a unique
-/// violation or parallel arrays before anything is written.
-fn build_index_entries(
+/// Undoes a failed build: the building indexes `ids` are dropped with their entries.
+pub(super) fn abort_index_build(
+    batch: &mut Batch,
+    ns: &Namespace,
+    ids: &[u64],
+) -> StorageResult<()> {
+    let Some(entry) = existing(batch, ns) else {
+        return Ok(());
+    };
+    let mut updated = (*entry).clone();
+    for index in entry
+        .indexes
+        .iter()
+        .filter(|index| ids.contains(&index.id) && index.building)
+    {
+        delete_table(&batch.txn, &index.table)?;
+    }
+    updated
+        .indexes
+        .retain(|index| !(ids.contains(&index.id) && index.building));
+    updated.sync_index_specs();
+    put_entry(batch, updated)?;
+    Ok(())
+}
+
+/// Drops every index a crash left building, from `catalog` and `txn` (at open, before any
+/// other write); whether there was one.
+pub(super) fn drop_interrupted_builds(
     txn: &WriteTransaction,
-    entry: &CollectionEntry,
-    keyers: &[IndexKeyer],
-) -> StorageResult<Vec<(IndexEntries, bool)>> {
-    let data = txn.open_table(bytes_table(&entry.data_table)).map_err(io)?;
-    let mut unique_owner: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(); keyers.len()];
-    let mut entries: Vec<IndexEntries> = vec![Vec::new(); keyers.len()];
-    let mut multikey = vec![false; keyers.len()];
-    for item in data.iter().map_err(io)? {
-        let (id_key, record) = item.map_err(io)?;
-        let id_key = id_key.value();
-        let document = record_document(record.value())?;
-        for (position, keyer) in keyers.iter().enumerate() {
-            if keyer.spec().catalog_only {
-                continue;
-            }
-            let unique = keyer.spec().unique;
-            let keys = keyer.keys(&document)?;
-            multikey[position] |= keys.len() > 1;
-            for key in keys {
-                if unique {
-                    if unique_owner[position].contains_key(&key) {
-                        return Err(keyer.duplicate_key(&entry.meta.ns, &document, &key));
-                    }
-                    unique_owner[position].insert(key, id_key.to_vec());
-                } else {
-                    entries[position].push((entry_key(&key, id_key, false), Vec::new()));
-                }
-            }
+    catalog: &mut super::catalog::Catalog,
+) -> StorageResult<bool> {
+    let mut dropped = false;
+    for entry in catalog.collections.values_mut() {
+        if !entry.indexes.iter().any(|index| index.building) {
+            continue;
         }
-    }
-    for (position, owners) in unique_owner.into_iter().enumerate() {
-        if keyers[position].spec().unique {
-            entries[position] = owners.into_iter().collect();
-        } else {
-            entries[position].sort_unstable();
+        let mut updated = (**entry).clone();
+        for index in entry.indexes.iter().filter(|index| index.building) {
+            delete_table(txn, &index.table)?;
         }
+        updated.indexes.retain(|index| !index.building);
+        updated.sync_index_specs();
+        save_entry(txn, &updated)?;
+        *entry = Arc::new(updated);
+        dropped = true;
     }
-    Ok(entries.into_iter().zip(multikey).collect())
+    Ok(dropped)
 }
 
 pub(super) fn drop_indexes(

@@ -50,6 +50,10 @@ pub(super) struct IndexEntry {
     /// Some document has (or had) more than one key in it, as mongod's multikey flag: once set,
     /// it stays. While unset, each document has at most one entry, so entries count documents.
     pub multikey: bool,
+    /// Being built: writes maintain it, the build fills in the documents stored before it
+    /// began, and it is not in `meta.indexes` (nothing reads it) until the build finishes. One
+    /// found at open belongs to a build a crash interrupted and is dropped.
+    pub building: bool,
 }
 
 impl IndexEntry {
@@ -59,6 +63,7 @@ impl IndexEntry {
             table: index_table_name(id),
             keyer: IndexKeyer::new(spec)?,
             multikey: false,
+            building: false,
         })
     }
 
@@ -172,16 +177,19 @@ impl CollectionEntry {
     }
 
     /// Rebuilds `meta.indexes` (keeping the `_id_` spec) and `meta.multikey_indexes` from
-    /// `indexes`.
+    /// the finished `indexes`.
     pub fn sync_index_specs(&mut self) {
         self.meta.indexes.truncate(1);
-        self.meta
-            .indexes
-            .extend(self.indexes.iter().map(|index| index.spec().clone()));
+        self.meta.indexes.extend(
+            self.indexes
+                .iter()
+                .filter(|index| !index.building)
+                .map(|index| index.spec().clone()),
+        );
         self.meta.multikey_indexes = self
             .indexes
             .iter()
-            .filter(|index| index.multikey)
+            .filter(|index| index.multikey && !index.building)
             .map(|index| index.spec().name.clone())
             .collect();
     }
@@ -237,6 +245,7 @@ impl CollectionEntry {
                     "sparse": spec.sparse,
                     "catalogOnly": spec.catalog_only,
                     "multikey": index.multikey,
+                    "building": index.building,
                     "spec": spec.spec.clone(),
                 };
                 if let Some(filter) = &spec.partial_filter {
@@ -336,6 +345,7 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
         IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))?;
     // Entries written before the flag existed carry none: assume the worst.
     index.multikey = encoded.get_bool("multikey").unwrap_or(true);
+    index.building = encoded.get_bool("building").unwrap_or(false);
     Ok(index)
 }
 

@@ -156,7 +156,11 @@ impl RedbStorage {
         let db = source.open()?;
         let counters = init_meta(&db)?;
         let time_high_water_ms = read_time_high_water(&db)?;
-        let catalog = load_catalog(&db)?;
+        let mut catalog = load_catalog(&db)?;
+        let txn = db.begin_write().map_err(io)?;
+        if apply::drop_interrupted_builds(&txn, &mut catalog)? {
+            txn.commit().map_err(io)?;
+        }
         let shared = Arc::new(Shared {
             db: DbSlot::new(db, source),
             catalog: RwLock::new(Arc::new(catalog)),
@@ -287,6 +291,9 @@ struct ReadAhead {
 }
 
 /// How catalog changes are submitted: foreground, with the engine's durability.
+/// Documents one step of an index build indexes: other writes wait at most one step.
+const INDEX_BUILD_STEP_DOCS: usize = 5_000;
+
 const DDL: WriteOptions = WriteOptions {
     ordered: true,
     force_durable: false,
@@ -453,9 +460,47 @@ impl Storage for RedbStorage {
         ns: &Namespace,
         specs: Vec<IndexSpec>,
     ) -> StorageResult<CollectionMeta> {
+        // Registered first, built in steps (other writes go on between them), then published;
+        // a failed build is undone, one a crash interrupts is dropped at the next open.
+        let ids = {
+            let ns = ns.clone();
+            self.submit(DDL, 0, move |batch| {
+                apply::begin_index_build(batch, &ns, specs)
+            })
+            .await?
+        };
+        let mut after = None;
+        while !ids.is_empty() {
+            let (step_ns, step_ids) = (ns.clone(), ids.clone());
+            let step = self
+                .submit(DDL, 0, move |batch| {
+                    apply::index_build_step(
+                        batch,
+                        &step_ns,
+                        &step_ids,
+                        after,
+                        INDEX_BUILD_STEP_DOCS,
+                    )
+                })
+                .await;
+            match step {
+                Ok(Some(next)) => after = Some(next),
+                Ok(None) => break,
+                Err(error) => {
+                    let (abort_ns, abort_ids) = (ns.clone(), ids.clone());
+                    // If this fails too, the next open drops the half-built indexes.
+                    let _ = self
+                        .submit(DDL, 0, move |batch| {
+                            apply::abort_index_build(batch, &abort_ns, &abort_ids)
+                        })
+                        .await;
+                    return Err(error);
+                }
+            }
+        }
         let ns = ns.clone();
         self.submit(DDL, 0, move |batch| {
-            apply::create_indexes(batch, &ns, specs)
+            apply::finish_index_build(batch, &ns, &ids)
         })
         .await
     }

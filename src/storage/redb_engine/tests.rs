@@ -1240,3 +1240,63 @@ async fn reaping_spares_documents_rewritten_after_planning() {
         "only the survivors' expiry entries are left"
     );
 }
+
+/// An index build a crash interrupts (registered, partly filled, never finished) is dropped when
+/// the database opens again: no index, no table, no size entry; the name can be built again.
+#[tokio::test]
+async fn an_interrupted_index_build_is_dropped_at_open() {
+    let dir = TempDir::new().unwrap();
+    let coll = ns("builds");
+    {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        let ops = (0..20).map(|i| insert(doc! {"_id": i, "k": i})).collect();
+        write_ok(&storage, &coll, ops).await;
+        let specs = vec![index_spec("k_1", &[("k", 1)], false, false, None)];
+        let step_ns = coll.clone();
+        let ids = storage
+            .submit(super::DDL, 0, move |batch| {
+                super::apply::begin_index_build(batch, &step_ns, specs)
+            })
+            .await
+            .unwrap();
+        let step_ns = coll.clone();
+        let step_ids = ids.clone();
+        let next = storage
+            .submit(super::DDL, 0, move |batch| {
+                super::apply::index_build_step(batch, &step_ns, &step_ids, None, 10)
+            })
+            .await
+            .unwrap();
+        assert!(next.is_some());
+        // Building indexes are maintained but not visible.
+        let meta = storage.collection(&coll).await.unwrap().unwrap();
+        assert_eq!(meta.indexes.len(), 1);
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    let meta = storage.collection(&coll).await.unwrap().unwrap();
+    assert_eq!(meta.indexes.len(), 1);
+    let entry = storage.shared.catalog().collections.get(&coll).cloned().unwrap();
+    assert!(entry.indexes.is_empty());
+    let stats = storage.stats(&coll).await.unwrap();
+    assert_eq!(stats.index_sizes.len(), 1, "{:?}", stats.index_sizes);
+    let meta = storage
+        .create_indexes(
+            &coll,
+            vec![index_spec("k_1", &[("k", 1)], false, false, None)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(meta.indexes.len(), 2);
+    let found = scan_all(
+        &storage,
+        &coll,
+        ScanSource::Index {
+            name: "k_1".into(),
+            ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+        },
+        false,
+        7,
+    )
+    .await;
+    assert_eq!(found.len(), 20);
+}
