@@ -55,7 +55,10 @@ async fn writes_to_other_collections_go_on_during_a_build() {
     assert_eq!(reply.get_i32("numIndexesAfter").unwrap(), 2);
     assert!(!reply.get_bool("createdCollectionAutomatically").unwrap());
     // One insert could race the build's own reply; several in sequence cannot.
-    assert!(during >= 5, "only {during} writes were acknowledged during the build");
+    assert!(
+        during >= 5,
+        "only {during} writes were acknowledged during the build"
+    );
     eprintln!("{during} inserts acknowledged during the build");
     // The index is complete: a range reads exactly its keys.
     let explain = db

@@ -1275,7 +1275,13 @@ async fn an_interrupted_index_build_is_dropped_at_open() {
     let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
     let meta = storage.collection(&coll).await.unwrap().unwrap();
     assert_eq!(meta.indexes.len(), 1);
-    let entry = storage.shared.catalog().collections.get(&coll).cloned().unwrap();
+    let entry = storage
+        .shared
+        .catalog()
+        .collections
+        .get(&coll)
+        .cloned()
+        .unwrap();
     assert!(entry.indexes.is_empty());
     let stats = storage.stats(&coll).await.unwrap();
     assert_eq!(stats.index_sizes.len(), 1, "{:?}", stats.index_sizes);
