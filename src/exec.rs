@@ -16,7 +16,7 @@ use bson::{Bson, Document};
 
 use crate::clock::Clock;
 use crate::planner::{self, Access, IndexScan, PlanCache, Planned, Query};
-use crate::query::Filter;
+use crate::query::{Filter, SortSpec};
 use crate::sorter::Spillable;
 use crate::storage::keycodec;
 use crate::storage::{
@@ -202,6 +202,50 @@ pub struct DocStream {
     /// to [`PAGE_SIZE`].
     page_size: usize,
     stats: ScanStats,
+    /// A sort merge: the branches read instead of `scans`.
+    merge: Option<Box<Merge>>,
+}
+
+/// The state of a sort merge: one stream per branch, each in `sort` order, and the next record
+/// of each with its sort key.
+#[derive(Debug)]
+struct Merge {
+    sort: SortSpec,
+    branches: Vec<DocStream>,
+    heads: Vec<Option<(Vec<Bson>, Record)>>,
+}
+
+impl Merge {
+    /// The smallest head in sort order (ties: the earlier branch), refilling every empty head
+    /// first.
+    async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
+        for (branch, head) in self.branches.iter_mut().zip(self.heads.iter_mut()) {
+            if head.is_none() {
+                if let Some(record) = Box::pin(branch.next(storage)).await? {
+                    *head = Some((self.sort.sort_key(&record.doc), record));
+                }
+            }
+        }
+        let mut best: Option<usize> = None;
+        for (position, head) in self.heads.iter().enumerate() {
+            let Some((key, _)) = head else {
+                continue;
+            };
+            let better = best.is_none_or(|best| {
+                let best_key = self.heads[best]
+                    .as_ref()
+                    .map(|(key, _)| key.as_slice())
+                    .unwrap_or_default();
+                self.sort.compare_keys(key, best_key) == std::cmp::Ordering::Less
+            });
+            if better {
+                best = Some(position);
+            }
+        }
+        Ok(best
+            .and_then(|position| self.heads[position].take())
+            .map(|(_, record)| record))
+    }
 }
 
 impl DocStream {
@@ -219,6 +263,38 @@ impl DocStream {
             reverse: scan.reverse,
             key_filter: scan.key_filter.clone(),
         };
+        if let Access::SortMerge { scans, sort } = access {
+            let branches: Vec<DocStream> = scans
+                .iter()
+                .map(|scan| {
+                    DocStream::new(
+                        ns.clone(),
+                        filter.clone(),
+                        &Access::IndexScan(scan.clone()),
+                        visibility.clone(),
+                    )
+                })
+                .collect();
+            let heads = branches.iter().map(|_| None).collect();
+            return DocStream {
+                ns,
+                filter,
+                point: None,
+                scans: VecDeque::new(),
+                resume_after: None,
+                exhausted: false,
+                buffer: VecDeque::new(),
+                produced: None,
+                visibility,
+                page_size: PAGE_SIZE,
+                stats: ScanStats::default(),
+                merge: Some(Box::new(Merge {
+                    sort: sort.clone(),
+                    branches,
+                    heads,
+                })),
+            };
+        }
         let (point, scans, dedup) = match access {
             Access::Eof => (None, VecDeque::new(), false),
             Access::IdHack(id) => (Some(id.clone()), VecDeque::new(), false),
@@ -233,6 +309,7 @@ impl DocStream {
             ),
             Access::IndexScan(scan) => (None, VecDeque::from([index_step(scan)]), scan.multikey),
             Access::Or(scans) => (None, scans.iter().map(index_step).collect(), true),
+            Access::SortMerge { .. } => (None, VecDeque::new(), false),
         };
         DocStream {
             ns,
@@ -246,6 +323,7 @@ impl DocStream {
             visibility,
             page_size: PAGE_SIZE,
             stats: ScanStats::default(),
+            merge: None,
         }
     }
 
@@ -256,29 +334,72 @@ impl DocStream {
                 .unwrap_or(PAGE_SIZE)
                 .clamp(1, PAGE_SIZE);
         }
+        if let Some(merge) = &mut self.merge {
+            for branch in &mut merge.branches {
+                branch.set_wanted(wanted);
+            }
+        }
     }
 
     /// Continues under new visibility (a `getMore` at a later time, or after a policy change).
+    /// Records read earlier are judged again when handed out.
     pub fn set_visibility(&mut self, visibility: Visibility) {
+        if let Some(merge) = &mut self.merge {
+            for branch in &mut merge.branches {
+                branch.set_visibility(visibility.clone());
+            }
+        }
         self.visibility = visibility;
     }
 
     pub fn stats(&self) -> ScanStats {
-        self.stats
+        match &self.merge {
+            Some(merge) => merge
+                .branches
+                .iter()
+                .fold(self.stats, |total, branch| ScanStats {
+                    keys_examined: total.keys_examined + branch.stats.keys_examined,
+                    docs_examined: total.docs_examined + branch.stats.docs_examined,
+                    returned: total.returned,
+                }),
+            None => self.stats,
+        }
     }
 
     /// Whether storage has nothing more to give (records may still be buffered).
     pub fn is_exhausted(&self) -> bool {
-        self.exhausted
+        match &self.merge {
+            Some(merge) => merge.branches.iter().all(DocStream::is_exhausted),
+            None => self.exhausted,
+        }
     }
 
     /// Records read ahead and not yet handed out.
     pub fn buffered(&self) -> usize {
-        self.buffer.len()
+        match &self.merge {
+            Some(merge) => {
+                merge
+                    .branches
+                    .iter()
+                    .map(DocStream::buffered)
+                    .sum::<usize>()
+                    + merge.heads.iter().flatten().count()
+            }
+            None => self.buffer.len(),
+        }
     }
 
     /// The next matching visible record, or `None` when there are no more.
     pub async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
+        if let Some(merge) = &mut self.merge {
+            while let Some(record) = merge.next(storage).await? {
+                if self.visibility.is_visible(&record) {
+                    self.stats.returned += 1;
+                    return Ok(Some(record));
+                }
+            }
+            return Ok(None);
+        }
         loop {
             if let Some(record) = self.buffer.pop_front() {
                 if self.visibility.is_visible(&record) {
@@ -299,6 +420,14 @@ impl DocStream {
     /// Whether another record will come, fetching ahead as needed (the record stays queued; it is
     /// checked for visibility again when handed out).
     pub async fn has_more(&mut self, storage: &dyn Storage) -> StorageResult<bool> {
+        if let Some(merge) = &mut self.merge {
+            for (branch, head) in merge.branches.iter_mut().zip(&merge.heads) {
+                if head.is_some() || Box::pin(branch.has_more(storage)).await? {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
         while self.buffer.is_empty() && !self.exhausted {
             let page_size = self.page_size;
             self.read_page(storage, page_size).await?;
@@ -318,6 +447,13 @@ impl DocStream {
     /// Reads one page of at most `limit` records from storage into the buffer (fewer, none
     /// even, when entries were skipped).
     pub async fn read_page(&mut self, storage: &dyn Storage, limit: usize) -> StorageResult<()> {
+        if let Some(merge) = &mut self.merge {
+            let share = (limit / merge.branches.len().max(1)).max(1);
+            for branch in &mut merge.branches {
+                Box::pin(branch.read_page(storage, share)).await?;
+            }
+            return Ok(());
+        }
         if self.exhausted {
             return Ok(());
         }

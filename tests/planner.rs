@@ -445,6 +445,51 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         &doc! {"user": ["[3, 3]"], "at": ["[MaxKey, MinKey]"]}
     );
 
+    // `$in` before the sort field: a merge of one sorted scan per value, reading as few keys
+    // as the limit needs from each.
+    let reply = explain(&db, doc! {"find": "events", "filter": {"user": {"$in": [1, 2, 3]}}, "sort": {"at": -1}, "limit": 4}, "executionStats").await;
+    let winning = stage(
+        reply.get_document("queryPlanner").unwrap(),
+        &["winningPlan"],
+    );
+    assert_eq!(winning.get_str("stage").unwrap(), "LIMIT");
+    let merge = stage(winning, &["inputStage", "inputStage"]);
+    assert_eq!(merge.get_str("stage").unwrap(), "SORT_MERGE");
+    assert_eq!(merge.get_document("sortPattern").unwrap(), &doc! {"at": -1});
+    let scans = merge.get_array("inputStages").unwrap();
+    assert_eq!(scans.len(), 3);
+    assert_eq!(
+        scans[0]
+            .as_document()
+            .unwrap()
+            .get_document("indexBounds")
+            .unwrap(),
+        &doc! {"user": ["[1, 1]"], "at": ["[MaxKey, MinKey]"]}
+    );
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 4);
+    assert!(stats.get_i32("totalKeysExamined").unwrap() <= 12, "{stats}");
+    let newest: Vec<Document> = db
+        .collection::<Document>("events")
+        .find(doc! {"user": {"$in": [1, 2, 3]}})
+        .sort(doc! {"at": -1})
+        .limit(4)
+        .projection(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        newest,
+        vec![
+            doc! {"_id": 983},
+            doc! {"_id": 982},
+            doc! {"_id": 981},
+            doc! {"_id": 963}
+        ]
+    );
+
     // `$or` of two indexed equalities: a union of two index scans.
     let reply = explain(
         &db,

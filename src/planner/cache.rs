@@ -25,6 +25,7 @@ const MAX_ENTRIES: usize = 5000;
 pub enum Choice {
     Index { name: String, reverse: bool },
     Or(Vec<String>),
+    SortMerge(String),
     Other,
 }
 
@@ -35,6 +36,12 @@ pub fn choice_of(plan: &QueryPlan) -> Choice {
             reverse: scan.reverse,
         },
         Access::Or(scans) => Choice::Or(scans.iter().map(|scan| scan.index.name.clone()).collect()),
+        Access::SortMerge { scans, .. } => Choice::SortMerge(
+            scans
+                .first()
+                .map(|scan| scan.index.name.clone())
+                .unwrap_or_default(),
+        ),
         _ => Choice::Other,
     }
 }

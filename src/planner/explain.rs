@@ -57,6 +57,29 @@ pub fn access_stages(plan: &QueryPlan, filter: &Filter, stats: Option<&ScanStats
             }
             fetch(ixscan, filter_field, stats)
         }
+        Access::SortMerge { scans, sort } => {
+            let sort_pattern: Document = sort
+                .keys()
+                .map(|(field, direction)| {
+                    let value = if direction == crate::query::Direction::Ascending {
+                        1
+                    } else {
+                        -1
+                    };
+                    (field.to_string(), Bson::Int32(value))
+                })
+                .collect();
+            let mut merge = doc! {
+                "stage": "SORT_MERGE",
+                "sortPattern": sort_pattern,
+                "inputStages": scans.iter().map(|scan| Bson::Document(index_scan_stage(scan))).collect::<Vec<_>>(),
+            };
+            if let Some(stats) = stats {
+                merge.insert("nReturned", count(stats.docs_examined));
+                merge.insert("keysExamined", count(stats.keys_examined));
+            }
+            fetch(merge, filter_field, stats)
+        }
         Access::Or(scans) => {
             let mut or = doc! {
                 "stage": "OR",

@@ -90,6 +90,12 @@ pub enum Access {
     IndexScan(IndexScan),
     /// The union of index scans, one per `$or` branch, documents deduplicated.
     Or(Vec<IndexScan>),
+    /// Index scans each in `sort` order (one per combination of the values a `$in` pins the
+    /// fields before the sort fields to), merged into that order.
+    SortMerge {
+        scans: Vec<IndexScan>,
+        sort: SortSpec,
+    },
 }
 
 /// A scan of one index over bounds.
@@ -176,7 +182,7 @@ impl QueryPlan {
             Access::IdHack(_) => "IDHACK".to_string(),
             Access::CollScan { .. } => "COLLSCAN".to_string(),
             Access::IndexScan(scan) => scan.summary(),
-            Access::Or(scans) => scans
+            Access::Or(scans) | Access::SortMerge { scans, .. } => scans
                 .iter()
                 .map(IndexScan::summary)
                 .collect::<Vec<_>>()
@@ -462,6 +468,19 @@ fn candidates(
             .first()
             .is_some_and(|(_, _, field)| !field.is_full());
         let order = sort.and_then(|sort| sort_order(index, &bounds, multikey, sort));
+        if order.is_none() && !multikey {
+            if let Some(sort) = sort {
+                if let Some(scans) = explode_for_sort(index, &bounds, sort) {
+                    plans.push(QueryPlan::new(
+                        Access::SortMerge {
+                            scans,
+                            sort: sort.clone(),
+                        },
+                        true,
+                    ));
+                }
+            }
+        }
         if !leading_bounded && order.is_none() {
             continue;
         }
@@ -473,6 +492,56 @@ fn candidates(
         plans.push(or);
     }
     plans
+}
+
+/// Most scans a sort merge splits one index scan into (mongod's explode-for-sort limit).
+const MAX_EXPLODED_SCANS: usize = 200;
+
+/// The scans of a sort merge over `index`: when pinning the leading fields that `bounds` hold
+/// to a few values each (`$in`) one value at a time makes the index provide `sort`, one scan per
+/// combination of those values, each in sort order. `None` when no such split exists.
+fn explode_for_sort(
+    index: &IndexSpec,
+    bounds: &IndexBounds,
+    sort: &SortSpec,
+) -> Option<Vec<IndexScan>> {
+    let mut combinations: Vec<Vec<&Bson>> = vec![Vec::new()];
+    for (position, (_, _, field)) in bounds.fields.iter().enumerate() {
+        let points = field.point_values()?;
+        combinations = combinations
+            .iter()
+            .flat_map(|prefix| {
+                points.iter().map(move |point| {
+                    let mut combination = prefix.clone();
+                    combination.push(*point);
+                    combination
+                })
+            })
+            .collect();
+        if combinations.len() > MAX_EXPLODED_SCANS {
+            return None;
+        }
+        let pinned = |values: &[&Bson]| {
+            let mut pinned = bounds.clone();
+            for ((_, _, field), value) in pinned.fields.iter_mut().zip(values) {
+                *field = bounds::IntervalList::points([(*value).clone()]);
+            }
+            pinned
+        };
+        let first = pinned(&combinations[0]);
+        if let Some(reverse) = sort_order(index, &first, false, sort) {
+            if combinations.len() < 2 || position + 1 == bounds.fields.len() {
+                return None;
+            }
+            return Some(
+                combinations
+                    .iter()
+                    .map(|values| IndexScan::new(index, pinned(values), reverse, false))
+                    .collect(),
+            );
+        }
+    }
+    None
 }
 
 /// A union of index scans for the first top-level `$or`, when every branch has one.
