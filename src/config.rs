@@ -1,6 +1,6 @@
 //! Every knob of the server in one struct, read from the command line or `TIDEWAY_*` environment
 //! variables. Flag names follow mongod's where mongod has one (`--port`, `--bind_ip`, `--dbpath`,
-//! `--maxConns`, `--setParameter`, `--slowms`). Nothing here has side effects: `Config` is plain data.
+//! `--maxConns`, `--setParameter`, `--slowms`, `--profile`). Nothing here has side effects: `Config` is plain data.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -79,6 +79,11 @@ pub struct Config {
     /// Commands slower than this many milliseconds are logged as slow.
     #[arg(long, env = "TIDEWAY_SLOWMS", default_value_t = 100)]
     pub slowms: u64,
+
+    /// Profiling level of every database at startup, as mongod's `--profile`: 0 off, 1 operations
+    /// slower than --slowms, 2 every operation (the `profile` command changes it per database).
+    #[arg(long, env = "TIDEWAY_PROFILE", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=2))]
+    pub profile: i32,
 
     /// Enable test-only commands (e.g. advanceClock); same as --setParameter enableTestCommands=1.
     #[arg(long = "enableTestCommands", env = "TIDEWAY_ENABLE_TEST_COMMANDS")]

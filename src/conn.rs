@@ -39,11 +39,13 @@ const READ_CHUNK: usize = 1 << 20;
 pub async fn serve_connection<S>(
     state: Arc<ServerState>,
     stream: S,
-    client: ClientInfo,
+    client: Arc<ClientInfo>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    // Listed by `$currentOp` with `idleConnections` while it is open.
+    let _registered = state.ops.connection_opened(&client);
     let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut next_reply_id: i32 = 1;

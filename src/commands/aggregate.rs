@@ -2,7 +2,8 @@
 //! the plan, and only visible documents enter), streams the documents through the remaining
 //! stages (`query::pipeline`) with blocking stages held by `sorter` buffers within the memory
 //! limits, and returns the output as a cursor. `$collStats` answers from storage
-//! statistics, with expired documents left out of the count.
+//! statistics, with expired documents left out of the count; `$currentOp` from the op registry
+//! (`commands::operations::current_ops`).
 
 use std::sync::Arc;
 
@@ -103,6 +104,17 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         (Some(SourceStage::CollStats(request)), Some(ns)) => {
             run.push(coll_stats_source(ctx, ns, request).await?)
                 .map_err(during_aggregation)?;
+        }
+        (Some(SourceStage::CurrentOp(request)), None) if ctx.db == "admin" => {
+            for op in crate::commands::operations::current_ops(ctx.state, request)? {
+                run.push(op).map_err(during_aggregation)?;
+            }
+        }
+        (Some(SourceStage::CurrentOp(_)), _) => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                "$currentOp must be run against the 'admin' database with {aggregate: 1}",
+            ))
         }
         (Some(SourceStage::CollStats(_)), None) => {
             return Err(CommandError::new(

@@ -389,6 +389,7 @@ async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     }
     errors.sort_by_key(|error| error.get_i32("index").unwrap_or(0));
     bump(&ctx.state.stats.opcounters.insert, inserted as u64);
+    ctx.op.add_inserted(inserted);
     Ok(batch_reply(inserted, errors, Document::new()))
 }
 
@@ -525,6 +526,8 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
+    ctx.op
+        .add_updated(matched - upserted.len(), modified, upserted.len());
     let mut extra = doc! {"nModified": modified as i32};
     if !upserted.is_empty() {
         extra.insert("upserted", upserted);
@@ -595,6 +598,7 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
+    ctx.op.add_deleted(deleted);
     Ok(batch_reply(deleted, errors, Document::new()))
 }
 

@@ -100,6 +100,7 @@ pub async fn open_cursor(
         cursor.no_timeout = options.no_timeout;
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
+    ctx.op.set_first_batch(id, batch.len());
     Ok(cursor_reply(id, &ns, batch, true))
 }
 
@@ -110,7 +111,7 @@ fn parse_filter(ctx: &CommandContext, body: &Document, field: &str) -> CommandRe
 
 fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<SortSpec>> {
     optional_document(ctx, body, "sort")?
-        .map(SortSpec::parse)
+        .map(SortSpec::parse_find)
         .transpose()
         .map(|sort| sort.filter(|sort| !sort.is_empty()))
 }
@@ -258,6 +259,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         |view| view.visibility.clone(),
     );
     let (batch, exhausted) = cursor.next_batch(storage, batch_size, &visibility).await?;
+    ctx.op.set_get_more_batch(id, batch.len(), exhausted);
     drop(view);
     let ns = cursor.ns.clone();
     let reply_id = if exhausted {

@@ -11,6 +11,7 @@ mod diagnostics;
 pub mod find;
 mod handshake;
 pub mod indexes;
+pub mod operations;
 pub mod schema;
 mod sessions;
 
@@ -21,6 +22,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
     [
         handshake::COMMANDS,
         diagnostics::COMMANDS,
+        operations::COMMANDS,
         sessions::COMMANDS,
         find::COMMANDS,
         crud::COMMANDS,
