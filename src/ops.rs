@@ -669,15 +669,6 @@ impl OpRegistry {
         ops
     }
 
-    /// Kills every running op (shutdown); how many.
-    pub fn kill_all(&self) -> usize {
-        let ops = self.running();
-        for op in &ops {
-            op.kill();
-        }
-        ops.len()
-    }
-
     /// Registers an open connection until the guard drops.
     pub fn connection_opened(&self, client: &Arc<ClientInfo>) -> ConnectionGuard<'_> {
         lock(&self.connections).insert(client.connection_id, Arc::downgrade(client));
@@ -777,9 +768,15 @@ mod tests {
             db: "admin",
             body: &body,
         });
+        let deadline = crate::limits::Deadline::none().with_kill_switch(second.op.kill_switch());
+        assert!(deadline.check().is_ok());
         assert!(registry.kill(second.op.opid));
         assert!(second.op.kill_switch().is_killed());
         assert!(!stale.is_killed());
+        // CPU-bound loops see the kill through their (copied) deadline.
+        let error = deadline.check().unwrap_err();
+        assert_eq!(error.code, crate::error::ErrorCode::Interrupted);
+        assert_eq!(error.errmsg, "operation was interrupted");
     }
 
     #[test]
