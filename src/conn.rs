@@ -1,5 +1,6 @@
 //! One client connection: read a frame, decode it, dispatch the command, write the reply, repeat.
-//! Requests on a connection are answered in order, one at a time.
+//! Requests on a connection are answered in order, one at a time. The connection is listed in the
+//! op registry while it is open (`$currentOp` reports idle connections from it).
 //!
 //! Invariants: a header with an impossible length closes the connection before its body is read; a
 //! malformed body is answered with an error and the connection goes on; a `moreToCome` request is

@@ -14,8 +14,10 @@
 //!   process-wide pool that is reused, never freed, plus a token unique to the op, so a stale
 //!   switch (copied into a cursor that outlives its command) never sees a later op's kill.
 //! - The request path costs an opid increment, one short lock of one of 16 shards to register and
-//!   one to unregister, and a copy of the command document bounded by [`MAX_COMMAND_COPY_BYTES`].
-//!   Counters are atomics; only `planSummary` takes a (per-op) lock.
+//!   one to unregister (each shard also pools the kill cells of its ops), and a copy of the
+//!   command document bounded by [`MAX_COMMAND_COPY_BYTES`] (the work to copy or truncate it is
+//!   bounded the same way, whatever the command's size). Counters are atomics; only
+//!   `planSummary` takes a (per-op) lock.
 //!
 //! Must not: know about sockets, storage or profiling rules.
 
@@ -556,24 +558,24 @@ pub struct KillSwitch {
 
 const KILLED: u64 = 1;
 
-/// Cells of finished ops, ready for reuse.
-static FREE_CELLS: Mutex<Vec<&'static AtomicU64>> = Mutex::new(Vec::new());
 /// Tokens are even; the low bit of a cell marks its op killed.
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(2);
 
 impl KillSwitch {
-    fn acquire() -> KillSwitch {
+    /// A switch on a free cell of `pool` (or a new one: cells live as long as the process, and
+    /// there are never more than ops ever ran at once).
+    fn acquire(pool: &mut Vec<&'static AtomicU64>) -> KillSwitch {
         let token = NEXT_TOKEN.fetch_add(2, Ordering::Relaxed);
-        let cell = lock(&FREE_CELLS)
+        let cell = pool
             .pop()
             .unwrap_or_else(|| Box::leak(Box::new(AtomicU64::new(0))));
         cell.store(token, Ordering::Relaxed);
         KillSwitch { cell, token }
     }
 
-    fn release(self) {
+    fn release(self, pool: &mut Vec<&'static AtomicU64>) {
         self.cell.store(0, Ordering::Relaxed);
-        lock(&FREE_CELLS).push(self.cell);
+        pool.push(self.cell);
     }
 
     fn trip(&self) {
@@ -597,15 +599,22 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 pub struct OpRegistry {
     next_opid: AtomicU32,
-    shards: [Mutex<HashMap<i32, Arc<Op>>>; SHARDS],
+    shards: [Mutex<Shard>; SHARDS],
     connections: Mutex<BTreeMap<i32, Weak<ClientInfo>>>,
+}
+
+/// The ops whose opid falls in one shard, and the kill cells they gave back.
+#[derive(Debug, Default)]
+struct Shard {
+    ops: HashMap<i32, Arc<Op>>,
+    free_cells: Vec<&'static AtomicU64>,
 }
 
 impl Default for OpRegistry {
     fn default() -> Self {
         OpRegistry {
             next_opid: AtomicU32::new(1),
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            shards: std::array::from_fn(|_| Mutex::new(Shard::default())),
             connections: Mutex::new(BTreeMap::new()),
         }
     }
@@ -620,7 +629,7 @@ pub struct OpStart<'a> {
 }
 
 impl OpRegistry {
-    fn shard(&self, opid: i32) -> MutexGuard<'_, HashMap<i32, Arc<Op>>> {
+    fn shard(&self, opid: i32) -> MutexGuard<'_, Shard> {
         lock(&self.shards[opid.unsigned_abs() as usize % SHARDS])
     }
 
@@ -628,27 +637,31 @@ impl OpRegistry {
     pub fn start(&self, start: OpStart<'_>) -> OpGuard<'_> {
         let raw = self.next_opid.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
         let opid = i32::try_from(raw).unwrap_or(i32::MAX).max(1);
+        let ns = command_namespace(start.name, start.db, start.body);
+        let command = command_copy(start.body);
+        let mut shard = self.shard(opid);
         let op = Arc::new(Op {
             opid,
             client: start.client.clone(),
-            ns: command_namespace(start.name, start.db, start.body),
-            command: command_copy(start.body),
+            ns,
+            command,
             kind: OpKind::of_command(start.name),
             name: start.name,
             started: Instant::now(),
-            kill: KillSwitch::acquire(),
+            kill: KillSwitch::acquire(&mut shard.free_cells),
             killed: tokio::sync::Notify::new(),
             metrics: Metrics::default(),
             plan_summary: Mutex::new(None),
             flags: AtomicU32::new(0),
         });
-        self.shard(opid).insert(opid, op.clone());
+        shard.ops.insert(opid, op.clone());
+        drop(shard);
         OpGuard { registry: self, op }
     }
 
     /// Marks the op killed; whether it was running.
     pub fn kill(&self, opid: i32) -> bool {
-        let op = self.shard(opid).get(&opid).cloned();
+        let op = self.shard(opid).ops.get(&opid).cloned();
         match op {
             Some(op) => {
                 op.kill();
@@ -663,7 +676,7 @@ impl OpRegistry {
         let mut ops: Vec<Arc<Op>> = self
             .shards
             .iter()
-            .flat_map(|shard| lock(shard).values().cloned().collect::<Vec<_>>())
+            .flat_map(|shard| lock(shard).ops.values().cloned().collect::<Vec<_>>())
             .collect();
         ops.sort_by_key(|op| op.opid);
         ops
@@ -695,8 +708,9 @@ pub struct OpGuard<'r> {
 
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
-        self.registry.shard(self.op.opid).remove(&self.op.opid);
-        self.op.kill.release();
+        let mut shard = self.registry.shard(self.op.opid);
+        shard.ops.remove(&self.op.opid);
+        self.op.kill.release(&mut shard.free_cells);
     }
 }
 
@@ -760,14 +774,22 @@ mod tests {
             body: &body,
         });
         let stale = first.op.kill_switch();
+        let shard = first.op.opid as usize % SHARDS;
         drop(first);
-        // The next op reuses the cell; killing it must not trip the stale switch.
-        let second = registry.start(OpStart {
-            client: &client,
-            name: "ping",
-            db: "admin",
-            body: &body,
-        });
+        // The next op of the same shard reuses the cell; killing it must not trip the stale
+        // switch.
+        let second = loop {
+            let next = registry.start(OpStart {
+                client: &client,
+                name: "ping",
+                db: "admin",
+                body: &body,
+            });
+            if next.op.opid as usize % SHARDS == shard {
+                break next;
+            }
+        };
+        assert!(std::ptr::eq(second.op.kill.cell, stale.cell));
         let deadline = crate::limits::Deadline::none().with_kill_switch(second.op.kill_switch());
         assert!(deadline.check().is_ok());
         assert!(registry.kill(second.op.opid));
