@@ -179,7 +179,9 @@ fn kill_op(ctx: &CommandContext, body: &Document) -> CommandResult {
 async fn profile(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let level = match body.get("profile") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => {
-            crate::bsonutil::as_f64(value).map_or(-1, |level| level.trunc().clamp(-1e18, 1e18) as i64)
+            crate::bsonutil::as_f64(value)
+                .filter(|level| level.is_finite())
+                .map_or(-1, |level| level.trunc().clamp(-1e18, 1e18) as i64)
         }
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
