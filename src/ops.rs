@@ -151,6 +151,7 @@ pub struct Op {
     killed: tokio::sync::Notify,
     metrics: Metrics,
     plan_summary: Mutex<Option<String>>,
+    originating_command: std::sync::OnceLock<Document>,
     flags: AtomicU32,
 }
 
@@ -244,13 +245,28 @@ impl Op {
         }
     }
 
-    /// A getMore on `cursor_id` returned `returned` documents, the last ones if `exhausted`.
-    pub fn set_get_more_batch(&self, cursor_id: i64, returned: usize, exhausted: bool) {
+    /// A getMore on `cursor_id` returned `returned` documents, the last ones if `exhausted`;
+    /// `originating` is the command that opened the cursor.
+    pub fn set_get_more_batch(
+        &self,
+        cursor_id: i64,
+        returned: usize,
+        exhausted: bool,
+        originating: &Option<Document>,
+    ) {
         self.set_nreturned(returned);
         self.set_cursor_id(cursor_id);
         if exhausted {
             self.set_cursor_exhausted();
         }
+        if let Some(command) = originating {
+            let _ = self.originating_command.set(command.clone());
+        }
+    }
+
+    /// The command that opened the cursor a getMore reads.
+    pub fn originating_command(&self) -> Option<&Document> {
+        self.originating_command.get()
     }
 
     /// The plan has a blocking sort (`hasSortStage`); `used_disk` when it spilled.
@@ -652,6 +668,7 @@ impl OpRegistry {
             killed: tokio::sync::Notify::new(),
             metrics: Metrics::default(),
             plan_summary: Mutex::new(None),
+            originating_command: std::sync::OnceLock::new(),
             flags: AtomicU32::new(0),
         });
         shard.ops.insert(opid, op.clone());

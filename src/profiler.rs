@@ -337,6 +337,9 @@ pub fn entry(
         "ns": op.ns.as_str(),
         "command": op.command.clone(),
     };
+    if let Some(originating) = op.originating_command() {
+        out.insert("originatingCommand", originating.clone());
+    }
     let metric = |out: &mut Document, metric: Metric| {
         if let Some(value) = op.metric(metric) {
             out.insert(metric.field(), number(value));

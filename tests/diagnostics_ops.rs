@@ -497,6 +497,10 @@ async fn get_more_and_failed_commands_are_profiled_like_mongod() {
     assert_eq!(get_more[0].get_i32("nreturned").unwrap(), 3);
     assert!(get_more[0].get_bool("cursorExhausted").unwrap());
     assert_eq!(get_more[0].get("cursorid"), Some(&Bson::Int64(cursor_id)));
+    // The getMore's entry names the command that opened the cursor.
+    let originating = get_more[0].get_document("originatingCommand").unwrap();
+    assert_eq!(originating.get_str("find").unwrap(), "c");
+    assert_eq!(originating.get_i32("batchSize").unwrap(), 2);
 
     let failed = profile_entries(&db, doc! {"ok": 0.0}).await;
     assert_eq!(failed.len(), 1, "{failed:?}");

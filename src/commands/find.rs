@@ -98,6 +98,7 @@ pub async fn open_cursor(
         0
     } else {
         cursor.no_timeout = options.no_timeout;
+        cursor.originating_command = Some(ctx.op.command.clone());
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     ctx.op.set_first_batch(id, batch.len());
@@ -259,7 +260,8 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         |view| view.visibility.clone(),
     );
     let (batch, exhausted) = cursor.next_batch(storage, batch_size, &visibility).await?;
-    ctx.op.set_get_more_batch(id, batch.len(), exhausted);
+    ctx.op
+        .set_get_more_batch(id, batch.len(), exhausted, &cursor.originating_command);
     drop(view);
     let ns = cursor.ns.clone();
     let reply_id = if exhausted {
