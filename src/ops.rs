@@ -10,9 +10,9 @@
 //!   the handler); opids increase (wrapping within positive `i32`).
 //! - Killing sets a flag that two things observe: dispatch's wait on [`Op::killed`] (await
 //!   points) and [`KillSwitch::is_killed`], which `limits::Deadline::check` calls inside
-//!   CPU-bound loops. A `KillSwitch` is `Copy` (so `Deadline` stays `Copy`): a cell from a
-//!   process-wide pool that is reused, never freed, plus a token unique to the op, so a stale
-//!   switch (copied into a cursor that outlives its command) never sees a later op's kill.
+//!   CPU-bound loops. A `KillSwitch` is `Copy` (so `Deadline` stays `Copy`): an atomic cell
+//!   (pooled by the registry's shards, reused, never freed) plus a token unique to the op, so a
+//!   stale switch (copied into a cursor that outlives its command) never sees a later op's kill.
 //! - The request path costs an opid increment, one short lock of one of 16 shards to register and
 //!   one to unregister (each shard also pools the kill cells of its ops), and a copy of the
 //!   command document bounded by [`MAX_COMMAND_COPY_BYTES`] (the work to copy or truncate it is
