@@ -15,8 +15,8 @@
 //!   stale switch (copied into a cursor that outlives its command) never sees a later op's kill.
 //! - The request path costs an opid increment, one short lock of one of 16 shards to register and
 //!   one to unregister (each shard also pools the kill cells of its ops), and a copy of the
-//!   command document bounded by [`MAX_COMMAND_COPY_BYTES`] (the work to copy or truncate it is
-//!   bounded the same way, whatever the command's size). Counters are atomics; only
+//!   command document bounded by [`MAX_COMMAND_COPY_BYTES`] (of a bigger command, a prefix of
+//!   about twice that, rendered as `$truncated` only when reported). Counters are atomics; only
 //!   `planSummary` takes a (per-op) lock.
 //!
 //! Must not: know about sockets, storage or profiling rules.
@@ -141,8 +141,8 @@ pub struct Op {
     pub client: Arc<ClientInfo>,
     /// `<db>.<collection>`, `<db>.$cmd.aggregate`, or the database alone (mongod's rules).
     pub ns: String,
-    /// The command document, at most [`MAX_COMMAND_COPY_BYTES`] of it.
-    pub command: Document,
+    /// The command document (`$db` and generic arguments included, as mongod shows it).
+    command: CommandCopy,
     pub kind: OpKind,
     /// The command's registered name.
     pub name: &'static str,
@@ -264,6 +264,12 @@ impl Op {
         }
     }
 
+    /// The command as the profiler records it: whole up to [`MAX_COMMAND_COPY_BYTES`], else
+    /// `{$truncated: ...}`.
+    pub fn command(&self) -> Document {
+        self.command.render(MAX_COMMAND_COPY_BYTES)
+    }
+
     /// The command that opened the cursor a getMore reads.
     pub fn originating_command(&self) -> Option<&Document> {
         self.originating_command.get()
@@ -349,11 +355,10 @@ impl Op {
         );
         out.insert("op", self.kind.name());
         out.insert("ns", self.ns.as_str());
-        let command = match command_bytes {
-            Some(limit) => bounded_command(&self.command, limit),
-            None => self.command.clone(),
-        };
-        out.insert("command", command);
+        let limit = command_bytes.map_or(MAX_COMMAND_COPY_BYTES, |limit| {
+            limit.min(MAX_COMMAND_COPY_BYTES)
+        });
+        out.insert("command", self.command.render(limit));
         if let Some(summary) = self.plan_summary() {
             out.insert("planSummary", summary);
         }
@@ -416,10 +421,17 @@ pub fn bounded_command(command: &Document, limit: usize) -> Document {
     if fits_within(command, limit) {
         return command.clone();
     }
-    // A prefix of the command renders to about the limit; the rendering is cut to it, and ends
-    // with "..." as mongod's does.
-    let prefix = prefix_copy(command, limit.saturating_mul(2));
-    let mut rendering = crate::query::display::document_string(&prefix);
+    truncated(
+        &prefix_copy(command, limit.saturating_mul(2)),
+        command.get("comment"),
+        limit,
+    )
+}
+
+/// `{$truncated: "<rendering of prefix cut to limit>...", comment}`. The prefix renders to about
+/// twice the limit, so the cut always falls inside it, and ends with "..." as mongod's does.
+fn truncated(prefix: &Document, comment: Option<&Bson>, limit: usize) -> Document {
+    let mut rendering = crate::query::display::document_string(prefix);
     let mut cut = rendering.len().min(limit.saturating_sub(3));
     while !rendering.is_char_boundary(cut) {
         cut -= 1;
@@ -427,10 +439,45 @@ pub fn bounded_command(command: &Document, limit: usize) -> Document {
     rendering.truncate(cut);
     rendering.push_str("...");
     let mut out = doc! {"$truncated": rendering};
-    if let Some(comment) = command.get("comment") {
+    if let Some(comment) = comment {
         out.insert("comment", comment.clone());
     }
     out
+}
+
+/// A command as an op keeps it: whole when it fits in [`MAX_COMMAND_COPY_BYTES`], else only its
+/// leading part, rendered as `$truncated` when someone asks (so a big command costs the request
+/// path a bounded copy, not a rendering).
+#[derive(Debug)]
+enum CommandCopy {
+    Whole(Document),
+    Truncated {
+        prefix: Document,
+        comment: Option<Bson>,
+    },
+}
+
+impl CommandCopy {
+    fn of(body: &Document) -> CommandCopy {
+        if fits_within(body, MAX_COMMAND_COPY_BYTES) {
+            CommandCopy::Whole(body.clone())
+        } else {
+            CommandCopy::Truncated {
+                prefix: prefix_copy(body, MAX_COMMAND_COPY_BYTES.saturating_mul(2)),
+                comment: body.get("comment").cloned(),
+            }
+        }
+    }
+
+    /// As reported where it may take at most `limit` (≤ [`MAX_COMMAND_COPY_BYTES`]) bytes.
+    fn render(&self, limit: usize) -> Document {
+        match self {
+            CommandCopy::Whole(command) => bounded_command(command, limit),
+            CommandCopy::Truncated { prefix, comment } => {
+                truncated(prefix, comment.as_ref(), limit)
+            }
+        }
+    }
 }
 
 /// Whether `document`'s BSON size is at most `limit`, walking at most about `limit` bytes of it.
@@ -543,12 +590,6 @@ fn approximate_size(value: &Bson) -> usize {
     }
 }
 
-/// The part of a command `currentOp` and the profiler show: every field of the body, `$db`
-/// included (as mongod), at most [`MAX_COMMAND_COPY_BYTES`].
-pub fn command_copy(body: &Document) -> Document {
-    bounded_command(body, MAX_COMMAND_COPY_BYTES)
-}
-
 /// mongod's namespace of a command's op: `<db>.<first field>` when the first field is a string
 /// (`getMore`: its `collection`), `<db>.$cmd.aggregate` for a collection-less aggregation (and
 /// `currentOp`, which runs one), else the database alone.
@@ -654,7 +695,7 @@ impl OpRegistry {
         let raw = self.next_opid.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
         let opid = i32::try_from(raw).unwrap_or(i32::MAX).max(1);
         let ns = command_namespace(start.name, start.db, start.body);
-        let command = command_copy(start.body);
+        let command = CommandCopy::of(start.body);
         let mut shard = self.shard(opid);
         let op = Arc::new(Op {
             opid,
@@ -772,7 +813,7 @@ mod tests {
         assert_eq!(running.len(), 1);
         assert_eq!(running[0].ns, "test.c");
         assert_eq!(running[0].kind.name(), "query");
-        assert_eq!(running[0].command, body);
+        assert_eq!(running[0].command(), body);
         let opid = guard.op.opid;
         drop(guard);
         assert!(registry.running().is_empty());
@@ -871,6 +912,20 @@ mod tests {
         assert_eq!(copy.get_str("comment").unwrap(), "mine");
         let small = doc! {"find": "c"};
         assert_eq!(bounded_command(&small, 1000), small);
+        // An op keeps a big command's prefix and renders it the same way.
+        assert!(matches!(CommandCopy::of(&small), CommandCopy::Whole(_)));
+        let documents: Vec<Bson> = (0..10_000)
+            .map(|i| Bson::Document(doc! {"_id": i, "pad": "x".repeat(20)}))
+            .collect();
+        let huge = doc! {"insert": "c", "documents": documents.clone(), "more": documents};
+        let kept = CommandCopy::of(&huge);
+        assert!(matches!(kept, CommandCopy::Truncated { .. }));
+        assert_eq!(kept.render(1000), bounded_command(&huge, 1000));
+        let rendered = kept.render(MAX_COMMAND_COPY_BYTES);
+        assert_eq!(
+            rendered.get_str("$truncated").unwrap().len(),
+            MAX_COMMAND_COPY_BYTES
+        );
     }
 
     #[test]

@@ -335,7 +335,7 @@ pub fn entry(
     let mut out = doc! {
         "op": op.kind.name(),
         "ns": op.ns.as_str(),
-        "command": op.command.clone(),
+        "command": op.command(),
     };
     if let Some(originating) = op.originating_command() {
         out.insert("originatingCommand", originating.clone());

@@ -726,3 +726,34 @@ async fn max_time_ms_still_interrupts_a_sleep() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn big_commands_are_profiled_truncated_with_their_comment() {
+    let server = server().await;
+    let client = server.client();
+    let db = client.database("test");
+    run(&db, doc! {"profile": 2}).await;
+    let documents: Vec<Document> = (0..2000)
+        .map(|i| doc! {"_id": i, "pad": "p".repeat(100)})
+        .collect();
+    db.collection::<Document>("c")
+        .insert_many(documents)
+        .comment(Bson::String("bulk".into()))
+        .await
+        .unwrap();
+    run(&db, doc! {"profile": 0}).await;
+    let entries = profile_entries(&db, doc! {"op": "insert"}).await;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].get_i32("ninserted").unwrap(), 2000);
+    // Over 50 KB, mongod keeps `{$truncated: "<the command as text, cut>...", comment}`.
+    let command = entries[0].get_document("command").unwrap();
+    let text = command.get_str("$truncated").unwrap();
+    assert!(
+        text.len() <= 50 * 1024 && text.ends_with("..."),
+        "{}",
+        text.len()
+    );
+    assert!(text.starts_with("{insert: \"c\""), "{}", &text[..40]);
+    assert_eq!(command.get_str("comment").unwrap(), "bulk");
+    server.stop().await;
+}

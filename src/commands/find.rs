@@ -98,7 +98,7 @@ pub async fn open_cursor(
         0
     } else {
         cursor.no_timeout = options.no_timeout;
-        cursor.originating_command = Some(ctx.op.command.clone());
+        cursor.originating_command = Some(ctx.op.command());
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     ctx.op.set_first_batch(id, batch.len());
