@@ -162,14 +162,18 @@ mod tests {
             "memory",
             "--setParameter",
             "enableTestCommands=1",
+            "--profile",
+            "1",
             "-vv",
         ]);
+        assert_eq!(config.profile, 1);
         assert_eq!(config.port, 27999);
         assert_eq!(config.listen_addrs().unwrap().len(), 2);
         assert_eq!(config.max_conns, 5);
         assert_eq!(config.storage, StorageKind::Memory);
         assert_eq!(config.set_parameter, vec!["enableTestCommands=1"]);
         assert_eq!(config.log_filter(), "trace");
+        assert!(Config::try_parse_from(["tideway", "--profile", "3"]).is_err());
         let alias = Config::parse_from(["tideway", "--max-conns", "7"]);
         assert_eq!(alias.max_conns, 7);
     }

@@ -757,3 +757,38 @@ async fn big_commands_are_profiled_truncated_with_their_comment() {
     assert_eq!(command.get_str("comment").unwrap(), "bulk");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_profile_option_sets_every_databases_default_level() {
+    let server = TestServer::start_with(tideway::Config {
+        profile: 2,
+        ..common::test_config()
+    })
+    .await;
+    let client = server.client();
+    let db = client.database("fresh");
+    assert_eq!(
+        run(&db, doc! {"profile": -1}).await.get_i32("was").unwrap(),
+        2
+    );
+    run(&db, doc! {"count": "c"}).await;
+    let entries = profile_entries(&db, doc! {"command.count": "c"}).await;
+    assert_eq!(entries.len(), 1);
+    let options = run(&client.database("admin"), doc! {"getCmdLineOpts": 1}).await;
+    let profiling = options
+        .get_document("parsed")
+        .unwrap()
+        .get_document("operationProfiling")
+        .unwrap();
+    assert_eq!(profiling.get_str("mode").unwrap(), "all");
+    // A database's own setting wins over the default.
+    run(&db, doc! {"profile": 0}).await;
+    run(&db, doc! {"count": "c"}).await;
+    assert_eq!(
+        profile_entries(&db, doc! {"command.count": "c"})
+            .await
+            .len(),
+        1
+    );
+    server.stop().await;
+}
