@@ -13,7 +13,9 @@
 //!   and nothing loops. A failed write is logged and dropped: it never fails the user's command.
 //! - `system.profile` is bounded. tideway has no capped collections yet, so the interim rule is:
 //!   after each write, while the collection's data size exceeds [`PROFILE_COLLECTION_BYTES`]
-//!   (mongod's 1 MiB), the oldest entries are deleted. Entries carry an ObjectId `_id` made of
+//!   (mongod's 1 MiB), the oldest entries are deleted (one trim runs at a time; a write that
+//!   finds another trimming leaves it to the next write, so the bound can be passed by the
+//!   entries written meanwhile). Entries carry an ObjectId `_id` made of
 //!   the server clock's seconds and a process-wide counter, so `_id` order — the order of
 //!   collection scans and of `{$natural: 1}` — is insertion order.
 //!
