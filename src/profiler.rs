@@ -13,9 +13,8 @@
 //!   and nothing loops. A failed write is logged and dropped: it never fails the user's command.
 //! - `system.profile` is bounded. tideway has no capped collections yet, so the interim rule is:
 //!   after each write, while the collection's data size exceeds [`PROFILE_COLLECTION_BYTES`]
-//!   (mongod's 1 MiB), the oldest entries are deleted (one trim runs at a time; a write that
-//!   finds another trimming leaves it to the next write, so the bound can be passed by the
-//!   entries written meanwhile). Entries carry an ObjectId `_id` made of
+//!   (mongod's 1 MiB), the oldest entries are deleted (trims run one at a time, so two never
+//!   delete the same entries). Entries carry an ObjectId `_id` made of
 //!   the server clock's seconds and a process-wide counter, so `_id` order — the order of
 //!   collection scans and of `{$natural: 1}` — is insertion order.
 //!
@@ -174,7 +173,7 @@ pub struct Profiler {
     /// Whether any database (or the default) has a level above 0: the one load on the hot path.
     enabled: AtomicBool,
     settings: RwLock<HashMap<String, DbSettings>>,
-    /// Held while a write trims a profile collection (one trim at a time; others skip).
+    /// Held while a write trims a profile collection (one trim at a time).
     trimming: tokio::sync::Mutex<()>,
 }
 
@@ -443,10 +442,7 @@ async fn write_entry(state: &Arc<ServerState>, db: &str, entry: Document) -> Sto
 
 /// Deletes the oldest entries while the collection holds more than its bound.
 async fn trim(state: &ServerState, ns: &Namespace) -> StorageResult<()> {
-    let Ok(_trimming) = state.profiler.trimming.try_lock() else {
-        // Another write is trimming; it will see this entry too.
-        return Ok(());
-    };
+    let _trimming = state.profiler.trimming.lock().await;
     let storage = state.storage.as_ref();
     let size = storage.stats(ns).await?.data_size;
     let Some(mut excess) = size
