@@ -792,3 +792,35 @@ async fn the_profile_option_sets_every_databases_default_level() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn find_and_modify_entries_count_what_it_changed() {
+    let server = server().await;
+    let client = server.client();
+    let db = client.database("test");
+    let c = db.collection::<Document>("c");
+    c.insert_many(vec![doc! {"_id": 1, "a": 1}, doc! {"_id": 2, "a": 2}])
+        .await
+        .unwrap();
+    run(&db, doc! {"profile": 2}).await;
+    c.find_one_and_update(doc! {"_id": 1}, doc! {"$inc": {"a": 1}})
+        .await
+        .unwrap();
+    c.find_one_and_update(doc! {"_id": 9}, doc! {"$set": {"a": 9}})
+        .upsert(true)
+        .await
+        .unwrap();
+    c.find_one_and_delete(doc! {"_id": 2}).await.unwrap();
+    run(&db, doc! {"profile": 0}).await;
+    let entries = profile_entries(&db, doc! {"command.findAndModify": "c"}).await;
+    assert_eq!(entries.len(), 3);
+    let counts = |entry: &Document, field: &str| entry.get_i32(field).ok();
+    assert_eq!(entries[0].get_str("op").unwrap(), "command");
+    assert_eq!(counts(&entries[0], "nMatched"), Some(1));
+    assert_eq!(counts(&entries[0], "nModified"), Some(1));
+    assert_eq!(counts(&entries[1], "nMatched"), Some(0));
+    assert_eq!(counts(&entries[1], "nModified"), Some(0));
+    assert_eq!(counts(&entries[1], "nUpserted"), Some(1));
+    assert_eq!(counts(&entries[2], "ndeleted"), Some(1));
+    server.stop().await;
+}

@@ -636,6 +636,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             (Some(record), None) => {
                 bump(&ctx.state.stats.opcounters.delete, 1);
                 if let Some(removed) = writer.delete_record(&filter, record).await? {
+                    ctx.op.add_deleted(1);
                     return Ok(doc! {"lastErrorObject": {"n": 1}, "value": project(removed)});
                 }
             }
@@ -646,6 +647,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
                     Updated::Modified(after) | Updated::Unchanged(after) => after,
                     Updated::Gone => continue,
                 };
+                ctx.op.add_updated(1, usize::from(before != after), 0);
                 let value = project(if return_new { after } else { before });
                 return Ok(
                     doc! {"lastErrorObject": {"n": 1, "updatedExisting": true}, "value": value},
@@ -654,6 +656,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             (None, Some(update)) if upsert => {
                 bump(&ctx.state.stats.opcounters.update, 1);
                 if let Some(document) = writer.upsert_insert(&filter, update).await? {
+                    ctx.op.add_updated(0, 0, 1);
                     let id = document_id(&document);
                     let value = if return_new {
                         Bson::Document(project(document))
