@@ -1,6 +1,6 @@
 //! Every knob of the server in one struct, read from the command line or `TIDEWAY_*` environment
 //! variables. Flag names follow mongod's where mongod has one (`--port`, `--bind_ip`, `--dbpath`,
-//! `--maxConns`, `--setParameter`, `--slowms`). Nothing here has side effects: `Config` is plain data.
+//! `--maxConns`, `--setParameter`, `--slowms`, `--profile`). Nothing here has side effects: `Config` is plain data.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -80,6 +80,11 @@ pub struct Config {
     #[arg(long, env = "TIDEWAY_SLOWMS", default_value_t = 100)]
     pub slowms: u64,
 
+    /// Profiling level of every database at startup, as mongod's `--profile`: 0 off, 1 operations
+    /// slower than --slowms, 2 every operation (the `profile` command changes it per database).
+    #[arg(long, env = "TIDEWAY_PROFILE", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=2))]
+    pub profile: i32,
+
     /// Enable test-only commands (e.g. advanceClock); same as --setParameter enableTestCommands=1.
     #[arg(long = "enableTestCommands", env = "TIDEWAY_ENABLE_TEST_COMMANDS")]
     pub enable_test_commands: bool,
@@ -157,14 +162,18 @@ mod tests {
             "memory",
             "--setParameter",
             "enableTestCommands=1",
+            "--profile",
+            "1",
             "-vv",
         ]);
+        assert_eq!(config.profile, 1);
         assert_eq!(config.port, 27999);
         assert_eq!(config.listen_addrs().unwrap().len(), 2);
         assert_eq!(config.max_conns, 5);
         assert_eq!(config.storage, StorageKind::Memory);
         assert_eq!(config.set_parameter, vec!["enableTestCommands=1"]);
         assert_eq!(config.log_filter(), "trace");
+        assert!(Config::try_parse_from(["tideway", "--profile", "3"]).is_err());
         let alias = Config::parse_from(["tideway", "--max-conns", "7"]);
         assert_eq!(alias.max_conns, 7);
     }

@@ -1,5 +1,6 @@
 //! One client connection: read a frame, decode it, dispatch the command, write the reply, repeat.
-//! Requests on a connection are answered in order, one at a time.
+//! Requests on a connection are answered in order, one at a time. The connection is listed in the
+//! op registry while it is open (`$currentOp` reports idle connections from it).
 //!
 //! Invariants: a header with an impossible length closes the connection before its body is read; a
 //! malformed body is answered with an error and the connection goes on; a `moreToCome` request is
@@ -39,11 +40,13 @@ const READ_CHUNK: usize = 1 << 20;
 pub async fn serve_connection<S>(
     state: Arc<ServerState>,
     stream: S,
-    client: ClientInfo,
+    client: Arc<ClientInfo>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    // Listed by `$currentOp` with `idleConnections` while it is open.
+    let _registered = state.ops.connection_opened(&client);
     let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut next_reply_id: i32 = 1;

@@ -46,6 +46,9 @@ pub struct Cursor {
     remaining: Option<u64>,
     pub no_timeout: bool,
     pub last_used_ms: i64,
+    /// The command that opened the cursor (as the op registry keeps it), for the profile entries
+    /// of its getMores (`originatingCommand`).
+    pub originating_command: Option<bson::Document>,
 }
 
 impl Cursor {
@@ -64,6 +67,7 @@ impl Cursor {
             remaining: limit.filter(|limit| *limit > 0),
             no_timeout: false,
             last_used_ms: 0,
+            originating_command: None,
         }
     }
 

@@ -1,9 +1,14 @@
 //! Command dispatch: the registry of commands (as data: name, aliases, help, admin-only, handler),
-//! the checks every command shares (`$db`, admin-only, transactions on a standalone), timing and
-//! logging, and the single place where a handler's `CommandError` becomes an error reply.
+//! the checks every command shares (`$db`, admin-only, transactions on a standalone), the running
+//! op (`ops`: registered for the handler's lifetime, interrupted by `maxTimeMS` or `killOp` at
+//! await points, its `Deadline` carrying both into CPU-bound loops), timing, logging and
+//! profiling (`profiler`), and the single place where a handler's `CommandError` becomes an error
+//! reply.
 //!
 //! Invariants: handlers never write `ok`; dispatch appends `ok: 1.0` to a success and builds
-//! `{ok: 0.0, errmsg, code, codeName}` for a failure. Nothing here knows about sockets or wire formats.
+//! `{ok: 0.0, errmsg, code, codeName}` for a failure. Profiling never fails or delays an
+//! unprofiled command (level 0 costs one atomic load). Nothing here knows about sockets or wire
+//! formats.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -27,6 +32,8 @@ pub struct ClientInfo {
     pub remote: String,
     /// Set once the first `hello` carrying `client` metadata has been seen.
     pub metadata_received: AtomicBool,
+    /// That metadata (`currentOp`'s `clientMetadata`, and its `application.name` as `appName`).
+    metadata: OnceLock<Document>,
 }
 
 impl ClientInfo {
@@ -35,6 +42,35 @@ impl ClientInfo {
             connection_id,
             remote,
             metadata_received: AtomicBool::new(false),
+            metadata: OnceLock::new(),
+        }
+    }
+
+    /// Keeps the `client` document of the connection's first `hello`.
+    pub fn set_metadata(&self, metadata: Document) {
+        let _ = self.metadata.set(metadata);
+    }
+
+    pub fn metadata(&self) -> Option<&Document> {
+        self.metadata.get()
+    }
+
+    /// `client.application.name` from the handshake, if the driver sent one.
+    pub fn app_name(&self) -> Option<&str> {
+        self.metadata
+            .get()?
+            .get_document("application")
+            .ok()?
+            .get_str("name")
+            .ok()
+            .filter(|name| !name.is_empty())
+    }
+
+    /// The peer's address without the port (the profiler's `client`).
+    pub fn host(&self) -> &str {
+        match self.remote.rsplit_once(':') {
+            Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']'),
+            None => &self.remote,
         }
     }
 }
@@ -42,14 +78,18 @@ impl ClientInfo {
 /// What a handler gets besides the command body.
 pub struct CommandContext<'a> {
     pub state: &'a Arc<ServerState>,
-    pub client: &'a ClientInfo,
+    pub client: &'a Arc<ClientInfo>,
     /// The command's database (`$db`).
     pub db: &'a str,
     /// The command's registered name (the first key of the body, canonical casing).
     pub name: &'static str,
-    /// When `maxTimeMS` runs out: long CPU-bound work checks it (the timeout around the handler
-    /// only interrupts at await points).
+    /// When `maxTimeMS` runs out or `killOp` kills the command: long CPU-bound work checks it
+    /// (dispatch only interrupts the handler at await points).
     pub deadline: Deadline,
+    /// The running op: `currentOp` shows it, the profiler records it. Handlers and the query
+    /// layer report what they do through its setters (`set_plan_summary`, `add_examined`,
+    /// `set_nreturned`, `add_inserted`, ...).
+    pub op: &'a crate::ops::Op,
 }
 
 impl<'a> CommandContext<'a> {
@@ -62,6 +102,7 @@ impl<'a> CommandContext<'a> {
             db: self.db,
             name,
             deadline: self.deadline,
+            op: self.op,
         }
     }
 
@@ -227,19 +268,20 @@ fn lookup(state: &ServerState, name: &str) -> Option<&'static CommandSpec> {
 }
 
 /// Runs one command and returns its reply document (success or error); never fails.
-pub async fn dispatch(state: &Arc<ServerState>, client: &ClientInfo, body: &Document) -> Document {
+pub async fn dispatch(
+    state: &Arc<ServerState>,
+    client: &Arc<ClientInfo>,
+    body: &Document,
+) -> Document {
     let started = Instant::now();
     let name = body.keys().next().map(String::as_str).unwrap_or("");
     let span = tracing::debug_span!("command", name, conn = client.connection_id);
-    let result = run(state, client, body, name).instrument(span).await;
+    let (result, finished) = run(state, client, body, name).instrument(span).await;
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    match result {
+    let reply = match result {
         Ok(mut reply) => {
             reply.insert("ok", 1.0);
             tracing::debug!(name, elapsed_ms, "command succeeded");
-            if elapsed_ms >= state.config.slowms {
-                tracing::info!(name, elapsed_ms, conn = client.connection_id, "Slow query");
-            }
             reply
         }
         Err(error) => {
@@ -251,15 +293,56 @@ pub async fn dispatch(state: &Arc<ServerState>, client: &ClientInfo, body: &Docu
             tracing::debug!(name, elapsed_ms, code = error.code.code(), errmsg = %error.errmsg, "command failed");
             error.to_reply()
         }
+    };
+    if elapsed_ms >= state.profiler.slowms() {
+        tracing::info!(name, elapsed_ms, conn = client.connection_id, "Slow query");
     }
+    if let Some(finished) = finished {
+        crate::profiler::finish(state, finished, &reply).await;
+    }
+    reply
 }
 
 async fn run(
     state: &Arc<ServerState>,
-    client: &ClientInfo,
+    client: &Arc<ClientInfo>,
     body: &Document,
     name: &str,
-) -> CommandResult {
+) -> (CommandResult, Option<crate::profiler::Finished>) {
+    let spec = match checked_spec(state, body, name) {
+        Ok(spec) => spec,
+        Err(error) => return (Err(error), None),
+    };
+    let db = match body.get("$db") {
+        Some(Bson::String(db)) => db.as_str(),
+        _ => "",
+    };
+    let guard = state.ops.start(crate::ops::OpStart {
+        client,
+        name: spec.name,
+        db,
+        body,
+    });
+    // The level when the command starts decides (mongod reads it as the command begins).
+    let profile = state.profiler.settings_at_start(db);
+    let result = run_handler(state, client, body, spec, db, &guard.op).await;
+    let finished = profile.map(|settings| crate::profiler::Finished {
+        settings,
+        op: guard.op.clone(),
+        db: db.to_owned(),
+        error: result.as_ref().err().cloned(),
+    });
+    drop(guard);
+    (result, finished)
+}
+
+/// The command's registry entry after the checks that need no op: known name, valid `$db`,
+/// admin-only, no transactions, valid arguments.
+fn checked_spec(
+    state: &Arc<ServerState>,
+    body: &Document,
+    name: &str,
+) -> CommandResult<&'static CommandSpec> {
     let spec = lookup(state, name).ok_or_else(|| {
         CommandError::new(
             ErrorCode::CommandNotFound,
@@ -311,27 +394,42 @@ async fn run(
     if let Some(args) = crate::commands::schema::args_for(spec.name) {
         crate::commands::schema::validate(spec.name, args, body)?;
     }
+    Ok(spec)
+}
+
+/// Runs the handler until it finishes, `maxTimeMS` passes (50) or the op is killed (11601).
+async fn run_handler(
+    state: &Arc<ServerState>,
+    client: &Arc<ClientInfo>,
+    body: &Document,
+    spec: &'static CommandSpec,
+    db: &str,
+    op: &crate::ops::Op,
+) -> CommandResult {
     let max_time_ms = max_time_ms(body)?;
+    let deadline = max_time_ms.map_or(Deadline::none(), |limit| {
+        Deadline::at(Instant::now() + std::time::Duration::from_millis(limit))
+    });
     let ctx = CommandContext {
         state,
         client,
         db,
         name: spec.name,
-        deadline: max_time_ms.map_or(Deadline::none(), |limit| {
-            Deadline::at(std::time::Instant::now() + std::time::Duration::from_millis(limit))
-        }),
+        deadline: deadline.with_kill_switch(op.kill_switch()),
+        op,
     };
     let work = (spec.handler)(&ctx, body);
-    match max_time_ms {
-        None => work.await,
-        Some(limit) => tokio::time::timeout(std::time::Duration::from_millis(limit), work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(CommandError::new(
-                    ErrorCode::MaxTimeMSExpired,
-                    "operation exceeded time limit",
-                ))
-            }),
+    let time_limit = async {
+        match max_time_ms {
+            Some(limit) => tokio::time::sleep(std::time::Duration::from_millis(limit)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        result = work => result,
+        () = op.killed() => Err(Deadline::interrupted()),
+        () = time_limit => Err(Deadline::exceeded()),
     }
 }
 

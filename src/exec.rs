@@ -508,18 +508,35 @@ impl DocStream {
     }
 }
 
+/// How a read went: its plan summary and what it examined (for `currentOp` and the profiler).
+#[derive(Clone, Debug, Default)]
+pub struct ReadReport {
+    pub plan_summary: String,
+    pub stats: ScanStats,
+}
+
 /// Every visible record matching `query`, in the order its plan reads them.
 pub async fn find_all(
     storage: &dyn Storage,
     cache: &PlanCache,
     view: &CollectionView,
     query: &Query,
-) -> StorageResult<Vec<Record>> {
-    view.plan(storage, cache, query)
-        .await?
-        .stream
-        .collect(storage)
-        .await
+) -> StorageResult<(Vec<Record>, ReadReport)> {
+    let planned = view.plan(storage, cache, query).await?;
+    let plan_summary = planned.plan.summary();
+    let mut stream = planned.stream;
+    let mut records = Vec::new();
+    while let Some(record) = stream.next(storage).await? {
+        records.push(record);
+    }
+    let stats = stream.stats();
+    Ok((
+        records,
+        ReadReport {
+            plan_summary,
+            stats,
+        },
+    ))
 }
 
 /// The first visible record matching `query` in its sort order (natural order without one),
@@ -530,11 +547,17 @@ pub async fn first_match(
     cache: &PlanCache,
     view: &CollectionView,
     query: &Query,
-) -> StorageResult<Option<Record>> {
+) -> StorageResult<(Option<Record>, ReadReport)> {
     let planned = view.plan(storage, cache, query).await?;
+    let plan_summary = planned.plan.summary();
     let mut stream = planned.stream;
+    let report = |stream: &DocStream| ReadReport {
+        plan_summary: plan_summary.clone(),
+        stats: stream.stats(),
+    };
     let Some(sort) = query.sort.as_ref().filter(|_| !planned.plan.provides_sort) else {
-        return stream.next(storage).await;
+        let first = stream.next(storage).await?;
+        return Ok((first, report(&stream)));
     };
     let mut best: Option<(Vec<Bson>, Record)> = None;
     while let Some(record) = stream.next(storage).await? {
@@ -545,7 +568,7 @@ pub async fn first_match(
             best = Some((key, record));
         }
     }
-    Ok(best.map(|(_, record)| record))
+    Ok((best.map(|(_, record)| record), report(&stream)))
 }
 
 /// The distinct values at `path` of the visible documents inside `scan` (a [`distinct_scan`]

@@ -156,23 +156,41 @@ pub fn check_field_path_length(
     Ok(())
 }
 
-/// When an operation must stop (`maxTimeMS`), checked inside long CPU-bound work (sorts,
-/// pipeline stages) where the command's timeout cannot interrupt it at an await point.
+/// When an operation must stop: its `maxTimeMS` deadline, or a `killOp` of it. Checked inside long
+/// CPU-bound work (sorts, pipeline stages) where dispatch's timeout and kill wait cannot interrupt
+/// it at an await point. `Copy`, and a check costs a clock read and one atomic load.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Deadline(Option<std::time::Instant>);
+pub struct Deadline {
+    at: Option<std::time::Instant>,
+    kill: Option<crate::ops::KillSwitch>,
+}
 
 impl Deadline {
     pub fn none() -> Deadline {
-        Deadline(None)
+        Deadline::default()
     }
 
     pub fn at(instant: std::time::Instant) -> Deadline {
-        Deadline(Some(instant))
+        Deadline {
+            at: Some(instant),
+            kill: None,
+        }
     }
 
-    /// `MaxTimeMSExpired` once the deadline has passed.
+    /// The same deadline, also stopping once `kill` trips.
+    pub fn with_kill_switch(self, kill: crate::ops::KillSwitch) -> Deadline {
+        Deadline {
+            kill: Some(kill),
+            ..self
+        }
+    }
+
+    /// `Interrupted` once the operation was killed, `MaxTimeMSExpired` once the deadline passed.
     pub fn check(&self) -> Result<(), CommandError> {
-        match self.0 {
+        if self.kill.is_some_and(|kill| kill.is_killed()) {
+            return Err(Deadline::interrupted());
+        }
+        match self.at {
             Some(deadline) if std::time::Instant::now() >= deadline => Err(Deadline::exceeded()),
             _ => Ok(()),
         }
@@ -180,6 +198,11 @@ impl Deadline {
 
     pub fn exceeded() -> CommandError {
         CommandError::new(ErrorCode::MaxTimeMSExpired, "operation exceeded time limit")
+    }
+
+    /// mongod's error for an operation `killOp` interrupted.
+    pub fn interrupted() -> CommandError {
+        CommandError::new(ErrorCode::Interrupted, "operation was interrupted")
     }
 }
 

@@ -165,7 +165,10 @@ impl Acceptor {
         let state = self.state.clone();
         let stop = self.stop.clone();
         let done = self.done.clone();
-        let client = ClientInfo::new(state.next_connection_id(), peer.to_string());
+        let client = std::sync::Arc::new(ClientInfo::new(
+            state.next_connection_id(),
+            peer.to_string(),
+        ));
         let span = tracing::info_span!("conn", id = client.connection_id, remote = %peer);
         bump(&state.stats.connections_total, 1);
         bump(&state.stats.connections_current, 1);

@@ -1,6 +1,7 @@
 //! The state every connection and command shares, behind one cheap `Arc<ServerState>`: the
-//! configuration, parameters, clock, and the counters `serverStatus` reports. Counters are atomics so
-//! the request path never takes a lock to update them.
+//! configuration, parameters, clock, the running operations (`ops`), the profiler settings, and
+//! the counters `serverStatus` reports. Counters are atomics so the request path never takes a
+//! lock to update them (registering an op takes one short lock of one shard).
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,10 @@ pub struct ServerState {
     pub cursors: CursorRegistry,
     /// The winning plan per query shape (see `crate::planner`).
     pub plan_cache: crate::planner::PlanCache,
+    /// Running commands and open connections (`currentOp`, `killOp`).
+    pub ops: crate::ops::OpRegistry,
+    /// Profiling levels, `slowms`, `sampleRate` (`profile`).
+    pub profiler: crate::profiler::Profiler,
     pub reaper: Reaper,
     pub started: Instant,
     pub stats: Stats,
@@ -121,6 +126,10 @@ impl ServerState {
                 ))
             }
         };
+        let profiler = crate::profiler::Profiler::new(
+            config.profile,
+            i64::try_from(config.slowms).unwrap_or(i64::MAX),
+        );
         Ok(Arc::new(ServerState {
             config,
             params,
@@ -130,6 +139,8 @@ impl ServerState {
             spill_dir,
             cursors: CursorRegistry::default(),
             plan_cache: crate::planner::PlanCache::default(),
+            ops: crate::ops::OpRegistry::default(),
+            profiler,
             reaper: Reaper::default(),
             started: Instant::now(),
             stats: Stats::default(),

@@ -966,3 +966,65 @@ async fn counts_and_index_reads_never_include_expired_documents() {
     );
     assert_eq!(execution.get_i32("nCounted").unwrap(), 10);
 }
+
+#[tokio::test]
+async fn the_profiler_records_plan_summaries_and_examined_counts() {
+    let server = TestServer::start().await;
+    let db = events(&server).await;
+    db.run_command(doc! {"profile": 2}).await.unwrap();
+    let events = db.collection::<Document>("events");
+    let found: Vec<Document> = events
+        .find(doc! {"at": {"$gte": 1000, "$lt": 1100}})
+        .comment("range")
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 10);
+    events
+        .update_many(doc! {"user": 4}, doc! {"$set": {"seen": true}})
+        .await
+        .unwrap();
+    db.run_command(doc! {"profile": 0}).await.unwrap();
+    let entries: Vec<Document> = db
+        .collection::<Document>("system.profile")
+        .find(doc! {"ns": "explain.events"})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let find = entries
+        .iter()
+        .find(|entry| entry.get_str("op") == Ok("query"))
+        .expect("a profiled find");
+    assert_eq!(find.get_str("planSummary").unwrap(), "IXSCAN { at: 1 }");
+    assert_eq!(
+        find.get_i64("keysExamined")
+            .or_else(|_| find.get_i32("keysExamined").map(i64::from))
+            .unwrap(),
+        10
+    );
+    assert_eq!(
+        find.get_i64("docsExamined")
+            .or_else(|_| find.get_i32("docsExamined").map(i64::from))
+            .unwrap(),
+        10
+    );
+    let update = entries
+        .iter()
+        .find(|entry| entry.get_str("op") == Ok("update"))
+        .expect("a profiled update");
+    assert_eq!(
+        update.get_str("planSummary").unwrap(),
+        "IXSCAN { user: 1, at: 1 }"
+    );
+    assert_eq!(
+        update
+            .get_i64("keysExamined")
+            .or_else(|_| update.get_i32("keysExamined").map(i64::from))
+            .unwrap(),
+        50
+    );
+}

@@ -136,7 +136,19 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("killAllSessions", doc! {"killAllSessions": [], "foo": 1}, Ok),
         ("killAllSessions", doc! {"killAllSessions": 5}, Error(14, "BSON field 'KillAllSessionsCmd.killAllSessions' is the wrong type 'int', expected type 'array'")),
         ("endSessions", doc! {"endSessions": 5}, Error(14, "BSON field 'endSessions.endSessions' is the wrong type 'int', expected type 'array'")),
+        // query diagnostics: currentOp's other fields are its filter; killOp, profile and sleep
+        // are not strict in mongod either.
+        ("currentOp", doc! {"currentOp": 1, "foo": 1}, Ok),
+        ("killOp", doc! {"killOp": 1, "op": 1, "foo": 1}, Ok),
+        ("killOp", doc! {"killOp": 1}, Error(4, "Missing expected field \"op\"")),
+        ("profile", doc! {"profile": -1, "foo": 1}, Ok),
+        ("profile", doc! {"profile": -1, "sampleRate": 1}, Error(14, "BSON field 'profile.sampleRate' is the wrong type 'int', expected type 'double'")),
+        ("profile", doc! {"profile": -1, "slowms": "x"}, Code(14)),
+        ("profile", doc! {"profile": "x"}, Code(14)),
         // test-only commands
+        ("sleep", doc! {"sleep": 1, "millis": 1, "foo": 1}, Ok),
+        ("sleep", doc! {"sleep": 1, "secs": 1, "seconds": 1}, Error(51153, "Only one of 'secs' and 'seconds' may be specified")),
+        ("sleep", doc! {"sleep": 1, "millis": "x"}, Error(34345, "'millis' must be a number.")),
         ("advanceClock", doc! {"advanceClock": 0, "foo": 1}, Ok),
         ("runTtlPass", doc! {"runTtlPass": 1, "foo": 1}, Ok),
     ]
@@ -146,7 +158,8 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
 fn database(command: &str) -> &'static str {
     match command {
         "renameCollection" | "hostInfo" | "getCmdLineOpts" | "getLog" | "getParameter"
-        | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" => "admin",
+        | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" | "currentOp"
+        | "killOp" | "sleep" => "admin",
         _ => "v",
     }
 }

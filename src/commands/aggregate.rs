@@ -2,7 +2,8 @@
 //! the plan, and only visible documents enter), streams the documents through the remaining
 //! stages (`query::pipeline`) with blocking stages held by `sorter` buffers within the memory
 //! limits, and returns the output as a cursor. `$collStats` answers from storage
-//! statistics, with expired documents left out of the count.
+//! statistics, with expired documents left out of the count; `$currentOp` from the op registry
+//! (`commands::operations::current_ops`).
 
 use std::sync::Arc;
 
@@ -102,6 +103,17 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             run.push(coll_stats_source(ctx, ns, request).await?)
                 .map_err(during_aggregation)?;
         }
+        (Some(SourceStage::CurrentOp(request)), None) if ctx.db == "admin" => {
+            for op in crate::commands::operations::current_ops(ctx.state, request)? {
+                run.push(op).map_err(during_aggregation)?;
+            }
+        }
+        (Some(SourceStage::CurrentOp(_)), _) => {
+            return Err(CommandError::new(
+                ErrorCode::InvalidNamespace,
+                "$currentOp must be run against the 'admin' database with {aggregate: 1}",
+            ))
+        }
         (Some(SourceStage::CollStats(_)), None) => {
             return Err(CommandError::new(
                 ErrorCode::InvalidNamespace,
@@ -141,6 +153,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             // A read in the order of a leading `$sort` followed by `$limit n` can stop after n
             // documents: they are the first n the sort would keep.
             let enough = query.wanted.filter(|_| planned.plan.provides_sort);
+            ctx.op.set_plan_summary(planned.plan.summary());
             let mut stream = planned.stream;
             let mut read = 0;
             while enough.is_none_or(|enough| read < enough) {
@@ -150,6 +163,9 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
                 read += 1;
                 run.push(record.doc).map_err(during_aggregation)?;
             }
+            let stats = stream.stats();
+            ctx.op
+                .add_examined(stats.keys_examined, stats.docs_examined);
         }
         (None, None) => {
             return Err(CommandError::new(

@@ -352,13 +352,15 @@ impl<'a> WriteContext<'a> {
     }
 
     async fn find_all(&self, query: &Query) -> CommandResult<Vec<Record>> {
-        Ok(exec::find_all(
+        let (records, report) = exec::find_all(
             self.storage(),
             &self.ctx.state.plan_cache,
             &self.view,
             query,
         )
-        .await?)
+        .await?;
+        self.report(report);
+        Ok(records)
     }
 
     async fn first_match(&self, query: &Query) -> CommandResult<Option<Record>> {
@@ -366,13 +368,23 @@ impl<'a> WriteContext<'a> {
             wanted: Some(1),
             ..query.clone()
         };
-        Ok(exec::first_match(
+        let (first, report) = exec::first_match(
             self.storage(),
             &self.ctx.state.plan_cache,
             &self.view,
             &query,
         )
-        .await?)
+        .await?;
+        self.report(report);
+        Ok(first)
+    }
+
+    /// Tells the running op how the write's read went (`currentOp`, the profiler).
+    fn report(&self, report: exec::ReadReport) {
+        self.ctx.op.set_plan_summary(report.plan_summary);
+        self.ctx
+            .op
+            .add_examined(report.stats.keys_examined, report.stats.docs_examined);
     }
 }
 
@@ -412,6 +424,7 @@ async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     }
     errors.sort_by_key(|error| error.get_i32("index").unwrap_or(0));
     bump(&ctx.state.stats.opcounters.insert, inserted as u64);
+    ctx.op.add_inserted(inserted);
     Ok(batch_reply(inserted, errors, Document::new()))
 }
 
@@ -545,6 +558,8 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
+    ctx.op
+        .add_updated(matched - upserted.len(), modified, upserted.len());
     let mut extra = doc! {"nModified": modified as i32};
     if !upserted.is_empty() {
         extra.insert("upserted", upserted);
@@ -616,6 +631,7 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
+    ctx.op.add_deleted(deleted);
     Ok(batch_reply(deleted, errors, Document::new()))
 }
 
@@ -654,6 +670,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             (Some(record), None) => {
                 bump(&ctx.state.stats.opcounters.delete, 1);
                 if let Some(removed) = writer.delete_record(&filter, record).await? {
+                    ctx.op.add_deleted(1);
                     return Ok(doc! {"lastErrorObject": {"n": 1}, "value": project(removed)});
                 }
             }
@@ -664,6 +681,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
                     Updated::Modified(after) | Updated::Unchanged(after) => after,
                     Updated::Gone => continue,
                 };
+                ctx.op.add_updated(1, usize::from(before != after), 0);
                 let value = project(if return_new { after } else { before });
                 return Ok(
                     doc! {"lastErrorObject": {"n": 1, "updatedExisting": true}, "value": value},
@@ -672,6 +690,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             (None, Some(update)) if upsert => {
                 bump(&ctx.state.stats.opcounters.update, 1);
                 if let Some(document) = writer.upsert_insert(&filter, update).await? {
+                    ctx.op.add_updated(0, 0, 1);
                     let id = document_id(&document);
                     let value = if return_new {
                         Bson::Document(project(document))

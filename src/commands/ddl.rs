@@ -135,6 +135,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
+    crate::commands::operations::check_profile_drop(ctx, &ns)?;
     let storage = ctx.state.storage.as_ref();
     let Some(meta) = storage.collection(&ns).await? else {
         return Err(CommandError::new(
@@ -170,6 +171,8 @@ async fn drop_database(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
     }
     validate_database_name(ctx.db)?;
     ctx.state.storage.drop_database(ctx.db).await?;
+    // As mongod: the database's profiling settings go with it.
+    ctx.state.profiler.clear(ctx.db);
     let prefix = format!("{}.", ctx.db);
     ctx.state
         .cursors

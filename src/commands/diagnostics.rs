@@ -305,10 +305,21 @@ fn get_cmd_line_opts(ctx: &CommandContext, _body: &Document) -> CommandResult {
             "net": {"port": i32::from(config.port), "bindIp": config.bind_ip.join(","), "maxIncomingConnections": config.max_conns as i64},
             "storage": {"dbPath": config.dbpath.to_string_lossy().into_owned(), "engine": engine},
             "systemLog": {"verbosity": i32::from(config.verbose)},
-            "operationProfiling": {"slowOpThresholdMs": config.slowms as i64},
+            "operationProfiling": operation_profiling(config),
             "setParameter": set_parameter,
         },
     })
+}
+
+/// mongod's `operationProfiling` options: the threshold, and the mode when `--profile` set one.
+fn operation_profiling(config: &crate::config::Config) -> Document {
+    let mut out = doc! {"slowOpThresholdMs": config.slowms as i64};
+    match config.profile {
+        1 => out.insert("mode", "slowOp"),
+        2 => out.insert("mode", "all"),
+        _ => None,
+    };
+    out
 }
 
 fn get_parameter(ctx: &CommandContext, body: &Document) -> CommandResult {

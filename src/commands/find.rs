@@ -87,6 +87,7 @@ pub async fn open_cursor(
 ) -> CommandResult {
     let first_batch_size = options.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
     let storage = ctx.state.storage.as_ref();
+    let before = cursor.scan_stats();
     let (batch, exhausted) = if first_batch_size == 0 && !options.single_batch {
         (Vec::new(), false)
     } else {
@@ -94,14 +95,28 @@ pub async fn open_cursor(
             .next_batch(storage, Some(first_batch_size), visibility)
             .await?
     };
+    report_examined(ctx, before, cursor.scan_stats());
     let ns = cursor.ns.clone();
     let id = if exhausted || options.single_batch {
         0
     } else {
         cursor.no_timeout = options.no_timeout;
+        cursor.originating_command = Some(ctx.op.command());
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
+    ctx.op.set_first_batch(id, batch.len());
     Ok(cursor_reply(id, &ns, batch, true))
+}
+
+/// Tells the running op (`currentOp`, the profiler) what a stream examined between two readings
+/// of its counters.
+fn report_examined(ctx: &CommandContext<'_>, before: Option<ScanStats>, after: Option<ScanStats>) {
+    if let (Some(before), Some(after)) = (before, after) {
+        ctx.op.add_examined(
+            after.keys_examined.saturating_sub(before.keys_examined),
+            after.docs_examined.saturating_sub(before.docs_examined),
+        );
+    }
 }
 
 /// Filter, projection, sort and cursor options shared by `find` and `findAndModify`-like readers.
@@ -111,7 +126,7 @@ fn parse_filter(ctx: &CommandContext, body: &Document, field: &str) -> CommandRe
 
 fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<SortSpec>> {
     optional_document(ctx, body, "sort")?
-        .map(SortSpec::parse)
+        .map(SortSpec::parse_find)
         .transpose()
         .map(|sort| sort.filter(|sort| !sort.is_empty()))
 }
@@ -191,6 +206,7 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     };
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
     let summary = PlanSummary::of(&planned, &query);
+    ctx.op.set_plan_summary(planned.plan.summary());
     let mut stream = planned.stream;
     let mut drained = None;
     let source = match sort.as_ref().filter(|_| !planned.plan.provides_sort) {
@@ -213,6 +229,8 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
                 sorter.push(sort.sort_key(&record.doc), record)?;
             }
             drained = Some(stream.stats());
+            report_examined(ctx, Some(ScanStats::default()), drained);
+            ctx.op.set_sort_stage(sorter.spilled());
             let mut sorted = sorter.finish()?;
             for _ in 0..skip {
                 if sorted.next_item()?.is_none() {
@@ -299,7 +317,11 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         || Visibility::everything(now_ms),
         |view| view.visibility.clone(),
     );
+    let before = cursor.scan_stats();
     let (batch, exhausted) = cursor.next_batch(storage, batch_size, &visibility).await?;
+    report_examined(ctx, before, cursor.scan_stats());
+    ctx.op
+        .set_get_more_batch(id, batch.len(), exhausted, &cursor.originating_command);
     drop(view);
     let ns = cursor.ns.clone();
     let reply_id = if exhausted {
@@ -388,6 +410,7 @@ pub async fn planned_matches(
     let storage = ctx.state.storage.as_ref();
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
     let summary = PlanSummary::of(&planned, &query);
+    ctx.op.set_plan_summary(planned.plan.summary());
     if count_only {
         if let Some(count) = count_from_keys(ctx, &view, &planned.plan, &query.filter).await? {
             return Ok(PlannedMatches {
@@ -416,11 +439,13 @@ pub async fn planned_matches(
             records.push(record);
         }
     }
+    let stats = stream.stats();
+    report_examined(ctx, Some(ScanStats::default()), Some(stats));
     Ok(PlannedMatches {
         records,
         count,
         summary,
-        stats: stream.stats(),
+        stats,
         from_keys: false,
     })
 }
@@ -449,6 +474,9 @@ pub async fn count_from_keys(
         })
         .collect();
     let counted = ctx.state.storage.count_entries(&view.ns, sources).await?;
+    ctx.op
+        .set_plan_summary(format!("COUNT_SCAN {}", index_summary(&scan.index)));
+    ctx.op.add_examined(counted.in_sources, 0);
     Ok(Some(counted.in_sources))
 }
 
@@ -515,6 +543,9 @@ pub async fn distinct_read(
     if let Some(scan) = scan {
         let (mut values, stats) =
             exec::distinct_values(ctx.state.storage.as_ref(), &view, &scan, &key).await?;
+        ctx.op
+            .set_plan_summary(format!("DISTINCT_SCAN {}", index_summary(&scan.index)));
+        report_examined(ctx, Some(ScanStats::default()), Some(stats));
         values.sort_by(crate::query::compare_values);
         return Ok(DistinctRead {
             values,
@@ -541,6 +572,11 @@ pub async fn distinct_read(
         summary: matches.summary,
         stats: matches.stats,
     })
+}
+
+/// `{ a: 1, b: -1 }`, an index's key pattern as plan summaries show it.
+fn index_summary(index: &crate::storage::IndexSpec) -> String {
+    crate::planner::key_pattern_summary(index)
 }
 
 async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {

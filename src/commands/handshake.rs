@@ -52,6 +52,7 @@ fn hello(ctx: &CommandContext, body: &Document) -> CommandResult {
         ));
     }
     if let Ok(client) = body.get_document("client") {
+        ctx.client.set_metadata(client.clone());
         let driver = client.get_document("driver").ok();
         tracing::info!(
             conn = ctx.client.connection_id,

@@ -12,6 +12,7 @@ pub mod explain;
 pub mod find;
 mod handshake;
 pub mod indexes;
+pub mod operations;
 pub mod schema;
 mod sessions;
 
@@ -22,6 +23,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
     [
         handshake::COMMANDS,
         diagnostics::COMMANDS,
+        operations::COMMANDS,
         sessions::COMMANDS,
         find::COMMANDS,
         crud::COMMANDS,

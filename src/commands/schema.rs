@@ -31,6 +31,8 @@ pub enum ArgType {
     OptionalBool,
     Int,
     Long,
+    /// `double`: a BSON double only.
+    Double,
     Str,
     Object,
     Array,
@@ -51,6 +53,7 @@ impl ArgType {
             ArgType::Bool | ArgType::OptionalBool => matches!(value, Bson::Boolean(_)),
             ArgType::Int => matches!(value, Bson::Int32(_)),
             ArgType::Long => matches!(value, Bson::Int64(_)),
+            ArgType::Double => matches!(value, Bson::Double(_)),
             ArgType::Str => matches!(value, Bson::String(_)),
             ArgType::Object => matches!(value, Bson::Document(_)),
             ArgType::Array | ArgType::Entries(_) => matches!(value, Bson::Array(_)),
@@ -66,6 +69,7 @@ impl ArgType {
             ArgType::Bool | ArgType::OptionalBool => "expected type 'bool'",
             ArgType::Int => "expected type 'int'",
             ArgType::Long => "expected type 'long'",
+            ArgType::Double => "expected type 'double'",
             ArgType::Str => "expected type 'string'",
             ArgType::Object => "expected type 'object'",
             ArgType::Array | ArgType::Entries(_) => "expected type 'array'",
@@ -507,6 +511,16 @@ const HELLO: Args = Args {
     ],
 };
 
+/// `profile` (`profile.idl`, not strict); the handler checks the level and `filter`.
+const PROFILE: Args = Args {
+    strict: false,
+    fields: &[
+        arg("slowms", Number),
+        arg("sampleRate", ArgType::Double),
+        arg("filter", Any),
+    ],
+};
+
 const CONNECTION_STATUS: Args = Args {
     strict: true,
     fields: &[arg("showPrivileges", SafeBool)],
@@ -541,9 +555,10 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "collStats" => &COLL_STATS,
         "hello" | "isMaster" => &HELLO,
         "connectionStatus" => &CONNECTION_STATUS,
+        "profile" => &PROFILE,
         "killSessions" | "killAllSessions" | "startSession" | "buildInfo" | "listCommands"
         | "whatsmyuri" | "serverStatus" | "getParameter" | "setParameter" | "advanceClock"
-        | "runTtlPass" => &LOOSE,
+        | "runTtlPass" | "currentOp" | "killOp" | "sleep" => &LOOSE,
         _ => return None,
     })
 }
@@ -656,6 +671,7 @@ mod tests {
             ArgType::Any | ArgType::Object => Bson::Document(bson::doc! {"x": 1}),
             ArgType::Number | ArgType::Int => Bson::Int32(1),
             ArgType::Long => Bson::Int64(1),
+            ArgType::Double => Bson::Double(1.0),
             ArgType::SafeBool | ArgType::Bool | ArgType::OptionalBool => Bson::Boolean(true),
             ArgType::Str => Bson::String("x".into()),
             ArgType::Array => Bson::Array(vec![Bson::Int32(1)]),

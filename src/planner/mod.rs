@@ -136,6 +136,16 @@ impl IndexScan {
     }
 }
 
+/// An index's key pattern as plan summaries show it: `{ a: 1, b: -1 }`.
+pub fn key_pattern_summary(index: &IndexSpec) -> String {
+    let fields: Vec<String> = index
+        .key_pattern()
+        .iter()
+        .map(|(field, value)| format!("{field}: {}", crate::query::display::value_string(value)))
+        .collect();
+    format!("{{ {} }}", fields.join(", "))
+}
+
 /// The chosen way to read, and whether its order satisfies the query's sort.
 #[derive(Clone, Debug)]
 pub struct QueryPlan {
@@ -787,7 +797,11 @@ mod tests {
         );
         assert_eq!(
             plans(&meta, doc! {"user": {"$in": [1, 2]}}, Some(doc! {"at": 1})),
-            ["IXSCAN { at: 1 } sorted", "IXSCAN { user: 1, at: 1 }"]
+            [
+                "IXSCAN { at: 1 } sorted",
+                "IXSCAN { user: 1, at: 1 }, IXSCAN { user: 1, at: 1 } sorted",
+                "IXSCAN { user: 1, at: 1 }"
+            ]
         );
         assert_eq!(
             plans(&meta, doc! {"$or": [{"user": 1}, {"at": 2}]}, None),

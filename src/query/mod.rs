@@ -45,7 +45,7 @@ pub use compare::{
 };
 pub use filter::{ElementMatcher, Filter};
 pub use path::{lookup, lookup_values, LeafArrays, PathValue};
-pub use pipeline::{CollStatsRequest, Pipeline, PipelineContext, SourceStage};
+pub use pipeline::{CollStatsRequest, CurrentOpRequest, Pipeline, PipelineContext, SourceStage};
 pub use projection::Projection;
 pub use sort::{Direction, SortSpec};
 pub use update::{upsert_document, Update, UpdateContext};

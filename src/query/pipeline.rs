@@ -52,6 +52,9 @@ pub enum SourceStage {
     /// `ns`, `host`, `localTime`, then `latencyStats`/`storageStats`/`count`/`queryExecStats`)
     /// and passes it to [`Pipeline::run`] as the only input document.
     CollStats(CollStatsRequest),
+    /// `$currentOp`: the caller passes one document per operation (and idle connection) as
+    /// mongod's `currentOp` reports them.
+    CurrentOp(CurrentOpRequest),
     /// `$documents`: collection-less (`aggregate: 1`); [`Pipeline::run`] evaluates the
     /// documents itself and ignores its input.
     Documents,
@@ -68,6 +71,19 @@ pub struct CollStatsRequest {
     pub count: bool,
     /// `queryExecStats: {}`.
     pub query_exec_stats: bool,
+}
+
+/// The options of a `$currentOp` stage (each `false` unless given).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CurrentOpRequest {
+    pub all_users: bool,
+    pub idle_connections: bool,
+    /// Defaults to `true`, as in mongod.
+    pub idle_sessions: bool,
+    pub local_ops: bool,
+    pub truncate_ops: bool,
+    pub idle_cursors: bool,
+    pub backtrace: bool,
 }
 
 /// A parsed aggregation pipeline.
@@ -109,7 +125,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$bucketAuto",
     "$changeStream",
     "$changeStreamSplitLargeEvent",
-    "$currentOp",
     "$densify",
     "$facet",
     "$fill",
@@ -182,7 +197,7 @@ impl Pipeline {
                 return Err(CommandError::internal("stage vanished"));
             };
             match name.as_str() {
-                "$collStats" | "$documents" => {
+                "$collStats" | "$currentOp" | "$documents" => {
                     if position != 0 {
                         return Err(fail(
                             ErrorCode::Location40602,
@@ -191,6 +206,8 @@ impl Pipeline {
                     }
                     if name == "$collStats" {
                         pipeline.source = Some(SourceStage::CollStats(parse_coll_stats(spec)?));
+                    } else if name == "$currentOp" {
+                        pipeline.source = Some(SourceStage::CurrentOp(parse_current_op(spec)?));
                     } else {
                         pipeline.documents = Some(Expr::parse(spec)?);
                         pipeline.source = Some(SourceStage::Documents);
@@ -359,6 +376,57 @@ fn parse_coll_stats(spec: &Bson) -> CommandResult<CollStatsRequest> {
                 ))
             }
         }
+    }
+    Ok(request)
+}
+
+/// `$currentOp`'s options, with mongod's errors (`allUsers` and `localOps` are checked first,
+/// as TypeMismatch; other fields as FailedToParse).
+fn parse_current_op(spec: &Bson) -> CommandResult<CurrentOpRequest> {
+    let Bson::Document(spec) = spec else {
+        return Err(CommandError::type_mismatch(format!(
+            "$currentOp options must be specified in an object, but found: {}",
+            type_name(spec)
+        )));
+    };
+    for (name, value) in spec {
+        if matches!(name.as_str(), "allUsers" | "localOps") && !matches!(value, Bson::Boolean(_)) {
+            return Err(CommandError::type_mismatch(format!(
+                "The '{name}' parameter of the $currentOp stage must be a boolean value, but found: {}",
+                type_name(value)
+            )));
+        }
+    }
+    let mut request = CurrentOpRequest {
+        idle_sessions: true,
+        ..CurrentOpRequest::default()
+    };
+    for (name, value) in spec {
+        let flag = match name.as_str() {
+            "allUsers" => &mut request.all_users,
+            "idleConnections" => &mut request.idle_connections,
+            "idleSessions" => &mut request.idle_sessions,
+            "localOps" => &mut request.local_ops,
+            "truncateOps" => &mut request.truncate_ops,
+            "idleCursors" => &mut request.idle_cursors,
+            "backtrace" => &mut request.backtrace,
+            other => {
+                return Err(fail(
+                    ErrorCode::FailedToParse,
+                    format!("Unrecognized option '{other}' in $currentOp stage."),
+                ))
+            }
+        };
+        let Bson::Boolean(value) = value else {
+            return Err(fail(
+                ErrorCode::FailedToParse,
+                format!(
+                    "The '{name}' parameter of the $currentOp stage must be a boolean value, but found: {}",
+                    type_name(value)
+                ),
+            ));
+        };
+        *flag = *value;
     }
     Ok(request)
 }

@@ -4,7 +4,8 @@
 //! (leaf arrays expanded one level): ascending keys use the smallest candidate, descending keys
 //! the largest, under [`compare_values`]; a missing path sorts as null and an empty leaf array
 //! as undefined (below null), as mongod does. Ties compare `Equal` so callers keep a stable
-//! order. `$meta` sort keys are rejected at parse time. Comparing never fails.
+//! order. `$meta` sort keys are rejected at parse time; `find`'s `{$natural: ±1}` is `_id` order,
+//! tideway's natural order ([`SortSpec::parse_find`]). Comparing never fails.
 
 use std::cmp::Ordering;
 
@@ -62,6 +63,19 @@ impl SortSpec {
             keys.push((field.clone(), path::split_path(field), direction));
         }
         Ok(SortSpec { keys })
+    }
+
+    /// A `find` sort: as [`SortSpec::parse`], except that `{$natural: ±1}` alone (natural order,
+    /// which for tideway's collections is `_id` order) sorts by `_id`.
+    pub fn parse_find(spec: &Document) -> CommandResult<SortSpec> {
+        match spec.iter().next() {
+            Some((key, direction)) if spec.len() == 1 && key == "$natural" => {
+                let mut by_id = Document::new();
+                by_id.insert("_id", direction.clone());
+                SortSpec::parse(&by_id)
+            }
+            _ => SortSpec::parse(spec),
+        }
     }
 
     /// True for `{}`.
