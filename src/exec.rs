@@ -231,9 +231,10 @@ pub fn plan(meta: Option<&CollectionMeta>, filter: &Filter, sort: Option<&SortSp
 }
 
 /// Sparse, partial and hidden indexes may lack documents a filter matches; the `_id` index is
-/// the collection scan itself.
+/// the collection scan itself; hashed, wildcard and text indexes have other key layouts.
 fn usable_for_ranges(index: &IndexSpec) -> bool {
-    !index.is_id_index()
+    index.is_ordered()
+        && !index.is_id_index()
         && !index.catalog_only
         && !index.sparse
         && index.partial_filter.is_none()

@@ -7,9 +7,12 @@
 //! catalog documents are `StorageError::Corrupt`.
 //!
 //! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
-//! Long, name, key: [[path, 1 | -1], ...], unique, sparse, catalogOnly, partialFilterExpression?,
-//! spec}]}`. A catalog-only index has an id (and a reserved table name) but its table is never
-//! created.
+//! Long, name, key: [[path, 1 | -1 | "hashed" | "text" | "wildcard"], ...], unique, sparse,
+//! catalogOnly, partialFilterExpression?, spec}]}`. A catalog-only index has an id (and a
+//! reserved table name) but its table is never created. Components of hashed, text and wildcard
+//! indexes are stored by kind name (their kind is read from `spec.key`; the names only make
+//! builds without those kinds refuse such a catalog instead of misreading it); ordered
+//! components are stored as before, so existing catalogs decode unchanged.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use super::format::{
 use crate::bsonutil::decode_fields;
 use crate::storage::indexkeys::IndexKeyer;
 use crate::storage::keycodec::Direction;
-use crate::storage::{CollectionMeta, ExpiryOrder, IndexSpec, Namespace, StorageResult};
+use crate::storage::{CollectionMeta, ExpiryOrder, IndexKind, IndexSpec, Namespace, StorageResult};
 
 /// Every collection, by namespace. Cloned (shallowly) when the writer stages a change.
 #[derive(Clone, Debug, Default)]
@@ -97,7 +100,8 @@ impl<'e> StoredKeyer<'e> {
             .iter()
             .map(|index| {
                 let spec = index.spec();
-                spec.partial_filter.is_none().then(|| {
+                let plain_fields = matches!(spec.kind(), IndexKind::Ordered | IndexKind::Hashed);
+                (spec.partial_filter.is_none() && plain_fields).then(|| {
                     spec.key
                         .iter()
                         .map(|(path, _)| path.split('.').next().unwrap_or_default())
@@ -210,15 +214,21 @@ impl CollectionEntry {
             .iter()
             .map(|index| {
                 let spec = index.spec();
+                let kinds = spec.key_kinds();
                 let key: Vec<Bson> = spec
                     .key
                     .iter()
-                    .map(|(path, direction)| {
-                        let direction = match direction {
-                            Direction::Ascending => 1,
-                            Direction::Descending => -1,
+                    .enumerate()
+                    .map(|(position, (path, direction))| {
+                        let kind_name = kinds
+                            .get(position)
+                            .and_then(|(_, kind)| kind.catalog_name());
+                        let component = match (kind_name, direction) {
+                            (Some(name), _) => Bson::String(name.to_string()),
+                            (None, Direction::Ascending) => Bson::Int32(1),
+                            (None, Direction::Descending) => Bson::Int32(-1),
                         };
-                        Bson::Array(vec![Bson::String(path.clone()), Bson::Int32(direction)])
+                        Bson::Array(vec![Bson::String(path.clone()), component])
                     })
                     .collect();
                 let mut encoded = doc! {
@@ -302,6 +312,11 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
                         Direction::Ascending
                     },
                 )),
+                [Bson::String(path), Bson::String(kind)]
+                    if ["hashed", "text", "wildcard"].contains(&kind.as_str()) =>
+                {
+                    Ok((path.clone(), Direction::Ascending))
+                }
                 _ => Err(corrupt("catalog index key field is malformed")),
             },
             _ => Err(corrupt("catalog index key field is not an array")),
