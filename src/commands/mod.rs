@@ -10,6 +10,7 @@ pub mod ddl;
 mod diagnostics;
 pub mod find;
 mod handshake;
+mod index_kinds;
 pub mod indexes;
 pub mod schema;
 mod sessions;
