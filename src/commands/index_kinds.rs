@@ -71,7 +71,7 @@ pub fn check_key_pattern(
                 Some(value) if value.is_nan() => {
                     return Err(wrap("Values in the index key pattern cannot be NaN."))
                 }
-                Some(value) if value == 0.0 => {
+                Some(0.0) => {
                     return Err(wrap("Values in the index key pattern cannot be 0."))
                 }
                 Some(value) if value < 0.0 && plugin == "wildcard" => {

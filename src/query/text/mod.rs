@@ -452,41 +452,35 @@ impl TextIndex {
             let language = frame.language;
             let parent_is_array = frame.is_array;
             match value {
-                Bson::String(text) => {
-                    if exact || self.wildcard {
-                        values.push(TextValue {
-                            text,
-                            language,
-                            weight,
-                        });
-                    }
+                Bson::String(text) if exact || self.wildcard => {
+                    values.push(TextValue {
+                        text,
+                        language,
+                        weight,
+                    });
                 }
-                Bson::Document(sub) => {
-                    if !exact || self.wildcard {
-                        let language = self.language_of(Some(sub), language)?;
-                        stack.push(Frame {
-                            elements: sub.iter().map(|(k, v)| (k.clone(), v)).collect(),
-                            next: 0,
-                            language,
-                            parent_path: dotted,
-                            is_array: false,
-                        });
-                    }
+                Bson::Document(sub) if !exact || self.wildcard => {
+                    let language = self.language_of(Some(sub), language)?;
+                    stack.push(Frame {
+                        elements: sub.iter().map(|(k, v)| (k.clone(), v)).collect(),
+                        next: 0,
+                        language,
+                        parent_path: dotted,
+                        is_array: false,
+                    });
                 }
-                Bson::Array(elements) => {
-                    if !parent_is_array || self.wildcard {
-                        stack.push(Frame {
-                            elements: elements
-                                .iter()
-                                .enumerate()
-                                .map(|(i, v)| (i.to_string(), v))
-                                .collect(),
-                            next: 0,
-                            language,
-                            parent_path: dotted,
-                            is_array: true,
-                        });
-                    }
+                Bson::Array(elements) if !parent_is_array || self.wildcard => {
+                    stack.push(Frame {
+                        elements: elements
+                            .iter()
+                            .enumerate()
+                            .map(|(i, v)| (i.to_string(), v))
+                            .collect(),
+                        next: 0,
+                        language,
+                        parent_path: dotted,
+                        is_array: true,
+                    });
                 }
                 _ => {}
             }
