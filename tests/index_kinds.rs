@@ -142,6 +142,22 @@ async fn hashed_indexes_are_created_listed_and_refuse_arrays() {
         assert_eq!(error.0, code, "{spec}");
         assert!(error.2.contains(message), "{spec}: {}", error.2);
     }
+    let error = command_error(
+        db.run_command(
+            doc! {"collMod": "c", "index": {"name": "a_hashed", "expireAfterSeconds": 5}},
+        )
+        .await,
+    );
+    assert_eq!(
+        (error.0, error.2.as_str()),
+        (72, "Index type 'hashed' cannot be a TTL index")
+    );
+    run(
+        &db,
+        doc! {"collMod": "c", "index": {"name": "a_hashed", "hidden": true}},
+    )
+    .await;
+    assert_eq!(list(&db).await[1].get_bool("hidden"), Ok(true));
     run(&db, doc! {"dropIndexes": "c", "index": "a_hashed"}).await;
     run(
         &db,

@@ -585,6 +585,17 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
     if index.is_id_index() {
         return Err(invalid("the _id field does not support TTL indexes"));
     }
+    let kind = match index.kind() {
+        IndexKind::Ordered => None,
+        IndexKind::Hashed => Some("hashed"),
+        IndexKind::Wildcard => Some("wildcard"),
+        IndexKind::Text => Some("text"),
+    };
+    if let Some(kind) = kind {
+        return Err(invalid(&format!(
+            "Index type '{kind}' cannot be a TTL index"
+        )));
+    }
     if ttl::is_ts_index_key(index) {
         return match ttl::parse_cosmos_default(value) {
             Ok(ttl::CosmosDefault::Seconds(seconds)) => Ok(seconds),

@@ -619,3 +619,47 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// collection's size. A missing collection or index reaps nothing.
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn spec_with_key(key: Document) -> IndexSpec {
+        IndexSpec {
+            name: "i".into(),
+            key: key
+                .keys()
+                .map(|field| (field.clone(), keycodec::Direction::Ascending))
+                .collect(),
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": key, "name": "i"},
+            catalog_only: false,
+        }
+    }
+
+    #[test]
+    fn index_kinds_come_from_the_key_pattern() {
+        let cases = [
+            (doc! {"a": 1, "b": -1}, IndexKind::Ordered),
+            (doc! {"a": "hashed"}, IndexKind::Hashed),
+            (doc! {"a": 1, "b": "hashed"}, IndexKind::Hashed),
+            (doc! {"$**": 1}, IndexKind::Wildcard),
+            (doc! {"a.b.$**": 1}, IndexKind::Wildcard),
+            (doc! {"_fts": "text", "_ftsx": 1}, IndexKind::Text),
+            (doc! {"a": 1, "_fts": "text", "_ftsx": 1}, IndexKind::Text),
+        ];
+        for (key, kind) in cases {
+            let spec = spec_with_key(key.clone());
+            assert_eq!(spec.kind(), kind, "{key}");
+            assert_eq!(spec.is_ordered(), kind == IndexKind::Ordered, "{key}");
+        }
+        let kinds = spec_with_key(doc! {"a": -1, "b": "hashed", "$**": 1}).key_kinds();
+        assert_eq!(
+            kinds.iter().map(|(_, kind)| *kind).collect::<Vec<_>>(),
+            vec![KeyKind::Descending, KeyKind::Hashed, KeyKind::Wildcard]
+        );
+    }
+}
