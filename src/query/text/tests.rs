@@ -238,3 +238,94 @@ fn compound_text_spec_fields() {
         ]
     );
 }
+
+fn key_index(key: Document, weights: Document) -> TextIndex {
+    index(doc! {
+        "key": key, "weights": weights, "default_language": "english",
+        "language_override": "language", "textIndexVersion": 3,
+    })
+}
+
+fn text_key() -> Document {
+    doc! {"_fts": "text", "_ftsx": 1}
+}
+
+/// Expectations of mongod's FTSSpec unit tests (scoreDocument).
+#[test]
+fn score_document_matches_mongods_tests() {
+    let title = key_index(text_key(), doc! {"title": 10});
+    let m = title.term_scores(&doc! {"title": "cat sat run"}).unwrap();
+    assert_eq!(m.len(), 3);
+    assert_eq!(m["cat"], m["sat"]);
+    assert_eq!(m["cat"], m["run"]);
+    assert!(m["cat"] > 0.0);
+
+    let two = key_index(text_key(), doc! {"title": 10, "text": 1});
+    let m = two
+        .term_scores(&doc! {"title": "cat sat run", "text": "cat book"})
+        .unwrap();
+    assert_eq!(m.len(), 4);
+    assert_eq!(m["sat"], m["run"]);
+    assert!(m["cat"] > m["sat"] && m["cat"] > m["book"]);
+    assert!(m["book"] > 0.0 && m["book"] < m["sat"]);
+
+    let m = title
+        .term_scores(&doc! {"title": "cat sat sat run run run"})
+        .unwrap();
+    assert_eq!(m.len(), 3);
+    assert!(m["cat"] > 0.0 && m["sat"] > m["cat"] && m["run"] > m["sat"]);
+
+    let parent = key_index(text_key(), doc! {"a": 1, "a.b": 1});
+    assert_eq!(
+        parent
+            .term_scores(&doc! {"a": {"b": "term"}})
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn nested_arrays_and_languages_match_mongods_tests() {
+    let ab = key_index(text_key(), doc! {"a.b": 1});
+    assert_eq!(ab.terms(&doc! {"a": [{"b": ["term"]}]}).unwrap().len(), 1);
+    assert!(ab.terms(&doc! {"a": {"b": [["term"]]}}).unwrap().is_empty());
+    let all = key_index(text_key(), doc! {"$**": 1});
+    assert_eq!(all.terms(&doc! {"a": {"b": [["term"]]}}).unwrap().len(), 1);
+
+    let abc = key_index(text_key(), doc! {"a.b.c": 1});
+    let per_item = doc! {"a": {"b": [
+        {"c": "walked", "language": "english"},
+        {"c": "camminato", "language": "italian"},
+        {"c": "ging", "language": "german"},
+    ]}};
+    assert_eq!(abc.terms(&per_item).unwrap(), ["cammin", "ging", "walk"]);
+    let per_subdocument = doc! {"language": "english", "a": {"language": "danish", "b": [
+        {"c": "foredrag"}, {"c": "foredragsholder"}, {"c": "lector"},
+    ]}};
+    assert_eq!(
+        abc.terms(&per_subdocument).unwrap(),
+        ["foredrag", "foredragshold", "lector"]
+    );
+    let nested = doc! {"language": "english", "a": [{"language": "danish", "b": [
+        {"c": ["foredrag"]}, {"c": ["foredragsholder"]}, {"c": ["lector"]},
+    ]}]};
+    assert_eq!(
+        abc.terms(&nested).unwrap(),
+        ["foredrag", "foredragshold", "lector"]
+    );
+    let wildcard = doc! {"language": "english", "b": "walking", "c": {"e": "walked"},
+    "d": {"language": "danish", "e": [
+        {"f": "foredrag"}, {"f": "foredragsholder"}, {"f": "lector"},
+    ]}};
+    assert_eq!(
+        all.terms(&wildcard).unwrap(),
+        ["foredrag", "foredragshold", "lector", "walk"]
+    );
+    // Two-letter codes are languages: "the" is an English stop word.
+    let a = key_index(text_key(), doc! {"a": 1});
+    assert!(a
+        .terms(&doc! {"a": "the", "language": "EN"})
+        .unwrap()
+        .is_empty());
+}

@@ -174,4 +174,94 @@ mod tests {
         assert_eq!(normalize("Iİ", false, true, true), "\u{131}i");
         assert_eq!(normalize("a^b`c", false, false, false), "abc");
     }
+
+    fn tokens(text: &str, language: Language, options: TokenOptions) -> Vec<String> {
+        tokenize(text, language, options)
+    }
+
+    const NONE: TokenOptions = TokenOptions {
+        filter_stop_words: false,
+        case_sensitive: false,
+        diacritic_sensitive: false,
+    };
+
+    /// Expectations of mongod's unicode tokenizer unit tests.
+    #[test]
+    fn tokenizer_matches_mongods_tests() {
+        assert_eq!(
+            tokens(
+                "  , Do you see Mark's dog running?   ",
+                Language::English,
+                NONE
+            ),
+            ["do", "you", "see", "mark", "dog", "run"]
+        );
+        assert!(tokens("   ", Language::English, NONE).is_empty());
+        assert_eq!(
+            tokens(
+                "Voyez-vous «le chien» de Mark courante? C'est bien!",
+                Language::French,
+                NONE
+            ),
+            ["voi", "vous", "le", "chien", "de", "mark", "cour", "c", "est", "bien"]
+        );
+        assert_eq!(
+            tokens(
+                "parlames, parlates, parlerent, parlâmes, parlâtes, parlèrent",
+                Language::French,
+                NONE
+            ),
+            ["parlam", "parlat", "parlerent", "parl", "parl", "parl"]
+        );
+        let turkish = "KAÇ YAŞINDASIN SEN, VE SEN NEREDEN VARDIR?";
+        assert_eq!(
+            tokens(turkish, Language::Turkish, NONE),
+            ["kac", "yas", "sen", "ve", "sen", "nere", "var"]
+        );
+        let case_sensitive = TokenOptions {
+            case_sensitive: true,
+            ..NONE
+        };
+        assert_eq!(
+            tokens(turkish, Language::Turkish, case_sensitive),
+            ["KAC", "YASINDASIN", "SEN", "VE", "SEN", "NEREDEN", "VARDIR"]
+        );
+        let diacritic_sensitive = TokenOptions {
+            diacritic_sensitive: true,
+            ..NONE
+        };
+        assert_eq!(
+            tokens(turkish, Language::Turkish, diacritic_sensitive),
+            ["kaç", "yaş", "sen", "ve", "sen", "nere", "var"]
+        );
+        let everything = TokenOptions {
+            filter_stop_words: true,
+            case_sensitive: true,
+            diacritic_sensitive: true,
+        };
+        assert_eq!(
+            tokens(turkish, Language::Turkish, everything),
+            ["KAÇ", "YAŞINDASIN", "NEREDEN", "VARDIR"]
+        );
+        let french = "Je ne vais pas etre énervé. Je vais être excité.";
+        let stop = TokenOptions {
+            filter_stop_words: true,
+            ..NONE
+        };
+        assert_eq!(
+            tokens(french, Language::French, stop),
+            ["vais", "etre", "enerv", "vais", "excit"]
+        );
+        assert_eq!(
+            tokens(
+                french,
+                Language::French,
+                TokenOptions {
+                    diacritic_sensitive: true,
+                    ..stop
+                }
+            ),
+            ["vais", "etre", "énerv", "vais", "excit"]
+        );
+    }
 }
