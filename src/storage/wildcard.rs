@@ -354,4 +354,65 @@ mod tests {
             matches!(upper, Bound::Excluded(u) if other >= *u || other < wildcard_key_prefix("a"))
         );
     }
+
+    /// Expectations of mongod's wildcard key generator unit tests.
+    #[test]
+    fn keys_match_mongods_key_generator_tests() {
+        let document = doc! {
+            "a": [1, 2, {"b": "one", "c": 2}, {"c": 2, "d": 3}, {"c": "two", "d": 3, "e": [4, 5]},
+                  [6, 7, {"f": 8}]],
+            "g": {"h": {"i": 9, "j": [10, {"k": 11}, {"k": [11.5]}], "k": 12.0}},
+            "l": "string",
+        };
+        assert_eq!(
+            wildcard_keys(&document, &all()),
+            expected(
+                &[
+                    ("a", Bson::Int32(1)),
+                    ("a", Bson::Int32(2)),
+                    ("a", bson::bson!([6, 7, {"f": 8}])),
+                    ("a.b", Bson::String("one".into())),
+                    ("a.c", Bson::Int32(2)),
+                    ("a.c", Bson::String("two".into())),
+                    ("a.d", Bson::Int32(3)),
+                    ("a.e", Bson::Int32(4)),
+                    ("a.e", Bson::Int32(5)),
+                    ("g.h.i", Bson::Int32(9)),
+                    ("g.h.j", Bson::Int32(10)),
+                    ("g.h.j.k", Bson::Int32(11)),
+                    ("g.h.j.k", Bson::Double(11.5)),
+                    ("g.h.k", Bson::Double(12.0)),
+                    ("l", Bson::String("string".into())),
+                ],
+                &["a", "a.e", "g.h.j", "g.h.j.k"]
+            )
+        );
+        let empty = doc! {"a": [], "b": {"c": []}, "d": [[], {"e": []}]};
+        assert_eq!(
+            wildcard_keys(&empty, &all()),
+            expected(
+                &[
+                    ("a", Bson::Undefined),
+                    ("b.c", Bson::Undefined),
+                    ("d", bson::bson!([])),
+                    ("d.e", Bson::Undefined),
+                ],
+                &["a", "b.c", "d", "d.e"]
+            )
+        );
+        let subtree = WildcardProjection::new("g.$**", None);
+        assert_eq!(
+            wildcard_keys(&document, &subtree),
+            expected(
+                &[
+                    ("g.h.i", Bson::Int32(9)),
+                    ("g.h.j", Bson::Int32(10)),
+                    ("g.h.j.k", Bson::Int32(11)),
+                    ("g.h.j.k", Bson::Double(11.5)),
+                    ("g.h.k", Bson::Double(12.0)),
+                ],
+                &["g.h.j", "g.h.j.k"]
+            )
+        );
+    }
 }
