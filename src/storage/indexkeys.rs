@@ -90,18 +90,10 @@ impl IndexKeyer {
         let generator = match spec.kind() {
             IndexKind::Ordered => Generator::Ordered,
             IndexKind::Hashed => Generator::Hashed(spec.key_kinds()),
-            IndexKind::Wildcard => {
-                let kinds = spec.key_kinds();
-                let [(field, KeyKind::Wildcard)] = kinds.as_slice() else {
-                    return Err(invalid(
-                        "compound wildcard indexes are not supported".into(),
-                    ));
-                };
-                Generator::Wildcard(WildcardProjection::new(
-                    field,
-                    spec.spec.get_document("wildcardProjection").ok(),
-                ))
-            }
+            IndexKind::Wildcard => Generator::Wildcard(
+                WildcardProjection::of_spec(&spec)
+                    .ok_or_else(|| invalid("compound wildcard indexes are not supported".into()))?,
+            ),
             IndexKind::Text => Generator::Text(Box::new(
                 TextIndex::from_spec(&spec).map_err(|error| invalid(error.errmsg))?,
             )),

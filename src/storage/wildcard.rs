@@ -78,6 +78,25 @@ impl WildcardProjection {
         }
     }
 
+    /// The projection of a wildcard index spec; `None` for other kinds of index.
+    pub fn of_spec(spec: &super::IndexSpec) -> Option<WildcardProjection> {
+        let kinds = spec.key_kinds();
+        match kinds.as_slice() {
+            [(field, super::KeyKind::Wildcard)] => Some(WildcardProjection::new(
+                field,
+                spec.spec.get_document("wildcardProjection").ok(),
+            )),
+            _ => None,
+        }
+    }
+
+    /// Whether values at the dotted `path` are in the index (the planner may answer a
+    /// predicate on `path` from it only then).
+    pub fn indexes_path(&self, path: &str) -> bool {
+        let parts: Vec<&str> = path.split('.').collect();
+        self.keeps(&parts)
+    }
+
     /// Whether a leaf at `path` is indexed.
     fn keeps(&self, path: &[&str]) -> bool {
         match self {
@@ -329,6 +348,8 @@ mod tests {
         // A scalar at a path above an included path is not indexed.
         let deeper = WildcardProjection::new("$**", Some(&doc! {"a.b": 1}));
         assert!(wildcard_keys(&doc! {"a": 5}, &deeper).is_empty());
+        assert!(deeper.indexes_path("a.b.c") && !deeper.indexes_path("a"));
+        assert!(all().indexes_path("x.y") && !all().indexes_path("_id"));
     }
 
     #[test]
