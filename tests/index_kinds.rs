@@ -4,7 +4,7 @@
 
 mod common;
 
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 use common::{command_error, TestServer};
 use futures::TryStreamExt;
 
@@ -467,5 +467,106 @@ async fn index_kinds_survive_a_reopen() {
             .await,
     );
     assert_eq!(error.0, 16766);
+    server.stop().await;
+}
+
+/// What the planner will do: scan each kind's entries through `Storage::scan` with the key
+/// prefixes the kind's module builds.
+#[tokio::test]
+async fn index_entries_are_scannable_with_the_planner_api() {
+    use std::ops::Bound;
+    use tideway::storage::keycodec::{self, Direction};
+    use tideway::storage::{hashed, textkeys, wildcard, Namespace, ScanRequest, ScanSource};
+
+    let server = TestServer::start().await;
+    let db = server.client().database("kinds");
+    let coll = db.collection::<Document>("c");
+    coll.insert_many(vec![
+        doc! {"_id": 1, "h": 1, "a": {"b": [1, 2]}, "t": "Coffee and cakes"},
+        doc! {"_id": 2, "h": "one", "a": {"b": 2}, "t": "tea and cake"},
+        doc! {"_id": 3, "h": 1.0, "a": 3, "t": "coffee"},
+    ])
+    .await
+    .unwrap();
+    run(&db, create(doc! {"key": {"h": "hashed"}, "name": "h"})).await;
+    run(
+        &db,
+        create(doc! {"key": {"$**": 1}, "name": "w", "wildcardProjection": {"a": 1}}),
+    )
+    .await;
+    run(&db, create(doc! {"key": {"t": "text"}, "name": "t"})).await;
+
+    let storage = server.state.storage.clone();
+    let ns = Namespace::new("kinds", "c");
+    let scan = |name: &str, ranges: Vec<tideway::storage::KeyRange>| {
+        let storage = storage.clone();
+        let ns = ns.clone();
+        let name = name.to_string();
+        async move {
+            let page = storage
+                .scan(
+                    &ns,
+                    ScanRequest {
+                        source: ScanSource::Index { name, ranges },
+                        resume_after: None,
+                        reverse: false,
+                        limit: 100,
+                        hide: None,
+                    },
+                )
+                .await
+                .unwrap();
+            let mut ids: Vec<i32> = page
+                .records
+                .iter()
+                .map(|record| record.doc.get_i32("_id").unwrap())
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        }
+    };
+    let point = |bytes: Vec<u8>| (Bound::Included(bytes.clone()), Bound::Included(bytes));
+
+    // Hashed: an equality is the point hashed_value(v); 1 and 1.0 hash alike.
+    let mut key = Vec::new();
+    keycodec::encode_value(
+        &mut key,
+        &Bson::Int64(hashed::hashed_value(&Bson::Int32(1))),
+        Direction::Ascending,
+    );
+    assert_eq!(scan("h", vec![point(key)]).await, vec![1, 3]);
+
+    // Wildcard: a path's value range, prefixed by the path.
+    let mut two = Vec::new();
+    keycodec::encode_value(&mut two, &Bson::Int32(2), Direction::Ascending);
+    assert_eq!(
+        scan("w", wildcard::wildcard_ranges("a.b", &[point(two)])).await,
+        vec![1, 2]
+    );
+    let everything = (Bound::Unbounded, Bound::Unbounded);
+    assert_eq!(
+        scan("w", wildcard::wildcard_ranges("a", &[everything])).await,
+        vec![3]
+    );
+    assert_eq!(
+        scan("w", vec![point(wildcard::multikey_path_key("a.b"))]).await,
+        vec![1],
+        "a.b is multikey in document 1 only"
+    );
+
+    // Text: each term of the search is a key prefix; the score comes from the document.
+    let index = tideway::query::text::TextIndex::from_spec_document(&list(&db).await[3]).unwrap();
+    let query =
+        tideway::query::text::TextQuery::parse(&Bson::Document(doc! {"$search": "coffee -tea"}))
+            .unwrap();
+    let mut found = Vec::new();
+    for term in query.terms_to_scan(&index) {
+        let prefix = textkeys::text_term_prefix(&[], &term);
+        found.extend(scan("t", vec![point(prefix)]).await);
+    }
+    assert_eq!(found, vec![1, 3]);
+    let third = coll.find_one(doc! {"_id": 3}).await.unwrap().unwrap();
+    assert_eq!(index.score(&query, &third), Some(1.0));
     server.stop().await;
 }
