@@ -429,4 +429,50 @@ mod tests {
         let decoded = CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()).unwrap();
         assert!(decoded.indexes[0].multikey);
     }
+
+    /// Non-ordered components are stored by kind name and decode back to the same spec.
+    #[test]
+    fn special_kinds_round_trip_with_kind_names() {
+        let spec = IndexSpec {
+            name: "b_1_h_hashed".into(),
+            key: vec![
+                ("b".into(), Direction::Descending),
+                ("h".into(), Direction::Ascending),
+            ],
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": {"b": -1, "h": "hashed"}, "name": "b_1_h_hashed"},
+            catalog_only: false,
+        };
+        let entry = CollectionEntry::new(
+            4,
+            Namespace::new("db", "c"),
+            [2; 16],
+            doc! {},
+            id_index_spec(),
+            vec![IndexEntry::new(9, spec).unwrap()],
+        );
+        let bytes = entry.encode().unwrap();
+        let stored = Document::from_reader(bytes.as_slice()).unwrap();
+        let key = stored.get_array("indexes").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_array("key")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            key,
+            bson::bson!([["b", -1], ["h", "hashed"]])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        let decoded = CollectionEntry::decode(4, &bytes).unwrap();
+        assert_eq!(decoded.meta, entry.meta);
+        assert_eq!(
+            decoded.indexes[0].spec().kind(),
+            crate::storage::IndexKind::Hashed
+        );
+    }
 }
