@@ -112,6 +112,8 @@ error_codes! {
     Location16612 = 16612,
     Location16675 = 16675,
     Location16702 = 16702,
+    Location16732 = 16732,
+    Location16733 = 16733,
     Location16764 = 16764,
     Location16766 = 16766,
     Location16866 = 16866,

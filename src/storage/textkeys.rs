@@ -7,7 +7,8 @@
 //! encoded with their key directions, term and score ascending. A missing prefix or suffix
 //! field is Null; an array as a prefix value is refused (16675, as mongod). Terms longer than
 //! 224 bytes are stored as their first bytes (cut at a character boundary) followed by the
-//! lower-case hex MD5 of the whole term ([`term_key`]).
+//! lower-case hex MD5 of the whole term ([`term_key`]). As in mongod, a document with more than
+//! 400,000 distinct terms (16732) or whose keys would exceed 4 MB (16733) cannot be indexed.
 //!
 //! The planner scans, per term of `TextQuery::terms_to_scan`, every key starting with
 //! [`text_term_prefix`]`(prefix values, term)` (the prefix values come from equalities on the
@@ -21,6 +22,11 @@ use super::{StorageError, StorageResult};
 use crate::error::ErrorCode;
 use crate::query::path;
 use crate::query::text::{TextIndex, TERM_KEY_PREFIX_BYTES};
+
+/// mongod's limit on the distinct terms of one document (16732).
+const MAX_TERMS: usize = 400_000;
+/// mongod's limit on the total size of one document's text keys (16733).
+const MAX_KEY_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The string a term is stored as.
 pub fn term_key(term: &str) -> String {
@@ -83,6 +89,33 @@ pub fn text_keys(index: &TextIndex, document: &Document) -> StorageResult<Vec<Ve
             code: error.code,
             message: error.errmsg,
         })?;
+    let id = || crate::query::display::value_string(document.get("_id").unwrap_or(&Bson::Null));
+    if scores.len() > MAX_TERMS {
+        return Err(StorageError::CannotIndex {
+            code: ErrorCode::Location16732,
+            message: format!(
+                "too many unique keys for a single document to have a text index, max is {}_id: {}",
+                scores.len(),
+                id()
+            ),
+        });
+    }
+    // mongod's estimate of the keys' BSON size: per key a 5-byte object, the term
+    // (2 + 4 + length + 1), the score (2 + 8) and the extra fields.
+    let extras = (prefix.len() + suffix.len()) as u64;
+    let key_bytes: u64 = scores
+        .keys()
+        .map(|term| 22 + term_key(term).len() as u64 + extras)
+        .sum();
+    if key_bytes > MAX_KEY_BYTES {
+        return Err(StorageError::CannotIndex {
+            code: ErrorCode::Location16733,
+            message: format!(
+                "trying to index text where term list is too big, max is 4mb _id: {}",
+                id()
+            ),
+        });
+    }
     let mut keys: Vec<Vec<u8>> = scores
         .into_iter()
         .map(|(term, score)| {
@@ -150,5 +183,20 @@ mod tests {
         assert_eq!(term_key("short"), "short");
         let multibyte = "é".repeat(200);
         assert!(term_key(&multibyte).len() <= 256);
+    }
+
+    #[test]
+    fn documents_with_too_many_terms_are_refused() {
+        let index = TextIndex::from_spec_document(&doc! {
+            "key": {"_fts": "text", "_ftsx": 1}, "weights": {"t": 1},
+            "default_language": "none", "language_override": "language", "textIndexVersion": 3,
+        })
+        .unwrap();
+        let words: Vec<String> = (0..200_000).map(|i| format!("w{i:08}")).collect();
+        let error = text_keys(&index, &doc! {"_id": 1, "t": words.join(" ")}).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "trying to index text where term list is too big, max is 4mb _id: 1"
+        );
     }
 }
