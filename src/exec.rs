@@ -231,7 +231,7 @@ pub fn plan(meta: Option<&CollectionMeta>, filter: &Filter, sort: Option<&SortSp
 }
 
 /// Sparse, partial and hidden indexes may lack documents a filter matches; the `_id` index is
-/// the collection scan itself; hashed, wildcard and text indexes have other key layouts.
+/// the collection scan itself.
 fn usable_for_ranges(index: &IndexSpec) -> bool {
     index.is_ordered()
         && !index.is_id_index()
