@@ -10,7 +10,8 @@
 //! and arrays as each element's (canonical type, field name with NUL, value) then an EOO (four
 //! zero bytes), code with scope as its code string then its scope's elements, anything else as
 //! its BSON value bytes. The key is the first 8 digest bytes as a little-endian i64. So 1, 1.0,
-//! 1.9 and NumberLong(1) hash alike, as in mongod.
+//! 1.9 and NumberLong(1) hash alike, as in mongod. Decimal128 values are truncated too (through
+//! their double value), so equal numbers of every type always hash alike.
 //!
 //! Key layout: the index's key fields in order, each `keycodec`-encoded with its direction,
 //! the hashed field as `Int64(hashed_value(v))` ascending. A missing field hashes (or, for the

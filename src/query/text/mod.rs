@@ -12,6 +12,8 @@
 //!   match: no positive term in its indexed fields, a negated term or phrase present, a
 //!   positive phrase absent (case/diacritic sensitivity as asked).
 //! - [`TextIndex::term_scores`] are the (term, score) pairs a document puts in the index.
+//! - [`text_index_required`]: the error for `$text` without a text index (find the index with
+//!   `IndexSpec::kind() == IndexKind::Text`; there is at most one).
 //!
 //! Scoring is mongod's (`FTSSpec::_scoreStringV2`): within one string of weight `w` with `n`
 //! tokens (stop words removed), a term seen `c` times has frequency `f = Σ_{i<c} 1/2^i` and
@@ -72,6 +74,14 @@ fn type_mismatch(field: &str, expected: &str, value: &Bson) -> CommandError {
             "\"{field}\" had the wrong type. Expected {expected}, found {}",
             type_name(value)
         ),
+    )
+}
+
+/// mongod's error for `$text` on a collection without a text index (27 IndexNotFound).
+pub fn text_index_required() -> CommandError {
+    CommandError::new(
+        ErrorCode::IndexNotFound,
+        "text index required for $text query",
     )
 }
 
