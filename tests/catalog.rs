@@ -375,7 +375,7 @@ async fn create_indexes_reply_shapes_and_conflicts() {
             doc! {"key": {"_id": 1}, "name": "_id_", "unique": true},
             197,
         ),
-        (doc! {"key": {"t": "text"}, "name": "t_text"}, 238),
+        (doc! {"key": {"t": "2dsphere"}, "name": "t_2dsphere"}, 238),
     ];
     for (spec, code) in cases {
         let error = command_error(db.run_command(create(spec.clone())).await);

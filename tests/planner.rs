@@ -181,6 +181,8 @@ fn indexes() -> Vec<(&'static str, Document)> {
         ("b_1_a_-1", doc! {"b": 1, "a": -1}),
         ("c.d_1", doc! {"c.d": 1}),
         ("e_1_a_1_b_1", doc! {"e": 1, "a": 1, "b": 1}),
+        ("e_hashed", doc! {"e": "hashed"}),
+        ("$**_1", doc! {"$**": 1}),
     ]
 }
 
@@ -1026,5 +1028,132 @@ async fn the_profiler_records_plan_summaries_and_examined_counts() {
             .or_else(|_| update.get_i32("keysExamined").map(i64::from))
             .unwrap(),
         50
+    );
+}
+
+#[tokio::test]
+async fn hashed_and_wildcard_indexes_answer_the_queries_they_can() {
+    let server = TestServer::start().await;
+    let db = server.client().database("kinds");
+    let c = db.collection::<Document>("c");
+    c.insert_many((0..200).map(|i| {
+        doc! {"_id": i, "h": i % 50, "attrs": {"color": if i % 2 == 0 { "red" } else { "blue" }, "size": i}, "tags": [format!("t{}", i % 3), "all"]}
+    }))
+    .await
+    .unwrap();
+    db.run_command(doc! {"createIndexes": "c", "indexes": [
+        {"key": {"h": "hashed"}, "name": "h_hashed"},
+        {"key": {"$**": 1}, "name": "wild"},
+    ]})
+    .await
+    .unwrap();
+    let winning = |reply: &Document| {
+        stage(
+            reply.get_document("queryPlanner").unwrap(),
+            &["winningPlan"],
+        )
+        .clone()
+    };
+
+    // Equality on a hashed field: a point on its hash.
+    let reply = explain(
+        &db,
+        doc! {"find": "c", "filter": {"h": 7}},
+        "executionStats",
+    )
+    .await;
+    let ixscan = stage(&winning(&reply), &["inputStage"]).clone();
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "h_hashed");
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 4);
+    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 4);
+    let reply = explain(
+        &db,
+        doc! {"find": "c", "filter": {"h": {"$in": [7, 8]}}},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        reply
+            .get_document("executionStats")
+            .unwrap()
+            .get_i32("nReturned")
+            .unwrap(),
+        8
+    );
+    // A range cannot use the hashes, nor can a sort: the wildcard index serves the range.
+    let reply = explain(
+        &db,
+        doc! {"find": "c", "filter": {"h": {"$gt": 45}}, "sort": {"h": 1}},
+        "queryPlanner",
+    )
+    .await;
+    let winning_plan = winning(&reply);
+    assert_eq!(winning_plan.get_str("stage").unwrap(), "SORT");
+    assert_eq!(
+        stage(&winning_plan, &["inputStage", "inputStage"])
+            .get_str("indexName")
+            .unwrap(),
+        "wild"
+    );
+    // Counting needs the documents: hashes collide.
+    let reply = explain(
+        &db,
+        doc! {"count": "c", "query": {"h": 7}},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        stage(&winning(&reply), &["inputStage"])
+            .get_str("stage")
+            .unwrap(),
+        "FETCH"
+    );
+
+    // A wildcard index answers a path below it, arrays element by element.
+    let reply = explain(
+        &db,
+        doc! {"find": "c", "filter": {"attrs.size": {"$gte": 10, "$lt": 20}}},
+        "executionStats",
+    )
+    .await;
+    let ixscan = stage(&winning(&reply), &["inputStage"]).clone();
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "wild");
+    assert_eq!(
+        ixscan.get_document("indexBounds").unwrap(),
+        &doc! {"$_path": ["[\"attrs.size\", \"attrs.size\"]"], "attrs.size": ["[10, inf]"]}
+    );
+    assert_eq!(
+        reply
+            .get_document("executionStats")
+            .unwrap()
+            .get_i32("nReturned")
+            .unwrap(),
+        10
+    );
+    let tagged: Vec<Document> = c
+        .find(doc! {"tags": "t1"})
+        .hint(mongodb::options::Hint::Name("wild".into()))
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(tagged.len(), 67);
+    // Missing paths have no wildcard keys: null and negations read the collection.
+    let reply = explain(
+        &db,
+        doc! {"find": "c", "filter": {"attrs.weight": null}},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(winning(&reply).get_str("stage").unwrap(), "COLLSCAN");
+    assert_eq!(
+        reply
+            .get_document("executionStats")
+            .unwrap()
+            .get_i32("nReturned")
+            .unwrap(),
+        200
     );
 }

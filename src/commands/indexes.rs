@@ -1,25 +1,27 @@
 //! Index commands: `createIndexes` (with mongod's spec validation and conflict rules), `listIndexes`,
 //! `dropIndexes`. The engine builds and maintains indexes; this module decides what a valid spec is.
+//! The rules specific to hashed, wildcard and text indexes live in `index_kinds`.
 
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{collection_namespace, validate_writable_namespace, wrong_type};
 use crate::commands::find::buffered_cursor;
+use crate::commands::index_kinds::{self, TEXT_OPTIONS};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::document_string;
 use crate::query::Filter;
 use crate::reaper;
 use crate::storage::keycodec::Direction;
-use crate::storage::{IndexSpec, Namespace};
+use crate::storage::{IndexKind, IndexSpec, Namespace};
 use crate::ttl;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "createIndexes",
         aliases: &[],
-        help: "Create ascending/descending single-field or compound indexes (unique, sparse, partial).",
+        help: "Create ascending/descending single-field or compound indexes (unique, sparse, partial), hashed, wildcard ($**, wildcardProjection) and text indexes.",
         admin_only: false,
         test_only: false,
         handler: async_handler!(create_indexes),
@@ -66,6 +68,11 @@ const KNOWN_OPTIONS: &[&str] = &[
     "ns",
     "collation",
     "expireAfterSeconds",
+    "wildcardProjection",
+    "weights",
+    "default_language",
+    "language_override",
+    "textIndexVersion",
 ];
 /// Fields an `_id` index spec may carry.
 const ID_INDEX_OPTIONS: &[&str] = &["v", "key", "name", "ns", "collation", "background"];
@@ -126,8 +133,46 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
             ))
         }
     };
+    let kind = index_kinds::check_key_pattern(raw, key_pattern, &|why| cannot_create(raw, why))?;
+    if kind != IndexKind::Text {
+        if let Some(option) = TEXT_OPTIONS
+            .iter()
+            .find(|option| raw.contains_key(**option))
+        {
+            return Err(CommandError::new(
+                ErrorCode::CannotCreateIndex,
+                format!(
+                    "Invalid index specification {}; the field '{option}' can only be specified with text indexes",
+                    document_string(raw)
+                ),
+            ));
+        }
+    }
+    let wildcard_projection = match raw.get("wildcardProjection") {
+        Some(projection) => Some(index_kinds::check_wildcard_projection(
+            key_pattern,
+            projection,
+        )?),
+        None => None,
+    };
+    let text_spec = match kind {
+        IndexKind::Text => Some(index_kinds::normalize_text_spec(raw, key_pattern)?),
+        _ => None,
+    };
     let mut key = Vec::new();
-    for (field, direction) in key_pattern {
+    for (field, direction) in text_spec.as_ref().map_or(key_pattern, |text| &text.key) {
+        if kind != IndexKind::Ordered {
+            let descending = crate::bsonutil::as_f64(direction).is_some_and(|d| d < 0.0);
+            key.push((
+                field.clone(),
+                if descending {
+                    Direction::Descending
+                } else {
+                    Direction::Ascending
+                },
+            ));
+            continue;
+        }
         if field.is_empty() || field.starts_with('$') {
             return Err(cannot_create(
                 raw,
@@ -223,7 +268,10 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
             "The _ts TTL index takes no unique, sparse or partialFilterExpression option.",
         ));
     }
-    let mut spec = doc! {"v": 2, "key": key_pattern.clone(), "name": name.as_str()};
+    let stored_key = text_spec
+        .as_ref()
+        .map_or_else(|| key_pattern.clone(), |text| text.key.clone());
+    let mut spec = doc! {"v": 2, "key": stored_key, "name": name.as_str()};
     if let Some(seconds) = expire_after {
         spec.insert("expireAfterSeconds", seconds);
     }
@@ -238,6 +286,12 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
     }
     if let Some(filter) = &partial_filter {
         spec.insert("partialFilterExpression", filter.clone());
+    }
+    if let Some(projection) = wildcard_projection {
+        spec.insert("wildcardProjection", projection);
+    }
+    if let Some(text) = &text_spec {
+        spec.extend(index_kinds::text_spec_fields(text));
     }
     Ok(IndexSpec {
         name,
@@ -364,6 +418,15 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
         for other in existing_indexes.iter().chain(&to_create) {
             if check_conflict(&spec, other)? {
                 continue 'requested;
+            }
+        }
+        if spec.kind() == IndexKind::Text {
+            if let Some(text) = existing_indexes
+                .iter()
+                .chain(&to_create)
+                .find(|other| other.kind() == IndexKind::Text)
+            {
+                return Err(index_kinds::second_text_index(&text.name));
             }
         }
         to_create.push(spec);
@@ -521,6 +584,17 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
     let invalid = |message: &str| CommandError::new(ErrorCode::InvalidOptions, message);
     if index.is_id_index() {
         return Err(invalid("the _id field does not support TTL indexes"));
+    }
+    let kind = match index.kind() {
+        IndexKind::Ordered => None,
+        IndexKind::Hashed => Some("hashed"),
+        IndexKind::Wildcard => Some("wildcard"),
+        IndexKind::Text => Some("text"),
+    };
+    if let Some(kind) = kind {
+        return Err(invalid(&format!(
+            "Index type '{kind}' cannot be a TTL index"
+        )));
     }
     if ttl::is_ts_index_key(index) {
         return match ttl::parse_cosmos_default(value) {

@@ -11,6 +11,7 @@ mod diagnostics;
 pub mod explain;
 pub mod find;
 mod handshake;
+mod index_kinds;
 pub mod indexes;
 pub mod operations;
 pub mod schema;

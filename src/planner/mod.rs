@@ -28,10 +28,13 @@ use std::sync::Arc;
 use bson::Bson;
 
 use crate::exec::{CollectionView, DocStream, ScanStats};
-use crate::query::filter::Expr;
+use crate::query::filter::{Expr, Predicate};
 use crate::query::{path, Filter, SortSpec};
 use crate::storage::keycodec::Direction;
-use crate::storage::{CollectionMeta, IndexSpec, KeyPredicate, KeyRange, Storage, StorageResult};
+use crate::storage::wildcard::WildcardProjection;
+use crate::storage::{
+    CollectionMeta, IndexKind, IndexSpec, KeyKind, KeyPredicate, KeyRange, Storage, StorageResult,
+};
 use bounds::IndexBounds;
 pub use cache::{shape_key, PlanCache};
 
@@ -178,6 +181,7 @@ impl QueryPlan {
             .map(|(field, _)| field.clone())
             .collect();
         (!scan.index.is_id_index()
+            && scan.index.is_ordered()
             && !scan.multikey
             && scan.key_filter.is_none()
             && bounds::covers(filter, &fields))
@@ -331,10 +335,14 @@ pub async fn plan(
         })
         .collect();
     run_trial(storage, &mut trials, query).await?;
+    // Ties go to the earlier candidate (index order in the catalog).
     let best = trials
         .iter()
         .enumerate()
-        .max_by(|(_, a), (_, b)| a.score.total_cmp(&b.score))
+        .fold(None::<(usize, f64)>, |best, (position, trial)| match best {
+            Some((_, score)) if trial.score <= score => best,
+            _ => Some((position, trial.score)),
+        })
         .map_or(0, |(position, _)| position);
     let winner = trials.swap_remove(best);
     cache.insert(cache_key, cache::choice_of(&winner.plan));
@@ -360,6 +368,16 @@ fn hinted(meta: Option<&CollectionMeta>, query: &Query) -> Option<QueryPlan> {
             let meta = meta?;
             let index = meta.index_named(name)?;
             let conjuncts = query.filter.top_level_conjuncts();
+            match index.kind() {
+                IndexKind::Ordered | IndexKind::Hashed => {}
+                // A wildcard index is read for the path the filter bounds, if one.
+                IndexKind::Wildcard => {
+                    return wildcard_scan(index, &conjuncts)
+                        .map(|scan| QueryPlan::new(Access::IndexScan(scan), query.sort.is_none()))
+                }
+                // Text indexes serve `$text` only.
+                IndexKind::Text => return None,
+            }
             let multikey = meta.is_multikey(&index.name);
             let bounds = index_bounds(index, &conjuncts, multikey);
             let order = query
@@ -396,21 +414,118 @@ fn usable(index: &IndexSpec) -> bool {
     !index.catalog_only
         && index.partial_filter.is_none()
         && !index.spec.get_bool("hidden").unwrap_or(false)
+        && matches!(index.kind(), IndexKind::Ordered | IndexKind::Hashed)
 }
 
-/// The bounds the filter's top-level conjuncts put on each field of `index`.
+/// The bounds the filter's top-level conjuncts put on each field of `index` (ordered or hashed:
+/// a hashed field is bounded only by values it is pinned to, as their hashes).
 fn index_bounds(index: &IndexSpec, conjuncts: &[&Expr], multikey: bool) -> IndexBounds {
+    let kinds = index.key_kinds();
     IndexBounds {
         fields: index
             .key
             .iter()
-            .map(|(field, direction)| {
+            .enumerate()
+            .map(|(position, (field, direction))| {
                 let path = path::split_path(field);
                 let found = bounds::conjunct_bounds(conjuncts, &path);
-                (field.clone(), *direction, bounds::combine(found, multikey))
+                let mut values = bounds::combine(found, multikey);
+                if kinds
+                    .get(position)
+                    .is_some_and(|(_, kind)| *kind == KeyKind::Hashed)
+                {
+                    values = match values.point_values() {
+                        Some(points) => {
+                            bounds::IntervalList::points(points.into_iter().map(|value| {
+                                Bson::Int64(crate::storage::hashed::hashed_value(value))
+                            }))
+                        }
+                        None => bounds::IntervalList::full(),
+                    };
+                }
+                (field.clone(), *direction, values)
             })
             .collect(),
     }
+}
+
+/// A scan of a wildcard index for the first top-level conjunct on a path it covers whose bounds
+/// hold only for present scalar values (a wildcard index has no key for a missing path, nor for
+/// an object at it): points before ranges.
+fn wildcard_scan(index: &IndexSpec, conjuncts: &[&Expr]) -> Option<IndexScan> {
+    let projection = WildcardProjection::of_spec(index)?;
+    let scalar = |value: &Bson| {
+        !matches!(
+            value,
+            Bson::Null
+                | Bson::Undefined
+                | Bson::Document(_)
+                | Bson::Array(_)
+                | Bson::MinKey
+                | Bson::MaxKey
+        )
+    };
+    let mut best: Option<(String, bounds::IntervalList)> = None;
+    for expr in conjuncts {
+        let Expr::Leaf {
+            path: Some(parts),
+            predicate,
+        } = expr
+        else {
+            continue;
+        };
+        let safe = match predicate {
+            Predicate::Compare(_, value) => scalar(value),
+            Predicate::In {
+                values, has_null, ..
+            } => !has_null && values.iter().all(scalar),
+            Predicate::Regex(_) => true,
+            _ => false,
+        };
+        let path = parts.join(".");
+        if !safe
+            || parts.iter().any(|part| path::array_index(part).is_some())
+            || !projection.indexes_path(&path)
+        {
+            continue;
+        }
+        let Some(values) = bounds::predicate_bounds(predicate) else {
+            continue;
+        };
+        let better = match &best {
+            None => true,
+            Some((_, current)) => {
+                values.point_values().is_some() && current.point_values().is_none()
+            }
+        };
+        if better {
+            best = Some((path, values));
+        }
+    }
+    let (path, values) = best?;
+    let value_bounds = IndexBounds {
+        fields: vec![(path.clone(), Direction::Ascending, values)],
+    };
+    let ranges = crate::storage::wildcard::wildcard_ranges(&path, &value_bounds.scan().0);
+    let display = IndexBounds {
+        fields: vec![
+            (
+                "$_path".to_string(),
+                Direction::Ascending,
+                bounds::IntervalList::points([Bson::String(path.clone())]),
+            ),
+            value_bounds.fields[0].clone(),
+        ],
+    };
+    Some(IndexScan {
+        index: index.clone(),
+        bounds: display,
+        reverse: false,
+        // Array elements are keyed one by one under the array's path.
+        multikey: true,
+        ranges,
+        key_filter: None,
+    })
 }
 
 /// Whether scanning `index` within `bounds` yields `sort` order: `Some(reverse)` if so.
@@ -420,7 +535,7 @@ fn sort_order(
     multikey: bool,
     sort: &SortSpec,
 ) -> Option<bool> {
-    if multikey {
+    if multikey || !index.is_ordered() {
         return None;
     }
     let pinned: Vec<&str> = bounds.equality_fields().collect();
@@ -497,6 +612,16 @@ fn candidates(
         let provides_sort = sort.is_none() || order.is_some();
         let scan = IndexScan::new(index, bounds, order.unwrap_or(false), multikey);
         plans.push(QueryPlan::new(Access::IndexScan(scan), provides_sort));
+    }
+    for index in meta.indexes.iter().filter(|index| {
+        index.kind() == IndexKind::Wildcard
+            && !index.catalog_only
+            && index.partial_filter.is_none()
+            && !index.spec.get_bool("hidden").unwrap_or(false)
+    }) {
+        if let Some(scan) = wildcard_scan(index, conjuncts) {
+            plans.push(QueryPlan::new(Access::IndexScan(scan), sort.is_none()));
+        }
     }
     if let Some(or) = or_plan(meta, conjuncts, sort) {
         plans.push(or);
@@ -687,7 +812,9 @@ pub fn distinct_scan(
     let conjuncts = filter.top_level_conjuncts();
     meta.indexes
         .iter()
-        .filter(|index| usable(index) && !index.sparse && !meta.is_multikey(&index.name))
+        .filter(|index| {
+            usable(index) && index.is_ordered() && !index.sparse && !meta.is_multikey(&index.name)
+        })
         .find(|index| index.key.first().is_some_and(|(field, _)| field == key))
         .map(|index| IndexScan::new(index, index_bounds(index, &conjuncts, false), false, false))
 }

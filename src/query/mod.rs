@@ -24,6 +24,8 @@
 //!   `apply(&Document, &dyn Fn(&str) -> Bson) -> Document`, `apply_with_position(..)`.
 //! - [`sort`]: `SortSpec::parse(&Document)`, `compare(&Document, &Document) -> Ordering`,
 //!   `sort_key`/`compare_keys` for precomputed keys.
+//! - [`text`]: `TextQuery::parse(&Bson)` (`$text`), `TextIndex::from_spec`, `terms_to_scan`,
+//!   `TextIndex::score` (the `textScore`), `term_scores` (what a text index stores).
 //! - [`display`]: mongod-style rendering of values inside error messages.
 //! - [`pipeline`]: `Pipeline::parse(&[Document])`, `leading_match() -> Option<&Document>`,
 //!   `source() -> Option<&SourceStage>` (`$collStats`/`$documents`), and
@@ -38,6 +40,7 @@ pub mod path;
 pub mod pipeline;
 pub mod projection;
 pub mod sort;
+pub mod text;
 pub mod update;
 
 pub use compare::{

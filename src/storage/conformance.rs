@@ -1119,9 +1119,15 @@ pub async fn indexes(storage: &dyn Storage) {
         vec!["_id_"]
     );
 
-    // Unsupported index types.
+    // Unsupported index types, and a text key pattern without a text spec.
+    let mut geo = index_spec("t_2dsphere", &[("t", 1)], false, false, None);
+    geo.spec.insert("key", doc! {"t": "2dsphere"});
+    assert!(matches!(
+        storage.create_indexes(&ns, vec![geo]).await,
+        Err(StorageError::InvalidIndex(_))
+    ));
     let mut text = index_spec("t_text", &[("t", 1)], false, false, None);
-    text.spec.insert("key", doc! {"t": "text"});
+    text.spec.insert("key", doc! {"_fts": "text", "_ftsx": 1});
     assert!(matches!(
         storage.create_indexes(&ns, vec![text]).await,
         Err(StorageError::InvalidIndex(_))

@@ -1,5 +1,8 @@
 //! Index key extraction: which encoded keys a document contributes to a secondary index, and the
 //! `keyValue` document reported by duplicate-key errors. Pure functions over `bson::Document`.
+//! Ordered indexes are handled here; the other kinds ([`IndexKind`]) by their own modules
+//! (`hashed`, `wildcard`, `textkeys`), chosen once in [`IndexKeyer::new`]. The partial filter
+//! applies to every kind.
 //!
 //! Rules (mongod's `BtreeKeyGenerator`, checked against its unit tests):
 //! - each key field's values come from [`path::lookup`] (implicit array traversal); a missing
@@ -23,8 +26,10 @@
 use bson::{Bson, Document};
 
 use super::keycodec::{self, Direction};
-use super::{IndexSpec, Namespace, StorageError, StorageResult};
+use super::wildcard::WildcardProjection;
+use super::{IndexKind, IndexSpec, KeyKind, Namespace, StorageError, StorageResult};
 use crate::query::path::{self, LeafArrays};
+use crate::query::text::TextIndex;
 use crate::query::Filter;
 
 /// An index definition prepared for key extraction: split paths and the parsed partial filter.
@@ -33,6 +38,16 @@ pub struct IndexKeyer {
     spec: IndexSpec,
     paths: Vec<Vec<String>>,
     partial: Option<Filter>,
+    generator: Generator,
+}
+
+/// How keys are made, by index kind.
+#[derive(Clone, Debug)]
+enum Generator {
+    Ordered,
+    Hashed(Vec<(String, KeyKind)>),
+    Wildcard(WildcardProjection),
+    Text(Box<TextIndex>),
 }
 
 /// The values one key field contributes for one document.
@@ -70,10 +85,24 @@ impl IndexKeyer {
             .iter()
             .map(|(field, _)| path::split_path(field))
             .collect();
+        let invalid =
+            |why: String| StorageError::InvalidIndex(format!("index {}: {why}", spec.name));
+        let generator = match spec.kind() {
+            IndexKind::Ordered => Generator::Ordered,
+            IndexKind::Hashed => Generator::Hashed(spec.key_kinds()),
+            IndexKind::Wildcard => Generator::Wildcard(
+                WildcardProjection::of_spec(&spec)
+                    .ok_or_else(|| invalid("compound wildcard indexes are not supported".into()))?,
+            ),
+            IndexKind::Text => Generator::Text(Box::new(
+                TextIndex::from_spec(&spec).map_err(|error| invalid(error.errmsg))?,
+            )),
+        };
         Ok(IndexKeyer {
             spec,
             paths,
             partial,
+            generator,
         })
     }
 
@@ -84,6 +113,27 @@ impl IndexKeyer {
     /// The encoded keys `document` contributes (sorted, deduplicated; empty when the document is
     /// not indexed).
     pub fn keys(&self, document: &Document) -> StorageResult<Vec<Vec<u8>>> {
+        if !matches!(self.generator, Generator::Ordered) {
+            if let Some(filter) = &self.partial {
+                if !filter.matches(document) {
+                    return Ok(Vec::new());
+                }
+            }
+        }
+        match &self.generator {
+            Generator::Ordered => {}
+            Generator::Hashed(kinds) => {
+                return Ok(
+                    super::hashed::hashed_key(document, kinds, self.spec.sparse)?
+                        .into_iter()
+                        .collect(),
+                )
+            }
+            Generator::Wildcard(projection) => {
+                return Ok(super::wildcard::wildcard_keys(document, projection))
+            }
+            Generator::Text(index) => return super::textkeys::text_keys(index, document),
+        }
         let Some(fields) = self.field_values(document)? else {
             return Ok(Vec::new());
         };

@@ -28,9 +28,12 @@
 //!   write itself was applied is unknown, as with a lost reply.
 
 pub mod conformance;
+pub mod hashed;
 pub mod indexkeys;
 pub mod keycodec;
 pub mod redb_engine;
+pub mod textkeys;
+pub mod wildcard;
 
 use std::fmt;
 use std::ops::Bound;
@@ -125,6 +128,99 @@ impl IndexSpec {
     /// The key pattern as a document (`{a: 1, b: -1}`), for error messages and `keyPattern`.
     pub fn key_pattern(&self) -> Document {
         self.spec.get_document("key").cloned().unwrap_or_default()
+    }
+
+    /// Each key pattern component with its kind, in key order, read from `spec.key` (the
+    /// source of truth for kinds; `key` holds `Ascending` for every non-ordered component).
+    pub fn key_kinds(&self) -> Vec<(String, KeyKind)> {
+        self.spec
+            .get_document("key")
+            .map(|key| {
+                key.iter()
+                    .map(|(field, value)| (field.clone(), KeyKind::of(field, value)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The kind of index the key pattern makes (see [`IndexKind`]).
+    pub fn kind(&self) -> IndexKind {
+        IndexKind::of_kinds(self.key_kinds().iter().map(|(_, kind)| *kind))
+    }
+
+    /// True only for plain ascending/descending key patterns: indexes whose entries are the
+    /// `keycodec` encoding of the key fields' values, so value ranges map to key ranges. The
+    /// planner must not build value ranges over any other index (hashed, wildcard, text keys
+    /// have their own layouts: `storage::hashed`, `storage::wildcard`, `storage::textkeys`).
+    pub fn is_ordered(&self) -> bool {
+        self.kind() == IndexKind::Ordered
+    }
+}
+
+/// What one component of a key pattern is: `1`/`-1` (ascending/descending), `"hashed"`,
+/// `"text"` (also `_fts: "text"` of a stored text key pattern), or a wildcard path (`"$**"` or
+/// `"a.$**"` with a number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    Ascending,
+    Descending,
+    Hashed,
+    Text,
+    Wildcard,
+}
+
+impl KeyKind {
+    /// The kind of the key pattern component `field: value`. Unknown strings (refused by
+    /// `createIndexes`) count as text so that nothing treats them as ordered.
+    pub fn of(field: &str, value: &Bson) -> KeyKind {
+        match value {
+            Bson::String(kind) if kind == "hashed" => KeyKind::Hashed,
+            Bson::String(_) => KeyKind::Text,
+            _ if field == "$**" || field.ends_with(".$**") => KeyKind::Wildcard,
+            number => match crate::bsonutil::as_f64(number) {
+                Some(direction) if direction < 0.0 => KeyKind::Descending,
+                _ => KeyKind::Ascending,
+            },
+        }
+    }
+
+    /// The name stored in the catalog for a non-ordered component.
+    pub fn catalog_name(self) -> Option<&'static str> {
+        match self {
+            KeyKind::Ascending | KeyKind::Descending => None,
+            KeyKind::Hashed => Some("hashed"),
+            KeyKind::Text => Some("text"),
+            KeyKind::Wildcard => Some("wildcard"),
+        }
+    }
+}
+
+/// The kind of an index, from its key pattern. Each kind has its own key layout:
+/// - `Ordered`: `keycodec` encodings of the key fields' values (`indexkeys`).
+/// - `Hashed`: like `Ordered`, with the hashed field's value replaced by its mongod hash as an
+///   Int64 (`hashed::hashed_value`); compound hashed indexes have exactly one hashed field.
+/// - `Wildcard`: (path string, value) per indexed leaf, plus multikey-path entries (`wildcard`).
+/// - `Text`: (prefix values…, term, score, suffix values…) per distinct term (`textkeys`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexKind {
+    Ordered,
+    Hashed,
+    Wildcard,
+    Text,
+}
+
+impl IndexKind {
+    fn of_kinds(kinds: impl Iterator<Item = KeyKind>) -> IndexKind {
+        let mut kind = IndexKind::Ordered;
+        for component in kinds {
+            match component {
+                KeyKind::Text => return IndexKind::Text,
+                KeyKind::Wildcard => kind = IndexKind::Wildcard,
+                KeyKind::Hashed if kind == IndexKind::Ordered => kind = IndexKind::Hashed,
+                _ => {}
+            }
+        }
+        kind
     }
 }
 
@@ -428,6 +524,11 @@ pub enum StorageError {
     OutOfDiskSpace(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A document cannot be indexed by an index of a special kind (a hashed index meeting an
+    /// array: 16766; a text index meeting a bad language override: 17261/17262, …), with
+    /// mongod's code and message.
+    #[error("{message}")]
+    CannotIndex { code: ErrorCode, message: String },
 }
 
 impl From<StorageError> for CommandError {
@@ -442,6 +543,7 @@ impl From<StorageError> for CommandError {
             StorageError::CannotIndexParallelArrays(..) => ErrorCode::CannotIndexParallelArrays,
             StorageError::OutOfDiskSpace(_) => ErrorCode::OutOfDiskSpace,
             StorageError::Io(_) | StorageError::Corrupt(_) => ErrorCode::InternalError,
+            StorageError::CannotIndex { code, .. } => *code,
         };
         let command_error = CommandError::new(code, error.to_string());
         match error {
@@ -564,4 +666,48 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// (a later call judges it again). Costs in proportion to the entries read, never to the
     /// collection's size. A missing collection or index reaps nothing.
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn spec_with_key(key: Document) -> IndexSpec {
+        IndexSpec {
+            name: "i".into(),
+            key: key
+                .keys()
+                .map(|field| (field.clone(), keycodec::Direction::Ascending))
+                .collect(),
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": key, "name": "i"},
+            catalog_only: false,
+        }
+    }
+
+    #[test]
+    fn index_kinds_come_from_the_key_pattern() {
+        let cases = [
+            (doc! {"a": 1, "b": -1}, IndexKind::Ordered),
+            (doc! {"a": "hashed"}, IndexKind::Hashed),
+            (doc! {"a": 1, "b": "hashed"}, IndexKind::Hashed),
+            (doc! {"$**": 1}, IndexKind::Wildcard),
+            (doc! {"a.b.$**": 1}, IndexKind::Wildcard),
+            (doc! {"_fts": "text", "_ftsx": 1}, IndexKind::Text),
+            (doc! {"a": 1, "_fts": "text", "_ftsx": 1}, IndexKind::Text),
+        ];
+        for (key, kind) in cases {
+            let spec = spec_with_key(key.clone());
+            assert_eq!(spec.kind(), kind, "{key}");
+            assert_eq!(spec.is_ordered(), kind == IndexKind::Ordered, "{key}");
+        }
+        let kinds = spec_with_key(doc! {"a": -1, "b": "hashed", "$**": 1}).key_kinds();
+        assert_eq!(
+            kinds.iter().map(|(_, kind)| *kind).collect::<Vec<_>>(),
+            vec![KeyKind::Descending, KeyKind::Hashed, KeyKind::Wildcard]
+        );
+    }
 }

@@ -266,7 +266,8 @@ pub(super) fn set_collection_options(
     Ok(())
 }
 
-/// Rejects key patterns this engine cannot index (empty, or a special index type).
+/// Rejects key patterns this engine cannot index (empty, or an index type it does not know:
+/// it knows ordered, hashed, text and wildcard keys).
 fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
     if spec.key.is_empty() {
         return Err(StorageError::InvalidIndex(format!(
@@ -276,9 +277,10 @@ fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
     }
     for (field, value) in &spec.key_pattern() {
         match value {
+            Bson::String(kind) if kind == "hashed" || kind == "text" => {}
             Bson::String(kind) => {
                 return Err(StorageError::InvalidIndex(format!(
-                    "index type \"{kind}\" (field {field} of index {}) is not supported; only ascending (1) and descending (-1) keys are",
+                    "index type \"{kind}\" (field {field} of index {}) is not supported; only ascending (1), descending (-1), hashed, text and wildcard keys are",
                     spec.name
                 )))
             }

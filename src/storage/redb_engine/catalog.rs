@@ -7,9 +7,12 @@
 //! catalog documents are `StorageError::Corrupt`.
 //!
 //! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
-//! Long, name, key: [[path, 1 | -1], ...], unique, sparse, catalogOnly, partialFilterExpression?,
-//! spec}]}`. A catalog-only index has an id (and a reserved table name) but its table is never
-//! created.
+//! Long, name, key: [[path, 1 | -1 | "hashed" | "text" | "wildcard"], ...], unique, sparse,
+//! catalogOnly, partialFilterExpression?, spec}]}`. A catalog-only index has an id (and a
+//! reserved table name) but its table is never created. Components of hashed, text and wildcard
+//! indexes are stored by kind name (their kind is read from `spec.key`; the names only make
+//! builds without those kinds refuse such a catalog instead of misreading it); ordered
+//! components are stored as before, so existing catalogs decode unchanged.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use super::format::{
 use crate::bsonutil::decode_fields;
 use crate::storage::indexkeys::IndexKeyer;
 use crate::storage::keycodec::Direction;
-use crate::storage::{CollectionMeta, ExpiryOrder, IndexSpec, Namespace, StorageResult};
+use crate::storage::{CollectionMeta, ExpiryOrder, IndexKind, IndexSpec, Namespace, StorageResult};
 
 /// Every collection, by namespace. Cloned (shallowly) when the writer stages a change.
 #[derive(Clone, Debug, Default)]
@@ -102,7 +105,8 @@ impl<'e> StoredKeyer<'e> {
             .iter()
             .map(|index| {
                 let spec = index.spec();
-                spec.partial_filter.is_none().then(|| {
+                let plain_fields = matches!(spec.kind(), IndexKind::Ordered | IndexKind::Hashed);
+                (spec.partial_filter.is_none() && plain_fields).then(|| {
                     spec.key
                         .iter()
                         .map(|(path, _)| path.split('.').next().unwrap_or_default())
@@ -226,15 +230,21 @@ impl CollectionEntry {
             .iter()
             .map(|index| {
                 let spec = index.spec();
+                let kinds = spec.key_kinds();
                 let key: Vec<Bson> = spec
                     .key
                     .iter()
-                    .map(|(path, direction)| {
-                        let direction = match direction {
-                            Direction::Ascending => 1,
-                            Direction::Descending => -1,
+                    .enumerate()
+                    .map(|(position, (path, direction))| {
+                        let kind_name = kinds
+                            .get(position)
+                            .and_then(|(_, kind)| kind.catalog_name());
+                        let component = match (kind_name, direction) {
+                            (Some(name), _) => Bson::String(name.to_string()),
+                            (None, Direction::Ascending) => Bson::Int32(1),
+                            (None, Direction::Descending) => Bson::Int32(-1),
                         };
-                        Bson::Array(vec![Bson::String(path.clone()), Bson::Int32(direction)])
+                        Bson::Array(vec![Bson::String(path.clone()), component])
                     })
                     .collect();
                 let mut encoded = doc! {
@@ -319,6 +329,11 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
                         Direction::Ascending
                     },
                 )),
+                [Bson::String(path), Bson::String(kind)]
+                    if ["hashed", "text", "wildcard"].contains(&kind.as_str()) =>
+                {
+                    Ok((path.clone(), Direction::Ascending))
+                }
                 _ => Err(corrupt("catalog index key field is malformed")),
             },
             _ => Err(corrupt("catalog index key field is not an array")),
@@ -431,5 +446,51 @@ mod tests {
         }
         let decoded = CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()).unwrap();
         assert!(decoded.indexes[0].multikey);
+    }
+
+    /// Non-ordered components are stored by kind name and decode back to the same spec.
+    #[test]
+    fn special_kinds_round_trip_with_kind_names() {
+        let spec = IndexSpec {
+            name: "b_1_h_hashed".into(),
+            key: vec![
+                ("b".into(), Direction::Descending),
+                ("h".into(), Direction::Ascending),
+            ],
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": {"b": -1, "h": "hashed"}, "name": "b_1_h_hashed"},
+            catalog_only: false,
+        };
+        let entry = CollectionEntry::new(
+            4,
+            Namespace::new("db", "c"),
+            [2; 16],
+            doc! {},
+            id_index_spec(),
+            vec![IndexEntry::new(9, spec).unwrap()],
+        );
+        let bytes = entry.encode().unwrap();
+        let stored = Document::from_reader(bytes.as_slice()).unwrap();
+        let key = stored.get_array("indexes").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_array("key")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            key,
+            bson::bson!([["b", -1], ["h", "hashed"]])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        let decoded = CollectionEntry::decode(4, &bytes).unwrap();
+        assert_eq!(decoded.meta, entry.meta);
+        assert_eq!(
+            decoded.indexes[0].spec().kind(),
+            crate::storage::IndexKind::Hashed
+        );
     }
 }

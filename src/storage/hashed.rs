@@ -1,0 +1,347 @@
+//! Hashed index keys: mongod's `BSONElementHasher::hash64` (hash version 0, seed 0) and the keys
+//! of hashed indexes (`{a: "hashed"}`, compound `{a: 1, b: "hashed", c: -1}` with exactly one
+//! hashed field). Pure functions over `bson` values; no storage.
+//!
+//! The hash: MD5 over the seed (i32 LE, 0), then the value's canonical type (i32 LE: MinKey -1,
+//! Undefined 0, Null 5, numbers 10, strings/symbols 15, objects 20, arrays 25, binary 30,
+//! ObjectId 35, bool 40, date 45, timestamp 47, regex 50, DBPointer 55, code 60, code with scope
+//! 65, MaxKey 127), then the value: numbers as the i64 LE of their truncation (NaN → 0, clamped
+//! to the i64 range, the double 2^63 → i64::MIN as mongod keeps for compatibility), objects
+//! and arrays as each element's (canonical type, field name with NUL, value) then an EOO (four
+//! zero bytes), code with scope as its code string then its scope's elements, anything else as
+//! its BSON value bytes. The key is the first 8 digest bytes as a little-endian i64. So 1, 1.0,
+//! 1.9 and NumberLong(1) hash alike, as in mongod. Decimal128 values are truncated too (through
+//! their double value), so equal numbers of every type always hash alike.
+//!
+//! Key layout: the index's key fields in order, each `keycodec`-encoded with its direction,
+//! the hashed field as `Int64(hashed_value(v))` ascending. A missing field hashes (or, for the
+//! other fields, encodes) as Null; `sparse` skips documents missing every key field. An array
+//! anywhere along any key field's path is refused with mongod's 16766. The planner turns an
+//! equality `{a: v}` into the point [`hashed_value`]`(v)` (`Bson::Int64`) for the hashed field.
+//!
+//! Recursion over nested values is bounded by the nesting limits of stored documents (180)
+//! and of command bodies (200), checked where they enter.
+
+use bson::{Bson, Document};
+use md5::{Digest, Md5};
+
+use super::keycodec::{self, Direction};
+use super::{KeyKind, StorageError, StorageResult};
+use crate::error::ErrorCode;
+
+/// mongod's hash of a value (`BSONElementHasher::hash64` with seed 0): what a hashed index
+/// stores for it (as `Bson::Int64`) and what `convertShardKeyToHashed` returns.
+pub fn hashed_value(value: &Bson) -> i64 {
+    let mut md5 = Md5::new();
+    md5.update(0i32.to_le_bytes());
+    hash_into(&mut md5, value, None);
+    let digest = md5.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_le_bytes(first)
+}
+
+/// mongod's `canonicalizeBSONType` numbers, which the hash includes.
+fn canonical_type(value: &Bson) -> i32 {
+    match value {
+        Bson::MinKey => -1,
+        Bson::Undefined => 0,
+        Bson::Null => 5,
+        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => 10,
+        Bson::String(_) | Bson::Symbol(_) => 15,
+        Bson::Document(_) => 20,
+        Bson::Array(_) => 25,
+        Bson::Binary(_) => 30,
+        Bson::ObjectId(_) => 35,
+        Bson::Boolean(_) => 40,
+        Bson::DateTime(_) => 45,
+        Bson::Timestamp(_) => 47,
+        Bson::RegularExpression(_) => 50,
+        Bson::DbPointer(_) => 55,
+        Bson::JavaScriptCode(_) => 60,
+        Bson::JavaScriptCodeWithScope(_) => 65,
+        Bson::MaxKey => 127,
+    }
+}
+
+fn hash_into(md5: &mut Md5, value: &Bson, field_name: Option<&str>) {
+    md5.update(canonical_type(value).to_le_bytes());
+    if let Some(name) = field_name {
+        md5.update(name.as_bytes());
+        md5.update([0u8]);
+    }
+    match value {
+        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => {
+            md5.update(number_for_hash(value).to_le_bytes());
+        }
+        Bson::Document(document) => hash_elements(md5, document),
+        Bson::Array(elements) => {
+            for (position, element) in elements.iter().enumerate() {
+                hash_into(md5, element, Some(&position.to_string()));
+            }
+            md5.update(0i32.to_le_bytes());
+        }
+        Bson::JavaScriptCodeWithScope(code) => {
+            md5.update(code.code.as_bytes());
+            md5.update([0u8]);
+            hash_elements(md5, &code.scope);
+        }
+        other => md5.update(value_bytes(other)),
+    }
+}
+
+fn hash_elements(md5: &mut Md5, document: &Document) {
+    for (name, element) in document {
+        hash_into(md5, element, Some(name));
+    }
+    md5.update(0i32.to_le_bytes());
+}
+
+/// The BSON encoding of a scalar's value (what follows the type byte and the field name).
+fn value_bytes(value: &Bson) -> Vec<u8> {
+    let mut wrapper = Document::new();
+    wrapper.insert("", value.clone());
+    match bson::to_vec(&wrapper) {
+        // length (4) + type (1) + empty name (1) ... value ... document terminator (1)
+        Ok(bytes) if bytes.len() >= 7 => bytes[6..bytes.len() - 1].to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// mongod's `safeNumberLongForHash`: truncation toward zero, NaN → 0, clamped to the i64 range,
+/// except the double 2^63 → i64::MIN.
+fn number_for_hash(value: &Bson) -> i64 {
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    let double = match value {
+        Bson::Int32(v) => return i64::from(*v),
+        Bson::Int64(v) => return *v,
+        Bson::Double(v) => *v,
+        other => crate::bsonutil::as_f64(other).unwrap_or(f64::NAN),
+    };
+    if double.is_nan() {
+        0
+    } else if matches!(value, Bson::Double(_)) && double == TWO_POW_63 {
+        i64::MIN
+    } else if double >= TWO_POW_63 {
+        i64::MAX
+    } else if double < -TWO_POW_63 {
+        i64::MIN
+    } else {
+        double.trunc() as i64
+    }
+}
+
+/// The error mongod gives for an array along a hashed index's key path (16766).
+fn array_error(path_to_array: &str) -> StorageError {
+    StorageError::CannotIndex {
+        code: ErrorCode::Location16766,
+        message: format!(
+            "Error: hashed indexes do not currently support array values. Found array at path: {path_to_array}"
+        ),
+    }
+}
+
+/// The value at `path` the way mongod's hashed key generator reads it: `None` when missing, an
+/// error when an array lies anywhere along the path.
+fn value_at<'a>(document: &'a Document, path: &str) -> StorageResult<Option<&'a Bson>> {
+    let mut current = document;
+    let parts: Vec<&str> = path.split('.').collect();
+    for (position, part) in parts.iter().enumerate() {
+        let Some(value) = current.get(*part) else {
+            return Ok(None);
+        };
+        if let Bson::Array(_) = value {
+            return Err(array_error(&parts[..=position].join(".")));
+        }
+        if position + 1 == parts.len() {
+            return Ok(Some(value));
+        }
+        match value {
+            Bson::Document(next) => current = next,
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
+/// The one key a document contributes to a hashed index with key pattern `key_kinds`, or
+/// `None` when `sparse` and every key field is missing.
+pub fn hashed_key(
+    document: &Document,
+    key_kinds: &[(String, KeyKind)],
+    sparse: bool,
+) -> StorageResult<Option<Vec<u8>>> {
+    let mut key = Vec::with_capacity(16 * key_kinds.len());
+    let mut any_present = false;
+    for (path, kind) in key_kinds {
+        let value = value_at(document, path)?;
+        any_present |= value.is_some();
+        let value = value.unwrap_or(&Bson::Null);
+        match kind {
+            KeyKind::Hashed => keycodec::encode_value(
+                &mut key,
+                &Bson::Int64(hashed_value(value)),
+                Direction::Ascending,
+            ),
+            KeyKind::Descending => keycodec::encode_value(&mut key, value, Direction::Descending),
+            _ => keycodec::encode_value(&mut key, value, Direction::Ascending),
+        }
+    }
+    Ok((any_present || !sparse).then_some(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary};
+
+    /// Known values from mongod's hasher unit tests (hasher_test.cpp).
+    #[test]
+    fn numbers_hash_like_mongod() {
+        assert_eq!(hashed_value(&Bson::Int32(42)), -944302157085130861);
+        assert_eq!(hashed_value(&Bson::Double(42.123)), -944302157085130861);
+        assert_eq!(hashed_value(&Bson::Int64(42)), -944302157085130861);
+        assert_eq!(hashed_value(&Bson::Int32(0)), 4854801880128277513);
+        assert_eq!(hashed_value(&Bson::Double(0.456)), 4854801880128277513);
+        assert_eq!(hashed_value(&Bson::Double(f64::NAN)), 4854801880128277513);
+        assert_eq!(hashed_value(&Bson::Int32(1)), 5902408780260971510);
+        assert_eq!(hashed_value(&Bson::Double(1.987)), 5902408780260971510);
+        assert_eq!(hashed_value(&Bson::Int32(-1)), 1140205862565771219);
+        assert_eq!(hashed_value(&Bson::Double(-1.789)), 1140205862565771219);
+        assert_eq!(hashed_value(&Bson::Int32(i32::MIN)), 6165898260261354870);
+        assert_eq!(hashed_value(&Bson::Int32(i32::MAX)), 1143184177162245883);
+        assert_eq!(hashed_value(&Bson::Double(f64::MAX)), 921523596458303250);
+        assert_eq!(hashed_value(&Bson::Int64(i64::MAX)), 921523596458303250);
+        assert_eq!(hashed_value(&Bson::Double(-f64::MAX)), 4532067210535695462);
+        assert_eq!(hashed_value(&Bson::Int64(i64::MIN)), 4532067210535695462);
+    }
+
+    #[test]
+    fn other_types_hash_like_mongod() {
+        assert_eq!(hashed_value(&Bson::MinKey), 7961148599568647290);
+        assert_eq!(hashed_value(&Bson::MaxKey), 5504842513779440750);
+        assert_eq!(hashed_value(&Bson::Undefined), 40158834000849533);
+        assert_eq!(
+            hashed_value(&Bson::String("abc".into())),
+            8478485326885698097
+        );
+        assert_eq!(
+            hashed_value(&Bson::Symbol("abc".into())),
+            8478485326885698097
+        );
+        assert_eq!(
+            hashed_value(&Bson::String(String::new())),
+            2049396243249673340
+        );
+        assert_eq!(
+            hashed_value(&Bson::Document(doc! {"a": "abc", "b": 123i64})),
+            4771603801758380216
+        );
+        assert_eq!(hashed_value(&Bson::Document(doc! {})), 7980500913326740417);
+        assert_eq!(
+            hashed_value(&bson::bson!(["bar", "baz", "qux"])),
+            -2938911267422831539
+        );
+        assert_eq!(hashed_value(&Bson::Array(vec![])), 8849948234993459283);
+        let binary = |subtype, bytes: &[u8]| {
+            Bson::Binary(Binary {
+                subtype,
+                bytes: bytes.to_vec(),
+            })
+        };
+        assert_eq!(
+            hashed_value(&binary(BinarySubtype::Generic, &[0, 1, 2, 3, 4, 6])),
+            7252465090394235301
+        );
+        assert_eq!(
+            hashed_value(&binary(BinarySubtype::Uuid, &(0..16).collect::<Vec<u8>>())),
+            6084661258071355978
+        );
+        let oid = |hex: &str| Bson::ObjectId(ObjectId::parse_str(hex).unwrap());
+        assert_eq!(
+            hashed_value(&oid("010203040506070809101112")),
+            -5588663249627035708
+        );
+        assert_eq!(
+            hashed_value(&oid("000000000000000000000000")),
+            -4293118519463489418
+        );
+        assert_eq!(hashed_value(&Bson::Boolean(true)), 6405873908747105701);
+        assert_eq!(hashed_value(&Bson::Boolean(false)), 6289544573401934092);
+        assert_eq!(
+            hashed_value(&Bson::DateTime(bson::DateTime::from_millis(
+                0x5566778811223344
+            ))),
+            4476222765095560467
+        );
+        assert_eq!(
+            hashed_value(&Bson::DateTime(bson::DateTime::from_millis(0))),
+            -1178696894582842035
+        );
+        assert_eq!(
+            hashed_value(&Bson::RegularExpression(bson::Regex {
+                pattern: "mongodb".into(),
+                options: String::new()
+            })),
+            -7275792090268217043
+        );
+        assert_eq!(
+            hashed_value(&Bson::JavaScriptCode("func f() { return 1; }".into())),
+            6861638109178014270
+        );
+        assert_eq!(
+            hashed_value(&Bson::JavaScriptCodeWithScope(
+                bson::JavaScriptCodeWithScope {
+                    code: "func f() { return 1; }".into(),
+                    scope: doc! {"c": true},
+                }
+            )),
+            501342939894575968
+        );
+    }
+
+    fn kinds(pattern: &[(&str, KeyKind)]) -> Vec<(String, KeyKind)> {
+        pattern
+            .iter()
+            .map(|(field, kind)| (field.to_string(), *kind))
+            .collect()
+    }
+
+    #[test]
+    fn keys_hash_the_hashed_field_and_encode_the_others() {
+        let pattern = kinds(&[("a", KeyKind::Hashed), ("b", KeyKind::Descending)]);
+        let key = hashed_key(&doc! {"a": 1.5, "b": "x"}, &pattern, false)
+            .unwrap()
+            .unwrap();
+        let expected = keycodec::encode_key(&[
+            (&Bson::Int64(5902408780260971510), Direction::Ascending),
+            (&Bson::String("x".into()), Direction::Descending),
+        ]);
+        assert_eq!(key, expected);
+        // Missing fields are null; sparse skips documents missing every field.
+        let missing = hashed_key(&doc! {}, &pattern, false).unwrap().unwrap();
+        let null_hash = hashed_value(&Bson::Null);
+        assert_eq!(
+            missing,
+            keycodec::encode_key(&[
+                (&Bson::Int64(null_hash), Direction::Ascending),
+                (&Bson::Null, Direction::Descending),
+            ])
+        );
+        assert_eq!(hashed_key(&doc! {}, &pattern, true).unwrap(), None);
+    }
+
+    #[test]
+    fn arrays_along_any_key_path_are_refused_like_mongod() {
+        let pattern = kinds(&[("a.b", KeyKind::Hashed)]);
+        let error = hashed_key(&doc! {"a": [{"b": 1}]}, &pattern, false).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "Error: hashed indexes do not currently support array values. Found array at path: a"
+        );
+        let error = hashed_key(&doc! {"a": {"b": [1]}}, &pattern, false).unwrap_err();
+        assert!(error.to_string().ends_with("Found array at path: a.b"));
+        let compound = kinds(&[("h", KeyKind::Hashed), ("c", KeyKind::Ascending)]);
+        assert!(hashed_key(&doc! {"h": 1, "c": [1, 2]}, &compound, false).is_err());
+    }
+}
