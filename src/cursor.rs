@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use bson::Document;
+use bson::{Bson, Document};
 
 use crate::exec::{DocStream, Visibility};
 use crate::query::pipeline::DocumentStream;
@@ -49,6 +49,8 @@ pub struct Cursor {
     /// The command that opened the cursor (as the op registry keeps it), for the profile entries
     /// of its getMores (`originatingCommand`).
     pub originating_command: Option<bson::Document>,
+    /// The query of a `$text` search: `{$meta: "textScore"}` in the projection is its score.
+    pub text_query: Option<std::sync::Arc<crate::query::Filter>>,
 }
 
 impl Cursor {
@@ -68,6 +70,7 @@ impl Cursor {
             no_timeout: false,
             last_used_ms: 0,
             originating_command: None,
+            text_query: None,
         }
     }
 
@@ -109,9 +112,13 @@ impl Cursor {
             };
             let Some(record) = record else { break };
             let document = match &self.projection {
-                Some(projection) => {
-                    projection.apply(&record.doc, &|name| visibility.meta_value(name, &record))
-                }
+                Some(projection) => projection.apply(&record.doc, &|name| match &self.text_query {
+                    Some(filter) if name == crate::query::TEXT_SCORE_META => filter
+                        .text()
+                        .and_then(|text| text.score(&record.doc))
+                        .map_or(Bson::Null, Bson::Double),
+                    _ => visibility.meta_value(name, &record),
+                }),
                 None => record.doc,
             };
             batch_bytes += crate::bsonutil::encoded_size(&document);

@@ -225,6 +225,8 @@ error_codes! {
     Location40400 = 40400,
     Location40414 = 40414,
     Location40415 = 40415,
+    Location40218 = 40218,
+    Location17313 = 17313,
     Location40430 = 40430,
     Location40431 = 40431,
     Location40432 = 40432,

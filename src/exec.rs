@@ -15,6 +15,7 @@ use std::sync::Arc;
 use bson::{Bson, Document};
 
 use crate::clock::Clock;
+use crate::error::CommandResult;
 use crate::planner::{self, Access, IndexScan, PlanCache, Planned, Query};
 use crate::query::{Filter, SortSpec};
 use crate::sorter::Spillable;
@@ -152,7 +153,7 @@ impl CollectionView {
         storage: &dyn Storage,
         cache: &PlanCache,
         query: &Query,
-    ) -> StorageResult<Planned> {
+    ) -> CommandResult<Planned> {
         planner::plan(storage, cache, self, query).await
     }
 }
@@ -521,7 +522,7 @@ pub async fn find_all(
     cache: &PlanCache,
     view: &CollectionView,
     query: &Query,
-) -> StorageResult<(Vec<Record>, ReadReport)> {
+) -> CommandResult<(Vec<Record>, ReadReport)> {
     let planned = view.plan(storage, cache, query).await?;
     let plan_summary = planned.plan.summary();
     let mut stream = planned.stream;
@@ -547,7 +548,7 @@ pub async fn first_match(
     cache: &PlanCache,
     view: &CollectionView,
     query: &Query,
-) -> StorageResult<(Option<Record>, ReadReport)> {
+) -> CommandResult<(Option<Record>, ReadReport)> {
     let planned = view.plan(storage, cache, query).await?;
     let plan_summary = planned.plan.summary();
     let mut stream = planned.stream;

@@ -131,15 +131,37 @@ fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<Sor
         .map(|sort| sort.filter(|sort| !sort.is_empty()))
 }
 
+/// The `$meta` names a read's projection may use: tideway's TTL metadata and the text score.
+const PROJECTION_META: &[&str] = &[
+    crate::ttl::META_LAST_MODIFIED,
+    crate::ttl::META_EXPIRE_AT,
+    crate::query::TEXT_SCORE_META,
+];
+
+/// Whether a projection or sort spec asks for `{$meta: "textScore"}` (at its top level).
+fn asks_text_score(spec: Option<&Document>) -> bool {
+    spec.is_some_and(|spec| {
+        spec.values().any(|value| {
+            matches!(value, Bson::Document(meta) if meta.get_str("$meta") == Ok(crate::query::TEXT_SCORE_META))
+        })
+    })
+}
+
+/// mongod's error for a text score asked of a query without `$text`.
+fn text_score_unavailable() -> CommandError {
+    CommandError::new(
+        ErrorCode::Location40218,
+        "query requires text score metadata, but it is not available",
+    )
+}
+
 pub fn parse_projection(
     ctx: &CommandContext,
     body: &Document,
     field: &str,
 ) -> CommandResult<Option<Projection>> {
     match optional_document(ctx, body, field)? {
-        Some(spec) if !spec.is_empty() => {
-            Ok(Some(Projection::parse(spec, crate::ttl::PROJECTION_META)?))
-        }
+        Some(spec) if !spec.is_empty() => Ok(Some(Projection::parse(spec, PROJECTION_META)?)),
         _ => Ok(None),
     }
 }
@@ -187,6 +209,11 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     let filter = Arc::new(parse_filter(ctx, body, "filter")?);
     let sort = parse_sort(ctx, body)?;
     let projection = parse_projection(ctx, body, "projection")?;
+    let text_score = asks_text_score(optional_document(ctx, body, "projection")?)
+        || sort.as_ref().is_some_and(SortSpec::has_text_score);
+    if text_score && filter.text().is_none() {
+        return Err(text_score_unavailable());
+    }
     let skip = optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
     let limit = optional_non_negative(ctx, body, "limit")?.filter(|limit| *limit > 0);
     let allow_disk_use = optional_bool(ctx, body, "allowDiskUse")?;
@@ -224,9 +251,11 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
             let keep = limit
                 .map(|limit| usize::try_from(skip.saturating_add(limit)).unwrap_or(usize::MAX));
             let mut sorter = Sorter::new(sort.key_order(), keep, limits);
+            let text = query.filter.text();
             while let Some(record) = stream.next(storage).await? {
                 ctx.deadline.check()?;
-                sorter.push(sort.sort_key(&record.doc), record)?;
+                let score = text.and_then(|text| text.score(&record.doc));
+                sorter.push(sort.sort_key_scored(&record.doc, score), record)?;
             }
             drained = Some(stream.stats());
             report_examined(ctx, Some(ScanStats::default()), drained);
@@ -248,8 +277,12 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
             CursorSource::Stream(Box::new(stream))
         }
     };
+    let mut cursor = Cursor::new(ns.to_string(), Some(ns), source, projection, limit);
+    if query.filter.text().is_some() {
+        cursor.text_query = Some(query.filter.clone());
+    }
     Ok(FindRun {
-        cursor: Cursor::new(ns.to_string(), Some(ns), source, projection, limit),
+        cursor,
         view,
         planned: summary,
         drained,

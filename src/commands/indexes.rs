@@ -249,7 +249,12 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
     let partial_filter = match raw.get("partialFilterExpression") {
         None => None,
         Some(Bson::Document(filter)) => {
-            Filter::parse(filter)?;
+            if Filter::parse(filter)?.text().is_some() {
+                return Err(CommandError::new(
+                    ErrorCode::CannotCreateIndex,
+                    "unsupported expression in partial index: TEXT",
+                ));
+            }
             Some(filter.clone())
         }
         Some(other) => {

@@ -146,6 +146,13 @@ fn shape(expr: &Expr, out: &mut String) {
         Expr::Constant(value) => {
             let _ = write!(out, "{value}");
         }
+        Expr::Text(text) => {
+            let _ = write!(
+                out,
+                "text({:?},{},{})",
+                text.query.language, text.query.case_sensitive, text.query.diacritic_sensitive
+            );
+        }
         Expr::Leaf { path, predicate } => {
             if let Some(path) = path {
                 out.push_str(&path.join("."));

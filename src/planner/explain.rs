@@ -196,6 +196,15 @@ fn expr_document(expr: &Expr) -> Document {
         Expr::Nor(children) => {
             doc! {"$nor": children.iter().map(|child| Bson::Document(expr_document(child))).collect::<Vec<_>>()}
         }
+        Expr::Text(text) => {
+            let mut arguments = doc! {"$search": &text.query.search};
+            if let Some(language) = text.query.language {
+                arguments.insert("$language", language.name());
+            }
+            arguments.insert("$caseSensitive", text.query.case_sensitive);
+            arguments.insert("$diacriticSensitive", text.query.diacritic_sensitive);
+            doc! {"$text": arguments}
+        }
         Expr::Constant(true) => doc! {"$alwaysTrue": 1},
         Expr::Constant(false) => doc! {"$alwaysFalse": 1},
         Expr::Not(child) => match child.as_ref() {

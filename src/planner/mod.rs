@@ -27,8 +27,10 @@ use std::sync::Arc;
 
 use bson::Bson;
 
+use crate::error::{CommandError, CommandResult};
 use crate::exec::{CollectionView, DocStream, ScanStats};
-use crate::query::filter::{Expr, Predicate};
+use crate::query::filter::{Expr, Predicate, TextMatch};
+use crate::query::text::TextIndex;
 use crate::query::{path, Filter, SortSpec};
 use crate::storage::keycodec::Direction;
 use crate::storage::wildcard::WildcardProjection;
@@ -270,7 +272,7 @@ pub async fn plan(
     cache: &PlanCache,
     view: &CollectionView,
     query: &Query,
-) -> StorageResult<Planned> {
+) -> CommandResult<Planned> {
     let meta = view.meta.as_ref();
     let stream = |plan: &QueryPlan| {
         let mut stream = DocStream::new(
@@ -287,6 +289,11 @@ pub async fn plan(
         plan,
         rejected: Vec::new(),
     };
+    if let Some(text) = query.filter.text() {
+        let mut plan = text_plan(meta, &query.filter, text)?;
+        plan.provides_sort = query.sort.is_none();
+        return Ok(single(plan));
+    }
     if let Some(plan) = hinted(meta, query) {
         return Ok(single(plan));
     }
@@ -353,6 +360,92 @@ pub async fn plan(
     })
 }
 
+/// The plan of a `$text` query: the union of the text index's keys for each term to scan (under
+/// the values the filter pins its prefix fields to), documents de-duplicated; binds the search
+/// to the index. 27 without a text index, as mongod.
+fn text_plan(
+    meta: Option<&CollectionMeta>,
+    filter: &Filter,
+    text: &TextMatch,
+) -> CommandResult<QueryPlan> {
+    let index = meta
+        .and_then(|meta| {
+            meta.indexes
+                .iter()
+                .find(|index| index.kind() == IndexKind::Text && !index.catalog_only)
+        })
+        .ok_or_else(crate::query::text::text_index_required)?;
+    let text_index = TextIndex::from_spec(index)?;
+    text.bind(text_index.clone());
+    let conjuncts = filter.top_level_conjuncts();
+    let mut prefix_values = Vec::with_capacity(text_index.prefix_fields.len());
+    let mut display = Vec::new();
+    for (field, sign) in &text_index.prefix_fields {
+        let values = bounds::combine(
+            bounds::conjunct_bounds(&conjuncts, &path::split_path(field)),
+            false,
+        );
+        let Some(value) = values
+            .point_values()
+            .filter(|points| points.len() == 1)
+            .and_then(|points| points.first().map(|value| (*value).clone()))
+        else {
+            return Err(CommandError::bad_value(
+                "error processing query: planner returned error :: caused by :: failed to use text index to satisfy $text query (if text index is compound, are equality predicates given for all prefix fields?)",
+            ));
+        };
+        let direction = if *sign < 0 {
+            Direction::Descending
+        } else {
+            Direction::Ascending
+        };
+        display.push((field.clone(), direction, values));
+        prefix_values.push((value, direction));
+    }
+    let terms = text.query.terms_to_scan(&text_index);
+    if terms.is_empty() {
+        return Ok(QueryPlan::new(Access::Eof, true));
+    }
+    let prefix: Vec<(&Bson, Direction)> = prefix_values
+        .iter()
+        .map(|(value, direction)| (value, *direction))
+        .collect();
+    let mut ranges: Vec<KeyRange> = terms
+        .iter()
+        .map(|term| {
+            let key = crate::storage::textkeys::text_term_prefix(&prefix, term);
+            let upper = crate::storage::keycodec::prefix_successor(&key)
+                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+            (std::ops::Bound::Included(key), upper)
+        })
+        .collect();
+    ranges.sort_by(|a, b| range_start(a).cmp(range_start(b)));
+    display.push((
+        "_fts".to_string(),
+        Direction::Ascending,
+        bounds::IntervalList::points(terms.iter().map(|term| Bson::String(term.clone()))),
+    ));
+    Ok(QueryPlan::new(
+        Access::IndexScan(IndexScan {
+            index: index.clone(),
+            bounds: IndexBounds { fields: display },
+            reverse: false,
+            // A document has one key per term.
+            multikey: true,
+            ranges,
+            key_filter: None,
+        }),
+        true,
+    ))
+}
+
+fn range_start(range: &KeyRange) -> &[u8] {
+    match &range.0 {
+        std::ops::Bound::Included(key) | std::ops::Bound::Excluded(key) => key,
+        std::ops::Bound::Unbounded => &[],
+    }
+}
+
 /// The plan a `hint` forces, if any.
 fn hinted(meta: Option<&CollectionMeta>, query: &Query) -> Option<QueryPlan> {
     match &query.hint {
@@ -394,6 +487,9 @@ fn hinted(meta: Option<&CollectionMeta>, query: &Query) -> Option<QueryPlan> {
 }
 
 fn natural_order_provides(sort: &SortSpec, reverse: bool) -> bool {
+    if sort.has_text_score() {
+        return false;
+    }
     let mut keys = sort.keys();
     matches!(
         (keys.next(), keys.next()),
@@ -535,7 +631,7 @@ fn sort_order(
     multikey: bool,
     sort: &SortSpec,
 ) -> Option<bool> {
-    if multikey || !index.is_ordered() {
+    if multikey || !index.is_ordered() || sort.has_text_score() {
         return None;
     }
     let pinned: Vec<&str> = bounds.equality_fields().collect();

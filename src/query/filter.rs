@@ -25,6 +25,8 @@ use super::numeric::Number;
 use super::path::{self, LeafArrays};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::{check_field_path_length, MAX_FILTER_PATH_COMPONENTS};
+use crate::query::text::{TextIndex, TextQuery, TextSearch};
+use std::sync::{Arc, OnceLock};
 
 const UNDEFINED_RANK: u8 = 1;
 const NULL_RANK: u8 = 6;
@@ -56,6 +58,36 @@ pub(crate) enum Expr {
         predicate: Predicate,
     },
     Constant(bool),
+    /// `$text`: a top-level conjunct only, evaluated once the planner bound it to the
+    /// collection's text index (unbound, it matches nothing).
+    Text(Arc<TextMatch>),
+}
+
+/// A `$text` search and, once the planner has bound it, the text index it runs against with
+/// the search resolved for that index.
+#[derive(Debug)]
+pub struct TextMatch {
+    pub query: TextQuery,
+    bound: OnceLock<(TextIndex, TextSearch)>,
+}
+
+impl TextMatch {
+    /// Binds the search to `index` (the first binding wins: a filter runs against one
+    /// collection).
+    pub fn bind(&self, index: TextIndex) {
+        let search = self.query.resolve(&index);
+        let _ = self.bound.set((index, search));
+    }
+
+    pub fn index(&self) -> Option<&TextIndex> {
+        self.bound.get().map(|(index, _)| index)
+    }
+
+    /// The document's `{$meta: "textScore"}`, `None` when it does not match (or unbound).
+    pub fn score(&self, document: &Document) -> Option<f64> {
+        let (index, search) = self.bound.get()?;
+        index.score_search(search, document)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -138,9 +170,19 @@ fn array_as_document(elements: &[Bson]) -> Document {
 impl Filter {
     /// Parses a filter document (`{}` matches everything).
     pub fn parse(filter: &Document) -> CommandResult<Filter> {
-        Ok(Filter {
-            root: parse_document(filter)?,
-        })
+        let root = parse_document(filter)?;
+        check_text_placement(&root)?;
+        Ok(Filter { root })
+    }
+
+    /// The filter's `$text` search, if it has one (always a top-level conjunct).
+    pub fn text(&self) -> Option<&TextMatch> {
+        self.top_level_conjuncts()
+            .into_iter()
+            .find_map(|expr| match expr {
+                Expr::Text(text) => Some(text.as_ref()),
+                _ => None,
+            })
     }
 
     /// Whether the document satisfies the filter.
@@ -242,6 +284,44 @@ impl Filter {
     }
 }
 
+/// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
+/// which mongod allows when every branch is indexed, tideway answers 238).
+fn check_text_placement(root: &Expr) -> CommandResult<()> {
+    let top_level = conjuncts_of(root);
+    let texts = top_level
+        .iter()
+        .filter(|expr| matches!(expr, Expr::Text(_)))
+        .count();
+    if texts > 1 {
+        return Err(bad_value("Too many text expressions"));
+    }
+    let mut pending: Vec<(&Expr, bool)> = top_level
+        .into_iter()
+        .filter(|expr| !matches!(expr, Expr::Text(_)))
+        .map(|expr| (expr, false))
+        .collect();
+    while let Some((expr, in_or)) = pending.pop() {
+        match expr {
+            Expr::Text(_) if in_or => return Err(not_supported("$text inside $or")),
+            Expr::Text(_) => return Err(bad_value("$text is not allowed in this context")),
+            Expr::And(children) => pending.extend(children.iter().map(|child| (child, in_or))),
+            Expr::Or(children) => pending.extend(children.iter().map(|child| (child, true))),
+            Expr::Nor(children) => pending.extend(children.iter().map(|child| (child, false))),
+            Expr::Not(child) => pending.push((child, false)),
+            Expr::Leaf {
+                predicate: Predicate::ElemMatchObject(filter),
+                ..
+            } => pending.push((&filter.root, false)),
+            Expr::Leaf {
+                predicate: Predicate::ElemMatchValue(exprs),
+                ..
+            } => pending.extend(exprs.iter().map(|child| (child, false))),
+            Expr::Leaf { .. } | Expr::Constant(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// The conjuncts of `expr` (nested `$and`s flattened; anything else is one conjunct).
 pub(crate) fn conjuncts_of(expr: &Expr) -> Vec<&Expr> {
     fn collect<'a>(expr: &'a Expr, out: &mut Vec<&'a Expr>) {
@@ -310,9 +390,11 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                 "comment" => {}
                 "alwaysTrue" => conjuncts.push(Expr::Constant(true)),
                 "alwaysFalse" => conjuncts.push(Expr::Constant(false)),
-                "expr" | "where" | "text" | "jsonSchema" | "sampleRate" => {
-                    return Err(not_supported(key))
-                }
+                "text" => conjuncts.push(Expr::Text(Arc::new(TextMatch {
+                    query: TextQuery::parse(value)?,
+                    bound: OnceLock::new(),
+                }))),
+                "expr" | "where" | "jsonSchema" | "sampleRate" => return Err(not_supported(key)),
                 _ => return Err(bad_value(format!("unknown top level operator: {key}"))),
             }
         } else {
@@ -726,6 +808,10 @@ impl Expr {
                 .any(|child| child.evaluate(subject, &mut None)),
             Expr::Not(child) => !child.evaluate(subject, &mut None),
             Expr::Constant(value) => *value,
+            Expr::Text(text) => match subject {
+                Subject::Document(document) => text.score(document).is_some(),
+                Subject::Value(_) => false,
+            },
             Expr::Leaf { path, predicate } => match (path, subject) {
                 (Some(path), Subject::Document(document)) => {
                     for candidate in path::lookup(document, path, predicate.leaf_arrays()) {

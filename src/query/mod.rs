@@ -47,6 +47,9 @@ pub use compare::{
     canonical_type_rank, compare_values, identical_documents, identical_values, values_equal,
 };
 pub use filter::{ElementMatcher, Filter};
+
+/// The `$meta` name of a `$text` query's score (projections and `find` sorts).
+pub const TEXT_SCORE_META: &str = "textScore";
 pub use path::{lookup, lookup_values, LeafArrays, PathValue};
 pub use pipeline::{CollStatsRequest, CurrentOpRequest, Pipeline, PipelineContext, SourceStage};
 pub use projection::Projection;

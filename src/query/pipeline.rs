@@ -454,7 +454,14 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
             let Bson::Document(filter) = spec else {
                 return Err(match_not_object());
             };
-            Stage::Match(Filter::parse(filter)?)
+            let filter = Filter::parse(filter)?;
+            if filter.text().is_some() {
+                return Err(fail(
+                    ErrorCode::Location17313,
+                    "$match with $text is only allowed as the first pipeline stage",
+                ));
+            }
+            Stage::Match(filter)
         }
         "$project" => parse_project(spec)?,
         "$addFields" | "$set" => {

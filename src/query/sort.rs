@@ -30,7 +30,16 @@ pub type KeyOrder = std::sync::Arc<dyn Fn(&[Bson], &[Bson]) -> Ordering + Send +
 /// A parsed sort specification.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SortSpec {
-    keys: Vec<(String, Vec<String>, Direction)>,
+    keys: Vec<SortKey>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct SortKey {
+    name: String,
+    parts: Vec<String>,
+    direction: Direction,
+    /// `{$meta: "textScore"}` (find only): the document's text score, highest first.
+    text_score: bool,
 }
 
 impl SortSpec {
@@ -60,13 +69,20 @@ impl SortSpec {
                     ))
                 }
             };
-            keys.push((field.clone(), path::split_path(field), direction));
+            keys.push(SortKey {
+                name: field.clone(),
+                parts: path::split_path(field),
+                direction,
+                text_score: false,
+            });
         }
         Ok(SortSpec { keys })
     }
 
     /// A `find` sort: as [`SortSpec::parse`], except that `{$natural: ±1}` alone (natural order,
     /// which for tideway's collections is `_id` order) sorts by `_id`.
+    /// `{field: {$meta: "textScore"}}` sorts by the text score of a `$text` query, highest
+    /// first.
     pub fn parse_find(spec: &Document) -> CommandResult<SortSpec> {
         match spec.iter().next() {
             Some((key, direction)) if spec.len() == 1 && key == "$natural" => {
@@ -74,8 +90,31 @@ impl SortSpec {
                 by_id.insert("_id", direction.clone());
                 SortSpec::parse(&by_id)
             }
-            _ => SortSpec::parse(spec),
+            _ => {
+                let is_text_score = |value: &Bson| matches!(value, Bson::Document(meta) if meta.len() == 1 && meta.get_str("$meta") == Ok("textScore"));
+                let mut plain = Document::new();
+                for (field, value) in spec {
+                    plain.insert(
+                        field.clone(),
+                        if is_text_score(value) {
+                            Bson::Int32(-1)
+                        } else {
+                            value.clone()
+                        },
+                    );
+                }
+                let mut parsed = SortSpec::parse(&plain)?;
+                for (key, (_, value)) in parsed.keys.iter_mut().zip(spec) {
+                    key.text_score = is_text_score(value);
+                }
+                Ok(parsed)
+            }
         }
+    }
+
+    /// Whether a key sorts by the text score.
+    pub fn has_text_score(&self) -> bool {
+        self.keys.iter().any(|key| key.text_score)
     }
 
     /// True for `{}`.
@@ -87,14 +126,26 @@ impl SortSpec {
     pub fn keys(&self) -> impl Iterator<Item = (&str, Direction)> {
         self.keys
             .iter()
-            .map(|(name, _, direction)| (name.as_str(), *direction))
+            .map(|key| (key.name.as_str(), key.direction))
     }
 
-    /// The per-key values a document sorts by (precompute these to sort many documents).
+    /// The per-key values a document sorts by (precompute these to sort many documents); a
+    /// text score key is null (see [`SortSpec::sort_key_scored`]).
     pub fn sort_key(&self, document: &Document) -> Vec<Bson> {
+        self.sort_key_scored(document, None)
+    }
+
+    /// [`SortSpec::sort_key`] with the document's text score for text score keys.
+    pub fn sort_key_scored(&self, document: &Document, text_score: Option<f64>) -> Vec<Bson> {
         self.keys
             .iter()
-            .map(|(_, parts, direction)| key_value(document, parts, *direction))
+            .map(|key| {
+                if key.text_score {
+                    text_score.map_or(Bson::Null, Bson::Double)
+                } else {
+                    key_value(document, &key.parts, key.direction)
+                }
+            })
             .collect()
     }
 
@@ -106,9 +157,9 @@ impl SortSpec {
 
     /// Orders two precomputed sort keys.
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
-        for ((_, _, direction), (x, y)) in self.keys.iter().zip(a.iter().zip(b.iter())) {
+        for (key, (x, y)) in self.keys.iter().zip(a.iter().zip(b.iter())) {
             let order = compare_values(x, y);
-            let order = match direction {
+            let order = match key.direction {
                 Direction::Ascending => order,
                 Direction::Descending => order.reverse(),
             };
