@@ -98,6 +98,29 @@ pub fn wrong_type(command: &str, field: &str, actual: &Bson, expected: &str) -> 
     ))
 }
 
+/// mongod's 40414 for a required field that is absent.
+pub fn missing_field(command: &str, field: &str) -> CommandError {
+    CommandError::new(
+        ErrorCode::Location40414,
+        format!("BSON field '{command}.{field}' is missing but a required field"),
+    )
+}
+
+/// A required field of type `expected` (mongod's IDL name), extracted by `extract`: 40414 when
+/// absent, 14 when of another type.
+pub fn required<'a, T>(
+    command: &str,
+    body: &'a Document,
+    field: &str,
+    expected: &str,
+    extract: impl Fn(&'a Bson) -> Option<T>,
+) -> CommandResult<T> {
+    let value = body
+        .get(field)
+        .ok_or_else(|| missing_field(command, field))?;
+    extract(value).ok_or_else(|| wrong_type(command, field, value, expected))
+}
+
 /// `collation`: tideway has only the simple collation, so any other is refused (238) rather than
 /// ignored, which would change results.
 pub fn check_collation(command: &str, fields: &Document) -> CommandResult<()> {

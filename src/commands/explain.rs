@@ -12,7 +12,7 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::commands::args::{collection_namespace, optional_bool, wrong_type};
+use crate::commands::args::{collection_namespace, optional_bool, required, wrong_type};
 use crate::commands::find::{distinct_read, planned_matches, start_find, PlannedMatches};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
@@ -56,16 +56,7 @@ fn verbosity(body: &Document) -> CommandResult<Verbosity> {
 }
 
 async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let inner = match body.get("explain") {
-        Some(Bson::Document(inner)) => inner,
-        Some(other) => return Err(wrong_type("explain", "explain", other, "object")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'explain.explain' is missing but a required field",
-            ))
-        }
-    };
+    let inner = required("explain", body, "explain", "object", Bson::as_document)?;
     let verbosity = verbosity(body)?;
     let Some(command) = inner.keys().next() else {
         return Err(CommandError::bad_value(
@@ -341,19 +332,10 @@ async fn explain_distinct(
 ) -> CommandResult<Document> {
     let started = Instant::now();
     let ns = collection_namespace(ctx, body)?;
-    let key = match body.get("key") {
-        Some(Bson::String(key)) => key.clone(),
-        Some(other) => return Err(wrong_type("distinct", "key", other, "string")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'distinct.key' is missing but a required field",
-            ))
-        }
-    };
+    let key = required("distinct", body, "key", "string", Bson::as_str)?;
     let read = distinct_read(ctx, body).await?;
     let (summary, stats) = (&read.summary, &read.stats);
-    let projection = doc! {"_id": 0, key.as_str(): 1};
+    let projection = doc! {"_id": 0, key: 1};
     let access = |stats: Option<&ScanStats>| match &summary.plan.access {
         Access::IndexScan(scan) if read.distinct_scan => distinct_scan_stages(scan, stats),
         _ => access_stages(&summary.plan, &summary.filter, stats),
@@ -389,16 +371,7 @@ async fn explain_aggregate(
 ) -> CommandResult<Document> {
     let started = Instant::now();
     let ns = collection_namespace(ctx, body)?;
-    let stages = match body.get("pipeline") {
-        Some(Bson::Array(stages)) => stages.clone(),
-        Some(other) => return Err(wrong_type("aggregate", "pipeline", other, "array")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'aggregate.pipeline' is missing but a required field",
-            ))
-        }
-    };
+    let stages = required("aggregate", body, "pipeline", "array", Bson::as_array)?;
     // Validates the whole pipeline as aggregate would.
     let documents: Vec<Document> = stages
         .iter()
@@ -491,23 +464,7 @@ async fn explain_write(
             } else {
                 "deletes"
             };
-            let statements = match body.get(field) {
-                Some(Bson::Array(statements)) => statements,
-                Some(other) => return Err(wrong_type(ctx.name, field, other, "array")),
-                None => {
-                    return Err(CommandError::new(
-                        ErrorCode::Location40414,
-                        format!(
-                            "BSON field '{}.{field}' is missing but a required field",
-                            if kind == WriteKind::Update {
-                                "update"
-                            } else {
-                                "delete"
-                            }
-                        ),
-                    ))
-                }
-            };
+            let statements = required(ctx.name, body, field, "array", Bson::as_array)?;
             match statements.as_slice() {
                 [Bson::Document(statement)] => (statement.clone(), "q"),
                 _ => {

@@ -9,7 +9,7 @@ use bson::{doc, Bson, Document};
 use crate::async_handler;
 use crate::commands::args::{
     check_collation, check_hint, collection_namespace, optional_bool, optional_document,
-    optional_i64, optional_non_negative, wrong_type,
+    optional_i64, optional_non_negative, required, wrong_type,
 };
 use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -311,16 +311,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             ))
         }
     };
-    let coll = match body.get("collection") {
-        Some(Bson::String(coll)) => coll.as_str(),
-        Some(other) => return Err(wrong_type("getMore", "collection", other, "string")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'getMore.collection' is missing but a required field",
-            ))
-        }
-    };
+    let coll = required("getMore", body, "collection", "string", Bson::as_str)?;
     let batch_size = optional_non_negative(ctx, body, "batchSize")?.filter(|size| *size > 0);
     let now_ms = ctx.state.clock.now_ms();
     let requested_ns = format!("{}.{coll}", ctx.db);
@@ -370,16 +361,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     collection_namespace(ctx, body)?;
-    let ids = match body.get("cursors") {
-        Some(Bson::Array(ids)) => ids,
-        Some(other) => return Err(wrong_type("killCursors", "cursors", other, "array")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'killCursors.cursors' is missing but a required field",
-            ))
-        }
-    };
+    let ids = required("killCursors", body, "cursors", "array", Bson::as_array)?;
     let mut killed = Vec::new();
     let mut not_found = Vec::new();
     for (index, id) in ids.iter().enumerate() {
@@ -553,16 +535,7 @@ pub async fn distinct_read(
     ctx: &CommandContext<'_>,
     body: &Document,
 ) -> CommandResult<DistinctRead> {
-    let key = match body.get("key") {
-        Some(Bson::String(key)) => key.clone(),
-        Some(other) => return Err(wrong_type("distinct", "key", other, "string")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'distinct.key' is missing but a required field",
-            ))
-        }
-    };
+    let key = required("distinct", body, "key", "string", Bson::as_str)?;
     let ns = collection_namespace(ctx, body)?;
     let filter = parse_filter(ctx, body, "query")?;
     check_collation(ctx.name, body)?;
