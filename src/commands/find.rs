@@ -545,10 +545,10 @@ pub async fn distinct_read(
     let scan = view
         .meta
         .as_ref()
-        .and_then(|meta| planner::distinct_scan(meta, &filter, &key, &hint));
+        .and_then(|meta| planner::distinct_scan(meta, &filter, key, &hint));
     if let Some(scan) = scan {
         let (mut values, stats) =
-            exec::distinct_values(ctx.state.storage.as_ref(), &view, &scan, &key).await?;
+            exec::distinct_values(ctx.state.storage.as_ref(), &view, &scan, key).await?;
         ctx.op
             .set_plan_summary(format!("DISTINCT_SCAN {}", index_summary(&scan.index)));
         report_examined(ctx, Some(ScanStats::default()), Some(stats));
@@ -565,7 +565,7 @@ pub async fn distinct_read(
     let mut values: Vec<Bson> = Vec::new();
     for record in &matches.records {
         // Leaf arrays arrive expanded: `{a: [1, [2]]}` yields 1 and [2], as mongod reports them.
-        for value in crate::query::lookup_values(&record.doc, &key) {
+        for value in crate::query::lookup_values(&record.doc, key) {
             if !values.iter().any(|seen| values_equal(seen, value)) {
                 values.push(value.clone());
             }
