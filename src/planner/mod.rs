@@ -250,9 +250,7 @@ impl PlanSummary {
             shape: shape_key(query),
         }
     }
-}
 
-impl PlanSummary {
     /// The summary of a [`distinct_scan`] (no trial, nothing rejected).
     pub fn of_distinct_scan(scan: IndexScan, filter: Arc<Filter>) -> PlanSummary {
         let shape = shape_key(&Query::filter(filter.clone()));
