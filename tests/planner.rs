@@ -1157,3 +1157,46 @@ async fn hashed_and_wildcard_indexes_answer_the_queries_they_can() {
         200
     );
 }
+
+#[tokio::test]
+async fn a_cached_plan_that_needs_far_more_work_is_planned_again() {
+    let server = TestServer::start().await;
+    let db = server.client().database("replan");
+    db.collection::<Document>("c")
+        .insert_many((0..2000).map(|i| doc! {"_id": i, "a": i, "b": i}))
+        .await
+        .unwrap();
+    db.run_command(doc! {"createIndexes": "c", "indexes": [
+        {"key": {"a": 1}, "name": "a_1"},
+        {"key": {"b": 1}, "name": "b_1"},
+    ]})
+    .await
+    .unwrap();
+    let chosen = |reply: Document| {
+        stage(
+            reply.get_document("queryPlanner").unwrap(),
+            &["winningPlan", "inputStage"],
+        )
+        .get_str("indexName")
+        .unwrap()
+        .to_string()
+    };
+    // `a` is selective: a_1 wins and is cached for the shape.
+    let first = doc! {"find": "c", "filter": {"a": {"$lt": 5}, "b": {"$lt": 2000}}};
+    assert_eq!(chosen(explain(&db, first, "queryPlanner").await), "a_1");
+    // The same shape where `b` is selective: the cached a_1 would read 2000 keys for 5
+    // documents; it is evicted and b_1 chosen.
+    let second = doc! {"find": "c", "filter": {"a": {"$lt": 2000}, "b": {"$lt": 5}}};
+    let reply = explain(&db, second.clone(), "executionStats").await;
+    assert_eq!(chosen(reply.clone()), "b_1");
+    assert!(
+        reply
+            .get_document("executionStats")
+            .unwrap()
+            .get_i32("totalKeysExamined")
+            .unwrap()
+            < 200
+    );
+    // And b_1 is what the cache now holds for the shape.
+    assert_eq!(chosen(explain(&db, second, "queryPlanner").await), "b_1");
+}

@@ -46,22 +46,36 @@ pub fn choice_of(plan: &QueryPlan) -> Choice {
     }
 }
 
+/// A cached winner and the work it needed in its trial (mongod's `works`): a cached plan that
+/// needs far more is evicted and the query planned again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub choice: Choice,
+    pub works: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct PlanCache {
-    entries: Mutex<HashMap<String, Choice>>,
+    entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl PlanCache {
-    pub fn get(&self, key: &str) -> Option<Choice> {
+    pub fn get(&self, key: &str) -> Option<Entry> {
         self.entries.lock().ok()?.get(key).cloned()
     }
 
-    pub fn insert(&self, key: String, choice: Choice) {
+    pub fn insert(&self, key: String, entry: Entry) {
         if let Ok(mut entries) = self.entries.lock() {
             if entries.len() >= MAX_ENTRIES {
                 entries.clear();
             }
-            entries.insert(key, choice);
+            entries.insert(key, entry);
+        }
+    }
+
+    pub fn remove(&self, key: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(key);
         }
     }
 

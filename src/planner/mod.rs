@@ -46,6 +46,9 @@ const TRIAL_RESULTS: u64 = 101;
 const TRIAL_MAX_WORKS: u64 = 10_000;
 /// Records each candidate may produce per trial round.
 const TRIAL_PAGE: usize = 32;
+/// How much more work than in its trial a cached plan may need before the query is planned
+/// again (mongod's `internalQueryCacheEvictionRatio`).
+const REPLAN_WORK_FACTOR: u64 = 10;
 
 /// What a command asks the planner for.
 #[derive(Clone, Debug)]
@@ -321,14 +324,35 @@ pub async fn plan(
         _ => {}
     }
     let cache_key = cache::key(meta, query);
-    if let Some(choice) = cache.get(&cache_key) {
-        if let Some(mut plan) = candidates
+    if let Some(entry) = cache.get(&cache_key) {
+        if let Some(position) = candidates
             .iter()
-            .position(|plan| cache::choice_of(plan) == choice)
-            .map(|position| candidates.swap_remove(position))
+            .position(|plan| cache::choice_of(plan) == entry.choice)
         {
+            // mongod's cached-plan trial: the plan may use up to ten times the work it needed
+            // when it won; a plan that needs more (other values, other data) is planned again.
+            let mut plan = candidates[position].clone();
             plan.from_cache = true;
-            return Ok(single(plan));
+            let mut cached = stream(&plan);
+            let budget = entry
+                .works
+                .saturating_mul(REPLAN_WORK_FACTOR)
+                .max(TRIAL_PAGE as u64);
+            let target = trial_target(query);
+            while !cached.is_exhausted()
+                && (cached.buffered() as u64) < target
+                && cached.stats().works() < budget
+            {
+                cached.read_page(storage, trial_page(target)).await?;
+            }
+            if cached.is_exhausted() || cached.buffered() as u64 >= target {
+                return Ok(Planned {
+                    plan,
+                    stream: cached,
+                    rejected: Vec::new(),
+                });
+            }
+            cache.remove(&cache_key);
         }
     }
     let mut trials: Vec<Candidate> = candidates
@@ -350,7 +374,13 @@ pub async fn plan(
         })
         .map_or(0, |(position, _)| position);
     let winner = trials.swap_remove(best);
-    cache.insert(cache_key, cache::choice_of(&winner.plan));
+    cache.insert(
+        cache_key,
+        cache::Entry {
+            choice: cache::choice_of(&winner.plan),
+            works: winner.stream.stats().works(),
+        },
+    );
     Ok(Planned {
         plan: winner.plan,
         stream: winner.stream,
@@ -841,6 +871,18 @@ fn selectivity(bounds: &IndexBounds) -> usize {
     score
 }
 
+/// Results a trial aims for: the query's `skip + limit` when smaller than [`TRIAL_RESULTS`].
+fn trial_target(query: &Query) -> u64 {
+    query
+        .wanted
+        .map_or(TRIAL_RESULTS, |wanted| wanted.clamp(1, TRIAL_RESULTS))
+}
+
+/// Records a candidate may produce per trial round.
+fn trial_page(target: u64) -> usize {
+    TRIAL_PAGE.min(usize::try_from(target).unwrap_or(TRIAL_PAGE))
+}
+
 /// Runs every candidate in rounds until one reaches the end, one has produced enough results,
 /// or all have done their share of work; then scores each as mongod does: results per unit of
 /// work, a plan that must sort counting its results only if it finished, plus a bonus for
@@ -850,10 +892,8 @@ async fn run_trial(
     trials: &mut [Candidate],
     query: &Query,
 ) -> StorageResult<()> {
-    let target = query
-        .wanted
-        .map_or(TRIAL_RESULTS, |wanted| wanted.clamp(1, TRIAL_RESULTS));
-    let page = TRIAL_PAGE.min(target as usize);
+    let target = trial_target(query);
+    let page = trial_page(target);
     loop {
         let mut done = true;
         for trial in trials.iter_mut() {
