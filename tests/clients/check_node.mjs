@@ -384,6 +384,22 @@ async function crudCatalog(ctx) {
   });
 }
 
+async function plannerExplain(ctx) {
+  await withScratchDb(ctx, 'planner', async (db) => {
+    const coll = db.collection('events');
+    await coll.insertMany(Array.from({ length: 1000 }, (_, i) => ({ _id: i, at: i * 10, user: i % 20 })));
+    await coll.createIndex({ at: 1 });
+    const plan = await coll.find({ at: { $gte: 1000, $lt: 1100 } }).explain('executionStats');
+    const scan = plan.queryPlanner.winningPlan.inputStage;
+    expectEqual('explain("executionStats"): IXSCAN at_1 over [1000, 1100)',
+      [scan.stage, scan.indexName, scan.indexBounds], ['IXSCAN', 'at_1', { at: ['[1000, 1100)'] }]);
+    expectEqual('explain("executionStats"): nReturned, totalKeysExamined',
+      [plan.executionStats.nReturned, plan.executionStats.totalKeysExamined], [10, 10]);
+    expectEqual('find().sort({at: -1}).limit(3)',
+      idsOf(await coll.find({}, { projection: { _id: 1 } }).sort({ at: -1 }).limit(3).toArray()), [999, 998, 997]);
+  });
+}
+
 const SCENARIOS = [
   ['ping', ping],
   ['buildInfo', buildInfo],
@@ -397,6 +413,7 @@ const SCENARIOS = [
   ['crud_delete', crudDelete],
   ['crud_unique_index', crudUniqueIndex],
   ['crud_catalog', crudCatalog],
+  ['planner_explain', plannerExplain],
 ];
 
 // The driver does zlib itself; snappy and zstd would need extra native npm packages.

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 import bson
 import bson.int64
 from bson import ObjectId
-from pymongo import ASCENDING, DESCENDING, MongoClient, ReturnDocument, monitoring
+from pymongo import ASCENDING, DESCENDING, TEXT, MongoClient, ReturnDocument, monitoring
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import (
@@ -529,6 +529,35 @@ def crud_distinct_count(ctx: Ctx) -> None:
         expect_equal("count command with skip 4", db.command("count", "paint", skip=4).get("n"), 1)
         expect_equal("count command on a collection that does not exist",
                      db.command("count", "nothing").get("n"), 0)
+
+
+@scenario
+def planner_explain_and_text(ctx: Ctx) -> None:
+    with scratch_db(ctx, "planner") as db:
+        coll = db.events
+        coll.insert_many([{"_id": i, "at": i * 10, "user": i % 20} for i in range(1000)])
+        coll.create_index([("at", ASCENDING)])
+        coll.create_index([("user", ASCENDING), ("at", ASCENDING)])
+        plan = coll.find({"at": {"$gte": 1000, "$lt": 1100}}).explain()
+        scan = plan["queryPlanner"]["winningPlan"]["inputStage"]
+        expect_equal("explain(): IXSCAN at_1 over [1000, 1100)",
+                     (scan["stage"], scan["indexName"], scan["indexBounds"]),
+                     ("IXSCAN", "at_1", {"at": ["[1000, 1100)"]}))
+        stats = plan["executionStats"]
+        expect_equal("explain(): nReturned, totalKeysExamined, totalDocsExamined",
+                     (stats["nReturned"], stats["totalKeysExamined"], stats["totalDocsExamined"]),
+                     (10, 10, 10))
+        newest = list(coll.find({"user": 3}, {"_id": 1}).sort("at", -1).limit(2))
+        expect_equal("find({user: 3}).sort(at, -1).limit(2)", newest, [{"_id": 983}, {"_id": 963}])
+        hinted = coll.find({"at": {"$lt": 50}}).hint([("user", ASCENDING), ("at", ASCENDING)]).explain()
+        expect_equal("hint(user_1_at_1)",
+                     hinted["queryPlanner"]["winningPlan"]["inputStage"]["indexName"], "user_1_at_1")
+        articles = db.articles
+        articles.insert_many([{"_id": 1, "subject": "coffee"}, {"_id": 2, "subject": "Coffee Shopping"},
+                              {"_id": 3, "subject": "Baking a cake"}])
+        articles.create_index([("subject", TEXT)])
+        found = list(articles.find({"$text": {"$search": "cake"}}, {"score": {"$meta": "textScore"}}))
+        expect_equal("$text cake with textScore", found, [{"_id": 3, "subject": "Baking a cake", "score": 0.75}])
 
 
 @scenario
