@@ -524,7 +524,8 @@ fn timed_table(label_width: usize) -> Table {
     ])
 }
 
-/// Every (workload, clients) combination, `rounds` times, against each server in turn.
+/// Every (workload, clients) combination against each server in turn, then all of it again for
+/// each further round.
 async fn run_timed(
     targets: &[Target],
     workloads: &[Workload],
@@ -540,60 +541,62 @@ async fn run_timed(
     let mut measurements = Vec::new();
     let mut header_printed = false;
 
-    for &workload in workloads {
-        let setup = workload.setup();
-        if workload.reads_preloaded() {
-            for (index, target) in targets.iter().enumerate() {
-                if prepared.contains_key(&(index, setup)) {
-                    continue;
-                }
-                eprintln!(
-                    "preparing {}.{} on {} ({} docs)",
-                    cli.db,
-                    workload.collection(),
-                    target.label,
-                    cli.docs
-                );
-                let collection = target.collection(workload.collection());
-                let ready = if setup == Setup::Events {
-                    events::ensure_events(
-                        &collection,
-                        cli.docs,
-                        settings.doc_bytes,
-                        settings.reload,
-                        settings.seed,
-                    )
-                    .await
-                } else {
-                    dataset::ensure_preloaded(
-                        &collection,
-                        cli.docs,
-                        settings.doc_bytes,
-                        settings.reload,
-                        settings.seed,
-                    )
-                    .await
-                };
-                match ready {
-                    Ok(false) => eprintln!("  reusing the existing {} documents", cli.docs),
-                    Ok(true) => {}
-                    Err(ref error) => problems.push(format!(
-                        "preparing {} on {} failed, its read workloads were skipped: {}",
+    // Rounds outermost: every workload (and server) runs once per round, so machine noise
+    // spreads over all of them and ratios between workloads compare like with like.
+    for round in 0..settings.rounds {
+        for &workload in workloads {
+            let setup = workload.setup();
+            if workload.reads_preloaded() {
+                for (index, target) in targets.iter().enumerate() {
+                    if prepared.contains_key(&(index, setup)) {
+                        continue;
+                    }
+                    eprintln!(
+                        "preparing {}.{} on {} ({} docs)",
+                        cli.db,
                         workload.collection(),
                         target.label,
-                        error.message
-                    )),
+                        cli.docs
+                    );
+                    let collection = target.collection(workload.collection());
+                    let ready = if setup == Setup::Events {
+                        events::ensure_events(
+                            &collection,
+                            cli.docs,
+                            settings.doc_bytes,
+                            settings.reload,
+                            settings.seed,
+                        )
+                        .await
+                    } else {
+                        dataset::ensure_preloaded(
+                            &collection,
+                            cli.docs,
+                            settings.doc_bytes,
+                            settings.reload,
+                            settings.seed,
+                        )
+                        .await
+                    };
+                    match ready {
+                        Ok(false) => eprintln!("  reusing the existing {} documents", cli.docs),
+                        Ok(true) => {}
+                        Err(ref error) => problems.push(format!(
+                            "preparing {} on {} failed, its read workloads were skipped: {}",
+                            workload.collection(),
+                            target.label,
+                            error.message
+                        )),
+                    }
+                    prepared.insert((index, setup), ready.is_ok());
                 }
-                prepared.insert((index, setup), ready.is_ok());
             }
-        }
-        let params = OpParams {
-            doc_bytes: settings.doc_bytes,
-            batch_size: settings.batch_size,
-            id_bound: cli.docs,
-        };
-        for &clients in &settings.clients {
-            for round in 0..settings.rounds {
+            let params = OpParams {
+                doc_bytes: settings.doc_bytes,
+                batch_size: settings.batch_size,
+                id_bound: cli.docs,
+            };
+            for &clients in &settings.clients {
                 for (index, target) in targets.iter().enumerate() {
                     if workload.reads_preloaded() && prepared.get(&(index, setup)) != Some(&true) {
                         continue;
