@@ -118,10 +118,11 @@ pub async fn run(targets: &[Target], settings: IndexBuildSettings, problems: &mu
                 target.label.clone(),
                 settings.docs.to_string(),
                 (round + 1).to_string(),
-                load.map_or_else(
-                    || "reused".to_string(),
-                    |load| format!("{:.1}", load.as_secs_f64()),
-                ),
+                match (round, load) {
+                    (0, Some(load)) => format!("{:.1}", load.as_secs_f64()),
+                    (0, None) => "reused".to_string(),
+                    _ => "-".to_string(),
+                },
                 format!("{seconds:.3}"),
                 thousands(rate),
                 met.to_string(),
@@ -136,7 +137,7 @@ pub async fn run(targets: &[Target], settings: IndexBuildSettings, problems: &mu
                 "docs_per_sec": rate.round(),
                 "target": met,
             };
-            if let Some(load) = load {
+            if let (0, Some(load)) = (round, load) {
                 record.insert("load_secs", (load.as_secs_f64() * 1000.0).round() / 1000.0);
             }
             output.json(record);
