@@ -1,5 +1,6 @@
 //! Loading the collections that the read workloads query: documents with integer `_id`
-//! 0..N, inserted with unordered `insert_many` batches by a few concurrent loader tasks.
+//! 0..N, inserted with unordered `insert_many` batches by a few concurrent loader tasks. What a
+//! document holds is the caller's choice (`grow_docs`); `grow` makes the `preloaded` kind.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -69,6 +70,24 @@ pub async fn grow_with(
     seed: u64,
     extra: &Document,
 ) -> Result<(), OpError> {
+    let extra = extra.clone();
+    grow_docs(collection, from, to, seed, move |id, rng| {
+        make_document_with(Some(id as i64), &extra, doc_bytes, rng)
+    })
+    .await
+}
+
+/// Inserts `make(id, rng)` for every `id` in `from`..`to` and reports progress on stderr.
+pub async fn grow_docs<F>(
+    collection: &Collection<Document>,
+    from: u64,
+    to: u64,
+    seed: u64,
+    make: F,
+) -> Result<(), OpError>
+where
+    F: Fn(u64, &mut SplitMix64) -> Document + Clone + Send + 'static,
+{
     if to <= from {
         return Ok(());
     }
@@ -79,14 +98,7 @@ pub async fn grow_with(
         let collection = collection.clone();
         let next_batch = Arc::clone(&next_batch);
         let rng = SplitMix64::new(seed ^ 0x10AD, from.wrapping_add(index as u64));
-        loaders.spawn(load_batches(
-            collection,
-            next_batch,
-            to,
-            doc_bytes,
-            extra.clone(),
-            rng,
-        ));
+        loaders.spawn(load_batches(collection, next_batch, to, make.clone(), rng));
     }
     let mut first_error = None;
     while let Some(joined) = loaders.join_next().await {
@@ -111,23 +123,23 @@ pub async fn grow_with(
 
 /// One loader: claims the next batch of ids until all are taken; stops at the first error
 /// (the other loaders stop once they see the shared counter exhausted).
-async fn load_batches(
+async fn load_batches<F>(
     collection: Collection<Document>,
     next_batch: Arc<AtomicU64>,
     to: u64,
-    doc_bytes: usize,
-    extra: Document,
+    make: F,
     mut rng: SplitMix64,
-) -> Result<(), OpError> {
+) -> Result<(), OpError>
+where
+    F: Fn(u64, &mut SplitMix64) -> Document,
+{
     loop {
         let first = next_batch.fetch_add(LOAD_BATCH, Ordering::Relaxed);
         if first >= to {
             return Ok(());
         }
         let last = (first + LOAD_BATCH).min(to);
-        let batch: Vec<Document> = (first..last)
-            .map(|id| make_document_with(Some(id as i64), &extra, doc_bytes, &mut rng))
-            .collect();
+        let batch: Vec<Document> = (first..last).map(|id| make(id, &mut rng)).collect();
         if let Err(error) = collection.insert_many(batch).ordered(false).await {
             // Make the other loaders stop soon rather than load a collection we will not use.
             next_batch.store(to, Ordering::Relaxed);

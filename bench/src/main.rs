@@ -10,11 +10,18 @@
 //! after expiry, time to delete them all, deletions/s) and its effect on foreground clients.
 //! `--crash-loop` starts a server binary itself, SIGKILLs it mid-write cycle after cycle and
 //! checks after every restart that no acknowledged write was lost (`crashloop.rs`).
+//! The query planner workloads (`find_id_events`, `range_10`, `newest_5`, `or_2`; `events.rs`)
+//! and `insert_indexed` are timed like the others and also reported relative to their baseline
+//! (`relative.rs`); `--index-build` times building one index on a loaded collection
+//! (`index_build.rs`).
 //! See the "Benchmarking" section of the repository README.
 
 mod churn;
 mod crashloop;
 mod dataset;
+mod events;
+mod index_build;
+mod relative;
 mod report;
 mod rng;
 mod runner;
@@ -22,7 +29,7 @@ mod scaling;
 mod target;
 mod workload;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -33,7 +40,7 @@ use clap::{Parser, ValueEnum};
 use crate::report::{print_errors, thousands, Column, Figures, Output, Table};
 use crate::runner::{RunConfig, RunStats};
 use crate::target::Target;
-use crate::workload::{OpParams, Workload, PRELOADED_COLLECTION};
+use crate::workload::{OpParams, Setup, Workload};
 
 /// Command line.
 #[derive(Parser, Debug)]
@@ -56,7 +63,9 @@ struct Cli {
 
     /// Workloads to run, comma-separated: insert_one, find_id, read_update, insert_many, all
     /// (the four), find_id_scaling (same as --latency-vs-size), ttl_churn (documents expiring
-    /// together under foreground load; not part of all).
+    /// together under foreground load; not part of all); query planner workloads on the indexed
+    /// events collection (not part of all): find_id_events, range_10, newest_5, or_2, planner
+    /// (those four), and insert_indexed (insert_one with three secondary indexes).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     workload: Vec<WorkloadChoice>,
 
@@ -73,7 +82,8 @@ struct Cli {
     #[arg(long, default_value_t = 2.0)]
     warmup_secs: f64,
 
-    /// Documents preloaded (integer `_id` 0..N) for find_id and read_update.
+    /// Documents preloaded (integer `_id` 0..N) for find_id and read_update, in events for the
+    /// planner workloads, and in the collection --index-build indexes.
     #[arg(long, default_value_t = 100_000)]
     docs: u64,
 
@@ -93,7 +103,8 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     rounds: usize,
 
-    /// Drop and reload the preloaded collection even if it already has --docs documents.
+    /// Drop and reload the preloaded (or events, or index_build) collection even if it already
+    /// has --docs documents.
     #[arg(long)]
     reload: bool,
 
@@ -148,6 +159,11 @@ struct Cli {
     #[arg(long)]
     poll_ttl_section: bool,
 
+    /// Index build mode instead of the workloads: load --docs small documents without secondary
+    /// indexes, then time createIndexes of {a: 1} (--rounds times).
+    #[arg(long)]
+    index_build: bool,
+
     /// Crash-loop mode instead of the workloads (--uri and --workload are not used): start
     /// --server-bin, write from --writers tasks, SIGKILL it mid-write, restart it and check
     /// that no acknowledged write was lost; --cycles times, then a final check. Exits 1 if
@@ -201,6 +217,15 @@ enum WorkloadChoice {
     All,
     FindIdScaling,
     TtlChurn,
+    FindIdEvents,
+    #[value(name = "range_10")]
+    Range10,
+    #[value(name = "newest_5")]
+    Newest5,
+    #[value(name = "or_2")]
+    Or2,
+    Planner,
+    InsertIndexed,
 }
 
 /// Settings shared by every run, checked and converted from the command line.
@@ -273,6 +298,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     if cli.crash_loop {
         return run_crash_loop(cli).await;
     }
+    if cli.index_build {
+        return run_index_build(cli).await;
+    }
     let mut timed = BTreeSet::new();
     let mut scaling = cli.latency_vs_size;
     let mut churn = false;
@@ -291,6 +319,12 @@ async fn run(cli: Cli) -> Result<(), String> {
                 churn = true;
                 &[]
             }
+            WorkloadChoice::FindIdEvents => &[Workload::FindIdEvents],
+            WorkloadChoice::Range10 => &[Workload::Range10],
+            WorkloadChoice::Newest5 => &[Workload::Newest5],
+            WorkloadChoice::Or2 => &[Workload::Or2],
+            WorkloadChoice::Planner => &Workload::PLANNER,
+            WorkloadChoice::InsertIndexed => &[Workload::InsertIndexed],
         };
         timed.extend(chosen);
     }
@@ -314,7 +348,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         return Err("--rounds and --batch-size must be at least 1".into());
     }
     if (churn || timed.iter().any(|workload| workload.reads_preloaded())) && cli.docs == 0 {
-        return Err("--docs must be at least 1 for find_id, read_update and ttl_churn".into());
+        return Err(
+            "--docs must be at least 1 for find_id, read_update, ttl_churn and the planner \
+             workloads"
+                .into(),
+        );
     }
     let churn_settings = churn::ChurnSettings {
         docs: cli.churn_docs,
@@ -374,6 +412,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         if targets.len() > 1 || settings.rounds > 1 {
             print_comparison(&targets, &measurements, &settings);
         }
+        relative::print(&targets, &measurements, &settings, cli.docs);
     }
     if scaling {
         scaling::run(&targets, &cli.sizes, &settings, &mut problems).await;
@@ -395,6 +434,36 @@ fn print_banner(output: Output) {
         env!("CARGO_PKG_VERSION"),
         tokio::runtime::Handle::current().metrics().num_workers()
     ));
+}
+
+async fn run_index_build(cli: Cli) -> Result<(), String> {
+    if cli.docs == 0 || cli.rounds == 0 {
+        return Err("--index-build needs --docs and --rounds of at least 1".into());
+    }
+    let output = Output { json: cli.json };
+    let pool_size = u32::try_from(dataset::LOADERS + 2).unwrap_or(u32::MAX);
+    let mut targets = Vec::with_capacity(cli.uris.len());
+    for (index, spec) in cli.uris.iter().enumerate() {
+        targets.push(target::connect(spec, index, pool_size, &cli.db, cli.allow_remote).await?);
+    }
+    print_banner(output);
+    for target in &targets {
+        output.text(&format!("server {} = {}", target.label, target.display_uri));
+    }
+    let settings = index_build::IndexBuildSettings {
+        docs: cli.docs,
+        rounds: cli.rounds,
+        reload: cli.reload,
+        seed: cli.seed,
+        output,
+    };
+    let mut problems = Vec::new();
+    index_build::run(&targets, settings, &mut problems).await;
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 async fn run_crash_loop(cli: Cli) -> Result<(), String> {
@@ -430,7 +499,7 @@ async fn run_crash_loop(cli: Cli) -> Result<(), String> {
 }
 
 /// One timed run's result.
-struct Measurement {
+pub struct Measurement {
     target: usize,
     workload: Workload,
     clients: usize,
@@ -440,7 +509,7 @@ struct Measurement {
 fn timed_table(label_width: usize) -> Table {
     Table::new(vec![
         Column::text("server", label_width),
-        Column::text("workload", 11),
+        Column::text("workload", 14),
         Column::number("clients", 7),
         Column::number("round", 5),
         Column::number("coll_docs", 9),
@@ -455,7 +524,8 @@ fn timed_table(label_width: usize) -> Table {
     ])
 }
 
-/// Every (workload, clients) combination, `rounds` times, against each server in turn.
+/// Every (workload, clients) combination against each server in turn, then all of it again for
+/// each further round.
 async fn run_timed(
     targets: &[Target],
     workloads: &[Workload],
@@ -466,50 +536,69 @@ async fn run_timed(
     let output = settings.output;
     let label_width = target::label_width(targets);
     let table = timed_table(label_width);
-    // Per server: has the preloaded collection been made ready (None: not yet tried)?
-    let mut preloaded: Vec<Option<bool>> = vec![None; targets.len()];
+    // Per (server, loaded collection): was it made ready (absent: not yet tried)?
+    let mut prepared: BTreeMap<(usize, Setup), bool> = BTreeMap::new();
     let mut measurements = Vec::new();
     let mut header_printed = false;
 
-    for &workload in workloads {
-        if workload.reads_preloaded() {
-            for (index, target) in targets.iter().enumerate() {
-                if preloaded[index].is_some() {
-                    continue;
-                }
-                eprintln!(
-                    "preparing {}.{} on {} ({} docs)",
-                    cli.db, PRELOADED_COLLECTION, target.label, cli.docs
-                );
-                let collection = target.collection(PRELOADED_COLLECTION);
-                let ready = dataset::ensure_preloaded(
-                    &collection,
-                    cli.docs,
-                    settings.doc_bytes,
-                    settings.reload,
-                    settings.seed,
-                )
-                .await;
-                match ready {
-                    Ok(false) => eprintln!("  reusing the existing {} documents", cli.docs),
-                    Ok(true) => {}
-                    Err(ref error) => problems.push(format!(
-                        "preloading {} failed, its read workloads were skipped: {}",
-                        target.label, error.message
-                    )),
-                }
-                preloaded[index] = Some(ready.is_ok());
-            }
-        }
-        let params = OpParams {
-            doc_bytes: settings.doc_bytes,
-            batch_size: settings.batch_size,
-            id_bound: cli.docs,
-        };
-        for &clients in &settings.clients {
-            for round in 0..settings.rounds {
+    // Rounds outermost: every workload (and server) runs once per round, so machine noise
+    // spreads over all of them and ratios between workloads compare like with like.
+    for round in 0..settings.rounds {
+        for &workload in workloads {
+            let setup = workload.setup();
+            if workload.reads_preloaded() {
                 for (index, target) in targets.iter().enumerate() {
-                    if workload.reads_preloaded() && preloaded[index] != Some(true) {
+                    if prepared.contains_key(&(index, setup)) {
+                        continue;
+                    }
+                    eprintln!(
+                        "preparing {}.{} on {} ({} docs)",
+                        cli.db,
+                        workload.collection(),
+                        target.label,
+                        cli.docs
+                    );
+                    let collection = target.collection(workload.collection());
+                    let ready = if setup == Setup::Events {
+                        events::ensure_events(
+                            &collection,
+                            cli.docs,
+                            settings.doc_bytes,
+                            settings.reload,
+                            settings.seed,
+                        )
+                        .await
+                    } else {
+                        dataset::ensure_preloaded(
+                            &collection,
+                            cli.docs,
+                            settings.doc_bytes,
+                            settings.reload,
+                            settings.seed,
+                        )
+                        .await
+                    };
+                    match ready {
+                        Ok(false) => eprintln!("  reusing the existing {} documents", cli.docs),
+                        Ok(true) => {}
+                        Err(ref error) => problems.push(format!(
+                            "preparing {} on {} failed, its read workloads were skipped: {}",
+                            workload.collection(),
+                            target.label,
+                            error.message
+                        )),
+                    }
+                    prepared.insert((index, setup), ready.is_ok());
+                }
+            }
+            let params = OpParams {
+                doc_bytes: settings.doc_bytes,
+                batch_size: settings.batch_size,
+                id_bound: cli.docs,
+            };
+            for &clients in &settings.clients {
+                for (index, target) in targets.iter().enumerate() {
+                    if workload.reads_preloaded() && prepared.get(&(index, setup)) != Some(&true) {
                         continue;
                     }
                     let collection = target.collection(workload.collection());
@@ -520,6 +609,17 @@ async fn run_timed(
                                 workload.collection(),
                                 error.message
                             );
+                        }
+                    }
+                    if setup == Setup::DroppedIndexed {
+                        if let Err(error) = events::ensure_indexes(&collection).await {
+                            problems.push(format!(
+                                "creating the indexes of {} on {} failed, run skipped: {}",
+                                workload.collection(),
+                                target.label,
+                                error.message
+                            ));
+                            continue;
                         }
                     }
                     eprintln!(
@@ -613,7 +713,7 @@ fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: 
     };
     let p50_ratio_title: &'static str = if targets.len() > 1 { "p50÷first" } else { "" };
     let table = Table::new(vec![
-        Column::text("workload", 11),
+        Column::text("workload", 14),
         Column::number("clients", 7),
         Column::text("server", label_width),
         Column::number("runs", 4),

@@ -1,17 +1,32 @@
-//! The four timed workloads and what one client task does for one operation of each.
+//! The timed workloads and what one client task does for one operation of each.
 //!
 //! A [`Workload`] names the operation mix; a [`ClientOp`] is one client task's state for it
 //! (collection handle, random generator, reusable documents) and runs one operation at a time.
-//! Timing, deadlines and statistics live in the shared runner (`runner.rs`), not here.
+//! Timing, deadlines and statistics live in the shared runner (`runner.rs`), not here; the
+//! shape of the `events` documents that the planner workloads query lives in `events.rs`.
 
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 use mongodb::error::{Error as DriverError, ErrorKind, WriteFailure};
-use mongodb::Collection;
+use mongodb::{Collection, Cursor};
 
+use crate::events;
 use crate::rng::SplitMix64;
 
 /// Collection that `find_id` and `read_update` read: documents with integer `_id` 0..N.
 pub const PRELOADED_COLLECTION: &str = "preloaded";
+
+/// How a workload's collection is made ready before its runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Setup {
+    /// `preloaded`, loaded once (reused when its count is `--docs`).
+    Preloaded,
+    /// `events` with its three secondary indexes, loaded once like `preloaded`.
+    Events,
+    /// Dropped before each run.
+    Dropped,
+    /// Dropped and recreated with the `events` secondary indexes before each run.
+    DroppedIndexed,
+}
 
 /// An operation mix that client tasks repeat until the deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,6 +39,17 @@ pub enum Workload {
     ReadUpdate,
     /// `insert_many` of a batch of new documents (default 1000) in one call.
     InsertMany,
+    /// `find_one({_id: k})` on `events`: the point lookup the planner workloads compare with.
+    FindIdEvents,
+    /// `find({at: {$gte: t, $lt: t + 100 ms}})` on `events`: 10 documents by the `{at: 1}`
+    /// index, all read.
+    Range10,
+    /// `find({}).sort({at: -1}).limit(5)` on `events`: the newest 5, in `{at: 1}` order.
+    Newest5,
+    /// `find({$or: [{k: a}, {k: b}]})` on `events`: 2 documents, a union of two index scans.
+    Or2,
+    /// `insert_one` of a new document into a collection with the three `events` indexes.
+    InsertIndexed,
 }
 
 impl Workload {
@@ -35,6 +61,14 @@ impl Workload {
         Workload::InsertMany,
     ];
 
+    /// The query planner workloads on `events` (`--workload planner`), baseline first.
+    pub const PLANNER: [Workload; 4] = [
+        Workload::FindIdEvents,
+        Workload::Range10,
+        Workload::Newest5,
+        Workload::Or2,
+    ];
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -42,6 +76,11 @@ impl Workload {
             Workload::FindId => "find_id",
             Workload::ReadUpdate => "read_update",
             Workload::InsertMany => "insert_many",
+            Workload::FindIdEvents => "find_id_events",
+            Workload::Range10 => "range_10",
+            Workload::Newest5 => "newest_5",
+            Workload::Or2 => "or_2",
+            Workload::InsertIndexed => "insert_indexed",
         }
     }
 
@@ -50,19 +89,38 @@ impl Workload {
         match self {
             Workload::InsertOne => "insert_one",
             Workload::InsertMany => "insert_many",
+            Workload::InsertIndexed => "insert_indexed",
             Workload::FindId | Workload::ReadUpdate => PRELOADED_COLLECTION,
+            Workload::FindIdEvents | Workload::Range10 | Workload::Newest5 | Workload::Or2 => {
+                events::EVENTS_COLLECTION
+            }
         }
     }
 
-    /// Whether the workload reads the preloaded collection (otherwise it inserts into a
-    /// collection that is dropped before each run).
+    /// How the collection is made ready.
+    pub fn setup(self) -> Setup {
+        match self {
+            Workload::InsertOne | Workload::InsertMany => Setup::Dropped,
+            Workload::InsertIndexed => Setup::DroppedIndexed,
+            Workload::FindId | Workload::ReadUpdate => Setup::Preloaded,
+            Workload::FindIdEvents | Workload::Range10 | Workload::Newest5 | Workload::Or2 => {
+                Setup::Events
+            }
+        }
+    }
+
+    /// Whether the workload reads a collection loaded once with `--docs` documents (otherwise
+    /// it inserts into a collection that is dropped before each run).
     pub fn reads_preloaded(self) -> bool {
-        matches!(self, Workload::FindId | Workload::ReadUpdate)
+        matches!(self.setup(), Setup::Preloaded | Setup::Events)
     }
 
     /// Whether the workload writes new documents, so that docs/s is worth reporting.
     pub fn inserts(self) -> bool {
-        matches!(self, Workload::InsertOne | Workload::InsertMany)
+        matches!(
+            self,
+            Workload::InsertOne | Workload::InsertMany | Workload::InsertIndexed
+        )
     }
 }
 
@@ -171,10 +229,15 @@ pub fn make_document_with(
     for (key, value) in extra {
         document.insert(key.clone(), value.clone());
     }
+    with_payload(document, doc_bytes, rng)
+}
+
+/// Appends a random `payload` string sized so that the BSON document is about `doc_bytes`
+/// (counting the 17-byte ObjectId `_id` the driver adds when `document` has no `_id`).
+pub fn with_payload(mut document: Document, doc_bytes: usize, rng: &mut SplitMix64) -> Document {
     document.insert("payload", "");
-    // Fixed overhead so far (plus a 17-byte ObjectId `_id` the driver adds when there is none).
     let mut overhead = bson::to_vec(&document).map_or(0, |bytes| bytes.len());
-    if id.is_none() {
+    if !document.contains_key("_id") {
         overhead += 17;
     }
     document.insert(
@@ -193,6 +256,8 @@ pub struct ClientOp {
     /// Documents inserted as-is on every call (no `_id`: the driver adds a fresh one to the
     /// wire copy each time, so the same documents can be sent again). One for `insert_one`.
     documents: Vec<Document>,
+    /// Documents this task has inserted (`insert_indexed` derives its `at` from it).
+    inserted: u64,
 }
 
 impl ClientOp {
@@ -202,20 +267,29 @@ impl ClientOp {
         params: OpParams,
         mut rng: SplitMix64,
     ) -> Self {
-        let count = match workload {
-            Workload::InsertOne => 1,
-            Workload::InsertMany => params.batch_size,
-            Workload::FindId | Workload::ReadUpdate => 0,
+        let documents = match workload {
+            Workload::InsertOne => vec![make_document(None, params.doc_bytes, &mut rng)],
+            Workload::InsertMany => (0..params.batch_size)
+                .map(|_| make_document(None, params.doc_bytes, &mut rng))
+                .collect(),
+            Workload::InsertIndexed => {
+                let indexed = events::indexed_fields(0, &mut rng);
+                vec![make_document_with(
+                    None,
+                    &indexed,
+                    params.doc_bytes,
+                    &mut rng,
+                )]
+            }
+            _ => Vec::new(),
         };
-        let documents = (0..count)
-            .map(|_| make_document(None, params.doc_bytes, &mut rng))
-            .collect();
         ClientOp {
             workload,
             collection,
             rng,
             id_bound: params.id_bound.max(1),
             documents,
+            inserted: 0,
         }
     }
 
@@ -230,13 +304,43 @@ impl ClientOp {
                 let result = self.collection.insert_many(&self.documents).await?;
                 Ok(result.inserted_ids.len() as u64)
             }
-            Workload::FindId => self.find_random().await,
+            Workload::InsertIndexed => {
+                // New index keys every time (the same keys would pile up on one index entry).
+                let fresh = events::indexed_fields(self.inserted, &mut self.rng);
+                for (key, value) in fresh {
+                    self.documents[0].insert(key, value);
+                }
+                self.inserted += 1;
+                self.collection.insert_one(&self.documents[0]).await?;
+                Ok(1)
+            }
+            Workload::FindId | Workload::FindIdEvents => self.find_random().await,
             Workload::ReadUpdate => {
                 if self.rng.coin() {
                     self.find_random().await
                 } else {
                     self.update_random().await
                 }
+            }
+            Workload::Range10 => {
+                let (filter, expected) = events::range_query(&mut self.rng, self.id_bound);
+                let cursor = self.collection.find(filter.clone()).await?;
+                expect_count(cursor, expected, "range_10", &filter).await
+            }
+            Workload::Newest5 => {
+                let expected = self.id_bound.min(events::NEWEST_LIMIT as u64);
+                let cursor = self
+                    .collection
+                    .find(doc! {})
+                    .sort(doc! {"at": -1})
+                    .limit(events::NEWEST_LIMIT)
+                    .await?;
+                expect_count(cursor, expected, "newest_5", &doc! {}).await
+            }
+            Workload::Or2 => {
+                let (filter, expected) = events::or_query(&mut self.rng, self.id_bound);
+                let cursor = self.collection.find(filter.clone()).await?;
+                expect_count(cursor, expected, "or_2", &filter).await
             }
         }
     }
@@ -273,6 +377,31 @@ impl ClientOp {
                 ),
             ))
         }
+    }
+}
+
+/// Reads (and decodes) every document of `cursor`; a count other than `expected` is an error.
+async fn expect_count(
+    mut cursor: Cursor<Document>,
+    expected: u64,
+    workload: &str,
+    filter: &Document,
+) -> Result<u64, OpError> {
+    let mut read = 0_u64;
+    while cursor.advance().await? {
+        cursor.deserialize_current()?;
+        read += 1;
+    }
+    if read == expected {
+        Ok(read)
+    } else {
+        Err(OpError::new(
+            format!("{workload}: wrong number of documents"),
+            format!(
+                "{workload} with filter {} returned {read} documents, expected {expected}",
+                Bson::Document(filter.clone()).into_relaxed_extjson()
+            ),
+        ))
     }
 }
 
