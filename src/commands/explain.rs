@@ -125,7 +125,7 @@ fn query_planner(
     summary: &PlanSummary,
     wrap_stages: &dyn Fn(Document, bool) -> Document,
 ) -> Document {
-    let hash = query_hash(&summary.shape);
+    let hash = query_hash(&summary.shape());
     doc! {
         "namespace": ns,
         "indexFilterSet": false,

@@ -232,11 +232,10 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
     };
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
-    let summary = PlanSummary::of(&planned, &query);
-    ctx.op.set_plan_summary(planned.plan.summary());
-    let mut stream = planned.stream;
+    let (summary, mut stream) = PlanSummary::split(planned, &query);
+    ctx.op.set_plan_summary(summary.plan.summary());
     let mut drained = None;
-    let source = match sort.as_ref().filter(|_| !planned.plan.provides_sort) {
+    let source = match sort.as_ref().filter(|_| !summary.plan.provides_sort) {
         Some(sort) => {
             // A blocking sort: top-(skip + limit) with a limit, spilled past the memory limit.
             let max_memory_bytes = ctx.state.params.max_blocking_sort_bytes();
@@ -424,10 +423,10 @@ pub async fn planned_matches(
     };
     let storage = ctx.state.storage.as_ref();
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
-    let summary = PlanSummary::of(&planned, &query);
-    ctx.op.set_plan_summary(planned.plan.summary());
+    let (summary, mut stream) = PlanSummary::split(planned, &query);
+    ctx.op.set_plan_summary(summary.plan.summary());
     if count_only {
-        if let Some(count) = count_from_keys(ctx, &view, &planned.plan, &query.filter).await? {
+        if let Some(count) = count_from_keys(ctx, &view, &summary.plan, &query.filter).await? {
             return Ok(PlannedMatches {
                 records: Vec::new(),
                 count,
@@ -441,8 +440,7 @@ pub async fn planned_matches(
         }
     }
     // In the order asked for, the first `wanted` documents are all the command uses.
-    let enough = wanted.filter(|_| planned.plan.provides_sort);
-    let mut stream = planned.stream;
+    let enough = wanted.filter(|_| summary.plan.provides_sort);
     let mut records = Vec::new();
     let mut count = 0;
     while enough.is_none_or(|enough| count < enough) {

@@ -235,35 +235,49 @@ pub struct PlanSummary {
     /// What the winner read during the trial (`None`: no trial ran).
     pub trial: Option<ScanStats>,
     pub filter: Arc<Filter>,
-    /// The query shape (see [`shape_key`]).
-    pub shape: String,
+    /// The query planned (for its shape, see [`shape_key`]).
+    pub query: Query,
 }
 
 impl PlanSummary {
-    pub fn of(planned: &Planned, query: &Query) -> PlanSummary {
-        PlanSummary {
-            plan: planned.plan.clone(),
-            rejected: planned
-                .rejected
-                .iter()
-                .map(|candidate| (candidate.plan.clone(), candidate.stream.stats()))
+    /// Splits a planning result into its summary and the stream to read (nothing is copied but
+    /// the rejected candidates' plans).
+    pub fn split(planned: Planned, query: &Query) -> (PlanSummary, DocStream) {
+        let Planned {
+            plan,
+            stream,
+            rejected,
+        } = planned;
+        let summary = PlanSummary {
+            plan,
+            trial: (!rejected.is_empty()).then(|| stream.stats()),
+            rejected: rejected
+                .into_iter()
+                .map(|candidate| {
+                    let stats = candidate.stream.stats();
+                    (candidate.plan, stats)
+                })
                 .collect(),
-            trial: (!planned.rejected.is_empty()).then(|| planned.stream.stats()),
             filter: query.filter.clone(),
-            shape: shape_key(query),
-        }
+            query: query.clone(),
+        };
+        (summary, stream)
     }
 
     /// The summary of a [`distinct_scan`] (no trial, nothing rejected).
     pub fn of_distinct_scan(scan: IndexScan, filter: Arc<Filter>) -> PlanSummary {
-        let shape = shape_key(&Query::filter(filter.clone()));
         PlanSummary {
             plan: QueryPlan::new(Access::IndexScan(scan), true),
             rejected: Vec::new(),
             trial: None,
+            query: Query::filter(filter.clone()),
             filter,
-            shape,
         }
+    }
+
+    /// The query shape, as the plan cache keys it.
+    pub fn shape(&self) -> String {
+        shape_key(&self.query)
     }
 }
 
@@ -544,7 +558,11 @@ fn usable(index: &IndexSpec) -> bool {
 /// The bounds the filter's top-level conjuncts put on each field of `index` (ordered or hashed:
 /// a hashed field is bounded only by values it is pinned to, as their hashes).
 fn index_bounds(index: &IndexSpec, conjuncts: &[&Expr], multikey: bool) -> IndexBounds {
-    let kinds = index.key_kinds();
+    let kinds = if index.kind() == IndexKind::Hashed {
+        index.key_kinds()
+    } else {
+        Vec::new()
+    };
     IndexBounds {
         fields: index
             .key

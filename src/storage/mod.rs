@@ -145,7 +145,10 @@ impl IndexSpec {
 
     /// The kind of index the key pattern makes (see [`IndexKind`]).
     pub fn kind(&self) -> IndexKind {
-        IndexKind::of_kinds(self.key_kinds().iter().map(|(_, kind)| *kind))
+        match self.spec.get_document("key") {
+            Ok(key) => IndexKind::of_kinds(key.iter().map(|(field, value)| KeyKind::of(field, value))),
+            Err(_) => IndexKind::Ordered,
+        }
     }
 
     /// True only for plain ascending/descending key patterns: indexes whose entries are the
