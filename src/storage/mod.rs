@@ -146,7 +146,9 @@ impl IndexSpec {
     /// The kind of index the key pattern makes (see [`IndexKind`]).
     pub fn kind(&self) -> IndexKind {
         match self.spec.get_document("key") {
-            Ok(key) => IndexKind::of_kinds(key.iter().map(|(field, value)| KeyKind::of(field, value))),
+            Ok(key) => {
+                IndexKind::of_kinds(key.iter().map(|(field, value)| KeyKind::of(field, value)))
+            }
             Err(_) => IndexKind::Ordered,
         }
     }
