@@ -205,6 +205,9 @@ pub struct DocStream {
     stats: ScanStats,
     /// A sort merge: the branches read instead of `scans`.
     merge: Option<Box<Merge>>,
+    /// Whether read documents are checked against the filter (not when the plan's bounds are
+    /// exact for it, see `QueryPlan::is_exact`).
+    check_filter: bool,
 }
 
 /// The state of a sort merge: one stream per branch, each in `sort` order, and the next record
@@ -294,6 +297,7 @@ impl DocStream {
                     branches,
                     heads,
                 })),
+                check_filter: true,
             };
         }
         let (point, scans, dedup) = match access {
@@ -325,7 +329,14 @@ impl DocStream {
             page_size: PAGE_SIZE,
             stats: ScanStats::default(),
             merge: None,
+            check_filter: true,
         }
+    }
+
+    /// Hands out every visible record read without checking it against the filter (the plan's
+    /// bounds are exact for it).
+    pub fn skip_filter_check(&mut self) {
+        self.check_filter = false;
     }
 
     /// At most `wanted` records will be taken: read small pages first.
@@ -494,7 +505,9 @@ impl DocStream {
             Vec::new()
         };
         for record in records {
-            if !self.visibility.is_visible(&record) || !self.filter.matches(&record.doc) {
+            if !self.visibility.is_visible(&record)
+                || (self.check_filter && !self.filter.matches(&record.doc))
+            {
                 continue;
             }
             if let Some(produced) = &mut self.produced {

@@ -617,6 +617,17 @@ fn negated_bounds(child: &Expr) -> Option<IntervalList> {
     }
 }
 
+/// Whether a conjunct is a (possibly negated) leaf on `path`.
+pub(crate) fn names_path(conjuncts: &[&Expr], path: &[String]) -> bool {
+    conjuncts.iter().any(|expr| {
+        let leaf = match expr {
+            Expr::Not(child) => child.as_ref(),
+            other => other,
+        };
+        matches!(leaf, Expr::Leaf { path: Some(leaf_path), .. } if leaf_path.as_slice() == path)
+    })
+}
+
 /// The conjuncts of a filter that bound one field path, each with the bounds it allows.
 pub(crate) fn conjunct_bounds(conjuncts: &[&Expr], path: &[String]) -> Vec<IntervalList> {
     let dotted = path.len() > 1;

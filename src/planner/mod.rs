@@ -173,11 +173,23 @@ impl QueryPlan {
     }
 
     /// The index scan whose keys alone answer a count of `filter`'s matches (mongod's
-    /// `COUNT_SCAN`): a secondary index, not multikey, without a key filter, whose bounds are
-    /// exact for every conjunct of the filter. The caller must also know nothing is hidden.
+    /// `COUNT_SCAN`): a secondary index, without a key filter, that [`QueryPlan::is_exact`].
+    /// The caller must also know nothing is hidden.
     pub fn count_scan(&self, filter: &Filter) -> Option<&IndexScan> {
         let Access::IndexScan(scan) = &self.access else {
             return None;
+        };
+        (!scan.index.is_id_index() && scan.key_filter.is_none() && self.is_exact(filter))
+            .then_some(scan)
+    }
+
+    /// Whether every document this plan reads matches `filter`, so execution need not check
+    /// it again: one scan of an ordered index that is not multikey, whose bounds are exact for
+    /// every conjunct of the filter (its key filter, if any, is exact too). Both the keys and
+    /// the documents come from one storage snapshot, so they agree.
+    pub fn is_exact(&self, filter: &Filter) -> bool {
+        let Access::IndexScan(scan) = &self.access else {
+            return false;
         };
         let fields: Vec<String> = scan
             .index
@@ -185,12 +197,7 @@ impl QueryPlan {
             .iter()
             .map(|(field, _)| field.clone())
             .collect();
-        (!scan.index.is_id_index()
-            && scan.index.is_ordered()
-            && !scan.multikey
-            && scan.key_filter.is_none()
-            && bounds::covers(filter, &fields))
-        .then_some(scan)
+        scan.index.is_ordered() && !scan.multikey && bounds::covers(filter, &fields)
     }
 
     /// mongod's `planSummary`: `IXSCAN { at: 1 }`, `COLLSCAN`, `IDHACK`, `EOF`, or the scans of
@@ -297,6 +304,9 @@ pub async fn plan(
             view.visibility.clone(),
         );
         stream.set_wanted(query.wanted);
+        if plan.is_exact(&query.filter) {
+            stream.skip_filter_check();
+        }
         stream
     };
     let single = |plan: QueryPlan| Planned {
@@ -717,6 +727,13 @@ fn candidates(
 ) -> Vec<QueryPlan> {
     let mut plans = Vec::new();
     for index in meta.indexes.iter().filter(|index| usable(index)) {
+        // Without a sort, an index whose leading field no conjunct names cannot be a candidate.
+        let leading_named = index.key.first().is_some_and(|(field, _)| {
+            bounds::names_path(conjuncts, &path::split_path(field))
+        });
+        if sort.is_none() && !leading_named {
+            continue;
+        }
         let multikey = meta.is_multikey(&index.name);
         let bounds = index_bounds(index, conjuncts, multikey);
         if bounds.is_empty() {
