@@ -728,9 +728,10 @@ fn candidates(
     let mut plans = Vec::new();
     for index in meta.indexes.iter().filter(|index| usable(index)) {
         // Without a sort, an index whose leading field no conjunct names cannot be a candidate.
-        let leading_named = index.key.first().is_some_and(|(field, _)| {
-            bounds::names_path(conjuncts, &path::split_path(field))
-        });
+        let leading_named = index
+            .key
+            .first()
+            .is_some_and(|(field, _)| bounds::names_path(conjuncts, &path::split_path(field)));
         if sort.is_none() && !leading_named {
             continue;
         }
