@@ -30,6 +30,22 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, String> {
     Document::try_from(raw).map_err(|error| error.to_string())
 }
 
+/// The BSON encoding of a value alone: what follows the type byte and the field name of an
+/// element holding it (for values whose parts bson keeps private, such as DbPointer).
+pub fn value_bytes(value: &Bson) -> Vec<u8> {
+    let mut wrapper = Document::new();
+    wrapper.insert("", value.clone());
+    let mut bytes = Vec::new();
+    if wrapper.to_writer(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    // Length (4), type (1), empty name (1), the value, the document terminator (1).
+    bytes
+        .get(6..bytes.len().saturating_sub(1))
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default()
+}
+
 /// Decodes only the top-level fields of `raw` that `wanted` accepts, skipping the others unread:
 /// enough to evaluate any path under those fields at a fraction of a full decode.
 pub fn decode_fields(raw: &RawDocument, wanted: impl Fn(&str) -> bool) -> Result<Document, String> {

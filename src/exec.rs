@@ -267,39 +267,27 @@ impl DocStream {
             reverse: scan.reverse,
             key_filter: scan.key_filter.clone(),
         };
-        if let Access::SortMerge { scans, sort } = access {
-            let branches: Vec<DocStream> = scans
-                .iter()
-                .map(|scan| {
-                    DocStream::new(
-                        ns.clone(),
-                        filter.clone(),
-                        &Access::IndexScan(scan.clone()),
-                        visibility.clone(),
-                    )
-                })
-                .collect();
-            let heads = branches.iter().map(|_| None).collect();
-            return DocStream {
-                ns,
-                filter,
-                point: None,
-                scans: VecDeque::new(),
-                resume_after: None,
-                exhausted: false,
-                buffer: VecDeque::new(),
-                produced: None,
-                visibility,
-                page_size: PAGE_SIZE,
-                stats: ScanStats::default(),
-                merge: Some(Box::new(Merge {
+        let merge = match access {
+            Access::SortMerge { scans, sort } => {
+                let branches: Vec<DocStream> = scans
+                    .iter()
+                    .map(|scan| {
+                        DocStream::new(
+                            ns.clone(),
+                            filter.clone(),
+                            &Access::IndexScan(scan.clone()),
+                            visibility.clone(),
+                        )
+                    })
+                    .collect();
+                Some(Box::new(Merge {
                     sort: sort.clone(),
+                    heads: branches.iter().map(|_| None).collect(),
                     branches,
-                    heads,
-                })),
-                check_filter: true,
-            };
-        }
+                }))
+            }
+            _ => None,
+        };
         let (point, scans, dedup) = match access {
             Access::Eof => (None, VecDeque::new(), false),
             Access::IdHack(id) => (Some(id.clone()), VecDeque::new(), false),
@@ -319,7 +307,7 @@ impl DocStream {
         DocStream {
             ns,
             filter,
-            exhausted: point.is_none() && scans.is_empty(),
+            exhausted: merge.is_none() && point.is_none() && scans.is_empty(),
             point,
             scans,
             resume_after: None,
@@ -328,7 +316,7 @@ impl DocStream {
             visibility,
             page_size: PAGE_SIZE,
             stats: ScanStats::default(),
-            merge: None,
+            merge,
             check_filter: true,
         }
     }
@@ -666,8 +654,10 @@ pub async fn distinct_values(
     Ok((values, stats))
 }
 
-/// Adds the values at `path` of `document` not already in `values`; whether it had any.
-fn push_distinct(values: &mut Vec<Bson>, document: &Document, path: &str) -> bool {
+/// Adds the values at `path` of `document` not already in `values` (leaf arrays arrive
+/// expanded: `{a: [1, [2]]}` yields 1 and [2], as mongod's `distinct` reports them); whether it
+/// had any.
+pub fn push_distinct(values: &mut Vec<Bson>, document: &Document, path: &str) -> bool {
     let found = crate::query::lookup_values(document, path);
     for value in &found {
         if !values

@@ -476,10 +476,9 @@ async fn trim(state: &ServerState, ns: &Namespace) -> StorageResult<()> {
             if excess == 0 {
                 break;
             }
-            let bytes = bson::to_vec(&record.doc).map_or(0, |bytes| bytes.len()) as u64;
-            excess = excess.saturating_sub(bytes);
+            excess = excess.saturating_sub(crate::bsonutil::encoded_size(&record.doc) as u64);
             deletes.push(WriteOp::Delete {
-                id: record.doc.get("_id").cloned().unwrap_or(Bson::Null),
+                id: crate::exec::document_id(&record.doc),
                 expected_rev: None,
             });
         }

@@ -23,20 +23,23 @@ async fn load(db: &mongodb::Database, name: &str, count: i32, duplicate_at: Opti
     }
 }
 
+/// Starts building `{k: 1}` on `big` in the background.
+fn build_k_index(
+    db: &mongodb::Database,
+) -> tokio::task::JoinHandle<mongodb::error::Result<Document>> {
+    let db = db.clone();
+    tokio::spawn(async move {
+        db.run_command(doc! {"createIndexes": "big", "indexes": [{"key": {"k": 1}, "name": "k_1"}]})
+            .await
+    })
+}
+
 #[tokio::test]
 async fn writes_to_other_collections_go_on_during_a_build() {
     let server = TestServer::start().await;
     let db = server.client().database("builds");
     load(&db, "big", 60_000, None).await;
-    let build = {
-        let db = db.clone();
-        tokio::spawn(async move {
-            db.run_command(
-                doc! {"createIndexes": "big", "indexes": [{"key": {"k": 1}, "name": "k_1"}]},
-            )
-            .await
-        })
-    };
+    let build = build_k_index(&db);
     // Inserts into another collection while the build runs, one after the other: many are
     // acknowledged before it ends (a build that held the writer throughout would let at most
     // one through, racing the build's reply).
@@ -81,15 +84,7 @@ async fn documents_written_during_a_build_are_indexed() {
     let server = TestServer::start().await;
     let db = server.client().database("builds");
     load(&db, "big", 30_000, None).await;
-    let build = {
-        let db = db.clone();
-        tokio::spawn(async move {
-            db.run_command(
-                doc! {"createIndexes": "big", "indexes": [{"key": {"k": 1}, "name": "k_1"}]},
-            )
-            .await
-        })
-    };
+    let build = build_k_index(&db);
     let big = db.collection::<Document>("big");
     let mut written = 0;
     while !build.is_finished() || written < 50 {

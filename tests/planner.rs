@@ -376,10 +376,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "FETCH");
     let ixscan = winning.get_document("inputStage").unwrap();
     assert_eq!(ixscan.get_str("stage").unwrap(), "IXSCAN");
@@ -403,10 +400,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "executionStats",
     )
     .await;
-    let ixscan = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan", "inputStage"],
-    );
+    let ixscan = stage(&reply, &["queryPlanner", "winningPlan", "inputStage"]);
     assert_eq!(ixscan.get_str("indexName").unwrap(), "_id_");
     let stats = reply.get_document("executionStats").unwrap();
     assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 10);
@@ -419,10 +413,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "LIMIT");
     assert_eq!(winning.get_i32("limitAmount").unwrap(), 5);
     let ixscan = stage(winning, &["inputStage", "inputStage"]);
@@ -448,8 +439,8 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
     assert_eq!(stats.get_i32("nReturned").unwrap(), 2);
     assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 2);
     let ixscan = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan", "inputStage", "inputStage"],
+        &reply,
+        &["queryPlanner", "winningPlan", "inputStage", "inputStage"],
     );
     assert_eq!(ixscan.get_str("indexName").unwrap(), "user_1_at_1");
     assert_eq!(
@@ -460,10 +451,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
     // `$in` before the sort field: a merge of one sorted scan per value, reading as few keys
     // as the limit needs from each.
     let reply = explain(&db, doc! {"find": "events", "filter": {"user": {"$in": [1, 2, 3]}}, "sort": {"at": -1}, "limit": 4}, "executionStats").await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "LIMIT");
     let merge = stage(winning, &["inputStage", "inputStage"]);
     assert_eq!(merge.get_str("stage").unwrap(), "SORT_MERGE");
@@ -509,10 +497,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "FETCH");
     let or = winning.get_document("inputStage").unwrap();
     assert_eq!(or.get_str("stage").unwrap(), "OR");
@@ -528,10 +513,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "SORT");
     assert_eq!(winning.get_document("sortPattern").unwrap(), &doc! {"n": 1});
     assert_eq!(
@@ -550,10 +532,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "LIMIT");
     let skip = stage(winning, &["inputStage"]);
     assert_eq!(skip.get_str("stage").unwrap(), "SKIP");
@@ -574,12 +553,9 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
     )
     .await;
     assert_eq!(
-        stage(
-            reply.get_document("queryPlanner").unwrap(),
-            &["winningPlan"]
-        )
-        .get_str("stage")
-        .unwrap(),
+        stage(&reply, &["queryPlanner", "winningPlan"])
+            .get_str("stage")
+            .unwrap(),
         "EOF"
     );
     assert_eq!(
@@ -602,10 +578,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
             "queryPlanner",
         )
         .await;
-        let ixscan = stage(
-            reply.get_document("queryPlanner").unwrap(),
-            &["winningPlan", "inputStage"],
-        );
+        let ixscan = stage(&reply, &["queryPlanner", "winningPlan", "inputStage"]);
         assert_eq!(ixscan.get_str("indexName").unwrap(), expected);
         assert_eq!(
             ixscan.get_document("indexBounds").unwrap(),
@@ -618,10 +591,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         "queryPlanner",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "COLLSCAN");
     assert_eq!(winning.get_str("direction").unwrap(), "backward");
 }
@@ -637,10 +607,7 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "COUNT");
     let count_scan = stage(winning, &["inputStage"]);
     assert_eq!(count_scan.get_str("stage").unwrap(), "COUNT_SCAN");
@@ -688,10 +655,7 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         "executionStats",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     // One document per distinct value, jumping from one key value to the next.
     let scan = stage(winning, &["inputStage", "inputStage"]);
     assert_eq!(scan.get_str("stage").unwrap(), "DISTINCT_SCAN");
@@ -808,10 +772,7 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         "queryPlanner",
     )
     .await;
-    let winning = stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan"],
-    );
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
     assert_eq!(winning.get_str("stage").unwrap(), "DELETE");
     // Nothing was written.
     let events = db.collection::<Document>("events");
@@ -847,13 +808,10 @@ async fn multikey_indexes_keep_one_predicates_bounds_and_index_changes_replan() 
         .await
         .unwrap();
     let bounds = |reply: &Document| {
-        stage(
-            reply.get_document("queryPlanner").unwrap(),
-            &["winningPlan", "inputStage"],
-        )
-        .get_document("indexBounds")
-        .unwrap()
-        .clone()
+        stage(reply, &["queryPlanner", "winningPlan", "inputStage"])
+            .get_document("indexBounds")
+            .unwrap()
+            .clone()
     };
     let range = doc! {"find": "c", "filter": {"a": {"$gte": 10, "$lte": 20}}};
     assert_eq!(
@@ -866,12 +824,11 @@ async fn multikey_indexes_keep_one_predicates_bounds_and_index_changes_replan() 
         .await
         .unwrap();
     let reply = explain(&db, range.clone(), "executionStats").await;
-    assert!(stage(
-        reply.get_document("queryPlanner").unwrap(),
-        &["winningPlan", "inputStage"]
-    )
-    .get_bool("isMultiKey")
-    .unwrap());
+    assert!(
+        stage(&reply, &["queryPlanner", "winningPlan", "inputStage"])
+            .get_bool("isMultiKey")
+            .unwrap()
+    );
     assert_eq!(bounds(&reply), doc! {"a": ["[10, inf]"]});
     let found: Vec<Document> = c
         .find(range.get_document("filter").unwrap().clone())
@@ -885,13 +842,10 @@ async fn multikey_indexes_keep_one_predicates_bounds_and_index_changes_replan() 
     // A better index created later is chosen (cached plans are keyed by the index set).
     let both = doc! {"find": "c", "filter": {"a": {"$gte": 0}, "b": 3}};
     let chosen = |reply: &Document| {
-        stage(
-            reply.get_document("queryPlanner").unwrap(),
-            &["winningPlan", "inputStage"],
-        )
-        .get_str("indexName")
-        .unwrap()
-        .to_string()
+        stage(reply, &["queryPlanner", "winningPlan", "inputStage"])
+            .get_str("indexName")
+            .unwrap()
+            .to_string()
     };
     assert_eq!(
         chosen(&explain(&db, both.clone(), "queryPlanner").await),
@@ -1057,13 +1011,7 @@ async fn hashed_and_wildcard_indexes_answer_the_queries_they_can() {
     ]})
     .await
     .unwrap();
-    let winning = |reply: &Document| {
-        stage(
-            reply.get_document("queryPlanner").unwrap(),
-            &["winningPlan"],
-        )
-        .clone()
-    };
+    let winning = |reply: &Document| stage(reply, &["queryPlanner", "winningPlan"]).clone();
 
     // Equality on a hashed field: a point on its hash.
     let reply = explain(
@@ -1183,13 +1131,10 @@ async fn a_cached_plan_that_needs_far_more_work_is_planned_again() {
     .await
     .unwrap();
     let chosen = |reply: Document| {
-        stage(
-            reply.get_document("queryPlanner").unwrap(),
-            &["winningPlan", "inputStage"],
-        )
-        .get_str("indexName")
-        .unwrap()
-        .to_string()
+        stage(&reply, &["queryPlanner", "winningPlan", "inputStage"])
+            .get_str("indexName")
+            .unwrap()
+            .to_string()
     };
     // `a` is selective: a_1 wins and is cached for the shape.
     let first = doc! {"find": "c", "filter": {"a": {"$lt": 5}, "b": {"$lt": 2000}}};

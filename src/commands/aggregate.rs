@@ -11,7 +11,8 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    check_collation, check_hint, optional_bool, optional_document, validate_namespace, wrong_type,
+    check_collation, check_hint, optional_bool, optional_document, required, validate_namespace,
+    wrong_type,
 };
 use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
@@ -56,22 +57,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             ))
         }
     };
-    let stages = match body.get("pipeline") {
-        Some(Bson::Array(stages)) => stages
-            .iter()
-            .map(|stage| match stage {
-                Bson::Document(stage) => Ok(stage.clone()),
-                other => Err(wrong_type("aggregate", "pipeline", other, "object")),
-            })
-            .collect::<CommandResult<Vec<_>>>()?,
-        Some(other) => return Err(wrong_type("aggregate", "pipeline", other, "array")),
-        None => {
-            return Err(CommandError::new(
-                ErrorCode::Location40414,
-                "BSON field 'aggregate.pipeline' is missing but a required field",
-            ))
-        }
-    };
+    let stages = pipeline_stages(body)?;
     if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
         return crate::commands::explain::explain_aggregate_command(ctx, body).await;
     }
@@ -232,6 +218,17 @@ async fn coll_stats_source(
         out.insert("count", count as i64);
     }
     Ok(out)
+}
+
+/// The command's `pipeline`: an array of stage documents (40414 absent, 14 otherwise).
+pub fn pipeline_stages(body: &Document) -> CommandResult<Vec<Document>> {
+    required("aggregate", body, "pipeline", "array", Bson::as_array)?
+        .iter()
+        .map(|stage| match stage {
+            Bson::Document(stage) => Ok(stage.clone()),
+            other => Err(wrong_type("aggregate", "pipeline", other, "object")),
+        })
+        .collect()
 }
 
 /// What an aggregation reads from its collection: the leading `$match`, in the order of a

@@ -456,7 +456,12 @@ struct StatementOutcome {
     upserted_id: Option<Bson>,
 }
 
-fn parse_update(command: &str, field: &str, value: Option<&Bson>) -> CommandResult<Option<Update>> {
+/// An update document (`None` when absent); pipeline-style updates are refused (238).
+pub(crate) fn parse_update(
+    command: &str,
+    field: &str,
+    value: Option<&Bson>,
+) -> CommandResult<Option<Update>> {
     match value {
         None | Some(Bson::Null) => Ok(None),
         Some(Bson::Document(update)) => Ok(Some(Update::parse(update)?)),

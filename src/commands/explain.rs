@@ -12,8 +12,15 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::commands::args::{collection_namespace, optional_bool, required, wrong_type};
-use crate::commands::find::{distinct_read, planned_matches, start_find, PlannedMatches};
+use crate::commands::aggregate::pipeline_stages;
+use crate::commands::args::{
+    collection_namespace, optional_bool, optional_document, required, wrong_type,
+};
+use crate::commands::crud::parse_update;
+use crate::commands::ddl::visible_stats;
+use crate::commands::find::{
+    count_window, distinct_read, matches_in, query_target, read_target, start_find,
+};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::ScanStats;
@@ -22,7 +29,8 @@ use crate::planner::explain::{
 };
 use crate::planner::Access;
 use crate::planner::PlanSummary;
-use crate::query::{Update, UpdateContext};
+use crate::query::UpdateContext;
+use crate::storage::Record;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "explain",
@@ -119,28 +127,41 @@ fn server_info(ctx: &CommandContext<'_>) -> Document {
     }
 }
 
-/// `queryPlanner` for a planned read whose access stages are wrapped by `wrap_stages`.
+/// `queryPlanner` for a planned read: `winning` is the winner's stage tree, and each rejected
+/// candidate's access stages are put under the same stages by `wrap`.
 fn query_planner(
     ns: &str,
     summary: &PlanSummary,
-    wrap_stages: &dyn Fn(Document, bool) -> Document,
+    winning: Document,
+    wrap: &dyn Fn(Document) -> Document,
 ) -> Document {
-    let hash = query_hash(&summary.shape());
+    let rejected = summary
+        .rejected
+        .iter()
+        .map(|(plan, _)| Bson::Document(wrap(access_stages(plan, &summary.filter, None))))
+        .collect();
+    planner_document(ns, &summary.filter, &summary.shape(), winning, rejected)
+}
+
+fn planner_document(
+    ns: &str,
+    filter: &crate::query::Filter,
+    shape: &str,
+    winning: Document,
+    rejected: Vec<Bson>,
+) -> Document {
+    let hash = query_hash(shape);
     doc! {
         "namespace": ns,
         "indexFilterSet": false,
-        "parsedQuery": parsed_query(&summary.filter),
+        "parsedQuery": parsed_query(filter),
         "queryHash": &hash,
         "planCacheKey": &hash,
         "maxIndexedOrSolutionsReached": false,
         "maxIndexedAndSolutionsReached": false,
         "maxScansToExplodeReached": false,
-        "winningPlan": wrap_stages(access_stages(&summary.plan, &summary.filter, None), false),
-        "rejectedPlans": summary
-            .rejected
-            .iter()
-            .map(|(plan, _)| Bson::Document(wrap_stages(access_stages(plan, &summary.filter, None), false)))
-            .collect::<Vec<_>>(),
+        "winningPlan": winning,
+        "rejectedPlans": rejected,
     }
 }
 
@@ -197,6 +218,24 @@ fn explain_reply(query_planner: Document, execution: Option<Document>) -> Docume
     reply
 }
 
+/// The reply of an explained read: `queryPlanner`, and unless that is all the verbosity asks,
+/// `executionStats` over the stage tree `stages` builds from the measured counters.
+fn planned_reply(
+    planner: Document,
+    verbosity: Verbosity,
+    summary: &PlanSummary,
+    measured: (u64, &ScanStats),
+    started: Instant,
+    stages: impl FnOnce(&ScanStats) -> Document,
+) -> Document {
+    if verbosity == Verbosity::QueryPlanner {
+        return explain_reply(planner, None);
+    }
+    let (returned, stats) = measured;
+    let execution = execution_stats(summary, verbosity, returned, stats, started, stages(stats));
+    explain_reply(planner, Some(execution))
+}
+
 async fn explain_find(
     ctx: &CommandContext<'_>,
     body: &Document,
@@ -244,7 +283,13 @@ async fn explain_find(
         }
         stages
     };
-    let planner = query_planner(&ns, &run.planned, &|access, _| wrap_stages(access, None));
+    let winning = wrap_stages(
+        access_stages(&run.planned.plan, &run.planned.filter, None),
+        None,
+    );
+    let planner = query_planner(&ns, &run.planned, winning, &|access| {
+        wrap_stages(access, None)
+    });
     if verbosity == Verbosity::QueryPlanner {
         return Ok(explain_reply(planner, None));
     }
@@ -285,43 +330,64 @@ async fn explain_count(
     verbosity: Verbosity,
 ) -> CommandResult<Document> {
     let started = Instant::now();
-    let ns = collection_namespace(ctx, body)?;
-    let matches = planned_matches(ctx, body, None, None, true).await?;
-    let (summary, stats) = (&matches.summary, &matches.stats);
-    let skip = crate::commands::args::optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
-    let limit = crate::commands::args::optional_i64(ctx, body, "limit")?
-        .map(i64::unsigned_abs)
-        .filter(|limit| *limit > 0);
-    let counted = matches
-        .count
-        .saturating_sub(skip)
-        .min(limit.unwrap_or(u64::MAX));
+    let (skip, limit) = count_window(ctx, body)?;
+    let (view, query) = query_target(ctx, body).await?;
+    let ns = view.ns.to_string();
+    let window = |matched: u64| matched.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
+    let count_fields = |matched: Option<u64>| {
+        let mut fields = Document::new();
+        if let Some(matched) = matched {
+            fields.insert("nCounted", count(window(matched)));
+            if skip > 0 {
+                fields.insert("nSkipped", count(skip.min(matched)));
+            }
+        }
+        fields
+    };
+    if query.filter.matches_everything() {
+        // What `count` does: the visible count from storage statistics, no document read.
+        let fast_count = |matched: Option<u64>| {
+            let mut stage = doc! {"stage": "RECORD_STORE_FAST_COUNT"};
+            stage.extend(count_fields(matched));
+            stage
+        };
+        let shape = crate::planner::shape_key(&query);
+        let planner = planner_document(&ns, &query.filter, &shape, fast_count(None), Vec::new());
+        if verbosity == Verbosity::QueryPlanner {
+            return Ok(explain_reply(planner, None));
+        }
+        let visible = visible_stats(ctx, &view)
+            .await?
+            .map_or(0, |stats| stats.count);
+        let execution = doc! {
+            "executionSuccess": true,
+            "nReturned": 0,
+            "executionTimeMillis": count(started.elapsed().as_millis() as u64),
+            "totalKeysExamined": 0,
+            "totalDocsExamined": 0,
+            "executionStages": fast_count(Some(visible)),
+        };
+        return Ok(explain_reply(planner, Some(execution)));
+    }
+    let matches = matches_in(ctx, &view, &query, true).await?;
+    let summary = &matches.summary;
     let access = |stats: Option<&ScanStats>| match summary.plan.count_scan(&summary.filter) {
         Some(scan) if matches.from_keys => count_scan_stage(scan, stats),
         _ => access_stages(&summary.plan, &summary.filter, stats),
     };
-    let wrap_count = |access: Document, counted: Option<u64>| {
-        let mut fields = Document::new();
-        if let Some(counted) = counted {
-            fields.insert("nCounted", count(counted));
-            if skip > 0 {
-                fields.insert("nSkipped", count(skip.min(matches.count)));
-            }
-        }
-        wrap(access, "COUNT", fields, counted.map(|_| 0))
+    let wrap_count = |access: Document, matched: Option<u64>| {
+        wrap(access, "COUNT", count_fields(matched), matched.map(|_| 0))
     };
-    let planner = query_planner(&ns.to_string(), summary, &|_, _| {
-        wrap_count(access(None), None)
+    let planner = query_planner(&ns, summary, wrap_count(access(None), None), &|access| {
+        wrap_count(access, None)
     });
-    if verbosity == Verbosity::QueryPlanner {
-        return Ok(explain_reply(planner, None));
-    }
-    let stages = wrap_count(access(Some(stats)), Some(counted));
-    Ok(explain_reply(
+    Ok(planned_reply(
         planner,
-        Some(execution_stats(
-            summary, verbosity, 0, stats, started, stages,
-        )),
+        verbosity,
+        summary,
+        (0, &matches.stats),
+        started,
+        |stats| wrap_count(access(Some(stats)), Some(matches.count)),
     ))
 }
 
@@ -331,36 +397,32 @@ async fn explain_distinct(
     verbosity: Verbosity,
 ) -> CommandResult<Document> {
     let started = Instant::now();
-    let ns = collection_namespace(ctx, body)?;
     let key = required("distinct", body, "key", "string", Bson::as_str)?;
     let read = distinct_read(ctx, body).await?;
-    let (summary, stats) = (&read.summary, &read.stats);
+    let summary = &read.summary;
+    let ns = collection_namespace(ctx, body)?.to_string();
     let projection = doc! {"_id": 0, key: 1};
     let access = |stats: Option<&ScanStats>| match &summary.plan.access {
         Access::IndexScan(scan) if read.distinct_scan => distinct_scan_stages(scan, stats),
         _ => access_stages(&summary.plan, &summary.filter, stats),
     };
     let wrap_projection = |access: Document, returned: Option<u64>| {
-        wrap(
-            access,
-            "PROJECTION_SIMPLE",
-            doc! {"transformBy": projection.clone()},
-            returned,
-        )
+        let fields = doc! {"transformBy": projection.clone()};
+        wrap(access, "PROJECTION_SIMPLE", fields, returned)
     };
-    let planner = query_planner(&ns.to_string(), summary, &|_, _| {
-        wrap_projection(access(None), None)
-    });
-    if verbosity == Verbosity::QueryPlanner {
-        return Ok(explain_reply(planner, None));
-    }
-    let returned = stats.returned;
-    let stages = wrap_projection(access(Some(stats)), Some(returned));
-    Ok(explain_reply(
+    let planner = query_planner(
+        &ns,
+        summary,
+        wrap_projection(access(None), None),
+        &|access| wrap_projection(access, None),
+    );
+    Ok(planned_reply(
         planner,
-        Some(execution_stats(
-            summary, verbosity, returned, stats, started, stages,
-        )),
+        verbosity,
+        summary,
+        (read.stats.returned, &read.stats),
+        started,
+        |stats| wrap_projection(access(Some(stats)), Some(stats.returned)),
     ))
 }
 
@@ -371,15 +433,8 @@ async fn explain_aggregate(
 ) -> CommandResult<Document> {
     let started = Instant::now();
     let ns = collection_namespace(ctx, body)?;
-    let stages = required("aggregate", body, "pipeline", "array", Bson::as_array)?;
     // Validates the whole pipeline as aggregate would.
-    let documents: Vec<Document> = stages
-        .iter()
-        .map(|stage| match stage {
-            Bson::Document(stage) => Ok(stage.clone()),
-            other => Err(wrong_type("aggregate", "pipeline", other, "object")),
-        })
-        .collect::<CommandResult<_>>()?;
+    let documents = pipeline_stages(body)?;
     let pipeline = crate::query::Pipeline::parse(&documents)?;
     if pipeline.source().is_some() {
         return Err(CommandError::new(
@@ -387,57 +442,44 @@ async fn explain_aggregate(
             "explain of a pipeline that starts with a source stage is not supported by tideway",
         ));
     }
-    let leading_match = pipeline.leading_match().cloned();
-    let leading_stages = documents
-        .iter()
-        .take_while(|stage| stage.contains_key("$match"))
-        .count();
-    let query_body = read_body(ctx, &ns, leading_match.clone().unwrap_or_default(), body);
+    let filter = match pipeline.leading_filter() {
+        Some(filter) => filter.clone(),
+        None => crate::query::Filter::parse(&Document::new())?,
+    };
     let (sort, wanted) = pipeline
         .leading_sort()
         .map_or((None, None), |(sort, limit)| (Some(sort.clone()), limit));
-    let PlannedMatches {
-        records,
+    let (view, query) = read_target(ctx, &ns, filter, body, sort, wanted).await?;
+    let matches = matches_in(ctx, &view, &query, false).await?;
+    let summary = &matches.summary;
+    let planner = query_planner(
+        &ns.to_string(),
         summary,
-        stats,
-        ..
-    } = planned_matches(ctx, &query_body, sort, wanted, false).await?;
-    let planner = query_planner(&ns.to_string(), &summary, &|access, _| access);
+        access_stages(&summary.plan, &summary.filter, None),
+        &|access| access,
+    );
     let mut cursor = doc! {"queryPlanner": planner};
     if verbosity >= Verbosity::ExecutionStats {
-        let returned = records.len() as u64;
-        let stages = access_stages(&summary.plan, &summary.filter, Some(&stats));
+        let stats = &matches.stats;
+        let stages = access_stages(&summary.plan, &summary.filter, Some(stats));
+        let returned = matches.records.len() as u64;
         cursor.insert(
             "executionStats",
-            execution_stats(&summary, verbosity, returned, &stats, started, stages),
+            execution_stats(summary, verbosity, returned, stats, started, stages),
         );
     }
+    let leading_matches = documents
+        .iter()
+        .take_while(|stage| stage.contains_key("$match"))
+        .count();
     let mut explained = vec![Bson::Document(doc! {"$cursor": cursor})];
     explained.extend(
-        documents[leading_stages..]
+        documents[leading_matches..]
             .iter()
             .cloned()
             .map(Bson::Document),
     );
     Ok(doc! {"explainVersion": "1", "stages": explained})
-}
-
-/// The body [`planned_matches`] reads for a command that is not `count`/`distinct`: the
-/// collection under the command's name, the filter as `query`, and the `hint` and `collation`
-/// of `options`.
-fn read_body(
-    ctx: &CommandContext<'_>,
-    ns: &crate::storage::Namespace,
-    filter: Document,
-    options: &Document,
-) -> Document {
-    let mut body = doc! {ctx.name: ns.coll.as_str(), "query": filter};
-    for field in ["hint", "collation"] {
-        if let Some(value) = options.get(field) {
-            body.insert(field, value.clone());
-        }
-    }
-    body
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -448,7 +490,8 @@ enum WriteKind {
 }
 
 /// `update`/`delete` (one statement, as mongod requires) and `findAndModify`: the plan of the
-/// read, and with execution stats what the write would do, without writing.
+/// read, and with execution stats what the write would do, without writing. (Argument types
+/// were checked against the inner command's schema before this runs.)
 async fn explain_write(
     ctx: &CommandContext<'_>,
     body: &Document,
@@ -457,7 +500,7 @@ async fn explain_write(
 ) -> CommandResult<Document> {
     let started = Instant::now();
     let ns = collection_namespace(ctx, body)?;
-    let (statement, filter_field) = match kind {
+    let (statement, filter_field, update_field) = match kind {
         WriteKind::Update | WriteKind::Delete => {
             let field = if kind == WriteKind::Update {
                 "updates"
@@ -466,7 +509,7 @@ async fn explain_write(
             };
             let statements = required(ctx.name, body, field, "array", Bson::as_array)?;
             match statements.as_slice() {
-                [Bson::Document(statement)] => (statement.clone(), "q"),
+                [Bson::Document(statement)] => (statement, "q", "u"),
                 _ => {
                     return Err(CommandError::new(
                         ErrorCode::InvalidLength,
@@ -478,104 +521,101 @@ async fn explain_write(
                 }
             }
         }
-        WriteKind::FindAndModify => (body.clone(), "query"),
+        WriteKind::FindAndModify => (body, "query", "update"),
     };
-    let filter = match statement.get(filter_field) {
-        Some(Bson::Document(filter)) => filter.clone(),
-        _ => Document::new(),
+    let filter = crate::query::Filter::parse(
+        optional_document(ctx, statement, filter_field)?.unwrap_or(&Document::new()),
+    )?;
+    let update = match kind {
+        WriteKind::Delete => None,
+        _ => parse_update(ctx.name, update_field, statement.get(update_field))?,
     };
-    let query_body = read_body(ctx, &ns, filter, &statement);
-    let is_delete = kind == WriteKind::Delete
-        || (kind == WriteKind::FindAndModify
-            && optional_bool(ctx, body, "remove")?.unwrap_or(false));
+    let removes = optional_bool(ctx, body, "remove")?.unwrap_or(false);
+    if kind == WriteKind::FindAndModify && update.is_some() == removes {
+        return Err(CommandError::new(
+            ErrorCode::FailedToParse,
+            if removes {
+                "Cannot specify both an update and remove=true"
+            } else {
+                "Either an update or remove=true must be specified"
+            },
+        ));
+    }
     let single = match kind {
-        WriteKind::Update => !optional_bool(ctx, &statement, "multi")?.unwrap_or(false),
+        WriteKind::Update => !optional_bool(ctx, statement, "multi")?.unwrap_or(false),
         WriteKind::Delete => statement
             .get("limit")
             .and_then(crate::bsonutil::as_f64)
             .is_some_and(|limit| limit == 1.0),
         WriteKind::FindAndModify => true,
     };
-    let sort = match (kind, body.get("sort")) {
-        (WriteKind::FindAndModify, Some(Bson::Document(sort))) => {
+    let sort = match (kind, optional_document(ctx, body, "sort")?) {
+        (WriteKind::FindAndModify, Some(sort)) => {
             Some(crate::query::SortSpec::parse(sort)?).filter(|sort| !sort.is_empty())
         }
         _ => None,
     };
-    let PlannedMatches {
-        records,
+    let (view, query) = read_target(ctx, &ns, filter, statement, sort, single.then_some(1)).await?;
+    let matches = matches_in(ctx, &view, &query, false).await?;
+    let summary = &matches.summary;
+    // A single write takes the first match in sort order (the plan's order when it provides
+    // it); a multi write takes them all.
+    let targets: Vec<&Record> = match (&query.sort, single) {
+        (Some(sort), true) if !summary.plan.provides_sort => matches
+            .records
+            .iter()
+            .min_by(|a, b| sort.compare(&a.doc, &b.doc))
+            .into_iter()
+            .collect(),
+        (_, true) => matches.records.iter().take(1).collect(),
+        (_, false) => matches.records.iter().collect(),
+    };
+    let stage = if update.is_some() { "UPDATE" } else { "DELETE" };
+    let wrap_write = |access: Document, fields: Document| wrap(access, stage, fields, None);
+    let planner = query_planner(
+        &ns.to_string(),
         summary,
-        stats,
-        ..
-    } = planned_matches(ctx, &query_body, sort.clone(), single.then_some(1), false).await?;
-    // A single write takes the first match in sort order.
-    let records = match &sort {
-        Some(sort) if single && !summary.plan.provides_sort => {
-            let mut records = records;
-            records.sort_by(|a, b| sort.compare(&a.doc, &b.doc));
-            records
-        }
-        _ => records,
-    };
-    let stage = if is_delete { "DELETE" } else { "UPDATE" };
-    let wrap_write = |access: Document, fields: Option<Document>| {
-        wrap(access, stage, fields.unwrap_or_default(), None)
-    };
-    let planner = query_planner(&ns.to_string(), &summary, &|access, _| {
-        wrap_write(access, None)
-    });
-    if verbosity == Verbosity::QueryPlanner {
-        return Ok(explain_reply(planner, None));
-    }
-    let matched = if single {
-        records.len().min(1)
-    } else {
-        records.len()
-    };
-    let fields = if is_delete {
-        doc! {"nWouldDelete": count(matched as u64)}
-    } else {
-        let field = if kind == WriteKind::Update {
-            "u"
-        } else {
-            "update"
-        };
-        let update = match statement.get(field) {
-            Some(Bson::Document(update)) => Update::parse(update)?,
-            _ => {
-                return Err(CommandError::new(
-                    ErrorCode::NotImplemented,
-                    "explain of this update form is not supported by tideway",
-                ))
-            }
-        };
-        let now = bson::DateTime::from_millis(ctx.state.clock.now_ms());
-        let mut would_modify = 0u64;
-        for record in records.iter().take(matched) {
-            let mut document = record.doc.clone();
-            let context = UpdateContext {
-                matched_array_index: summary.filter.match_position(&record.doc).flatten(),
-                ..UpdateContext::new(now)
-            };
-            if update.apply(&mut document, &context)? {
-                would_modify += 1;
-            }
-        }
-        let upsert = optional_bool(ctx, &statement, "upsert")?.unwrap_or(false);
-        doc! {
-            "nMatched": count(matched as u64),
-            "nWouldModify": count(would_modify),
-            "nWouldUpsert": count(u64::from(upsert && matched == 0)),
-        }
-    };
-    let stages = wrap_write(
-        access_stages(&summary.plan, &summary.filter, Some(&stats)),
-        Some(fields),
+        wrap_write(
+            access_stages(&summary.plan, &summary.filter, None),
+            Document::new(),
+        ),
+        &|access| wrap_write(access, Document::new()),
     );
-    Ok(explain_reply(
+    let matched = targets.len() as u64;
+    let fields = match &update {
+        None => doc! {"nWouldDelete": count(matched)},
+        Some(update) => {
+            let now = bson::DateTime::from_millis(ctx.state.clock.now_ms());
+            let mut would_modify = 0u64;
+            for record in &targets {
+                let mut document = record.doc.clone();
+                let context = UpdateContext {
+                    matched_array_index: summary.filter.match_position(&record.doc).flatten(),
+                    ..UpdateContext::new(now)
+                };
+                if update.apply(&mut document, &context)? {
+                    would_modify += 1;
+                }
+            }
+            let upsert = optional_bool(ctx, statement, "upsert")?.unwrap_or(false);
+            doc! {
+                "nMatched": count(matched),
+                "nWouldModify": count(would_modify),
+                "nWouldUpsert": count(u64::from(upsert && matched == 0)),
+            }
+        }
+    };
+    Ok(planned_reply(
         planner,
-        Some(execution_stats(
-            &summary, verbosity, 0, &stats, started, stages,
-        )),
+        verbosity,
+        summary,
+        (0, &matches.stats),
+        started,
+        |stats| {
+            wrap_write(
+                access_stages(&summary.plan, &summary.filter, Some(stats)),
+                fields,
+            )
+        },
     ))
 }

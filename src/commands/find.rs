@@ -17,10 +17,10 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, CollectionView, ScanStats, Visibility};
 use crate::planner::{self, PlanSummary, Query, QueryPlan};
 use crate::query::pipeline::DocumentStream;
-use crate::query::{values_equal, Filter, Projection, SortSpec};
+use crate::query::{Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
 use crate::state::bump;
-use crate::storage::{ReapSource, Record};
+use crate::storage::{Namespace, ReapSource, Record};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -386,7 +386,7 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     })
 }
 
-/// What [`planned_matches`] read.
+/// What [`matches_in`] read.
 pub struct PlannedMatches {
     /// The matching records (none when only counted).
     pub records: Vec<Record>,
@@ -398,35 +398,55 @@ pub struct PlannedMatches {
     pub from_keys: bool,
 }
 
-/// The records matching the command's `query` field (count, distinct, and explained reads and
-/// writes: `sort` and `wanted` as the command would plan with; when the plan yields that order,
-/// reading stops after `wanted`), how they were planned, and what the read examined. With
-/// `count_only`, the records are counted, from index keys when the plan allows it and nothing
-/// can be hidden by expiry.
-pub async fn planned_matches(
+/// The collection and query a read plans: `filter` over `ns`, with the `collation` and `hint`
+/// of `options` checked, and `sort` and `wanted` as the command would plan with.
+pub async fn read_target(
     ctx: &CommandContext<'_>,
-    body: &Document,
+    ns: &Namespace,
+    filter: Filter,
+    options: &Document,
     sort: Option<SortSpec>,
     wanted: Option<u64>,
-    count_only: bool,
-) -> CommandResult<PlannedMatches> {
-    let ns = collection_namespace(ctx, body)?;
-    let filter = Arc::new(parse_filter(ctx, body, "query")?);
-    check_collation(ctx.name, body)?;
-    let view = ctx.state.view(&ns).await?;
-    check_hint(&ns, view.meta.as_ref(), body)?;
+) -> CommandResult<(CollectionView, Query)> {
+    check_collation(ctx.name, options)?;
+    let view = ctx.state.view(ns).await?;
+    check_hint(ns, view.meta.as_ref(), options)?;
     let query = Query {
-        filter,
+        filter: Arc::new(filter),
         sort,
         wanted,
-        hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+        hint: planner::resolve_hint(view.meta.as_ref(), options.get("hint")),
     };
+    Ok((view, query))
+}
+
+/// [`read_target`] of a command that names its collection first and its filter `query`
+/// (`count`, `distinct`).
+pub async fn query_target(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+) -> CommandResult<(CollectionView, Query)> {
+    let ns = collection_namespace(ctx, body)?;
+    let filter = parse_filter(ctx, body, "query")?;
+    read_target(ctx, &ns, filter, body, None, None).await
+}
+
+/// The records of `view` matching `query`, how they were planned, and what the read examined;
+/// when the plan yields the query's order, reading stops after `wanted`. With `count_only`,
+/// the records are counted, from index keys when the plan allows it and nothing can be hidden
+/// by expiry.
+pub async fn matches_in(
+    ctx: &CommandContext<'_>,
+    view: &CollectionView,
+    query: &Query,
+    count_only: bool,
+) -> CommandResult<PlannedMatches> {
     let storage = ctx.state.storage.as_ref();
-    let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
-    let (summary, mut stream) = PlanSummary::split(planned, &query);
+    let planned = view.plan(storage, &ctx.state.plan_cache, query).await?;
+    let (summary, mut stream) = PlanSummary::split(planned, query);
     ctx.op.set_plan_summary(summary.plan.summary());
     if count_only {
-        if let Some(count) = count_from_keys(ctx, &view, &summary.plan, &query.filter).await? {
+        if let Some(count) = count_from_keys(ctx, view, &summary.plan, &query.filter).await? {
             return Ok(PlannedMatches {
                 records: Vec::new(),
                 count,
@@ -440,7 +460,7 @@ pub async fn planned_matches(
         }
     }
     // In the order asked for, the first `wanted` documents are all the command uses.
-    let enough = wanted.filter(|_| summary.plan.provides_sort);
+    let enough = query.wanted.filter(|_| summary.plan.provides_sort);
     let mut records = Vec::new();
     let mut count = 0;
     while enough.is_none_or(|enough| count < enough) {
@@ -487,30 +507,38 @@ pub async fn count_from_keys(
         })
         .collect();
     let counted = ctx.state.storage.count_entries(&view.ns, sources).await?;
-    ctx.op
-        .set_plan_summary(format!("COUNT_SCAN {}", index_summary(&scan.index)));
+    ctx.op.set_plan_summary(format!(
+        "COUNT_SCAN {}",
+        planner::key_pattern_summary(&scan.index)
+    ));
     ctx.op.add_examined(counted.in_sources, 0);
     Ok(Some(counted.in_sources))
 }
 
-async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+/// `count`'s `skip` and `limit` (a negative limit counts like its absolute value, as mongod
+/// does; 0 is no limit).
+pub fn count_window(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+) -> CommandResult<(u64, Option<u64>)> {
     let skip = optional_non_negative(ctx, body, "skip")?.unwrap_or(0);
-    // A negative limit counts like its absolute value, as mongod does.
     let limit = optional_i64(ctx, body, "limit")?
         .map(i64::unsigned_abs)
         .filter(|limit| *limit > 0);
-    let matched = if parse_filter(ctx, body, "query")?.matches_everything() {
+    Ok((skip, limit))
+}
+
+async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let (skip, limit) = count_window(ctx, body)?;
+    let (view, query) = query_target(ctx, body).await?;
+    let matched = if query.filter.matches_everything() {
         // Every visible document: the stored count less the expired ones, counted from the expiry
         // structures (never a raw count that would include them).
-        let ns = collection_namespace(ctx, body)?;
-        check_collation(ctx.name, body)?;
-        let view = ctx.state.view(&ns).await?;
-        check_hint(&ns, view.meta.as_ref(), body)?;
         crate::commands::ddl::visible_stats(ctx, &view)
             .await?
             .map_or(0, |stats| stats.count)
     } else {
-        planned_matches(ctx, body, None, None, true).await?.count
+        matches_in(ctx, &view, &query, true).await?.count
     };
     let counted = matched.saturating_sub(skip).min(limit.unwrap_or(u64::MAX));
     let n = i32::try_from(counted).map_or(Bson::Int64(counted as i64), Bson::Int32);
@@ -534,40 +562,31 @@ pub async fn distinct_read(
     body: &Document,
 ) -> CommandResult<DistinctRead> {
     let key = required("distinct", body, "key", "string", Bson::as_str)?;
-    let ns = collection_namespace(ctx, body)?;
-    let filter = parse_filter(ctx, body, "query")?;
-    check_collation(ctx.name, body)?;
-    let view = ctx.state.view(&ns).await?;
-    check_hint(&ns, view.meta.as_ref(), body)?;
-    let hint = planner::resolve_hint(view.meta.as_ref(), body.get("hint"));
+    let (view, query) = query_target(ctx, body).await?;
     let scan = view
         .meta
         .as_ref()
-        .and_then(|meta| planner::distinct_scan(meta, &filter, key, &hint));
+        .and_then(|meta| planner::distinct_scan(meta, &query.filter, key, &query.hint));
     if let Some(scan) = scan {
         let (mut values, stats) =
             exec::distinct_values(ctx.state.storage.as_ref(), &view, &scan, key).await?;
-        ctx.op
-            .set_plan_summary(format!("DISTINCT_SCAN {}", index_summary(&scan.index)));
+        ctx.op.set_plan_summary(format!(
+            "DISTINCT_SCAN {}",
+            planner::key_pattern_summary(&scan.index)
+        ));
         report_examined(ctx, Some(ScanStats::default()), Some(stats));
         values.sort_by(crate::query::compare_values);
         return Ok(DistinctRead {
             values,
             distinct_scan: true,
-            summary: PlanSummary::of_distinct_scan(scan, Arc::new(filter)),
+            summary: PlanSummary::of_distinct_scan(scan, query.filter),
             stats,
         });
     }
-    drop(view);
-    let matches = planned_matches(ctx, body, None, None, false).await?;
+    let matches = matches_in(ctx, &view, &query, false).await?;
     let mut values: Vec<Bson> = Vec::new();
     for record in &matches.records {
-        // Leaf arrays arrive expanded: `{a: [1, [2]]}` yields 1 and [2], as mongod reports them.
-        for value in crate::query::lookup_values(&record.doc, key) {
-            if !values.iter().any(|seen| values_equal(seen, value)) {
-                values.push(value.clone());
-            }
-        }
+        exec::push_distinct(&mut values, &record.doc, key);
     }
     values.sort_by(crate::query::compare_values);
     Ok(DistinctRead {
@@ -576,11 +595,6 @@ pub async fn distinct_read(
         summary: matches.summary,
         stats: matches.stats,
     })
-}
-
-/// `{ a: 1, b: -1 }`, an index's key pattern as plan summaries show it.
-fn index_summary(index: &crate::storage::IndexSpec) -> String {
-    crate::planner::key_pattern_summary(index)
 }
 
 async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {

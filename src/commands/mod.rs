@@ -3,9 +3,9 @@
 //! dispatcher collects them through [`all`].
 
 mod admin;
-mod aggregate;
+pub(crate) mod aggregate;
 pub mod args;
-mod crud;
+pub(crate) mod crud;
 pub mod ddl;
 mod diagnostics;
 pub mod explain;

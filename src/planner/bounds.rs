@@ -619,13 +619,16 @@ fn negated_bounds(child: &Expr) -> Option<IntervalList> {
 
 /// Whether a conjunct is a (possibly negated) leaf on `path`.
 pub(crate) fn names_path(conjuncts: &[&Expr], path: &[String]) -> bool {
-    conjuncts.iter().any(|expr| {
-        let leaf = match expr {
-            Expr::Not(child) => child.as_ref(),
-            other => other,
-        };
-        matches!(leaf, Expr::Leaf { path: Some(leaf_path), .. } if leaf_path.as_slice() == path)
-    })
+    conjuncts.iter().any(|expr| is_on_path(expr, path))
+}
+
+/// Whether `expr` is a leaf on `path`, or the negation of one.
+fn is_on_path(expr: &Expr, path: &[String]) -> bool {
+    let leaf = match expr {
+        Expr::Not(child) => child.as_ref(),
+        other => other,
+    };
+    matches!(leaf, Expr::Leaf { path: Some(leaf_path), .. } if leaf_path.as_slice() == path)
 }
 
 /// The conjuncts of a filter that bound one field path, each with the bounds it allows.
@@ -633,14 +636,7 @@ pub(crate) fn conjunct_bounds(conjuncts: &[&Expr], path: &[String]) -> Vec<Inter
     let dotted = path.len() > 1;
     conjuncts
         .iter()
-        .filter(|expr| match expr {
-            Expr::Leaf {
-                path: Some(leaf_path),
-                ..
-            } => leaf_path.as_slice() == path,
-            Expr::Not(child) => matches!(child.as_ref(), Expr::Leaf { path: Some(leaf_path), .. } if leaf_path.as_slice() == path),
-            _ => false,
-        })
+        .filter(|expr| is_on_path(expr, path))
         .filter_map(|expr| value_expr_bounds(expr, dotted))
         .collect()
 }
@@ -753,16 +749,13 @@ impl IndexBounds {
         self.fields
             .iter()
             .map(|(name, direction, bounds)| {
-                let mut rendered = bounds.render(*direction);
-                if reverse {
-                    rendered.reverse();
-                    for bound in &mut rendered {
-                        if let Bson::String(text) = bound {
-                            *text = reverse_rendered(text);
-                        }
-                    }
-                }
-                (name.clone(), Bson::Array(rendered))
+                // Read backwards, a field shows as the opposite direction would.
+                let shown = match (direction, reverse) {
+                    (Direction::Ascending, true) => Direction::Descending,
+                    (Direction::Descending, true) => Direction::Ascending,
+                    (direction, false) => *direction,
+                };
+                (name.clone(), Bson::Array(bounds.render(shown)))
             })
             .collect()
     }
@@ -845,50 +838,6 @@ pub fn single_field_ranges(interval: Interval, direction: Direction) -> Vec<KeyR
     }
     .scan()
     .0
-}
-
-/// `[a, b)` read backwards is `(b, a]`.
-fn reverse_rendered(text: &str) -> String {
-    let mut chars: Vec<char> = text.chars().collect();
-    let (Some(first), Some(last)) = (chars.first().copied(), chars.last().copied()) else {
-        return text.to_string();
-    };
-    let inner: String = chars.drain(1..chars.len() - 1).collect();
-    let Some((a, b)) = split_rendered_pair(&inner) else {
-        return text.to_string();
-    };
-    let open = if last == ']' { '[' } else { '(' };
-    let close = if first == '[' { ']' } else { ')' };
-    format!("{open}{b}, {a}{close}")
-}
-
-/// Splits `a, b` at the comma between two rendered values (values may contain commas inside
-/// quotes, braces or brackets).
-fn split_rendered_pair(inner: &str) -> Option<(&str, &str)> {
-    let mut depth = 0i32;
-    let mut quoted = false;
-    let mut escaped = false;
-    for (position, c) in inner.char_indices() {
-        if quoted {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => quoted = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => quoted = true,
-            '{' | '[' | '(' => depth += 1,
-            '}' | ']' | ')' => depth -= 1,
-            ',' if depth == 0 => {
-                return Some((&inner[..position], inner[position + 1..].trim_start()))
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 /// Every key starting with `prefix`.

@@ -2,7 +2,7 @@
 //! with values reduced to their type brackets, the sort, whether a limit was given), per
 //! collection and index set.
 //!
-//! Invariants: a key includes the collection's uuid and every index's name, key pattern and
+//! Invariants: a key includes the collection's uuid and every index's name, key fields and
 //! multikey flag, so creating, dropping or changing an index — or an index becoming multikey —
 //! makes old entries unreachable (they age out); a cached choice is only a name: the plan is
 //! rebuilt from the query's own values, and used only if that candidate exists for them. The
@@ -104,17 +104,13 @@ pub fn key(meta: &CollectionMeta, query: &Query) -> String {
         let _ = write!(key, "{byte:02x}");
     }
     for index in &meta.indexes {
-        let _ = write!(
-            key,
-            "|{}{}{}",
-            index.name,
-            crate::query::display::document_string(&index.key_pattern()),
-            if meta.is_multikey(&index.name) {
-                "*"
-            } else {
-                ""
-            }
-        );
+        let _ = write!(key, "|{}", index.name);
+        for (field, direction) in &index.key {
+            let _ = write!(key, ",{field}:{direction:?}");
+        }
+        if meta.is_multikey(&index.name) {
+            key.push('*');
+        }
     }
     key.push_str("||");
     key.push_str(&shape_key(query));

@@ -559,10 +559,24 @@ fn collection_scan(sort: Option<&SortSpec>) -> QueryPlan {
 
 /// Plain ascending/descending indexes the planner may choose by itself.
 fn usable(index: &IndexSpec) -> bool {
+    plannable(index) && matches!(index.kind(), IndexKind::Ordered | IndexKind::Hashed)
+}
+
+/// Indexes the planner may choose by itself, of any kind: not catalog-only, partial or hidden.
+fn plannable(index: &IndexSpec) -> bool {
     !index.catalog_only
         && index.partial_filter.is_none()
         && !index.spec.get_bool("hidden").unwrap_or(false)
-        && matches!(index.kind(), IndexKind::Ordered | IndexKind::Hashed)
+}
+
+/// A sparse index lacks documents missing its fields: usable only when the bounds exclude null
+/// on some field (no matching document is missing it).
+fn sparse_misses_matches(index: &IndexSpec, bounds: &IndexBounds) -> bool {
+    index.sparse
+        && !bounds
+            .fields
+            .iter()
+            .any(|(_, _, field)| !field.contains_value(&Bson::Null))
 }
 
 /// The bounds the filter's top-level conjuncts put on each field of `index` (ordered or hashed:
@@ -740,12 +754,7 @@ fn candidates(
         if bounds.is_empty() {
             return vec![QueryPlan::new(Access::Eof, true)];
         }
-        if index.sparse
-            && !bounds
-                .fields
-                .iter()
-                .any(|(_, _, field)| !field.contains_value(&Bson::Null))
-        {
+        if sparse_misses_matches(index, &bounds) {
             continue;
         }
         let leading_bounded = bounds
@@ -773,12 +782,11 @@ fn candidates(
         let scan = IndexScan::new(index, bounds, order.unwrap_or(false), multikey);
         plans.push(QueryPlan::new(Access::IndexScan(scan), provides_sort));
     }
-    for index in meta.indexes.iter().filter(|index| {
-        index.kind() == IndexKind::Wildcard
-            && !index.catalog_only
-            && index.partial_filter.is_none()
-            && !index.spec.get_bool("hidden").unwrap_or(false)
-    }) {
+    for index in meta
+        .indexes
+        .iter()
+        .filter(|index| plannable(index) && index.kind() == IndexKind::Wildcard)
+    {
         if let Some(scan) = wildcard_scan(index, conjuncts) {
             plans.push(QueryPlan::new(Access::IndexScan(scan), sort.is_none()));
         }
@@ -856,12 +864,7 @@ fn or_plan(
         for index in meta.indexes.iter().filter(|index| usable(index)) {
             let multikey = meta.is_multikey(&index.name);
             let bounds = index_bounds(index, &branch_conjuncts, multikey);
-            if index.sparse
-                && !bounds
-                    .fields
-                    .iter()
-                    .any(|(_, _, field)| !field.contains_value(&Bson::Null))
-            {
+            if sparse_misses_matches(index, &bounds) {
                 continue;
             }
             let score = selectivity(&bounds);

@@ -150,16 +150,7 @@ fn compare_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
 /// DBPointer fields are private in bson 2, so compare the encoded value as mongod does: namespace
 /// length first, then the namespace and ObjectId bytes.
 fn compare_db_pointers(a: &Bson, b: &Bson) -> Ordering {
-    fn encoded(value: &Bson) -> Vec<u8> {
-        let mut wrapper = Document::new();
-        wrapper.insert("", value.clone());
-        let bytes = bson::to_vec(&wrapper).unwrap_or_default();
-        // Layout: int32 total, type byte, "" + NUL, then the value; drop the trailing NUL.
-        bytes
-            .get(6..bytes.len().saturating_sub(1))
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default()
-    }
+    let encoded = crate::bsonutil::value_bytes;
     encoded(a).cmp(&encoded(b))
 }
 

@@ -35,6 +35,8 @@ const NULL_RANK: u8 = 6;
 #[derive(Clone, Debug)]
 pub struct Filter {
     pub(crate) root: Expr,
+    /// The `$text` conjunct of `root`, if any (found once, at parse time).
+    text: Option<Arc<TextMatch>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,18 +173,13 @@ impl Filter {
     /// Parses a filter document (`{}` matches everything).
     pub fn parse(filter: &Document) -> CommandResult<Filter> {
         let root = parse_document(filter)?;
-        check_text_placement(&root)?;
-        Ok(Filter { root })
+        let text = check_text_placement(&root)?;
+        Ok(Filter { root, text })
     }
 
     /// The filter's `$text` search, if it has one (always a top-level conjunct).
     pub fn text(&self) -> Option<&TextMatch> {
-        self.top_level_conjuncts()
-            .into_iter()
-            .find_map(|expr| match expr {
-                Expr::Text(text) => Some(text.as_ref()),
-                _ => None,
-            })
+        self.text.as_deref()
     }
 
     /// Whether the document satisfies the filter.
@@ -285,14 +282,15 @@ impl Filter {
 }
 
 /// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
-/// which mongod allows when every branch is indexed, tideway answers 238).
-fn check_text_placement(root: &Expr) -> CommandResult<()> {
+/// which mongod allows when every branch is indexed, tideway answers 238). Returns it.
+fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
     let top_level = conjuncts_of(root);
-    let texts = top_level
-        .iter()
-        .filter(|expr| matches!(expr, Expr::Text(_)))
-        .count();
-    if texts > 1 {
+    let mut texts = top_level.iter().filter_map(|expr| match expr {
+        Expr::Text(text) => Some(text.clone()),
+        _ => None,
+    });
+    let text = texts.next();
+    if texts.next().is_some() {
         return Err(bad_value("Too many text expressions"));
     }
     let mut pending: Vec<(&Expr, bool)> = top_level
@@ -319,7 +317,7 @@ fn check_text_placement(root: &Expr) -> CommandResult<()> {
             Expr::Leaf { .. } | Expr::Constant(_) => {}
         }
     }
-    Ok(())
+    Ok(text)
 }
 
 /// The conjuncts of `expr` (nested `$and`s flattened; anything else is one conjunct).

@@ -86,7 +86,7 @@ fn hash_into(md5: &mut Md5, value: &Bson, field_name: Option<&str>) {
             md5.update([0u8]);
             hash_elements(md5, &code.scope);
         }
-        other => md5.update(value_bytes(other)),
+        other => md5.update(crate::bsonutil::value_bytes(other)),
     }
 }
 
@@ -95,17 +95,6 @@ fn hash_elements(md5: &mut Md5, document: &Document) {
         hash_into(md5, element, Some(name));
     }
     md5.update(0i32.to_le_bytes());
-}
-
-/// The BSON encoding of a scalar's value (what follows the type byte and the field name).
-fn value_bytes(value: &Bson) -> Vec<u8> {
-    let mut wrapper = Document::new();
-    wrapper.insert("", value.clone());
-    match bson::to_vec(&wrapper) {
-        // length (4) + type (1) + empty name (1) ... value ... document terminator (1)
-        Ok(bytes) if bytes.len() >= 7 => bytes[6..bytes.len() - 1].to_vec(),
-        _ => Vec::new(),
-    }
 }
 
 /// mongod's `safeNumberLongForHash`: truncation toward zero, NaN → 0, clamped to the i64 range,

@@ -491,13 +491,8 @@ fn push_length(out: &mut Vec<u8>, len: usize) {
 /// serialized into a one-field document and read back from the raw BSON bytes (allocates;
 /// DbPointer is deprecated and rare).
 fn db_pointer_parts(value: &Bson) -> Option<(String, [u8; 12])> {
-    let mut doc = Document::new();
-    doc.insert("", value.clone());
-    let mut raw = Vec::new();
-    doc.to_writer(&mut raw).ok()?;
-    // i32 doc length, type byte 0x0C, empty name "\0", i32 string length (incl. NUL),
-    // namespace bytes, NUL, 12-byte id, document END.
-    let body = raw.get(6..)?;
+    // i32 string length (incl. NUL), namespace bytes, NUL, 12-byte id.
+    let body = crate::bsonutil::value_bytes(value);
     let str_len = usize::try_from(i32::from_le_bytes(body.get(..4)?.try_into().ok()?)).ok()?;
     let ns_bytes = body.get(4..4 + str_len.checked_sub(1)?)?;
     let id = body.get(4 + str_len..4 + str_len + 12)?.try_into().ok()?;
