@@ -100,7 +100,7 @@ pub async fn serve_connection<S>(
                 let name = command.keys().next().cloned().unwrap_or_default();
                 (dispatch(&state, &client, command).await, name)
             }
-            Err(error) => (error.to_reply(), String::new()),
+            Err(error) => (error.to_reply().into(), String::new()),
         };
         if request.more_to_come {
             continue;

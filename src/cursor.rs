@@ -8,13 +8,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::exec::{DocStream, Visibility};
 use crate::query::pipeline::DocumentStream;
 use crate::query::Projection;
 use crate::sorter::Sorted;
-use crate::storage::{Namespace, Record, Storage, StorageError, StorageResult, TtlClass};
+use crate::storage::{
+    Namespace, Record, Storage, StorageError, StorageResult, StoredDoc, TtlClass,
+};
 
 /// mongod's `cursorTimeoutMillis` default: 10 minutes.
 pub const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
@@ -89,7 +91,7 @@ impl Cursor {
         storage: &dyn Storage,
         max_docs: Option<u64>,
         visibility: &Visibility,
-    ) -> StorageResult<(Vec<Document>, bool)> {
+    ) -> StorageResult<(Vec<RawDocumentBuf>, bool)> {
         if let CursorSource::Stream(stream) = &mut self.source {
             stream.set_visibility(visibility.clone());
         }
@@ -112,16 +114,21 @@ impl Cursor {
             };
             let Some(record) = record else { break };
             let document = match &self.projection {
-                Some(projection) => projection.apply(&record.doc, &|name| match &self.text_query {
-                    Some(filter) if name == crate::query::TEXT_SCORE_META => filter
-                        .text()
-                        .and_then(|text| text.score(&record.doc))
-                        .map_or(Bson::Null, Bson::Double),
-                    _ => visibility.meta_value(name, &record),
-                }),
-                None => record.doc,
-            };
-            batch_bytes += crate::bsonutil::encoded_size(&document);
+                Some(projection) => {
+                    let projected = projection.apply(&record.doc, &|name| match &self.text_query {
+                        Some(filter) if name == crate::query::TEXT_SCORE_META => filter
+                            .text()
+                            .and_then(|text| text.score(&record.doc))
+                            .map_or(Bson::Null, Bson::Double),
+                        _ => visibility.meta_value(name, &record),
+                    });
+                    StoredDoc::decoded(projected).into_raw()
+                }
+                // Stored documents pass through as read, never decoded.
+                None => record.doc.into_raw(),
+            }
+            .map_err(|error| StorageError::Io(format!("encoding a reply document: {error}")))?;
+            batch_bytes += document.as_bytes().len();
             batch.push(document);
         }
         if let Some(remaining) = &mut self.remaining {
@@ -153,7 +160,7 @@ fn next_visible(records: &mut VecDeque<Record>, visibility: &Visibility) -> Opti
 /// A computed document in the shape cursors hand out (no storage metadata).
 pub fn output_record(doc: Document) -> Record {
     Record {
-        doc,
+        doc: doc.into(),
         rev: 0,
         last_write_ms: 0,
         ttl: TtlClass::Never,

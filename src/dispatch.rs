@@ -23,6 +23,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::Deadline;
 use crate::sorter::SortLimits;
 use crate::state::{bump, ServerState};
+use crate::wire::Reply;
 
 /// Who sent a command: what handlers may know about the connection, without the socket.
 #[derive(Debug)]
@@ -126,7 +127,8 @@ impl<'a> CommandContext<'a> {
     }
 }
 
-pub type Handler = for<'a> fn(&'a CommandContext<'a>, &'a Document) -> BoxFuture<'a, CommandResult>;
+pub type Handler =
+    for<'a> fn(&'a CommandContext<'a>, &'a Document) -> BoxFuture<'a, CommandResult<Reply>>;
 
 /// One entry of the registry.
 pub struct CommandSpec {
@@ -140,15 +142,17 @@ pub struct CommandSpec {
     pub handler: Handler,
 }
 
-/// Wraps an `async fn(&CommandContext, &Document) -> CommandResult` as a [`Handler`].
+/// Wraps an `async fn(&CommandContext, &Document) -> CommandResult<T>` as a [`Handler`], for a
+/// reply `T` that is a `Document` or a [`Reply`].
 #[macro_export]
 macro_rules! async_handler {
     ($function:path) => {{
         fn boxed<'a>(
             ctx: &'a $crate::dispatch::CommandContext<'a>,
             body: &'a ::bson::Document,
-        ) -> ::futures::future::BoxFuture<'a, $crate::error::CommandResult> {
-            Box::pin($function(ctx, body))
+        ) -> ::futures::future::BoxFuture<'a, $crate::error::CommandResult<$crate::wire::Reply>>
+        {
+            Box::pin(async move { $function(ctx, body).await.map(Into::into) })
         }
         boxed as $crate::dispatch::Handler
     }};
@@ -161,8 +165,9 @@ macro_rules! sync_handler {
         fn boxed<'a>(
             ctx: &'a $crate::dispatch::CommandContext<'a>,
             body: &'a ::bson::Document,
-        ) -> ::futures::future::BoxFuture<'a, $crate::error::CommandResult> {
-            Box::pin(::std::future::ready($function(ctx, body)))
+        ) -> ::futures::future::BoxFuture<'a, $crate::error::CommandResult<$crate::wire::Reply>>
+        {
+            Box::pin(::std::future::ready($function(ctx, body).map(Into::into)))
         }
         boxed as $crate::dispatch::Handler
     }};
@@ -272,7 +277,7 @@ pub async fn dispatch(
     state: &Arc<ServerState>,
     client: &Arc<ClientInfo>,
     body: &Document,
-) -> Document {
+) -> Reply {
     let started = Instant::now();
     let name = body.keys().next().map(String::as_str).unwrap_or("");
     let span = tracing::debug_span!("command", name, conn = client.connection_id);
@@ -280,7 +285,7 @@ pub async fn dispatch(
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let reply = match result {
         Ok(mut reply) => {
-            reply.insert("ok", 1.0);
+            reply.append_ok();
             tracing::debug!(name, elapsed_ms, "command succeeded");
             reply
         }
@@ -291,7 +296,7 @@ pub async fn dispatch(
                 bump(&counters.failed, 1);
             }
             tracing::debug!(name, elapsed_ms, code = error.code.code(), errmsg = %error.errmsg, "command failed");
-            error.to_reply()
+            Reply::from(error.to_reply())
         }
     };
     if elapsed_ms >= state.profiler.slowms() {
@@ -308,7 +313,7 @@ async fn run(
     client: &Arc<ClientInfo>,
     body: &Document,
     name: &str,
-) -> (CommandResult, Option<crate::profiler::Finished>) {
+) -> (CommandResult<Reply>, Option<crate::profiler::Finished>) {
     let spec = match checked_spec(state, body, name) {
         Ok(spec) => spec,
         Err(error) => return (Err(error), None),
@@ -405,7 +410,7 @@ async fn run_handler(
     spec: &'static CommandSpec,
     db: &str,
     op: &crate::ops::Op,
-) -> CommandResult {
+) -> CommandResult<Reply> {
     let max_time_ms = max_time_ms(body)?;
     let deadline = max_time_ms.map_or(Deadline::none(), |limit| {
         Deadline::at(Instant::now() + std::time::Duration::from_millis(limit))

@@ -499,7 +499,7 @@ impl DocStream {
                 continue;
             }
             if let Some(produced) = &mut self.produced {
-                let id = keycodec::encode_id(record.doc.get("_id").unwrap_or(&Bson::Null));
+                let id = keycodec::encode_id(&record.doc.id());
                 if !produced.insert(id) {
                     continue;
                 }
@@ -673,7 +673,7 @@ pub fn push_distinct(values: &mut Vec<Bson>, document: &Document, path: &str) ->
 /// A record in a spill file: the document and the metadata visibility needs.
 impl Spillable for Record {
     fn memory_bytes(&self) -> usize {
-        crate::bsonutil::encoded_size(&self.doc) + 32
+        self.doc.encoded_size() + 32
     }
 
     fn into_document(self) -> Document {
@@ -683,7 +683,7 @@ impl Spillable for Record {
             TtlClass::Own { expire_at_ms } => ("own", expire_at_ms),
         };
         bson::doc! {
-            "d": self.doc,
+            "d": self.doc.into_document(),
             "r": self.rev as i64,
             "w": self.last_write_ms,
             "c": class,
@@ -705,7 +705,7 @@ impl Spillable for Record {
             last_write_ms: document.get_i64("w").ok()?,
             ttl,
             doc: match document.remove("d")? {
-                Bson::Document(doc) => doc,
+                Bson::Document(doc) => doc.into(),
                 _ => return None,
             },
         })

@@ -34,18 +34,31 @@ pub const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 /// Refuses a received document that nests more than [`MAX_BSON_DEPTH`] objects or arrays below
 /// its root, as mongod's `validateBSON` does (`Overflow`). Malformed bytes met on the way are
-/// `InvalidBSON`. Walks with an explicit stack.
+/// `InvalidBSON`.
 pub fn check_wire_depth(root: &RawDocument) -> Result<(), CommandError> {
-    let malformed =
-        |error: bson::raw::Error| CommandError::new(ErrorCode::InvalidBSON, error.to_string());
-    // One iterator per open container; the root's is first. `names` holds the field name that
-    // opened each nested container, for the error message.
-    let mut open = vec![root.into_iter()];
-    let mut names: Vec<String> = Vec::new();
-    while let Some(iterator) = open.last_mut() {
+    walk_raw(root, MAX_BSON_DEPTH).map_err(|error| match error {
+        RawWalkError::Malformed(error) => CommandError::new(ErrorCode::InvalidBSON, error),
+        RawWalkError::TooDeep { path } => CommandError::new(
+            ErrorCode::Overflow,
+            format!(
+                "BSONObj exceeds maximum nested object depth in element with field name '{path}' in object with {}",
+                root_id(root)
+            ),
+        ),
+    })
+}
+
+/// Checks that `root` is well-formed BSON throughout (every element of every nested document,
+/// array and code scope parses) and nests at most `max_depth` containers below the root, without
+/// decoding it and without recursion. A document that passes converts to a `Document` without
+/// error.
+pub fn walk_raw(root: &RawDocument, max_depth: usize) -> Result<(), RawWalkError> {
+    let malformed = |error: bson::raw::Error| RawWalkError::Malformed(error.to_string());
+    // One iterator per open container, the root's first, each with the field name that opened it.
+    let mut open = vec![("", root.into_iter())];
+    while let Some((_, iterator)) = open.last_mut() {
         let Some(element) = iterator.next() else {
             open.pop();
-            names.pop();
             continue;
         };
         let (name, value) = element.map_err(malformed)?;
@@ -57,20 +70,35 @@ pub fn check_wire_depth(root: &RawDocument) -> Result<(), CommandError> {
             RawBsonRef::JavaScriptCodeWithScope(code) => code.scope,
             _ => continue,
         };
-        names.push(name.to_owned());
-        if open.len() > MAX_BSON_DEPTH {
-            return Err(CommandError::new(
-                ErrorCode::Overflow,
-                format!(
-                    "BSONObj exceeds maximum nested object depth in element with field name '{}' in object with {}",
-                    names.join("."),
-                    root_id(root)
-                ),
-            ));
+        if open.len() > max_depth {
+            let mut path: Vec<&str> = open.iter().skip(1).map(|(name, _)| *name).collect();
+            path.push(name);
+            return Err(RawWalkError::TooDeep {
+                path: path.join("."),
+            });
         }
-        open.push(nested.into_iter());
+        open.push((name, nested.into_iter()));
     }
     Ok(())
+}
+
+/// Why [`walk_raw`] refused a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RawWalkError {
+    Malformed(String),
+    /// Nested deeper than allowed; `path` names the containers down to the first too deep.
+    TooDeep {
+        path: String,
+    },
+}
+
+impl std::fmt::Display for RawWalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RawWalkError::Malformed(error) => f.write_str(error),
+            RawWalkError::TooDeep { path } => write!(f, "nested too deep at '{path}'"),
+        }
+    }
 }
 
 fn root_id(root: &RawDocument) -> String {

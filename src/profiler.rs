@@ -292,7 +292,7 @@ fn number(value: i64) -> Bson {
 }
 
 /// Profiles `finished` if its settings say so. Never fails: a write error is logged.
-pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &Document) {
+pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &crate::wire::Reply) {
     let millis = i64::try_from(finished.op.started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let profiler = &state.profiler;
     let Finished {
@@ -329,7 +329,7 @@ pub fn entry(
     state: &ServerState,
     op: &Op,
     millis: i64,
-    reply: &Document,
+    reply: &crate::wire::Reply,
     error: Option<&CommandError>,
 ) -> Document {
     use crate::ops::Metric;
@@ -380,7 +380,7 @@ pub fn entry(
         out.insert("errCode", error.code.code());
     }
     // The OP_MSG body as sent: flag bits, section kind, document.
-    let reply_bytes = bson::to_vec(reply).map_or(0, |bytes| bytes.len());
+    let reply_bytes = reply.encoded_len();
     out.insert("responseLength", number(reply_bytes as i64 + 5));
     out.insert("protocol", "op_msg");
     out.insert("millis", number(millis));

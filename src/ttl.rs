@@ -203,9 +203,13 @@ impl TtlPolicies {
 
     /// When `record` expires under these policies (the earliest of all that apply), if ever.
     pub fn expire_at_ms(&self, record: &Record) -> Option<i64> {
+        let stored = record.doc.bytes_if_read();
         self.fields
             .iter()
-            .filter_map(|field| field.expire_at_ms(&record.doc))
+            .filter_map(|field| match stored {
+                Some(raw) => field.stored_expire_at_ms(raw),
+                None => field.expire_at_ms(&record.doc),
+            })
             .chain(self.cosmos_expire_at_ms(record.ttl, record.last_write_ms))
             .min()
     }
@@ -382,7 +386,7 @@ mod tests {
             rev: 1,
             last_write_ms,
             ttl: ttl_class(&doc, last_write_ms),
-            doc,
+            doc: doc.into(),
         }
     }
 

@@ -1931,8 +1931,8 @@ fn decode_directly(frame: &[u8]) -> Result<Option<Expect>, String> {
     // The encoder gets a workout on every request shape too.
     let error_reply = CommandError::internal("x").to_reply();
     catch_unwind(AssertUnwindSafe(|| {
-        wire::encode_reply(&request, 1, &doc! {"ok": 1.0}, true);
-        wire::encode_reply(&request, 2, &error_reply, false);
+        wire::encode_reply(&request, 1, &doc! {"ok": 1.0}.into(), true);
+        wire::encode_reply(&request, 2, &error_reply.clone().into(), false);
     }))
     .map_err(|payload| panic_text(&payload))?;
     Ok(Some(if request.more_to_come {

@@ -23,6 +23,7 @@ use crate::query::pipeline::{CollStatsRequest, SourceStage};
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
 use crate::storage::Namespace;
+use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "aggregate",
@@ -33,7 +34,7 @@ pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     handler: async_handler!(aggregate),
 }];
 
-async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     let collection = match body.get("aggregate") {
         Some(Bson::String(coll)) => {
             let ns = Namespace::new(ctx.db, coll.as_str());
@@ -59,7 +60,9 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     };
     let stages = pipeline_stages(body)?;
     if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
-        return crate::commands::explain::explain_aggregate_command(ctx, body).await;
+        return crate::commands::explain::explain_aggregate_command(ctx, body)
+            .await
+            .map(Reply::from);
     }
     if optional_document(ctx, body, "cursor")?.is_none() {
         return Err(CommandError::new(
@@ -147,7 +150,8 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
                     break;
                 };
                 read += 1;
-                run.push(record.doc).map_err(during_aggregation)?;
+                run.push(record.doc.into_document())
+                    .map_err(during_aggregation)?;
             }
             let stats = stream.stats();
             ctx.op

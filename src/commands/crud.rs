@@ -252,7 +252,7 @@ impl<'a> WriteContext<'a> {
         mut record: Record,
     ) -> CommandResult<Updated> {
         for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
-            let mut document = record.doc.clone();
+            let mut document = record.doc.document().clone();
             let context = UpdateContext {
                 matched_array_index: filter.match_position(&record.doc).flatten(),
                 ..UpdateContext::new(bson::DateTime::from_millis(self.now_ms()))
@@ -299,7 +299,7 @@ impl<'a> WriteContext<'a> {
                 expected_rev: Some(record.rev),
             };
             match self.write_one(op).await {
-                Ok(_) => return Ok(Some(record.doc)),
+                Ok(_) => return Ok(Some(record.doc.into_document())),
                 Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
                     Some(fresh) => record = fresh,
                     None => return Ok(None),
@@ -681,7 +681,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             }
             (Some(record), Some(update)) => {
                 bump(&ctx.state.stats.opcounters.update, 1);
-                let before = record.doc.clone();
+                let before = record.doc.document().clone();
                 let after = match writer.update_record(&filter, update, record).await? {
                     Updated::Modified(after) | Updated::Unchanged(after) => after,
                     Updated::Gone => continue,

@@ -16,6 +16,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::CollectionView;
 use crate::query::Filter;
 use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
+use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -223,7 +224,7 @@ fn collection_entry(meta: &CollectionMeta) -> Document {
     }
 }
 
-async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     validate_database_name(ctx.db)?;
     let name_only = optional_bool(ctx, body, "nameOnly")?.unwrap_or(false);
     let filter =

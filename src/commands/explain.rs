@@ -588,7 +588,7 @@ async fn explain_write(
             let now = bson::DateTime::from_millis(ctx.state.clock.now_ms());
             let mut would_modify = 0u64;
             for record in &targets {
-                let mut document = record.doc.clone();
+                let mut document = record.doc.document().clone();
                 let context = UpdateContext {
                     matched_array_index: summary.filter.match_position(&record.doc).flatten(),
                     ..UpdateContext::new(now)

@@ -21,6 +21,7 @@ use crate::query::{Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
 use crate::state::bump;
 use crate::storage::{Namespace, ReapSource, Record};
+use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -72,19 +73,13 @@ pub struct BatchOptions {
     pub no_timeout: bool,
 }
 
-/// `{cursor: {firstBatch|nextBatch, id, ns}}`.
-pub fn cursor_reply(id: i64, ns: &str, batch: Vec<Document>, first: bool) -> Document {
-    let key = if first { "firstBatch" } else { "nextBatch" };
-    doc! {"cursor": {key: batch, "id": id, "ns": ns}}
-}
-
 /// Produces the first batch from `cursor` and registers it if it has more to give.
 pub async fn open_cursor(
     ctx: &CommandContext<'_>,
     mut cursor: Cursor,
     visibility: &Visibility,
     options: BatchOptions,
-) -> CommandResult {
+) -> CommandResult<Reply> {
     let first_batch_size = options.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
     let storage = ctx.state.storage.as_ref();
     let before = cursor.scan_stats();
@@ -105,7 +100,7 @@ pub async fn open_cursor(
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     ctx.op.set_first_batch(id, batch.len());
-    Ok(cursor_reply(id, &ns, batch, true))
+    Ok(Reply::cursor(id, &ns, batch, true))
 }
 
 /// Tells the running op (`currentOp`, the profiler) what a stream examined between two readings
@@ -293,13 +288,13 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     })
 }
 
-async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     bump(&ctx.state.stats.opcounters.query, 1);
     let run = start_find(ctx, body).await?;
     open_cursor(ctx, run.cursor, &run.view.visibility, run.options).await
 }
 
-async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     let id = match body.get("getMore") {
         Some(Bson::Int64(id)) => *id,
         Some(other) => return Err(wrong_type("getMore", "getMore", other, "long")),
@@ -355,7 +350,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             .checkin(id, cursor, ctx.state.clock.now_ms());
         id
     };
-    Ok(cursor_reply(reply_id, &ns, batch, false))
+    Ok(Reply::cursor(reply_id, &ns, batch, false))
 }
 
 async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
@@ -609,7 +604,7 @@ pub async fn buffered_cursor(
     body: &Document,
     cursor_ns: String,
     documents: Vec<Document>,
-) -> CommandResult {
+) -> CommandResult<Reply> {
     computed_cursor(ctx, body, cursor_ns, buffered_source(documents)).await
 }
 
@@ -619,7 +614,7 @@ pub async fn stream_cursor(
     body: &Document,
     cursor_ns: String,
     documents: DocumentStream,
-) -> CommandResult {
+) -> CommandResult<Reply> {
     let source = CursorSource::Documents(Box::new(documents.peekable()));
     computed_cursor(ctx, body, cursor_ns, source).await
 }
@@ -631,7 +626,7 @@ async fn computed_cursor(
     body: &Document,
     cursor_ns: String,
     source: CursorSource,
-) -> CommandResult {
+) -> CommandResult<Reply> {
     let batch_size = match optional_document(ctx, body, "cursor")? {
         Some(cursor) => optional_non_negative(ctx, cursor, "batchSize")?,
         None => None,

@@ -16,6 +16,7 @@ use crate::reaper;
 use crate::storage::keycodec::Direction;
 use crate::storage::{IndexKind, IndexSpec, Namespace};
 use crate::ttl;
+use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -475,7 +476,7 @@ pub fn id_index_spec() -> IndexSpec {
     }
 }
 
-async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     let ns = collection_namespace(ctx, body)?;
     let Some(meta) = ctx.state.storage.collection(&ns).await? else {
         return Err(CommandError::new(

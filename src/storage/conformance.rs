@@ -529,7 +529,7 @@ pub async fn documents(storage: &dyn Storage) {
     assert_eq!(
         record,
         Record {
-            doc: doc! {"_id": 1, "v": "one"},
+            doc: doc! {"_id": 1, "v": "one"}.into(),
             rev: rev1,
             last_write_ms: META.last_write_ms,
             ttl: TtlClass::Default,
@@ -802,7 +802,7 @@ pub async fn duplicate_keys(storage: &dyn Storage) {
     );
     let record = storage.get(&ns, &Bson::Int32(1)).await.unwrap().unwrap();
     assert_eq!(
-        (record.rev, record.doc),
+        (record.rev, record.doc.into_document()),
         (rev, doc! {"_id": 1, "email": "a@x", "n": 1})
     );
     // Moving to a free key releases the old one.

@@ -32,8 +32,11 @@ pub mod hashed;
 pub mod indexkeys;
 pub mod keycodec;
 pub mod redb_engine;
+pub mod stored_doc;
 pub mod textkeys;
 pub mod wildcard;
+
+pub use stored_doc::StoredDoc;
 
 use std::fmt;
 use std::ops::Bound;
@@ -232,7 +235,8 @@ impl IndexKind {
 /// A stored document with its storage metadata.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
-    pub doc: Document,
+    /// Decoded on first use (see [`StoredDoc`]).
+    pub doc: StoredDoc,
     /// Changes on every write of this document; see the module invariants.
     pub rev: u64,
     /// Server time of the last write (insert, replace, update), in ms since the epoch.

@@ -11,8 +11,10 @@
 mod compression;
 mod op_msg;
 mod op_query;
+mod reply;
 
 pub use compression::Compressor;
+pub use reply::Reply;
 
 use bson::Document;
 
@@ -145,10 +147,10 @@ pub struct EncodedReply {
 pub fn encode_reply(
     request: &Request,
     reply_request_id: i32,
-    reply: &Document,
+    reply: &Reply,
     compressible: bool,
 ) -> EncodedReply {
-    let reply_bytes = bson::to_vec(reply).unwrap_or_else(|error| {
+    let reply_bytes = reply.to_bytes().unwrap_or_else(|error| {
         // A reply we built ourselves failed to serialise: answer with an error the client can read.
         let fallback =
             CommandError::internal(format!("failed to encode reply: {error}")).to_reply();

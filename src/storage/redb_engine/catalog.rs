@@ -126,7 +126,7 @@ impl<'e> StoredKeyer<'e> {
         let document = match &self.fields {
             Some(fields) => decode_fields(raw_record(record)?.doc, |name| fields.contains(&name))
                 .map_err(|error| corrupt(format!("stored document: {error}")))?,
-            None => record_document(record)?,
+            None => record_document(record)?.into_document(),
         };
         Ok(self
             .indexes

@@ -32,7 +32,7 @@ use bson::{Document, RawDocument};
 use redb::TableDefinition;
 
 use crate::storage::{
-    ExpiryOrder, RawRecord, Record, StorageError, StorageResult, TtlClass, WriteMeta,
+    ExpiryOrder, RawRecord, Record, StorageError, StorageResult, StoredDoc, TtlClass, WriteMeta,
 };
 
 /// 2: TTL class in the record header, expiry tables, catalog-only indexes.
@@ -199,11 +199,14 @@ pub(super) fn record_header(record: &[u8]) -> StorageResult<RecordHeader> {
     })
 }
 
-/// The document of a stored record.
-pub(super) fn record_document(record: &[u8]) -> StorageResult<Document> {
+/// The document of a stored record, checked but not decoded (see [`StoredDoc`]).
+pub(super) fn record_document(record: &[u8]) -> StorageResult<StoredDoc> {
     record_header(record)?;
-    crate::bsonutil::decode_document(&record[RECORD_HEADER_LEN..])
-        .map_err(|error| corrupt(format!("stored document: {error}")))
+    let raw = RawDocument::from_bytes(&record[RECORD_HEADER_LEN..])
+        .map_err(|error| corrupt(format!("stored document: {error}")))?;
+    crate::limits::walk_raw(raw, crate::limits::MAX_BSON_DEPTH)
+        .map_err(|error| corrupt(format!("stored document: {error}")))?;
+    Ok(StoredDoc::from_checked_bytes(raw.to_owned()))
 }
 
 /// A stored record as predicates see it, without decoding the document.
@@ -296,7 +299,7 @@ mod tests {
             assert_eq!(
                 decode_record(&record).unwrap(),
                 Record {
-                    doc: document.clone(),
+                    doc: document.clone().into(),
                     rev: 42,
                     last_write_ms: -5,
                     ttl,

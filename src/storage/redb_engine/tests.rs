@@ -649,7 +649,7 @@ async fn randomized_against_a_model() {
                 let found: Vec<Modeled> = scanned
                     .into_iter()
                     .map(|record| Modeled {
-                        doc: record.doc,
+                        doc: record.doc.into_document(),
                         rev: record.rev,
                         meta: WriteMeta {
                             last_write_ms: record.last_write_ms,
@@ -963,12 +963,15 @@ async fn assert_holds_exactly(
 ) {
     for (id, document) in acknowledged {
         let record = storage.get(coll, &Bson::Int32(*id)).await.unwrap();
-        assert_eq!(record.map(|record| record.doc).as_ref(), Some(document));
+        assert_eq!(
+            record.map(|record| record.doc.into_document()).as_ref(),
+            Some(document)
+        );
     }
     let scanned: Vec<Document> = scan_all(storage, coll, ScanSource::Collection, false, 16)
         .await
         .into_iter()
-        .map(|record| record.doc)
+        .map(|record| record.doc.into_document())
         .collect();
     assert_eq!(scanned, acknowledged.values().cloned().collect::<Vec<_>>());
     let index_entries = scan_all(
