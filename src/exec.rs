@@ -208,6 +208,8 @@ pub struct DocStream {
     /// Whether read documents are checked against the filter (not when the plan's bounds are
     /// exact for it, see `QueryPlan::is_exact`).
     check_filter: bool,
+    /// Index scans read covered (`ScanRequest::covered`).
+    covered: bool,
 }
 
 /// The state of a sort merge: one stream per branch, each in `sort` order, and the next record
@@ -318,7 +320,14 @@ impl DocStream {
             stats: ScanStats::default(),
             merge,
             check_filter: true,
+            covered: false,
         }
+    }
+
+    /// Reads index entries covered (`ScanRequest::covered`): records hold only the index's
+    /// top-level key fields. Only for plans that need nothing else (`QueryPlan::covered`).
+    pub fn read_covered(&mut self) {
+        self.covered = true;
     }
 
     /// Hands out every visible record read without checking it against the filter (the plan's
@@ -477,6 +486,7 @@ impl DocStream {
                         limit: limit.max(1),
                         hide: self.visibility.expired(),
                         key_filter: step.key_filter.clone(),
+                        covered: self.covered,
                     },
                 )
                 .await?;
@@ -611,6 +621,7 @@ pub async fn distinct_values(
                         limit: 1,
                         hide: view.visibility.expired(),
                         key_filter: None,
+                        covered: false,
                     },
                 )
                 .await?;

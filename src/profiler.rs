@@ -468,6 +468,7 @@ async fn trim(state: &ServerState, ns: &Namespace) -> StorageResult<()> {
                     limit: 64,
                     hide: None,
                     key_filter: None,
+                    covered: false,
                 },
             )
             .await?;

@@ -121,6 +121,7 @@ fn date_scan(
         limit,
         hide: None,
         key_filter: None,
+        covered: false,
     })
 }
 

@@ -513,6 +513,7 @@ async fn index_entries_are_scannable_with_the_planner_api() {
                         limit: 100,
                         hide: None,
                         key_filter: None,
+                        covered: false,
                     },
                 )
                 .await

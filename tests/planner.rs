@@ -166,6 +166,31 @@ async fn ids(
         .collect())
 }
 
+/// The encoded documents `filter` finds under `projection` and `hint`, in byte order (so equal
+/// values of different BSON types stay apart).
+async fn projected(
+    collection: &Collection<Document>,
+    filter: &Document,
+    projection: &Document,
+    hint: Document,
+) -> Result<Vec<Vec<u8>>, String> {
+    let documents: Vec<Document> = collection
+        .find(filter.clone())
+        .projection(projection.clone())
+        .hint(mongodb::options::Hint::Keys(hint))
+        .await
+        .map_err(|error| error.to_string())?
+        .try_collect()
+        .await
+        .map_err(|error| error.to_string())?;
+    let mut encoded: Vec<Vec<u8>> = documents
+        .iter()
+        .map(|document| bson::to_vec(document).unwrap())
+        .collect();
+    encoded.sort();
+    Ok(encoded)
+}
+
 fn sorted(mut ids: Vec<Bson>) -> Vec<i32> {
     let mut out: Vec<i32> = ids.drain(..).map(|id| id.as_i32().unwrap_or(-1)).collect();
     out.sort_unstable();
@@ -297,6 +322,27 @@ async fn every_index_plan_returns_what_a_collection_scan_returns() {
                             .zip(&reference)
                             .all(|(a, b)| tideway::query::values_equal(a, b)),
                     "distinct {key} {query}: {values:?} vs {reference:?}"
+                );
+            }
+        }
+        // Covered reads (projections of index fields, answered from keys with each value's own
+        // BSON type) return what a scan projects, byte for byte. Only the non-multikey
+        // collection has coverable indexes.
+        if collection.name() == "flat" {
+            for (projection, hint) in [
+                (doc! {"a": 1, "_id": 0}, doc! {"a": 1}),
+                (doc! {"a": 1, "b": 1, "_id": 0}, doc! {"a": 1, "b": 1}),
+                (doc! {"b": 1, "_id": 0}, doc! {"b": -1}),
+            ] {
+                let reference = projected(collection, &filter, &projection, doc! {"$natural": 1})
+                    .await
+                    .unwrap();
+                let covered = projected(collection, &filter, &projection, hint.clone())
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    covered, reference,
+                    "projection {projection} hinted {hint} for {filter}"
                 );
             }
         }
@@ -1154,4 +1200,206 @@ async fn a_cached_plan_that_needs_far_more_work_is_planned_again() {
     );
     // And b_1 is what the cache now holds for the shape.
     assert_eq!(chosen(explain(&db, second, "queryPlanner").await), "b_1");
+}
+
+/// The encoded documents of a find, in the order returned.
+async fn encoded(
+    collection: &Collection<Document>,
+    filter: Document,
+    projection: Document,
+) -> Vec<Vec<u8>> {
+    let documents: Vec<Document> = collection
+        .find(filter)
+        .projection(projection)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    documents
+        .iter()
+        .map(|document| bson::to_vec(document).unwrap())
+        .collect()
+}
+
+fn encode(documents: &[Document]) -> Vec<Vec<u8>> {
+    documents
+        .iter()
+        .map(|document| bson::to_vec(document).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn covered_queries_answer_from_index_keys_with_each_values_own_type() {
+    let server = TestServer::start().await;
+    let db = server.client().database("covered");
+    let items = db.collection::<Document>("items");
+    let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+    // Equal numbers of every type, -0.0, a decimal with trailing zeros, a symbol, an explicit
+    // null and a missing field: keys alone cannot tell these apart, the type bits can.
+    let values = [
+        Bson::Int32(1),
+        Bson::Int64(1),
+        Bson::Double(1.0),
+        Bson::Double(-0.0),
+        decimal("1.50"),
+        Bson::String("x".into()),
+        Bson::Symbol("x".into()),
+        Bson::Null,
+    ];
+    let mut documents: Vec<Document> = values
+        .iter()
+        .enumerate()
+        .map(|(i, a)| doc! {"_id": i as i32, "a": a.clone(), "b": i as i64, "c": "payload"})
+        .collect();
+    documents.push(doc! {"_id": 100, "a": 2, "c": "no b"});
+    items.insert_many(documents.clone()).await.unwrap();
+    // Built over existing documents (the build writes type bits too), then written through.
+    db.run_command(doc! {"createIndexes": "items", "indexes": [
+        {"key": {"a": 1, "b": 1}, "name": "a_1_b_1"},
+        {"key": {"b": 1}, "name": "b_1", "unique": true},
+    ]})
+    .await
+    .unwrap();
+    items
+        .insert_one(doc! {"_id": 200, "a": 2.5, "b": 200_i64})
+        .await
+        .unwrap();
+
+    // Every document but the null one (`1` matches all four numeric 1s, `0` matches -0.0, `1.5`
+    // the decimal, "x" the string and the symbol).
+    let all = doc! {"a": {"$in": [1, 0, 1.5, "x", 2, 2.5]}};
+    let projection = doc! {"a": 1, "b": 1, "_id": 0};
+    let reply = explain(
+        &db,
+        doc! {"find": "items", "filter": all.clone(), "projection": projection.clone(), "hint": "a_1_b_1"},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
+    assert_eq!(winning.get_str("stage").unwrap(), "PROJECTION_COVERED");
+    let ixscan = winning.get_document("inputStage").unwrap();
+    assert_eq!(ixscan.get_str("stage").unwrap(), "IXSCAN");
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "a_1_b_1");
+    let stats = reply.get_document("executionStats").unwrap();
+    assert_eq!(stats.get_i32("nReturned").unwrap(), 9);
+    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 0);
+
+    // Exactly the values a scan projects, types included; a missing field stays missing.
+    let covered = encoded(&items, all.clone(), projection.clone()).await;
+    let mut expected: Vec<Document> = documents
+        .iter()
+        .filter(|document| document.get("a") != Some(&Bson::Null))
+        .map(|document| {
+            let mut out = doc! {"a": document.get("a").unwrap().clone()};
+            if let Some(b) = document.get("b") {
+                out.insert("b", b.clone());
+            }
+            out
+        })
+        .collect();
+    expected.push(doc! {"a": 2.5, "b": 200_i64});
+    let mut sorted_covered = covered.clone();
+    sorted_covered.sort();
+    let mut sorted_expected = encode(&expected);
+    sorted_expected.sort();
+    assert_eq!(sorted_covered, sorted_expected);
+
+    // An update that keeps the key but changes the type (Int32 1 → Double 1.0) rewrites the
+    // entry's type bits.
+    items
+        .update_one(doc! {"_id": 0}, doc! {"$set": {"a": 1.0}})
+        .await
+        .unwrap();
+    let after = encoded(&items, doc! {"b": 0_i64}, doc! {"b": 1, "a": 1, "_id": 0}).await;
+    let reply = explain(
+        &db,
+        doc! {"find": "items", "filter": {"b": 0_i64}, "projection": {"b": 1, "_id": 0}},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        stage(&reply, &["queryPlanner", "winningPlan"])
+            .get_str("stage")
+            .unwrap(),
+        "PROJECTION_COVERED"
+    );
+    assert_eq!(
+        stage(&reply, &["executionStats"])
+            .get_i32("totalDocsExamined")
+            .unwrap(),
+        0
+    );
+    // `a` is not in b_1: that projection fetches, and sees the new double.
+    assert_eq!(after, encode(&[doc! {"a": 1.0, "b": 0_i64}]));
+    let covered_a = encoded(&items, doc! {"a": 1, "b": 0_i64}, doc! {"a": 1, "_id": 0}).await;
+    assert_eq!(covered_a, encode(&[doc! {"a": 1.0}]));
+
+    // Needing a field the index lacks (here `_id`, included by default) means fetching.
+    let reply = explain(
+        &db,
+        doc! {"find": "items", "filter": {"b": {"$gt": 5_i64}}, "projection": {"b": 1}},
+        "executionStats",
+    )
+    .await;
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
+    assert_eq!(winning.get_str("stage").unwrap(), "PROJECTION_DEFAULT");
+    assert_eq!(
+        stage(winning, &["inputStage"]).get_str("stage").unwrap(),
+        "FETCH"
+    );
+
+    // A document with an array makes the index multikey: no longer covered, still right.
+    items
+        .insert_one(doc! {"_id": 300, "a": [7, 8], "b": 300_i64})
+        .await
+        .unwrap();
+    let reply = explain(
+        &db,
+        doc! {"find": "items", "filter": {"a": {"$gte": 7}}, "projection": {"a": 1, "_id": 0}, "hint": "a_1_b_1"},
+        "executionStats",
+    )
+    .await;
+    assert_eq!(
+        stage(&reply, &["queryPlanner", "winningPlan", "inputStage"])
+            .get_str("stage")
+            .unwrap(),
+        "FETCH"
+    );
+    assert_eq!(
+        encoded(&items, doc! {"a": {"$gte": 7}}, doc! {"a": 1, "_id": 0}).await,
+        encode(&[doc! {"a": [7, 8]}])
+    );
+}
+
+#[tokio::test]
+async fn covered_reads_are_not_used_where_documents_can_expire() {
+    let server = TestServer::start().await;
+    let db = server.client().database("covered_ttl");
+    let sessions = db.collection::<Document>("sessions");
+    sessions
+        .insert_many((0..10).map(|i| doc! {"_id": i, "user": i, "at": bson::DateTime::now()}))
+        .await
+        .unwrap();
+    db.run_command(doc! {"createIndexes": "sessions", "indexes": [
+        {"key": {"user": 1}, "name": "user_1"},
+        {"key": {"at": 1}, "name": "at_1", "expireAfterSeconds": 3600},
+    ]})
+    .await
+    .unwrap();
+    let reply = explain(
+        &db,
+        doc! {"find": "sessions", "filter": {"user": {"$gte": 3}}, "projection": {"user": 1, "_id": 0}},
+        "executionStats",
+    )
+    .await;
+    // Expiry is judged on the stored document (its `at`), so every match is fetched.
+    let winning = stage(&reply, &["queryPlanner", "winningPlan"]);
+    assert_eq!(winning.get_str("stage").unwrap(), "PROJECTION_DEFAULT");
+    assert_eq!(
+        stage(&reply, &["executionStats"])
+            .get_i32("totalDocsExamined")
+            .unwrap(),
+        7
+    );
 }

@@ -251,5 +251,6 @@ pub fn aggregation_query(
         sort,
         wanted,
         hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+        needed_fields: None,
     }
 }

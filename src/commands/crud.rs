@@ -348,6 +348,7 @@ impl<'a> WriteContext<'a> {
             sort: sort.cloned(),
             wanted: None,
             hint: planner::resolve_hint(self.view.meta.as_ref(), statement.get("hint")),
+            needed_fields: None,
         }
     }
 

@@ -248,6 +248,8 @@ async fn explain_find(
     let (skip, limit, projection) = (run.skip, run.limit, run.projection.clone());
     let wrap_stages = |access: Document, counted: Option<(u64, u64, u64)>| {
         // Counts: documents out of the access stages, after the sort, after skip.
+        // An `IXSCAN` at the top of the access stages is a covered plan's (others fetch).
+        let covered = access.get_str("stage") == Ok("IXSCAN");
         let mut stages = access;
         if let Some(sort) = sort.as_ref().filter(|_| !run.planned.plan.provides_sort) {
             let mut fields =
@@ -276,7 +278,11 @@ async fn explain_find(
         if let Some(projection) = &projection {
             stages = wrap(
                 stages,
-                "PROJECTION_DEFAULT",
+                if covered {
+                    "PROJECTION_COVERED"
+                } else {
+                    "PROJECTION_DEFAULT"
+                },
                 doc! {"transformBy": projection.clone()},
                 counted.map(|(_, _, out)| out),
             );

@@ -225,6 +225,9 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         sort: sort.clone(),
         wanted: limit.map(|limit| skip.saturating_add(limit)),
         hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+        needed_fields: projection
+            .as_ref()
+            .and_then(Projection::included_top_level_fields),
     };
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
     let (summary, mut stream) = PlanSummary::split(planned, &query);
@@ -411,6 +414,7 @@ pub async fn read_target(
         sort,
         wanted,
         hint: planner::resolve_hint(view.meta.as_ref(), options.get("hint")),
+        needed_fields: None,
     };
     Ok((view, query))
 }

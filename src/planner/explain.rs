@@ -1,5 +1,5 @@
 //! The explain tree of a plan, in mongod's shape: stage documents (`IDHACK`, `COLLSCAN`,
-//! `FETCH` over `IXSCAN`, `OR`, `EOF`, and the `SORT`/`SKIP`/`LIMIT`/`PROJECTION_*` stages
+//! `FETCH` over `IXSCAN` (a covered plan's `IXSCAN` alone), `OR`, `EOF`, and the `SORT`/`SKIP`/`LIMIT`/`PROJECTION_*` stages
 //! commands put above them), `parsedQuery`, and `queryHash`.
 //!
 //! Invariants: a tree describes exactly the plan that runs (it is built from the same
@@ -52,8 +52,18 @@ pub fn access_stages(plan: &QueryPlan, filter: &Filter, stats: Option<&ScanStats
         Access::IndexScan(scan) => {
             let mut ixscan = index_scan_stage(scan);
             if let Some(stats) = stats {
-                ixscan.insert("nReturned", count(stats.docs_examined));
+                // A covered scan hands its entries up itself; otherwise FETCH reads a document
+                // for each.
+                let handed_up = if plan.covered {
+                    stats.returned
+                } else {
+                    stats.docs_examined
+                };
+                ixscan.insert("nReturned", count(handed_up));
                 ixscan.insert("keysExamined", count(stats.keys_examined));
+            }
+            if plan.covered {
+                return ixscan;
             }
             fetch(ixscan, filter_field, stats)
         }

@@ -58,16 +58,21 @@ pub struct Query {
     /// At most this many documents will be read from the plan (`skip + limit`), when known.
     pub wanted: Option<u64>,
     pub hint: Hint,
+    /// The only top-level fields the reader needs (a find's inclusion projection, see
+    /// `Projection::included_top_level_fields`): a plan whose index holds them all may answer
+    /// from index keys ([`QueryPlan::covered`]). `None`: whole documents are needed.
+    pub needed_fields: Option<Vec<String>>,
 }
 
 impl Query {
-    /// A filter alone: no sort, no limit, no hint.
+    /// A filter alone: no sort, no limit, no hint, whole documents.
     pub fn filter(filter: Arc<Filter>) -> Query {
         Query {
             filter,
             sort: None,
             wanted: None,
             hint: Hint::None,
+            needed_fields: None,
         }
     }
 }
@@ -161,6 +166,9 @@ pub struct QueryPlan {
     pub provides_sort: bool,
     /// The choice came from the plan cache (no trial ran).
     pub from_cache: bool,
+    /// Answered from index keys (mongod's covered plan, `PROJECTION_COVERED`): the stream's
+    /// documents hold only the index's top-level key fields (see `ScanRequest::covered`).
+    pub covered: bool,
 }
 
 impl QueryPlan {
@@ -169,7 +177,30 @@ impl QueryPlan {
             access,
             provides_sort,
             from_cache: false,
+            covered: false,
         }
+    }
+
+    /// Whether this plan can answer `query` from index keys alone: one scan of an ordered
+    /// secondary index that is not multikey, exact for the filter ([`QueryPlan::is_exact`]),
+    /// whose top-level key fields include every field the query needs and every field a
+    /// blocking sort would read, over a collection where nothing can expire (expiry is judged
+    /// on stored documents).
+    fn can_cover(&self, query: &Query, everything_visible: bool) -> bool {
+        let (Access::IndexScan(scan), Some(needed)) = (&self.access, &query.needed_fields) else {
+            return false;
+        };
+        let holds = |field: &str| scan.index.key.iter().any(|(key, _)| key == field);
+        let sort_readable = self.provides_sort
+            || query
+                .sort
+                .as_ref()
+                .is_none_or(|sort| sort.keys().all(|(field, _)| holds(field)));
+        everything_visible
+            && !scan.index.is_id_index()
+            && needed.iter().all(|field| holds(field))
+            && sort_readable
+            && self.is_exact(&query.filter)
     }
 
     /// The index scan whose keys alone answer a count of `filter`'s matches (mongod's
@@ -296,7 +327,8 @@ pub async fn plan(
     query: &Query,
 ) -> CommandResult<Planned> {
     let meta = view.meta.as_ref();
-    let stream = |plan: &QueryPlan| {
+    let everything_visible = view.visibility.expired().is_none();
+    let stream = |plan: &mut QueryPlan| {
         let mut stream = DocStream::new(
             view.ns.clone(),
             query.filter.clone(),
@@ -307,10 +339,14 @@ pub async fn plan(
         if plan.is_exact(&query.filter) {
             stream.skip_filter_check();
         }
+        plan.covered = plan.can_cover(query, everything_visible);
+        if plan.covered {
+            stream.read_covered();
+        }
         stream
     };
-    let single = |plan: QueryPlan| Planned {
-        stream: stream(&plan),
+    let single = |mut plan: QueryPlan| Planned {
+        stream: stream(&mut plan),
         plan,
         rejected: Vec::new(),
     };
@@ -357,7 +393,7 @@ pub async fn plan(
             // when it won; a plan that needs more (other values, other data) is planned again.
             let mut plan = candidates[position].clone();
             plan.from_cache = true;
-            let mut cached = stream(&plan);
+            let mut cached = stream(&mut plan);
             let budget = entry
                 .works
                 .saturating_mul(REPLAN_WORK_FACTOR)
@@ -381,8 +417,8 @@ pub async fn plan(
     }
     let mut trials: Vec<Candidate> = candidates
         .into_iter()
-        .map(|plan| Candidate {
-            stream: stream(&plan),
+        .map(|mut plan| Candidate {
+            stream: stream(&mut plan),
             plan,
             score: 0.0,
         })

@@ -272,6 +272,24 @@ impl Projection {
             .unwrap_or_default()
     }
 
+    /// The fields an inclusion projection keeps when they are all plain top-level fields (no
+    /// dotted path, operator or computed value): what a covered read must supply. `_id` is
+    /// among them unless excluded. `None` for any other projection.
+    pub fn included_top_level_fields(&self) -> Option<Vec<String>> {
+        if self.kind != Kind::Inclusion || self.has_positional {
+            return None;
+        }
+        let mut fields = Vec::with_capacity(self.root.children.len());
+        for (name, node) in &self.root.children {
+            match node {
+                Node::Include => fields.push(name.clone()),
+                Node::Exclude if name == "_id" => {}
+                _ => return None,
+            }
+        }
+        Some(fields)
+    }
+
     /// True when the projection removes fields (otherwise it keeps only the named ones).
     pub fn is_exclusion(&self) -> bool {
         self.kind == Kind::Exclusion
@@ -793,6 +811,29 @@ mod tests {
         Projection::parse(&spec, &["lastModified"])
             .expect("valid projection")
             .apply(&document, &no_meta)
+    }
+
+    #[test]
+    fn included_top_level_fields_are_what_a_covered_read_must_supply() {
+        let fields = |spec: Document| {
+            Projection::parse(&spec, &["textScore"])
+                .unwrap()
+                .included_top_level_fields()
+        };
+        assert_eq!(fields(doc! {"a": 1, "_id": 0}), Some(vec!["a".to_string()]));
+        let mut with_id = fields(doc! {"b": 1, "a": true}).unwrap();
+        with_id.sort();
+        assert_eq!(with_id, ["_id", "a", "b"]);
+        for spec in [
+            doc! {"a": 0},
+            doc! {"a.b": 1, "_id": 0},
+            doc! {"a": {"$slice": 1}, "_id": 0},
+            doc! {"a.$": 1, "_id": 0},
+            doc! {"a": "$b", "_id": 0},
+            doc! {"s": {"$meta": "textScore"}, "_id": 0},
+        ] {
+            assert_eq!(fields(spec.clone()), None, "{spec}");
+        }
     }
 
     #[track_caller]

@@ -190,6 +190,7 @@ pub async fn scan_all(
                     limit: page,
                     hide: None,
                     key_filter: None,
+                    covered: false,
                 },
             )
             .await
@@ -1176,6 +1177,7 @@ pub async fn indexes(storage: &dyn Storage) {
                     limit: 1,
                     hide: None,
                     key_filter: None,
+                    covered: false,
                 }
             )
             .await,
@@ -1385,6 +1387,7 @@ pub async fn scans(storage: &dyn Storage) {
                     limit: 5,
                     hide: None,
                     key_filter: None,
+                    covered: false,
                 }
             )
             .await,
@@ -1402,6 +1405,7 @@ pub async fn scans(storage: &dyn Storage) {
                 limit: 10,
                 hide: None,
                 key_filter: None,
+                covered: false,
             },
         )
         .await
@@ -1423,6 +1427,7 @@ pub async fn scans(storage: &dyn Storage) {
                 limit: 1000,
                 hide: None,
                 key_filter: None,
+                covered: false,
             },
         )
         .await
@@ -2169,6 +2174,7 @@ pub async fn catalog_only_indexes(storage: &dyn Storage) {
                     limit: 1,
                     hide: None,
                     key_filter: None,
+                    covered: false,
                 }
             )
             .await,
@@ -2504,6 +2510,7 @@ pub async fn hidden_scans(storage: &dyn Storage) {
                             limit: 2,
                             hide: Some(hide.clone()),
                             key_filter: None,
+                            covered: false,
                         },
                     )
                     .await

@@ -22,6 +22,18 @@
 //! query filter does not match Null there either.
 //!
 //! Keys are returned sorted and deduplicated. This module never touches storage.
+//!
+//! # Type bits
+//!
+//! An index key's `keycodec` bytes do not say which BSON type each value had (Int32 5, Int64 5
+//! and Double 5.0 encode alike), whether a Null came from a missing field, or whether a value
+//! came out of an array. A covered read must answer with the document's own values, so an
+//! ordered index keeps, beside a document's key, its *type bits* ([`IndexKeyer::entries`]) when
+//! the document has exactly one key and reached it through no array: per key field, in key
+//! order, `00` if the field is missing, or `01` followed by the value's `typebits` encoding.
+//! Documents with several keys, keys through arrays, and the other index kinds have none, and a
+//! covered read fetches those documents instead. The format is stored on disk: changing it
+//! needs a new storage format version.
 
 use bson::{Bson, Document};
 
@@ -113,30 +125,49 @@ impl IndexKeyer {
     /// The encoded keys `document` contributes (sorted, deduplicated; empty when the document is
     /// not indexed).
     pub fn keys(&self, document: &Document) -> StorageResult<Vec<Vec<u8>>> {
+        Ok(self.entries_of(document, false)?.keys)
+    }
+
+    /// The keys of `document` (as [`IndexKeyer::keys`]) and the type bits of its key, when it
+    /// has exactly one and the module's rules give it type bits.
+    pub fn entries(&self, document: &Document) -> StorageResult<DocumentKeys> {
+        self.entries_of(document, true)
+    }
+
+    fn entries_of(&self, document: &Document, with_type_bits: bool) -> StorageResult<DocumentKeys> {
+        let keys_only = |keys: Vec<Vec<u8>>| DocumentKeys {
+            keys,
+            type_bits: None,
+        };
         if !matches!(self.generator, Generator::Ordered) {
             if let Some(filter) = &self.partial {
                 if !filter.matches(document) {
-                    return Ok(Vec::new());
+                    return Ok(DocumentKeys::default());
                 }
             }
         }
         match &self.generator {
             Generator::Ordered => {}
             Generator::Hashed(kinds) => {
-                return Ok(
+                return Ok(keys_only(
                     super::hashed::hashed_key(document, kinds, self.spec.sparse)?
                         .into_iter()
                         .collect(),
-                )
+                ))
             }
             Generator::Wildcard(projection) => {
-                return Ok(super::wildcard::wildcard_keys(document, projection))
+                return Ok(keys_only(super::wildcard::wildcard_keys(
+                    document, projection,
+                )))
             }
-            Generator::Text(index) => return super::textkeys::text_keys(index, document),
+            Generator::Text(index) => {
+                return super::textkeys::text_keys(index, document).map(keys_only)
+            }
         }
         let Some(fields) = self.field_values(document)? else {
-            return Ok(Vec::new());
+            return Ok(keys_only(Vec::new()));
         };
+        let type_bits = with_type_bits.then(|| type_bits(&fields)).flatten();
         let mut keys = Vec::new();
         let mut choice = vec![0usize; fields.len()];
         loop {
@@ -152,7 +183,54 @@ impl IndexKeyer {
         }
         keys.sort_unstable();
         keys.dedup();
-        Ok(keys)
+        Ok(DocumentKeys { keys, type_bits })
+    }
+
+    /// The top-level key fields of `document`, in key order, with its own values (absent fields
+    /// left out): the document a covered read answers with when it has to fetch one. Equal to
+    /// [`IndexKeyer::covered_document`] of the document's entry when that has type bits.
+    pub fn key_fields_of(&self, document: &Document) -> Document {
+        self.spec
+            .key
+            .iter()
+            .zip(&self.paths)
+            .filter(|(_, parts)| parts.len() == 1)
+            .filter_map(|((field, _), _)| Some((field.clone(), document.get(field)?.clone())))
+            .collect()
+    }
+
+    /// The top-level key fields of the document an index entry was made from, rebuilt from its
+    /// key and type bits: each field's own value, with its BSON type; fields the document did
+    /// not have are absent. Dotted key fields are left out (their enclosing documents cannot be
+    /// rebuilt). `Corrupt` if the key or the bits do not decode.
+    pub fn covered_document(&self, key: &[u8], mut bits: &[u8]) -> StorageResult<Document> {
+        let corrupt =
+            |why: String| StorageError::Corrupt(format!("index {} entry: {why}", self.spec.name));
+        let mut document = Document::new();
+        let mut at = 0;
+        for ((field, direction), parts) in self.spec.key.iter().zip(&self.paths) {
+            let (decoded, used) =
+                keycodec::decode_value(key.get(at..).unwrap_or_default(), *direction)
+                    .map_err(|error| corrupt(error.to_string()))?;
+            at += used;
+            let (&presence, rest) = bits
+                .split_first()
+                .ok_or_else(|| corrupt("type bits end early".into()))?;
+            bits = rest;
+            let value = match presence {
+                BITS_MISSING => continue,
+                BITS_PRESENT => super::typebits::restore(decoded, &mut bits)
+                    .map_err(|error| corrupt(error.to_string()))?,
+                other => return Err(corrupt(format!("unknown type bits presence {other}"))),
+            };
+            if parts.len() == 1 {
+                document.insert(field.clone(), value);
+            }
+        }
+        if !bits.is_empty() {
+            return Err(corrupt("type bits left over".into()));
+        }
+        Ok(document)
     }
 
     /// `{field: value, ...}` in key order for the key `key` of `document`, as duplicate-key
@@ -245,6 +323,41 @@ impl IndexKeyer {
         }
         Ok(())
     }
+}
+
+/// What one document contributes to an index (see [`IndexKeyer::entries`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DocumentKeys {
+    /// Sorted, deduplicated.
+    pub keys: Vec<Vec<u8>>,
+    /// The type bits of the only key, if it has them (see the module docs).
+    pub type_bits: Option<Vec<u8>>,
+}
+
+const BITS_MISSING: u8 = 0x00;
+const BITS_PRESENT: u8 = 0x01;
+
+/// The type bits of the one key `fields` make, if they have exactly one and reach it through
+/// no array.
+fn type_bits(fields: &[FieldValues]) -> Option<Vec<u8>> {
+    let mut bits = Vec::with_capacity(2 * fields.len());
+    for field in fields {
+        let [value] = field.values.as_slice() else {
+            return None;
+        };
+        if field.array_prefix.is_some() {
+            return None;
+        }
+        if !field.present {
+            bits.push(BITS_MISSING);
+            continue;
+        }
+        bits.push(BITS_PRESENT);
+        if !super::typebits::append(&mut bits, value) {
+            return None;
+        }
+    }
+    Some(bits)
 }
 
 /// Steps `choice` to the next combination (odometer order); false after the last one.
@@ -383,6 +496,54 @@ mod tests {
         assert_eq!(
             k.keys(&doc! {"a": 1}).unwrap(),
             k.keys(&doc! {"a": 1i64}).unwrap()
+        );
+    }
+
+    #[test]
+    fn type_bits_rebuild_the_key_fields_exactly() {
+        let keyer = keyer(&[("a", 1), ("b", -1), ("c.d", 1)]);
+        let decimal: bson::Decimal128 = "2.50".parse().unwrap();
+        for document in [
+            doc! {"a": 1_i64, "b": -0.0, "c": {"d": 3}},
+            doc! {"b": Bson::Decimal128(decimal), "a": Bson::Symbol("s".into())},
+            doc! {"a": Bson::Null, "z": 1},
+            doc! {"a": {"x": 1.0, "y": [2_i64, "t"]}, "b": 5},
+        ] {
+            let entries = keyer.entries(&document).unwrap();
+            let [key] = entries.keys.as_slice() else {
+                panic!("one key for {document}");
+            };
+            let bits = entries.type_bits.expect("type bits");
+            let rebuilt = keyer.covered_document(key, &bits).unwrap();
+            // Top-level key fields in key order, each with its own type; dotted ones left out.
+            assert_eq!(
+                bson::to_vec(&rebuilt).unwrap(),
+                bson::to_vec(&keyer.key_fields_of(&document)).unwrap(),
+                "{document}"
+            );
+            assert!(keyer
+                .covered_document(key, &bits[..bits.len() - 1])
+                .is_err());
+            let mut extra = bits.clone();
+            extra.push(0);
+            assert!(keyer.covered_document(key, &extra).is_err());
+        }
+        // Several keys, or one reached through an array: no type bits.
+        for document in [
+            doc! {"a": [1, 2]},
+            doc! {"a": [1]},
+            doc! {"a": []},
+            doc! {"c": [{"d": 1}]},
+        ] {
+            assert_eq!(
+                keyer.entries(&document).unwrap().type_bits,
+                None,
+                "{document}"
+            );
+        }
+        assert_eq!(
+            keyer.keys(&doc! {"a": 1}).unwrap(),
+            keyer.entries(&doc! {"a": 1}).unwrap().keys
         );
     }
 

@@ -34,6 +34,7 @@ pub mod keycodec;
 pub mod redb_engine;
 pub mod stored_doc;
 pub mod textkeys;
+pub mod typebits;
 pub mod wildcard;
 
 pub use stored_doc::StoredDoc;
@@ -430,6 +431,12 @@ pub struct ScanRequest {
     /// Index scans only: entries whose stored key it rejects are skipped without fetching their
     /// document (like `hide`, they may leave a page short).
     pub key_filter: Option<KeyPredicate>,
+    /// Scans of ordered secondary indexes only (ignored otherwise): every record's document
+    /// holds only the index's top-level key fields, in key order, with the document's own values
+    /// (`IndexKeyer::key_fields_of`). Without `hide`, an entry that has type bits is answered
+    /// from its key alone (`IndexKeyer::covered_document`: revision 0, no TTL metadata, counted
+    /// as a key examined and no document); other entries fetch their document and reduce it.
+    pub covered: bool,
 }
 
 /// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it

@@ -22,12 +22,12 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::catalog::{id_index_spec, CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
-    bytes_table, corrupt, entry_key, entry_value, expiry_key, expiry_position, index_table_name,
-    io, raw_record, record_document, record_header, record_with_document, set_record_header,
-    CATALOG, SIZES,
+    bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
+    index_table_name, io, raw_record, record_document, record_header, record_with_document,
+    set_record_header, CATALOG, SIZES,
 };
 use super::writer::{Batch, Counters};
-use crate::storage::indexkeys::IndexKeyer;
+use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
 use crate::storage::{
     CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
@@ -396,14 +396,14 @@ pub(super) fn index_build_step(
         let id_key = id_key.value();
         let document = record_document(record.value())?;
         for (position, index) in building.iter().enumerate() {
-            let keys = index.keyer.keys(&document)?;
+            let DocumentKeys { keys, type_bits } = index.keyer.entries(&document)?;
             multikey[position] |= keys.len() > 1;
             for key in keys {
                 if index.unique() {
-                    let stored = tables[position]
-                        .get(key.as_slice())
-                        .map_err(io)?
-                        .map(|owner| owner.value().to_vec());
+                    let stored = match tables[position].get(key.as_slice()).map_err(io)? {
+                        Some(stored) => Some(entry_id(&key, stored.value(), true)?.to_vec()),
+                        None => None,
+                    };
                     let owner = claimed[position].get(&key).cloned().or(stored);
                     if owner.is_some_and(|owner| owner.as_slice() != id_key) {
                         return Err(index.keyer.duplicate_key(ns, &document, &key));
@@ -412,7 +412,7 @@ pub(super) fn index_build_step(
                 }
                 additions[position].push((
                     entry_key(&key, id_key, index.unique()),
-                    entry_value(id_key, index.unique()).to_vec(),
+                    entry_value(id_key, type_bits.as_deref(), index.unique()),
                 ));
             }
         }
@@ -660,11 +660,25 @@ pub(super) struct IndexTable<'t, 'e> {
 }
 
 impl IndexTable<'_, '_> {
-    fn insert(&mut self, index_key: &[u8], id_key: &[u8]) -> StorageResult<()> {
+    /// Writes the entry of `id_key` under `index_key`, replacing one already there (whose type
+    /// bits may differ).
+    fn insert(
+        &mut self,
+        index_key: &[u8],
+        id_key: &[u8],
+        type_bits: Option<&[u8]>,
+    ) -> StorageResult<()> {
         let unique = self.index.unique();
         let key = entry_key(index_key, id_key, unique);
-        let value = entry_value(id_key, unique);
-        self.table.insert(key.as_slice(), value).map_err(io)?;
+        let value = entry_value(id_key, type_bits, unique);
+        let replaced = self
+            .table
+            .insert(key.as_slice(), value.as_slice())
+            .map_err(io)?
+            .map(|old| old.value().len());
+        if let Some(old_len) = replaced {
+            self.size.sub(key.len(), old_len);
+        }
         self.size.add(key.len(), value.len());
         Ok(())
     }
@@ -675,9 +689,14 @@ impl IndexTable<'_, '_> {
         let key = entry_key(index_key, id_key, unique);
         if unique {
             let owned = self.table.get(key.as_slice()).map_err(io)?;
-            if owned.is_none_or(|owner| owner.value() != id_key) {
+            let owner = owned
+                .as_ref()
+                .map(|owned| entry_id(&key, owned.value(), true))
+                .transpose()?;
+            if owner != Some(id_key) {
                 return Ok(());
             }
+            drop(owned);
         }
         if let Some(value) = self.table.remove(key.as_slice()).map_err(io)? {
             let value_len = value.value().len();
@@ -689,12 +708,11 @@ impl IndexTable<'_, '_> {
 
     /// The document (other than `id_key`'s) holding unique key `index_key`, if any.
     fn other_owner(&self, index_key: &[u8], id_key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
-        Ok(self
-            .table
-            .get(index_key)
-            .map_err(io)?
-            .map(|owner| owner.value().to_vec())
-            .filter(|owner| owner.as_slice() != id_key))
+        let Some(stored) = self.table.get(index_key).map_err(io)? else {
+            return Ok(None);
+        };
+        let owner = entry_id(index_key, stored.value(), true)?;
+        Ok((owner != id_key).then(|| owner.to_vec()))
     }
 }
 
@@ -776,32 +794,39 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
     }
 
     /// Moves `id_key`'s entries in every index from its `old` keys (none for an insert) to its
-    /// `new` ones (both sorted per index), touching only the keys that differ.
+    /// `new` ones (both sorted per index), touching only the keys that differ, and a kept key
+    /// whose type bits changed (Int32 5 becoming Double 5.0 keeps the key).
     fn move_index_entries(
         &mut self,
         id_key: &[u8],
-        old: Option<&[Vec<Vec<u8>>]>,
-        new: &[Vec<Vec<u8>>],
+        old: Option<&[DocumentKeys]>,
+        new: &[DocumentKeys],
     ) -> StorageResult<()> {
         self.note_multikey(new);
+        let none = DocumentKeys::default();
         for (position, (index, new)) in self.indexes.iter_mut().zip(new).enumerate() {
-            let old = old
-                .and_then(|old| old.get(position))
-                .map_or(&[][..], Vec::as_slice);
-            for key in old.iter().filter(|key| new.binary_search(key).is_err()) {
+            let old = old.and_then(|old| old.get(position)).unwrap_or(&none);
+            for key in old
+                .keys
+                .iter()
+                .filter(|key| new.keys.binary_search(key).is_err())
+            {
                 index.remove(key, id_key)?;
             }
-            for key in new.iter().filter(|key| old.binary_search(key).is_err()) {
-                index.insert(key, id_key)?;
+            let bits_changed = old.type_bits != new.type_bits;
+            for key in &new.keys {
+                if bits_changed || old.keys.binary_search(key).is_err() {
+                    index.insert(key, id_key, new.type_bits.as_deref())?;
+                }
             }
         }
         Ok(())
     }
 
     /// Notes the indexes in which a document being written has several keys.
-    fn note_multikey(&mut self, keys: &[Vec<Vec<u8>>]) {
+    fn note_multikey(&mut self, keys: &[DocumentKeys]) {
         for (index, keys) in self.indexes.iter().zip(keys) {
-            if keys.len() > 1
+            if keys.keys.len() > 1
                 && !index.index.multikey
                 && !self.became_multikey.contains(&index.index.id)
             {
@@ -829,11 +854,11 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         Ok(())
     }
 
-    /// Keys of `document` for every maintained secondary index, in `indexes` order.
-    fn index_keys(&self, document: &Document) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+    /// Keys and type bits of `document` for every maintained secondary index, in `indexes` order.
+    fn index_keys(&self, document: &Document) -> StorageResult<Vec<DocumentKeys>> {
         self.indexes
             .iter()
-            .map(|index| index.index.keyer.keys(document))
+            .map(|index| index.index.keyer.entries(document))
             .collect()
     }
 
@@ -972,7 +997,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             } => {
                 let old_record = self.current(&id_key, Some(expected_rev))?;
                 let old_meta = record_header(&old_record)?.meta;
-                let old_keys = self.stored_keys(&old_record)?;
+                let old_keys = self.keyer.entries(&old_record)?;
                 let new_keys = self.index_keys(&doc)?;
                 let mut superseded = Vec::new();
                 self.check_unique(
@@ -1013,8 +1038,8 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
         &self,
         document: &Document,
         id_key: &[u8],
-        new_keys: &[Vec<Vec<u8>>],
-        old_keys: Option<&[Vec<Vec<u8>>]>,
+        new_keys: &[DocumentKeys],
+        old_keys: Option<&[DocumentKeys]>,
         supersede: Option<&RecordPredicate>,
         superseded: &mut Vec<Removal>,
     ) -> StorageResult<()> {
@@ -1023,8 +1048,8 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 continue;
             }
             let held = old_keys.and_then(|old| old.get(position));
-            for key in keys {
-                if held.is_some_and(|held| held.binary_search(key).is_ok()) {
+            for key in &keys.keys {
+                if held.is_some_and(|held| held.keys.binary_search(key).is_ok()) {
                     continue;
                 }
                 if let Some(owner) = index.other_owner(key, id_key)? {

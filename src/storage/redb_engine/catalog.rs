@@ -24,7 +24,7 @@ use super::format::{
     corrupt, data_table_name, expiry_table_name, index_table_name, raw_record, record_document,
 };
 use crate::bsonutil::decode_fields;
-use crate::storage::indexkeys::IndexKeyer;
+use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::Direction;
 use crate::storage::{CollectionMeta, ExpiryOrder, IndexKind, IndexSpec, Namespace, StorageResult};
 
@@ -120,6 +120,19 @@ impl<'e> StoredKeyer<'e> {
     /// The keys of a stored record, one list per maintained index. A document whose keys cannot
     /// be computed (impossible while the invariants hold) has none in that index.
     pub fn keys(&self, record: &[u8]) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+        Ok(self
+            .entries_of(record, false)?
+            .into_iter()
+            .map(|entries| entries.keys)
+            .collect())
+    }
+
+    /// [`StoredKeyer::keys`] with each document's type bits (see `indexkeys`).
+    pub fn entries(&self, record: &[u8]) -> StorageResult<Vec<DocumentKeys>> {
+        self.entries_of(record, true)
+    }
+
+    fn entries_of(&self, record: &[u8], with_type_bits: bool) -> StorageResult<Vec<DocumentKeys>> {
         if self.indexes.is_empty() {
             return Ok(Vec::new());
         }
@@ -131,7 +144,16 @@ impl<'e> StoredKeyer<'e> {
         Ok(self
             .indexes
             .iter()
-            .map(|index| index.keyer.keys(&document).unwrap_or_default())
+            .map(|index| {
+                let entries = match with_type_bits {
+                    true => index.keyer.entries(&document),
+                    false => index.keyer.keys(&document).map(|keys| DocumentKeys {
+                        keys,
+                        type_bits: None,
+                    }),
+                };
+                entries.unwrap_or_default()
+            })
             .collect())
     }
 

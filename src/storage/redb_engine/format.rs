@@ -11,10 +11,17 @@
 //! - `d.<collection id>` (encoded `_id` → record): record = 26-byte header then the document's
 //!   BSON bytes. Header: [`RECORD_VERSION`] u8, rev u64 BE, last_write_ms i64 BE, TTL class u8
 //!   (0 `Default`, 1 `Never`, 2 `Own`), expire_at_ms i64 BE (0 unless `Own`).
-//! - `i.<index id>`: unique index: index key → encoded `_id`; non-unique: index key ++ encoded
-//!   `_id` ++ u32 BE length of the encoded `_id` → empty. Both sort by index key first (encoded
-//!   `_id`s are prefix-free, so the suffix never reorders distinct index keys). Catalog-only
-//!   indexes have no table.
+//! - `i.<index id>`: unique index: index key → value; non-unique: index key ++ encoded `_id` ++
+//!   u32 BE length of the encoded `_id` → value. Both sort by index key first (encoded `_id`s are
+//!   prefix-free, so the suffix never reorders distinct index keys). The value holds the entry's
+//!   type bits when it has them (`indexkeys::IndexKeyer::entries`: what a covered read needs to
+//!   rebuild the key's values exactly), marked by a first byte [`TYPE_BITS_MARKER`], which no
+//!   encoded `_id` starts with (keycodec tags are `0x10..=0xF0`):
+//!   - unique: encoded `_id`, or `01` ++ u32 BE bits length ++ bits ++ encoded `_id`;
+//!   - non-unique: empty, or `01` ++ bits.
+//!
+//!   Entries written by format version 2 never have type bits. Catalog-only indexes have no
+//!   table.
 //! - `lw.<collection id>`: one entry per `TtlClass::Default` record: order-preserving i64
 //!   `last_write_ms` (8 bytes, see [`ordered_i64`]) ++ encoded `_id` → empty.
 //! - `ox.<collection id>`: one entry per `TtlClass::Own` record: order-preserving i64
@@ -36,7 +43,13 @@ use crate::storage::{
 };
 
 /// 2: TTL class in the record header, expiry tables, catalog-only indexes.
-pub(super) const FORMAT_VERSION: u64 = 2;
+/// 3: type bits in index entry values. Version 2 files are read as they are (their entries have
+/// no type bits) and marked 3 when opened, after which older builds refuse them.
+pub(super) const FORMAT_VERSION: u64 = 3;
+/// The oldest format version this build opens.
+pub(super) const OLDEST_READABLE_FORMAT_VERSION: u64 = 2;
+/// First byte of an index entry value that carries type bits.
+pub(super) const TYPE_BITS_MARKER: u8 = 0x01;
 pub(super) const RECORD_VERSION: u8 = 2;
 /// Bytes before the BSON document in a record.
 pub(super) const RECORD_HEADER_LEN: usize = 26;
@@ -245,13 +258,53 @@ pub(super) fn entry_key(index_key: &[u8], id_key: &[u8], unique: bool) -> Vec<u8
     key
 }
 
-/// The stored value of an index entry.
-pub(super) fn entry_value(id_key: &[u8], unique: bool) -> &[u8] {
-    if unique {
-        id_key
-    } else {
-        &[]
+/// The stored value of an index entry (see the module docs), with the entry's type bits if any.
+pub(super) fn entry_value(id_key: &[u8], type_bits: Option<&[u8]>, unique: bool) -> Vec<u8> {
+    match (type_bits, unique) {
+        (None, true) => id_key.to_vec(),
+        (None, false) => Vec::new(),
+        (Some(bits), unique) => {
+            let mut value = Vec::with_capacity(1 + 4 + bits.len() + id_key.len());
+            value.push(TYPE_BITS_MARKER);
+            if unique {
+                // Type bits of one key are far below 4 GiB (a key is part of a 16 MiB document).
+                value.extend_from_slice(&(bits.len() as u32).to_be_bytes());
+            }
+            value.extend_from_slice(bits);
+            if unique {
+                value.extend_from_slice(id_key);
+            }
+            value
+        }
     }
+}
+
+/// Splits a unique index entry's value into its type bits (if any) and encoded `_id`.
+fn split_unique_value(value: &[u8]) -> StorageResult<(Option<&[u8]>, &[u8])> {
+    if value.first() != Some(&TYPE_BITS_MARKER) {
+        return Ok((None, value));
+    }
+    let length = value
+        .get(1..5)
+        .ok_or_else(|| corrupt("index entry value shorter than its type bits length"))?;
+    let length = u32::from_be_bytes(length.try_into().map_err(corrupt)?) as usize;
+    let bits_end = 5usize
+        .checked_add(length)
+        .filter(|end| *end < value.len())
+        .ok_or_else(|| corrupt("index entry type bits length out of range"))?;
+    Ok((Some(&value[5..bits_end]), &value[bits_end..]))
+}
+
+/// The type bits of an index entry, if it has them.
+pub(super) fn entry_type_bits(value: &[u8], unique: bool) -> StorageResult<Option<&[u8]>> {
+    if unique {
+        return Ok(split_unique_value(value)?.0);
+    }
+    Ok(match value.split_first() {
+        Some((&TYPE_BITS_MARKER, bits)) => Some(bits),
+        Some(_) => return Err(corrupt("unknown index entry value")),
+        None => None,
+    })
 }
 
 /// The encoded `_id` an index entry points to.
@@ -261,7 +314,7 @@ pub(super) fn entry_id<'a>(
     unique: bool,
 ) -> StorageResult<&'a [u8]> {
     if unique {
-        return Ok(value);
+        return Ok(split_unique_value(value)?.1);
     }
     let length_at = key
         .len()
@@ -338,11 +391,18 @@ mod tests {
         let id = [0x27u8, 1, 2, 3];
         for unique in [false, true] {
             let key = entry_key(b"\x30abc\x00", &id, unique);
-            assert_eq!(
-                entry_id(&key, entry_value(&id, unique), unique).unwrap(),
-                &id
-            );
+            for bits in [None, Some(&[][..]), Some(&[1u8, 0, 1, 7][..])] {
+                let value = entry_value(&id, bits, unique);
+                assert_eq!(entry_id(&key, &value, unique).unwrap(), &id);
+                assert_eq!(entry_type_bits(&value, unique).unwrap(), bits);
+            }
         }
+        // Version 2 values: the bare `_id` (unique) or empty; no type bits.
+        assert_eq!(entry_type_bits(&id, true).unwrap(), None);
+        assert_eq!(entry_type_bits(&[], false).unwrap(), None);
+        // A marker whose length runs past the value is corrupt, not misread.
+        assert!(entry_id(b"", &[TYPE_BITS_MARKER, 0, 0, 0, 9, 0x27], true).is_err());
+        assert!(entry_type_bits(&[0x27], false).is_err());
         assert!(entry_id(&[0, 0, 0, 9], &[], false).is_err());
         assert!(entry_id(&[1], &[], false).is_err());
     }

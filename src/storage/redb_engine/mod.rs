@@ -51,7 +51,7 @@ use self::catalog::{Catalog, CollectionEntry};
 use self::database::{DbSlot, Source};
 use self::format::{
     io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
-    META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER, SIZES,
+    META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER, OLDEST_READABLE_FORMAT_VERSION, SIZES,
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
@@ -322,11 +322,15 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
                     .map_err(io)?;
             }
             Some(FORMAT_VERSION) => {}
+            Some(older) if (OLDEST_READABLE_FORMAT_VERSION..FORMAT_VERSION).contains(&older) => {
+                meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)
+                    .map_err(io)?;
+            }
             Some(other) => {
                 return Err(StorageError::Corrupt(format!(
-                    "unsupported data format version {other}: this build reads only version \
-                     {FORMAT_VERSION} and does not migrate; start with an empty --dbpath (or \
-                     use the tideway build that wrote it)"
+                    "unsupported data format version {other}: this build reads versions \
+                     {OLDEST_READABLE_FORMAT_VERSION} to {FORMAT_VERSION} and does not migrate \
+                     others; start with an empty --dbpath (or use the tideway build that wrote it)"
                 )))
             }
         }

@@ -20,14 +20,15 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, decode_record, entry_id, expiry_entry_id, io, ordered_i64, raw_record,
-    ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, ordered_i64,
+    raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
 use crate::storage::{
-    CollectionStats, EntryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace, ReapSource, Record,
-    RecordPredicate, ScanPage, ScanRequest, ScanSource, StorageError, StorageResult,
+    CollectionStats, EntryCount, ExpiryOrder, IndexKind, IndexSpec, KeyRange, Namespace,
+    ReapSource, Record, RecordPredicate, ScanPage, ScanRequest, ScanSource, StorageError,
+    StorageResult, TtlClass,
 };
 
 pub(super) type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -164,6 +165,8 @@ pub(super) fn scan(
     let scanned = index_table.as_ref().unwrap_or(&data);
     let hide = request.hide.as_ref();
     let key_filter = request.key_filter.as_ref();
+    let covering =
+        index.filter(|index| request.covered && index.spec().kind() == IndexKind::Ordered);
     page(
         scanned,
         ranges,
@@ -175,10 +178,20 @@ pub(super) fn scan(
             if key_filter.is_some_and(|filter| !filter.holds(key)) {
                 return Ok(Visit::Skipped);
             }
-            let record = match index {
+            if let Some(index) = covering {
+                if let Some(bits) =
+                    entry_type_bits(value, index.unique())?.filter(|_| hide.is_none())
+                {
+                    return covered_record(index, key, bits).map(Visit::Covered);
+                }
+            }
+            let mut record = match index {
                 None => unless_hidden(value, hide)?,
                 Some(index) => fetch(&data, entry_id(key, value, index.unique())?, hide)?,
             };
+            if let (Some(index), Some(record)) = (covering, record.as_mut()) {
+                record.doc = index.keyer.key_fields_of(&record.doc).into();
+            }
             Ok(Visit::Read(record))
         },
     )
@@ -190,6 +203,18 @@ enum Visit {
     Skipped,
     /// A document was read (`None`: hidden, or the entry dangles).
     Read(Option<Record>),
+    /// The entry's key answered for its document (a covered read).
+    Covered(Record),
+}
+
+/// The record a covered read makes of an index entry with type bits.
+fn covered_record(index: &IndexEntry, key: &[u8], type_bits: &[u8]) -> StorageResult<Record> {
+    Ok(Record {
+        doc: index.keyer.covered_document(key, type_bits)?.into(),
+        rev: 0,
+        last_write_ms: 0,
+        ttl: TtlClass::Never,
+    })
 }
 
 /// The record of `id_key` unless `hide` holds for it; `None` also if the entry pointing to it
@@ -265,9 +290,13 @@ fn page(
             visited += 1;
             let (key, value) = item.map_err(io)?;
             let key = key.value();
-            if let Visit::Read(record) = visit(key, value.value())? {
-                docs_examined += 1;
-                records.extend(record);
+            match visit(key, value.value())? {
+                Visit::Read(record) => {
+                    docs_examined += 1;
+                    records.extend(record);
+                }
+                Visit::Covered(record) => records.push(record),
+                Visit::Skipped => {}
             }
             last_key = Some(key.to_vec());
         }

@@ -214,9 +214,152 @@ async fn older_format_versions_are_refused() {
     assert!(matches!(error, StorageError::Corrupt(_)), "{error:?}");
     let message = error.to_string();
     assert!(
-        message.contains("unsupported data format version 1: this build reads only version 2"),
+        message.contains("unsupported data format version 1: this build reads versions 2 to 3"),
         "{message}"
     );
+}
+
+/// One covered scan of all of `index` in a single page: its documents and how many it fetched.
+async fn covered_scan(
+    storage: &RedbStorage,
+    coll: &Namespace,
+    index: &str,
+) -> (Vec<Document>, u64) {
+    let page = storage
+        .scan(
+            coll,
+            crate::storage::ScanRequest {
+                source: ScanSource::Index {
+                    name: index.into(),
+                    ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
+                },
+                resume_after: None,
+                reverse: false,
+                limit: 100,
+                hide: None,
+                key_filter: None,
+                covered: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.resume, None);
+    let documents = page
+        .records
+        .into_iter()
+        .map(|r| r.doc.into_document())
+        .collect();
+    (documents, page.docs_examined)
+}
+
+#[tokio::test]
+async fn version_2_files_open_and_their_entries_without_type_bits_are_fetched() {
+    let dir = TempDir::new().unwrap();
+    let coll = ns("upgrade");
+    let expected: Vec<Document> = (0..6).map(|i| doc! {"a": i as i64, "b": 0.5}).collect();
+    {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        storage
+            .create_indexes(
+                &coll,
+                vec![
+                    index_spec("a_1_b_1", &[("a", 1), ("b", 1)], true, false, None),
+                    index_spec("b_1_a_1", &[("b", 1), ("a", 1)], false, false, None),
+                ],
+            )
+            .await
+            .unwrap();
+        write_ok(
+            &storage,
+            &coll,
+            (0..6)
+                .map(|i| insert(doc! {"_id": i, "b": 0.5, "a": i as i64, "c": "x"}))
+                .collect(),
+        )
+        .await;
+        // Entries written now have type bits: answered from keys alone.
+        let (documents, fetched) = covered_scan(&storage, &coll, "a_1_b_1").await;
+        assert_eq!((documents, fetched), (expected.clone(), 0));
+    }
+    // Rewrite the file as version 2 wrote it: no type bits in any index entry.
+    {
+        let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        let mut tables: Vec<String> = txn
+            .list_tables()
+            .unwrap()
+            .map(|table| redb::TableHandle::name(&table).to_string())
+            .filter(|name| name.starts_with("i."))
+            .collect();
+        tables.sort();
+        assert_eq!(tables.len(), 2);
+        for (name, unique) in tables.iter().zip([true, false]) {
+            let mut table = txn.open_table(super::format::bytes_table(name)).unwrap();
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = redb::ReadableTable::iter(&table)
+                .unwrap()
+                .map(|entry| {
+                    let (key, value) = entry.unwrap();
+                    (key.value().to_vec(), value.value().to_vec())
+                })
+                .collect();
+            for (key, value) in entries {
+                assert!(super::format::entry_type_bits(&value, unique)
+                    .unwrap()
+                    .is_some());
+                let id = super::format::entry_id(&key, &value, unique)
+                    .unwrap()
+                    .to_vec();
+                let old = super::format::entry_value(&id, None, unique);
+                table.insert(key.as_slice(), old.as_slice()).unwrap();
+            }
+        }
+        txn.open_table(super::format::META)
+            .unwrap()
+            .insert(super::format::META_FORMAT_VERSION, 2)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        // Entries without type bits fetch their documents, reduced to the key fields.
+        for index in ["a_1_b_1", "b_1_a_1"] {
+            let (documents, fetched) = covered_scan(&storage, &coll, index).await;
+            assert_eq!((documents, fetched), (expected.clone(), 6), "{index}");
+        }
+        // Type bits come back when an entry is rewritten: its key or its types change (Int64 0
+        // becoming Int32 0 keeps the key). Entries a write leaves alone stay as they were.
+        let record = storage.get(&coll, &Bson::Int32(0)).await.unwrap().unwrap();
+        let mut document = record.doc.into_document();
+        document.insert("a", 0);
+        write_ok(&storage, &coll, vec![replace(0, record.rev, document)]).await;
+        let (documents, fetched) = covered_scan(&storage, &coll, "a_1_b_1").await;
+        let mut rewritten = expected.clone();
+        rewritten[0] = doc! {"a": 0, "b": 0.5};
+        assert_eq!((documents, fetched), (rewritten, 5));
+        // Unique constraints still read the owners of version 2 entries.
+        let results = storage
+            .write(
+                &coll,
+                vec![insert(doc! {"_id": 50, "a": 3_i64, "b": 0.5})],
+                ORDERED,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            &results[0],
+            Err(StorageError::DuplicateKey { .. })
+        ));
+    }
+    // Opening marked the file version 3.
+    let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let meta = txn.open_table(super::format::META).unwrap();
+    let version = meta
+        .get(super::format::META_FORMAT_VERSION)
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, super::format::FORMAT_VERSION);
 }
 
 #[tokio::test]
