@@ -25,6 +25,8 @@ pub mod server;
 pub mod sorter;
 pub mod state;
 pub mod storage;
+#[cfg(test)]
+mod testrng;
 pub mod ttl;
 pub mod wire;
 

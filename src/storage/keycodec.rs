@@ -1387,23 +1387,7 @@ mod tests {
         r.db_pointer(ns.as_bytes(), &id).expect("valid db pointer")
     }
 
-    /// Splitmix64: tiny deterministic PRNG.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-            &items[self.below(items.len() as u64) as usize]
-        }
-    }
+    use crate::testrng::SplitMix64 as Rng;
 
     // ---- reference comparator (independent of the encoder) ----------------------------
 
