@@ -159,8 +159,8 @@ pub fn check_hint(
         Bson::Document(key) if key.keys().next().map(String::as_str) == Some("$natural") => {
             return Ok(())
         }
-        Bson::String(name) => meta.map(|meta| usable(meta.index_named(name))),
-        Bson::Document(key) => meta.map(|meta| usable(meta.index_with_key(key))),
+        Bson::String(name) => meta.map(|meta| usable(meta.index_named(name).map(|index| &**index))),
+        Bson::Document(key) => meta.map(|meta| usable(meta.index_with_key(key).map(|index| &**index))),
         _ => {
             return Err(CommandError::new(
                 ErrorCode::FailedToParse,

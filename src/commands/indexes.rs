@@ -416,9 +416,10 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
     let storage = ctx.state.storage.as_ref();
     let existing = storage.collection(&ns).await?;
     let created_collection = existing.is_none();
-    let existing_indexes = existing
-        .map(|meta| meta.indexes)
-        .unwrap_or_else(|| vec![id_index_spec()]);
+    let existing_indexes: Vec<IndexSpec> = existing.map_or_else(
+        || vec![id_index_spec()],
+        |meta| meta.indexes.iter().map(|index| (**index).clone()).collect(),
+    );
     let mut to_create: Vec<IndexSpec> = Vec::new();
     'requested: for spec in requested {
         for other in existing_indexes.iter().chain(&to_create) {
@@ -484,7 +485,7 @@ async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             format!("ns does not exist: {ns}"),
         ));
     };
-    let specs = meta.indexes.into_iter().map(|index| index.spec).collect();
+    let specs = meta.indexes.iter().map(|index| index.spec.clone()).collect();
     buffered_cursor(
         ctx,
         body,

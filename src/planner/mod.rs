@@ -114,7 +114,7 @@ pub enum Access {
 /// A scan of one index over bounds.
 #[derive(Clone, Debug)]
 pub struct IndexScan {
-    pub index: IndexSpec,
+    pub index: Arc<IndexSpec>,
     pub bounds: IndexBounds,
     pub reverse: bool,
     pub multikey: bool,
@@ -123,7 +123,7 @@ pub struct IndexScan {
 }
 
 impl IndexScan {
-    fn new(index: &IndexSpec, bounds: IndexBounds, reverse: bool, multikey: bool) -> IndexScan {
+    fn new(index: &Arc<IndexSpec>, bounds: IndexBounds, reverse: bool, multikey: bool) -> IndexScan {
         let (ranges, key_filter) = bounds.scan();
         IndexScan {
             index: index.clone(),
@@ -654,7 +654,7 @@ fn index_bounds(index: &IndexSpec, conjuncts: &[&Expr], multikey: bool) -> Index
 /// A scan of a wildcard index for the first top-level conjunct on a path it covers whose bounds
 /// hold only for present scalar values (a wildcard index has no key for a missing path, nor for
 /// an object at it): points before ranges.
-fn wildcard_scan(index: &IndexSpec, conjuncts: &[&Expr]) -> Option<IndexScan> {
+fn wildcard_scan(index: &Arc<IndexSpec>, conjuncts: &[&Expr]) -> Option<IndexScan> {
     let projection = WildcardProjection::of_spec(index)?;
     let scalar = |value: &Bson| {
         !matches!(
@@ -840,7 +840,7 @@ const MAX_EXPLODED_SCANS: usize = 200;
 /// to a few values each (`$in`) one value at a time makes the index provide `sort`, one scan per
 /// combination of those values, each in sort order. `None` when no such split exists.
 fn explode_for_sort(
-    index: &IndexSpec,
+    index: &Arc<IndexSpec>,
     bounds: &IndexBounds,
     sort: &SortSpec,
 ) -> Option<Vec<IndexScan>> {
@@ -1087,7 +1087,7 @@ mod tests {
             ns: Namespace::new("db", "c"),
             uuid: [0; 16],
             options: Document::new(),
-            indexes: all,
+            indexes: all.into_iter().map(Arc::new).collect(),
             multikey_indexes: Vec::new(),
         }
     }

@@ -2081,7 +2081,7 @@ pub async fn catalog_only_indexes(storage: &dyn Storage) {
         .await
         .unwrap();
     assert_eq!(index_names(&meta), vec!["_id_", "_ts_1", "a_1"]);
-    assert_eq!(meta.indexes[1], ts);
+    assert_eq!(*meta.indexes[1], ts);
     assert!(!meta.indexes[2].catalog_only);
     let all = || index_source("_ts_1", vec![(Bound::Unbounded, Bound::Unbounded)]);
     assert!(scan_all(storage, &ns, all(), false, 5).await.is_empty());

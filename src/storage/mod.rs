@@ -78,15 +78,15 @@ pub struct CollectionMeta {
     pub uuid: [u8; 16],
     /// The options given to `create` (empty for implicit creation), returned by `listCollections`.
     pub options: Document,
-    /// Every index, `_id_` first.
-    pub indexes: Vec<IndexSpec>,
+    /// Every index, `_id_` first (shared: plans hold them without copying).
+    pub indexes: Vec<Arc<IndexSpec>>,
     /// Names of the indexes in which some document has (or had) more than one key: their
     /// bounds on one field must not be intersected. Only ever grows while an index exists.
     pub multikey_indexes: Vec<String>,
 }
 
 impl CollectionMeta {
-    pub fn index_named(&self, name: &str) -> Option<&IndexSpec> {
+    pub fn index_named(&self, name: &str) -> Option<&Arc<IndexSpec>> {
         self.indexes.iter().find(|index| index.name == name)
     }
 
@@ -95,7 +95,7 @@ impl CollectionMeta {
     }
 
     /// The index whose key pattern is exactly `key` (field order and directions included).
-    pub fn index_with_key(&self, key: &Document) -> Option<&IndexSpec> {
+    pub fn index_with_key(&self, key: &Document) -> Option<&Arc<IndexSpec>> {
         self.indexes
             .iter()
             .find(|index| &index.key_pattern() == key)

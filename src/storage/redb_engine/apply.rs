@@ -549,7 +549,7 @@ pub(super) fn update_index_spec(
 ) -> StorageResult<()> {
     let mut updated = (*require(batch, ns)?).clone();
     if name == IndexSpec::ID_INDEX_NAME {
-        updated.meta.indexes[0].spec = spec;
+        Arc::make_mut(&mut updated.meta.indexes[0]).spec = spec;
     } else {
         let index = updated
             .indexes

@@ -192,7 +192,7 @@ impl CollectionEntry {
                 ns,
                 uuid,
                 options,
-                indexes: vec![id_index],
+                indexes: vec![Arc::new(id_index)],
                 multikey_indexes: Vec::new(),
             },
             data_table: data_table_name(id),
@@ -210,7 +210,7 @@ impl CollectionEntry {
             self.indexes
                 .iter()
                 .filter(|index| !index.building)
-                .map(|index| index.spec().clone()),
+                .map(|index| Arc::new(index.spec().clone())),
         );
         self.meta.multikey_indexes = self
             .indexes
