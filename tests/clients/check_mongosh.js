@@ -248,6 +248,11 @@ function uniqueIndexShop() {
   check('explain("executionStats"): nReturned, totalKeysExamined, totalDocsExamined',
     [plan.executionStats.nReturned, plan.executionStats.totalKeysExamined, plan.executionStats.totalDocsExamined],
     [1, 1, 1]);
+  const covered = db.c.find({ a: { $gte: 1, $lt: 3 } }, { a: 1, _id: 0 }).explain('executionStats');
+  check('covered find().explain(): PROJECTION_COVERED over IXSCAN, no document read',
+    [covered.queryPlanner.winningPlan.stage, covered.queryPlanner.winningPlan.inputStage.stage,
+      covered.executionStats.totalDocsExamined],
+    ['PROJECTION_COVERED', 'IXSCAN', 0]);
   step('explain');`, ['createIndex', 'duplicate', 'explain']);
 }
 

@@ -549,6 +549,15 @@ def planner_explain_and_text(ctx: Ctx) -> None:
                      (10, 10, 10))
         newest = list(coll.find({"user": 3}, {"_id": 1}).sort("at", -1).limit(2))
         expect_equal("find({user: 3}).sort(at, -1).limit(2)", newest, [{"_id": 983}, {"_id": 963}])
+        covered = coll.find({"at": {"$gte": 1000, "$lt": 1030}}, {"at": 1, "_id": 0}).explain()
+        expect_equal("covered find(): PROJECTION_COVERED over IXSCAN, no document read",
+                     (covered["queryPlanner"]["winningPlan"]["stage"],
+                      covered["queryPlanner"]["winningPlan"]["inputStage"]["stage"],
+                      covered["executionStats"]["totalDocsExamined"]),
+                     ("PROJECTION_COVERED", "IXSCAN", 0))
+        expect_equal("covered find(): values from the index keys",
+                     list(coll.find({"at": {"$gte": 1000, "$lt": 1030}}, {"at": 1, "_id": 0})),
+                     [{"at": 1000}, {"at": 1010}, {"at": 1020}])
         hinted = coll.find({"at": {"$lt": 50}}).hint([("user", ASCENDING), ("at", ASCENDING)]).explain()
         expect_equal("hint(user_1_at_1)",
                      hinted["queryPlanner"]["winningPlan"]["inputStage"]["indexName"], "user_1_at_1")
