@@ -23,8 +23,8 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use super::catalog::{id_index_spec, CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
     bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
-    index_table_name, io, raw_record, record_document, record_header, record_with_document,
-    set_record_header, CATALOG, SIZES,
+    index_table_name, io, raw_record, record_header, record_with_document, set_record_header,
+    CATALOG, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
@@ -382,6 +382,7 @@ pub(super) fn index_build_step(
         None => Bound::Unbounded,
     };
     // Per index: the stored entries to add, and (unique indexes) the owner of each key so far.
+    let keyer = StoredKeyer::over(building.clone());
     let mut additions: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); building.len()];
     let mut claimed: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(); building.len()];
     let mut multikey = vec![false; building.len()];
@@ -394,7 +395,7 @@ pub(super) fn index_build_step(
         processed += 1;
         let (id_key, record) = item.map_err(io)?;
         let id_key = id_key.value();
-        let document = record_document(record.value())?;
+        let document = keyer.document(record.value())?;
         for (position, index) in building.iter().enumerate() {
             let DocumentKeys { keys, type_bits } = index.keyer.entries(&document)?;
             multikey[position] |= keys.len() > 1;

@@ -21,7 +21,7 @@ use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
 use super::format::{
-    corrupt, data_table_name, expiry_table_name, index_table_name, raw_record, record_document,
+    corrupt, data_table_name, decoded_document, expiry_table_name, index_table_name, raw_record,
 };
 use crate::bsonutil::decode_fields;
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
@@ -96,11 +96,17 @@ pub(super) struct StoredKeyer<'e> {
 
 impl<'e> StoredKeyer<'e> {
     pub fn new(entry: &'e CollectionEntry) -> StoredKeyer<'e> {
-        let indexes: Vec<&IndexEntry> = entry
-            .indexes
-            .iter()
-            .filter(|index| index.maintained())
-            .collect();
+        StoredKeyer::over(
+            entry
+                .indexes
+                .iter()
+                .filter(|index| index.maintained())
+                .collect(),
+        )
+    }
+
+    /// A keyer for `indexes` alone (those being built).
+    pub fn over(indexes: Vec<&'e IndexEntry>) -> StoredKeyer<'e> {
         let fields = indexes
             .iter()
             .map(|index| {
@@ -136,11 +142,7 @@ impl<'e> StoredKeyer<'e> {
         if self.indexes.is_empty() {
             return Ok(Vec::new());
         }
-        let document = match &self.fields {
-            Some(fields) => decode_fields(raw_record(record)?.doc, |name| fields.contains(&name))
-                .map_err(|error| corrupt(format!("stored document: {error}")))?,
-            None => record_document(record)?.into_document(),
-        };
+        let document = self.document(record)?;
         Ok(self
             .indexes
             .iter()
@@ -155,6 +157,15 @@ impl<'e> StoredKeyer<'e> {
                 entries.unwrap_or_default()
             })
             .collect())
+    }
+
+    /// The part of a stored record's document the indexes' keys depend on.
+    pub fn document(&self, record: &[u8]) -> StorageResult<Document> {
+        match &self.fields {
+            Some(fields) => decode_fields(raw_record(record)?.doc, |name| fields.contains(&name))
+                .map_err(|error| corrupt(format!("stored document: {error}"))),
+            None => decoded_document(record),
+        }
     }
 
     /// The ids of the maintained indexes: keys computed under one keyer are valid under another

@@ -222,6 +222,13 @@ pub(super) fn record_document(record: &[u8]) -> StorageResult<StoredDoc> {
     Ok(StoredDoc::from_checked_bytes(raw.to_owned()))
 }
 
+/// The document of a stored record, decoded (for the engine's own use: keys, builds).
+pub(super) fn decoded_document(record: &[u8]) -> StorageResult<Document> {
+    record_header(record)?;
+    crate::bsonutil::decode_document(&record[RECORD_HEADER_LEN..])
+        .map_err(|error| corrupt(format!("stored document: {error}")))
+}
+
 /// A stored record as predicates see it, without decoding the document.
 pub(super) fn raw_record(record: &[u8]) -> StorageResult<RawRecord<'_>> {
     let header = record_header(record)?;

@@ -300,6 +300,15 @@ const DDL: WriteOptions = WriteOptions {
     background: false,
 };
 
+/// How index build steps are submitted: as background jobs, without their own fsync. A crash
+/// that loses steps leaves the index *building*, and the next open drops it; the build's
+/// durable last job (publishing the index) makes every step before it durable.
+const BUILD_STEP: WriteOptions = WriteOptions {
+    ordered: true,
+    force_durable: false,
+    background: true,
+};
+
 fn read_time_high_water(db: &Database) -> StorageResult<i64> {
     let txn = db.begin_read().map_err(io)?;
     let meta = txn.open_table(META).map_err(io)?;
@@ -477,7 +486,7 @@ impl Storage for RedbStorage {
         while !ids.is_empty() {
             let (step_ns, step_ids) = (ns.clone(), ids.clone());
             let step = self
-                .submit(DDL, 0, move |batch| {
+                .submit(BUILD_STEP, 0, move |batch| {
                     apply::index_build_step(
                         batch,
                         &step_ns,
