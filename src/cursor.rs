@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use bson::{Bson, Document, RawDocumentBuf};
 
+use crate::error::{CommandError, CommandResult};
 use crate::exec::{DocStream, Visibility};
 use crate::query::pipeline::DocumentStream;
 use crate::query::Projection;
@@ -51,8 +52,9 @@ pub struct Cursor {
     /// The command that opened the cursor (as the op registry keeps it), for the profile entries
     /// of its getMores (`originatingCommand`).
     pub originating_command: Option<bson::Document>,
-    /// The query of a `$text` search: `{$meta: "textScore"}` in the projection is its score.
-    pub text_query: Option<std::sync::Arc<crate::query::Filter>>,
+    /// The query's filter, which the projection consults: the score of its `$text` search for
+    /// `{$meta: "textScore"}`, and the array position it matched for a positional `a.$`.
+    pub filter: Option<std::sync::Arc<crate::query::Filter>>,
 }
 
 impl Cursor {
@@ -72,7 +74,7 @@ impl Cursor {
             no_timeout: false,
             last_used_ms: 0,
             originating_command: None,
-            text_query: None,
+            filter: None,
         }
     }
 
@@ -91,7 +93,7 @@ impl Cursor {
         storage: &dyn Storage,
         max_docs: Option<u64>,
         visibility: &Visibility,
-    ) -> StorageResult<(Vec<RawDocumentBuf>, bool)> {
+    ) -> CommandResult<(Vec<RawDocumentBuf>, bool)> {
         if let CursorSource::Stream(stream) = &mut self.source {
             stream.set_visibility(visibility.clone());
         }
@@ -109,25 +111,39 @@ impl Cursor {
                 CursorSource::Sorted(sorted) => next_visible_sorted(sorted, visibility)?,
                 CursorSource::Documents(documents) => match documents.next().transpose() {
                     Ok(document) => document.map(output_record),
-                    Err(error) => return Err(StorageError::Io(error.errmsg)),
+                    Err(error) => return Err(error),
                 },
             };
             let Some(record) = record else { break };
             let document = match &self.projection {
                 Some(projection) => {
-                    let projected = projection.apply(&record.doc, &|name| match &self.text_query {
+                    let meta = |name: &str| match &self.filter {
                         Some(filter) if name == crate::query::TEXT_SCORE_META => filter
                             .text()
                             .and_then(|text| text.score(&record.doc))
                             .map_or(Bson::Null, Bson::Double),
                         _ => visibility.meta_value(name, &record),
-                    });
+                    };
+                    let projected = if projection.has_positional() {
+                        let position = self
+                            .filter
+                            .as_ref()
+                            .and_then(|filter| filter.match_position(&record.doc))
+                            .flatten();
+                        projection
+                            .apply_with_position(&record.doc, &meta, position)
+                            .map_err(|error| error.caused("Executor error during find command"))?
+                    } else {
+                        projection.apply(&record.doc, &meta)
+                    };
                     StoredDoc::decoded(projected).into_raw()
                 }
                 // Stored documents pass through as read, never decoded.
                 None => record.doc.into_raw(),
             }
-            .map_err(|error| StorageError::Io(format!("encoding a reply document: {error}")))?;
+            .map_err(|error| {
+                CommandError::internal(format!("encoding a reply document: {error}"))
+            })?;
             batch_bytes += document.as_bytes().len();
             batch.push(document);
         }

@@ -95,6 +95,7 @@ error_codes! {
     Location34347 = 34347,
     Location51153 = 51153,
     Location51154 = 51154,
+    Location51246 = 51246,
     Location4910200 = 4910200,
     Location15952 = 15952,
     Location15955 = 15955,
@@ -281,6 +282,14 @@ impl CommandError {
             code,
             errmsg: errmsg.into(),
             extra: None,
+        }
+    }
+
+    /// The same error with mongod's context prefix: `<context> :: caused by :: <errmsg>`.
+    pub fn caused(self, context: &str) -> Self {
+        CommandError {
+            errmsg: format!("{context} :: caused by :: {}", self.errmsg),
+            ..self
         }
     }
 

@@ -177,13 +177,7 @@ fn during_aggregation(error: CommandError) -> CommandError {
     if error.code != ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed {
         return error;
     }
-    CommandError {
-        errmsg: format!(
-            "PlanExecutor error during aggregation :: caused by :: {}",
-            error.errmsg
-        ),
-        ..error
-    }
+    error.caused("PlanExecutor error during aggregation")
 }
 
 /// The document `$collStats` produces for `request`.

@@ -160,7 +160,9 @@ pub fn check_hint(
             return Ok(())
         }
         Bson::String(name) => meta.map(|meta| usable(meta.index_named(name).map(|index| &**index))),
-        Bson::Document(key) => meta.map(|meta| usable(meta.index_with_key(key).map(|index| &**index))),
+        Bson::Document(key) => {
+            meta.map(|meta| usable(meta.index_with_key(key).map(|index| &**index)))
+        }
         _ => {
             return Err(CommandError::new(
                 ErrorCode::FailedToParse,

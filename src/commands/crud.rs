@@ -666,9 +666,19 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     if let Some(message) = conflict {
         return Err(CommandError::new(ErrorCode::FailedToParse, message));
     }
-    let project = |document: Document| match &projection {
-        Some(projection) => projection.apply(&document, &|_| Bson::Null),
-        None => document,
+    // A positional `a.$` takes the array position the query matches in the returned document.
+    let project = |document: Document| -> CommandResult<Document> {
+        match &projection {
+            Some(projection) if projection.has_positional() => projection
+                .apply_with_position(
+                    &document,
+                    &|_| Bson::Null,
+                    filter.match_position(&document).flatten(),
+                )
+                .map_err(|error| error.caused("Plan executor error during findAndModify")),
+            Some(projection) => Ok(projection.apply(&document, &|_| Bson::Null)),
+            None => Ok(document),
+        }
     };
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
         let first = writer.first_match(&query).await?;
@@ -677,7 +687,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
                 bump(&ctx.state.stats.opcounters.delete, 1);
                 if let Some(removed) = writer.delete_record(&filter, record).await? {
                     ctx.op.add_deleted(1);
-                    return Ok(doc! {"lastErrorObject": {"n": 1}, "value": project(removed)});
+                    return Ok(doc! {"lastErrorObject": {"n": 1}, "value": project(removed)?});
                 }
             }
             (Some(record), Some(update)) => {
@@ -688,7 +698,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
                     Updated::Gone => continue,
                 };
                 ctx.op.add_updated(1, usize::from(before != after), 0);
-                let value = project(if return_new { after } else { before });
+                let value = project(if return_new { after } else { before })?;
                 return Ok(
                     doc! {"lastErrorObject": {"n": 1, "updatedExisting": true}, "value": value},
                 );
@@ -699,7 +709,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
                     ctx.op.add_updated(0, 0, 1);
                     let id = document_id(&document);
                     let value = if return_new {
-                        Bson::Document(project(document))
+                        Bson::Document(project(document)?)
                     } else {
                         Bson::Null
                     };

@@ -275,9 +275,7 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         }
     };
     let mut cursor = Cursor::new(ns.to_string(), Some(ns), source, projection, limit);
-    if query.filter.text().is_some() {
-        cursor.text_query = Some(query.filter.clone());
-    }
+    cursor.filter = Some(query.filter.clone());
     Ok(FindRun {
         cursor,
         view,

@@ -485,7 +485,11 @@ async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             format!("ns does not exist: {ns}"),
         ));
     };
-    let specs = meta.indexes.iter().map(|index| index.spec.clone()).collect();
+    let specs = meta
+        .indexes
+        .iter()
+        .map(|index| index.spec.clone())
+        .collect();
     buffered_cursor(
         ctx,
         body,

@@ -573,6 +573,7 @@ pub(crate) fn predicate_bounds(predicate: &Predicate) -> Option<IntervalList> {
         Predicate::Exists
         | Predicate::Size(_)
         | Predicate::Mod { .. }
+        | Predicate::Bits(_)
         | Predicate::ElemMatchObject(_) => None,
     }
 }

@@ -195,6 +195,7 @@ fn predicate_shape(predicate: &Predicate, out: &mut String) {
         }
         Predicate::Size(_) => out.push_str("size"),
         Predicate::Mod { .. } => out.push_str("mod"),
+        Predicate::Bits(bits) => out.push_str(bits.operator()),
         Predicate::ElemMatchObject(filter) => {
             out.push_str("elemMatch(");
             shape(&filter.root, out);

@@ -123,7 +123,12 @@ pub struct IndexScan {
 }
 
 impl IndexScan {
-    fn new(index: &Arc<IndexSpec>, bounds: IndexBounds, reverse: bool, multikey: bool) -> IndexScan {
+    fn new(
+        index: &Arc<IndexSpec>,
+        bounds: IndexBounds,
+        reverse: bool,
+        multikey: bool,
+    ) -> IndexScan {
         let (ranges, key_filter) = bounds.scan();
         IndexScan {
             index: index.clone(),

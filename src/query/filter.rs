@@ -19,6 +19,7 @@ use std::cmp::Ordering;
 use bson::{Bson, Document};
 use regex::Regex;
 
+use super::bits::BitsPredicate;
 use super::compare::{canonical_type_rank, compare_values, values_equal};
 use super::display::value_string;
 use super::numeric::Number;
@@ -124,6 +125,7 @@ pub(crate) enum Predicate {
         divisor: i64,
         remainder: i64,
     },
+    Bits(BitsPredicate),
 }
 
 /// The value a filter is evaluated against: a whole document, or one array element inside
@@ -505,9 +507,15 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
             "$elemMatch" => leaf(path, parse_elem_match(argument)?),
             "$all" => parse_all(path, argument)?,
             "$mod" => leaf(path, parse_mod(argument)?),
-            "$bitsAllSet" | "$bitsAllClear" | "$bitsAnySet" | "$bitsAnyClear" | "$near"
-            | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$expr" | "$where"
-            | "$text" | "$jsonSchema" => return Err(not_supported(operator)),
+            "$bitsAllSet" | "$bitsAllClear" | "$bitsAnySet" | "$bitsAnyClear" => {
+                let name = path.as_ref().map(|path| path.join(".")).unwrap_or_default();
+                leaf(
+                    path,
+                    Predicate::Bits(BitsPredicate::parse(operator, &name, argument)?),
+                )
+            }
+            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$expr"
+            | "$where" | "$text" | "$jsonSchema" => return Err(not_supported(operator)),
             _ => return Err(bad_value(format!("unknown operator: {operator}"))),
         };
         exprs.push(expr);
@@ -920,6 +928,7 @@ impl Predicate {
                 .and_then(Number::from_bson)
                 .and_then(Number::to_i64_truncated)
                 .is_some_and(|dividend| dividend.wrapping_rem(*divisor) == *remainder),
+            Predicate::Bits(bits) => candidate.is_some_and(|value| bits.matches(value)),
             Predicate::ElemMatchObject(filter) => {
                 let Some(Bson::Array(elements)) = candidate else {
                     return None;

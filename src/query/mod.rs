@@ -32,6 +32,7 @@
 //!   `run(Vec<Document>, &PipelineContext) -> CommandResult<Vec<Document>>`; aggregation
 //!   expressions in `pipeline::expr`, `$group` accumulators in `pipeline::group`.
 
+mod bits;
 pub mod compare;
 pub mod display;
 pub mod filter;

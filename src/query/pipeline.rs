@@ -162,10 +162,7 @@ fn fail(code: ErrorCode, message: impl Into<String>) -> CommandError {
 
 /// Prefixes an error the way mongod reports failures inside a stage's specification.
 fn caused_by(stage: &str) -> impl Fn(CommandError) -> CommandError + '_ {
-    move |error| CommandError {
-        errmsg: format!("Invalid {stage} :: caused by :: {}", error.errmsg),
-        ..error
-    }
+    move |error: CommandError| error.caused(&format!("Invalid {stage}"))
 }
 
 impl Pipeline {

@@ -696,7 +696,8 @@ impl Shaper<'_> {
                 PositionalIndex::Ignore => None,
                 PositionalIndex::Required(index) => {
                     let element = index.and_then(|index| elements.get(index)).ok_or_else(|| {
-                        CommandError::bad_value(
+                        CommandError::new(
+                            ErrorCode::Location51246,
                             "positional operator '.$' couldn't find a matching element in the array",
                         )
                     })?;

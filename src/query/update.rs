@@ -348,6 +348,11 @@ fn parse_update_path(field: &str) -> CommandResult<Vec<String>> {
             return Err(dollar_prefixed(part, field));
         }
     }
+    if parts.iter().filter(|part| part.as_str() == "$").count() > 1 {
+        return Err(bad_value(format!(
+            "Too many positional (i.e. '$') elements found in path '{field}'"
+        )));
+    }
     Ok(parts)
 }
 
