@@ -172,3 +172,236 @@ async fn bitwise_operators_answer_the_documentation_examples() {
         )
     );
 }
+
+/// `updateMany({}, update, {arrayFilters})` through the `update` command; the write errors.
+async fn update_all(
+    db: &mongodb::Database,
+    collection: &str,
+    update: Document,
+    filters: Vec<Document>,
+) -> Document {
+    db.run_command(doc! {
+        "update": collection,
+        "updates": [{"q": {}, "u": update, "multi": true, "arrayFilters": filters}],
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn array_filters_update_the_elements_they_match() {
+    let server = TestServer::start().await;
+    let db = server.client().database("array_filters");
+    let all = |name: &'static str| {
+        let collection = db.collection::<Document>(name);
+        async move { find(&collection, doc! {}, doc! {}).await }
+    };
+
+    // The documentation's examples of `$[<identifier>]`.
+    let students = db.collection::<Document>("students");
+    students
+        .insert_many([
+            doc! {"_id": 1, "grades": [95, 92, 90]},
+            doc! {"_id": 2, "grades": [98, 100, 102]},
+            doc! {"_id": 3, "grades": [95, 110, 100]},
+        ])
+        .await
+        .unwrap();
+    let reply = update_all(
+        &db,
+        "students",
+        doc! {"$set": {"grades.$[element]": 100}},
+        vec![doc! {"element": {"$gte": 100}}],
+    )
+    .await;
+    assert_eq!(
+        (
+            reply.get_i32("n").unwrap(),
+            reply.get_i32("nModified").unwrap()
+        ),
+        (3, 2)
+    );
+    assert_eq!(
+        all("students").await,
+        [
+            doc! {"_id": 1, "grades": [95, 92, 90]},
+            doc! {"_id": 2, "grades": [98, 100, 100]},
+            doc! {"_id": 3, "grades": [95, 100, 100]},
+        ]
+    );
+
+    let students2 = db.collection::<Document>("students2");
+    students2
+        .insert_many([
+            doc! {"_id": 1, "grades": [{"grade": 80, "mean": 75, "std": 6}, {"grade": 85, "mean": 90, "std": 4}, {"grade": 85, "mean": 85, "std": 6}]},
+            doc! {"_id": 2, "grades": [{"grade": 90, "mean": 75, "std": 6}, {"grade": 87, "mean": 90, "std": 3}, {"grade": 85, "mean": 85, "std": 4}]},
+        ])
+        .await
+        .unwrap();
+    update_all(
+        &db,
+        "students2",
+        doc! {"$set": {"grades.$[elem].mean": 100}},
+        vec![doc! {"elem.grade": {"$gte": 85}}],
+    )
+    .await;
+    assert_eq!(
+        all("students2").await,
+        [
+            doc! {"_id": 1, "grades": [{"grade": 80, "mean": 75, "std": 6}, {"grade": 85, "mean": 100, "std": 4}, {"grade": 85, "mean": 100, "std": 6}]},
+            doc! {"_id": 2, "grades": [{"grade": 90, "mean": 100, "std": 6}, {"grade": 87, "mean": 100, "std": 3}, {"grade": 85, "mean": 100, "std": 4}]},
+        ]
+    );
+    // Several conditions on one identifier.
+    update_all(
+        &db,
+        "students2",
+        doc! {"$inc": {"grades.$[elem].std": -1}},
+        vec![doc! {"elem.grade": {"$gte": 80}, "elem.std": {"$gt": 5}}],
+    )
+    .await;
+    let after = all("students2").await;
+    assert_eq!(
+        after[0].get_array("grades").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_i32("std")
+            .unwrap(),
+        5
+    );
+    assert_eq!(
+        after[0].get_array("grades").unwrap()[1]
+            .as_document()
+            .unwrap()
+            .get_i32("std")
+            .unwrap(),
+        4
+    );
+    assert_eq!(
+        after[1].get_array("grades").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_i32("std")
+            .unwrap(),
+        5
+    );
+
+    // Nested identifiers.
+    let students4 = db.collection::<Document>("students4");
+    students4
+        .insert_one(doc! {"_id": 1, "grades": [
+            {"type": "quiz", "questions": [10, 8, 5]},
+            {"type": "quiz", "questions": [8, 9, 6]},
+            {"type": "hw", "questions": [5, 4, 3]},
+            {"type": "exam", "questions": [25, 10, 23, 0]},
+        ]})
+        .await
+        .unwrap();
+    update_all(
+        &db,
+        "students4",
+        doc! {"$inc": {"grades.$[t].questions.$[score]": 2}},
+        vec![doc! {"t.type": "quiz"}, doc! {"score": {"$gte": 8}}],
+    )
+    .await;
+    assert_eq!(
+        all("students4").await,
+        [doc! {"_id": 1, "grades": [
+            {"type": "quiz", "questions": [12, 10, 5]},
+            {"type": "quiz", "questions": [10, 11, 6]},
+            {"type": "hw", "questions": [5, 4, 3]},
+            {"type": "exam", "questions": [25, 10, 23, 0]},
+        ]}]
+    );
+
+    // findAndModify takes them too.
+    let reply = db
+        .run_command(doc! {
+            "findAndModify": "students", "query": {"_id": 1},
+            "update": {"$set": {"grades.$[low]": 0}}, "arrayFilters": [{"low": {"$lt": 93}}],
+            "new": true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.get_document("value").unwrap(),
+        &doc! {"_id": 1, "grades": [95, 0, 0]}
+    );
+}
+
+#[tokio::test]
+async fn array_filters_are_refused_as_mongod_refuses_them() {
+    let server = TestServer::start().await;
+    let db = server.client().database("array_filter_errors");
+    db.collection::<Document>("c")
+        .insert_one(doc! {"_id": 0, "a": [1, 2]})
+        .await
+        .unwrap();
+    let write_error = |update: Document, filters: Vec<Document>| {
+        let db = db.clone();
+        async move {
+            let reply = update_all(&db, "c", update, filters).await;
+            let errors = reply.get_array("writeErrors").unwrap();
+            let error = errors[0].as_document().unwrap();
+            (
+                error.get_i32("code").unwrap(),
+                error.get_str("errmsg").unwrap().to_string(),
+            )
+        }
+    };
+    assert_eq!(
+        write_error(doc! {"$set": {"a.$[i]": 5}}, vec![doc! {"i": 0}, doc! {"j": 0}]).await,
+        (9, "The array filter for identifier 'j' was not used in the update { $set: { a.$[i]: 5 } }".into())
+    );
+    assert_eq!(
+        write_error(doc! {"$set": {"a.$[i]": 5}}, vec![]).await,
+        (
+            2,
+            "No array filter found for identifier 'i' in path 'a.$[i]'".into()
+        )
+    );
+    assert_eq!(
+        write_error(
+            doc! {"$set": {"a.$[i]": 5, "a.$[j]": 6}},
+            vec![doc! {"i": 0}, doc! {"j": 0}, doc! {"i": 1}]
+        )
+        .await,
+        (
+            9,
+            "Found multiple array filters with the same top-level field name i".into()
+        )
+    );
+    assert_eq!(
+        write_error(doc! {"$set": {"a.$[i]": 5}}, vec![doc! {"i": 0, "j": 0}]).await,
+        (9, "Error parsing array filter :: caused by :: Expected a single top-level field name, found 'i' and 'j'".into())
+    );
+    assert_eq!(
+        write_error(doc! {"$set": {"a.$[i]": 5}}, vec![doc! {}]).await,
+        (
+            9,
+            "Cannot use an expression without a top-level field name in arrayFilters".into()
+        )
+    );
+    assert_eq!(
+        write_error(doc! {"$set": {"a.$[I]": 5}}, vec![doc! {"I": 0}])
+            .await
+            .0,
+        2
+    );
+    // Two filters selecting the same element for one field.
+    assert_eq!(
+        write_error(
+            doc! {"$set": {"a.$[i]": 5, "a.$[j]": 6}},
+            vec![doc! {"i": 1}, doc! {"j": {"$lt": 2}}]
+        )
+        .await,
+        (40, "Update created a conflict at 'a.0'".into())
+    );
+    let stored = db
+        .collection::<Document>("c")
+        .find_one(doc! {})
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, doc! {"_id": 0, "a": [1, 2]});
+}

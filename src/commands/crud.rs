@@ -25,6 +25,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, document_id, CollectionView};
 use crate::limits::{self, StorageWrite};
 use crate::planner::{self, Query};
+use crate::query::update::parse_array_filters;
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
@@ -458,14 +459,24 @@ struct StatementOutcome {
 }
 
 /// An update document (`None` when absent); pipeline-style updates are refused (238).
+/// The update of a statement (`u`, `update`) with its `arrayFilters` (`array_filters`, checked
+/// to be an array by the command's schema).
 pub(crate) fn parse_update(
     command: &str,
     field: &str,
     value: Option<&Bson>,
+    array_filters: Option<&Bson>,
 ) -> CommandResult<Option<Update>> {
+    let array_filters = match array_filters {
+        Some(Bson::Array(filters)) => parse_array_filters(filters)?,
+        _ => Vec::new(),
+    };
     match value {
         None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Document(update)) => Ok(Some(Update::parse(update)?)),
+        Some(Bson::Document(update)) => Ok(Some(Update::parse_with_array_filters(
+            update,
+            array_filters,
+        )?)),
         Some(Bson::Array(_)) => Err(CommandError::new(
             ErrorCode::NotImplemented,
             "tideway does not support pipeline-style updates",
@@ -492,7 +503,13 @@ async fn run_update_statement(
     writer.check_statement_options("update", statement)?;
     let filter = parse_filter(ctx, statement, "q")?;
     let query = writer.query(&filter, None, statement);
-    let update = parse_update("update", "updates.u", statement.get("u"))?.ok_or_else(|| {
+    let update = parse_update(
+        "update",
+        "updates.u",
+        statement.get("u"),
+        statement.get("arrayFilters"),
+    )?
+    .ok_or_else(|| {
         CommandError::new(
             ErrorCode::Location40414,
             "BSON field 'update.updates.u' is missing but a required field",
@@ -653,7 +670,12 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     let remove = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     let return_new = optional_bool(ctx, body, "new")?.unwrap_or(false);
     let upsert = optional_bool(ctx, body, "upsert")?.unwrap_or(false);
-    let update = parse_update("findAndModify", "update", body.get("update"))?;
+    let update = parse_update(
+        "findAndModify",
+        "update",
+        body.get("update"),
+        body.get("arrayFilters"),
+    )?;
     let conflict = match (&update, remove) {
         (Some(_), true) => Some("Cannot specify both an update and remove=true"),
         (None, false) => Some("Either an update or remove=true must be specified"),

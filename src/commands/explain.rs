@@ -534,7 +534,12 @@ async fn explain_write(
     )?;
     let update = match kind {
         WriteKind::Delete => None,
-        _ => parse_update(ctx.name, update_field, statement.get(update_field))?,
+        _ => parse_update(
+            ctx.name,
+            update_field,
+            statement.get(update_field),
+            statement.get("arrayFilters"),
+        )?,
     };
     let removes = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     if kind == WriteKind::FindAndModify && update.is_some() == removes {

@@ -51,9 +51,15 @@ impl UpdateContext {
 pub enum Update {
     /// Replace the whole document (keeping its `_id`).
     Replacement(Document),
-    /// Apply modifiers, in field-path order.
-    Operators(Vec<Modifier>),
+    /// Apply modifiers, in field-path order; `$[identifier]` components select the array
+    /// elements their array filter matches.
+    Operators(Vec<Modifier>, ArrayFilters),
 }
+
+/// An update's `arrayFilters`: per identifier, the filter an array element must match for a
+/// `$[identifier]` path component to select it. The filter is evaluated against
+/// `{identifier: element}`.
+pub type ArrayFilters = Vec<(String, Filter)>;
 
 /// One `{$op: {path: argument}}` entry.
 #[derive(Clone, Debug)]
@@ -154,13 +160,29 @@ impl Update {
     /// Parses an update document. `{}` and documents without `$`-prefixed first field are
     /// replacements.
     pub fn parse(update: &Document) -> CommandResult<Update> {
+        Update::parse_with_array_filters(update, Vec::new())
+    }
+
+    /// [`Update::parse`] with the statement's parsed `arrayFilters` ([`parse_array_filters`]):
+    /// every `$[identifier]` must have a filter and every filter must be used (mongod's 2 and 9).
+    pub fn parse_with_array_filters(
+        update: &Document,
+        array_filters: ArrayFilters,
+    ) -> CommandResult<Update> {
         let is_operator_update = update.keys().next().is_some_and(|key| key.starts_with('$'));
         if !is_operator_update {
             if let Some(key) = update.keys().find(|key| key.starts_with('$')) {
                 return Err(dollar_prefixed(key, key));
             }
+            if let Some((identifier, _)) = array_filters.first() {
+                return Err(unused_array_filter(identifier, update));
+            }
             return Ok(Update::Replacement(update.clone()));
         }
+        let identifiers: Vec<&str> = array_filters
+            .iter()
+            .map(|(identifier, _)| identifier.as_str())
+            .collect();
         let mut modifiers = Vec::new();
         for (operator_name, arguments) in update {
             let Some(operator) = UPDATE_OPERATORS
@@ -178,7 +200,7 @@ impl Update {
                 )));
             };
             for (field, argument) in arguments {
-                let path = parse_update_path(field)?;
+                let path = parse_update_path(field, &identifiers)?;
                 let action = parse_action(operator, field, &path, argument)?;
                 modifiers.push(Modifier {
                     operator,
@@ -188,14 +210,22 @@ impl Update {
             }
         }
         check_conflicts(&modifiers)?;
-        Ok(Update::Operators(modifiers))
+        if let Some(unused) = identifiers.iter().find(|identifier| {
+            let component = format!("$[{identifier}]");
+            !modifiers
+                .iter()
+                .any(|modifier| modifier.path.contains(&component))
+        }) {
+            return Err(unused_array_filter(unused, update));
+        }
+        Ok(Update::Operators(modifiers, array_filters))
     }
 
     /// The dotted paths an operator update may write (`$rename` contributes both of its
     /// paths; positional components appear literally); `None` for replacements, which may
     /// change every field. Lets callers skip index maintenance for untouched fields.
     pub fn touched_paths(&self) -> Option<Vec<String>> {
-        let Update::Operators(modifiers) = self else {
+        let Update::Operators(modifiers, _) = self else {
             return None;
         };
         let mut paths = Vec::new();
@@ -221,14 +251,17 @@ impl Update {
             Update::Replacement(replacement) => {
                 *document = replace_keeping_id(&original, replacement)?;
             }
-            Update::Operators(modifiers) => {
+            Update::Operators(modifiers, array_filters) => {
                 let mut resolved = Vec::with_capacity(modifiers.len());
                 for modifier in modifiers {
-                    for concrete in resolve_positional(document, &modifier.path, context)? {
+                    for concrete in
+                        resolve_positional(document, &modifier.path, context, array_filters)?
+                    {
                         resolved.push((concrete, modifier));
                     }
                 }
                 resolved.sort_by(|(a, _), (b, _)| compare_paths(a, b));
+                check_resolved_conflicts(&resolved)?;
                 for (concrete, modifier) in &resolved {
                     modifier.apply(document, concrete, context)?;
                 }
@@ -270,7 +303,7 @@ pub fn upsert_document(
             }
             seed
         }
-        Update::Operators(_) => filter.equality_fields()?,
+        Update::Operators(..) => filter.equality_fields()?,
     };
     update.apply(&mut document, &insert_context)?;
     let id = document
@@ -318,7 +351,104 @@ fn replace_keeping_id(original: &Document, replacement: &Document) -> CommandRes
     Ok(result)
 }
 
-fn parse_update_path(field: &str) -> CommandResult<Vec<String>> {
+/// Parses a statement's `arrayFilters` with mongod's rules and errors: each filter names one
+/// identifier (an alphanumeric string starting with a lowercase letter) in all its top-level
+/// fields (through `$and`/`$or`/`$nor`), and no two filters name the same one.
+pub fn parse_array_filters(filters: &[Bson]) -> CommandResult<ArrayFilters> {
+    let mut parsed: ArrayFilters = Vec::with_capacity(filters.len());
+    for (index, filter) in filters.iter().enumerate() {
+        let Bson::Document(filter) = filter else {
+            return Err(CommandError::new(
+                ErrorCode::TypeMismatch,
+                format!(
+                    "BSON field 'arrayFilters.{index}' is the wrong type '{}', expected type 'object'",
+                    type_name(filter)
+                ),
+            ));
+        };
+        let in_filter = |error: CommandError| error.caused("Error parsing array filter");
+        let mut identifier: Option<String> = None;
+        array_filter_identifier(filter, &mut identifier).map_err(in_filter)?;
+        let Some(identifier) = identifier else {
+            return Err(failed_to_parse(
+                "Cannot use an expression without a top-level field name in arrayFilters",
+            ));
+        };
+        let mut characters = identifier.chars();
+        let well_formed = characters
+            .next()
+            .is_some_and(|first| first.is_ascii_lowercase())
+            && characters.all(|c| c.is_ascii_alphanumeric());
+        if !well_formed {
+            return Err(in_filter(bad_value(format!(
+                "The top-level field name must be an alphanumeric string beginning with a lowercase letter, found '{identifier}'"
+            ))));
+        }
+        if parsed.iter().any(|(known, _)| *known == identifier) {
+            return Err(failed_to_parse(format!(
+                "Found multiple array filters with the same top-level field name {identifier}"
+            )));
+        }
+        let compiled = Filter::parse(filter).map_err(in_filter)?;
+        parsed.push((identifier, compiled));
+    }
+    Ok(parsed)
+}
+
+/// Finds the one identifier an array filter's top-level fields name (`i` in `{"i.a": 1}`).
+fn array_filter_identifier(filter: &Document, found: &mut Option<String>) -> CommandResult<()> {
+    for (name, value) in filter {
+        match name.as_str() {
+            "$and" | "$or" | "$nor" => {
+                if let Bson::Array(branches) = value {
+                    for branch in branches {
+                        if let Bson::Document(branch) = branch {
+                            array_filter_identifier(branch, found)?;
+                        }
+                    }
+                }
+            }
+            operator if operator.starts_with('$') => {}
+            field => {
+                let identifier = field.split('.').next().unwrap_or_default();
+                match found {
+                    None => *found = Some(identifier.to_string()),
+                    Some(known) if known != identifier => {
+                        return Err(failed_to_parse(format!(
+                            "Expected a single top-level field name, found '{known}' and '{identifier}'"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unused_array_filter(identifier: &str, update: &Document) -> CommandError {
+    failed_to_parse(format!(
+        "The array filter for identifier '{identifier}' was not used in the update {}",
+        value_string(&Bson::Document(update.clone()))
+    ))
+}
+
+/// Two modifiers resolved to the same field, or to a field and one inside it (possible only
+/// through array filters or `$[]`): mongod's 40.
+fn check_resolved_conflicts(resolved: &[(Vec<String>, &Modifier)]) -> CommandResult<()> {
+    for pair in resolved.windows(2) {
+        let (earlier, later) = (&pair[0].0, &pair[1].0);
+        if later.starts_with(earlier) {
+            return Err(CommandError::new(
+                ErrorCode::ConflictingUpdateOperators,
+                format!("Update created a conflict at '{}'", earlier.join(".")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_update_path(field: &str, identifiers: &[&str]) -> CommandResult<Vec<String>> {
     if field.is_empty() {
         return Err(CommandError::new(
             ErrorCode::EmptyFieldName,
@@ -339,7 +469,7 @@ fn parse_update_path(field: &str) -> CommandResult<Vec<String>> {
             .strip_prefix("$[")
             .and_then(|rest| rest.strip_suffix(']'))
         {
-            if !identifier.is_empty() {
+            if !identifier.is_empty() && !identifiers.contains(&identifier) {
                 return Err(bad_value(format!(
                     "No array filter found for identifier '{identifier}' in path '{field}'"
                 )));
@@ -418,7 +548,7 @@ fn parse_rename(field: &str, source: &[String], argument: &Bson) -> CommandResul
             element_string(field, argument)
         )));
     };
-    let target_path = parse_update_path(target)?;
+    let target_path = parse_update_path(target, &[])?;
     let is_dynamic = |parts: &[String]| parts.iter().any(|part| part.starts_with('$'));
     if is_dynamic(source) {
         return Err(bad_value(format!(
@@ -645,11 +775,13 @@ fn compare_paths(a: &[String], b: &[String]) -> Ordering {
     a.len().cmp(&b.len())
 }
 
-/// Replaces `$` with the matched array index and expands `$[]` over the array present.
+/// Replaces `$` with the matched array index, expands `$[]` over the array present and
+/// `$[identifier]` over the elements its array filter matches.
 fn resolve_positional(
     document: &Document,
     pattern: &[String],
     context: &UpdateContext,
+    array_filters: &ArrayFilters,
 ) -> CommandResult<Vec<Vec<String>>> {
     let mut resolved: Vec<Vec<String>> = vec![Vec::new()];
     for part in pattern {
@@ -664,15 +796,27 @@ fn resolve_positional(
                     .iter_mut()
                     .for_each(|prefix| prefix.push(index.to_string()));
             }
-            "$[]" => {
+            all_or_filtered if all_or_filtered.starts_with("$[") => {
+                let identifier = &all_or_filtered[2..all_or_filtered.len() - 1];
+                let filter = array_filters
+                    .iter()
+                    .find(|(known, _)| known == identifier)
+                    .map(|(_, filter)| filter);
                 let mut expanded = Vec::new();
                 for prefix in resolved {
                     match path::get_path(document, &prefix) {
                         Some(Bson::Array(elements)) => {
-                            for index in 0..elements.len() {
-                                let mut concrete = prefix.clone();
-                                concrete.push(index.to_string());
-                                expanded.push(concrete);
+                            for (index, element) in elements.iter().enumerate() {
+                                let selected = filter.is_none_or(|filter| {
+                                    let mut bound = Document::new();
+                                    bound.insert(identifier, element.clone());
+                                    filter.matches(&bound)
+                                });
+                                if selected {
+                                    let mut concrete = prefix.clone();
+                                    concrete.push(index.to_string());
+                                    expanded.push(concrete);
+                                }
                             }
                         }
                         Some(other) => {
