@@ -82,7 +82,7 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("delete", doc! {"delete": "c", "deletes": [], "ordered": "yes"}, Error(14, "BSON field 'delete.ordered' is the wrong type 'string', expected type 'bool'")),
         ("findAndModify", doc! {"findAndModify": "c", "remove": "x"}, Error(14, "BSON field 'findAndModify.remove' is the wrong type 'string', expected types '[bool, long, int, decimal, double']")),
         ("findAndModify", doc! {"findAndModify": "c", "remove": true, "foo": 1}, Error(40415, "BSON field 'findAndModify.foo' is an unknown field.")),
-        ("findAndModify", doc! {"findAndModify": "c", "update": {"$set": {"a.$[x]": 1}}, "arrayFilters": [{"x": 1}]}, Code(238)),
+        ("findAndModify", doc! {"findAndModify": "c", "update": {"$set": {"a.$[x]": 1}}, "arrayFilters": [{"x": 1}]}, Error(2, "The path 'a' must exist in the document in order to apply array updates.")),
         // DDL
         ("create", doc! {"create": "new1", "foo": 1}, Error(40415, "BSON field 'create.foo' is an unknown field.")),
         ("create", doc! {"create": "new1", "capped": "x"}, Error(14, "BSON field 'create.capped' is the wrong type 'string', expected types '[bool, long, int, decimal, double']")),
