@@ -405,3 +405,142 @@ async fn array_filters_are_refused_as_mongod_refuses_them() {
         .unwrap();
     assert_eq!(stored, doc! {"_id": 0, "a": [1, 2]});
 }
+
+#[tokio::test]
+async fn pipeline_updates_answer_the_documentation_examples() {
+    let server = TestServer::start().await;
+    let db = server.client().database("pipeline_updates");
+    let date = |iso: &str| bson::DateTime::parse_rfc3339_str(iso).unwrap();
+
+    let students = db.collection::<Document>("students");
+    students
+        .insert_many([
+            doc! {"_id": 1, "test1": 95, "test2": 92, "test3": 90, "modified": date("2020-01-05T00:00:00Z")},
+            doc! {"_id": 3, "test1": 95, "test2": 110, "modified": date("2020-01-04T00:00:00Z")},
+        ])
+        .await
+        .unwrap();
+    let before = bson::DateTime::now();
+    let result = students
+        .update_one(doc! {"_id": 3}, vec![doc! {"$set": {"test3": 98, "modified": "$$NOW"}}])
+        .await
+        .unwrap();
+    assert_eq!((result.matched_count, result.modified_count), (1, 1));
+    let updated = students.find_one(doc! {"_id": 3}).await.unwrap().unwrap();
+    let keys: Vec<&str> = updated.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["_id", "test1", "test2", "modified", "test3"]);
+    assert_eq!(updated.get_i32("test3").unwrap(), 98);
+    assert!(*updated.get_datetime("modified").unwrap() >= before);
+
+    let students2 = db.collection::<Document>("students2");
+    students2
+        .insert_many([
+            doc! {"_id": 1, "quiz1": 8, "test2": 100, "quiz2": 9, "modified": date("2020-01-05T00:00:00Z")},
+            doc! {"_id": 2, "quiz2": 5, "test1": 80, "test2": 89, "modified": date("2020-01-05T00:00:00Z")},
+        ])
+        .await
+        .unwrap();
+    students2
+        .update_many(
+            doc! {},
+            vec![
+                doc! {"$replaceRoot": {"newRoot": {"$mergeObjects": [{"quiz1": 0, "quiz2": 0, "test1": 0, "test2": 0}, "$$ROOT"]}}},
+                doc! {"$set": {"modified": "$$NOW"}},
+            ],
+        )
+        .await
+        .unwrap();
+    let mut all = find(&students2, doc! {}, doc! {"modified": 0}).await;
+    assert_eq!(
+        all,
+        [
+            doc! {"_id": 1, "quiz1": 8, "quiz2": 9, "test1": 0, "test2": 100},
+            doc! {"_id": 2, "quiz1": 0, "quiz2": 5, "test1": 80, "test2": 89},
+        ]
+    );
+
+    let students3 = db.collection::<Document>("students3");
+    students3
+        .insert_many([
+            doc! {"_id": 1, "tests": [95, 92, 90]},
+            doc! {"_id": 2, "tests": [94, 88, 90]},
+            doc! {"_id": 3, "tests": [70, 75, 82]},
+        ])
+        .await
+        .unwrap();
+    students3
+        .update_many(
+            doc! {},
+            vec![
+                doc! {"$set": {"average": {"$trunc": [{"$avg": "$tests"}, 0]}}},
+                doc! {"$set": {"grade": {"$switch": {
+                    "branches": [
+                        {"case": {"$gte": ["$average", 90]}, "then": "A"},
+                        {"case": {"$gte": ["$average", 80]}, "then": "B"},
+                        {"case": {"$gte": ["$average", 70]}, "then": "C"},
+                        {"case": {"$gte": ["$average", 60]}, "then": "D"},
+                    ],
+                    "default": "F",
+                }}}},
+            ],
+        )
+        .await
+        .unwrap();
+    all = find(&students3, doc! {}, doc! {"tests": 0}).await;
+    assert_eq!(
+        all,
+        [
+            doc! {"_id": 1, "average": 92.0, "grade": "A"},
+            doc! {"_id": 2, "average": 90.0, "grade": "A"},
+            doc! {"_id": 3, "average": 75.0, "grade": "C"},
+        ]
+    );
+
+    // Upserts run the pipeline on the query's equality fields; findAndModify takes pipelines.
+    students3
+        .update_one(doc! {"_id": 10, "x": 1}, vec![doc! {"$set": {"y": {"$add": ["$x", 1]}}}])
+        .upsert(true)
+        .await
+        .unwrap();
+    assert_eq!(
+        students3.find_one(doc! {"_id": 10}).await.unwrap().unwrap(),
+        doc! {"_id": 10, "x": 1, "y": 2}
+    );
+    let reply = db
+        .run_command(doc! {
+            "findAndModify": "students3", "query": {"_id": 10},
+            "update": [{"$unset": "x"}, {"$project": {"y": 1}}], "new": true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.get_document("value").unwrap(), &doc! {"_id": 10, "y": 2});
+
+    // mongod's refusals.
+    let write_error = |update: Vec<Document>, filters: Option<Vec<Document>>| {
+        let db = db.clone();
+        async move {
+            let mut statement = doc! {"q": {"_id": 1}, "u": update};
+            if let Some(filters) = filters {
+                statement.insert("arrayFilters", filters);
+            }
+            let reply = db
+                .run_command(doc! {"update": "students3", "updates": [statement]})
+                .await
+                .unwrap();
+            let error = reply.get_array("writeErrors").unwrap()[0].as_document().unwrap().clone();
+            (error.get_i32("code").unwrap(), error.get_str("errmsg").unwrap().to_string())
+        }
+    };
+    assert_eq!(
+        write_error(vec![doc! {"$match": {}}], None).await,
+        (72, "$match is not allowed to be used within an update".into())
+    );
+    assert_eq!(
+        write_error(vec![doc! {"$set": {"a": 1}}], Some(vec![doc! {"i": 1}])).await,
+        (9, "arrayFilters may not be specified for pipeline-style updates".into())
+    );
+    assert_eq!(
+        write_error(vec![doc! {"$set": {"_id": 5}}], None).await,
+        (66, "After applying the update, the (immutable) field '_id' was found to have been altered to _id: 5".into())
+    );
+}

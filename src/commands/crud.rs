@@ -458,9 +458,8 @@ struct StatementOutcome {
     upserted_id: Option<Bson>,
 }
 
-/// An update document (`None` when absent); pipeline-style updates are refused (238).
-/// The update of a statement (`u`, `update`) with its `arrayFilters` (`array_filters`, checked
-/// to be an array by the command's schema).
+/// The update of a statement (`u`, `update`: a document or a pipeline; `None` when absent) with
+/// its `arrayFilters` (`array_filters`, checked to be an array by the command's schema).
 pub(crate) fn parse_update(
     command: &str,
     field: &str,
@@ -477,10 +476,7 @@ pub(crate) fn parse_update(
             update,
             array_filters,
         )?)),
-        Some(Bson::Array(_)) => Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway does not support pipeline-style updates",
-        )),
+        Some(Bson::Array(stages)) => Ok(Some(Update::parse_pipeline(stages, &array_filters)?)),
         Some(other) => Err(wrong_type(command, field, other, "object")),
     }
 }

@@ -240,6 +240,37 @@ impl Pipeline {
         Ok(pipeline)
     }
 
+    /// Parses the pipeline of a pipeline-style update: only `$addFields`/`$set`, `$project`,
+    /// `$unset` and `$replaceRoot`/`$replaceWith` may appear (any other stage mongod knows is
+    /// 72 InvalidOptions, after the pipeline parsed).
+    pub fn parse_update(stages: &[Document]) -> CommandResult<Pipeline> {
+        const UPDATE_STAGES: &[&str] = &[
+            "$addFields",
+            "$set",
+            "$project",
+            "$unset",
+            "$replaceRoot",
+            "$replaceWith",
+        ];
+        let pipeline = Pipeline::parse(stages)?;
+        for name in stages.iter().filter_map(|stage| stage.keys().next()) {
+            if !UPDATE_STAGES.contains(&name.as_str()) {
+                return Err(fail(
+                    ErrorCode::InvalidOptions,
+                    format!("{name} is not allowed to be used within an update"),
+                ));
+            }
+        }
+        Ok(pipeline)
+    }
+
+    /// Runs a pipeline of one-document stages ([`Pipeline::parse_update`]) on `document`.
+    pub fn transform(&self, document: Document, context: &PipelineContext) -> CommandResult<Document> {
+        self.run(vec![document], context)?
+            .pop()
+            .ok_or_else(|| CommandError::internal("an update pipeline produced no document"))
+    }
+
     /// The leading `$match` filter (several leading `$match` stages merged under `$and`), for
     /// the caller to apply while reading; `None` if the pipeline does not start with `$match`.
     pub fn leading_match(&self) -> Option<&Document> {

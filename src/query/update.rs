@@ -22,6 +22,7 @@ use super::display::{document_string, element_string, type_name, value_string};
 use super::filter::{ElementMatcher, Filter};
 use super::numeric::{apply_arithmetic, zero_like, Arithmetic, Number};
 use super::path::{self, array_index};
+use super::pipeline::{Pipeline, PipelineContext};
 use super::sort::SortSpec;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 
@@ -54,6 +55,9 @@ pub enum Update {
     /// Apply modifiers, in field-path order; `$[identifier]` components select the array
     /// elements their array filter matches.
     Operators(Vec<Modifier>, ArrayFilters),
+    /// A pipeline-style update (`u: [{$set: …}, …]`): the pipeline's output for the document
+    /// replaces it, keeping its `_id` (see [`Pipeline::parse_update`]).
+    Pipeline(Box<Pipeline>),
 }
 
 /// An update's `arrayFilters`: per identifier, the filter an array element must match for a
@@ -221,6 +225,25 @@ impl Update {
         Ok(Update::Operators(modifiers, array_filters))
     }
 
+    /// Parses a pipeline-style update (`u: [stage, …]`); `arrayFilters` have no place in one.
+    pub fn parse_pipeline(stages: &[Bson], array_filters: &ArrayFilters) -> CommandResult<Update> {
+        if !array_filters.is_empty() {
+            return Err(failed_to_parse(
+                "arrayFilters may not be specified for pipeline-style updates",
+            ));
+        }
+        let stages = stages
+            .iter()
+            .map(|stage| match stage {
+                Bson::Document(stage) => Ok(stage.clone()),
+                _ => Err(failed_to_parse(
+                    "Update argument must be either an object or an array",
+                )),
+            })
+            .collect::<CommandResult<Vec<Document>>>()?;
+        Ok(Update::Pipeline(Box::new(Pipeline::parse_update(&stages)?)))
+    }
+
     /// The dotted paths an operator update may write (`$rename` contributes both of its
     /// paths; positional components appear literally); `None` for replacements, which may
     /// change every field. Lets callers skip index maintenance for untouched fields.
@@ -250,6 +273,11 @@ impl Update {
         match self {
             Update::Replacement(replacement) => {
                 *document = replace_keeping_id(&original, replacement)?;
+            }
+            Update::Pipeline(pipeline) => {
+                let transformed = pipeline
+                    .transform(original.clone(), &PipelineContext { now: context.now })?;
+                *document = replace_keeping_id(&original, &transformed)?;
             }
             Update::Operators(modifiers, array_filters) => {
                 let mut resolved = Vec::with_capacity(modifiers.len());
@@ -303,7 +331,7 @@ pub fn upsert_document(
             }
             seed
         }
-        Update::Operators(..) => filter.equality_fields()?,
+        Update::Operators(..) | Update::Pipeline(_) => filter.equality_fields()?,
     };
     update.apply(&mut document, &insert_context)?;
     let id = document
