@@ -265,7 +265,11 @@ impl Pipeline {
     }
 
     /// Runs a pipeline of one-document stages ([`Pipeline::parse_update`]) on `document`.
-    pub fn transform(&self, document: Document, context: &PipelineContext) -> CommandResult<Document> {
+    pub fn transform(
+        &self,
+        document: Document,
+        context: &PipelineContext,
+    ) -> CommandResult<Document> {
         self.run(vec![document], context)?
             .pop()
             .ok_or_else(|| CommandError::internal("an update pipeline produced no document"))

@@ -275,8 +275,8 @@ impl Update {
                 *document = replace_keeping_id(&original, replacement)?;
             }
             Update::Pipeline(pipeline) => {
-                let transformed = pipeline
-                    .transform(original.clone(), &PipelineContext { now: context.now })?;
+                let transformed =
+                    pipeline.transform(original.clone(), &PipelineContext { now: context.now })?;
                 *document = replace_keeping_id(&original, &transformed)?;
             }
             Update::Operators(modifiers, array_filters) => {
