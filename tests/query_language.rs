@@ -568,3 +568,78 @@ async fn pipeline_updates_answer_the_documentation_examples() {
         (66, "After applying the update, the (immutable) field '_id' was found to have been altered to _id: 5".into())
     );
 }
+
+#[tokio::test]
+async fn pull_takes_any_query_condition() {
+    let server = TestServer::start().await;
+    let db = server.client().database("pull");
+    let surveys = db.collection::<Document>("survey");
+    // The documentation's examples of $pull.
+    surveys
+        .insert_many([
+            doc! {"_id": 1, "results": [{"item": "A", "score": 5}, {"item": "B", "score": 8}]},
+            doc! {"_id": 2, "results": [{"item": "C", "score": 8}, {"item": "B", "score": 4}]},
+        ])
+        .await
+        .unwrap();
+    surveys
+        .update_many(
+            doc! {},
+            doc! {"$pull": {"results": {"score": 8, "item": "B"}}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        find(&surveys, doc! {}, doc! {}).await,
+        [
+            doc! {"_id": 1, "results": [{"item": "A", "score": 5}]},
+            doc! {"_id": 2, "results": [{"item": "C", "score": 8}, {"item": "B", "score": 4}]},
+        ]
+    );
+    // Logical operators at the top of the condition are queries on document elements.
+    surveys
+        .update_many(
+            doc! {},
+            doc! {"$pull": {"results": {"$or": [{"item": "A"}, {"score": {"$lt": 5}}]}}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        find(&surveys, doc! {}, doc! {}).await,
+        [
+            doc! {"_id": 1, "results": []},
+            doc! {"_id": 2, "results": [{"item": "C", "score": 8}]},
+        ]
+    );
+    let stores = db.collection::<Document>("stores");
+    stores
+        .insert_one(doc! {"_id": 1, "fruits": ["apples", "pears", "oranges", "grapes", "bananas"], "vegetables": ["carrots", "celery", "squash", "carrots"]})
+        .await
+        .unwrap();
+    stores
+        .update_many(
+            doc! {},
+            doc! {"$pull": {"fruits": {"$in": ["apples", "oranges"]}, "vegetables": "carrots"}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        find(&stores, doc! {}, doc! {}).await,
+        [
+            doc! {"_id": 1, "fruits": ["pears", "grapes", "bananas"], "vegetables": ["celery", "squash"]}
+        ]
+    );
+    let profiles = db.collection::<Document>("profiles");
+    profiles
+        .insert_one(doc! {"_id": 1, "votes": [3, 5, 6, 7, 7, 8]})
+        .await
+        .unwrap();
+    profiles
+        .update_one(doc! {"_id": 1}, doc! {"$pull": {"votes": {"$gte": 6}}})
+        .await
+        .unwrap();
+    assert_eq!(
+        find(&profiles, doc! {}, doc! {}).await,
+        [doc! {"_id": 1, "votes": [3, 5]}]
+    );
+}

@@ -336,8 +336,10 @@ pub(crate) fn conjuncts_of(expr: &Expr) -> Vec<&Expr> {
 }
 
 /// A condition on single values, as `$pull` applies it to each array element: an operator
-/// object (`{$gte: 6}`) tests the element itself; a plain document is a query that only
-/// document elements can satisfy; a regex matches strings; anything else is equality.
+/// object (`{$gte: 6}`) tests the element itself; a plain document, or one led by a top-level
+/// operator (`{$or: [...]}`, as mongod's `parsePathAcceptingKeyword` tells them apart), is a
+/// query that only document elements can satisfy; a regex matches strings; anything else is
+/// equality.
 #[derive(Clone, Debug)]
 pub struct ElementMatcher {
     exprs: Vec<Expr>,
@@ -346,8 +348,28 @@ pub struct ElementMatcher {
 
 impl ElementMatcher {
     pub fn parse(condition: &Bson) -> CommandResult<ElementMatcher> {
+        let leads_with_query_operator = |document: &Document| {
+            document.keys().next().is_some_and(|first| {
+                matches!(
+                    first.as_str(),
+                    "$and"
+                        | "$or"
+                        | "$nor"
+                        | "$expr"
+                        | "$where"
+                        | "$text"
+                        | "$comment"
+                        | "$jsonSchema"
+                        | "$alwaysTrue"
+                        | "$alwaysFalse"
+                        | "$sampleRate"
+                )
+            })
+        };
         let (exprs, document_filter) = match condition {
-            Bson::Document(operators) if is_operator_object(operators) => {
+            Bson::Document(operators)
+                if is_operator_object(operators) && !leads_with_query_operator(operators) =>
+            {
                 (parse_operators(&None, operators)?, None)
             }
             Bson::Document(query) => (Vec::new(), Some(Filter::parse(query)?)),
