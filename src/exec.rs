@@ -224,7 +224,7 @@ struct Merge {
 impl Merge {
     /// The smallest head in sort order (ties: the earlier branch), refilling every empty head
     /// first.
-    async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
+    async fn next(&mut self, storage: &dyn Storage) -> CommandResult<Option<Record>> {
         for (branch, head) in self.branches.iter_mut().zip(self.heads.iter_mut()) {
             if head.is_none() {
                 if let Some(record) = Box::pin(branch.next(storage)).await? {
@@ -399,7 +399,7 @@ impl DocStream {
     }
 
     /// The next matching visible record, or `None` when there are no more.
-    pub async fn next(&mut self, storage: &dyn Storage) -> StorageResult<Option<Record>> {
+    pub async fn next(&mut self, storage: &dyn Storage) -> CommandResult<Option<Record>> {
         if let Some(merge) = &mut self.merge {
             while let Some(record) = merge.next(storage).await? {
                 if self.visibility.is_visible(&record) {
@@ -428,7 +428,7 @@ impl DocStream {
 
     /// Whether another record will come, fetching ahead as needed (the record stays queued; it is
     /// checked for visibility again when handed out).
-    pub async fn has_more(&mut self, storage: &dyn Storage) -> StorageResult<bool> {
+    pub async fn has_more(&mut self, storage: &dyn Storage) -> CommandResult<bool> {
         if let Some(merge) = &mut self.merge {
             for (branch, head) in merge.branches.iter_mut().zip(&merge.heads) {
                 if head.is_some() || Box::pin(branch.has_more(storage)).await? {
@@ -445,7 +445,7 @@ impl DocStream {
     }
 
     /// Every remaining matching record.
-    pub async fn collect(mut self, storage: &dyn Storage) -> StorageResult<Vec<Record>> {
+    pub async fn collect(mut self, storage: &dyn Storage) -> CommandResult<Vec<Record>> {
         let mut records = Vec::new();
         while let Some(record) = self.next(storage).await? {
             records.push(record);
@@ -455,7 +455,7 @@ impl DocStream {
 
     /// Reads one page of at most `limit` records from storage into the buffer (fewer, none
     /// even, when entries were skipped).
-    pub async fn read_page(&mut self, storage: &dyn Storage, limit: usize) -> StorageResult<()> {
+    pub async fn read_page(&mut self, storage: &dyn Storage, limit: usize) -> CommandResult<()> {
         if let Some(merge) = &mut self.merge {
             let share = (limit / merge.branches.len().max(1)).max(1);
             for branch in &mut merge.branches {
@@ -504,7 +504,7 @@ impl DocStream {
         };
         for record in records {
             if !self.visibility.is_visible(&record)
-                || (self.check_filter && !self.filter.matches(&record.doc))
+                || (self.check_filter && !self.filter.try_matches(&record.doc)?)
             {
                 continue;
             }

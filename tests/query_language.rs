@@ -3,7 +3,7 @@
 
 mod common;
 
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 use common::{command_error, TestServer};
 use futures::TryStreamExt;
 use mongodb::Collection;
@@ -642,4 +642,116 @@ async fn pull_takes_any_query_condition() {
         find(&profiles, doc! {}, doc! {}).await,
         [doc! {"_id": 1, "votes": [3, 5]}]
     );
+}
+
+#[tokio::test]
+async fn expr_compares_fields_of_the_same_document() {
+    let server = TestServer::start().await;
+    let db = server.client().database("expr");
+    let budget = db.collection::<Document>("monthlyBudget");
+    budget
+        .insert_many([
+            doc! {"_id": 1, "category": "food", "budget": 400, "spent": 450},
+            doc! {"_id": 2, "category": "drinks", "budget": 100, "spent": 150},
+            doc! {"_id": 3, "category": "clothes", "budget": 100, "spent": 50},
+            doc! {"_id": 4, "category": "misc", "budget": 500, "spent": 300},
+            doc! {"_id": 5, "category": "travel", "budget": 200, "spent": 650},
+        ])
+        .await
+        .unwrap();
+    let ids = |filter: Document| {
+        let budget = budget.clone();
+        async move {
+            find(&budget, filter, doc! {"_id": 1})
+                .await
+                .into_iter()
+                .map(|document| document.get_i32("_id").unwrap())
+                .collect::<Vec<i32>>()
+        }
+    };
+    // The documentation's example, then with other predicates around it.
+    assert_eq!(
+        ids(doc! {"$expr": {"$gt": ["$spent", "$budget"]}}).await,
+        [1, 2, 5]
+    );
+    assert_eq!(
+        ids(doc! {"$expr": {"$gt": ["$spent", "$budget"]}, "budget": {"$gte": 200}}).await,
+        [1, 5]
+    );
+    assert_eq!(
+        ids(doc! {"$or": [{"$expr": {"$eq": ["$spent", 50]}}, {"_id": 4}]}).await,
+        [3, 4]
+    );
+    assert_eq!(
+        budget
+            .count_documents(doc! {"$expr": {"$lt": ["$spent", "$budget"]}})
+            .await
+            .unwrap(),
+        2
+    );
+    let aggregated: Vec<Document> = budget
+        .aggregate([doc! {"$match": {"$expr": {"$gt": ["$spent", {"$multiply": ["$budget", 2]}]}}}])
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(aggregated.len(), 1);
+    assert_eq!(aggregated[0].get_i32("_id").unwrap(), 5);
+    // Updates select with it too.
+    let result = budget
+        .update_many(
+            doc! {"$expr": {"$gt": ["$spent", "$budget"]}},
+            doc! {"$set": {"over": true}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(result.modified_count, 3);
+
+    // Conditional expressions (the documentation's discounted-price example).
+    let supplies = db.collection::<Document>("supplies");
+    let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+    supplies
+        .insert_many([
+            doc! {"_id": 1, "item": "binder", "qty": 100, "price": decimal("12")},
+            doc! {"_id": 2, "item": "notebook", "qty": 200, "price": decimal("8")},
+            doc! {"_id": 3, "item": "pencil", "qty": 50, "price": decimal("6")},
+            doc! {"_id": 4, "item": "eraser", "qty": 150, "price": decimal("3")},
+            doc! {"_id": 5, "item": "legal pad", "qty": 42, "price": decimal("10")},
+        ])
+        .await
+        .unwrap();
+    let discounted = doc! {"$cond": {
+        "if": {"$gte": ["$qty", 100]},
+        "then": {"$multiply": ["$price", decimal("0.50")]},
+        "else": {"$multiply": ["$price", decimal("0.75")]},
+    }};
+    let found = find(
+        &supplies,
+        doc! {"$expr": {"$lt": [discounted, decimal("5")]}},
+        doc! {"item": 1},
+    )
+    .await;
+    assert_eq!(
+        found,
+        [
+            doc! {"_id": 2, "item": "notebook"},
+            doc! {"_id": 3, "item": "pencil"},
+            doc! {"_id": 4, "item": "eraser"},
+        ]
+    );
+
+    // An expression that fails fails the query, as on mongod (never an empty answer).
+    let result = supplies
+        .find(doc! {"$expr": {"$gt": [{"$add": ["$item", 1]}, 0]}})
+        .await;
+    let error = match result {
+        Ok(mut cursor) => cursor.try_next().await.map(|_| ()),
+        Err(error) => Err(error),
+    };
+    let (code, _, _) = command_error(error);
+    assert_ne!(code, 0);
+    // Where an expression belongs only at the top of a query.
+    let (code, _, _) = command_error(supplies.find(doc! {"qty": {"$expr": 1}}).await);
+    assert_eq!(code, 2);
 }

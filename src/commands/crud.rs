@@ -215,10 +215,15 @@ impl<'a> WriteContext<'a> {
 
     /// A stored document, if it is still there, visible and matching `filter`.
     async fn reread(&self, id: &Bson, filter: &Filter) -> CommandResult<Option<Record>> {
-        let fresh = self.storage().get(&self.view.ns, id).await?;
-        Ok(fresh.filter(|record| {
-            self.view.visibility.is_visible(record) && filter.matches(&record.doc)
-        }))
+        match self.storage().get(&self.view.ns, id).await? {
+            Some(record)
+                if self.view.visibility.is_visible(&record)
+                    && filter.try_matches(&record.doc)? =>
+            {
+                Ok(Some(record))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Writes `ops` in order; per operation, success or the error to report.

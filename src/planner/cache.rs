@@ -156,6 +156,7 @@ fn shape(expr: &Expr, out: &mut String) {
         Expr::Constant(value) => {
             let _ = write!(out, "{value}");
         }
+        Expr::Aggregate(_) => out.push_str("expr"),
         Expr::Text(text) => {
             let _ = write!(
                 out,

@@ -215,6 +215,7 @@ fn expr_document(expr: &Expr) -> Document {
             arguments.insert("$diacriticSensitive", text.query.diacritic_sensitive);
             doc! {"$text": arguments}
         }
+        Expr::Aggregate(condition) => doc! {"$expr": condition.source().clone()},
         Expr::Constant(true) => doc! {"$alwaysTrue": 1},
         Expr::Constant(false) => doc! {"$alwaysFalse": 1},
         Expr::Not(child) => match child.as_ref() {

@@ -35,7 +35,7 @@ use crate::query::{path, Filter, SortSpec};
 use crate::storage::keycodec::Direction;
 use crate::storage::wildcard::WildcardProjection;
 use crate::storage::{
-    CollectionMeta, IndexKind, IndexSpec, KeyKind, KeyPredicate, KeyRange, Storage, StorageResult,
+    CollectionMeta, IndexKind, IndexSpec, KeyKind, KeyPredicate, KeyRange, Storage,
 };
 use bounds::IndexBounds;
 pub use cache::{shape_key, PlanCache};
@@ -971,7 +971,7 @@ async fn run_trial(
     storage: &dyn Storage,
     trials: &mut [Candidate],
     query: &Query,
-) -> StorageResult<()> {
+) -> CommandResult<()> {
     let target = trial_target(query);
     let page = trial_page(target);
     loop {

@@ -38,6 +38,49 @@ pub struct Filter {
     pub(crate) root: Expr,
     /// The `$text` conjunct of `root`, if any (found once, at parse time).
     text: Option<Arc<TextMatch>>,
+    /// Every `$expr` in `root` (found once, at parse time): where [`Filter::try_matches`]
+    /// finds the error an evaluation recorded.
+    aggregates: Vec<Arc<AggregateCondition>>,
+}
+
+/// A `$expr` condition: an aggregation expression whose value, coerced to a boolean, decides.
+/// Evaluation can fail (`$divide` by zero, a string given to `$add`); a failure makes the
+/// condition false and is recorded here, for [`Filter::try_matches`] to report as mongod
+/// would (the query fails). `$$NOW` is the time the filter was parsed.
+#[derive(Debug)]
+pub struct AggregateCondition {
+    source: Bson,
+    expression: crate::query::pipeline::expr::Expr,
+    now: bson::DateTime,
+    error: std::sync::Mutex<Option<CommandError>>,
+}
+
+impl AggregateCondition {
+    fn evaluate(&self, document: &Document) -> bool {
+        match self.expression.evaluate_on(document, self.now) {
+            Ok(value) => crate::query::pipeline::expr::truthy(&value),
+            Err(error) => {
+                let mut slot = self
+                    .error
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                slot.get_or_insert(error);
+                false
+            }
+        }
+    }
+
+    fn take_error(&self) -> Option<CommandError> {
+        self.error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    }
+
+    /// The `$expr` argument as given, for explain.
+    pub fn source(&self) -> &Bson {
+        &self.source
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +107,8 @@ pub(crate) enum Expr {
     /// `$text`: a top-level conjunct only, evaluated once the planner bound it to the
     /// collection's text index (unbound, it matches nothing).
     Text(Arc<TextMatch>),
+    /// `$expr` (documents only; it tests no single value).
+    Aggregate(Arc<AggregateCondition>),
 }
 
 /// A `$text` search and, once the planner has bound it, the text index it runs against with
@@ -176,7 +221,27 @@ impl Filter {
     pub fn parse(filter: &Document) -> CommandResult<Filter> {
         let root = parse_document(filter)?;
         let text = check_text_placement(&root)?;
-        Ok(Filter { root, text })
+        let mut aggregates = Vec::new();
+        collect_aggregates(&root, &mut aggregates);
+        Ok(Filter {
+            root,
+            text,
+            aggregates,
+        })
+    }
+
+    /// [`Filter::matches`], failing with the error of a `$expr` that could not be evaluated
+    /// (where [`Filter::matches`] says the document does not match).
+    pub fn try_matches(&self, document: &Document) -> CommandResult<bool> {
+        let matched = self.matches(document);
+        match self
+            .aggregates
+            .iter()
+            .find_map(|condition| condition.take_error())
+        {
+            Some(error) => Err(error),
+            None => Ok(matched),
+        }
     }
 
     /// The filter's `$text` search, if it has one (always a top-level conjunct).
@@ -285,6 +350,32 @@ impl Filter {
 
 /// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
 /// which mongod allows when every branch is indexed, tideway answers 238). Returns it.
+/// Every `$expr` under `expr`, in any position.
+fn collect_aggregates(expr: &Expr, found: &mut Vec<Arc<AggregateCondition>>) {
+    match expr {
+        Expr::Aggregate(condition) => found.push(condition.clone()),
+        Expr::And(children) | Expr::Or(children) | Expr::Nor(children) => {
+            for child in children {
+                collect_aggregates(child, found);
+            }
+        }
+        Expr::Not(child) => collect_aggregates(child, found),
+        Expr::Leaf {
+            predicate: Predicate::ElemMatchObject(filter),
+            ..
+        } => found.extend(filter.aggregates.iter().cloned()),
+        Expr::Leaf {
+            predicate: Predicate::ElemMatchValue(exprs),
+            ..
+        } => {
+            for child in exprs {
+                collect_aggregates(child, found);
+            }
+        }
+        Expr::Leaf { .. } | Expr::Constant(_) | Expr::Text(_) => {}
+    }
+}
+
 fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
     let top_level = conjuncts_of(root);
     let mut texts = top_level.iter().filter_map(|expr| match expr {
@@ -316,7 +407,7 @@ fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
                 predicate: Predicate::ElemMatchValue(exprs),
                 ..
             } => pending.extend(exprs.iter().map(|child| (child, false))),
-            Expr::Leaf { .. } | Expr::Constant(_) => {}
+            Expr::Leaf { .. } | Expr::Constant(_) | Expr::Aggregate(_) => {}
         }
     }
     Ok(text)
@@ -416,7 +507,13 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                     query: TextQuery::parse(value)?,
                     bound: OnceLock::new(),
                 }))),
-                "expr" | "where" | "jsonSchema" | "sampleRate" => return Err(not_supported(key)),
+                "expr" => conjuncts.push(Expr::Aggregate(Arc::new(AggregateCondition {
+                    source: value.clone(),
+                    expression: crate::query::pipeline::expr::Expr::parse(value)?,
+                    now: bson::DateTime::now(),
+                    error: std::sync::Mutex::new(None),
+                }))),
+                "where" | "jsonSchema" | "sampleRate" => return Err(not_supported(key)),
                 _ => return Err(bad_value(format!("unknown top level operator: {key}"))),
             }
         } else {
@@ -536,8 +633,8 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
                     Predicate::Bits(BitsPredicate::parse(operator, &name, argument)?),
                 )
             }
-            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$expr"
-            | "$where" | "$text" | "$jsonSchema" => return Err(not_supported(operator)),
+            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$where"
+            | "$text" | "$jsonSchema" => return Err(not_supported(operator)),
             _ => return Err(bad_value(format!("unknown operator: {operator}"))),
         };
         exprs.push(expr);
@@ -838,6 +935,10 @@ impl Expr {
             Expr::Constant(value) => *value,
             Expr::Text(text) => match subject {
                 Subject::Document(document) => text.score(document).is_some(),
+                Subject::Value(_) => false,
+            },
+            Expr::Aggregate(condition) => match subject {
+                Subject::Document(document) => condition.evaluate(document),
                 Subject::Value(_) => false,
             },
             Expr::Leaf { path, predicate } => match (path, subject) {

@@ -18,7 +18,7 @@
 //!
 //! This module performs no I/O and knows nothing about collections, cursors or batches.
 
-mod expr;
+pub(crate) mod expr;
 mod group;
 mod run;
 
@@ -788,10 +788,15 @@ impl Stage {
 
     fn run(&self, documents: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
         match self {
-            Stage::Match(filter) => Ok(documents
-                .into_iter()
-                .filter(|document| filter.matches(document))
-                .collect()),
+            Stage::Match(filter) => {
+                let mut kept = Vec::with_capacity(documents.len());
+                for document in documents {
+                    if filter.try_matches(&document)? {
+                        kept.push(document);
+                    }
+                }
+                Ok(kept)
+            }
             Stage::Project {
                 projection,
                 expressions,

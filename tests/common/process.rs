@@ -29,26 +29,50 @@ pub fn tideway() -> Command {
 }
 
 impl Process {
-    /// Spawns `command` and waits until it accepts connections on `port`.
-    pub fn spawn(mut command: Command, port: u16) -> Process {
-        let child = command.spawn().expect("start tideway");
+    /// Spawns `command` and waits until it accepts connections on `port`; panics if it exits
+    /// first.
+    pub fn spawn(command: Command, port: u16) -> Process {
+        Process::try_spawn(command, port).expect("tideway exited before it listened")
+    }
+
+    /// Spawns `command` and waits until it accepts connections on `port`; `None` if it exits
+    /// instead, or within a moment of a successful connection (then something else answered
+    /// on the port: another test's server took it between `free_port` and the bind).
+    fn try_spawn(mut command: Command, port: u16) -> Option<Process> {
+        let mut child = command.spawn().expect("start tideway");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if child.try_wait().expect("poll tideway").is_some() {
+                return None;
+            }
             assert!(Instant::now() < deadline, "tideway did not start listening");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Process { child, port }
+        std::thread::sleep(Duration::from_millis(100));
+        if child.try_wait().expect("poll tideway").is_some() {
+            return None;
+        }
+        Some(Process { child, port })
     }
 
-    /// A disk server on `dbpath` and a free port, with `extra` arguments.
+    /// A disk server on `dbpath` and a free port, with `extra` arguments (another port if the
+    /// first was taken meanwhile).
     pub fn start_disk(dbpath: &Path, extra: &[&str]) -> Process {
-        let port = free_port();
-        let mut command = tideway();
-        command
-            .args(["--port", &port.to_string(), "--dbpath"])
-            .arg(dbpath)
-            .args(extra);
-        Process::spawn(command, port)
+        for _ in 0..5 {
+            let port = free_port();
+            let mut command = tideway();
+            command
+                .args(["--port", &port.to_string(), "--dbpath"])
+                .arg(dbpath)
+                .args(extra);
+            if let Some(process) = Process::try_spawn(command, port) {
+                return process;
+            }
+        }
+        panic!(
+            "tideway did not start on {} after 5 ports",
+            dbpath.display()
+        );
     }
 
     pub fn pid(&self) -> u32 {
