@@ -755,3 +755,57 @@ async fn expr_compares_fields_of_the_same_document() {
     let (code, _, _) = command_error(supplies.find(doc! {"qty": {"$expr": 1}}).await);
     assert_eq!(code, 2);
 }
+
+#[tokio::test]
+async fn sample_rate_and_dbref_fields() {
+    let server = TestServer::start().await;
+    let db = server.client().database("sample");
+    let items = db.collection::<Document>("items");
+    items
+        .insert_many((0..1000).map(|i| doc! {"_id": i, "even": i % 2 == 0}))
+        .await
+        .unwrap();
+    let count = |filter: Document| {
+        let items = items.clone();
+        async move { items.count_documents(filter).await.unwrap() }
+    };
+    assert_eq!(count(doc! {"$sampleRate": 0}).await, 0);
+    assert_eq!(count(doc! {"$sampleRate": 1}).await, 1000);
+    // Each document with probability 0.5: 500 expected, a standard deviation of about 16.
+    let sampled = count(doc! {"$sampleRate": 0.5}).await;
+    assert!((350..=650).contains(&sampled), "{sampled}");
+    let sampled_even = count(doc! {"$sampleRate": 0.5, "even": true}).await;
+    assert!(sampled_even <= 500, "{sampled_even}");
+    for (rate, message) in [
+        (
+            Bson::String("x".into()),
+            "argument to $sampleRate must be a numeric type",
+        ),
+        (
+            Bson::Double(1.5),
+            "numeric argument to $sampleRate must be in [0, 1]",
+        ),
+    ] {
+        let (code, _, text) = command_error(items.find(doc! {"$sampleRate": rate}).await);
+        assert_eq!((code, text.as_str()), (2, message));
+    }
+
+    // `$elemMatch` on DBRef fields.
+    let posts = db.collection::<Document>("posts");
+    posts
+        .insert_many([
+            doc! {"_id": 1, "authors": [{"$ref": "users", "$id": 5}, {"$ref": "users", "$id": 7}]},
+            doc! {"_id": 2, "authors": [{"$ref": "admins", "$id": 5}]},
+        ])
+        .await
+        .unwrap();
+    let found = find(
+        &posts,
+        doc! {"authors": {"$elemMatch": {"$ref": "users", "$id": 5}}},
+        doc! {"_id": 1},
+    )
+    .await;
+    assert_eq!(found, [doc! {"_id": 1}]);
+    let found = find(&posts, doc! {"authors.$id": 5}, doc! {"_id": 1}).await;
+    assert_eq!(found, [doc! {"_id": 1}, doc! {"_id": 2}]);
+}

@@ -157,6 +157,7 @@ fn shape(expr: &Expr, out: &mut String) {
             let _ = write!(out, "{value}");
         }
         Expr::Aggregate(_) => out.push_str("expr"),
+        Expr::Sample(_) => out.push_str("sample"),
         Expr::Text(text) => {
             let _ = write!(
                 out,

@@ -216,6 +216,7 @@ fn expr_document(expr: &Expr) -> Document {
             doc! {"$text": arguments}
         }
         Expr::Aggregate(condition) => doc! {"$expr": condition.source().clone()},
+        Expr::Sample(rate) => doc! {"$sampleRate": *rate},
         Expr::Constant(true) => doc! {"$alwaysTrue": 1},
         Expr::Constant(false) => doc! {"$alwaysFalse": 1},
         Expr::Not(child) => match child.as_ref() {

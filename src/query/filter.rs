@@ -109,6 +109,30 @@ pub(crate) enum Expr {
     Text(Arc<TextMatch>),
     /// `$expr` (documents only; it tests no single value).
     Aggregate(Arc<AggregateCondition>),
+    /// `$sampleRate` strictly between 0 and 1: each document matches with that probability
+    /// (mongod's `{$expr: {$lt: [{$rand: {}}, rate]}}`).
+    Sample(f64),
+}
+
+/// A uniformly distributed number in `[0, 1)` from a per-thread splitmix64 generator seeded
+/// from the standard library's random hasher keys (sampling needs no cryptographic quality).
+fn random_unit() -> f64 {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::collections::hash_map::RandomState::new().build_hasher().finish(),
+        );
+    }
+    let mut z = STATE.with(|state| {
+        let next = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        state.set(next);
+        next
+    });
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A `$text` search and, once the planner has bound it, the text index it runs against with
@@ -206,6 +230,30 @@ fn is_operator_object(document: &Document) -> bool {
         Some(first) => first.starts_with('$') && !matches!(first.as_str(), "$ref" | "$id" | "$db"),
         None => false,
     }
+}
+
+/// Whether `document` is a condition on a value (`{$gte: 6}`; mongod's
+/// `parsePathAcceptingKeyword`) rather than a query on a document: led by an operator other
+/// than the query-level ones (`$and`, `$or`, `$expr`, …), which like DBRef fields (`$ref`,
+/// `$id`, `$db`) and plain fields make it a query.
+fn is_value_operator_object(document: &Document) -> bool {
+    is_operator_object(document)
+        && !document.keys().next().is_some_and(|first| {
+            matches!(
+                first.as_str(),
+                "$and"
+                    | "$or"
+                    | "$nor"
+                    | "$expr"
+                    | "$where"
+                    | "$text"
+                    | "$comment"
+                    | "$jsonSchema"
+                    | "$alwaysTrue"
+                    | "$alwaysFalse"
+                    | "$sampleRate"
+            )
+        })
 }
 
 fn array_as_document(elements: &[Bson]) -> Document {
@@ -372,7 +420,7 @@ fn collect_aggregates(expr: &Expr, found: &mut Vec<Arc<AggregateCondition>>) {
                 collect_aggregates(child, found);
             }
         }
-        Expr::Leaf { .. } | Expr::Constant(_) | Expr::Text(_) => {}
+        Expr::Leaf { .. } | Expr::Constant(_) | Expr::Text(_) | Expr::Sample(_) => {}
     }
 }
 
@@ -407,7 +455,7 @@ fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
                 predicate: Predicate::ElemMatchValue(exprs),
                 ..
             } => pending.extend(exprs.iter().map(|child| (child, false))),
-            Expr::Leaf { .. } | Expr::Constant(_) | Expr::Aggregate(_) => {}
+            Expr::Leaf { .. } | Expr::Constant(_) | Expr::Aggregate(_) | Expr::Sample(_) => {}
         }
     }
     Ok(text)
@@ -439,28 +487,8 @@ pub struct ElementMatcher {
 
 impl ElementMatcher {
     pub fn parse(condition: &Bson) -> CommandResult<ElementMatcher> {
-        let leads_with_query_operator = |document: &Document| {
-            document.keys().next().is_some_and(|first| {
-                matches!(
-                    first.as_str(),
-                    "$and"
-                        | "$or"
-                        | "$nor"
-                        | "$expr"
-                        | "$where"
-                        | "$text"
-                        | "$comment"
-                        | "$jsonSchema"
-                        | "$alwaysTrue"
-                        | "$alwaysFalse"
-                        | "$sampleRate"
-                )
-            })
-        };
         let (exprs, document_filter) = match condition {
-            Bson::Document(operators)
-                if is_operator_object(operators) && !leads_with_query_operator(operators) =>
-            {
+            Bson::Document(operators) if is_value_operator_object(operators) => {
                 (parse_operators(&None, operators)?, None)
             }
             Bson::Document(query) => (Vec::new(), Some(Filter::parse(query)?)),
@@ -513,7 +541,10 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                     now: bson::DateTime::now(),
                     error: std::sync::Mutex::new(None),
                 }))),
-                "where" | "jsonSchema" | "sampleRate" => return Err(not_supported(key)),
+                "sampleRate" => conjuncts.push(parse_sample_rate(value)?),
+                "where" | "jsonSchema" => return Err(not_supported(key)),
+                // DBRef fields (`$elemMatch: {$ref: "c", $id: 5}`) are paths, not operators.
+                "id" | "ref" | "db" => conjuncts.extend(parse_field(key, value)?),
                 _ => return Err(bad_value(format!("unknown top level operator: {key}"))),
             }
         } else {
@@ -524,6 +555,26 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
         conjuncts.remove(0)
     } else {
         Expr::And(conjuncts)
+    })
+}
+
+/// `$sampleRate: rate` with mongod's rules: a number in `[0, 1]`; 0 matches nothing and 1
+/// everything.
+fn parse_sample_rate(value: &Bson) -> CommandResult<Expr> {
+    let rate = Number::from_bson(value)
+        .ok_or_else(|| bad_value("argument to $sampleRate must be a numeric type"))?
+        .to_f64();
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(bad_value(
+            "numeric argument to $sampleRate must be in [0, 1]",
+        ));
+    }
+    Ok(if rate == 0.0 {
+        Expr::Constant(false)
+    } else if rate == 1.0 {
+        Expr::Constant(true)
+    } else {
+        Expr::Sample(rate)
     })
 }
 
@@ -840,14 +891,7 @@ fn parse_elem_match(argument: &Bson) -> CommandResult<Predicate> {
     let Bson::Document(inner) = argument else {
         return Err(bad_value("$elemMatch needs an Object"));
     };
-    let value_mode = inner.keys().next().is_some_and(|first| {
-        first.starts_with('$')
-            && !matches!(
-                first.as_str(),
-                "$and" | "$or" | "$nor" | "$where" | "$expr" | "$text" | "$comment"
-            )
-    });
-    if value_mode {
+    if is_value_operator_object(inner) {
         Ok(Predicate::ElemMatchValue(parse_operators(&None, inner)?))
     } else {
         Ok(Predicate::ElemMatchObject(Box::new(Filter::parse(inner)?)))
@@ -941,6 +985,7 @@ impl Expr {
                 Subject::Document(document) => condition.evaluate(document),
                 Subject::Value(_) => false,
             },
+            Expr::Sample(rate) => random_unit() < *rate,
             Expr::Leaf { path, predicate } => match (path, subject) {
                 (Some(path), Subject::Document(document)) => {
                     for candidate in path::lookup(document, path, predicate.leaf_arrays()) {
