@@ -213,11 +213,17 @@ function crudShop() {
     [{ _id: 1, a: 1, b: 2 }, { _id: 4, a: 0 }]);
   check('estimatedDocumentCount() after deleteMany', db.c.estimatedDocumentCount(), 2);
   step('deleteMany');
+  db.c.updateOne({ _id: 4 }, [{ $set: { tags: [1, 5, 9], a: { $add: ['$a', 10] } } }]);
+  db.c.updateOne({ _id: 4 }, { $inc: { 'tags.$[big]': 100 } }, { arrayFilters: [{ big: { $gte: 5 } }] });
+  check('pipeline update, then arrayFilters', db.c.findOne({ _id: 4 }), { _id: 4, a: 10, tags: [1, 105, 109] });
+  check('$expr and positional projection', db.c.find({ $expr: { $gt: ['$a', 5] }, tags: { $gt: 100 } }, { 'tags.$': 1 }).toArray(),
+    [{ _id: 4, tags: [105] }]);
+  step('language');
   check('db.getCollectionNames()', db.getCollectionNames(), ['c']);
   check('dropDatabase().ok', db.dropDatabase().ok, 1);
   const names = db.adminCommand({ listDatabases: 1, nameOnly: true }).databases.map((d) => d.name);
   if (names.includes('shop')) throw new Error('listDatabases still has shop after dropDatabase: ' + show(names));
-  step('dropDatabase');`, ['insertOne', 'insertMany', 'find', 'updateOne', 'deleteMany', 'dropDatabase']);
+  step('dropDatabase');`, ['insertOne', 'insertMany', 'find', 'updateOne', 'deleteMany', 'language', 'dropDatabase']);
 }
 
 function uniqueIndexShop() {

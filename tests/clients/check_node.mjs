@@ -400,6 +400,31 @@ async function plannerExplain(ctx) {
   });
 }
 
+async function queryLanguage(ctx) {
+  await withScratchDb(ctx, 'language', async (db) => {
+    const students = db.collection('students');
+    await students.insertMany([
+      { _id: 1, grades: [95, 92, 90] },
+      { _id: 2, grades: [98, 100, 102] },
+      { _id: 3, grades: [95, 110, 100] },
+    ]);
+    await students.updateMany({}, { $set: { 'grades.$[element]': 100 } },
+      { arrayFilters: [{ element: { $gte: 100 } }] });
+    expectEqual('updateMany with arrayFilters', await students.find().toArray(), [
+      { _id: 1, grades: [95, 92, 90] },
+      { _id: 2, grades: [98, 100, 100] },
+      { _id: 3, grades: [95, 100, 100] },
+    ]);
+    await students.updateOne({ _id: 1 }, [{ $set: { best: { $max: '$grades' } } }]);
+    expectEqual('pipeline-style updateOne', await students.findOne({ _id: 1 }),
+      { _id: 1, grades: [95, 92, 90], best: 95 });
+    expectEqual('positional projection', await students.find({ grades: { $gte: 95 } }, { projection: { 'grades.$': 1 } }).toArray(),
+      [{ _id: 1, grades: [95] }, { _id: 2, grades: [98] }, { _id: 3, grades: [95] }]);
+    expectEqual('$expr', idsOf(await students.find({ $expr: { $gt: [{ $size: '$grades' }, 2] }, best: { $exists: true } }).toArray()), [1]);
+    expectEqual('$bitsAllSet', idsOf(await students.find({ _id: { $bitsAllSet: [0] } }).toArray()), [1, 3]);
+  });
+}
+
 const SCENARIOS = [
   ['ping', ping],
   ['buildInfo', buildInfo],
@@ -414,6 +439,7 @@ const SCENARIOS = [
   ['crud_unique_index', crudUniqueIndex],
   ['crud_catalog', crudCatalog],
   ['planner_explain', plannerExplain],
+  ['query_language', queryLanguage],
 ];
 
 // The driver does zlib itself; snappy and zstd would need extra native npm packages.

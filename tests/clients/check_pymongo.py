@@ -570,6 +570,30 @@ def planner_explain_and_text(ctx: Ctx) -> None:
 
 
 @scenario
+def query_language(ctx: Ctx) -> None:
+    with scratch_db(ctx, "language") as db:
+        coll = db.survey
+        coll.insert_many([
+            {"_id": 1, "results": [{"item": "A", "score": 5}, {"item": "B", "score": 8}]},
+            {"_id": 2, "results": [{"item": "C", "score": 8}, {"item": "B", "score": 4}]},
+        ])
+        coll.update_many({}, {"$pull": {"results": {"$or": [{"item": "A"}, {"score": {"$lt": 5}}]}}})
+        expect_equal("$pull with $or", list(coll.find()), [
+            {"_id": 1, "results": [{"item": "B", "score": 8}]},
+            {"_id": 2, "results": [{"item": "C", "score": 8}]},
+        ])
+        coll.update_many({}, {"$set": {"results.$[r].score": 0}}, array_filters=[{"r.item": "B"}])
+        expect_equal("array_filters", [d["results"][0]["score"] for d in coll.find()], [0, 8])
+        coll.update_one({"_id": 2}, [{"$set": {"total": {"$sum": "$results.score"}}}])
+        expect_equal("pipeline update", coll.find_one({"_id": 2}, {"total": 1}), {"_id": 2, "total": 8})
+        expect_equal("$expr", [d["_id"] for d in coll.find({"$expr": {"$eq": ["$total", 8]}})], [2])
+        found = coll.find_one_and_update({"results.item": "C"}, {"$set": {"seen": True}},
+                                         projection={"results.$": 1}, return_document=ReturnDocument.AFTER)
+        expect_equal("find_one_and_update with positional projection", found,
+                     {"_id": 2, "results": [{"item": "C", "score": 8}]})
+
+
+@scenario
 def crud_unique_index(ctx: Ctx) -> None:
     with scratch_db(ctx, "unique_index") as db:
         coll = db.users
