@@ -55,13 +55,7 @@ async fn wait_for_op(client: &Client, filter: Document) -> Document {
 
 /// The profile entries of `db`, oldest first.
 async fn profile_entries(db: &Database, filter: Document) -> Vec<Document> {
-    db.collection::<Document>("system.profile")
-        .find(filter)
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap()
+    common::find_all(&db.collection("system.profile"), filter, Document::new()).await
 }
 
 #[tokio::test]

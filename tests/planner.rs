@@ -1208,18 +1208,7 @@ async fn encoded(
     filter: Document,
     projection: Document,
 ) -> Vec<Vec<u8>> {
-    let documents: Vec<Document> = collection
-        .find(filter)
-        .projection(projection)
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    documents
-        .iter()
-        .map(|document| bson::to_vec(document).unwrap())
-        .collect()
+    encode(&common::find_all(collection, filter, projection).await)
 }
 
 fn encode(documents: &[Document]) -> Vec<Vec<u8>> {

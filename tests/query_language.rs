@@ -4,24 +4,8 @@
 mod common;
 
 use bson::{doc, Bson, Document};
-use common::{command_error, TestServer};
+use common::{command_error, find_all, TestServer};
 use futures::TryStreamExt;
-use mongodb::Collection;
-
-async fn find(
-    collection: &Collection<Document>,
-    filter: Document,
-    projection: Document,
-) -> Vec<Document> {
-    collection
-        .find(filter)
-        .projection(projection)
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn positional_projection_returns_the_matched_element() {
@@ -40,7 +24,7 @@ async fn positional_projection_returns_the_matched_element() {
         .await
         .unwrap();
     // The documentation's example of the positional `$` projection.
-    let found = find(
+    let found = find_all(
         &students,
         doc! {"semester": 1, "grades": {"$gte": 85}},
         doc! {"grades.$": 1},
@@ -72,7 +56,7 @@ async fn positional_projection_returns_the_matched_element() {
         .insert_one(doc! {"_id": "u", "tokens": [{"hash": "a", "at": 1}, {"hash": "b", "at": 2}]})
         .await
         .unwrap();
-    let found = find(&logins, doc! {"tokens.hash": "b"}, doc! {"tokens.$": 1}).await;
+    let found = find_all(&logins, doc! {"tokens.hash": "b"}, doc! {"tokens.$": 1}).await;
     assert_eq!(
         found,
         vec![doc! {"_id": "u", "tokens": [{"hash": "b", "at": 2}]}]
@@ -148,7 +132,7 @@ async fn bitwise_operators_answer_the_documentation_examples() {
     let ids = |filter: Document| {
         let collection = collection.clone();
         async move {
-            find(&collection, filter, doc! {"_id": 1})
+            find_all(&collection, filter, doc! {"_id": 1})
                 .await
                 .into_iter()
                 .map(|document| document.get_i32("_id").unwrap())
@@ -194,7 +178,7 @@ async fn array_filters_update_the_elements_they_match() {
     let db = server.client().database("array_filters");
     let all = |name: &'static str| {
         let collection = db.collection::<Document>(name);
-        async move { find(&collection, doc! {}, doc! {}).await }
+        async move { find_all(&collection, doc! {}, doc! {}).await }
     };
 
     // The documentation's examples of `$[<identifier>]`.
@@ -456,7 +440,7 @@ async fn pipeline_updates_answer_the_documentation_examples() {
         )
         .await
         .unwrap();
-    let mut all = find(&students2, doc! {}, doc! {"modified": 0}).await;
+    let mut all = find_all(&students2, doc! {}, doc! {"modified": 0}).await;
     assert_eq!(
         all,
         [
@@ -492,7 +476,7 @@ async fn pipeline_updates_answer_the_documentation_examples() {
         )
         .await
         .unwrap();
-    all = find(&students3, doc! {}, doc! {"tests": 0}).await;
+    all = find_all(&students3, doc! {}, doc! {"tests": 0}).await;
     assert_eq!(
         all,
         [
@@ -590,7 +574,7 @@ async fn pull_takes_any_query_condition() {
         .await
         .unwrap();
     assert_eq!(
-        find(&surveys, doc! {}, doc! {}).await,
+        find_all(&surveys, doc! {}, doc! {}).await,
         [
             doc! {"_id": 1, "results": [{"item": "A", "score": 5}]},
             doc! {"_id": 2, "results": [{"item": "C", "score": 8}, {"item": "B", "score": 4}]},
@@ -605,7 +589,7 @@ async fn pull_takes_any_query_condition() {
         .await
         .unwrap();
     assert_eq!(
-        find(&surveys, doc! {}, doc! {}).await,
+        find_all(&surveys, doc! {}, doc! {}).await,
         [
             doc! {"_id": 1, "results": []},
             doc! {"_id": 2, "results": [{"item": "C", "score": 8}]},
@@ -624,7 +608,7 @@ async fn pull_takes_any_query_condition() {
         .await
         .unwrap();
     assert_eq!(
-        find(&stores, doc! {}, doc! {}).await,
+        find_all(&stores, doc! {}, doc! {}).await,
         [
             doc! {"_id": 1, "fruits": ["pears", "grapes", "bananas"], "vegetables": ["celery", "squash"]}
         ]
@@ -639,7 +623,7 @@ async fn pull_takes_any_query_condition() {
         .await
         .unwrap();
     assert_eq!(
-        find(&profiles, doc! {}, doc! {}).await,
+        find_all(&profiles, doc! {}, doc! {}).await,
         [doc! {"_id": 1, "votes": [3, 5]}]
     );
 }
@@ -662,7 +646,7 @@ async fn expr_compares_fields_of_the_same_document() {
     let ids = |filter: Document| {
         let budget = budget.clone();
         async move {
-            find(&budget, filter, doc! {"_id": 1})
+            find_all(&budget, filter, doc! {"_id": 1})
                 .await
                 .into_iter()
                 .map(|document| document.get_i32("_id").unwrap())
@@ -726,7 +710,7 @@ async fn expr_compares_fields_of_the_same_document() {
         "then": {"$multiply": ["$price", decimal("0.50")]},
         "else": {"$multiply": ["$price", decimal("0.75")]},
     }};
-    let found = find(
+    let found = find_all(
         &supplies,
         doc! {"$expr": {"$lt": [discounted, decimal("5")]}},
         doc! {"item": 1},
@@ -799,13 +783,13 @@ async fn sample_rate_and_dbref_fields() {
         ])
         .await
         .unwrap();
-    let found = find(
+    let found = find_all(
         &posts,
         doc! {"authors": {"$elemMatch": {"$ref": "users", "$id": 5}}},
         doc! {"_id": 1},
     )
     .await;
     assert_eq!(found, [doc! {"_id": 1}]);
-    let found = find(&posts, doc! {"authors.$id": 5}, doc! {"_id": 1}).await;
+    let found = find_all(&posts, doc! {"authors.$id": 5}, doc! {"_id": 1}).await;
     assert_eq!(found, [doc! {"_id": 1}, doc! {"_id": 2}]);
 }

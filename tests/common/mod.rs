@@ -129,3 +129,22 @@ pub fn client_options(addr: &SocketAddr) -> ClientOptions {
 pub fn client_for(addr: &SocketAddr) -> Client {
     Client::with_options(client_options(addr)).expect("client options")
 }
+
+/// Every document `filter` finds in `collection` under `projection` (`{}`: whole documents), in
+/// the order the server returns them.
+#[allow(dead_code)] // not every test binary reads through it
+pub async fn find_all(
+    collection: &mongodb::Collection<bson::Document>,
+    filter: bson::Document,
+    projection: bson::Document,
+) -> Vec<bson::Document> {
+    use futures::TryStreamExt;
+    collection
+        .find(filter)
+        .projection(projection)
+        .await
+        .expect("find succeeds")
+        .try_collect()
+        .await
+        .expect("cursor reads")
+}
