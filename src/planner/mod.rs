@@ -195,7 +195,10 @@ impl QueryPlan {
         let (Access::IndexScan(scan), Some(needed)) = (&self.access, &query.needed_fields) else {
             return false;
         };
-        let holds = |field: &str| scan.index.key.iter().any(|(key, _)| key == field);
+        // Covered records hold the index's top-level key fields only.
+        let holds = |field: &str| {
+            !field.contains('.') && scan.index.key.iter().any(|(key, _)| key == field)
+        };
         let sort_readable = self.provides_sort
             || query
                 .sort
