@@ -793,3 +793,58 @@ async fn sample_rate_and_dbref_fields() {
     let found = find_all(&posts, doc! {"authors.$id": 5}, doc! {"_id": 1}).await;
     assert_eq!(found, [doc! {"_id": 1}, doc! {"_id": 2}]);
 }
+
+#[tokio::test]
+async fn json_schema_answers_the_documentation_example() {
+    let server = TestServer::start().await;
+    let db = server.client().database("schema");
+    let inventory = db.collection::<Document>("inventory");
+    // mongosh stores its numbers as doubles, NumberInt as int32.
+    inventory
+        .insert_many([
+            doc! {"_id": 1, "item": "journal", "qty": 25, "size": {"h": 14.0, "w": 21.0, "uom": "cm"}, "instock": true},
+            doc! {"_id": 2, "item": "notebook", "qty": 50, "size": {"h": 8.5, "w": 11.0, "uom": "in"}, "instock": true},
+            doc! {"_id": 3, "item": "paper", "qty": 100, "size": {"h": 8.5, "w": 11.0, "uom": "in"}, "instock": 1.0},
+            doc! {"_id": 4, "item": "planner", "qty": 75, "size": {"h": 22.85, "w": 30.0, "uom": "cm"}, "instock": 1.0},
+            doc! {"_id": 5, "item": "postcard", "qty": 45, "size": {"h": 10.0, "w": 15.25, "uom": "cm"}, "instock": true},
+            doc! {"_id": 6, "item": "apple", "qty": 45, "status": "A", "instock": true},
+            doc! {"_id": 7, "item": "pears", "qty": 50, "status": "A", "instock": true},
+        ])
+        .await
+        .unwrap();
+    let schema = doc! {
+        "required": ["item", "qty", "instock"],
+        "properties": {
+            "item": {"bsonType": "string"},
+            "qty": {"bsonType": "int"},
+            "size": {
+                "bsonType": "object",
+                "required": ["uom"],
+                "properties": {"uom": {"bsonType": "string"}, "h": {"bsonType": "double"}, "w": {"bsonType": "double"}},
+            },
+            "instock": {"bsonType": "bool"},
+        },
+    };
+    let ids = |filter: Document| {
+        let inventory = inventory.clone();
+        async move {
+            find_all(&inventory, filter, doc! {"_id": 1})
+                .await
+                .into_iter()
+                .map(|document| document.get_i32("_id").unwrap())
+                .collect::<Vec<i32>>()
+        }
+    };
+    assert_eq!(ids(doc! {"$jsonSchema": schema.clone()}).await, [1, 2, 5, 6, 7]);
+    assert_eq!(ids(doc! {"$nor": [{"$jsonSchema": schema.clone()}]}).await, [3, 4]);
+    assert_eq!(
+        ids(doc! {"$jsonSchema": schema, "qty": {"$gt": 45}}).await,
+        [2, 7]
+    );
+    let (code, _, message) = command_error(
+        inventory
+            .find(doc! {"$jsonSchema": {"bsonType": "object", "foo": 1}})
+            .await,
+    );
+    assert_eq!((code, message.as_str()), (9, "Unknown $jsonSchema keyword: foo"));
+}

@@ -217,6 +217,7 @@ fn expr_document(expr: &Expr) -> Document {
         }
         Expr::Aggregate(condition) => doc! {"$expr": condition.source().clone()},
         Expr::Sample(rate) => doc! {"$sampleRate": *rate},
+        Expr::Schema(schema) => doc! {"$jsonSchema": schema.source().clone()},
         Expr::Constant(true) => doc! {"$alwaysTrue": 1},
         Expr::Constant(false) => doc! {"$alwaysFalse": 1},
         Expr::Not(child) => match child.as_ref() {

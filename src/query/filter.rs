@@ -21,6 +21,7 @@ use regex::Regex;
 
 use super::bits::BitsPredicate;
 use super::compare::{canonical_type_rank, compare_values, values_equal};
+use super::json_schema::JsonSchema;
 use super::display::value_string;
 use super::numeric::Number;
 use super::path::{self, LeafArrays};
@@ -109,6 +110,8 @@ pub(crate) enum Expr {
     Text(Arc<TextMatch>),
     /// `$expr` (documents only; it tests no single value).
     Aggregate(Arc<AggregateCondition>),
+    /// `$jsonSchema` (documents only).
+    Schema(Arc<JsonSchema>),
     /// `$sampleRate` strictly between 0 and 1: each document matches with that probability
     /// (mongod's `{$expr: {$lt: [{$rand: {}}, rate]}}`).
     Sample(f64),
@@ -420,7 +423,11 @@ fn collect_aggregates(expr: &Expr, found: &mut Vec<Arc<AggregateCondition>>) {
                 collect_aggregates(child, found);
             }
         }
-        Expr::Leaf { .. } | Expr::Constant(_) | Expr::Text(_) | Expr::Sample(_) => {}
+        Expr::Leaf { .. }
+        | Expr::Constant(_)
+        | Expr::Text(_)
+        | Expr::Sample(_)
+        | Expr::Schema(_) => {}
     }
 }
 
@@ -455,7 +462,11 @@ fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
                 predicate: Predicate::ElemMatchValue(exprs),
                 ..
             } => pending.extend(exprs.iter().map(|child| (child, false))),
-            Expr::Leaf { .. } | Expr::Constant(_) | Expr::Aggregate(_) | Expr::Sample(_) => {}
+            Expr::Leaf { .. }
+            | Expr::Constant(_)
+            | Expr::Aggregate(_)
+            | Expr::Sample(_)
+            | Expr::Schema(_) => {}
         }
     }
     Ok(text)
@@ -542,7 +553,8 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                     error: std::sync::Mutex::new(None),
                 }))),
                 "sampleRate" => conjuncts.push(parse_sample_rate(value)?),
-                "where" | "jsonSchema" => return Err(not_supported(key)),
+                "jsonSchema" => conjuncts.push(Expr::Schema(Arc::new(JsonSchema::parse(value)?))),
+                "where" => return Err(not_supported(key)),
                 // DBRef fields (`$elemMatch: {$ref: "c", $id: 5}`) are paths, not operators.
                 "id" | "ref" | "db" => conjuncts.extend(parse_field(key, value)?),
                 _ => return Err(bad_value(format!("unknown top level operator: {key}"))),
@@ -685,7 +697,7 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
                 )
             }
             "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$where"
-            | "$text" | "$jsonSchema" => return Err(not_supported(operator)),
+            | "$text" => return Err(not_supported(operator)),
             _ => return Err(bad_value(format!("unknown operator: {operator}"))),
         };
         exprs.push(expr);
@@ -986,6 +998,10 @@ impl Expr {
                 Subject::Value(_) => false,
             },
             Expr::Sample(rate) => random_unit() < *rate,
+            Expr::Schema(schema) => match subject {
+                Subject::Document(document) => schema.matches(document),
+                Subject::Value(_) => false,
+            },
             Expr::Leaf { path, predicate } => match (path, subject) {
                 (Some(path), Subject::Document(document)) => {
                     for candidate in path::lookup(document, path, predicate.leaf_arrays()) {

@@ -36,6 +36,7 @@ mod bits;
 pub mod compare;
 pub mod display;
 pub mod filter;
+pub mod json_schema;
 pub(crate) mod numeric;
 pub mod path;
 pub mod pipeline;
