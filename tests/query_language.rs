@@ -835,8 +835,14 @@ async fn json_schema_answers_the_documentation_example() {
                 .collect::<Vec<i32>>()
         }
     };
-    assert_eq!(ids(doc! {"$jsonSchema": schema.clone()}).await, [1, 2, 5, 6, 7]);
-    assert_eq!(ids(doc! {"$nor": [{"$jsonSchema": schema.clone()}]}).await, [3, 4]);
+    assert_eq!(
+        ids(doc! {"$jsonSchema": schema.clone()}).await,
+        [1, 2, 5, 6, 7]
+    );
+    assert_eq!(
+        ids(doc! {"$nor": [{"$jsonSchema": schema.clone()}]}).await,
+        [3, 4]
+    );
     assert_eq!(
         ids(doc! {"$jsonSchema": schema, "qty": {"$gt": 45}}).await,
         [2, 7]
@@ -846,5 +852,8 @@ async fn json_schema_answers_the_documentation_example() {
             .find(doc! {"$jsonSchema": {"bsonType": "object", "foo": 1}})
             .await,
     );
-    assert_eq!((code, message.as_str()), (9, "Unknown $jsonSchema keyword: foo"));
+    assert_eq!(
+        (code, message.as_str()),
+        (9, "Unknown $jsonSchema keyword: foo")
+    );
 }

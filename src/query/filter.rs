@@ -21,8 +21,8 @@ use regex::Regex;
 
 use super::bits::BitsPredicate;
 use super::compare::{canonical_type_rank, compare_values, values_equal};
-use super::json_schema::JsonSchema;
 use super::display::value_string;
+use super::json_schema::JsonSchema;
 use super::numeric::Number;
 use super::path::{self, LeafArrays};
 use crate::error::{CommandError, CommandResult, ErrorCode};

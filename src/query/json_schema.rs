@@ -25,9 +25,7 @@ pub struct JsonSchema {
 impl JsonSchema {
     pub fn parse(schema: &Bson) -> CommandResult<JsonSchema> {
         let Bson::Document(schema) = schema else {
-            return Err(CommandError::type_mismatch(
-                "$jsonSchema must be an object",
-            ));
+            return Err(CommandError::type_mismatch("$jsonSchema must be an object"));
         };
         Ok(JsonSchema {
             source: Bson::Document(schema.clone()),
@@ -151,7 +149,9 @@ impl Schema {
                         let Bson::Document(property) = property else {
                             return Err(must_be(&format!("properties.{name}"), "an object"));
                         };
-                        parsed.properties.push((name.clone(), Schema::parse(property)?));
+                        parsed
+                            .properties
+                            .push((name.clone(), Schema::parse(property)?));
                     }
                 }
                 "required" => {
@@ -181,7 +181,10 @@ impl Schema {
                 "patternProperties" => {
                     for (pattern, property) in document(keyword, value)? {
                         let Bson::Document(property) = property else {
-                            return Err(must_be(&format!("patternProperties.{pattern}"), "an object"));
+                            return Err(must_be(
+                                &format!("patternProperties.{pattern}"),
+                                "an object",
+                            ));
                         };
                         parsed
                             .pattern_properties
@@ -244,8 +247,8 @@ impl Schema {
                     };
                 }
                 "multipleOf" => {
-                    let divisor = Number::from_bson(value)
-                        .ok_or_else(|| must_be(keyword, "a number"))?;
+                    let divisor =
+                        Number::from_bson(value).ok_or_else(|| must_be(keyword, "a number"))?;
                     if divisor.is_zero() || divisor.to_f64() < 0.0 || divisor.is_nan() {
                         return Err(failed_to_parse(
                             "$jsonSchema keyword 'multipleOf' must have a positive value",
@@ -321,7 +324,11 @@ impl Schema {
                     None if *exclusive => {
                         return Err(failed_to_parse(format!(
                             "$jsonSchema keyword '{}' must be a present if {keyword} is present",
-                            if keyword == "exclusiveMinimum" { "minimum" } else { "maximum" }
+                            if keyword == "exclusiveMinimum" {
+                                "minimum"
+                            } else {
+                                "maximum"
+                            }
                         )))
                     }
                     None => {}
@@ -383,7 +390,8 @@ impl Schema {
     fn combinators(&self, test: impl Fn(&Schema) -> bool) -> bool {
         self.all_of.iter().all(&test)
             && (self.any_of.is_empty() || self.any_of.iter().any(&test))
-            && (self.one_of.is_empty() || self.one_of.iter().filter(|schema| test(schema)).count() == 1)
+            && (self.one_of.is_empty()
+                || self.one_of.iter().filter(|schema| test(schema)).count() == 1)
             && self.not.as_ref().is_none_or(|schema| !test(schema))
     }
 
@@ -470,7 +478,10 @@ impl Schema {
         let length = text.chars().count();
         !(self.min_length.is_some_and(|min| length < min)
             || self.max_length.is_some_and(|max| length > max)
-            || self.pattern.as_ref().is_some_and(|pattern| !pattern.is_match(text)))
+            || self
+                .pattern
+                .as_ref()
+                .is_some_and(|pattern| !pattern.is_match(text)))
     }
 
     fn matches_number(&self, value: &Bson) -> bool {
@@ -487,7 +498,9 @@ impl Schema {
         };
         within(&self.minimum, true)
             && within(&self.maximum, false)
-            && self.multiple_of.is_none_or(|divisor| is_multiple(value, divisor))
+            && self
+                .multiple_of
+                .is_none_or(|divisor| is_multiple(value, divisor))
     }
 }
 
@@ -507,7 +520,12 @@ fn is_multiple(value: &Bson, divisor: Number) -> bool {
 }
 
 fn json_type(name: &str) -> CommandResult<Vec<TypeName>> {
-    let bson = |names: &[&str]| names.iter().map(|name| TypeName::Bson(name.to_string())).collect();
+    let bson = |names: &[&str]| {
+        names
+            .iter()
+            .map(|name| TypeName::Bson(name.to_string()))
+            .collect()
+    };
     Ok(match name {
         "object" => bson(&["object"]),
         "array" => bson(&["array"]),
@@ -520,7 +538,11 @@ fn json_type(name: &str) -> CommandResult<Vec<TypeName>> {
                 "$jsonSchema type 'integer' is not currently supported.",
             ))
         }
-        other => return Err(CommandError::bad_value(format!("Unknown type name alias: {other}"))),
+        other => {
+            return Err(CommandError::bad_value(format!(
+                "Unknown type name alias: {other}"
+            )))
+        }
     })
 }
 
@@ -663,13 +685,16 @@ mod tests {
 
     #[test]
     fn keywords_constrain_only_their_own_kind() {
-        let numbers = schema(doc! {"properties": {"a": {"minimum": 5, "exclusiveMinimum": true, "multipleOf": 2}}});
+        let numbers = schema(
+            doc! {"properties": {"a": {"minimum": 5, "exclusiveMinimum": true, "multipleOf": 2}}},
+        );
         assert!(numbers.matches(&doc! {"a": 6}));
         assert!(!numbers.matches(&doc! {"a": 5}));
         assert!(!numbers.matches(&doc! {"a": 7}));
         assert!(numbers.matches(&doc! {"a": "text"}));
         assert!(numbers.matches(&doc! {}));
-        let strings = schema(doc! {"properties": {"s": {"minLength": 2, "maxLength": 3, "pattern": "^a"}}});
+        let strings =
+            schema(doc! {"properties": {"s": {"minLength": 2, "maxLength": 3, "pattern": "^a"}}});
         assert!(strings.matches(&doc! {"s": "ab"}));
         assert!(!strings.matches(&doc! {"s": "abcd"}));
         assert!(!strings.matches(&doc! {"s": "ba"}));
@@ -708,7 +733,10 @@ mod tests {
             let error = JsonSchema::parse(&Bson::Document(schema)).unwrap_err();
             (error.code.code(), error.errmsg)
         };
-        assert_eq!(error(doc! {"foo": 1}), (9, "Unknown $jsonSchema keyword: foo".into()));
+        assert_eq!(
+            error(doc! {"foo": 1}),
+            (9, "Unknown $jsonSchema keyword: foo".into())
+        );
         assert_eq!(error(doc! {"format": "date"}).0, 9);
         assert_eq!(error(doc! {"type": "object", "bsonType": "object"}).0, 9);
         assert_eq!(error(doc! {"required": 1}).0, 14);
