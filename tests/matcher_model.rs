@@ -71,7 +71,11 @@ fn random_document(rng: &mut Rng) -> Document {
 /// One condition on a field, as the filter document spells it.
 fn random_condition(rng: &mut Rng) -> Bson {
     let operand = rng.pick(&scalars());
-    let list = |rng: &mut Rng| -> Vec<Bson> { (0..1 + rng.below(3)).map(|_| rng.pick(&scalars())).collect() };
+    let list = |rng: &mut Rng| -> Vec<Bson> {
+        (0..1 + rng.below(3))
+            .map(|_| rng.pick(&scalars()))
+            .collect()
+    };
     match rng.below(13) {
         0 => operand,
         1 => Bson::Document(doc! {"$eq": operand}),
@@ -84,7 +88,9 @@ fn random_condition(rng: &mut Rng) -> Bson {
         8 => Bson::Document(doc! {"$nin": list(rng)}),
         9 => Bson::Document(doc! {"$exists": rng.below(2) == 0}),
         10 => Bson::Document(doc! {"$size": rng.below(4) as i32}),
-        11 => Bson::Document(doc! {"$type": rng.pick(&["number", "string", "null", "array", "bool"])}),
+        11 => {
+            Bson::Document(doc! {"$type": rng.pick(&["number", "string", "null", "array", "bool"])})
+        }
         _ => {
             let Bson::Document(inner) = random_condition(rng) else {
                 return Bson::Document(doc! {"$not": {"$eq": operand}});
@@ -152,9 +158,15 @@ fn scalar_satisfies(operator: &str, value: &Bson, operand: &Bson) -> bool {
     match operator {
         "$eq" => order == Some(std::cmp::Ordering::Equal),
         "$gt" => order == Some(std::cmp::Ordering::Greater),
-        "$gte" => matches!(order, Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)),
+        "$gte" => matches!(
+            order,
+            Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+        ),
         "$lt" => order == Some(std::cmp::Ordering::Less),
-        "$lte" => matches!(order, Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)),
+        "$lte" => matches!(
+            order,
+            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+        ),
         _ => unreachable!("{operator}"),
     }
 }
@@ -163,9 +175,7 @@ fn scalar_satisfies(operator: &str, value: &Bson, operand: &Bson) -> bool {
 /// `$eq`, `$gte` and `$lte` against null; an array field matches when an element does.
 fn field_compares(operator: &str, field: Option<&Bson>, operand: &Bson) -> bool {
     match field {
-        None => {
-            matches!(operand, Bson::Null) && matches!(operator, "$eq" | "$gte" | "$lte")
-        }
+        None => matches!(operand, Bson::Null) && matches!(operator, "$eq" | "$gte" | "$lte"),
         Some(Bson::Array(elements)) => elements
             .iter()
             .any(|element| scalar_satisfies(operator, element, operand)),
@@ -259,5 +269,8 @@ fn the_matcher_agrees_with_the_reference_model() {
         matched += usize::from(expected);
     }
     // The generator makes both outcomes common (a test that can fail both ways).
-    assert!(matched > cases as usize / 10 && matched < cases as usize * 9 / 10, "{matched} of {cases} matched");
+    assert!(
+        matched > cases as usize / 10 && matched < cases as usize * 9 / 10,
+        "{matched} of {cases} matched"
+    );
 }
