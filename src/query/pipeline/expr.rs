@@ -262,6 +262,13 @@ pub(crate) enum Expr {
         field: Box<Expr>,
         input: Option<Box<Expr>>,
     },
+    /// `$setField` (`value` given) and `$unsetField` (`value: None`): `input` with `field` set
+    /// in place or appended, or removed (also when `value` is missing, `$$REMOVE`).
+    SetField {
+        field: String,
+        input: Box<Expr>,
+        value: Option<Box<Expr>>,
+    },
 }
 
 /// User variable names in scope while parsing (to reject undefined variables as mongod does).
@@ -588,7 +595,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$sampleRate",
     "$setDifference",
     "$setEquals",
-    "$setField",
     "$setIntersection",
     "$setIsSubset",
     "$setUnion",
@@ -607,7 +613,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$toHashedIndexKey",
     "$tsIncrement",
     "$tsSecond",
-    "$unsetField",
     "$week",
     "$zip",
 ];
@@ -709,6 +714,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         }
         "$dateToString" => parse_date_to_string(operand, scope),
         "$getField" => parse_get_field(operand, scope),
+        "$setField" | "$unsetField" => parse_set_field(name, operand, scope),
         other if UNIMPLEMENTED_OPERATORS.contains(&other) => Err(not_implemented_operator(other)),
         other => Err(fail(
             ErrorCode::InvalidPipelineOperator,
@@ -1199,6 +1205,91 @@ fn parse_get_field(operand: &Bson, scope: &mut Scope) -> CommandResult<Expr> {
     })
 }
 
+/// `$setField: {field, input, value}` / `$unsetField: {field, input}` with mongod's errors:
+/// `field` must be a constant string (a literal, or `{$literal: "..."}` for names that start
+/// with `$`).
+fn parse_set_field(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResult<Expr> {
+    let setting = name == "$setField";
+    let allowed: &[&str] = if setting {
+        &["field", "input", "value"]
+    } else {
+        &["field", "input"]
+    };
+    let arguments = named_arguments(
+        operand,
+        allowed,
+        || {
+            fail(
+                ErrorCode::Location4161100,
+                format!("{name} only supports an object as its argument"),
+            )
+        },
+        |other| {
+            fail(
+                ErrorCode::Location4161101,
+                format!("{name} found an unknown argument: {other}"),
+            )
+        },
+    )?;
+    let required = |argument: &str, code: ErrorCode| {
+        find_argument(&arguments, argument).ok_or_else(|| {
+            fail(
+                code,
+                format!("{name} requires '{argument}' to be specified"),
+            )
+        })
+    };
+    let field = required("field", ErrorCode::Location4161102)?;
+    let input = required("input", ErrorCode::Location4161109)?;
+    let value = if setting {
+        Some(required("value", ErrorCode::Location4161103)?)
+    } else {
+        None
+    };
+    let field = match field {
+        Bson::String(text) if text.starts_with('$') => {
+            return Err(fail(
+                ErrorCode::Location4161108,
+                format!("{name} requires 'field' to be a constant, but got a field path reference or variable: {text}; wrap it in $literal to use it as a field name"),
+            ))
+        }
+        Bson::String(text) => text.clone(),
+        Bson::Document(literal) if literal.len() == 1 && literal.contains_key("$literal") => {
+            match literal.get("$literal") {
+                Some(Bson::String(text)) => text.clone(),
+                other => {
+                    return Err(fail(
+                        ErrorCode::Location4161107,
+                        format!(
+                            "{name} requires 'field' to evaluate to type String, but got {}",
+                            other.map_or("missing", type_name)
+                        ),
+                    ))
+                }
+            }
+        }
+        Bson::Document(_) => {
+            return Err(fail(
+                ErrorCode::Location4161106,
+                format!("{name} requires 'field' to evaluate to a constant, but got a non-constant argument"),
+            ))
+        }
+        other => {
+            return Err(fail(
+                ErrorCode::Location4161107,
+                format!("{name} requires 'field' to evaluate to type String, but got {}", type_name(other)),
+            ))
+        }
+    };
+    Ok(Expr::SetField {
+        field,
+        input: Box::new(parse(input, scope)?),
+        value: value
+            .map(|value| parse(value, scope).map(Box::new))
+            .transpose()?,
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Evaluation.
 
@@ -1410,6 +1501,44 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
                     ),
                 )),
             }
+        }
+        Expr::SetField {
+            field,
+            input,
+            value,
+        } => {
+            let input = evaluate(input, vars)?;
+            let mut document = match input {
+                None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
+                Some(Bson::Document(document)) => document,
+                Some(_) => {
+                    return Err(fail(
+                        ErrorCode::Location4161105,
+                        format!(
+                            "{} requires 'input' to evaluate to type Object",
+                            if value.is_some() {
+                                "$setField"
+                            } else {
+                                "$unsetField"
+                            }
+                        ),
+                    ))
+                }
+            };
+            let value = match value {
+                Some(value) => evaluate(value, vars)?,
+                None => None,
+            };
+            match value {
+                // `insert` keeps the position of a field already there.
+                Some(value) => {
+                    document.insert(field.clone(), value);
+                }
+                None => {
+                    document.remove(field);
+                }
+            }
+            vars.copied(Some(Bson::Document(document)))
         }
     }
 }
@@ -3914,6 +4043,71 @@ mod tests {
         assert_value(
             on(bson::bson!({"k": "$a.x", "gone": "$missing", "arr": ["$missing", 1]})),
             Bson::Document(doc! {"k": 1, "arr": [null, 1]}),
+        );
+    }
+
+    #[test]
+    fn set_field_and_unset_field() {
+        let document = doc! {"_id": 1, "item": "sweatshirt", "price.usd": 45.99, "qty": 300};
+        let on = |expression: Bson| eval_ok(expression, &document);
+        // The documentation's examples: fields whose names hold a dot or start with `$`.
+        assert_value(
+            on(
+                bson::bson!({"$setField": {"field": "price.usd", "input": "$$ROOT", "value": 49.99}}),
+            ),
+            Bson::Document(doc! {"_id": 1, "item": "sweatshirt", "price.usd": 49.99, "qty": 300}),
+        );
+        assert_value(
+            on(
+                bson::bson!({"$setField": {"field": {"$literal": "$price"}, "input": {"a": 1}, "value": "$qty"}}),
+            ),
+            Bson::Document(doc! {"a": 1, "$price": 300}),
+        );
+        assert_value(
+            on(bson::bson!({"$unsetField": {"field": "price.usd", "input": "$$ROOT"}})),
+            Bson::Document(doc! {"_id": 1, "item": "sweatshirt", "qty": 300}),
+        );
+        assert_value(
+            on(
+                bson::bson!({"$setField": {"field": "qty", "input": "$$ROOT", "value": "$$REMOVE"}}),
+            ),
+            Bson::Document(doc! {"_id": 1, "item": "sweatshirt", "price.usd": 45.99}),
+        );
+        assert_value(
+            on(bson::bson!({"$setField": {"field": "a", "input": "$missing", "value": 1}})),
+            Bson::Null,
+        );
+        let code = |expression: Bson| error(expression).code.code();
+        assert_eq!(code(bson::bson!({"$setField": 1})), 4161100);
+        assert_eq!(
+            code(bson::bson!({"$setField": {"field": "a", "input": {}, "value": 1, "x": 1}})),
+            4161101
+        );
+        assert_eq!(
+            code(bson::bson!({"$setField": {"input": {}, "value": 1}})),
+            4161102
+        );
+        assert_eq!(
+            code(bson::bson!({"$setField": {"field": "a", "input": {}}})),
+            4161103
+        );
+        assert_eq!(
+            code(bson::bson!({"$setField": {"field": 1, "input": {}, "value": 1}})),
+            4161107
+        );
+        assert_eq!(
+            code(
+                bson::bson!({"$setField": {"field": {"$concat": ["a"]}, "input": {}, "value": 1}})
+            ),
+            4161106
+        );
+        assert_eq!(
+            code(bson::bson!({"$setField": {"field": "$a", "input": {}, "value": 1}})),
+            4161108
+        );
+        assert_eq!(
+            code(bson::bson!({"$setField": {"field": "a", "input": 5, "value": 1}})),
+            4161105
         );
     }
 }
