@@ -7,27 +7,11 @@
 //!
 //! Longer runs: `TIDEWAY_MATCHER_SEED=<n> TIDEWAY_MATCHER_CASES=<n> cargo test --test matcher_model`.
 
+mod common;
+
 use bson::{doc, Bson, Document};
+use common::Rng;
 use tideway::query::Filter;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-}
 
 const FIELDS: [&str; 2] = ["a", "b"];
 

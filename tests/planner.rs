@@ -6,29 +6,9 @@
 mod common;
 
 use bson::{doc, Bson, Document};
-use common::TestServer;
+use common::{Rng, TestServer};
 use futures::TryStreamExt;
 use mongodb::{Collection, Database};
-
-/// A deterministic generator (xorshift), so a failing case can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-}
 
 fn scalars() -> Vec<Bson> {
     vec![

@@ -738,6 +738,23 @@ async fn expr_compares_fields_of_the_same_document() {
     // Where an expression belongs only at the top of a query.
     let (code, _, _) = command_error(supplies.find(doc! {"qty": {"$expr": 1}}).await);
     assert_eq!(code, 2);
+    for (operator, argument) in [
+        ("$expr", Bson::Boolean(true)),
+        ("$sampleRate", Bson::Double(0.5)),
+    ] {
+        let (code, _, message) = command_error(
+            supplies
+                .find(doc! {"tags": {"$elemMatch": {operator: argument}}})
+                .await,
+        );
+        assert_eq!(
+            (code, message),
+            (
+                2,
+                format!("{operator} can only be applied to the top-level document")
+            )
+        );
+    }
 }
 
 #[tokio::test]

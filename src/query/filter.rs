@@ -401,6 +401,21 @@ impl Filter {
 
 /// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
 /// which mongod allows when every branch is indexed, tideway answers 238). Returns it.
+/// The first operator under `expr` that mongod allows only in a query on whole documents
+/// (`$expr`, `$sampleRate`, `$jsonSchema`), not on array elements.
+fn top_level_only(expr: &Expr) -> Option<&'static str> {
+    match expr {
+        Expr::Aggregate(_) => Some("$expr"),
+        Expr::Sample(_) => Some("$sampleRate"),
+        Expr::Schema(_) => Some("$jsonSchema"),
+        Expr::And(children) | Expr::Or(children) | Expr::Nor(children) => {
+            children.iter().find_map(top_level_only)
+        }
+        Expr::Not(child) => top_level_only(child),
+        Expr::Leaf { .. } | Expr::Constant(_) | Expr::Text(_) => None,
+    }
+}
+
 /// Every `$expr` under `expr`, in any position.
 fn collect_aggregates(expr: &Expr, found: &mut Vec<Arc<AggregateCondition>>) {
     match expr {
@@ -904,10 +919,15 @@ fn parse_elem_match(argument: &Bson) -> CommandResult<Predicate> {
         return Err(bad_value("$elemMatch needs an Object"));
     };
     if is_value_operator_object(inner) {
-        Ok(Predicate::ElemMatchValue(parse_operators(&None, inner)?))
-    } else {
-        Ok(Predicate::ElemMatchObject(Box::new(Filter::parse(inner)?)))
+        return Ok(Predicate::ElemMatchValue(parse_operators(&None, inner)?));
     }
+    let filter = Filter::parse(inner)?;
+    if let Some(operator) = top_level_only(&filter.root) {
+        return Err(bad_value(format!(
+            "{operator} can only be applied to the top-level document"
+        )));
+    }
+    Ok(Predicate::ElemMatchObject(Box::new(filter)))
 }
 
 fn parse_all(path: &Option<Vec<String>>, argument: &Bson) -> CommandResult<Expr> {

@@ -148,3 +148,26 @@ pub async fn find_all(
         .await
         .expect("cursor reads")
 }
+
+/// A deterministic generator (xorshift) for randomized tests, so a failing case can be
+/// replayed from its seed.
+#[allow(dead_code)] // not every test binary generates inputs
+pub struct Rng(pub u64);
+
+#[allow(dead_code)]
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    pub fn pick<T: Clone>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())].clone()
+    }
+}
