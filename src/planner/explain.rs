@@ -286,7 +286,7 @@ fn predicate_document(predicate: &Predicate) -> Document {
             doc! {"$size": size.map_or(Bson::Double(0.5), |size| count(size as u64))}
         }
         Predicate::Mod { divisor, remainder } => doc! {"$mod": [*divisor, *remainder]},
-        Predicate::Bits(bits) => doc! {bits.operator(): bits.positions()},
+        Predicate::Bits(bits) => doc! {bits.operator(): bits.operand()},
         Predicate::ElemMatchObject(filter) => doc! {"$elemMatch": parsed_query(filter)},
         Predicate::ElemMatchValue(exprs) => {
             let mut operators = Document::new();

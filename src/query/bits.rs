@@ -30,8 +30,16 @@ pub(crate) enum BitTest {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct BitsPredicate {
     test: BitTest,
-    /// Sorted, without repeats.
-    positions: Vec<u32>,
+    mask: Mask,
+}
+
+/// The bits tested: positions (an array operand, sorted without repeats), or a mask of bytes
+/// (a number as its 8 little-endian bytes, or BinData as given: tested byte by byte, never
+/// expanded into positions, so a large BinData operand costs its size and no more).
+#[derive(Clone, Debug, PartialEq)]
+enum Mask {
+    Positions(Vec<u32>),
+    Bytes { bytes: Vec<u8>, operand: Bson },
 }
 
 impl BitsPredicate {
@@ -47,17 +55,28 @@ impl BitsPredicate {
             "$bitsAnySet" => BitTest::AnySet,
             _ => BitTest::AnyClear,
         };
-        let mut positions = match argument {
-            Bson::Array(items) => items
-                .iter()
-                .enumerate()
-                .map(|(index, item)| bit_position(index, item))
-                .collect::<CommandResult<Vec<u32>>>()?,
-            Bson::Binary(binary) => set_bits(&binary.bytes),
+        let mask = match argument {
+            Bson::Array(items) => {
+                let mut positions = items
+                    .iter()
+                    .enumerate()
+                    .map(|(index, item)| bit_position(index, item))
+                    .collect::<CommandResult<Vec<u32>>>()?;
+                positions.sort_unstable();
+                positions.dedup();
+                Mask::Positions(positions)
+            }
+            Bson::Binary(binary) => Mask::Bytes {
+                bytes: binary.bytes.clone(),
+                operand: argument.clone(),
+            },
             number if Number::from_bson(number).is_some() => {
                 let mask = non_negative_integer(operator, number)
                     .map_err(|why| CommandError::new(ErrorCode::FailedToParse, why))?;
-                set_bits(&mask.to_le_bytes())
+                Mask::Bytes {
+                    bytes: mask.to_le_bytes().to_vec(),
+                    operand: argument.clone(),
+                }
             }
             other => {
                 return Err(CommandError::bad_value(format!(
@@ -66,9 +85,7 @@ impl BitsPredicate {
                 )))
             }
         };
-        positions.sort_unstable();
-        positions.dedup();
-        Ok(BitsPredicate { test, positions })
+        Ok(BitsPredicate { test, mask })
     }
 
     pub(crate) fn operator(&self) -> &'static str {
@@ -80,55 +97,62 @@ impl BitsPredicate {
         }
     }
 
-    /// The positions tested, as explain shows the operand.
-    pub(crate) fn positions(&self) -> Bson {
-        Bson::Array(
-            self.positions
-                .iter()
-                .map(|position| Bson::Int32(*position as i32))
-                .collect(),
-        )
+    /// The operand as explain shows it: the positions of an array, else the mask as given.
+    pub(crate) fn operand(&self) -> Bson {
+        match &self.mask {
+            Mask::Positions(positions) => Bson::Array(
+                positions
+                    .iter()
+                    .map(|position| Bson::Int32(*position as i32))
+                    .collect(),
+            ),
+            Mask::Bytes { operand, .. } => operand.clone(),
+        }
     }
 
     /// Whether `value` passes the test (values that are neither integers nor BinData never do).
     pub(crate) fn matches(&self, value: &Bson) -> bool {
-        let is_set: Box<dyn Fn(u32) -> bool + '_> = match value {
-            Bson::Binary(binary) => Box::new(|position: u32| {
-                binary
-                    .bytes
-                    .get(position as usize / 8)
-                    .is_some_and(|byte| byte >> (position % 8) & 1 == 1)
-            }),
+        // Byte `i` of the value's bits (bit 0: the lowest bit of byte 0).
+        let byte: Box<dyn Fn(usize) -> u8 + '_> = match value {
+            Bson::Binary(binary) => {
+                Box::new(|index: usize| binary.bytes.get(index).copied().unwrap_or(0))
+            }
             number => {
                 let Some(integer) = Number::from_bson(number).and_then(Number::to_exact_i64) else {
                     return false;
                 };
-                Box::new(move |position: u32| match position {
-                    0..=63 => integer >> position & 1 == 1,
-                    _ => integer < 0,
+                Box::new(move |index: usize| match index {
+                    0..=7 => (integer >> (8 * index)) as u8,
+                    _ if integer < 0 => 0xFF,
+                    _ => 0,
                 })
             }
         };
-        match self.test {
-            BitTest::AllSet => self.positions.iter().all(|p| is_set(*p)),
-            BitTest::AllClear => self.positions.iter().all(|p| !is_set(*p)),
-            BitTest::AnySet => self.positions.iter().any(|p| is_set(*p)),
-            BitTest::AnyClear => self.positions.iter().any(|p| !is_set(*p)),
-        }
-    }
-}
-
-/// The positions of the set bits of `bytes` (bit 0: the lowest bit of the first byte).
-fn set_bits(bytes: &[u8]) -> Vec<u32> {
-    let mut positions = Vec::new();
-    for (index, byte) in bytes.iter().enumerate() {
-        for bit in 0..8 {
-            if byte >> bit & 1 == 1 {
-                positions.push(index as u32 * 8 + bit);
+        match &self.mask {
+            Mask::Positions(positions) => {
+                let is_set =
+                    |position: &u32| byte(*position as usize / 8) >> (position % 8) & 1 == 1;
+                match self.test {
+                    BitTest::AllSet => positions.iter().all(is_set),
+                    BitTest::AllClear => !positions.iter().any(is_set),
+                    BitTest::AnySet => positions.iter().any(is_set),
+                    BitTest::AnyClear => !positions.iter().all(is_set),
+                }
+            }
+            Mask::Bytes { bytes, .. } => {
+                let mut pairs = bytes
+                    .iter()
+                    .enumerate()
+                    .map(|(index, mask)| (byte(index), *mask));
+                match self.test {
+                    BitTest::AllSet => pairs.all(|(value, mask)| value & mask == mask),
+                    BitTest::AllClear => pairs.all(|(value, mask)| value & mask == 0),
+                    BitTest::AnySet => pairs.any(|(value, mask)| value & mask != 0),
+                    BitTest::AnyClear => pairs.any(|(value, mask)| value & mask != mask),
+                }
             }
         }
     }
-    positions
 }
 
 /// One element of a position array: a non-negative integer that fits in 32 bits.
@@ -250,6 +274,12 @@ mod tests {
         assert!(predicate("$bitsAllSet", Bson::Array(vec![])).matches(&Bson::Int32(0)));
         assert!(!predicate("$bitsAnyClear", Bson::Array(vec![])).matches(&Bson::Int32(0)));
         assert!(!predicate("$bitsAllSet", Bson::Array(vec![])).matches(&Bson::Null));
+        // A large BinData mask is tested byte by byte, never expanded into positions.
+        let wide = predicate("$bitsAllSet", binary(&vec![0xFF; 1 << 20]));
+        assert!(wide.matches(&Bson::Int32(-1)));
+        assert!(!wide.matches(&Bson::Int64(i64::MAX)));
+        assert!(wide.matches(&binary(&vec![0xFF; 1 << 20])));
+        assert!(!wide.matches(&binary(&[0xFF; 8])));
         // BinData bits past the end are clear.
         assert!(predicate("$bitsAllClear", Bson::Array(vec![9.into()])).matches(&binary(&[0xFF])));
     }

@@ -444,13 +444,11 @@ impl Schema {
             return false;
         }
         if self.unique_items {
-            for (index, element) in elements.iter().enumerate() {
-                if elements[..index]
-                    .iter()
-                    .any(|earlier| values_equal(earlier, element))
-                {
-                    return false;
-                }
+            // Sorted in BSON order, equal elements are neighbours: O(n log n) for any array.
+            let mut sorted: Vec<&Bson> = elements.iter().collect();
+            sorted.sort_by(|a, b| compare_values(a, b));
+            if sorted.windows(2).any(|pair| values_equal(pair[0], pair[1])) {
+                return false;
             }
         }
         match &self.items {
