@@ -275,8 +275,10 @@ impl Update {
                 *document = replace_keeping_id(&original, replacement)?;
             }
             Update::Pipeline(pipeline) => {
-                let transformed =
-                    pipeline.transform(original.clone(), &PipelineContext { now: context.now })?;
+                let transformed = pipeline.transform(
+                    std::mem::take(document),
+                    &PipelineContext { now: context.now },
+                )?;
                 *document = replace_keeping_id(&original, &transformed)?;
             }
             Update::Operators(modifiers, array_filters) => {
