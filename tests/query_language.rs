@@ -874,3 +874,90 @@ async fn json_schema_answers_the_documentation_example() {
         (9, "Unknown $jsonSchema keyword: foo")
     );
 }
+
+#[tokio::test]
+async fn type_and_mod_answer_the_documentation_examples() {
+    let server = TestServer::start().await;
+    let db = server.client().database("type_mod");
+    let book = db.collection::<Document>("addressBook");
+    book.insert_many([
+        doc! {"_id": 1, "address": "2030 Martian Way", "zipCode": "90698345"},
+        doc! {"_id": 2, "address": "156 Lunar Place", "zipCode": 43339374.0},
+        doc! {"_id": 3, "address": "2324 Pluto Place", "zipCode": 3921412_i64},
+        doc! {"_id": 4, "address": "55 Saturn Ring", "zipCode": 88602117},
+        doc! {"_id": 5, "address": "104 Venus Drive", "zipCode": ["834847278", "1893289032"]},
+    ])
+    .await
+    .unwrap();
+    let ids = |collection: &mongodb::Collection<Document>, filter: Document| {
+        let collection = collection.clone();
+        async move {
+            find_all(&collection, filter, doc! {"_id": 1})
+                .await
+                .into_iter()
+                .map(|document| document.get_i32("_id").unwrap())
+                .collect::<Vec<i32>>()
+        }
+    };
+    for (selector, expected) in [
+        (Bson::Int32(2), vec![1, 5]),
+        (Bson::String("string".into()), vec![1, 5]),
+        (Bson::Int32(1), vec![2]),
+        (Bson::String("double".into()), vec![2]),
+        (Bson::String("long".into()), vec![3]),
+        (Bson::String("int".into()), vec![4]),
+        (Bson::String("number".into()), vec![2, 3, 4]),
+        (Bson::String("array".into()), vec![5]),
+        (
+            Bson::Array(vec!["string".into(), "int".into()]),
+            vec![1, 4, 5],
+        ),
+    ] {
+        assert_eq!(
+            ids(&book, doc! {"zipCode": {"$type": selector.clone()}}).await,
+            expected,
+            "$type {selector}"
+        );
+    }
+    let (code, _, message) = command_error(book.find(doc! {"zipCode": {"$type": "bogus"}}).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (2, "Unknown type name alias: bogus")
+    );
+
+    let inventory = db.collection::<Document>("inventory");
+    inventory
+        .insert_many([
+            doc! {"_id": 1, "item": "abc123", "qty": 0},
+            doc! {"_id": 2, "item": "xyz123", "qty": 5},
+            doc! {"_id": 3, "item": "ijk123", "qty": 12},
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&inventory, doc! {"qty": {"$mod": [4, 0]}}).await,
+        [1, 3]
+    );
+    // Floating-point divisors and remainders are truncated toward zero.
+    for divisor in [4.0, 4.5, 4.99] {
+        assert_eq!(
+            ids(&inventory, doc! {"qty": {"$mod": [divisor, 0]}}).await,
+            [1, 3],
+            "divisor {divisor}"
+        );
+    }
+    for (argument, message) in [
+        (
+            Bson::Array(vec![4.into()]),
+            "malformed mod, not enough elements",
+        ),
+        (Bson::Array(vec![]), "malformed mod, not enough elements"),
+        (
+            Bson::Array(vec![4.into(), 1.into(), 2.into(), 3.into()]),
+            "malformed mod, too many elements",
+        ),
+    ] {
+        let (code, _, text) = command_error(inventory.find(doc! {"qty": {"$mod": argument}}).await);
+        assert_eq!((code, text.as_str()), (2, message));
+    }
+}
