@@ -15,9 +15,7 @@ use crate::exec::{DocStream, Visibility};
 use crate::query::pipeline::DocumentStream;
 use crate::query::Projection;
 use crate::sorter::Sorted;
-use crate::storage::{
-    Namespace, Record, Storage, StorageError, StorageResult, StoredDoc, TtlClass,
-};
+use crate::storage::{Namespace, Record, Storage, StorageError, StorageResult, TtlClass};
 
 /// mongod's `cursorTimeoutMillis` default: 10 minutes.
 pub const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
@@ -136,7 +134,7 @@ impl Cursor {
                     } else {
                         projection.apply(&record.doc, &meta)
                     };
-                    StoredDoc::decoded(projected).into_raw()
+                    RawDocumentBuf::from_document(&projected).map_err(|error| error.to_string())
                 }
                 // Stored documents pass through as read, never decoded.
                 None => record.doc.into_raw(),

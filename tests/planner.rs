@@ -353,6 +353,17 @@ fn stage<'a>(plan: &'a Document, path: &[&str]) -> &'a Document {
     current
 }
 
+/// `(nReturned, totalKeysExamined, totalDocsExamined)` of an explain's `executionStats`.
+fn counters(reply: &Document) -> (i32, i32, i32) {
+    let stats = reply.get_document("executionStats").unwrap();
+    let counter = |name: &str| stats.get_i32(name).unwrap();
+    (
+        counter("nReturned"),
+        counter("totalKeysExamined"),
+        counter("totalDocsExamined"),
+    )
+}
+
 async fn events(server: &TestServer) -> Database {
     let db = server.client().database("explain");
     let documents: Vec<Document> = (0..1000)
@@ -390,10 +401,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         stage(planner, &["winningPlan"]).get_str("stage").unwrap(),
         "IDHACK"
     );
-    let stats = reply.get_document("executionStats").unwrap();
-    assert_eq!(stats.get_i32("nReturned").unwrap(), 1);
-    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 1);
-    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 1);
+    assert_eq!(counters(&reply), (1, 1, 1));
 
     // A range on an indexed field reads exactly its keys.
     let reply = explain(
@@ -414,10 +422,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         ixscan.get_document("indexBounds").unwrap(),
         &doc! {"at": ["[1000, 1100)"]}
     );
-    let stats = reply.get_document("executionStats").unwrap();
-    assert_eq!(stats.get_i32("nReturned").unwrap(), 10);
-    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 10);
-    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 10);
+    assert_eq!(counters(&reply), (10, 10, 10));
 
     // An `_id` range uses the primary key order.
     let reply = explain(
@@ -449,10 +454,7 @@ async fn explain_reports_each_plan_kind_with_measured_counters() {
         ixscan.get_document("indexBounds").unwrap(),
         &doc! {"at": ["[MaxKey, MinKey]"]}
     );
-    let stats = reply.get_document("executionStats").unwrap();
-    assert_eq!(stats.get_i32("nReturned").unwrap(), 5);
-    assert_eq!(stats.get_i32("totalKeysExamined").unwrap(), 5);
-    assert_eq!(stats.get_i32("totalDocsExamined").unwrap(), 5);
+    assert_eq!(counters(&reply), (5, 5, 5));
 
     // An equality prefix then the sort field of a compound index.
     let reply = explain(

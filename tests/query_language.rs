@@ -7,6 +7,15 @@ use bson::{doc, Bson, Document};
 use common::{command_error, find_all, TestServer};
 use futures::TryStreamExt;
 
+/// The `_id`s (Int32) of what `filter` finds, in the order returned.
+async fn ids(collection: &mongodb::Collection<Document>, filter: Document) -> Vec<i32> {
+    find_all(collection, filter, doc! {"_id": 1})
+        .await
+        .into_iter()
+        .map(|document| document.get_i32("_id").unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn positional_projection_returns_the_matched_element() {
     let server = TestServer::start().await;
@@ -129,24 +138,35 @@ async fn bitwise_operators_answer_the_documentation_examples() {
         ])
         .await
         .unwrap();
-    let ids = |filter: Document| {
-        let collection = collection.clone();
-        async move {
-            find_all(&collection, filter, doc! {"_id": 1})
-                .await
-                .into_iter()
-                .map(|document| document.get_i32("_id").unwrap())
-                .collect::<Vec<i32>>()
-        }
-    };
-    assert_eq!(ids(doc! {"a": {"$bitsAllSet": [1, 5]}}).await, [1, 4]);
-    assert_eq!(ids(doc! {"a": {"$bitsAllSet": 50}}).await, [1]);
-    assert_eq!(ids(doc! {"a": {"$bitsAllClear": [1, 5]}}).await, [2, 3]);
-    assert_eq!(ids(doc! {"a": {"$bitsAllClear": 35}}).await, [2, 3]);
-    assert_eq!(ids(doc! {"a": {"$bitsAnySet": [1, 5]}}).await, [1, 4]);
-    assert_eq!(ids(doc! {"a": {"$bitsAnySet": 35}}).await, [1, 4]);
-    assert_eq!(ids(doc! {"a": {"$bitsAnyClear": [1, 5]}}).await, [2, 3]);
-    assert_eq!(ids(doc! {"a": {"$bitsAnyClear": 35}}).await, [1, 2, 3, 4]);
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAllSet": [1, 5]}}).await,
+        [1, 4]
+    );
+    assert_eq!(ids(&collection, doc! {"a": {"$bitsAllSet": 50}}).await, [1]);
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAllClear": [1, 5]}}).await,
+        [2, 3]
+    );
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAllClear": 35}}).await,
+        [2, 3]
+    );
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAnySet": [1, 5]}}).await,
+        [1, 4]
+    );
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAnySet": 35}}).await,
+        [1, 4]
+    );
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAnyClear": [1, 5]}}).await,
+        [2, 3]
+    );
+    assert_eq!(
+        ids(&collection, doc! {"a": {"$bitsAnyClear": 35}}).await,
+        [1, 2, 3, 4]
+    );
     let (code, _, message) = command_error(collection.find(doc! {"a": {"$bitsAllSet": "x"}}).await);
     assert_eq!(
         (code, message.as_str()),
@@ -643,27 +663,25 @@ async fn expr_compares_fields_of_the_same_document() {
         ])
         .await
         .unwrap();
-    let ids = |filter: Document| {
-        let budget = budget.clone();
-        async move {
-            find_all(&budget, filter, doc! {"_id": 1})
-                .await
-                .into_iter()
-                .map(|document| document.get_i32("_id").unwrap())
-                .collect::<Vec<i32>>()
-        }
-    };
     // The documentation's example, then with other predicates around it.
     assert_eq!(
-        ids(doc! {"$expr": {"$gt": ["$spent", "$budget"]}}).await,
+        ids(&budget, doc! {"$expr": {"$gt": ["$spent", "$budget"]}}).await,
         [1, 2, 5]
     );
     assert_eq!(
-        ids(doc! {"$expr": {"$gt": ["$spent", "$budget"]}, "budget": {"$gte": 200}}).await,
+        ids(
+            &budget,
+            doc! {"$expr": {"$gt": ["$spent", "$budget"]}, "budget": {"$gte": 200}}
+        )
+        .await,
         [1, 5]
     );
     assert_eq!(
-        ids(doc! {"$or": [{"$expr": {"$eq": ["$spent", 50]}}, {"_id": 4}]}).await,
+        ids(
+            &budget,
+            doc! {"$or": [{"$expr": {"$eq": ["$spent", 50]}}, {"_id": 4}]}
+        )
+        .await,
         [3, 4]
     );
     assert_eq!(
@@ -842,26 +860,16 @@ async fn json_schema_answers_the_documentation_example() {
             "instock": {"bsonType": "bool"},
         },
     };
-    let ids = |filter: Document| {
-        let inventory = inventory.clone();
-        async move {
-            find_all(&inventory, filter, doc! {"_id": 1})
-                .await
-                .into_iter()
-                .map(|document| document.get_i32("_id").unwrap())
-                .collect::<Vec<i32>>()
-        }
-    };
     assert_eq!(
-        ids(doc! {"$jsonSchema": schema.clone()}).await,
+        ids(&inventory, doc! {"$jsonSchema": schema.clone()}).await,
         [1, 2, 5, 6, 7]
     );
     assert_eq!(
-        ids(doc! {"$nor": [{"$jsonSchema": schema.clone()}]}).await,
+        ids(&inventory, doc! {"$nor": [{"$jsonSchema": schema.clone()}]}).await,
         [3, 4]
     );
     assert_eq!(
-        ids(doc! {"$jsonSchema": schema, "qty": {"$gt": 45}}).await,
+        ids(&inventory, doc! {"$jsonSchema": schema, "qty": {"$gt": 45}}).await,
         [2, 7]
     );
     let (code, _, message) = command_error(
@@ -889,16 +897,6 @@ async fn type_and_mod_answer_the_documentation_examples() {
     ])
     .await
     .unwrap();
-    let ids = |collection: &mongodb::Collection<Document>, filter: Document| {
-        let collection = collection.clone();
-        async move {
-            find_all(&collection, filter, doc! {"_id": 1})
-                .await
-                .into_iter()
-                .map(|document| document.get_i32("_id").unwrap())
-                .collect::<Vec<i32>>()
-        }
-    };
     for (selector, expected) in [
         (Bson::Int32(2), vec![1, 5]),
         (Bson::String("string".into()), vec![1, 5]),

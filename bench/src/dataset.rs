@@ -42,11 +42,30 @@ pub async fn ensure_preloaded(
     reload: bool,
     seed: u64,
 ) -> Result<bool, OpError> {
+    ensure_loaded(collection, docs, reload, seed, move |id, rng| {
+        make_document_with(Some(id as i64), &Document::new(), doc_bytes, rng)
+    })
+    .await
+}
+
+/// Makes the collection hold exactly `make(id)` for `_id` 0..`docs`: reuses it when its count
+/// already equals `docs` (unless `reload`), otherwise drops it and loads it. Returns whether it
+/// loaded.
+pub async fn ensure_loaded<F>(
+    collection: &Collection<Document>,
+    docs: u64,
+    reload: bool,
+    seed: u64,
+    make: F,
+) -> Result<bool, OpError>
+where
+    F: Fn(u64, &mut SplitMix64) -> Document + Clone + Send + 'static,
+{
     if !reload && count(collection).await.ok() == Some(docs) {
         return Ok(false);
     }
     drop(collection).await?;
-    grow(collection, 0, docs, doc_bytes, seed).await?;
+    grow_docs(collection, 0, docs, seed, make).await?;
     Ok(true)
 }
 

@@ -131,14 +131,10 @@ pub async fn ensure_events(
     reload: bool,
     seed: u64,
 ) -> Result<bool, OpError> {
-    let reuse = !reload && dataset::count(collection).await.ok() == Some(docs);
-    if !reuse {
-        dataset::drop(collection).await?;
-        dataset::grow_docs(collection, 0, docs, seed, move |id, rng| {
-            event_document(id, doc_bytes, rng)
-        })
-        .await?;
-    }
+    let loaded = dataset::ensure_loaded(collection, docs, reload, seed, move |id, rng| {
+        event_document(id, doc_bytes, rng)
+    })
+    .await?;
     if let Some(took) = ensure_indexes(collection).await? {
         eprintln!(
             "  created indexes {} on {docs} docs in {:.2} s",
@@ -146,7 +142,7 @@ pub async fn ensure_events(
             took.as_secs_f64()
         );
     }
-    Ok(!reuse)
+    Ok(loaded)
 }
 
 #[cfg(test)]

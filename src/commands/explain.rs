@@ -218,21 +218,28 @@ fn explain_reply(query_planner: Document, execution: Option<Document>) -> Docume
     reply
 }
 
-/// The reply of an explained read: `queryPlanner`, and unless that is all the verbosity asks,
-/// `executionStats` over the stage tree `stages` builds from the measured counters.
+/// The reply of an explained read whose stage tree is `wrap` over the plan's access stages
+/// (`access`): built without counters for `queryPlanner` (the winner, and each rejected plan's
+/// access stages under the same `wrap`), and, unless that is all the verbosity asks, with the
+/// measured counters for `executionStats`.
 fn planned_reply(
-    planner: Document,
-    verbosity: Verbosity,
+    ns: &str,
     summary: &PlanSummary,
+    verbosity: Verbosity,
     measured: (u64, &ScanStats),
     started: Instant,
-    stages: impl FnOnce(&ScanStats) -> Document,
+    access: impl Fn(Option<&ScanStats>) -> Document,
+    wrap: impl Fn(Document, Option<&ScanStats>) -> Document,
 ) -> Document {
+    let planner = query_planner(ns, summary, wrap(access(None), None), &|rejected| {
+        wrap(rejected, None)
+    });
     if verbosity == Verbosity::QueryPlanner {
         return explain_reply(planner, None);
     }
     let (returned, stats) = measured;
-    let execution = execution_stats(summary, verbosity, returned, stats, started, stages(stats));
+    let stages = wrap(access(Some(stats)), Some(stats));
+    let execution = execution_stats(summary, verbosity, returned, stats, started, stages);
     explain_reply(planner, Some(execution))
 }
 
@@ -381,19 +388,17 @@ async fn explain_count(
         Some(scan) if matches.from_keys => count_scan_stage(scan, stats),
         _ => access_stages(&summary.plan, &summary.filter, stats),
     };
-    let wrap_count = |access: Document, matched: Option<u64>| {
-        wrap(access, "COUNT", count_fields(matched), matched.map(|_| 0))
-    };
-    let planner = query_planner(&ns, summary, wrap_count(access(None), None), &|access| {
-        wrap_count(access, None)
-    });
     Ok(planned_reply(
-        planner,
-        verbosity,
+        &ns,
         summary,
+        verbosity,
         (0, &matches.stats),
         started,
-        |stats| wrap_count(access(Some(stats)), Some(matches.count)),
+        access,
+        |access, stats| {
+            let matched = stats.map(|_| matches.count);
+            wrap(access, "COUNT", count_fields(matched), matched.map(|_| 0))
+        },
     ))
 }
 
@@ -412,23 +417,22 @@ async fn explain_distinct(
         Access::IndexScan(scan) if read.distinct_scan => distinct_scan_stages(scan, stats),
         _ => access_stages(&summary.plan, &summary.filter, stats),
     };
-    let wrap_projection = |access: Document, returned: Option<u64>| {
-        let fields = doc! {"transformBy": projection.clone()};
-        wrap(access, "PROJECTION_SIMPLE", fields, returned)
-    };
-    let planner = query_planner(
+    Ok(planned_reply(
         &ns,
         summary,
-        wrap_projection(access(None), None),
-        &|access| wrap_projection(access, None),
-    );
-    Ok(planned_reply(
-        planner,
         verbosity,
-        summary,
         (read.stats.returned, &read.stats),
         started,
-        |stats| wrap_projection(access(Some(stats)), Some(stats.returned)),
+        access,
+        |access, stats| {
+            let fields = doc! {"transformBy": projection.clone()};
+            wrap(
+                access,
+                "PROJECTION_SIMPLE",
+                fields,
+                stats.map(|stats| stats.returned),
+            )
+        },
     ))
 }
 
@@ -582,18 +586,10 @@ async fn explain_write(
         (_, false) => matches.records.iter().collect(),
     };
     let stage = if update.is_some() { "UPDATE" } else { "DELETE" };
-    let wrap_write = |access: Document, fields: Document| wrap(access, stage, fields, None);
-    let planner = query_planner(
-        &ns.to_string(),
-        summary,
-        wrap_write(
-            access_stages(&summary.plan, &summary.filter, None),
-            Document::new(),
-        ),
-        &|access| wrap_write(access, Document::new()),
-    );
     let matched = targets.len() as u64;
+    // What the write would do is measured only when execution stats are asked for.
     let fields = match &update {
+        _ if verbosity == Verbosity::QueryPlanner => Document::new(),
         None => doc! {"nWouldDelete": count(matched)},
         Some(update) => {
             let now = bson::DateTime::from_millis(ctx.state.clock.now_ms());
@@ -617,16 +613,19 @@ async fn explain_write(
         }
     };
     Ok(planned_reply(
-        planner,
-        verbosity,
+        &ns.to_string(),
         summary,
+        verbosity,
         (0, &matches.stats),
         started,
-        |stats| {
-            wrap_write(
-                access_stages(&summary.plan, &summary.filter, Some(stats)),
-                fields,
-            )
+        |stats| access_stages(&summary.plan, &summary.filter, stats),
+        |access, stats| {
+            let fields = if stats.is_some() {
+                fields.clone()
+            } else {
+                Document::new()
+            };
+            wrap(access, stage, fields, None)
         },
     ))
 }

@@ -186,11 +186,11 @@ impl QueryPlan {
         }
     }
 
-    /// Whether this plan can answer `query` from index keys alone: one scan of an ordered
-    /// secondary index that is not multikey, exact for the filter ([`QueryPlan::is_exact`]),
-    /// whose top-level key fields include every field the query needs and every field a
-    /// blocking sort would read, over a collection where nothing can expire (expiry is judged
-    /// on stored documents).
+    /// Whether this plan, already known to be exact for the filter ([`QueryPlan::is_exact`]:
+    /// one scan of an ordered index that is not multikey), can answer `query` from index keys
+    /// alone: a secondary index whose top-level key fields include every field the query needs
+    /// and every field a blocking sort would read, over a collection where nothing can expire
+    /// (expiry is judged on stored documents).
     fn can_cover(&self, query: &Query, everything_visible: bool) -> bool {
         let (Access::IndexScan(scan), Some(needed)) = (&self.access, &query.needed_fields) else {
             return false;
@@ -208,7 +208,6 @@ impl QueryPlan {
             && !scan.index.is_id_index()
             && needed.iter().all(|field| holds(field))
             && sort_readable
-            && self.is_exact(&query.filter)
     }
 
     /// The index scan whose keys alone answer a count of `filter`'s matches (mongod's
@@ -344,10 +343,11 @@ pub async fn plan(
             view.visibility.clone(),
         );
         stream.set_wanted(query.wanted);
-        if plan.is_exact(&query.filter) {
+        let exact = plan.is_exact(&query.filter);
+        if exact {
             stream.skip_filter_check();
         }
-        plan.covered = plan.can_cover(query, everything_visible);
+        plan.covered = exact && plan.can_cover(query, everything_visible);
         if plan.covered {
             stream.read_covered();
         }

@@ -39,43 +39,28 @@ pub struct Filter {
     pub(crate) root: Expr,
     /// The `$text` conjunct of `root`, if any (found once, at parse time).
     text: Option<Arc<TextMatch>>,
-    /// Every `$expr` in `root` (found once, at parse time): where [`Filter::try_matches`]
-    /// finds the error an evaluation recorded.
-    aggregates: Vec<Arc<AggregateCondition>>,
 }
 
 /// A `$expr` condition: an aggregation expression whose value, coerced to a boolean, decides.
-/// Evaluation can fail (`$divide` by zero, a string given to `$add`); a failure makes the
-/// condition false and is recorded here, for [`Filter::try_matches`] to report as mongod
-/// would (the query fails). `$$NOW` is the time the filter was parsed.
+/// Evaluation can fail (`$divide` by zero, a string given to `$add`): the condition is then
+/// false and the error is reported by [`Filter::try_matches`] (the query fails, as on mongod).
+/// `$$NOW` is the time the filter was parsed.
 #[derive(Debug)]
 pub struct AggregateCondition {
     source: Bson,
     expression: crate::query::pipeline::expr::Expr,
     now: bson::DateTime,
-    error: std::sync::Mutex<Option<CommandError>>,
 }
 
 impl AggregateCondition {
-    fn evaluate(&self, document: &Document) -> bool {
+    fn evaluate(&self, document: &Document, state: &mut Evaluation) -> bool {
         match self.expression.evaluate_on(document, self.now) {
             Ok(value) => crate::query::pipeline::expr::truthy(&value),
             Err(error) => {
-                let mut slot = self
-                    .error
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                slot.get_or_insert(error);
+                state.error.get_or_insert(error);
                 false
             }
         }
-    }
-
-    fn take_error(&self) -> Option<CommandError> {
-        self.error
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
     }
 
     /// The `$expr` argument as given, for explain.
@@ -272,24 +257,15 @@ impl Filter {
     pub fn parse(filter: &Document) -> CommandResult<Filter> {
         let root = parse_document(filter)?;
         let text = check_text_placement(&root)?;
-        let mut aggregates = Vec::new();
-        collect_aggregates(&root, &mut aggregates);
-        Ok(Filter {
-            root,
-            text,
-            aggregates,
-        })
+        Ok(Filter { root, text })
     }
 
     /// [`Filter::matches`], failing with the error of a `$expr` that could not be evaluated
     /// (where [`Filter::matches`] says the document does not match).
     pub fn try_matches(&self, document: &Document) -> CommandResult<bool> {
-        let matched = self.matches(document);
-        match self
-            .aggregates
-            .iter()
-            .find_map(|condition| condition.take_error())
-        {
+        let mut state = Evaluation::default();
+        let matched = self.root.evaluate(Subject::Document(document), &mut state);
+        match state.error {
             Some(error) => Err(error),
             None => Ok(matched),
         }
@@ -308,10 +284,10 @@ impl Filter {
     /// `None` if the document does not match; otherwise the array index the match was found at
     /// (mongod's "elemMatchKey", used by the positional `$` update and projection operators).
     pub fn match_position(&self, document: &Document) -> Option<Option<usize>> {
-        let mut position = None;
+        let mut state = Evaluation::default();
         self.root
-            .evaluate(Subject::Document(document), &mut position)
-            .then_some(position)
+            .evaluate(Subject::Document(document), &mut state)
+            .then_some(state.position)
     }
 
     /// True for the empty filter.
@@ -416,36 +392,6 @@ fn top_level_only(expr: &Expr) -> Option<&'static str> {
     }
 }
 
-/// Every `$expr` under `expr`, in any position.
-fn collect_aggregates(expr: &Expr, found: &mut Vec<Arc<AggregateCondition>>) {
-    match expr {
-        Expr::Aggregate(condition) => found.push(condition.clone()),
-        Expr::And(children) | Expr::Or(children) | Expr::Nor(children) => {
-            for child in children {
-                collect_aggregates(child, found);
-            }
-        }
-        Expr::Not(child) => collect_aggregates(child, found),
-        Expr::Leaf {
-            predicate: Predicate::ElemMatchObject(filter),
-            ..
-        } => found.extend(filter.aggregates.iter().cloned()),
-        Expr::Leaf {
-            predicate: Predicate::ElemMatchValue(exprs),
-            ..
-        } => {
-            for child in exprs {
-                collect_aggregates(child, found);
-            }
-        }
-        Expr::Leaf { .. }
-        | Expr::Constant(_)
-        | Expr::Text(_)
-        | Expr::Sample(_)
-        | Expr::Schema(_) => {}
-    }
-}
-
 fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
     let top_level = conjuncts_of(root);
     let mut texts = top_level.iter().filter_map(|expr| match expr {
@@ -540,7 +486,7 @@ impl ElementMatcher {
             (None, value) => self
                 .exprs
                 .iter()
-                .all(|expr| expr.evaluate(Subject::Value(value), &mut None)),
+                .all(|expr| expr.evaluate(Subject::Value(value), &mut Evaluation::default())),
         }
     }
 }
@@ -565,7 +511,6 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                     source: value.clone(),
                     expression: crate::query::pipeline::expr::Expr::parse(value)?,
                     now: bson::DateTime::now(),
-                    error: std::sync::Mutex::new(None),
                 }))),
                 "sampleRate" => conjuncts.push(parse_sample_rate(value)?),
                 "jsonSchema" => conjuncts.push(Expr::Schema(Arc::new(JsonSchema::parse(value)?))),
@@ -773,7 +718,8 @@ fn parse_not(path: &Option<Vec<String>>, argument: &Bson) -> CommandResult<Expr>
     }
 }
 
-const TYPE_ALIASES: &[(&str, i32)] = &[
+/// mongod's BSON type names (`$type`, `bsonType`) and their numeric codes.
+pub(crate) const TYPE_ALIASES: &[(&str, i32)] = &[
     ("double", 1),
     ("string", 2),
     ("object", 3),
@@ -993,28 +939,43 @@ fn parse_mod(argument: &Bson) -> CommandResult<Predicate> {
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
+/// What one evaluation learns besides its answer.
+#[derive(Default)]
+struct Evaluation {
+    /// The first array index a leaf matched through (mongod's "elemMatchKey").
+    position: Option<usize>,
+    /// The first `$expr` that failed to evaluate.
+    error: Option<CommandError>,
+}
+
+impl Evaluation {
+    /// Evaluates `expr` for a negation: its positions do not count, its errors do.
+    fn negated(&mut self, expr: &Expr, subject: Subject<'_>) -> bool {
+        let mut inner = Evaluation::default();
+        let matched = expr.evaluate(subject, &mut inner);
+        if self.error.is_none() {
+            self.error = inner.error;
+        }
+        matched
+    }
+}
+
 impl Expr {
-    /// Evaluates the expression; on success, `position` receives the first array index a leaf
-    /// matched through (if it was not already set).
-    fn evaluate(&self, subject: Subject<'_>, position: &mut Option<usize>) -> bool {
+    /// Evaluates the expression; on success, `state.position` receives the first array index
+    /// a leaf matched through (if it was not already set).
+    fn evaluate(&self, subject: Subject<'_>, state: &mut Evaluation) -> bool {
         match self {
-            Expr::And(children) => children
-                .iter()
-                .all(|child| child.evaluate(subject, position)),
-            Expr::Or(children) => children
-                .iter()
-                .any(|child| child.evaluate(subject, position)),
-            Expr::Nor(children) => !children
-                .iter()
-                .any(|child| child.evaluate(subject, &mut None)),
-            Expr::Not(child) => !child.evaluate(subject, &mut None),
+            Expr::And(children) => children.iter().all(|child| child.evaluate(subject, state)),
+            Expr::Or(children) => children.iter().any(|child| child.evaluate(subject, state)),
+            Expr::Nor(children) => !children.iter().any(|child| state.negated(child, subject)),
+            Expr::Not(child) => !state.negated(child, subject),
             Expr::Constant(value) => *value,
             Expr::Text(text) => match subject {
                 Subject::Document(document) => text.score(document).is_some(),
                 Subject::Value(_) => false,
             },
             Expr::Aggregate(condition) => match subject {
-                Subject::Document(document) => condition.evaluate(document),
+                Subject::Document(document) => condition.evaluate(document, state),
                 Subject::Value(_) => false,
             },
             Expr::Sample(rate) => random_unit() < *rate,
@@ -1026,8 +987,8 @@ impl Expr {
                 (Some(path), Subject::Document(document)) => {
                     for candidate in path::lookup(document, path, predicate.leaf_arrays()) {
                         if let Some(matched_index) = predicate.matches(candidate.value) {
-                            if position.is_none() {
-                                *position = candidate.array_index.or(matched_index);
+                            if state.position.is_none() {
+                                state.position = candidate.array_index.or(matched_index);
                             }
                             return true;
                         }
@@ -1153,9 +1114,9 @@ impl Predicate {
                 return elements
                     .iter()
                     .position(|element| {
-                        exprs
-                            .iter()
-                            .all(|expr| expr.evaluate(Subject::Value(element), &mut None))
+                        exprs.iter().all(|expr| {
+                            expr.evaluate(Subject::Value(element), &mut Evaluation::default())
+                        })
                     })
                     .map(Some);
             }

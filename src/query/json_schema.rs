@@ -12,6 +12,7 @@ use regex::Regex;
 
 use super::compare::{compare_values, values_equal};
 use super::display::type_name;
+use super::filter::TYPE_ALIASES;
 use super::numeric::Number;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 
@@ -105,31 +106,6 @@ fn failed_to_parse(message: impl Into<String>) -> CommandError {
 fn must_be(keyword: &str, what: &str) -> CommandError {
     CommandError::type_mismatch(format!("$jsonSchema keyword '{keyword}' must be {what}"))
 }
-
-/// The BSON type aliases `bsonType` accepts (mongod's `$type` names).
-const BSON_TYPES: &[&str] = &[
-    "double",
-    "string",
-    "object",
-    "array",
-    "binData",
-    "undefined",
-    "objectId",
-    "bool",
-    "date",
-    "null",
-    "regex",
-    "dbPointer",
-    "javascript",
-    "symbol",
-    "javascriptWithScope",
-    "int",
-    "timestamp",
-    "long",
-    "decimal",
-    "minKey",
-    "maxKey",
-];
 
 impl Schema {
     fn parse(schema: &Document) -> CommandResult<Schema> {
@@ -548,7 +524,7 @@ fn bson_type(name: &str) -> CommandResult<Vec<TypeName>> {
     if name == "number" {
         return Ok(vec![TypeName::Number]);
     }
-    if BSON_TYPES.contains(&name) {
+    if TYPE_ALIASES.iter().any(|(alias, _)| *alias == name) {
         return Ok(vec![TypeName::Bson(name.to_string())]);
     }
     Err(CommandError::bad_value(format!(

@@ -51,17 +51,6 @@ impl StoredDoc {
         }
     }
 
-    /// The BSON bytes, encoding the document on first use if it was never stored. Fails only for
-    /// a computed document bson cannot encode.
-    pub fn raw(&self) -> Result<&RawDocument, String> {
-        if let Some(raw) = self.raw.get() {
-            return Ok(raw);
-        }
-        let encoded =
-            RawDocumentBuf::from_document(self.document()).map_err(|error| error.to_string())?;
-        Ok(self.raw.get_or_init(|| encoded))
-    }
-
     pub fn into_raw(self) -> Result<RawDocumentBuf, String> {
         let StoredDoc { raw, decoded } = self;
         match (raw.into_inner(), decoded.into_inner()) {
@@ -154,7 +143,6 @@ mod tests {
         assert_eq!(from_bytes.encoded_size(), bytes.as_bytes().len());
         assert_eq!(from_bytes.clone().into_document(), document);
         let decoded = StoredDoc::decoded(document.clone());
-        assert_eq!(decoded.raw().unwrap(), bytes.as_ref());
         assert_eq!(decoded.encoded_size(), bytes.as_bytes().len());
         assert_eq!(decoded.clone().into_raw().unwrap(), bytes);
         assert_eq!(from_bytes, decoded);

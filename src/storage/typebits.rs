@@ -20,8 +20,8 @@
 //! [`restore`] walks the decoded value (which has the same shape: same containers, same field
 //! order, a number wherever a number was, a String wherever a String or Symbol was) in the same
 //! order and consumes one entry per number and per string. Entries are self-delimiting, so the
-//! type bits of a compound key are the plain concatenation of its components' type bits
-//! ([`append_key`], [`restore_key`]). A component or key without ambiguous leaves has empty
+//! type bits of a compound key are the plain concatenation of its components' type bits.
+//! A component or key without ambiguous leaves has empty
 //! type bits: callers that may also store *no* type bits for an entry (because [`append`]
 //! returned false) must record that separately, since empty type bits are valid.
 //!
@@ -95,18 +95,6 @@ pub fn append(out: &mut Vec<u8>, value: &Bson) -> bool {
     described
 }
 
-/// Type bits of a whole compound key: every component's, in component order. `None` if any
-/// component cannot be described (see [`append`]).
-pub fn append_key<'a>(values: impl IntoIterator<Item = &'a Bson>) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    for value in values {
-        if !append(&mut out, value) {
-            return None;
-        }
-    }
-    Some(out)
-}
-
 /// Rebuilds the exact original value from `decoded` (what [`keycodec::decode_value`]
 /// returned for that component) and the type bits at the front of `bits`, advancing `bits`
 /// past what it consumed. Errors (never panics) on bits that do not fit the value (corrupt,
@@ -118,20 +106,6 @@ pub fn restore(decoded: Bson, bits: &mut &[u8]) -> Result<Bson, TypeBitsError> {
     reader.value(&mut value, 0)?;
     *bits = reader.rest();
     Ok(value)
-}
-
-/// Restores every component of a compound key in order from its whole type bits (as built by
-/// [`append_key`]); bits left over after the last component are an error.
-pub fn restore_key(decoded: Vec<Bson>, bits: &[u8]) -> Result<Vec<Bson>, TypeBitsError> {
-    let mut reader = Reader { bits, pos: 0 };
-    let mut values = decoded;
-    for value in &mut values {
-        reader.value(value, 0)?;
-    }
-    if reader.pos != bits.len() {
-        return Err(reader.err("trailing type bits after the last key component"));
-    }
-    Ok(values)
 }
 
 /// Type bits did not fit the decoded value (corrupt, truncated, or another value's bits).
@@ -398,6 +372,32 @@ mod tests {
     use bson::{doc, Binary, DateTime, JavaScriptCodeWithScope, Regex, Timestamp};
 
     use super::*;
+
+    /// Type bits of a whole compound key: every component's, in component order. `None` if any
+    /// component cannot be described (see `append`).
+    fn append_key<'a>(values: impl IntoIterator<Item = &'a Bson>) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        for value in values {
+            if !append(&mut out, value) {
+                return None;
+            }
+        }
+        Some(out)
+    }
+
+    /// Restores every component of a compound key in order from its whole type bits (as built by
+    /// `append_key`); bits left over after the last component are an error.
+    fn restore_key(decoded: Vec<Bson>, bits: &[u8]) -> Result<Vec<Bson>, TypeBitsError> {
+        let mut reader = Reader { bits, pos: 0 };
+        let mut values = decoded;
+        for value in &mut values {
+            reader.value(value, 0)?;
+        }
+        if reader.pos != bits.len() {
+            return Err(reader.err("trailing type bits after the last key component"));
+        }
+        Ok(values)
+    }
 
     // ---- helpers ---------------------------------------------------------------------
 

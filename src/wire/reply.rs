@@ -2,7 +2,7 @@
 //! bytes assembled directly so that stored documents in a cursor batch go out as they were read,
 //! never decoded or re-encoded.
 
-use bson::{Document, RawArrayBuf, RawBson, RawDocument, RawDocumentBuf};
+use bson::{Document, RawArrayBuf, RawBson, RawDocumentBuf};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
@@ -52,17 +52,6 @@ impl Reply {
         match self {
             Reply::Document(document) => crate::bsonutil::encoded_size(document),
             Reply::Raw(raw) => raw.as_bytes().len(),
-        }
-    }
-
-    /// The reply as a document (decoding a raw one): for callers that inspect replies, not on
-    /// the path that sends them.
-    pub fn into_document(self) -> Result<Document, String> {
-        match self {
-            Reply::Document(document) => Ok(document),
-            Reply::Raw(raw) => {
-                Document::try_from(raw.as_ref() as &RawDocument).map_err(|e| e.to_string())
-            }
         }
     }
 }
