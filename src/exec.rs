@@ -17,6 +17,7 @@ use bson::{Bson, Document};
 use crate::clock::Clock;
 use crate::error::CommandResult;
 use crate::planner::{self, Access, IndexScan, PlanCache, Planned, Query};
+use crate::query::collation::Collation;
 use crate::query::{Filter, SortSpec};
 use crate::sorter::Spillable;
 use crate::storage::keycodec;
@@ -634,7 +635,7 @@ pub async fn distinct_values(
                     .into_iter()
                     .find(|r| view.visibility.is_visible(r))
                 {
-                    push_distinct(&mut values, &record.doc, path);
+                    push_distinct(&mut values, &record.doc, path, None);
                 }
                 break;
             };
@@ -647,7 +648,7 @@ pub async fn distinct_values(
                 continue;
             };
             stats.returned += 1;
-            if !push_distinct(&mut values, &record.doc, path) {
+            if !push_distinct(&mut values, &record.doc, path, None) {
                 resume_after = Some(resume);
                 continue;
             }
@@ -667,13 +668,18 @@ pub async fn distinct_values(
 
 /// Adds the values at `path` of `document` not already in `values` (leaf arrays arrive
 /// expanded: `{a: [1, [2]]}` yields 1 and [2], as mongod's `distinct` reports them); whether it
-/// had any.
-pub fn push_distinct(values: &mut Vec<Bson>, document: &Document, path: &str) -> bool {
+/// had any. Values equal under `collation` count once (the first seen is kept).
+pub fn push_distinct(
+    values: &mut Vec<Bson>,
+    document: &Document,
+    path: &str,
+    collation: Option<&Collation>,
+) -> bool {
     let found = crate::query::lookup_values(document, path);
     for value in &found {
         if !values
             .iter()
-            .any(|seen| crate::query::values_equal(seen, value))
+            .any(|seen| crate::query::compare::values_equal_with(seen, value, collation))
         {
             values.push((*value).clone());
         }

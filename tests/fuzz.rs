@@ -3317,7 +3317,7 @@ fn run_query_case(case: &Document, label: &str, findings: &mut Findings) {
     if let Some(pipeline) = checked(findings, "Pipeline::parse", &input, || {
         Pipeline::parse(&stages)
     }) {
-        let context = PipelineContext { now };
+        let context = PipelineContext::at(now);
         let input_documents = match pipeline.source() {
             Some(SourceStage::CollStats(_)) => vec![doc! {"ns": "fuzz.c", "count": 3}],
             _ => documents.clone(),

@@ -1,7 +1,6 @@
-//! Every option is honoured or refused: a `collation` other than the simple one and a `hint` that
-//! names no usable index are refused by every command that takes them, as mongod refuses a hint
-//! (2 BadValue `hint provided does not correspond to an existing index`); tideway refuses
-//! non-simple collations (238 NotImplemented) rather than returning differently matched data.
+//! Every option is honoured or refused: every command that takes a `collation` honours it and
+//! refuses an invalid one, and a `hint` that names no usable index is refused as mongod refuses
+//! it (2 BadValue `hint provided does not correspond to an existing index`).
 
 mod common;
 
@@ -79,17 +78,36 @@ async fn refusal(db: &Database, command: Document) -> Option<(i32, String)> {
 }
 
 #[tokio::test]
-async fn a_non_simple_collation_is_refused_by_every_command() {
+async fn every_command_honours_a_collation_and_refuses_an_invalid_one() {
     let (server, db) = setup().await;
-    for (what, command) in commands(doc! {"collation": {"locale": "en", "strength": 2}}) {
+    for (what, command) in commands(doc! {"collation": {"locale": "xx"}}) {
         let (code, errmsg) = refusal(&db, command)
             .await
             .unwrap_or_else(|| panic!("{what} accepted it"));
-        assert_eq!(code, 238, "{what}: {errmsg}");
+        assert_eq!(code, 2, "{what}: {errmsg}");
+        assert!(
+            errmsg.starts_with("Field 'locale' is invalid"),
+            "{what}: {errmsg}"
+        );
     }
-    // The simple collation is what tideway does: accepted everywhere.
-    for (what, command) in commands(doc! {"collation": {"locale": "simple"}}) {
-        assert!(refusal(&db, command).await.is_none(), "{what}");
+    for collation in [
+        doc! {"locale": "simple"},
+        doc! {"locale": "en", "strength": 2},
+    ] {
+        for (what, command) in commands(doc! {"collation": collation.clone()}) {
+            assert!(refusal(&db, command).await.is_none(), "{what}");
+        }
+    }
+    // "A" and "a" differ in case only: one match under the simple collation, two at strength 2.
+    for (collation, n) in [
+        (doc! {"locale": "simple"}, 1),
+        (doc! {"locale": "en", "strength": 2}, 2),
+    ] {
+        let reply = db
+            .run_command(doc! {"count": "c", "query": {"a": "a"}, "collation": collation})
+            .await
+            .unwrap();
+        assert_eq!(reply.get_i32("n").unwrap(), n);
     }
     server.stop().await;
 }

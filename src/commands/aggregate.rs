@@ -11,7 +11,7 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    check_collation, check_hint, optional_bool, optional_document, required, validate_namespace,
+    check_hint, collation_for, optional_bool, optional_document, required, validate_namespace,
     wrong_type,
 };
 use crate::commands::ddl::{storage_stats, visible_stats};
@@ -19,6 +19,7 @@ use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
+use crate::query::collation::CollationChoice;
 use crate::query::pipeline::{CollStatsRequest, SourceStage};
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
@@ -70,11 +71,15 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             "The 'cursor' option is required, except for aggregate with the explain argument",
         ));
     }
-    check_collation("aggregate", body)?;
     let pipeline = Pipeline::parse(&stages)?;
+    let collection_meta = match &collection {
+        Some(ns) => ctx.state.storage.collection(ns).await?,
+        None => None,
+    };
     let now_ms = ctx.state.clock.now_ms();
     let context = PipelineContext {
         now: bson::DateTime::from_millis(now_ms),
+        collation: collation_for("aggregate", body, collection_meta.as_ref())?,
     };
     let max_sort_bytes = ctx.state.params.max_blocking_sort_bytes();
     let buffers = PipelineBuffers {
@@ -128,7 +133,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             }
             // Documents flow through the pipeline as they are read: only blocking stages hold
             // any, within their limits.
-            let query = aggregation_query(&view, body, &pipeline, filter);
+            let query = aggregation_query(&view, body, &pipeline, filter, &context.collation);
             let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
             if pipeline.counts_only() {
                 // `countDocuments(filter)`: from the index keys when they answer it.
@@ -230,18 +235,22 @@ pub fn pipeline_stages(body: &Document) -> CommandResult<Vec<Document>> {
 }
 
 /// What an aggregation reads from its collection: the leading `$match`, in the order of a
-/// `$sort` right after it (with the `$limit` after that), under the command's `hint`.
+/// `$sort` right after it (with the `$limit` after that), under the command's `hint` and the
+/// pipeline's collation.
 pub fn aggregation_query(
     view: &crate::exec::CollectionView,
     body: &Document,
     pipeline: &Pipeline,
     filter: Filter,
+    collation: &CollationChoice,
 ) -> Query {
     let (sort, wanted) = pipeline
         .leading_sort()
-        .map_or((None, None), |(sort, limit)| (Some(sort.clone()), limit));
+        .map_or((None, None), |(sort, limit)| {
+            (Some(sort.clone().with_collation(collation.clone())), limit)
+        });
     Query {
-        filter: Arc::new(filter),
+        filter: Arc::new(filter.with_collation(collation.clone())),
         sort,
         wanted,
         hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),

@@ -6,6 +6,7 @@ use bson::{Bson, Document};
 use crate::bsonutil::as_f64;
 use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::collation::{self, Collation, CollationChoice};
 use crate::query::display::type_name;
 use crate::storage::{CollectionMeta, Namespace, WriteOptions};
 
@@ -121,22 +122,21 @@ pub fn required<'a, T>(
     extract(value).ok_or_else(|| wrong_type(command, field, value, expected))
 }
 
-/// `collation`: tideway has only the simple collation, so any other is refused (238) rather than
-/// ignored, which would change results.
-pub fn check_collation(command: &str, fields: &Document) -> CommandResult<()> {
-    match fields.get("collation") {
-        None | Some(Bson::Null) => Ok(()),
-        Some(Bson::Document(collation))
-            if collation.is_empty() || collation.get_str("locale") == Ok("simple") =>
-        {
-            Ok(())
-        }
-        Some(Bson::Document(_)) => Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway supports only the simple collation",
-        )),
-        Some(other) => Err(wrong_type(command, "collation", other, "object")),
-    }
+/// The collation a command (or one statement of it) runs with: its `collation` if it gives a
+/// non-empty one (`{locale: "simple"}` included), else the collection's default (`meta`), as
+/// mongod resolves it. An empty `collation` document asks for nothing, as in mongod's commands.
+pub fn collation_for(
+    command: &str,
+    fields: &Document,
+    meta: Option<&CollectionMeta>,
+) -> CommandResult<CollationChoice> {
+    let explicit = match fields.get("collation") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Document(spec)) if spec.is_empty() => None,
+        other => Collation::from_argument(command, other)?,
+    };
+    let default = meta.map_or(Ok(None), CollectionMeta::default_collation)?;
+    Ok(collation::effective(explicit, &default))
 }
 
 /// `hint`: an index name, an index key pattern or `{$natural: ±1}`, naming an index the collection

@@ -16,7 +16,7 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    batch, check_collation, check_hint, collection_namespace, optional_bool, optional_document,
+    batch, check_hint, collation_for, collection_namespace, optional_bool, optional_document,
     validate_writable_namespace, write_options, wrong_type,
 };
 use crate::commands::find::parse_projection;
@@ -25,6 +25,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, document_id, CollectionView};
 use crate::limits::{self, StorageWrite};
 use crate::planner::{self, Query};
+use crate::query::collation::CollationChoice;
 use crate::query::update::parse_array_filters;
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
@@ -261,6 +262,7 @@ impl<'a> WriteContext<'a> {
             let mut document = record.doc.document().clone();
             let context = UpdateContext {
                 matched_array_index: filter.match_position(&record.doc).flatten(),
+                collation: filter.collation().clone(),
                 ..UpdateContext::new(bson::DateTime::from_millis(self.now_ms()))
             };
             if !update.apply(&mut document, &context)? {
@@ -326,7 +328,10 @@ impl<'a> WriteContext<'a> {
         let document = upsert_document(
             filter,
             update,
-            &UpdateContext::new(bson::DateTime::from_millis(self.now_ms())),
+            &UpdateContext {
+                collation: filter.collation().clone(),
+                ..UpdateContext::new(bson::DateTime::from_millis(self.now_ms()))
+            },
         )?;
         check_id(&document_id(&document))?;
         check_storable(&document, StorageWrite::Update)?;
@@ -341,10 +346,23 @@ impl<'a> WriteContext<'a> {
         }
     }
 
-    /// A statement's `collation` and `hint`, honoured or refused.
-    fn check_statement_options(&self, command: &str, statement: &Document) -> CommandResult<()> {
-        check_collation(command, statement)?;
-        check_hint(&self.view.ns, self.view.meta.as_ref(), statement)
+    /// A statement's filter (its field `field`) under the statement's collation (its own, or
+    /// the collection's default), after its `hint` is checked; and that collation.
+    fn statement_filter(
+        &self,
+        command: &str,
+        statement: &Document,
+        field: &str,
+    ) -> CommandResult<(Arc<Filter>, CollationChoice)> {
+        let collation = collation_for(command, statement, self.view.meta.as_ref())?;
+        check_hint(&self.view.ns, self.view.meta.as_ref(), statement)?;
+        let filter = Filter::parse(
+            optional_document(self.ctx, statement, field)?.unwrap_or(&Document::new()),
+        )?;
+        Ok((
+            Arc::new(filter.with_collation(collation.clone())),
+            collation,
+        ))
     }
 
     /// The query a statement's filter, sort and `hint` make.
@@ -486,23 +504,12 @@ pub(crate) fn parse_update(
     }
 }
 
-fn parse_filter(
-    ctx: &CommandContext,
-    document: &Document,
-    field: &str,
-) -> CommandResult<Arc<Filter>> {
-    Ok(Arc::new(Filter::parse(
-        optional_document(ctx, document, field)?.unwrap_or(&Document::new()),
-    )?))
-}
-
 async fn run_update_statement(
     writer: &WriteContext<'_>,
     statement: &Document,
 ) -> CommandResult<StatementOutcome> {
     let ctx = writer.ctx;
-    writer.check_statement_options("update", statement)?;
-    let filter = parse_filter(ctx, statement, "q")?;
+    let (filter, _) = writer.statement_filter("update", statement, "q")?;
     let query = writer.query(&filter, None, statement);
     let update = parse_update(
         "update",
@@ -595,8 +602,7 @@ async fn run_delete_statement(
     writer: &WriteContext<'_>,
     statement: &Document,
 ) -> CommandResult<usize> {
-    writer.check_statement_options("delete", statement)?;
-    let filter = parse_filter(writer.ctx, statement, "q")?;
+    let (filter, _) = writer.statement_filter("delete", statement, "q")?;
     let query = writer.query(&filter, None, statement);
     let limit = match statement.get("limit") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
@@ -661,11 +667,11 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?;
-    writer.check_statement_options("findAndModify", body)?;
-    let filter = parse_filter(ctx, body, "query")?;
+    let (filter, collation) = writer.statement_filter("findAndModify", body, "query")?;
     let sort = optional_document(ctx, body, "sort")?
         .map(SortSpec::parse)
-        .transpose()?;
+        .transpose()?
+        .map(|sort| sort.with_collation(collation));
     let query = writer.query(&filter, sort.as_ref(), body);
     let projection = parse_projection(ctx, body, "fields")?;
     let remove = optional_bool(ctx, body, "remove")?.unwrap_or(false);

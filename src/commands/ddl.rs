@@ -14,6 +14,7 @@ use crate::commands::find::buffered_cursor;
 use crate::dispatch::{command_fields, CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::CollectionView;
+use crate::query::collation::Collation;
 use crate::query::Filter;
 use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
 use crate::wire::Reply;
@@ -105,11 +106,15 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
                 "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
             ));
         }
-        if name == "collation"
-            && value
-                .as_document()
-                .is_some_and(|c| c.is_empty() || c.get_str("locale") == Ok("simple"))
-        {
+        if name == "collation" {
+            let collation = match value {
+                Bson::Document(spec) => Collation::parse(spec)?,
+                other => return Err(wrong_type("create", "collation", other, "object")),
+            };
+            // The simple collation is the absence of one: not stored, not listed.
+            if let Some(collation) = collation {
+                options.insert("collation", collation.spec().clone());
+            }
             continue;
         }
         if !SUPPORTED_CREATE_OPTIONS.contains(&name.as_str()) {

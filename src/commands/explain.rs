@@ -151,10 +151,15 @@ fn planner_document(
     rejected: Vec<Bson>,
 ) -> Document {
     let hash = query_hash(shape);
-    doc! {
+    let mut planner = doc! {
         "namespace": ns,
         "indexFilterSet": false,
         "parsedQuery": parsed_query(filter),
+    };
+    if let Some(collation) = filter.collation() {
+        planner.insert("collation", collation.spec().clone());
+    }
+    planner.extend(doc! {
         "queryHash": &hash,
         "planCacheKey": &hash,
         "maxIndexedOrSolutionsReached": false,
@@ -162,7 +167,8 @@ fn planner_document(
         "maxScansToExplodeReached": false,
         "winningPlan": winning,
         "rejectedPlans": rejected,
-    }
+    });
+    planner
 }
 
 /// `executionStats` from what the read measured.
@@ -598,6 +604,7 @@ async fn explain_write(
                 let mut document = record.doc.document().clone();
                 let context = UpdateContext {
                     matched_array_index: summary.filter.match_position(&record.doc).flatten(),
+                    collation: summary.filter.collation().clone(),
                     ..UpdateContext::new(now)
                 };
                 if update.apply(&mut document, &context)? {

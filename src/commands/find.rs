@@ -8,7 +8,7 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    check_collation, check_hint, collection_namespace, optional_bool, optional_document,
+    check_hint, collation_for, collection_namespace, optional_bool, optional_document,
     optional_i64, optional_non_negative, required, wrong_type,
 };
 use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
@@ -16,6 +16,7 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, CollectionView, ScanStats, Visibility};
 use crate::planner::{self, PlanSummary, Query, QueryPlan};
+use crate::query::compare::compare_values_with;
 use crate::query::pipeline::DocumentStream;
 use crate::query::{Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
@@ -178,7 +179,7 @@ fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()
             ));
         }
     }
-    check_collation(ctx.name, body)
+    Ok(())
 }
 
 /// A `find` planned and ready to read: its cursor and what explain reports about it.
@@ -201,7 +202,7 @@ pub struct FindRun {
 pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<FindRun> {
     let ns = collection_namespace(ctx, body)?;
     reject_unsupported(ctx, body)?;
-    let filter = Arc::new(parse_filter(ctx, body, "filter")?);
+    let filter = parse_filter(ctx, body, "filter")?;
     let sort = parse_sort(ctx, body)?;
     let projection = parse_projection(ctx, body, "projection")?;
     let text_score = asks_text_score(optional_document(ctx, body, "projection")?)
@@ -220,6 +221,7 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     let storage = ctx.state.storage.as_ref();
     let view = ctx.state.view(&ns).await?;
     check_hint(&ns, view.meta.as_ref(), body)?;
+    let (filter, sort) = collated(ctx.name, body, &view, filter, sort)?;
     let query = Query {
         filter,
         sort: sort.clone(),
@@ -404,17 +406,31 @@ pub async fn read_target(
     sort: Option<SortSpec>,
     wanted: Option<u64>,
 ) -> CommandResult<(CollectionView, Query)> {
-    check_collation(ctx.name, options)?;
     let view = ctx.state.view(ns).await?;
     check_hint(ns, view.meta.as_ref(), options)?;
+    let (filter, sort) = collated(ctx.name, options, &view, filter, sort)?;
     let query = Query {
-        filter: Arc::new(filter),
+        filter,
         sort,
         wanted,
         hint: planner::resolve_hint(view.meta.as_ref(), options.get("hint")),
         needed_fields: None,
     };
     Ok((view, query))
+}
+
+/// A read's filter and sort under the collation it runs with: the `collation` of `options`, or
+/// the collection's default.
+pub fn collated(
+    command: &str,
+    options: &Document,
+    view: &CollectionView,
+    filter: Filter,
+    sort: Option<SortSpec>,
+) -> CommandResult<(Arc<Filter>, Option<SortSpec>)> {
+    let collation = collation_for(command, options, view.meta.as_ref())?;
+    let sort = sort.map(|sort| sort.with_collation(collation.clone()));
+    Ok((Arc::new(filter.with_collation(collation)), sort))
 }
 
 /// [`read_target`] of a command that names its collection first and its filter `query`
@@ -572,7 +588,7 @@ pub async fn distinct_read(
             planner::key_pattern_summary(&scan.index)
         ));
         report_examined(ctx, Some(ScanStats::default()), Some(stats));
-        values.sort_by(crate::query::compare_values);
+        values.sort_by(|a, b| compare_values_with(a, b, query.filter.collation().as_deref()));
         return Ok(DistinctRead {
             values,
             distinct_scan: true,
@@ -581,11 +597,12 @@ pub async fn distinct_read(
         });
     }
     let matches = matches_in(ctx, &view, &query, false).await?;
+    let collation = query.filter.collation().as_deref();
     let mut values: Vec<Bson> = Vec::new();
     for record in &matches.records {
-        exec::push_distinct(&mut values, &record.doc, key);
+        exec::push_distinct(&mut values, &record.doc, key, collation);
     }
-    values.sort_by(crate::query::compare_values);
+    values.sort_by(|a, b| compare_values_with(a, b, collation));
     Ok(DistinctRead {
         values,
         distinct_scan: false,

@@ -10,6 +10,7 @@ use crate::commands::find::buffered_cursor;
 use crate::commands::index_kinds::{self, TEXT_OPTIONS};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::query::collation::{Collation, CollationChoice};
 use crate::query::display::document_string;
 use crate::query::Filter;
 use crate::reaper;
@@ -101,8 +102,12 @@ fn cannot_create(spec: &Document, why: &str) -> CommandError {
     )
 }
 
-/// Validates a requested spec and normalises it to what `listIndexes` will show.
-fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
+/// Validates a requested spec and normalises it to what `listIndexes` will show; an index
+/// without `collation` takes the collection's default (`default_collation`).
+fn parse_index_spec(
+    raw: &Document,
+    default_collation: &CollationChoice,
+) -> CommandResult<IndexSpec> {
     let key_pattern = match raw.get("key") {
         Some(Bson::Document(key)) if !key.is_empty() => key,
         Some(Bson::Document(_)) => return Err(cannot_create(raw, "Index keys cannot be empty.")),
@@ -219,15 +224,37 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
         return Err(spec_error(raw, &why));
     }
     let expire_after = ttl_option(raw, &key)?;
-    if let Some(collation) = raw.get("collation") {
-        let simple = collation
-            .as_document()
-            .is_some_and(|c| c.is_empty() || c.get_str("locale") == Ok("simple"));
-        if !simple {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway supports only the simple collation",
-            ));
+    let collation = match raw.get("collation") {
+        None => default_collation.clone(),
+        Some(Bson::Document(spec)) => Collation::parse(spec)?,
+        Some(other) => {
+            return Err(wrong_type(
+                "createIndexes",
+                "indexes.collation",
+                other,
+                "object",
+            ))
+        }
+    };
+    if let Some(collation) = &collation {
+        match kind {
+            IndexKind::Ordered => {}
+            IndexKind::Text => {
+                return Err(cannot_create(
+                    raw,
+                    &format!(
+                        "Index type 'text' does not support collation: {}",
+                        document_string(collation.spec())
+                    ),
+                ))
+            }
+            IndexKind::Hashed | IndexKind::Wildcard => {
+                return Err(CommandError::new(
+                    ErrorCode::NotImplemented,
+                    "tideway supports a non-simple collation on ascending and descending indexes \
+                     only",
+                ))
+            }
         }
     }
     let flag = |field: &str| -> CommandResult<bool> {
@@ -299,6 +326,9 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
     if let Some(text) = &text_spec {
         spec.extend(index_kinds::text_spec_fields(text));
     }
+    if let Some(collation) = &collation {
+        spec.insert("collation", collation.spec().clone());
+    }
     Ok(IndexSpec {
         name,
         key,
@@ -307,6 +337,7 @@ fn parse_index_spec(raw: &Document) -> CommandResult<IndexSpec> {
         partial_filter,
         spec,
         catalog_only,
+        collation,
     })
 }
 
@@ -406,15 +437,18 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
             "Must specify at least one index to create",
         ));
     }
+    let storage = ctx.state.storage.as_ref();
+    let existing = storage.collection(&ns).await?;
+    let default_collation = existing
+        .as_ref()
+        .map_or(Ok(None), |meta| meta.default_collation())?;
     let mut requested = Vec::new();
     for raw in raw_specs {
         let Bson::Document(raw) = raw else {
             return Err(wrong_type("createIndexes", "indexes", raw, "object"));
         };
-        requested.push(parse_index_spec(raw)?);
+        requested.push(parse_index_spec(raw, &default_collation)?);
     }
-    let storage = ctx.state.storage.as_ref();
-    let existing = storage.collection(&ns).await?;
     let created_collection = existing.is_none();
     let existing_indexes: Vec<IndexSpec> = existing.map_or_else(
         || vec![id_index_spec()],
@@ -474,6 +508,7 @@ pub fn id_index_spec() -> IndexSpec {
         partial_filter: None,
         spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
         catalog_only: false,
+        collation: None,
     }
 }
 

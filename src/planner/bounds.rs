@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
+use crate::query::collation::Collation;
 use crate::query::filter::{CompareOp, Expr, Predicate, RegexMatcher, TypeSelector};
 use crate::query::numeric::Number;
 use crate::storage::keycodec::{self, Direction};
@@ -534,10 +535,23 @@ fn type_bounds(selectors: &[TypeSelector]) -> Option<IntervalList> {
     Some(IntervalList::of(intervals))
 }
 
-/// Bounds of one leaf predicate, or `None` when it cannot narrow an index scan.
-pub(crate) fn predicate_bounds(predicate: &Predicate) -> Option<IntervalList> {
+/// Bounds of one leaf predicate, or `None` when it cannot narrow an index scan. On an index
+/// with a collation (`collation`), operands are taken as the comparison keys the index holds,
+/// and a regex bounds nothing (its literal prefix says nothing about comparison keys).
+pub(crate) fn predicate_bounds(
+    predicate: &Predicate,
+    collation: Option<&Collation>,
+) -> Option<IntervalList> {
+    fn keyed<'v>(value: &'v Bson, collation: Option<&Collation>) -> std::borrow::Cow<'v, Bson> {
+        match collation {
+            Some(collation) => std::borrow::Cow::Owned(collation.index_value(value)),
+            None => std::borrow::Cow::Borrowed(value),
+        }
+    }
     match predicate {
-        Predicate::Compare(op, value) => comparison_bounds(*op, value),
+        Predicate::Compare(op, value) => comparison_bounds(*op, &keyed(value, collation)),
+        Predicate::In { regexes, .. } if collation.is_some() && !regexes.is_empty() => None,
+        Predicate::Regex(_) if collation.is_some() => None,
         Predicate::In {
             values,
             regexes,
@@ -545,7 +559,7 @@ pub(crate) fn predicate_bounds(predicate: &Predicate) -> Option<IntervalList> {
         } => {
             let mut set = IntervalList::empty();
             for value in values {
-                set = set.union(equality_bounds(value));
+                set = set.union(equality_bounds(&keyed(value, collation)));
             }
             for regex in regexes {
                 set = set.union(regex_bounds(regex));
@@ -561,7 +575,7 @@ pub(crate) fn predicate_bounds(predicate: &Predicate) -> Option<IntervalList> {
             // Every condition applies to the same element, so their bounds intersect.
             let mut bounds: Option<IntervalList> = None;
             for expr in exprs {
-                if let Some(found) = value_expr_bounds(expr, false) {
+                if let Some(found) = value_expr_bounds(expr, false, collation) {
                     bounds = Some(match bounds {
                         Some(current) => current.intersect(&found),
                         None => found,
@@ -580,37 +594,45 @@ pub(crate) fn predicate_bounds(predicate: &Predicate) -> Option<IntervalList> {
 
 /// Bounds of a leaf or a negated leaf; `dotted`: the leaf's path has several components, so
 /// predicates that can match a missing field give none (see the module invariants).
-fn value_expr_bounds(expr: &Expr, dotted: bool) -> Option<IntervalList> {
+fn value_expr_bounds(
+    expr: &Expr,
+    dotted: bool,
+    collation: Option<&Collation>,
+) -> Option<IntervalList> {
     match expr {
         Expr::Leaf { predicate, .. } => {
-            let bounds = predicate_bounds(predicate)?;
+            let bounds = predicate_bounds(predicate, collation)?;
             let matches_missing = matches!(
                 predicate,
                 Predicate::Compare(CompareOp::Eq | CompareOp::Gte | CompareOp::Lte, Bson::Null)
             ) || matches!(predicate, Predicate::In { has_null: true, .. });
             (!(dotted && matches_missing)).then_some(bounds)
         }
-        Expr::Not(child) if !dotted => negated_bounds(child),
+        Expr::Not(child) if !dotted => negated_bounds(child, collation),
         _ => None,
     }
 }
 
 /// `$ne`, `$nin` and `$exists: false`: the keys of documents that fail `child`.
-fn negated_bounds(child: &Expr) -> Option<IntervalList> {
+fn negated_bounds(child: &Expr, collation: Option<&Collation>) -> Option<IntervalList> {
     let Expr::Leaf { predicate, .. } = child else {
         return None;
     };
     let scalar = |value: &Bson| !matches!(value, Bson::Array(_) | Bson::RegularExpression(_));
+    let keyed = |value: &Bson| match collation {
+        Some(collation) => collation.index_value(value),
+        None => value.clone(),
+    };
     match predicate {
         // Only the value's own key is excluded: an empty array is keyed as undefined, and
         // `$ne: null` does not reject it.
         Predicate::Compare(CompareOp::Eq, value) if scalar(value) => {
-            Some(IntervalList::points([value.clone()]).complement())
+            Some(IntervalList::points([keyed(value)]).complement())
         }
         Predicate::In {
             values, regexes, ..
         } if regexes.is_empty() && values.iter().all(scalar) => {
-            Some(IntervalList::points(values.iter().cloned()).complement())
+            Some(IntervalList::points(values.iter().map(keyed)).complement())
         }
         // A missing field is keyed as null.
         Predicate::Exists => Some(IntervalList::points([Bson::Null])),
@@ -632,13 +654,18 @@ fn is_on_path(expr: &Expr, path: &[String]) -> bool {
     matches!(leaf, Expr::Leaf { path: Some(leaf_path), .. } if leaf_path.as_slice() == path)
 }
 
-/// The conjuncts of a filter that bound one field path, each with the bounds it allows.
-pub(crate) fn conjunct_bounds(conjuncts: &[&Expr], path: &[String]) -> Vec<IntervalList> {
+/// The conjuncts of a filter that bound one field path, each with the bounds it allows on an
+/// index with `collation`.
+pub(crate) fn conjunct_bounds(
+    conjuncts: &[&Expr],
+    path: &[String],
+    collation: Option<&Collation>,
+) -> Vec<IntervalList> {
     let dotted = path.len() > 1;
     conjuncts
         .iter()
         .filter(|expr| is_on_path(expr, path))
-        .filter_map(|expr| value_expr_bounds(expr, dotted))
+        .filter_map(|expr| value_expr_bounds(expr, dotted, collation))
         .collect()
 }
 
@@ -712,7 +739,7 @@ pub(crate) fn covers(filter: &crate::query::Filter, fields: &[String]) -> bool {
 pub fn field_bounds(filter: &crate::query::Filter, path: &str, multikey: bool) -> IntervalList {
     let conjuncts = filter.top_level_conjuncts();
     combine(
-        conjunct_bounds(&conjuncts, &crate::query::path::split_path(path)),
+        conjunct_bounds(&conjuncts, &crate::query::path::split_path(path), None),
         multikey,
     )
 }

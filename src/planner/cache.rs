@@ -114,6 +114,13 @@ pub fn key(meta: &CollectionMeta, query: &Query) -> String {
     }
     key.push_str("||");
     key.push_str(&shape_key(query));
+    if let Some(collation) = query.filter.collation() {
+        let _ = write!(
+            key,
+            "|collation:{}",
+            crate::query::display::document_string(collation.spec())
+        );
+    }
     key
 }
 

@@ -148,10 +148,15 @@ pub fn distinct_scan_stages(scan: &IndexScan, stats: Option<&ScanStats>) -> Docu
 }
 
 fn index_scan_stage(scan: &IndexScan) -> Document {
-    doc! {
+    let mut stage = doc! {
         "stage": "IXSCAN",
         "keyPattern": scan.index.key_pattern(),
         "indexName": &scan.index.name,
+    };
+    if let Some(collation) = &scan.index.collation {
+        stage.insert("collation", collation.spec().clone());
+    }
+    stage.extend(doc! {
         "isMultiKey": scan.multikey,
         "isUnique": scan.index.unique,
         "isSparse": scan.index.sparse,
@@ -159,7 +164,8 @@ fn index_scan_stage(scan: &IndexScan) -> Document {
         "indexVersion": scan.index.spec.get("v").cloned().unwrap_or(Bson::Int32(2)),
         "direction": direction(scan.reverse),
         "indexBounds": scan.bounds.render(scan.reverse),
-    }
+    });
+    stage
 }
 
 fn direction(reverse: bool) -> &'static str {

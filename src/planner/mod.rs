@@ -29,6 +29,7 @@ use bson::Bson;
 
 use crate::error::{CommandError, CommandResult};
 use crate::exec::{CollectionView, DocStream, ScanStats};
+use crate::query::collation::{self, CollationChoice};
 use crate::query::filter::{Expr, Predicate, TextMatch};
 use crate::query::text::TextIndex;
 use crate::query::{path, Filter, SortSpec};
@@ -205,6 +206,7 @@ impl QueryPlan {
                 .as_ref()
                 .is_none_or(|sort| sort.keys().all(|(field, _)| holds(field)));
         everything_visible
+            && scan.index.collation.is_none()
             && !scan.index.is_id_index()
             && needed.iter().all(|field| holds(field))
             && sort_readable
@@ -235,7 +237,10 @@ impl QueryPlan {
             .iter()
             .map(|(field, _)| field.clone())
             .collect();
-        scan.index.is_ordered() && !scan.multikey && bounds::covers(filter, &fields)
+        scan.index.is_ordered()
+            && !scan.multikey
+            && collation::same(&scan.index.collation, filter.collation())
+            && bounds::covers(filter, &fields)
     }
 
     /// mongod's `planSummary`: `IXSCAN { at: 1 }`, `COLLSCAN`, `IDHACK`, `EOF`, or the scans of
@@ -374,12 +379,21 @@ pub async fn plan(
         return Ok(single(QueryPlan::new(Access::Eof, true)));
     }
     if let Some(id) = query.filter.id_equality() {
-        return Ok(single(QueryPlan::new(Access::IdHack(id.clone()), true)));
+        // `_id` lookups are by the stored value: under a collation, only values without
+        // strings are found that way.
+        if query.filter.collation().is_none() || !collation::has_strings(id) {
+            return Ok(single(QueryPlan::new(Access::IdHack(id.clone()), true)));
+        }
     }
     let Some(meta) = meta else {
         return Ok(single(collection_scan(query.sort.as_ref())));
     };
-    let mut candidates = candidates(meta, &conjuncts, query.sort.as_ref());
+    let mut candidates = candidates(
+        meta,
+        &conjuncts,
+        query.sort.as_ref(),
+        query.filter.collation(),
+    );
     if let Some(eof) = candidates
         .iter()
         .position(|plan| matches!(plan.access, Access::Eof))
@@ -478,7 +492,7 @@ fn text_plan(
     let mut display = Vec::new();
     for (field, sign) in &text_index.prefix_fields {
         let values = bounds::combine(
-            bounds::conjunct_bounds(&conjuncts, &path::split_path(field)),
+            bounds::conjunct_bounds(&conjuncts, &path::split_path(field), None),
             false,
         );
         let Some(value) = values
@@ -556,7 +570,14 @@ fn hinted(meta: Option<&CollectionMeta>, query: &Query) -> Option<QueryPlan> {
         Hint::Index(name) => {
             let meta = meta?;
             let index = meta.index_named(name)?;
-            let conjuncts = query.filter.top_level_conjuncts();
+            // A hinted index of another collation is read whole: its keys order strings
+            // differently, so the filter bounds nothing and every document is re-checked.
+            let same_collation = collation::same(&index.collation, query.filter.collation());
+            let conjuncts = if same_collation {
+                query.filter.top_level_conjuncts()
+            } else {
+                Vec::new()
+            };
             match index.kind() {
                 IndexKind::Ordered | IndexKind::Hashed => {}
                 // A wildcard index is read for the path the filter bounds, if one.
@@ -572,6 +593,7 @@ fn hinted(meta: Option<&CollectionMeta>, query: &Query) -> Option<QueryPlan> {
             let order = query
                 .sort
                 .as_ref()
+                .filter(|_| same_collation)
                 .and_then(|sort| sort_order(index, &bounds, multikey, sort));
             let scan = IndexScan::new(index, bounds, order.unwrap_or(false), multikey);
             Some(QueryPlan::new(
@@ -601,14 +623,17 @@ fn collection_scan(sort: Option<&SortSpec>) -> QueryPlan {
     QueryPlan::new(Access::CollScan { reverse }, provides)
 }
 
-/// Plain ascending/descending indexes the planner may choose by itself.
-fn usable(index: &IndexSpec) -> bool {
-    plannable(index) && matches!(index.kind(), IndexKind::Ordered | IndexKind::Hashed)
+/// Plain ascending/descending indexes the planner may choose by itself for a query under
+/// `collation`.
+fn usable(index: &IndexSpec, collation: &CollationChoice) -> bool {
+    plannable(index, collation) && matches!(index.kind(), IndexKind::Ordered | IndexKind::Hashed)
 }
 
-/// Indexes the planner may choose by itself, of any kind: not catalog-only, partial or hidden.
-fn plannable(index: &IndexSpec) -> bool {
-    !index.catalog_only
+/// Indexes the planner may choose by itself, of any kind: not catalog-only, partial or hidden,
+/// and of the query's collation (keys under another collation order strings differently).
+fn plannable(index: &IndexSpec, collation: &CollationChoice) -> bool {
+    collation::same(&index.collation, collation)
+        && !index.catalog_only
         && index.partial_filter.is_none()
         && !index.spec.get_bool("hidden").unwrap_or(false)
 }
@@ -638,7 +663,7 @@ fn index_bounds(index: &IndexSpec, conjuncts: &[&Expr], multikey: bool) -> Index
             .enumerate()
             .map(|(position, (field, direction))| {
                 let path = path::split_path(field);
-                let found = bounds::conjunct_bounds(conjuncts, &path);
+                let found = bounds::conjunct_bounds(conjuncts, &path, index.collation.as_deref());
                 let mut values = bounds::combine(found, multikey);
                 if kinds
                     .get(position)
@@ -699,7 +724,7 @@ fn wildcard_scan(index: &Arc<IndexSpec>, conjuncts: &[&Expr]) -> Option<IndexSca
         {
             continue;
         }
-        let Some(values) = bounds::predicate_bounds(predicate) else {
+        let Some(values) = bounds::predicate_bounds(predicate, None) else {
             continue;
         };
         let better = match &best {
@@ -782,9 +807,10 @@ fn candidates(
     meta: &CollectionMeta,
     conjuncts: &[&Expr],
     sort: Option<&SortSpec>,
+    collation: &CollationChoice,
 ) -> Vec<QueryPlan> {
     let mut plans = Vec::new();
-    for index in meta.indexes.iter().filter(|index| usable(index)) {
+    for index in meta.indexes.iter().filter(|index| usable(index, collation)) {
         // Without a sort, an index whose leading field no conjunct names cannot be a candidate.
         let leading_named = index
             .key
@@ -829,13 +855,13 @@ fn candidates(
     for index in meta
         .indexes
         .iter()
-        .filter(|index| plannable(index) && index.kind() == IndexKind::Wildcard)
+        .filter(|index| plannable(index, collation) && index.kind() == IndexKind::Wildcard)
     {
         if let Some(scan) = wildcard_scan(index, conjuncts) {
             plans.push(QueryPlan::new(Access::IndexScan(scan), sort.is_none()));
         }
     }
-    if let Some(or) = or_plan(meta, conjuncts, sort) {
+    if let Some(or) = or_plan(meta, conjuncts, sort, collation) {
         plans.push(or);
     }
     plans
@@ -896,6 +922,7 @@ fn or_plan(
     meta: &CollectionMeta,
     conjuncts: &[&Expr],
     sort: Option<&SortSpec>,
+    collation: &CollationChoice,
 ) -> Option<QueryPlan> {
     let branches = conjuncts.iter().find_map(|expr| match expr {
         Expr::Or(branches) => Some(branches),
@@ -905,7 +932,7 @@ fn or_plan(
     for branch in branches {
         let branch_conjuncts = crate::query::filter::conjuncts_of(branch);
         let mut best: Option<(usize, IndexScan)> = None;
-        for index in meta.indexes.iter().filter(|index| usable(index)) {
+        for index in meta.indexes.iter().filter(|index| usable(index, collation)) {
             let multikey = meta.is_multikey(&index.name);
             let bounds = index_bounds(index, &branch_conjuncts, multikey);
             if sparse_misses_matches(index, &bounds) {
@@ -1030,7 +1057,13 @@ pub fn distinct_scan(
     meta.indexes
         .iter()
         .filter(|index| {
-            usable(index) && index.is_ordered() && !index.sparse && !meta.is_multikey(&index.name)
+            // The values come from the keys: only a simple-collation index holds them as they
+            // are.
+            usable(index, &None)
+                && filter.collation().is_none()
+                && index.is_ordered()
+                && !index.sparse
+                && !meta.is_multikey(&index.name)
         })
         .find(|index| index.key.first().is_some_and(|(field, _)| field == key))
         .map(|index| IndexScan::new(index, index_bounds(index, &conjuncts, false), false, false))
@@ -1085,6 +1118,7 @@ mod tests {
             partial_filter: None,
             spec: doc! {"v": 2, "key": pattern, "name": name},
             catalog_only: false,
+            collation: None,
         }
     }
 
@@ -1103,7 +1137,7 @@ mod tests {
     fn plans(meta: &CollectionMeta, filter: Document, sort: Option<Document>) -> Vec<String> {
         let filter = Filter::parse(&filter).unwrap();
         let sort = sort.map(|sort| SortSpec::parse(&sort).unwrap());
-        candidates(meta, &filter.top_level_conjuncts(), sort.as_ref())
+        candidates(meta, &filter.top_level_conjuncts(), sort.as_ref(), &None)
             .iter()
             .map(|plan| {
                 format!(

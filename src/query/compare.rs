@@ -1,5 +1,6 @@
-//! MongoDB's total order over BSON values (`BSONElement::woCompare` without collation), used by
-//! the matcher, sort, `$min`/`$max`, `$addToSet` and the index key codec.
+//! MongoDB's total order over BSON values (`BSONElement::woCompare`), used by the matcher, sort,
+//! `$min`/`$max`, `$addToSet` and the index key codec; with a collation, strings (at any depth)
+//! compare under it, as mongod's `StringData::ComparatorInterface` makes them.
 //!
 //! Invariants: values of different canonical type brackets order by bracket
 //! ([`canonical_type_rank`]); inside a bracket the order is mongod's (numbers by exact numeric
@@ -12,6 +13,7 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
+use super::collation::Collation;
 use super::numeric::{compare_numbers, Number};
 
 /// mongod's `canonicalizeBSONType` plus one, so that MinKey (-1 in mongod) fits in a `u8`.
@@ -38,18 +40,25 @@ pub fn canonical_type_rank(value: &Bson) -> u8 {
     }
 }
 
-/// MongoDB's total order over BSON values.
+/// MongoDB's total order over BSON values (the simple collation).
 pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
+    compare_values_with(a, b, None)
+}
+
+/// MongoDB's total order over BSON values, strings compared under `collation` (`None`: byte
+/// order).
+pub fn compare_values_with(a: &Bson, b: &Bson, collation: Option<&Collation>) -> Ordering {
     let rank_order = canonical_type_rank(a).cmp(&canonical_type_rank(b));
     if rank_order != Ordering::Equal {
         return rank_order;
     }
     match (a, b) {
-        (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
-            x.as_bytes().cmp(y.as_bytes())
-        }
-        (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),
-        (Bson::Array(x), Bson::Array(y)) => compare_arrays(x, y),
+        (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => match collation {
+            Some(collation) => collation.compare(x, y),
+            None => x.as_bytes().cmp(y.as_bytes()),
+        },
+        (Bson::Document(x), Bson::Document(y)) => compare_documents_with(x, y, collation),
+        (Bson::Array(x), Bson::Array(y)) => compare_arrays(x, y, collation),
         (Bson::Binary(x), Bson::Binary(y)) => x
             .bytes
             .len()
@@ -73,7 +82,7 @@ pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
             .code
             .as_bytes()
             .cmp(y.code.as_bytes())
-            .then_with(|| compare_documents(&x.scope, &y.scope)),
+            .then_with(|| compare_documents_with(&x.scope, &y.scope, collation)),
         _ => match (Number::from_bson(a), Number::from_bson(b)) {
             (Some(x), Some(y)) => compare_numbers(x, y),
             // MinKey, MaxKey, Null, Undefined: one value per bracket.
@@ -85,6 +94,11 @@ pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
 /// `compare_values(a, b) == Equal`: mongod's equality (numeric across types, `-0.0 == 0.0`).
 pub fn values_equal(a: &Bson, b: &Bson) -> bool {
     compare_values(a, b) == Ordering::Equal
+}
+
+/// [`values_equal`] under a collation.
+pub fn values_equal_with(a: &Bson, b: &Bson, collation: Option<&Collation>) -> bool {
+    compare_values_with(a, b, collation) == Ordering::Equal
 }
 
 /// Byte-level identity: same types, same field order, same values (NaN identical to itself,
@@ -116,6 +130,15 @@ pub fn identical_documents(a: &Document, b: &Document) -> bool {
 
 /// Documents compare field by field: value bracket, then field name, then value.
 pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
+    compare_documents_with(a, b, None)
+}
+
+/// [`compare_documents`] with values compared under a collation (field names never are).
+pub fn compare_documents_with(
+    a: &Document,
+    b: &Document,
+    collation: Option<&Collation>,
+) -> Ordering {
     let mut left = a.iter();
     let mut right = b.iter();
     loop {
@@ -127,7 +150,7 @@ pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
                 let order = canonical_type_rank(a_value)
                     .cmp(&canonical_type_rank(b_value))
                     .then_with(|| a_name.as_bytes().cmp(b_name.as_bytes()))
-                    .then_with(|| compare_values(a_value, b_value));
+                    .then_with(|| compare_values_with(a_value, b_value, collation));
                 if order != Ordering::Equal {
                     return order;
                 }
@@ -137,9 +160,9 @@ pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
 }
 
 /// Arrays compare element-wise (their implicit field names are equal position by position).
-fn compare_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
+fn compare_arrays(a: &[Bson], b: &[Bson], collation: Option<&Collation>) -> Ordering {
     for (x, y) in a.iter().zip(b.iter()) {
-        let order = compare_values(x, y);
+        let order = compare_values_with(x, y, collation);
         if order != Ordering::Equal {
             return order;
         }

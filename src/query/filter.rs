@@ -20,7 +20,8 @@ use bson::{Bson, Document};
 use regex::Regex;
 
 use super::bits::BitsPredicate;
-use super::compare::{canonical_type_rank, compare_values, values_equal};
+use super::collation::{Collation, CollationChoice};
+use super::compare::{canonical_type_rank, compare_values_with, values_equal_with};
 use super::display::value_string;
 use super::json_schema::JsonSchema;
 use super::numeric::Number;
@@ -39,6 +40,8 @@ pub struct Filter {
     pub(crate) root: Expr,
     /// The `$text` conjunct of `root`, if any (found once, at parse time).
     text: Option<Arc<TextMatch>>,
+    /// The collation strings compare under (`None`: the simple collation).
+    collation: CollationChoice,
 }
 
 /// A `$expr` condition: an aggregation expression whose value, coerced to a boolean, decides.
@@ -54,7 +57,10 @@ pub struct AggregateCondition {
 
 impl AggregateCondition {
     fn evaluate(&self, document: &Document, state: &mut Evaluation) -> bool {
-        match self.expression.evaluate_on(document, self.now) {
+        match self
+            .expression
+            .evaluate_collated(document, self.now, state.collation)
+        {
             Ok(value) => crate::query::pipeline::expr::truthy(&value),
             Err(error) => {
                 state.error.get_or_insert(error);
@@ -257,13 +263,38 @@ impl Filter {
     pub fn parse(filter: &Document) -> CommandResult<Filter> {
         let root = parse_document(filter)?;
         let text = check_text_placement(&root)?;
-        Ok(Filter { root, text })
+        Ok(Filter {
+            root,
+            text,
+            collation: None,
+        })
+    }
+
+    /// The filter with its strings compared under `collation` (`None`: the simple collation).
+    pub fn with_collation(mut self, collation: CollationChoice) -> Filter {
+        self.collation = collation;
+        self
+    }
+
+    /// The collation the filter compares strings under.
+    pub fn collation(&self) -> &CollationChoice {
+        &self.collation
     }
 
     /// [`Filter::matches`], failing with the error of a `$expr` that could not be evaluated
     /// (where [`Filter::matches`] says the document does not match).
     pub fn try_matches(&self, document: &Document) -> CommandResult<bool> {
-        let mut state = Evaluation::default();
+        self.try_matches_collated(document, self.collation.as_deref())
+    }
+
+    /// [`Filter::try_matches`] under `collation` instead of the filter's own (a `$match`
+    /// stage runs under its pipeline's collation).
+    pub fn try_matches_collated(
+        &self,
+        document: &Document,
+        collation: Option<&Collation>,
+    ) -> CommandResult<bool> {
+        let mut state = Evaluation::new(collation);
         let matched = self.root.evaluate(Subject::Document(document), &mut state);
         match state.error {
             Some(error) => Err(error),
@@ -284,7 +315,7 @@ impl Filter {
     /// `None` if the document does not match; otherwise the array index the match was found at
     /// (mongod's "elemMatchKey", used by the positional `$` update and projection operators).
     pub fn match_position(&self, document: &Document) -> Option<Option<usize>> {
-        let mut state = Evaluation::default();
+        let mut state = Evaluation::new(self.collation.as_deref());
         self.root
             .evaluate(Subject::Document(document), &mut state)
             .then_some(state.position)
@@ -480,13 +511,20 @@ impl ElementMatcher {
     }
 
     pub fn matches(&self, value: &Bson) -> bool {
+        self.matches_with(value, None)
+    }
+
+    /// [`ElementMatcher::matches`] with strings compared under `collation`.
+    pub fn matches_with(&self, value: &Bson, collation: Option<&Collation>) -> bool {
         match (&self.document_filter, value) {
-            (Some(filter), Bson::Document(document)) => filter.matches(document),
+            (Some(filter), Bson::Document(document)) => filter
+                .root
+                .evaluate(Subject::Document(document), &mut Evaluation::new(collation)),
             (Some(_), _) => false,
             (None, value) => self
                 .exprs
                 .iter()
-                .all(|expr| expr.evaluate(Subject::Value(value), &mut Evaluation::default())),
+                .all(|expr| expr.evaluate(Subject::Value(value), &mut Evaluation::new(collation))),
         }
     }
 }
@@ -642,7 +680,12 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
             "$not" => parse_not(path, argument)?,
             "$regex" => leaf(
                 path,
-                Predicate::Regex(parse_regex_operator(argument, regex_options)?),
+                Predicate::Regex(parse_regex_operator(
+                    argument,
+                    regex_options,
+                    operators.keys().position(|key| key == "$options")
+                        < operators.keys().position(|key| key == "$regex"),
+                )?),
             ),
             "$options" => continue,
             "$size" => leaf(path, parse_size(argument)?),
@@ -830,7 +873,12 @@ fn compile_regex(pattern: &str, options: &str) -> CommandResult<RegexMatcher> {
     })
 }
 
-fn parse_regex_operator(source: &Bson, options: Option<&Bson>) -> CommandResult<RegexMatcher> {
+/// `$regex` with its sibling `$options` (`options_first`: `$options` came before `$regex`).
+fn parse_regex_operator(
+    source: &Bson,
+    options: Option<&Bson>,
+    options_first: bool,
+) -> CommandResult<RegexMatcher> {
     let options = match options {
         None => None,
         Some(Bson::String(options)) => Some(options.as_str()),
@@ -840,7 +888,16 @@ fn parse_regex_operator(source: &Bson, options: Option<&Bson>) -> CommandResult<
         Bson::String(pattern) => compile_regex(pattern, options.unwrap_or("")),
         Bson::RegularExpression(regex) => {
             if options.is_some() && !regex.options.is_empty() {
-                return Err(bad_value("options set in both $regex and $options"));
+                // mongod's code says which of the two came first.
+                let code = if options_first {
+                    ErrorCode::Location51074
+                } else {
+                    ErrorCode::Location51075
+                };
+                return Err(CommandError::new(
+                    code,
+                    "options set in both $regex and $options",
+                ));
             }
             compile_regex(&regex.pattern, options.unwrap_or(&regex.options))
         }
@@ -939,19 +996,27 @@ fn parse_mod(argument: &Bson) -> CommandResult<Predicate> {
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
-/// What one evaluation learns besides its answer.
-#[derive(Default)]
-struct Evaluation {
+/// What one evaluation works under (its collation) and learns besides its answer.
+struct Evaluation<'c> {
     /// The first array index a leaf matched through (mongod's "elemMatchKey").
     position: Option<usize>,
     /// The first `$expr` that failed to evaluate.
     error: Option<CommandError>,
+    collation: Option<&'c Collation>,
 }
 
-impl Evaluation {
+impl<'c> Evaluation<'c> {
+    fn new(collation: Option<&'c Collation>) -> Evaluation<'c> {
+        Evaluation {
+            position: None,
+            error: None,
+            collation,
+        }
+    }
+
     /// Evaluates `expr` for a negation: its positions do not count, its errors do.
     fn negated(&mut self, expr: &Expr, subject: Subject<'_>) -> bool {
-        let mut inner = Evaluation::default();
+        let mut inner = Evaluation::new(self.collation);
         let matched = expr.evaluate(subject, &mut inner);
         if self.error.is_none() {
             self.error = inner.error;
@@ -986,7 +1051,9 @@ impl Expr {
             Expr::Leaf { path, predicate } => match (path, subject) {
                 (Some(path), Subject::Document(document)) => {
                     for candidate in path::lookup(document, path, predicate.leaf_arrays()) {
-                        if let Some(matched_index) = predicate.matches(candidate.value) {
+                        if let Some(matched_index) =
+                            predicate.matches(candidate.value, state.collation)
+                        {
                             if state.position.is_none() {
                                 state.position = candidate.array_index.or(matched_index);
                             }
@@ -995,17 +1062,24 @@ impl Expr {
                     }
                     false
                 }
-                (None, Subject::Value(value)) => predicate.matches(Some(value)).is_some(),
+                (None, Subject::Value(value)) => {
+                    predicate.matches(Some(value), state.collation).is_some()
+                }
                 // A path applied to a bare value (or no path on a document) names nothing.
                 (Some(_), Subject::Value(_)) | (None, Subject::Document(_)) => {
-                    predicate.matches(None).is_some()
+                    predicate.matches(None, state.collation).is_some()
                 }
             },
         }
     }
 }
 
-fn compare_matches(op: CompareOp, candidate: Option<&Bson>, operand: &Bson) -> bool {
+fn compare_matches(
+    op: CompareOp,
+    candidate: Option<&Bson>,
+    operand: &Bson,
+    collation: Option<&Collation>,
+) -> bool {
     let candidate_rank = candidate.map_or(UNDEFINED_RANK, canonical_type_rank);
     let operand_rank = canonical_type_rank(operand);
     if candidate_rank != operand_rank {
@@ -1028,7 +1102,7 @@ fn compare_matches(op: CompareOp, candidate: Option<&Bson>, operand: &Bson) -> b
             return matches!(op, CompareOp::Lte | CompareOp::Gte) && candidate_nan && operand_nan;
         }
     }
-    let order = compare_values(candidate, operand);
+    let order = compare_values_with(candidate, operand, collation);
     match op {
         CompareOp::Eq => order == Ordering::Equal,
         CompareOp::Gt => order == Ordering::Greater,
@@ -1062,9 +1136,13 @@ impl Predicate {
 
     /// `None` when the candidate (`None` = missing) does not satisfy the predicate; otherwise
     /// the index of the array element that satisfied an `$elemMatch`, if any.
-    fn matches(&self, candidate: Option<&Bson>) -> Option<Option<usize>> {
+    fn matches(
+        &self,
+        candidate: Option<&Bson>,
+        collation: Option<&Collation>,
+    ) -> Option<Option<usize>> {
         let matched = match self {
-            Predicate::Compare(op, operand) => compare_matches(*op, candidate, operand),
+            Predicate::Compare(op, operand) => compare_matches(*op, candidate, operand, collation),
             Predicate::In {
                 values,
                 regexes,
@@ -1073,7 +1151,9 @@ impl Predicate {
                 None | Some(Bson::Undefined) if *has_null => true,
                 None => false,
                 Some(value) => {
-                    values.iter().any(|item| values_equal(value, item))
+                    values
+                        .iter()
+                        .any(|item| values_equal_with(value, item, collation))
                         || regexes.iter().any(|regex| regex.matches(value))
                 }
             },
@@ -1100,10 +1180,18 @@ impl Predicate {
                 };
                 return elements
                     .iter()
-                    .position(|element| match element {
-                        Bson::Document(document) => filter.matches(document),
-                        Bson::Array(nested) => filter.matches(&array_as_document(nested)),
-                        _ => false,
+                    .position(|element| {
+                        let mut state = Evaluation::new(collation);
+                        match element {
+                            Bson::Document(document) => filter
+                                .root
+                                .evaluate(Subject::Document(document), &mut state),
+                            Bson::Array(nested) => filter.root.evaluate(
+                                Subject::Document(&array_as_document(nested)),
+                                &mut state,
+                            ),
+                            _ => false,
+                        }
                     })
                     .map(Some);
             }
@@ -1115,7 +1203,7 @@ impl Predicate {
                     .iter()
                     .position(|element| {
                         exprs.iter().all(|expr| {
-                            expr.evaluate(Subject::Value(element), &mut Evaluation::default())
+                            expr.evaluate(Subject::Value(element), &mut Evaluation::new(collation))
                         })
                     })
                     .map(Some);
@@ -1436,6 +1524,35 @@ mod tests {
         assert!(parse_error(doc! {"a": {"$regex": "("}})
             .errmsg
             .starts_with("Regular expression is invalid"));
+    }
+
+    #[test]
+    fn regex_options_given_twice_name_which_came_first() {
+        // jstests/core/query/regex/regex.js.
+        let regex = Bson::RegularExpression(bson::Regex {
+            pattern: "ab".into(),
+            options: "i".into(),
+        });
+        let mut regex_first = doc! {"$regex": regex.clone()};
+        regex_first.insert("$options", "s");
+        let mut options_first = doc! {"$options": "s"};
+        options_first.insert("$regex", regex);
+        assert_eq!(
+            parse_error(doc! {"x": regex_first}).code,
+            ErrorCode::Location51075
+        );
+        assert_eq!(
+            parse_error(doc! {"x": options_first}).code,
+            ErrorCode::Location51074
+        );
+        let plain = Bson::RegularExpression(bson::Regex {
+            pattern: "ABC".into(),
+            options: String::new(),
+        });
+        assert!(matches(
+            doc! {"x": {"$options": "i", "$regex": plain}},
+            doc! {"x": ["abc"]}
+        ));
     }
 
     #[test]

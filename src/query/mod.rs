@@ -33,6 +33,7 @@
 //!   expressions in `pipeline::expr`, `$group` accumulators in `pipeline::group`.
 
 mod bits;
+pub mod collation;
 pub mod compare;
 pub mod display;
 pub mod filter;

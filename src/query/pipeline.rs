@@ -26,6 +26,7 @@ pub use run::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream, PipelineRu
 
 use bson::{Bson, DateTime, Document};
 
+use super::collation::CollationChoice;
 use super::display::{document_string, type_name, value_string};
 use super::filter::Filter;
 use super::numeric::Number;
@@ -38,11 +39,24 @@ use crate::limits::{
 use expr::Expr;
 use group::Group;
 
-/// What a run needs from outside: the clock for `$$NOW`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// What a run needs from outside: the clock for `$$NOW`, and the collation its string
+/// comparisons (`$match`, `$sort`, `$group` keys, expressions) use.
+#[derive(Clone, Debug)]
 pub struct PipelineContext {
     /// The value of `$$NOW` for the whole run.
     pub now: DateTime,
+    /// `None`: the simple collation.
+    pub collation: CollationChoice,
+}
+
+impl PipelineContext {
+    /// A run at `now` under the simple collation.
+    pub fn at(now: DateTime) -> PipelineContext {
+        PipelineContext {
+            now,
+            collation: None,
+        }
+    }
 }
 
 /// A first stage that does not read the collection's documents.
@@ -324,14 +338,14 @@ impl Pipeline {
         let mut documents = Vec::new();
         for (position, stage) in self.stages.iter().enumerate() {
             if position > counting {
-                documents = stage.run_checked(documents, context.now)?;
+                documents = stage.run_checked(documents, context)?;
                 continue;
             }
             match stage {
                 Stage::Skip(skip) => count = count.saturating_sub(*skip),
                 Stage::Limit(limit) => count = count.min(*limit),
                 Stage::Count(field) => documents = count_output(field, count),
-                Stage::Group(group) => documents = group.run_on_copies(count, context.now)?,
+                Stage::Group(group) => documents = group.run_on_copies(count, context)?,
                 _ => {}
             }
         }
@@ -463,9 +477,12 @@ fn parse_current_op(spec: &Bson) -> CommandResult<CurrentOpRequest> {
     Ok(request)
 }
 
-fn evaluate_documents(expression: &Expr, now: DateTime) -> CommandResult<Vec<Document>> {
+fn evaluate_documents(
+    expression: &Expr,
+    context: &PipelineContext,
+) -> CommandResult<Vec<Document>> {
     let empty = Document::new();
-    match expression.evaluate_on(&empty, now)? {
+    match expression.evaluate_in(&empty, context)? {
         Some(Bson::Array(elements)) => elements
             .into_iter()
             .map(|element| match element {
@@ -762,8 +779,12 @@ impl Stage {
     /// [`Stage::run`], refusing output nested deeper than a BSON document may be: stages that
     /// build documents can nest their input (`$$ROOT` in `$addFields`, `$push` in `$group`), and
     /// the next stage must again see bounded input.
-    fn run_checked(&self, documents: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
-        let output = self.run(documents, now)?;
+    fn run_checked(
+        &self,
+        documents: Vec<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
+        let output = self.run(documents, context)?;
         let builds_documents = matches!(
             self,
             Stage::Project { .. }
@@ -786,12 +807,16 @@ impl Stage {
         Ok(output)
     }
 
-    fn run(&self, documents: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
+    fn run(
+        &self,
+        documents: Vec<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
         match self {
             Stage::Match(filter) => {
                 let mut kept = Vec::with_capacity(documents.len());
                 for document in documents {
-                    if filter.try_matches(&document)? {
+                    if filter.try_matches_collated(&document, context.collation.as_deref())? {
                         kept.push(document);
                     }
                 }
@@ -804,7 +829,7 @@ impl Stage {
                 .iter()
                 .map(|document| {
                     projection.apply_computed(document, &|index| match expressions.get(index) {
-                        Some(expression) => expression.evaluate_on(document, now),
+                        Some(expression) => expression.evaluate_in(document, context),
                         None => Err(CommandError::internal("projection expression index")),
                     })
                 })
@@ -813,7 +838,7 @@ impl Stage {
                 .into_iter()
                 .map(|mut document| {
                     let root = document.clone();
-                    tree.apply(&root, &mut document, now)?;
+                    tree.apply(&root, &mut document, context)?;
                     Ok(document)
                 })
                 .collect(),
@@ -822,6 +847,7 @@ impl Stage {
                 .map(|document| projection.apply(document, &|_| Bson::Null))
                 .collect()),
             Stage::Sort(spec) => {
+                let spec = spec.clone().with_collation(context.collation.clone());
                 let mut keyed: Vec<(Vec<Bson>, Document)> = documents
                     .into_iter()
                     .map(|document| (spec.sort_key(&document), document))
@@ -839,7 +865,7 @@ impl Stage {
                 .take(usize::try_from(*count).unwrap_or(usize::MAX))
                 .collect()),
             Stage::Count(field) => Ok(count_output(field, documents.len() as u64)),
-            Stage::Group(group) => group.run(documents, now),
+            Stage::Group(group) => group.run(documents, context),
             Stage::Unwind(unwind) => {
                 let mut output = Vec::with_capacity(documents.len());
                 for document in documents {
@@ -849,7 +875,7 @@ impl Stage {
             }
             Stage::ReplaceRoot { new_root, what } => documents
                 .iter()
-                .map(|document| match new_root.evaluate_on(document, now)? {
+                .map(|document| match new_root.evaluate_in(document, context)? {
                     Some(Bson::Document(replacement)) => Ok(replacement),
                     other => {
                         let shown = other.clone().unwrap_or(Bson::Null);
@@ -966,11 +992,18 @@ impl FieldTree {
     /// Sets every field of this tree in `target`, evaluating against `root` (mongod's
     /// `applyExpressions`): existing fields keep their position, new ones are appended, and
     /// a missing result removes the field.
-    fn apply(&self, root: &Document, target: &mut Document, now: DateTime) -> CommandResult<()> {
+    fn apply(
+        &self,
+        root: &Document,
+        target: &mut Document,
+        context: &PipelineContext,
+    ) -> CommandResult<()> {
         for (name, node) in &self.children {
             let value = match node {
-                FieldNode::Value(expression) => expression.evaluate_on(root, now)?,
-                FieldNode::Sub(tree) => Some(tree.apply_to_value(root, target.get(name), now)?),
+                FieldNode::Value(expression) => expression.evaluate_in(root, context)?,
+                FieldNode::Sub(tree) => {
+                    Some(tree.apply_to_value(root, target.get(name), context)?)
+                }
             };
             match value {
                 Some(value) => {
@@ -990,23 +1023,23 @@ impl FieldTree {
         &self,
         root: &Document,
         existing: Option<&Bson>,
-        now: DateTime,
+        context: &PipelineContext,
     ) -> CommandResult<Bson> {
         match existing {
             Some(Bson::Document(document)) => {
                 let mut document = document.clone();
-                self.apply(root, &mut document, now)?;
+                self.apply(root, &mut document, context)?;
                 Ok(Bson::Document(document))
             }
             Some(Bson::Array(elements)) => Ok(Bson::Array(
                 elements
                     .iter()
-                    .map(|element| self.apply_to_value(root, Some(element), now))
+                    .map(|element| self.apply_to_value(root, Some(element), context))
                     .collect::<CommandResult<_>>()?,
             )),
             _ => {
                 let mut document = Document::new();
-                self.apply(root, &mut document, now)?;
+                self.apply(root, &mut document, context)?;
                 Ok(Bson::Document(document))
             }
         }
@@ -1230,7 +1263,7 @@ pub(crate) mod fixtures {
     }
 
     pub fn context() -> PipelineContext {
-        PipelineContext { now: now() }
+        PipelineContext::at(now())
     }
 
     /// Parses and runs `stages` (the leading `$match` included, as a caller would apply it).
@@ -1255,7 +1288,7 @@ pub(crate) mod fixtures {
 
     /// Evaluates one expression against `document`.
     pub fn eval(expression: Bson, document: &Document) -> CommandResult<Option<Bson>> {
-        Expr::parse(&expression)?.evaluate_on(document, now())
+        Expr::parse(&expression)?.evaluate_collated(document, now(), None)
     }
 
     #[track_caller]
@@ -1371,9 +1404,7 @@ mod tests {
     /// A counting pipeline run on a count gives what running it on that many documents gives.
     #[test]
     fn counting_pipelines_run_on_a_count_as_on_documents() {
-        let context = PipelineContext {
-            now: DateTime::from_millis(0),
-        };
+        let context = PipelineContext::at(DateTime::from_millis(0));
         let counting = [
             vec![doc! {"$group": {"_id": 1, "n": {"$sum": 1}}}],
             vec![

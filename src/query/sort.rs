@@ -11,7 +11,8 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
-use super::compare::compare_values;
+use super::collation::{Collation, CollationChoice};
+use super::compare::compare_values_with;
 use super::numeric::Number;
 use super::path::{self, LeafArrays};
 use crate::error::{CommandError, CommandResult, ErrorCode};
@@ -31,6 +32,8 @@ pub type KeyOrder = std::sync::Arc<dyn Fn(&[Bson], &[Bson]) -> Ordering + Send +
 #[derive(Clone, Debug, PartialEq)]
 pub struct SortSpec {
     keys: Vec<SortKey>,
+    /// The collation strings sort under (`None`: byte order).
+    collation: CollationChoice,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -76,7 +79,10 @@ impl SortSpec {
                 text_score: false,
             });
         }
-        Ok(SortSpec { keys })
+        Ok(SortSpec {
+            keys,
+            collation: None,
+        })
     }
 
     /// A `find` sort: as [`SortSpec::parse`], except that `{$natural: ±1}` alone (natural order,
@@ -143,10 +149,21 @@ impl SortSpec {
                 if key.text_score {
                     text_score.map_or(Bson::Null, Bson::Double)
                 } else {
-                    key_value(document, &key.parts, key.direction)
+                    key_value(
+                        document,
+                        &key.parts,
+                        key.direction,
+                        self.collation.as_deref(),
+                    )
                 }
             })
             .collect()
+    }
+
+    /// The spec with strings sorted under `collation` (`None`: byte order).
+    pub fn with_collation(mut self, collation: CollationChoice) -> SortSpec {
+        self.collation = collation;
+        self
     }
 
     /// [`SortSpec::compare_keys`] as a shareable function, for buffers that sort keys later.
@@ -158,7 +175,7 @@ impl SortSpec {
     /// Orders two precomputed sort keys.
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
         for (key, (x, y)) in self.keys.iter().zip(a.iter().zip(b.iter())) {
-            let order = compare_values(x, y);
+            let order = compare_values_with(x, y, self.collation.as_deref());
             let order = match key.direction {
                 Direction::Ascending => order,
                 Direction::Descending => order.reverse(),
@@ -176,7 +193,12 @@ impl SortSpec {
     }
 }
 
-fn key_value(document: &Document, parts: &[String], direction: Direction) -> Bson {
+fn key_value(
+    document: &Document,
+    parts: &[String],
+    direction: Direction,
+    collation: Option<&Collation>,
+) -> Bson {
     let mut best: Option<Bson> = None;
     for candidate in path::lookup(document, parts, LeafArrays::ExpandAndSelf) {
         let value = match candidate.value {
@@ -192,7 +214,7 @@ fn key_value(document: &Document, parts: &[String], direction: Direction) -> Bso
         let better = match &best {
             None => true,
             Some(current) => {
-                let order = compare_values(&value, current);
+                let order = compare_values_with(&value, current, collation);
                 match direction {
                     Direction::Ascending => order == Ordering::Less,
                     Direction::Descending => order == Ordering::Greater,

@@ -17,7 +17,10 @@ use std::cmp::Ordering;
 
 use bson::{oid::ObjectId, Bson, Document, Timestamp};
 
-use super::compare::{compare_values, identical_documents, identical_values, values_equal};
+use super::collation::CollationChoice;
+use super::compare::{
+    compare_values_with, identical_documents, identical_values, values_equal_with,
+};
 use super::display::{document_string, element_string, type_name, value_string};
 use super::filter::{ElementMatcher, Filter};
 use super::numeric::{apply_arithmetic, zero_like, Arithmetic, Number};
@@ -27,7 +30,7 @@ use super::sort::SortSpec;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 
 /// What an update needs from its caller besides the document.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct UpdateContext {
     /// The value `$currentDate` stores.
     pub now: bson::DateTime,
@@ -35,6 +38,9 @@ pub struct UpdateContext {
     pub is_upsert_insert: bool,
     /// The array index the filter matched at ([`Filter::match_position`]), for positional `$`.
     pub matched_array_index: Option<usize>,
+    /// The statement's collation: `$min`, `$max`, `$addToSet`, `$pull`, `$pullAll` and
+    /// `$push`'s `$sort` compare strings under it (`None`: byte order).
+    pub collation: CollationChoice,
 }
 
 impl UpdateContext {
@@ -43,6 +49,7 @@ impl UpdateContext {
             now,
             is_upsert_insert: false,
             matched_array_index: None,
+            collation: None,
         }
     }
 }
@@ -275,10 +282,8 @@ impl Update {
                 *document = replace_keeping_id(&original, replacement)?;
             }
             Update::Pipeline(pipeline) => {
-                let transformed = pipeline.transform(
-                    std::mem::take(document),
-                    &PipelineContext { now: context.now },
-                )?;
+                let transformed = pipeline
+                    .transform(std::mem::take(document), &PipelineContext::at(context.now))?;
                 *document = replace_keeping_id(&original, &transformed)?;
             }
             Update::Operators(modifiers, array_filters) => {
@@ -323,7 +328,7 @@ pub fn upsert_document(
 ) -> CommandResult<Document> {
     let insert_context = UpdateContext {
         is_upsert_insert: true,
-        ..*context
+        ..context.clone()
     };
     let mut document = match update {
         Update::Replacement(_) => {
@@ -953,8 +958,9 @@ impl Modifier {
                 } else {
                     Ordering::Greater
                 };
-                let replace = path::get_path(document, path)
-                    .is_none_or(|current| compare_values(value, current) == wanted);
+                let replace = path::get_path(document, path).is_none_or(|current| {
+                    compare_values_with(value, current, context.collation.as_deref()) == wanted
+                });
                 if replace {
                     path::set_path(document, path, value.clone())?;
                 }
@@ -988,7 +994,7 @@ impl Modifier {
                         id_string(document)
                     )
                 })?;
-                push_values(&mut elements, spec);
+                push_values(&mut elements, spec, &context.collation);
                 path::set_path(document, path, Bson::Array(elements))
             }
             Action::AddToSet(values) => {
@@ -999,8 +1005,12 @@ impl Modifier {
                         type_name(value)
                     )
                 })?;
+                let collation = context.collation.as_deref();
                 for value in values {
-                    if !elements.iter().any(|element| values_equal(element, value)) {
+                    if !elements
+                        .iter()
+                        .any(|element| values_equal_with(element, value, collation))
+                    {
                         elements.push(value.clone());
                     }
                 }
@@ -1013,13 +1023,14 @@ impl Modifier {
                 let Bson::Array(elements) = current else {
                     return Err(bad_value("Cannot apply $pull to a non-array value"));
                 };
+                let collation = context.collation.as_deref();
                 let kept: Vec<Bson> = elements
                     .iter()
                     .filter(|element| match &self.action {
-                        Action::Pull(condition) => !condition.matches(element),
-                        Action::PullAll(values) => {
-                            !values.iter().any(|value| values_equal(element, value))
-                        }
+                        Action::Pull(condition) => !condition.matches_with(element, collation),
+                        Action::PullAll(values) => !values
+                            .iter()
+                            .any(|value| values_equal_with(element, value, collation)),
                         _ => true,
                     })
                     .cloned()
@@ -1107,7 +1118,7 @@ fn apply_bit(operation: BitOperation, current: &Bson, operand: &Bson) -> Bson {
     }
 }
 
-fn push_values(elements: &mut Vec<Bson>, spec: &PushSpec) {
+fn push_values(elements: &mut Vec<Bson>, spec: &PushSpec, collation: &CollationChoice) {
     let length = elements.len() as i64;
     let insert_at = match spec.position {
         None => elements.len(),
@@ -1118,7 +1129,7 @@ fn push_values(elements: &mut Vec<Bson>, spec: &PushSpec) {
     match &spec.sort {
         None => {}
         Some(SortOrder::Whole(ascending)) => elements.sort_by(|a, b| {
-            let order = compare_values(a, b);
+            let order = compare_values_with(a, b, collation.as_deref());
             if *ascending {
                 order
             } else {
@@ -1126,6 +1137,7 @@ fn push_values(elements: &mut Vec<Bson>, spec: &PushSpec) {
             }
         }),
         Some(SortOrder::Fields(sort)) => {
+            let sort = sort.clone().with_collation(collation.clone());
             let empty = Document::new();
             elements.sort_by(|a, b| {
                 let a = a.as_document().unwrap_or(&empty);

@@ -123,6 +123,7 @@ pub fn index_spec(
         partial_filter,
         spec,
         catalog_only: false,
+        collation: None,
     }
 }
 

@@ -84,12 +84,16 @@ impl IndexKeyer {
             )));
         }
         let partial = match &spec.partial_filter {
-            Some(filter) => Some(Filter::parse(filter).map_err(|error| {
-                StorageError::InvalidIndex(format!(
-                    "invalid partialFilterExpression of index {}: {}",
-                    spec.name, error.errmsg
-                ))
-            })?),
+            Some(filter) => Some(
+                Filter::parse(filter)
+                    .map_err(|error| {
+                        StorageError::InvalidIndex(format!(
+                            "invalid partialFilterExpression of index {}: {}",
+                            spec.name, error.errmsg
+                        ))
+                    })?
+                    .with_collation(spec.collation.clone()),
+            ),
             None => None,
         };
         let paths = spec
@@ -167,14 +171,17 @@ impl IndexKeyer {
         let Some(fields) = self.field_values(document)? else {
             return Ok(keys_only(Vec::new()));
         };
-        let type_bits = with_type_bits.then(|| type_bits(&fields)).flatten();
+        // Comparison keys of a collated index cannot give back the strings: no type bits.
+        let type_bits = (with_type_bits && self.spec.collation.is_none())
+            .then(|| type_bits(&fields))
+            .flatten();
         let mut keys = Vec::new();
         let mut choice = vec![0usize; fields.len()];
         loop {
             let mut key = Vec::with_capacity(16 * fields.len());
             for ((field, &index), (_, direction)) in fields.iter().zip(&choice).zip(&self.spec.key)
             {
-                keycodec::encode_value(&mut key, field.values[index], *direction);
+                self.encode_field(&mut key, field.values[index], *direction);
             }
             keys.push(key);
             if !advance(&mut choice, &fields) {
@@ -184,6 +191,17 @@ impl IndexKeyer {
         keys.sort_unstable();
         keys.dedup();
         Ok(DocumentKeys { keys, type_bits })
+    }
+
+    /// Appends one key field's value: as it is, or its comparison key under the index's
+    /// collation (strings at any depth replaced, as mongod's collation-aware index keys).
+    fn encode_field(&self, key: &mut Vec<u8>, value: &Bson, direction: Direction) {
+        match &self.spec.collation {
+            None => keycodec::encode_value(key, value, direction),
+            Some(collation) => {
+                keycodec::encode_value(key, &collation.index_value(value), direction);
+            }
+        }
     }
 
     /// The top-level key fields of `document`, in key order, with its own values (absent fields
@@ -245,7 +263,11 @@ impl IndexKeyer {
                     .zip(&self.spec.key)
                     .map(|((field, &index), (_, direction))| (field.values[index], *direction))
                     .collect();
-                if keycodec::encode_key(&values) == key {
+                let mut encoded = Vec::new();
+                for (value, direction) in &values {
+                    self.encode_field(&mut encoded, value, *direction);
+                }
+                if encoded == key {
                     return self.named(values.into_iter().map(|(value, _)| value.clone()));
                 }
                 if !advance(&mut choice, &fields) {
@@ -452,6 +474,7 @@ mod tests {
             sparse: false,
             partial_filter: None,
             catalog_only: false,
+            collation: None,
             spec: doc! {"v": 2, "key": key_doc, "name": name},
         }
     }

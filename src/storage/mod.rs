@@ -47,6 +47,7 @@ use async_trait::async_trait;
 use bson::{Bson, Document, RawDocument};
 
 use crate::error::{CommandError, ErrorCode};
+use crate::query::collation::{Collation, CollationChoice};
 
 /// `db.collection`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,6 +87,15 @@ pub struct CollectionMeta {
 }
 
 impl CollectionMeta {
+    /// The collection's default collation (`create`'s `collation` option, stored resolved);
+    /// `None` is the simple collation.
+    pub fn default_collation(&self) -> crate::error::CommandResult<CollationChoice> {
+        match self.options.get("collation") {
+            Some(Bson::Document(spec)) => Collation::parse(spec),
+            _ => Ok(None),
+        }
+    }
+
     pub fn index_named(&self, name: &str) -> Option<&Arc<IndexSpec>> {
         self.indexes.iter().find(|index| index.name == name)
     }
@@ -120,6 +130,9 @@ pub struct IndexSpec {
     /// in `CollectionMeta::indexes`, can be dropped and its spec updated. (The Cosmos `_ts` TTL
     /// policy lives in the catalog only.)
     pub catalog_only: bool,
+    /// The collation its string keys are compared under (`spec.collation`, resolved); `None`
+    /// is the simple collation. Keys of a collated index hold comparison keys, not strings.
+    pub collation: CollationChoice,
 }
 
 impl IndexSpec {
@@ -701,6 +714,7 @@ mod tests {
             partial_filter: None,
             spec: doc! {"v": 2, "key": key, "name": "i"},
             catalog_only: false,
+            collation: None,
         }
     }
 

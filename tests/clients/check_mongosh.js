@@ -218,6 +218,12 @@ function crudShop() {
   check('pipeline update, then arrayFilters', db.c.findOne({ _id: 4 }), { _id: 4, a: 10, tags: [1, 105, 109] });
   check('$expr and positional projection', db.c.find({ $expr: { $gt: ['$a', 5] }, tags: { $gt: 100 } }, { 'tags.$': 1 }).toArray(),
     [{ _id: 4, tags: [105] }]);
+  db.createCollection('people', { collation: { locale: 'en', strength: 2 } });
+  db.people.insertMany([{ _id: 1, name: 'Ann' }, { _id: 2, name: 'bob' }, { _id: 3, name: 'ann' }]);
+  check('collection default collation', db.people.find({ name: 'ANN' }).sort({ _id: 1 }).toArray().map((d) => d._id), [1, 3]);
+  check('countDocuments with the simple collation', db.people.countDocuments({ name: 'ANN' }, { collation: { locale: 'simple' } }), 0);
+  check('find().collation().sort()', db.people.find().collation({ locale: 'en' }).sort({ name: 1, _id: 1 }).toArray().map((d) => d._id), [3, 1, 2]);
+  db.people.drop();
   step('language');
   check('db.getCollectionNames()', db.getCollectionNames(), ['c']);
   check('dropDatabase().ok', db.dropDatabase().ok, 1);

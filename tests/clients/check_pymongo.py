@@ -29,6 +29,7 @@ import bson
 import bson.int64
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, TEXT, MongoClient, ReturnDocument, monitoring
+from pymongo.collation import Collation
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import (
@@ -591,6 +592,19 @@ def query_language(ctx: Ctx) -> None:
                                          projection={"results.$": 1}, return_document=ReturnDocument.AFTER)
         expect_equal("find_one_and_update with positional projection", found,
                      {"_id": 2, "results": [{"item": "C", "score": 8}]})
+        # Collation: a case-insensitive collection default, overridden per query.
+        ci = db.create_collection("ci", collation=Collation("en", strength=2))
+        ci.insert_many([{"_id": 1, "name": "Ann"}, {"_id": 2, "name": "bob"}, {"_id": 3, "name": "ann"}])
+        expect_equal("collection default collation",
+                     [d["_id"] for d in ci.find({"name": "ANN"}).sort("_id", ASCENDING)], [1, 3])
+        expect_equal("count_documents with the simple collation",
+                     ci.count_documents({"name": "ANN"}, collation=Collation("simple")), 0)
+        expect_equal("sort under collation('en')",
+                     [d["_id"] for d in ci.find().sort([("name", ASCENDING), ("_id", ASCENDING)])
+                      .collation(Collation("en"))], [3, 1, 2])
+        ci.create_index("name")
+        expect_equal("index inherits the collection collation",
+                     ci.index_information()["name_1"]["collation"]["strength"], 2)
 
 
 @scenario

@@ -23,7 +23,8 @@ use bson::{oid::ObjectId, Bson, DateTime, Decimal128, Document};
 use super::group::{AccumulatorOp, AccumulatorState};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
-use crate::query::compare::{compare_values, values_equal};
+use crate::query::collation::Collation;
+use crate::query::compare::{compare_values_with, values_equal_with};
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::{apply_arithmetic, digit_count, pow10, Arithmetic, Decimal, Number};
 
@@ -54,11 +55,12 @@ pub(crate) fn truthy(value: &Value) -> bool {
 }
 
 /// Orders two possibly missing values; missing sorts as undefined.
-pub(crate) fn compare_optional(a: &Value, b: &Value) -> Ordering {
+pub(crate) fn compare_optional(a: &Value, b: &Value, collation: Option<&Collation>) -> Ordering {
     let undefined = Bson::Undefined;
-    compare_values(
+    compare_values_with(
         a.as_ref().unwrap_or(&undefined),
         b.as_ref().unwrap_or(&undefined),
+        collation,
     )
 }
 
@@ -73,6 +75,8 @@ pub(crate) const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024 + 16 * 1024;
 pub(crate) struct Vars<'a> {
     root: &'a Document,
     now: DateTime,
+    /// The collation string comparisons use (`None`: byte order).
+    collation: Option<&'a Collation>,
     bindings: Vec<(String, Bson)>,
     /// What this evaluation has copied so far, against [`MAX_COPIED_BYTES`].
     copied_bytes: usize,
@@ -83,6 +87,7 @@ impl<'a> Vars<'a> {
         Vars {
             root,
             now,
+            collation: None,
             bindings: Vec::new(),
             copied_bytes: 0,
         }
@@ -289,9 +294,25 @@ impl Expr {
         matches!(value, Bson::String(text) if text.starts_with('$') && !text.starts_with("$$"))
     }
 
-    /// Evaluates with `root` as `$$ROOT`/`$$CURRENT`.
-    pub(crate) fn evaluate_on(&self, root: &Document, now: DateTime) -> CommandResult<Value> {
-        evaluate(self, &mut Vars::new(root, now))
+    /// [`Expr::evaluate_collated`] at a pipeline run's `$$NOW`, under its collation.
+    pub(crate) fn evaluate_in(
+        &self,
+        root: &Document,
+        context: &crate::query::pipeline::PipelineContext,
+    ) -> CommandResult<Value> {
+        self.evaluate_collated(root, context.now, context.collation.as_deref())
+    }
+
+    /// Evaluates with `root` as `$$ROOT`/`$$CURRENT`, string comparisons under `collation`.
+    pub(crate) fn evaluate_collated(
+        &self,
+        root: &Document,
+        now: DateTime,
+        collation: Option<&Collation>,
+    ) -> CommandResult<Value> {
+        let mut vars = Vars::new(root, now);
+        vars.collation = collation;
+        evaluate(self, &mut vars)
     }
 }
 
@@ -1382,7 +1403,7 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
         }
         Expr::Op(op, arguments) => {
             let values = evaluate_all(arguments, vars)?;
-            apply_op(*op, values)
+            apply_op(*op, values, vars.collation)
         }
         Expr::Lazy(lazy, arguments) => evaluate_lazy(*lazy, arguments, vars),
         Expr::Switch { branches, default } => {
@@ -2608,7 +2629,7 @@ fn one(values: Vec<Value>) -> CommandResult<Value> {
         .ok_or_else(|| CommandError::internal("operator takes one argument"))
 }
 
-fn apply_op(op: Op, values: Vec<Value>) -> CommandResult<Value> {
+fn apply_op(op: Op, values: Vec<Value>, collation: Option<&Collation>) -> CommandResult<Value> {
     match op {
         Op::Add => evaluate_add(values),
         Op::Subtract => {
@@ -2630,7 +2651,7 @@ fn apply_op(op: Op, values: Vec<Value>) -> CommandResult<Value> {
         Op::Round | Op::Trunc => evaluate_round(op, values),
         Op::Eq | Op::Ne | Op::Gt | Op::Gte | Op::Lt | Op::Lte | Op::Cmp => {
             let (a, b) = two(values)?;
-            let order = compare_optional(&a, &b);
+            let order = compare_optional(&a, &b, collation);
             Ok(Some(match op {
                 Op::Cmp => Bson::Int32(match order {
                     Ordering::Less => -1,
@@ -2715,11 +2736,9 @@ fn apply_op(op: Op, values: Vec<Value>) -> CommandResult<Value> {
                 ));
             };
             let needle = needle.unwrap_or(Bson::Undefined);
-            Ok(Some(Bson::Boolean(
-                elements
-                    .iter()
-                    .any(|element| values_equal(element, &needle)),
-            )))
+            Ok(Some(Bson::Boolean(elements.iter().any(|element| {
+                values_equal_with(element, &needle, collation)
+            }))))
         }
         Op::IsArray => Ok(Some(Bson::Boolean(matches!(
             one(values)?,
@@ -2775,12 +2794,12 @@ fn apply_op(op: Op, values: Vec<Value>) -> CommandResult<Value> {
             // One argument: an array is aggregated over its elements.
             if let [Some(Bson::Array(elements))] = values.as_slice() {
                 for element in elements {
-                    state.add(Some(element.clone()))?;
+                    state.add(Some(element.clone()), collation)?;
                 }
                 return Ok(state.finish());
             }
             for value in values {
-                state.add(value)?;
+                state.add(value, collation)?;
             }
             Ok(state.finish())
         }

@@ -18,15 +18,17 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use bson::{Bson, DateTime, Document};
+use bson::{Bson, Document};
 
 use super::expr::{
     add_numbers, compare_optional, divide_decimal, is_nullish, merge_object_into, number_bson,
     Expr, Value,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::compare::values_equal;
+use crate::query::collation::{Collation, CollationChoice};
+use crate::query::compare::values_equal_with;
 use crate::query::numeric::{Decimal, Number};
+use crate::query::pipeline::PipelineContext;
 
 /// The accumulators this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +245,7 @@ impl AccumulatorState {
     }
 
     /// Folds one value in.
-    pub(crate) fn add(&mut self, value: Value) -> CommandResult<()> {
+    pub(crate) fn add(&mut self, value: Value, collation: Option<&Collation>) -> CommandResult<()> {
         match self {
             AccumulatorState::Sum(total) | AccumulatorState::Avg(total) => {
                 if let Some(value) = &value {
@@ -252,14 +254,16 @@ impl AccumulatorState {
             }
             AccumulatorState::Min(best) => {
                 if !is_nullish(&value)
-                    && (best.is_none() || compare_optional(&value, best) == Ordering::Less)
+                    && (best.is_none()
+                        || compare_optional(&value, best, collation) == Ordering::Less)
                 {
                     *best = value;
                 }
             }
             AccumulatorState::Max(best) => {
                 if !is_nullish(&value)
-                    && (best.is_none() || compare_optional(&value, best) == Ordering::Greater)
+                    && (best.is_none()
+                        || compare_optional(&value, best, collation) == Ordering::Greater)
                 {
                     *best = value;
                 }
@@ -273,7 +277,10 @@ impl AccumulatorState {
             AccumulatorState::Push(values) => values.extend(value),
             AccumulatorState::AddToSet(values) => {
                 if let Some(value) = value {
-                    if !values.iter().any(|existing| values_equal(existing, &value)) {
+                    if !values
+                        .iter()
+                        .any(|existing| values_equal_with(existing, &value, collation))
+                    {
                         values.push(value);
                     }
                 }
@@ -426,7 +433,11 @@ impl Group {
     /// [`Group::run`] over `count` documents, for a group that [`Group::is_constant`]: the key
     /// and every accumulator argument are evaluated once, and each argument is accumulated
     /// `count` times, without the documents.
-    pub(crate) fn run_on_copies(&self, count: u64, now: DateTime) -> CommandResult<Vec<Document>> {
+    pub(crate) fn run_on_copies(
+        &self,
+        count: u64,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
         if count == 0 {
             return Ok(Vec::new());
         }
@@ -434,23 +445,27 @@ impl Group {
         let mut output = Document::new();
         output.insert(
             "_id",
-            self.id.evaluate_on(&empty, now)?.unwrap_or(Bson::Null),
+            self.id.evaluate_in(&empty, context)?.unwrap_or(Bson::Null),
         );
         for (name, op, expr) in &self.fields {
-            let value = expr.evaluate_on(&empty, now)?;
+            let value = expr.evaluate_in(&empty, context)?;
             let mut state = AccumulatorState::new(*op);
             for _ in 0..count {
-                state.add(value.clone())?;
+                state.add(value.clone(), context.collation.as_deref())?;
             }
             output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
         }
         Ok(vec![output])
     }
 
-    pub(crate) fn run(&self, input: Vec<Document>, now: DateTime) -> CommandResult<Vec<Document>> {
-        let mut table = GroupTable::new(self.clone());
+    pub(crate) fn run(
+        &self,
+        input: Vec<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
+        let mut table = GroupTable::new(self.clone(), context.collation.clone());
         for document in &input {
-            let (key, values) = self.evaluate(document, now)?;
+            let (key, values) = self.evaluate(document, context)?;
             table.add(key, values)?;
         }
         Ok(table.finish())
@@ -460,13 +475,16 @@ impl Group {
     pub(crate) fn evaluate(
         &self,
         document: &Document,
-        now: DateTime,
+        context: &PipelineContext,
     ) -> CommandResult<(Bson, Vec<Value>)> {
-        let key = self.id.evaluate_on(document, now)?.unwrap_or(Bson::Null);
+        let key = self
+            .id
+            .evaluate_in(document, context)?
+            .unwrap_or(Bson::Null);
         let values = self
             .fields
             .iter()
-            .map(|(_, _, expr)| expr.evaluate_on(document, now))
+            .map(|(_, _, expr)| expr.evaluate_in(document, context))
             .collect::<CommandResult<Vec<_>>>()?;
         Ok((key, values))
     }
@@ -489,9 +507,13 @@ impl Group {
     }
 }
 
-fn add_all(states: &mut [AccumulatorState], values: Vec<Value>) -> CommandResult<()> {
+fn add_all(
+    states: &mut [AccumulatorState],
+    values: Vec<Value>,
+    collation: Option<&Collation>,
+) -> CommandResult<()> {
     for (state, value) in states.iter_mut().zip(values) {
-        state.add(value)?;
+        state.add(value, collation)?;
     }
     Ok(())
 }
@@ -509,6 +531,8 @@ fn value_bytes(value: &Value) -> usize {
 /// they hold (keys, and the values `$push`, `$addToSet` and `$mergeObjects` collect).
 pub(crate) struct GroupTable {
     group: Group,
+    /// Keys equal under it are one group; accumulators compare under it.
+    collation: CollationChoice,
     keys: Vec<Bson>,
     /// `None` once taken out with [`GroupTable::take`].
     states: Vec<Option<Vec<AccumulatorState>>>,
@@ -517,9 +541,10 @@ pub(crate) struct GroupTable {
 }
 
 impl GroupTable {
-    pub(crate) fn new(group: Group) -> GroupTable {
+    pub(crate) fn new(group: Group, collation: CollationChoice) -> GroupTable {
         GroupTable {
             group,
+            collation,
             keys: Vec::new(),
             states: Vec::new(),
             buckets: HashMap::new(),
@@ -531,18 +556,22 @@ impl GroupTable {
         &self.group
     }
 
+    pub(crate) fn collation(&self) -> &CollationChoice {
+        &self.collation
+    }
+
     fn position(&self, key: &Bson, hash: u64) -> Option<usize> {
         self.buckets.get(&hash).and_then(|bucket| {
             bucket
                 .iter()
                 .copied()
-                .find(|index| values_equal(&self.keys[*index], key))
+                .find(|index| values_equal_with(&self.keys[*index], key, self.collation.as_deref()))
         })
     }
 
     /// Folds one document's accumulator arguments into the group of `key`, creating it if new.
     pub(crate) fn add(&mut self, key: Bson, values: Vec<Value>) -> CommandResult<()> {
-        let hash = key_hash(&key);
+        let hash = key_hash(&key, self.collation.as_deref());
         let index = match self.position(&key, hash) {
             Some(index) => index,
             None => {
@@ -565,7 +594,7 @@ impl GroupTable {
             }
         }
         match &mut self.states[index] {
-            Some(states) => add_all(states, values),
+            Some(states) => add_all(states, values, self.collation.as_deref()),
             None => Err(CommandError::internal("a $group group was folded twice")),
         }
     }
@@ -582,11 +611,11 @@ impl GroupTable {
         arguments: impl IntoIterator<Item = Vec<Value>>,
     ) -> CommandResult<Document> {
         let held = self
-            .position(&key, key_hash(&key))
+            .position(&key, key_hash(&key, self.collation.as_deref()))
             .and_then(|index| self.states[index].take());
         let mut states = held.unwrap_or_else(|| self.group.new_states());
         for values in arguments {
-            add_all(&mut states, values)?;
+            add_all(&mut states, values, self.collation.as_deref())?;
         }
         Ok(self.group.output(key, states))
     }
@@ -602,27 +631,31 @@ impl GroupTable {
     }
 }
 
-/// A hash consistent with [`values_equal`]: numbers hash by their double value (equal numbers
-/// of any type map to the same double), strings and symbols alike, containers recursively.
-fn key_hash(value: &Bson) -> u64 {
+/// A hash consistent with [`values_equal_with`] under `collation`: numbers hash by their
+/// double value (equal numbers of any type map to the same double), strings and symbols alike
+/// (by their comparison key under a collation), containers recursively.
+fn key_hash(value: &Bson, collation: Option<&Collation>) -> u64 {
     let mut hasher = DefaultHasher::new();
-    hash_value(value, &mut hasher);
+    hash_value(value, collation, &mut hasher);
     hasher.finish()
 }
 
-fn hash_value(value: &Bson, hasher: &mut DefaultHasher) {
+fn hash_value(value: &Bson, collation: Option<&Collation>, hasher: &mut DefaultHasher) {
     crate::query::compare::canonical_type_rank(value).hash(hasher);
     match value {
-        Bson::String(text) | Bson::Symbol(text) => text.hash(hasher),
+        Bson::String(text) | Bson::Symbol(text) => match collation {
+            Some(collation) => collation.comparison_key(text).hash(hasher),
+            None => text.hash(hasher),
+        },
         Bson::Document(document) => {
             for (name, field) in document {
                 name.hash(hasher);
-                hash_value(field, hasher);
+                hash_value(field, collation, hasher);
             }
         }
         Bson::Array(elements) => elements
             .iter()
-            .for_each(|element| hash_value(element, hasher)),
+            .for_each(|element| hash_value(element, collation, hasher)),
         Bson::Boolean(flag) => flag.hash(hasher),
         Bson::ObjectId(id) => id.bytes().hash(hasher),
         Bson::DateTime(moment) => moment.timestamp_millis().hash(hasher),
@@ -650,7 +683,7 @@ mod tests {
     fn accumulate(op: AccumulatorOp, values: Vec<Bson>) -> Value {
         let mut state = AccumulatorState::new(op);
         for value in values {
-            state.add(Some(value)).expect("accumulates");
+            state.add(Some(value), None).expect("accumulates");
         }
         state.finish()
     }
@@ -749,16 +782,16 @@ mod tests {
             bson::bson!([1, 2]),
         );
         let mut push = AccumulatorState::new(AccumulatorOp::Push);
-        push.add(None).expect("accumulates");
-        push.add(Some(Bson::Null)).expect("accumulates");
+        push.add(None, None).expect("accumulates");
+        push.add(Some(Bson::Null), None).expect("accumulates");
         assert_value(push.finish(), bson::bson!([null]));
     }
 
     #[test]
     fn first_and_last_keep_missing_as_missing() {
         let mut first = AccumulatorState::new(AccumulatorOp::First);
-        first.add(None).expect("accumulates");
-        first.add(Some(Bson::Int32(1))).expect("accumulates");
+        first.add(None, None).expect("accumulates");
+        first.add(Some(Bson::Int32(1)), None).expect("accumulates");
         assert_eq!(first.finish(), None);
         assert_value(
             accumulate(AccumulatorOp::Last, vec![Bson::Int32(1), Bson::Int32(2)]),
@@ -768,8 +801,17 @@ mod tests {
 
     #[test]
     fn equal_numbers_of_different_types_hash_alike() {
-        assert_eq!(key_hash(&Bson::Int32(1)), key_hash(&Bson::Double(1.0)));
-        assert_eq!(key_hash(&Bson::Int64(1)), key_hash(&decimal("1.00")));
-        assert_eq!(key_hash(&Bson::Double(-0.0)), key_hash(&Bson::Int32(0)));
+        assert_eq!(
+            key_hash(&Bson::Int32(1), None),
+            key_hash(&Bson::Double(1.0), None)
+        );
+        assert_eq!(
+            key_hash(&Bson::Int64(1), None),
+            key_hash(&decimal("1.00"), None)
+        );
+        assert_eq!(
+            key_hash(&Bson::Double(-0.0), None),
+            key_hash(&Bson::Int32(0), None)
+        );
     }
 }

@@ -24,7 +24,8 @@ use super::{
 };
 use crate::error::{CommandResult, ErrorCode};
 use crate::limits::Deadline;
-use crate::query::compare::compare_values;
+use crate::query::collation::CollationChoice;
+use crate::query::compare::compare_values_with;
 use crate::query::sort::KeyOrder;
 
 /// Documents a buffer hands back, in its order.
@@ -116,9 +117,9 @@ pub fn input_order() -> KeyOrder {
     Arc::new(|_: &[Bson], _: &[Bson]| Ordering::Equal)
 }
 
-fn group_key_order() -> KeyOrder {
-    Arc::new(|a: &[Bson], b: &[Bson]| match (a.first(), b.first()) {
-        (Some(a), Some(b)) => compare_values(a, b),
+fn group_key_order(collation: CollationChoice) -> KeyOrder {
+    Arc::new(move |a: &[Bson], b: &[Bson]| match (a.first(), b.first()) {
+        (Some(a), Some(b)) => compare_values_with(a, b, collation.as_deref()),
         _ => Ordering::Equal,
     })
 }
@@ -130,7 +131,8 @@ const GROUP_EXCEEDED: &str =
 /// What a blocking stage holds while documents come in.
 enum Sink<'p> {
     Sort {
-        spec: &'p super::SortSpec,
+        /// The stage's spec under the run's collation.
+        spec: super::SortSpec,
         buffer: Box<dyn DocumentBuffer>,
     },
     Group {
@@ -173,9 +175,9 @@ impl Pipeline {
     ) -> PipelineRun<'p> {
         PipelineRun {
             pipeline: self,
-            context: *context,
+            context: context.clone(),
             buffers,
-            phase: phase(&self.stages, 0, buffers),
+            phase: phase(&self.stages, 0, buffers, &context.collation),
         }
     }
 
@@ -195,7 +197,12 @@ impl Pipeline {
 }
 
 /// The phase that starts at stage `first`.
-fn phase<'p>(stages: &'p [Stage], first: usize, buffers: &dyn Buffers) -> Phase<'p> {
+fn phase<'p>(
+    stages: &'p [Stage],
+    first: usize,
+    buffers: &dyn Buffers,
+    collation: &CollationChoice,
+) -> Phase<'p> {
     let rest = &stages[first..];
     let blocking = rest
         .iter()
@@ -211,12 +218,13 @@ fn phase<'p>(stages: &'p [Stage], first: usize, buffers: &dyn Buffers) -> Phase<
     let (sink, next) = match blocking.map(|at| (&rest[at], first + at)) {
         Some((Stage::Sort(spec), at)) => {
             let limit = sort_limit(&stages[at + 1..]);
+            let spec = spec.clone().with_collation(collation.clone());
             let buffer = buffers.buffer(BufferPurpose::Sort, spec.key_order(), limit);
             (Sink::Sort { spec, buffer }, at + 1)
         }
         Some((Stage::Group(group), at)) => (
             Sink::Group {
-                table: Box::new(GroupTable::new(group.clone())),
+                table: Box::new(GroupTable::new(group.clone(), collation.clone())),
                 spill: None,
             },
             at + 1,
@@ -266,7 +274,7 @@ impl PipelineRun<'_> {
             phase: mut current,
         } = self;
         if let Some(expression) = &pipeline.documents {
-            for document in evaluate_documents(expression, context.now)? {
+            for document in evaluate_documents(expression, &context)? {
                 push_into(&mut current, document, &context, buffers)?;
             }
         }
@@ -294,7 +302,7 @@ impl PipelineRun<'_> {
                     }))
                 }
             };
-            current = phase(&pipeline.stages, next, buffers);
+            current = phase(&pipeline.stages, next, buffers, &context.collation);
             for document in blocked {
                 buffers.deadline().check()?;
                 push_into(&mut current, document?, &context, buffers)?;
@@ -354,7 +362,7 @@ fn push_into(
                     None
                 }
                 // The other streaming stages make at most one document of one.
-                other => other.run_checked(vec![document], context.now)?.pop(),
+                other => other.run_checked(vec![document], context)?.pop(),
             };
         }
         if let Some(document) = current {
@@ -377,7 +385,7 @@ fn sink_push(
         }
         Sink::Output(buffer) => buffer.push(Vec::new(), document),
         Sink::Group { table, spill } => {
-            let (key, values) = table.group().evaluate(&document, context.now)?;
+            let (key, values) = table.group().evaluate(&document, context)?;
             if let Some(spill) = spill {
                 // Once spilling, every document goes to disk; the table no longer grows.
                 return spill.push(vec![key.clone()], spilled_arguments(key, values));
@@ -391,7 +399,8 @@ fn sink_push(
                         GROUP_EXCEEDED,
                     ));
                 }
-                *spill = Some(buffers.buffer(BufferPurpose::GroupSpill, group_key_order(), None));
+                let order = group_key_order(table.collation().clone());
+                *spill = Some(buffers.buffer(BufferPurpose::GroupSpill, order, None));
             }
             Ok(())
         }
@@ -470,7 +479,11 @@ impl SpilledGroups {
         let mut arguments = vec![first];
         for document in self.stream.by_ref() {
             let (next_key, values) = read_spilled(document?)?;
-            if compare_values(&next_key, &key) != Ordering::Equal {
+            let collation = self
+                .table
+                .as_ref()
+                .and_then(|table| table.collation().as_deref());
+            if compare_values_with(&next_key, &key, collation) != Ordering::Equal {
                 self.pending = Some((next_key, values));
                 break;
             }

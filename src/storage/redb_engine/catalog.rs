@@ -24,6 +24,7 @@ use super::format::{
     corrupt, data_table_name, decoded_document, expiry_table_name, index_table_name, raw_record,
 };
 use crate::bsonutil::decode_fields;
+use crate::query::collation::Collation;
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::Direction;
 use crate::storage::{CollectionMeta, ExpiryOrder, IndexKind, IndexSpec, Namespace, StorageResult};
@@ -185,6 +186,7 @@ pub(super) fn id_index_spec() -> IndexSpec {
         partial_filter: None,
         spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
         catalog_only: false,
+        collation: None,
     }
 }
 
@@ -376,6 +378,7 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
         Bson::Boolean(value) => Ok(*value),
         _ => Err(corrupt(format!("catalog index {name} is not a boolean"))),
     };
+    let spec = document_of(field("spec")?)?;
     let spec = IndexSpec {
         name: string(field("name")?)?,
         key,
@@ -385,8 +388,13 @@ fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
             Some(filter) => Some(document_of(filter)?.clone()),
             None => None,
         },
-        spec: document_of(field("spec")?)?.clone(),
+        spec: spec.clone(),
         catalog_only: boolean("catalogOnly")?,
+        collation: match spec.get("collation") {
+            Some(Bson::Document(collation)) => Collation::parse(collation)
+                .map_err(|error| corrupt(format!("catalog index collation: {}", error.errmsg)))?,
+            _ => None,
+        },
     };
     // A stored partial filter that no longer parses is corruption, not a user error.
     let mut index =
@@ -430,6 +438,7 @@ mod tests {
                 partial_filter: Some(doc! {"a": {"$gt": 1}}),
                 spec: doc! {"v": 2, "key": {"a": 1, "b": -1}, "name": "a_1_b_-1", "unique": true},
                 catalog_only: true,
+                collation: None,
             },
         )
         .unwrap();
@@ -495,6 +504,7 @@ mod tests {
             partial_filter: None,
             spec: doc! {"v": 2, "key": {"b": -1, "h": "hashed"}, "name": "b_1_h_hashed"},
             catalog_only: false,
+            collation: None,
         };
         let entry = CollectionEntry::new(
             4,
