@@ -180,7 +180,7 @@ pub(crate) enum Predicate {
     Exists,
     Type(Vec<TypeSelector>),
     Regex(RegexMatcher),
-    /// `None`: a non-integral size, which matches nothing.
+    /// `None`: a size no array reaches (past `usize`).
     Size(Option<usize>),
     ElemMatchObject(Box<Filter>),
     ElemMatchValue(Vec<Expr>),
@@ -912,8 +912,7 @@ fn parse_size(argument: &Bson) -> CommandResult<Predicate> {
     match number.to_exact_i64() {
         Some(size) if size < 0 => Err(bad_value("$size may not be negative")),
         Some(size) => Ok(Predicate::Size(usize::try_from(size).ok())),
-        None if number.to_f64() < 0.0 => Err(bad_value("$size may not be negative")),
-        None => Ok(Predicate::Size(None)),
+        None => Err(bad_value("$size must be a whole number")),
     }
 }
 
@@ -1606,7 +1605,10 @@ mod tests {
         assert!(!matches(doc! {"a": {"$size": 1}}, doc! {"a": [1, [2, 3]]}));
         assert!(matches(doc! {"a": {"$size": 0}}, doc! {"a": []}));
         assert!(!matches(doc! {"a": {"$size": 0}}, doc! {}));
-        assert!(!matches(doc! {"a": {"$size": 1.5}}, doc! {"a": [1]}));
+        assert_eq!(
+            parse_error(doc! {"a": {"$size": 1.5}}).errmsg,
+            "$size must be a whole number"
+        );
         assert!(matches(
             doc! {"a.b": {"$size": 2}},
             doc! {"a": [{"b": [1, 2]}]}
