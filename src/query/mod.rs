@@ -36,6 +36,8 @@ mod bits;
 pub mod collation;
 pub mod compare;
 pub mod display;
+#[cfg(test)]
+pub(crate) mod edge_values;
 pub mod filter;
 pub mod json_schema;
 pub(crate) mod numeric;
