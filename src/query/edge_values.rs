@@ -320,8 +320,8 @@ const TYPES: &str = "$type (aliases, codes, any array element); type_array.js; t
 const MOD: &str = "$mod (dividend truncated); mod_special_values.js (NaN, Infinity never match); \
                    mod_overflow.js; decimal_find_query.js";
 const BITS: &str = "bittest.js; $bitsAllSet, $bitsAnySet, $bitsAllClear, $bitsAnyClear (only \
-                    integers in the int64 range; sign extension; BinData as little-endian \
-                    unsigned numbers)";
+                    integers in the int64 range; numbers sign-extended, BinData zero-extended, as \
+                    little-endian unsigned numbers; 64-bit masks, DOCS-16722)";
 const REGEXES: &str = "regex regex_i";
 /// The values whose bits are tested: integral numbers in the int64 range, and BinData.
 const BIT_TESTED: &str = "neg_zero zero int32_min int32_max int64_min int64_max long_2p53 \
@@ -506,6 +506,9 @@ fn in_and_nin_match_mongod() {
             .unsourced("regex_i"),
         row(doc! {"$in": [1, regex("^a", "")]}, Only("int_1 decimal_1_0 decimal_1_00 array_1_a \
             string_a string_ab regex"), "in_with_mixed_values.js").unsourced("regex_i"),
+        row(doc! {"$in": [null, regex("^a", "")]}, Only("null undefined array_null missing \
+            string_a string_ab array_1_a regex"), "null_query_semantics.js ($nin: [null, regex]); \
+            in_with_mixed_values.js").unsourced("regex_i"),
         row(doc! {"$in": [binary(0, &[0x64, 0]), binary(1, &[0, 0])]},
             Only("bindata_64 bindata_func_00"), "in_with_mixed_values.js"),
         row(doc! {"$in": [dbref(), {}]}, Only("dbref empty_document"),
@@ -643,6 +646,8 @@ fn bitwise_operators_match_mongod() {
         row(doc! {"$bitsAllClear": [0]}, Only("neg_zero zero int32_min int64_min long_2p53 \
             double_2p53 bindata_empty bindata_00 bindata_64 bindata_func_00"), BITS),
         row(doc! {"$bitsAnySet": [53]}, Only("int32_min int64_max long_2p53 long_2p53_plus_1 \
+            double_2p53"), BITS),
+        row(doc! {"$bitsAllSet": TWO_P53}, Only("int32_min int64_max long_2p53 long_2p53_plus_1 \
             double_2p53"), BITS),
         row(doc! {"$bitsAllSet": [63, 200]}, Only("int32_min int64_min"), BITS),
         row(doc! {"$bitsAnyClear": [200]}, Only("neg_zero zero int32_max int64_max long_2p53 \
