@@ -959,3 +959,122 @@ async fn type_and_mod_answer_the_documentation_examples() {
         assert_eq!((code, text.as_str()), (2, message));
     }
 }
+
+/// The documentation's `let` examples (find, aggregate, update, delete, findAndModify; the
+/// update statement's `c` constants) on its `cakeFlavors` collection.
+#[tokio::test]
+async fn let_variables_and_update_constants_reach_every_expression() {
+    let server = TestServer::start().await;
+    let db = server.client().database("let_variables");
+    let flavors = db.collection::<Document>("cakeFlavors");
+    flavors
+        .insert_many([
+            doc! {"_id": 1, "flavor": "chocolate"},
+            doc! {"_id": 2, "flavor": "strawberry"},
+            doc! {"_id": 3, "flavor": "cherry"},
+        ])
+        .await
+        .unwrap();
+    let matching = doc! {"$expr": {"$eq": ["$flavor", "$$targetFlavor"]}};
+    let found = db
+        .run_command(doc! {"find": "cakeFlavors", "filter": matching.clone(),
+        "projection": {"_id": 0}, "let": {"targetFlavor": "chocolate"}})
+        .await
+        .unwrap();
+    assert_eq!(
+        found
+            .get_document("cursor")
+            .unwrap()
+            .get_array("firstBatch")
+            .unwrap(),
+        &vec![Bson::Document(doc! {"flavor": "chocolate"})]
+    );
+    let aggregated = db
+        .run_command(doc! {"aggregate": "cakeFlavors", "pipeline": [
+            {"$match": {"$expr": {"$ne": ["$flavor", "$$skip"]}}},
+            {"$project": {"_id": 0, "label": {"$concat": ["$$prefix", "$flavor"]}}},
+        ], "cursor": {}, "let": {"skip": "cherry", "prefix": "cake: "}})
+        .await
+        .unwrap();
+    assert_eq!(
+        aggregated
+            .get_document("cursor")
+            .unwrap()
+            .get_array("firstBatch")
+            .unwrap(),
+        &vec![
+            Bson::Document(doc! {"label": "cake: chocolate"}),
+            Bson::Document(doc! {"label": "cake: strawberry"}),
+        ]
+    );
+    // update with `let`: cherry becomes orange.
+    let updated = db
+        .run_command(doc! {"update": "cakeFlavors", "updates": [
+            {"q": matching.clone(), "u": [{"$set": {"flavor": "$$newFlavor"}}]}
+        ], "let": {"targetFlavor": "cherry", "newFlavor": "orange"}})
+        .await
+        .unwrap();
+    assert_eq!(
+        (updated.get_i32("n"), updated.get_i32("nModified")),
+        (Ok(1), Ok(1))
+    );
+    // update with the statement's constants `c`: chocolate becomes vanilla.
+    db.run_command(doc! {"update": "cakeFlavors", "updates": [
+        {"q": matching.clone(), "u": [{"$set": {"flavor": "$$newFlavor"}}],
+         "c": {"targetFlavor": "chocolate", "newFlavor": "vanilla"}}
+    ]})
+    .await
+    .unwrap();
+    // delete with `let`: strawberry goes.
+    let deleted = db
+        .run_command(
+            doc! {"delete": "cakeFlavors", "deletes": [{"q": matching.clone(), "limit": 1}],
+            "let": {"targetFlavor": "strawberry"}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted.get_i32("n"), Ok(1));
+    // findAndModify with `let`: orange is replaced.
+    let modified = db
+        .run_command(
+            doc! {"findAndModify": "cakeFlavors", "query": matching.clone(),
+            "update": {"flavor": "lemon"}, "new": true,
+            "let": {"targetFlavor": "orange"}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        modified.get_document("value").unwrap(),
+        &doc! {"_id": 3, "flavor": "lemon"}
+    );
+    assert_eq!(
+        common::find_all(&flavors, doc! {}, doc! {}).await,
+        vec![
+            doc! {"_id": 1, "flavor": "vanilla"},
+            doc! {"_id": 3, "flavor": "lemon"}
+        ]
+    );
+
+    // A `let` may not read documents; `c` needs a pipeline update; names must be defined.
+    let (code, _, _) = command_error(
+        db.run_command(doc! {"find": "cakeFlavors", "let": {"x": "$flavor"}})
+            .await,
+    );
+    assert_eq!(code, 4890500);
+    let (code, _, _) = command_error(
+        db.run_command(doc! {"find": "cakeFlavors", "filter": {"$expr": "$$nope"}})
+            .await,
+    );
+    assert_eq!(code, 17276);
+    let reply = db
+        .run_command(doc! {"update": "cakeFlavors", "updates": [
+            {"q": {}, "u": {"$set": {"x": 1}}, "c": {"x": 1}}
+        ]})
+        .await
+        .unwrap();
+    let error = reply.get_array("writeErrors").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(error.get_i32("code"), Ok(51198));
+}

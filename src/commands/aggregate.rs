@@ -11,8 +11,8 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    check_hint, collation_for, optional_bool, optional_document, required, validate_namespace,
-    wrong_type,
+    check_hint, collation_for, let_variables, optional_bool, optional_document, required,
+    validate_namespace, wrong_type,
 };
 use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
@@ -21,6 +21,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::pipeline::{CollStatsRequest, SourceStage};
+use crate::query::variables::with_command_variables;
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
 use crate::storage::Namespace;
@@ -71,7 +72,8 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             "The 'cursor' option is required, except for aggregate with the explain argument",
         ));
     }
-    let pipeline = Pipeline::parse(&stages)?;
+    let variables = let_variables(ctx, body)?;
+    let pipeline = with_command_variables(&variables, || Pipeline::parse(&stages))?;
     let collection_meta = match &collection {
         Some(ns) => ctx.state.storage.collection(ns).await?,
         None => None,

@@ -8,6 +8,7 @@ use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{self, Collation, CollationChoice};
 use crate::query::display::type_name;
+use crate::query::variables::{self, CommandVariables};
 use crate::storage::{CollectionMeta, Namespace, WriteOptions};
 
 /// mongod's limit on `db.collection` length in bytes.
@@ -120,6 +121,18 @@ pub fn required<'a, T>(
         .get(field)
         .ok_or_else(|| missing_field(command, field))?;
     extract(value).ok_or_else(|| wrong_type(command, field, value, expected))
+}
+
+/// The command's `let` variables, evaluated at the command's time (none when it has no `let`).
+pub fn let_variables(ctx: &CommandContext, body: &Document) -> CommandResult<CommandVariables> {
+    match optional_document(ctx, body, "let")? {
+        None => Ok(variables::none()),
+        Some(spec) => variables::evaluate(
+            spec,
+            bson::DateTime::from_millis(ctx.state.clock.now_ms()),
+            &variables::none(),
+        ),
+    }
 }
 
 /// The collation a command (or one statement of it) runs with: its `collation` if it gives a

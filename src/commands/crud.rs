@@ -16,8 +16,8 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    batch, check_hint, collation_for, collection_namespace, optional_bool, optional_document,
-    validate_writable_namespace, write_options, wrong_type,
+    batch, check_hint, collation_for, collection_namespace, let_variables, optional_bool,
+    optional_document, validate_writable_namespace, write_options, wrong_type,
 };
 use crate::commands::find::parse_projection;
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -27,6 +27,7 @@ use crate::limits::{self, StorageWrite};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::update::parse_array_filters;
+use crate::query::variables::{self, with_command_variables, CommandVariables};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
@@ -165,6 +166,8 @@ struct WriteContext<'a> {
     ctx: &'a CommandContext<'a>,
     view: CollectionView,
     options: WriteOptions,
+    /// The command's `let` variables.
+    variables: CommandVariables,
 }
 
 /// What became of one document an update matched.
@@ -182,8 +185,14 @@ impl<'a> WriteContext<'a> {
         let ns = collection_namespace(ctx, body)?;
         validate_writable_namespace(&ns)?;
         let options = write_options(ctx, body)?;
+        let variables = let_variables(ctx, body)?;
         let view = ctx.state.view(&ns).await?;
-        Ok(WriteContext { ctx, view, options })
+        Ok(WriteContext {
+            ctx,
+            view,
+            options,
+            variables,
+        })
     }
 
     fn storage(&self) -> &'a dyn Storage {
@@ -346,19 +355,22 @@ impl<'a> WriteContext<'a> {
         }
     }
 
-    /// A statement's filter (its field `field`) under the statement's collation (its own, or
-    /// the collection's default), after its `hint` is checked; and that collation.
+    /// A statement's filter (its field `field`, seeing `variables`) under the statement's
+    /// collation (its own, or the collection's default), after its `hint` is checked; and that
+    /// collation.
     fn statement_filter(
         &self,
         command: &str,
         statement: &Document,
         field: &str,
+        variables: &CommandVariables,
     ) -> CommandResult<(Arc<Filter>, CollationChoice)> {
         let collation = collation_for(command, statement, self.view.meta.as_ref())?;
         check_hint(&self.view.ns, self.view.meta.as_ref(), statement)?;
-        let filter = Filter::parse(
-            optional_document(self.ctx, statement, field)?.unwrap_or(&Document::new()),
-        )?;
+        let filter = optional_document(self.ctx, statement, field)?
+            .cloned()
+            .unwrap_or_default();
+        let filter = with_command_variables(variables, || Filter::parse(&filter))?;
         Ok((
             Arc::new(filter.with_collation(collation.clone())),
             collation,
@@ -483,24 +495,53 @@ struct StatementOutcome {
 
 /// The update of a statement (`u`, `update`: a document or a pipeline; `None` when absent) with
 /// its `arrayFilters` (`array_filters`, checked to be an array by the command's schema).
+/// The variables a statement sees: the command's `let` (`variables`), then the statement's own
+/// constants `c` (allowed with a pipeline update only: mongod's 51198 otherwise).
+pub(crate) fn statement_variables(
+    ctx: &CommandContext,
+    statement: &Document,
+    variables: &CommandVariables,
+) -> CommandResult<CommandVariables> {
+    match optional_document(ctx, statement, "c")? {
+        None => Ok(variables.clone()),
+        Some(constants) => variables::evaluate(
+            constants,
+            bson::DateTime::from_millis(ctx.state.clock.now_ms()),
+            variables,
+        ),
+    }
+}
+
+/// The update of a statement (its field `field`, shown in errors as `shown`: a document or a
+/// pipeline; `None` when absent) with its `arrayFilters`, its `$expr`s and pipeline stages
+/// seeing the statement's `variables` ([`statement_variables`]).
 pub(crate) fn parse_update(
-    command: &str,
+    ctx: &CommandContext,
+    statement: &Document,
     field: &str,
-    value: Option<&Bson>,
-    array_filters: Option<&Bson>,
+    shown: &str,
+    variables: &CommandVariables,
 ) -> CommandResult<Option<Update>> {
-    let array_filters = match array_filters {
-        Some(Bson::Array(filters)) => parse_array_filters(filters)?,
+    let array_filters = match statement.get("arrayFilters") {
+        Some(Bson::Array(filters)) => {
+            with_command_variables(variables, || parse_array_filters(filters))?
+        }
         _ => Vec::new(),
     };
-    match value {
+    match statement.get(field) {
         None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Array(stages)) => Ok(Some(with_command_variables(variables, || {
+            Update::parse_pipeline(stages, &array_filters)
+        })?)),
+        Some(_) if statement.contains_key("c") => Err(CommandError::new(
+            ErrorCode::Location51198,
+            "Constant values may only be specified for pipeline updates",
+        )),
         Some(Bson::Document(update)) => Ok(Some(Update::parse_with_array_filters(
             update,
             array_filters,
         )?)),
-        Some(Bson::Array(stages)) => Ok(Some(Update::parse_pipeline(stages, &array_filters)?)),
-        Some(other) => Err(wrong_type(command, field, other, "object")),
+        Some(other) => Err(wrong_type(ctx.name, shown, other, "object")),
     }
 }
 
@@ -509,15 +550,10 @@ async fn run_update_statement(
     statement: &Document,
 ) -> CommandResult<StatementOutcome> {
     let ctx = writer.ctx;
-    let (filter, _) = writer.statement_filter("update", statement, "q")?;
+    let variables = statement_variables(ctx, statement, &writer.variables)?;
+    let (filter, _) = writer.statement_filter("update", statement, "q", &variables)?;
     let query = writer.query(&filter, None, statement);
-    let update = parse_update(
-        "update",
-        "updates.u",
-        statement.get("u"),
-        statement.get("arrayFilters"),
-    )?
-    .ok_or_else(|| {
+    let update = parse_update(ctx, statement, "u", "updates.u", &variables)?.ok_or_else(|| {
         CommandError::new(
             ErrorCode::Location40414,
             "BSON field 'update.updates.u' is missing but a required field",
@@ -602,7 +638,7 @@ async fn run_delete_statement(
     writer: &WriteContext<'_>,
     statement: &Document,
 ) -> CommandResult<usize> {
-    let (filter, _) = writer.statement_filter("delete", statement, "q")?;
+    let (filter, _) = writer.statement_filter("delete", statement, "q", &writer.variables)?;
     let query = writer.query(&filter, None, statement);
     let limit = match statement.get("limit") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
@@ -667,7 +703,8 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?;
-    let (filter, collation) = writer.statement_filter("findAndModify", body, "query")?;
+    let (filter, collation) =
+        writer.statement_filter("findAndModify", body, "query", &writer.variables)?;
     let sort = optional_document(ctx, body, "sort")?
         .map(SortSpec::parse)
         .transpose()?
@@ -677,12 +714,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     let remove = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     let return_new = optional_bool(ctx, body, "new")?.unwrap_or(false);
     let upsert = optional_bool(ctx, body, "upsert")?.unwrap_or(false);
-    let update = parse_update(
-        "findAndModify",
-        "update",
-        body.get("update"),
-        body.get("arrayFilters"),
-    )?;
+    let update = parse_update(ctx, body, "update", "update", &writer.variables)?;
     let conflict = match (&update, remove) {
         (Some(_), true) => Some("Cannot specify both an update and remove=true"),
         (None, false) => Some("Either an update or remove=true must be specified"),

@@ -14,9 +14,9 @@ use bson::{doc, Bson, Document};
 use crate::async_handler;
 use crate::commands::aggregate::pipeline_stages;
 use crate::commands::args::{
-    collection_namespace, optional_bool, optional_document, required, wrong_type,
+    collection_namespace, let_variables, optional_bool, optional_document, required, wrong_type,
 };
-use crate::commands::crud::parse_update;
+use crate::commands::crud::{parse_update, statement_variables};
 use crate::commands::ddl::visible_stats;
 use crate::commands::find::{
     count_window, distinct_read, matches_in, query_target, read_target, start_find,
@@ -29,6 +29,7 @@ use crate::planner::explain::{
 };
 use crate::planner::Access;
 use crate::planner::PlanSummary;
+use crate::query::variables::with_command_variables;
 use crate::query::UpdateContext;
 use crate::storage::Record;
 
@@ -451,7 +452,9 @@ async fn explain_aggregate(
     let ns = collection_namespace(ctx, body)?;
     // Validates the whole pipeline as aggregate would.
     let documents = pipeline_stages(body)?;
-    let pipeline = crate::query::Pipeline::parse(&documents)?;
+    let variables = let_variables(ctx, body)?;
+    let pipeline =
+        with_command_variables(&variables, || crate::query::Pipeline::parse(&documents))?;
     if pipeline.source().is_some() {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
@@ -539,17 +542,14 @@ async fn explain_write(
         }
         WriteKind::FindAndModify => (body, "query", "update"),
     };
-    let filter = crate::query::Filter::parse(
-        optional_document(ctx, statement, filter_field)?.unwrap_or(&Document::new()),
-    )?;
+    let variables = statement_variables(ctx, statement, &let_variables(ctx, body)?)?;
+    let filter = optional_document(ctx, statement, filter_field)?
+        .cloned()
+        .unwrap_or_default();
+    let filter = with_command_variables(&variables, || crate::query::Filter::parse(&filter))?;
     let update = match kind {
         WriteKind::Delete => None,
-        _ => parse_update(
-            ctx.name,
-            update_field,
-            statement.get(update_field),
-            statement.get("arrayFilters"),
-        )?,
+        _ => parse_update(ctx, statement, update_field, update_field, &variables)?,
     };
     let removes = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     if kind == WriteKind::FindAndModify && update.is_some() == removes {

@@ -8,8 +8,8 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{
-    check_hint, collation_for, collection_namespace, optional_bool, optional_document,
-    optional_i64, optional_non_negative, required, wrong_type,
+    check_hint, collation_for, collection_namespace, let_variables, optional_bool,
+    optional_document, optional_i64, optional_non_negative, required, wrong_type,
 };
 use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -18,6 +18,7 @@ use crate::exec::{self, CollectionView, ScanStats, Visibility};
 use crate::planner::{self, PlanSummary, Query, QueryPlan};
 use crate::query::compare::compare_values_with;
 use crate::query::pipeline::DocumentStream;
+use crate::query::variables::with_command_variables;
 use crate::query::{Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
 use crate::state::bump;
@@ -116,8 +117,13 @@ fn report_examined(ctx: &CommandContext<'_>, before: Option<ScanStats>, after: O
 }
 
 /// Filter, projection, sort and cursor options shared by `find` and `findAndModify`-like readers.
+/// The command's filter (`field`), its `$expr` seeing the command's `let` variables.
 fn parse_filter(ctx: &CommandContext, body: &Document, field: &str) -> CommandResult<Filter> {
-    Filter::parse(optional_document(ctx, body, field)?.unwrap_or(&Document::new()))
+    let variables = let_variables(ctx, body)?;
+    let filter = optional_document(ctx, body, field)?
+        .cloned()
+        .unwrap_or_default();
+    with_command_variables(&variables, || Filter::parse(&filter))
 }
 
 fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<SortSpec>> {

@@ -160,7 +160,6 @@ macro_rules! write_command_fields {
             $($field,)*
             arg("ordered", Bool),
             no_op("bypassDocumentValidation", SafeBool),
-            refused("let", Object),
             refused("runtimeConstants", Object),
             no_op("stmtId", Int),
             no_op("stmtIds", Array),
@@ -194,7 +193,7 @@ const FIND: Args = Args {
         arg("noCursorTimeout", OptionalBool),
         refused("awaitData", OptionalBool),
         no_op("allowPartialResults", OptionalBool),
-        refused("let", Object),
+        arg("let", Object),
         no_op("readOnce", OptionalBool),
         no_op("allowSpeculativeMajorityRead", OptionalBool),
         no_op("term", Number),
@@ -268,7 +267,7 @@ const AGGREGATE: Args = Args {
         no_op("bypassDocumentValidation", SafeBool),
         arg("collation", Object),
         arg("hint", Any),
-        refused("let", Object),
+        arg("let", Object),
         no_op("needsMerge", OptionalBool),
         no_op("fromMongos", OptionalBool),
         no_op("$queryOptions", Object),
@@ -294,7 +293,7 @@ const UPDATE_ENTRY: Args = Args {
     fields: &[
         required("q", Object),
         required("u", Any),
-        refused("c", Object),
+        arg("c", Object),
         arg("arrayFilters", Array),
         arg("hint", Any),
         arg("multi", Bool),
@@ -311,7 +310,10 @@ const UPDATE_ENTRY: Args = Args {
 
 const UPDATE: Args = Args {
     strict: true,
-    fields: write_command_fields![required("updates", ArgType::Entries(&UPDATE_ENTRY))],
+    fields: write_command_fields![
+        required("updates", ArgType::Entries(&UPDATE_ENTRY)),
+        arg("let", Object),
+    ],
 };
 
 /// One `deletes` entry (`DeleteOpEntry`); `limit` is read as a number, 0 or 1 (the handler).
@@ -328,7 +330,10 @@ const DELETE_ENTRY: Args = Args {
 
 const DELETE: Args = Args {
     strict: true,
-    fields: write_command_fields![required("deletes", ArgType::Entries(&DELETE_ENTRY))],
+    fields: write_command_fields![
+        required("deletes", ArgType::Entries(&DELETE_ENTRY)),
+        arg("let", Object),
+    ],
 };
 
 const FIND_AND_MODIFY: Args = Args {
@@ -348,7 +353,7 @@ const FIND_AND_MODIFY: Args = Args {
         arg("new", SafeBool),
         no_op("stmtId", Int),
         no_op("bypassDocumentValidation", SafeBool),
-        refused("let", Object),
+        arg("let", Object),
         refused("runtimeConstants", Object),
         refused("encryptionInformation", Object),
         no_op("bypassEmptyTsReplacement", OptionalBool),

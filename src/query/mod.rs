@@ -47,6 +47,7 @@ pub mod projection;
 pub mod sort;
 pub mod text;
 pub mod update;
+pub mod variables;
 
 pub use compare::{
     canonical_type_rank, compare_values, identical_documents, identical_values, values_equal,

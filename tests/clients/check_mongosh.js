@@ -224,6 +224,8 @@ function crudShop() {
   check('countDocuments with the simple collation', db.people.countDocuments({ name: 'ANN' }, { collation: { locale: 'simple' } }), 0);
   check('find().collation().sort()', db.people.find().collation({ locale: 'en' }).sort({ name: 1, _id: 1 }).toArray().map((d) => d._id), [3, 1, 2]);
   db.people.drop();
+  check('aggregate with let', db.c.aggregate([{ $match: { $expr: { $eq: ['$_id', '$$id'] } } }, { $project: { a: 1 } }], { let: { id: 4 } }).toArray(),
+    [{ _id: 4, a: 10 }]);
   step('language');
   check('db.getCollectionNames()', db.getCollectionNames(), ['c']);
   check('dropDatabase().ok', db.dropDatabase().ok, 1);

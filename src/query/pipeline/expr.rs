@@ -77,6 +77,8 @@ pub(crate) struct Vars<'a> {
     now: DateTime,
     /// The collation string comparisons use (`None`: byte order).
     collation: Option<&'a Collation>,
+    /// Reading the document is an error (a command variable's value is being computed).
+    reads_forbidden: bool,
     bindings: Vec<(String, Bson)>,
     /// What this evaluation has copied so far, against [`MAX_COPIED_BYTES`].
     copied_bytes: usize,
@@ -88,6 +90,7 @@ impl<'a> Vars<'a> {
             root,
             now,
             collation: None,
+            reads_forbidden: false,
             bindings: Vec::new(),
             copied_bytes: 0,
         }
@@ -122,6 +125,8 @@ pub(crate) enum Variable {
     Now,
     Remove,
     User(String),
+    /// A command variable (`let`, `c`): its value, fixed when the expression was parsed.
+    Command(Option<Bson>),
 }
 
 /// Simple operators: evaluate every argument, then combine.
@@ -303,6 +308,15 @@ impl Expr {
         self.evaluate_collated(root, context.now, context.collation.as_deref())
     }
 
+    /// Evaluates an expression that may read no document (a command variable's value): a field
+    /// path or `$$ROOT` fails with mongod's 4890500.
+    pub(crate) fn evaluate_constant(&self, now: DateTime) -> CommandResult<Value> {
+        let empty = Document::new();
+        let mut vars = Vars::new(&empty, now);
+        vars.reads_forbidden = true;
+        evaluate(self, &mut vars)
+    }
+
     /// Evaluates with `root` as `$$ROOT`/`$$CURRENT`, string comparisons under `collation`.
     pub(crate) fn evaluate_collated(
         &self,
@@ -346,7 +360,7 @@ fn parse_path(path: &str) -> CommandResult<Vec<String>> {
 
 /// mongod's user variable name rule: a lowercase ASCII letter or non-ASCII character first,
 /// then letters, digits and `_`.
-fn validate_variable_name(name: &str) -> CommandResult<()> {
+pub(crate) fn validate_variable_name(name: &str) -> CommandResult<()> {
     let mut chars = name.chars();
     let Some(first) = chars.next() else {
         return Err(fail(ErrorCode::Location16869, "empty variable name"));
@@ -386,12 +400,15 @@ fn parse_string(text: &str, scope: &Scope) -> CommandResult<Expr> {
             user if scope.names.iter().any(|bound| bound == user) => {
                 Variable::User(user.to_string())
             }
-            other => {
-                return Err(fail(
-                    ErrorCode::Location17276,
-                    format!("Use of undefined variable: {other}"),
-                ))
-            }
+            other => match crate::query::variables::lookup(other) {
+                Some(value) => Variable::Command(value),
+                None => {
+                    return Err(fail(
+                        ErrorCode::Location17276,
+                        format!("Use of undefined variable: {other}"),
+                    ))
+                }
+            },
         };
         return Ok(Expr::Variable(variable, path));
     }
@@ -1368,6 +1385,9 @@ fn value_bytes(value: &Bson) -> usize {
 fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
     match expr {
         Expr::Literal(value) => vars.copied(Some(value.clone())),
+        Expr::Field(_) | Expr::Variable(Variable::Root, _) if vars.reads_forbidden => {
+            Err(crate::query::variables::reads_document())
+        }
         Expr::Field(parts) => vars.copied(field_value(vars.root, parts)),
         Expr::Variable(variable, parts) => {
             let value = match variable {
@@ -1381,6 +1401,9 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
                     })?,
                     parts,
                 ),
+                Variable::Command(value) => {
+                    value.as_ref().and_then(|value| walk_path(value, parts))
+                }
             };
             vars.copied(value)
         }

@@ -1,0 +1,142 @@
+//! Command variables: a command's `let` (and a pipeline update's `c` constants) evaluated once,
+//! before the command reads anything, and the parse scope in which the command's expressions
+//! (`$expr` in filters, pipeline stages, pipeline updates) name them as `$$name`.
+//!
+//! Invariants:
+//! - Values are computed against no document: a field path or `$$ROOT` in one is mongod's 4890500;
+//!   a later variable may use an earlier one; `$$NOW` is the command's time.
+//! - Names follow mongod's user variable rules (16869/16870/16871), so no system variable
+//!   (`ROOT`, `NOW`, ...) can be set.
+//! - The scope is a thread-local set only while [`with_command_variables`] runs a synchronous
+//!   parse, and restored when it returns or unwinds; parsing never awaits, so nothing else parsed
+//!   on the thread can see another command's variables.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use bson::{Bson, DateTime, Document};
+
+use super::pipeline::expr::{validate_variable_name, Expr};
+use crate::error::{CommandError, CommandResult};
+
+/// Variables and their values (`None`: the expression evaluated to missing), in definition order;
+/// a later binding of a name shadows an earlier one.
+pub type CommandVariables = Arc<[(String, Option<Bson>)]>;
+
+thread_local! {
+    static IN_SCOPE: RefCell<Option<CommandVariables>> = const { RefCell::new(None) };
+}
+
+/// No variables.
+pub fn none() -> CommandVariables {
+    Arc::from(Vec::new())
+}
+
+/// `variables` extended with `spec` (a `let` or `c` document) evaluated at `now`.
+pub fn evaluate(
+    spec: &Document,
+    now: DateTime,
+    variables: &CommandVariables,
+) -> CommandResult<CommandVariables> {
+    let mut bound: Vec<(String, Option<Bson>)> = variables.to_vec();
+    for (name, value) in spec {
+        validate_variable_name(name).map_err(|error| error.caused("Invalid 'let' parameter"))?;
+        let so_far: CommandVariables = Arc::from(bound.clone());
+        let expression = with_command_variables(&so_far, || Expr::parse(value))?;
+        bound.push((name.clone(), expression.evaluate_constant(now)?));
+    }
+    Ok(Arc::from(bound))
+}
+
+/// Runs `parse` with `variables` in scope for every expression it parses.
+pub fn with_command_variables<T>(variables: &CommandVariables, parse: impl FnOnce() -> T) -> T {
+    /// Puts back the scope that was there before, however `parse` ends.
+    struct Restore(Option<CommandVariables>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            IN_SCOPE.with(|scope| *scope.borrow_mut() = previous);
+        }
+    }
+    let previous = IN_SCOPE.with(|scope| scope.borrow_mut().replace(variables.clone()));
+    let _restore = Restore(previous);
+    parse()
+}
+
+/// The value of the command variable `name` in the current parse scope: `None` if there is no
+/// such variable, `Some(None)` if it is missing.
+pub(crate) fn lookup(name: &str) -> Option<Option<Bson>> {
+    IN_SCOPE.with(|scope| {
+        scope.borrow().as_ref().and_then(|variables| {
+            variables
+                .iter()
+                .rev()
+                .find(|(bound, _)| bound == name)
+                .map(|(_, value)| value.clone())
+        })
+    })
+}
+
+/// mongod's error for a command variable that reads the document.
+pub(crate) fn reads_document() -> CommandError {
+    CommandError::new(
+        crate::error::ErrorCode::Location4890500,
+        "Command let Expression tried to access a field, but this is not allowed because \
+         Command let Expressions run before the query examines any documents.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use bson::doc;
+
+    fn now() -> DateTime {
+        DateTime::from_millis(1_000)
+    }
+
+    #[test]
+    fn later_variables_see_earlier_ones_and_now() {
+        let variables = evaluate(
+            &doc! {"a": 2, "b": {"$multiply": ["$$a", 10]}, "t": "$$NOW", "gone": "$$REMOVE"},
+            now(),
+            &none(),
+        )
+        .unwrap();
+        assert_eq!(
+            variables.to_vec(),
+            vec![
+                ("a".to_string(), Some(Bson::Int32(2))),
+                ("b".to_string(), Some(Bson::Int32(20))),
+                ("t".to_string(), Some(Bson::DateTime(now()))),
+                ("gone".to_string(), None),
+            ]
+        );
+        let expression = with_command_variables(&variables, || Expr::parse(&Bson::from("$$b")));
+        assert!(expression.is_ok());
+        assert!(
+            Expr::parse(&Bson::from("$$b")).is_err(),
+            "out of scope again"
+        );
+    }
+
+    #[test]
+    fn names_and_document_reads_are_refused() {
+        let error = evaluate(&doc! {"Upper": 1}, now(), &none()).unwrap_err();
+        assert_eq!(error.code, ErrorCode::Location16870);
+        assert!(error
+            .errmsg
+            .starts_with("Invalid 'let' parameter :: caused by :: "));
+        for reads in [
+            doc! {"x": "$a"},
+            doc! {"x": "$$ROOT"},
+            doc! {"x": "$$CURRENT.a"},
+        ] {
+            let error = evaluate(&reads, now(), &none()).unwrap_err();
+            assert_eq!(error.code, ErrorCode::Location4890500, "{reads}");
+        }
+        let error = evaluate(&doc! {"x": "$$undefined"}, now(), &none()).unwrap_err();
+        assert_eq!(error.code, ErrorCode::Location17276);
+    }
+}
