@@ -86,11 +86,14 @@ impl Cursor {
         }
     }
 
+    /// Errors met while matching or projecting documents are reported as mongod's executor
+    /// reports them: `<during> :: caused by :: <error>` (`Executor error during find command`).
     pub async fn next_batch(
         &mut self,
         storage: &dyn Storage,
         max_docs: Option<u64>,
         visibility: &Visibility,
+        during: &str,
     ) -> CommandResult<(Vec<RawDocumentBuf>, bool)> {
         if let CursorSource::Stream(stream) = &mut self.source {
             stream.set_visibility(visibility.clone());
@@ -104,7 +107,10 @@ impl Cursor {
         while max_docs.is_none_or(|max| (batch.len() as u64) < max) && batch_bytes < MAX_BATCH_BYTES
         {
             let record = match &mut self.source {
-                CursorSource::Stream(stream) => stream.next(storage).await?,
+                CursorSource::Stream(stream) => stream
+                    .next(storage)
+                    .await
+                    .map_err(|error| error.caused(during))?,
                 CursorSource::Buffered(records) => next_visible(records, visibility),
                 CursorSource::Sorted(sorted) => next_visible_sorted(sorted, visibility)?,
                 CursorSource::Documents(documents) => match documents.next().transpose() {
@@ -130,7 +136,7 @@ impl Cursor {
                             .flatten();
                         projection
                             .apply_with_position(&record.doc, &meta, position)
-                            .map_err(|error| error.caused("Executor error during find command"))?
+                            .map_err(|error| error.caused(during))?
                     } else {
                         projection.apply(&record.doc, &meta)
                     };

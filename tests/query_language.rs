@@ -753,6 +753,18 @@ async fn expr_compares_fields_of_the_same_document() {
     };
     let (code, _, _) = command_error(error);
     assert_ne!(code, 0);
+    // ... with mongod's executor context (find, then getMore).
+    let (code, _, message) = command_error(
+        db.run_command(doc! {"find": "supplies", "filter": {"$expr": {"$divide": [1, {"$subtract": ["$_id", "$_id"]}]}}})
+            .await,
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            16608,
+            "Executor error during find command :: caused by :: can't $divide by zero"
+        )
+    );
     // Where an expression belongs only at the top of a query.
     let (code, _, _) = command_error(supplies.find(doc! {"qty": {"$expr": 1}}).await);
     assert_eq!(code, 2);
@@ -1077,4 +1089,275 @@ async fn let_variables_and_update_constants_reach_every_expression() {
         .unwrap()
         .clone();
     assert_eq!(error.get_i32("code"), Ok(51198));
+}
+
+/// jstests/core/field_name_validation.js: which `$`-prefixed and dotted field names inserts,
+/// replacements, operator updates, pipeline updates and upserts store (MongoDB 5.0+ rules).
+#[tokio::test]
+async fn dollar_prefixed_and_dotted_field_names_follow_the_storage_rules() {
+    let server = TestServer::start().await;
+    let db = server.client().database("field_names");
+    let coll = db.collection::<Document>("c");
+    let write_code = |reply: Document| -> Option<i32> {
+        reply
+            .get_array("writeErrors")
+            .ok()
+            .map(|errors| errors[0].as_document().unwrap().get_i32("code").unwrap())
+    };
+    let insert = |document: Document| {
+        let db = db.clone();
+        async move {
+            let reply = db
+                .run_command(doc! {"insert": "c", "documents": [document]})
+                .await
+                .unwrap();
+            write_code(reply)
+        }
+    };
+    // Inserts: dotted and `$`-prefixed names are stored, at the top level and nested.
+    for document in [
+        doc! {"a.b": 1},
+        doc! {"_id.a": 1},
+        doc! {"a": {"a.b": 1}},
+        doc! {"_id": {"a.b": 1}},
+        doc! {"a": {"$b": 1}},
+        doc! {"a": {"_id": {"$b": 1}}},
+        doc! {"$a": 1},
+        doc! {"valid": 1, "$a": 1},
+        doc! {"$a": {"$b": 1}},
+        doc! {"$ref": 1},
+        doc! {"$id": 1},
+        doc! {"$db": 1},
+        doc! {"_id": 0, "$valid": 1, "a": 1},
+    ] {
+        assert_eq!(insert(document.clone()).await, None, "{document}");
+    }
+    assert_eq!(coll.count_documents(doc! {"a.$b": 1}).await.unwrap(), 1);
+    assert_eq!(
+        coll.find_one(doc! {"_id": 0}).await.unwrap(),
+        Some(doc! {"_id": 0, "$valid": 1, "a": 1})
+    );
+    // ... except inside `_id`.
+    assert_eq!(insert(doc! {"_id": {"$b": 1}}).await, Some(52));
+    assert_eq!(insert(doc! {"_id": {"a": 1, "$b": 1}}).await, Some(52));
+
+    coll.drop().await.unwrap();
+    let update = |q: Document, u: Bson, upsert: bool| {
+        let db = db.clone();
+        async move {
+            let reply = db
+                .run_command(doc! {"update": "c", "updates": [{"q": q, "u": u, "upsert": upsert}]})
+                .await
+                .unwrap();
+            write_code(reply)
+        }
+    };
+    // A dotted name in a replacement is a field; in `$set`, a path.
+    assert_eq!(
+        update(doc! {}, Bson::Document(doc! {"a.b": 1}), true).await,
+        None
+    );
+    assert_eq!(coll.count_documents(doc! {"a.b": 1}).await.unwrap(), 0);
+    assert_eq!(
+        update(doc! {}, Bson::Document(doc! {"$set": {"a.b": 1}}), true).await,
+        None
+    );
+    assert_eq!(coll.count_documents(doc! {"a.b": 1}).await.unwrap(), 1);
+    assert_eq!(
+        update(
+            doc! {"a.b": 1},
+            Bson::Document(doc! {"$set": {"a.b": 2}}),
+            false
+        )
+        .await,
+        None
+    );
+    assert_eq!(coll.count_documents(doc! {"a": {"b": 2}}).await.unwrap(), 1);
+    assert_eq!(
+        update(doc! {"a.b": 2}, Bson::Document(doc! {"a.b": 3}), false).await,
+        None
+    );
+    assert_eq!(coll.count_documents(doc! {"a.b": 3}).await.unwrap(), 0);
+    // Upserted `_id`s may not hold `$`-prefixed fields.
+    for u in [
+        doc! {"_id": {"$invalid": 1}},
+        doc! {"$set": {"_id": {"$invalid": 1}}},
+        doc! {"$setOnInsert": {"_id": {"$invalid": 1}}},
+    ] {
+        assert_eq!(
+            update(doc! {"a.b": 1}, Bson::Document(u.clone()), true).await,
+            Some(52),
+            "{u}"
+        );
+    }
+    // Replacements may nest `$`-prefixed fields, but not at the top level (9).
+    assert_eq!(
+        update(
+            doc! {"a.b": 1},
+            Bson::Document(doc! {"a": {"$c": 1}}),
+            false
+        )
+        .await,
+        None
+    );
+    assert_eq!(
+        update(doc! {"a.b": 2}, Bson::Document(doc! {"a": {"$c": 1}}), true).await,
+        None
+    );
+    for top_level in [
+        doc! {"$c": 1},
+        doc! {"$ref": 1},
+        doc! {"$id": 1},
+        doc! {"$db": 1},
+    ] {
+        assert_eq!(
+            update(doc! {"a.b": 1}, Bson::Document(top_level.clone()), false).await,
+            Some(9),
+            "{top_level}"
+        );
+    }
+    // Pipeline updates store `$`-prefixed fields, top-level ones included.
+    assert_eq!(
+        update(
+            doc! {"a.b": 1},
+            Bson::Array(vec![Bson::Document(
+                doc! {"$replaceWith": {"$literal": {"$a": 1}}}
+            )]),
+            false
+        )
+        .await,
+        None
+    );
+    assert_eq!(
+        update(
+            doc! {"a.b": 4},
+            Bson::Array(vec![Bson::Document(
+                doc! {"$replaceWith": {"$literal": {"$ref": 1}}}
+            )]),
+            true
+        )
+        .await,
+        None
+    );
+    // findAndModify: a top-level `$` field in a replacement or a `$set` fails.
+    coll.drop().await.unwrap();
+    coll.insert_one(doc! {"_id": 1}).await.unwrap();
+    for update in [
+        doc! {"_id": 1, "$invalid": 1},
+        doc! {"$set": {"_id": 1, "$invalid": 1}},
+    ] {
+        assert!(
+            db.run_command(
+                doc! {"findAndModify": "c", "query": {"_id": 1}, "update": update.clone()}
+            )
+            .await
+            .is_err(),
+            "{update}"
+        );
+    }
+    db.run_command(
+        doc! {"findAndModify": "c", "query": {"_id": 1}, "update": {"_id": 1, "a": {"$ref": 1}}},
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        coll.find_one(doc! {"_id": 1}).await.unwrap(),
+        Some(doc! {"_id": 1, "a": {"$ref": 1}})
+    );
+    // The documentation's `$getField`/`$literal` access to a top-level `$` field.
+    coll.insert_one(doc! {"_id": 2, "part": "AB305", "$bin": 200, "quantity": 100})
+        .await
+        .unwrap();
+    db.run_command(doc! {"findAndModify": "c",
+    "query": {"$expr": {"$eq": [{"$getField": {"$literal": "$bin"}}, 200]}},
+    "update": {"$inc": {"quantity": 10}}})
+        .await
+        .unwrap();
+    assert_eq!(
+        coll.find_one(doc! {"_id": 2})
+            .await
+            .unwrap()
+            .unwrap()
+            .get_i32("quantity"),
+        Ok(110)
+    );
+    // Aggregation stages name no `$`-prefixed output fields, and accumulators no dotted ones.
+    for pipeline in [
+        vec![doc! {"$match": {"$invalid": 1}}],
+        vec![doc! {"$project": {"_id.a": 1, "$newField": {"$multiply": ["$_id.b", "$_id.a"]}}}],
+        vec![doc! {"$addFields": {"_id.a": 1, "$newField": {"$multiply": ["$_id.b", "$_id.a"]}}}],
+        vec![doc! {"$group": {"_id": "$_id.a", "$invalid": {"$sum": "$_id.b"}}}],
+        vec![doc! {"$group": {"_id": "$_id.a", "e.f": {"$sum": "$_id.b"}}}],
+    ] {
+        assert!(
+            db.run_command(doc! {"aggregate": "c", "pipeline": pipeline.clone(), "cursor": {}})
+                .await
+                .is_err(),
+            "{pipeline:?}"
+        );
+    }
+}
+
+/// `$$NOW` in a filter's `$expr` and in `let` is the command's time on the server clock (the
+/// test server's manual clock), as in a pipeline.
+#[tokio::test]
+async fn now_in_expr_and_let_is_the_server_clock() {
+    let server = TestServer::start().await;
+    let db = server.client().database("now");
+    let coll = db.collection::<Document>("c");
+    coll.insert_one(doc! {"_id": 1}).await.unwrap();
+    let clock = bson::DateTime::from_millis(1_700_000_000_000);
+    assert_eq!(
+        coll.count_documents(doc! {"$expr": {"$eq": ["$$NOW", clock]}})
+            .await
+            .unwrap(),
+        1
+    );
+    let found = db
+        .run_command(
+            doc! {"find": "c", "filter": {"$expr": {"$eq": ["$$when", clock]}},
+            "let": {"when": "$$NOW"}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        found
+            .get_document("cursor")
+            .unwrap()
+            .get_array("firstBatch")
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// An expression error met by a `getMore` carries mongod's getMore executor context.
+#[tokio::test]
+async fn expression_errors_in_get_more_name_the_get_more() {
+    let server = TestServer::start().await;
+    let db = server.client().database("get_more_errors");
+    let documents: Vec<Document> = (1..=1000).map(|id| doc! {"_id": id}).collect();
+    db.collection::<Document>("c")
+        .insert_many(documents)
+        .await
+        .unwrap();
+    // 10 / (1000 - _id) is positive until the last document, which divides by zero.
+    let opened = db
+        .run_command(doc! {"find": "c", "batchSize": 1, "filter":
+        {"$expr": {"$gt": [{"$divide": [10, {"$subtract": [1000, "$_id"]}]}, 0]}}})
+        .await
+        .unwrap();
+    let cursor = opened.get_document("cursor").unwrap();
+    assert_eq!(cursor.get_array("firstBatch").unwrap().len(), 1);
+    let (code, _, message) = command_error(
+        db.run_command(doc! {"getMore": cursor.get_i64("id").unwrap(), "collection": "c"})
+            .await,
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            16608,
+            "Executor error during getMore :: caused by :: can't $divide by zero"
+        )
+    );
 }

@@ -8,7 +8,7 @@ use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{self, Collation, CollationChoice};
 use crate::query::display::type_name;
-use crate::query::variables::{self, CommandVariables};
+use crate::query::variables::CommandVariables;
 use crate::storage::{CollectionMeta, Namespace, WriteOptions};
 
 /// mongod's limit on `db.collection` length in bytes.
@@ -125,13 +125,10 @@ pub fn required<'a, T>(
 
 /// The command's `let` variables, evaluated at the command's time (none when it has no `let`).
 pub fn let_variables(ctx: &CommandContext, body: &Document) -> CommandResult<CommandVariables> {
+    let at_now = CommandVariables::at(bson::DateTime::from_millis(ctx.state.clock.now_ms()));
     match optional_document(ctx, body, "let")? {
-        None => Ok(variables::none()),
-        Some(spec) => variables::evaluate(
-            spec,
-            bson::DateTime::from_millis(ctx.state.clock.now_ms()),
-            &variables::none(),
-        ),
+        None => Ok(at_now),
+        Some(spec) => at_now.with(spec),
     }
 }
 

@@ -27,7 +27,7 @@ use crate::limits::{self, StorageWrite};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::update::parse_array_filters;
-use crate::query::variables::{self, with_command_variables, CommandVariables};
+use crate::query::variables::{with_command_variables, CommandVariables};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
@@ -130,7 +130,23 @@ fn prepare_for_insert(document: &Document) -> CommandResult<Document> {
     Ok(stored)
 }
 
+/// mongod's rules for a stored `_id`: not an array, regex or undefined, and no `$`-prefixed field
+/// name at any depth inside it (52, where the rest of a document may have them).
 fn check_id(id: &Bson) -> CommandResult<()> {
+    /// The first `$`-prefixed field name inside `value`. Depth is bounded by the wire limit.
+    fn dollar_field(value: &Bson) -> Option<&str> {
+        match value {
+            Bson::Document(document) => document.iter().find_map(|(name, value)| {
+                if name.starts_with('$') {
+                    Some(name.as_str())
+                } else {
+                    dollar_field(value)
+                }
+            }),
+            Bson::Array(elements) => elements.iter().find_map(dollar_field),
+            _ => None,
+        }
+    }
     match id {
         Bson::Array(_) | Bson::RegularExpression(_) | Bson::Undefined => Err(CommandError::new(
             ErrorCode::InvalidIdField,
@@ -139,7 +155,13 @@ fn check_id(id: &Bson) -> CommandResult<()> {
                 crate::query::display::type_name(id)
             ),
         )),
-        _ => Ok(()),
+        _ => match dollar_field(id) {
+            Some(name) => Err(CommandError::new(
+                ErrorCode::DollarPrefixedFieldName,
+                format!("_id fields may not contain '$'-prefixed fields: {name} is not valid for storage."),
+            )),
+            None => Ok(()),
+        },
     }
 }
 
@@ -504,11 +526,7 @@ pub(crate) fn statement_variables(
 ) -> CommandResult<CommandVariables> {
     match optional_document(ctx, statement, "c")? {
         None => Ok(variables.clone()),
-        Some(constants) => variables::evaluate(
-            constants,
-            bson::DateTime::from_millis(ctx.state.clock.now_ms()),
-            variables,
-        ),
+        Some(constants) => variables.with(constants),
     }
 }
 

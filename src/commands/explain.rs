@@ -318,7 +318,12 @@ async fn explain_find(
     loop {
         let (batch, exhausted) = run
             .cursor
-            .next_batch(storage, None, &run.view.visibility)
+            .next_batch(
+                storage,
+                None,
+                &run.view.visibility,
+                "Executor error during find command",
+            )
             .await?;
         returned += batch.len() as u64;
         if exhausted {

@@ -88,8 +88,12 @@ pub async fn open_cursor(
     let (batch, exhausted) = if first_batch_size == 0 && !options.single_batch {
         (Vec::new(), false)
     } else {
+        let during = match ctx.name {
+            "aggregate" => "PlanExecutor error during aggregation",
+            _ => "Executor error during find command",
+        };
         cursor
-            .next_batch(storage, Some(first_batch_size), visibility)
+            .next_batch(storage, Some(first_batch_size), visibility, during)
             .await?
     };
     report_examined(ctx, before, cursor.scan_stats());
@@ -345,7 +349,14 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         |view| view.visibility.clone(),
     );
     let before = cursor.scan_stats();
-    let (batch, exhausted) = cursor.next_batch(storage, batch_size, &visibility).await?;
+    let (batch, exhausted) = cursor
+        .next_batch(
+            storage,
+            batch_size,
+            &visibility,
+            "Executor error during getMore",
+        )
+        .await?;
     report_examined(ctx, before, cursor.scan_stats());
     ctx.op
         .set_get_more_batch(id, batch.len(), exhausted, &cursor.originating_command);

@@ -548,7 +548,9 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                 "expr" => conjuncts.push(Expr::Aggregate(Arc::new(AggregateCondition {
                     source: value.clone(),
                     expression: crate::query::pipeline::expr::Expr::parse(value)?,
-                    now: bson::DateTime::now(),
+                    // `$$NOW` is the command's time when a command parses the filter.
+                    now: crate::query::variables::command_time()
+                        .unwrap_or_else(bson::DateTime::now),
                 }))),
                 "sampleRate" => conjuncts.push(parse_sample_rate(value)?),
                 "jsonSchema" => conjuncts.push(Expr::Schema(Arc::new(JsonSchema::parse(value)?))),

@@ -1,6 +1,7 @@
 //! Command variables: a command's `let` (and a pipeline update's `c` constants) evaluated once,
 //! before the command reads anything, and the parse scope in which the command's expressions
-//! (`$expr` in filters, pipeline stages, pipeline updates) name them as `$$name`.
+//! (`$expr` in filters, pipeline stages, pipeline updates) name them as `$$name` and read the
+//! command's time as `$$NOW`.
 //!
 //! Invariants:
 //! - Values are computed against no document: a field path or `$$ROOT` in one is mongod's 4890500;
@@ -19,33 +20,46 @@ use bson::{Bson, DateTime, Document};
 use super::pipeline::expr::{validate_variable_name, Expr};
 use crate::error::{CommandError, CommandResult};
 
-/// Variables and their values (`None`: the expression evaluated to missing), in definition order;
-/// a later binding of a name shadows an earlier one.
-pub type CommandVariables = Arc<[(String, Option<Bson>)]>;
+/// A command's time and its variables with their values (`None`: the expression evaluated to
+/// missing), in definition order; a later binding of a name shadows an earlier one.
+#[derive(Clone, Debug)]
+pub struct CommandVariables {
+    now: DateTime,
+    bound: Arc<[(String, Option<Bson>)]>,
+}
 
 thread_local! {
     static IN_SCOPE: RefCell<Option<CommandVariables>> = const { RefCell::new(None) };
 }
 
-/// No variables.
-pub fn none() -> CommandVariables {
-    Arc::from(Vec::new())
-}
-
-/// `variables` extended with `spec` (a `let` or `c` document) evaluated at `now`.
-pub fn evaluate(
-    spec: &Document,
-    now: DateTime,
-    variables: &CommandVariables,
-) -> CommandResult<CommandVariables> {
-    let mut bound: Vec<(String, Option<Bson>)> = variables.to_vec();
-    for (name, value) in spec {
-        validate_variable_name(name).map_err(|error| error.caused("Invalid 'let' parameter"))?;
-        let so_far: CommandVariables = Arc::from(bound.clone());
-        let expression = with_command_variables(&so_far, || Expr::parse(value))?;
-        bound.push((name.clone(), expression.evaluate_constant(now)?));
+impl CommandVariables {
+    /// No variables, for a command running at `now`.
+    pub fn at(now: DateTime) -> CommandVariables {
+        CommandVariables {
+            now,
+            bound: Arc::from(Vec::new()),
+        }
     }
-    Ok(Arc::from(bound))
+
+    /// These variables extended with `spec` (a `let` or `c` document) evaluated at their time.
+    pub fn with(&self, spec: &Document) -> CommandResult<CommandVariables> {
+        let mut extended = self.clone();
+        for (name, value) in spec {
+            validate_variable_name(name)
+                .map_err(|error| error.caused("Invalid 'let' parameter"))?;
+            let expression = with_command_variables(&extended, || Expr::parse(value))?;
+            let value = expression.evaluate_constant(self.now)?;
+            let mut bound = extended.bound.to_vec();
+            bound.push((name.clone(), value));
+            extended.bound = Arc::from(bound);
+        }
+        Ok(extended)
+    }
+
+    /// The bindings, oldest first.
+    pub fn bindings(&self) -> &[(String, Option<Bson>)] {
+        &self.bound
+    }
 }
 
 /// Runs `parse` with `variables` in scope for every expression it parses.
@@ -69,12 +83,18 @@ pub(crate) fn lookup(name: &str) -> Option<Option<Bson>> {
     IN_SCOPE.with(|scope| {
         scope.borrow().as_ref().and_then(|variables| {
             variables
+                .bound
                 .iter()
                 .rev()
                 .find(|(bound, _)| bound == name)
                 .map(|(_, value)| value.clone())
         })
     })
+}
+
+/// The time of the command whose parse is in progress (`$$NOW` of a filter's `$expr`), if any.
+pub(crate) fn command_time() -> Option<DateTime> {
+    IN_SCOPE.with(|scope| scope.borrow().as_ref().map(|variables| variables.now))
 }
 
 /// mongod's error for a command variable that reads the document.
@@ -96,16 +116,18 @@ mod tests {
         DateTime::from_millis(1_000)
     }
 
+    fn evaluate(spec: Document) -> CommandResult<CommandVariables> {
+        CommandVariables::at(now()).with(&spec)
+    }
+
     #[test]
     fn later_variables_see_earlier_ones_and_now() {
         let variables = evaluate(
-            &doc! {"a": 2, "b": {"$multiply": ["$$a", 10]}, "t": "$$NOW", "gone": "$$REMOVE"},
-            now(),
-            &none(),
+            doc! {"a": 2, "b": {"$multiply": ["$$a", 10]}, "t": "$$NOW", "gone": "$$REMOVE"},
         )
         .unwrap();
         assert_eq!(
-            variables.to_vec(),
+            variables.bindings().to_vec(),
             vec![
                 ("a".to_string(), Some(Bson::Int32(2))),
                 ("b".to_string(), Some(Bson::Int32(20))),
@@ -123,7 +145,7 @@ mod tests {
 
     #[test]
     fn names_and_document_reads_are_refused() {
-        let error = evaluate(&doc! {"Upper": 1}, now(), &none()).unwrap_err();
+        let error = evaluate(doc! {"Upper": 1}).unwrap_err();
         assert_eq!(error.code, ErrorCode::Location16870);
         assert!(error
             .errmsg
@@ -133,10 +155,10 @@ mod tests {
             doc! {"x": "$$ROOT"},
             doc! {"x": "$$CURRENT.a"},
         ] {
-            let error = evaluate(&reads, now(), &none()).unwrap_err();
+            let error = evaluate(reads.clone()).unwrap_err();
             assert_eq!(error.code, ErrorCode::Location4890500, "{reads}");
         }
-        let error = evaluate(&doc! {"x": "$$undefined"}, now(), &none()).unwrap_err();
+        let error = evaluate(doc! {"x": "$$undefined"}).unwrap_err();
         assert_eq!(error.code, ErrorCode::Location17276);
     }
 }

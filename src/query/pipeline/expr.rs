@@ -1215,6 +1215,20 @@ fn parse_get_field(operand: &Bson, scope: &mut Scope) -> CommandResult<Expr> {
             input: None,
         });
     }
+    // The shorthand with an expression for the field (`{$getField: {$literal: "$bin"}}`, as the
+    // documentation reads a `$`-prefixed field): an object led by an operator.
+    if let Bson::Document(document) = operand {
+        if document
+            .keys()
+            .next()
+            .is_some_and(|key| key.starts_with('$'))
+        {
+            return Ok(Expr::GetField {
+                field: Box::new(parse(operand, scope)?),
+                input: None,
+            });
+        }
+    }
     let arguments = named_arguments(
         operand,
         &["field", "input"],
