@@ -174,6 +174,27 @@ async fn collection_default_collation_is_validated_resolved_and_listed() {
     assert_eq!(collation_of(doc! {"b": 1}).as_deref(), Some("en_US"));
     assert_eq!(collation_of(doc! {"d": 1}), None);
 
+    // A hashed index inherits the collation too: equality under it finds both cases.
+    run(
+        &db,
+        doc! {"create": "hashed_ci", "collation": case_insensitive()},
+    )
+    .await;
+    let hashed = db.collection::<Document>("hashed_ci");
+    hashed
+        .insert_many([doc! {"_id": 1, "h": "Ann"}, doc! {"_id": 2, "h": "bob"}])
+        .await
+        .unwrap();
+    run(
+        &db,
+        doc! {"createIndexes": "hashed_ci", "indexes": [{"key": {"h": "hashed"}, "name": "h_hashed"}]},
+    )
+    .await;
+    let stages = explain_find(&db, "hashed_ci", doc! {"filter": {"h": "ANN"}}).await;
+    assert!(stages.contains(&"IXSCAN".to_string()), "{stages:?}");
+    let found = run(&db, doc! {"find": "hashed_ci", "filter": {"h": "ANN"}}).await;
+    assert_eq!(batch(&found), vec![doc! {"_id": 1, "h": "Ann"}]);
+
     // Text indexes take no collation, explicit or inherited.
     assert!(db
         .run_command(

@@ -238,7 +238,7 @@ fn parse_index_spec(
     };
     if let Some(collation) = &collation {
         match kind {
-            IndexKind::Ordered => {}
+            IndexKind::Ordered | IndexKind::Hashed => {}
             IndexKind::Text => {
                 return Err(cannot_create(
                     raw,
@@ -248,11 +248,11 @@ fn parse_index_spec(
                     ),
                 ))
             }
-            IndexKind::Hashed | IndexKind::Wildcard => {
+            IndexKind::Wildcard => {
                 return Err(CommandError::new(
                     ErrorCode::NotImplemented,
-                    "tideway supports a non-simple collation on ascending and descending indexes \
-                     only",
+                    "tideway supports a non-simple collation on ascending, descending and hashed \
+                     indexes only",
                 ))
             }
         }

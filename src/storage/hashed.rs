@@ -28,6 +28,7 @@ use md5::{Digest, Md5};
 use super::keycodec::{self, Direction};
 use super::{KeyKind, StorageError, StorageResult};
 use crate::error::ErrorCode;
+use crate::query::collation::Collation;
 
 /// mongod's hash of a value (`BSONElementHasher::hash64` with seed 0): what a hashed index
 /// stores for it (as `Bson::Int64`) and what `convertShardKeyToHashed` returns.
@@ -154,11 +155,13 @@ fn value_at<'a>(document: &'a Document, path: &str) -> StorageResult<Option<&'a 
 }
 
 /// The one key a document contributes to a hashed index with key pattern `key_kinds`, or
-/// `None` when `sparse` and every key field is missing.
+/// `None` when `sparse` and every key field is missing. Under the index's `collation`, strings
+/// are replaced by their comparison keys before they are hashed or encoded.
 pub fn hashed_key(
     document: &Document,
     key_kinds: &[(String, KeyKind)],
     sparse: bool,
+    collation: Option<&Collation>,
 ) -> StorageResult<Option<Vec<u8>>> {
     let mut key = Vec::with_capacity(16 * key_kinds.len());
     let mut any_present = false;
@@ -166,14 +169,18 @@ pub fn hashed_key(
         let value = value_at(document, path)?;
         any_present |= value.is_some();
         let value = value.unwrap_or(&Bson::Null);
+        let value = match collation {
+            Some(collation) => std::borrow::Cow::Owned(collation.index_value(value)),
+            None => std::borrow::Cow::Borrowed(value),
+        };
         match kind {
             KeyKind::Hashed => keycodec::encode_value(
                 &mut key,
-                &Bson::Int64(hashed_value(value)),
+                &Bson::Int64(hashed_value(&value)),
                 Direction::Ascending,
             ),
-            KeyKind::Descending => keycodec::encode_value(&mut key, value, Direction::Descending),
-            _ => keycodec::encode_value(&mut key, value, Direction::Ascending),
+            KeyKind::Descending => keycodec::encode_value(&mut key, &value, Direction::Descending),
+            _ => keycodec::encode_value(&mut key, &value, Direction::Ascending),
         }
     }
     Ok((any_present || !sparse).then_some(key))
@@ -299,7 +306,7 @@ mod tests {
     #[test]
     fn keys_hash_the_hashed_field_and_encode_the_others() {
         let pattern = kinds(&[("a", KeyKind::Hashed), ("b", KeyKind::Descending)]);
-        let key = hashed_key(&doc! {"a": 1.5, "b": "x"}, &pattern, false)
+        let key = hashed_key(&doc! {"a": 1.5, "b": "x"}, &pattern, false, None)
             .unwrap()
             .unwrap();
         let expected = keycodec::encode_key(&[
@@ -308,7 +315,9 @@ mod tests {
         ]);
         assert_eq!(key, expected);
         // Missing fields are null; sparse skips documents missing every field.
-        let missing = hashed_key(&doc! {}, &pattern, false).unwrap().unwrap();
+        let missing = hashed_key(&doc! {}, &pattern, false, None)
+            .unwrap()
+            .unwrap();
         let null_hash = hashed_value(&Bson::Null);
         assert_eq!(
             missing,
@@ -317,20 +326,20 @@ mod tests {
                 (&Bson::Null, Direction::Descending),
             ])
         );
-        assert_eq!(hashed_key(&doc! {}, &pattern, true).unwrap(), None);
+        assert_eq!(hashed_key(&doc! {}, &pattern, true, None).unwrap(), None);
     }
 
     #[test]
     fn arrays_along_any_key_path_are_refused_like_mongod() {
         let pattern = kinds(&[("a.b", KeyKind::Hashed)]);
-        let error = hashed_key(&doc! {"a": [{"b": 1}]}, &pattern, false).unwrap_err();
+        let error = hashed_key(&doc! {"a": [{"b": 1}]}, &pattern, false, None).unwrap_err();
         assert_eq!(
             error.to_string(),
             "Error: hashed indexes do not currently support array values. Found array at path: a"
         );
-        let error = hashed_key(&doc! {"a": {"b": [1]}}, &pattern, false).unwrap_err();
+        let error = hashed_key(&doc! {"a": {"b": [1]}}, &pattern, false, None).unwrap_err();
         assert!(error.to_string().ends_with("Found array at path: a.b"));
         let compound = kinds(&[("h", KeyKind::Hashed), ("c", KeyKind::Ascending)]);
-        assert!(hashed_key(&doc! {"h": 1, "c": [1, 2]}, &compound, false).is_err());
+        assert!(hashed_key(&doc! {"h": 1, "c": [1, 2]}, &compound, false, None).is_err());
     }
 }

@@ -154,9 +154,14 @@ impl IndexKeyer {
             Generator::Ordered => {}
             Generator::Hashed(kinds) => {
                 return Ok(keys_only(
-                    super::hashed::hashed_key(document, kinds, self.spec.sparse)?
-                        .into_iter()
-                        .collect(),
+                    super::hashed::hashed_key(
+                        document,
+                        kinds,
+                        self.spec.sparse,
+                        self.spec.collation.as_deref(),
+                    )?
+                    .into_iter()
+                    .collect(),
                 ))
             }
             Generator::Wildcard(projection) => {
