@@ -563,3 +563,61 @@ async fn max_time_ms_is_honoured() {
     );
     server.stop().await;
 }
+
+/// MongoDB 8.0's `sort` on an update statement (the CRUD spec's `UpdateOne`/`ReplaceOne` `sort`):
+/// the first document in sort order is the one changed; with `multi` the command fails.
+#[tokio::test]
+async fn update_one_and_replace_one_follow_sort() {
+    let server = TestServer::start().await;
+    let db = server.client().database("app");
+    let coll = db.collection::<Document>("sorted");
+    coll.insert_many([
+        doc! {"_id": 1, "v": 3},
+        doc! {"_id": 2, "v": 1},
+        doc! {"_id": 3, "v": 2},
+    ])
+    .await
+    .unwrap();
+    let changed = |label: &'static str| {
+        let coll = coll.clone();
+        async move {
+            let found = coll.find_one(doc! {label: true}).await.unwrap().unwrap();
+            found.get_i32("_id").unwrap()
+        }
+    };
+    coll.update_one(doc! {}, doc! {"$set": {"low": true}})
+        .sort(doc! {"v": 1})
+        .await
+        .unwrap();
+    assert_eq!(changed("low").await, 2);
+    coll.update_one(doc! {}, doc! {"$set": {"high": true}})
+        .sort(doc! {"v": -1})
+        .await
+        .unwrap();
+    assert_eq!(changed("high").await, 1);
+    coll.replace_one(doc! {"v": {"$gte": 2}}, doc! {"v": 20, "replaced": true})
+        .sort(doc! {"v": 1})
+        .await
+        .unwrap();
+    assert_eq!(changed("replaced").await, 3);
+    let result = coll
+        .update_one(doc! {"v": 99}, doc! {"$set": {"z": 1}})
+        .sort(doc! {"v": 1})
+        .upsert(true)
+        .await
+        .unwrap();
+    assert!(result.upserted_id.is_some());
+
+    let (code, code_name, message) = command_error(
+        db.run_command(doc! {"update": "sorted", "updates": [
+            {"q": {}, "u": {"$set": {"z": 2}}, "multi": true, "sort": {"v": 1}},
+        ]})
+        .await,
+    );
+    assert_eq!(
+        (code, code_name.as_str(), message.as_str()),
+        (9, "FailedToParse", "Cannot specify sort with multi=true")
+    );
+    assert_eq!(coll.count_documents(doc! {"z": 2}).await.unwrap(), 0);
+    server.stop().await;
+}

@@ -81,6 +81,8 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("update", doc! {"update": "c", "updates": [{"q": {}, "u": {}, "foo": 1}]}, Error(40415, "BSON field 'update.updates.foo' is an unknown field.")),
         ("update", doc! {"update": "c", "updates": [{"u": {}}]}, Error(40414, "BSON field 'update.updates.q' is missing but a required field")),
         ("update", doc! {"update": "c", "updates": [{"q": {}, "u": [{"$set": {"x": "$$x"}}], "c": {"x": 1}}]}, Ok),
+        ("update", doc! {"update": "c", "updates": [{"q": {}, "u": {}, "sort": 1}]}, Error(14, "BSON field 'update.updates.sort' is the wrong type 'int', expected type 'object'")),
+        ("update", doc! {"update": "c", "updates": [{"q": {}, "u": {"$set": {"a": 1}}, "multi": true, "sort": {"a": 1}}]}, Error(9, "Cannot specify sort with multi=true")),
         ("delete", doc! {"delete": "c"}, Error(40414, "BSON field 'delete.deletes' is missing but a required field")),
         ("delete", doc! {"delete": "c", "deletes": [{"q": {}}]}, Error(40414, "BSON field 'delete.deletes.limit' is missing but a required field")),
         ("delete", doc! {"delete": "c", "deletes": [{"q": {}, "limit": 1, "foo": 1}]}, Error(40415, "BSON field 'delete.deletes.foo' is an unknown field.")),

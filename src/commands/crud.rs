@@ -563,14 +563,34 @@ pub(crate) fn parse_update(
     }
 }
 
+/// mongod 8.0: a statement's `sort` chooses the one document a single update changes; with
+/// `multi` it is refused.
+pub(crate) fn check_sort_with_multi(statement: &Document) -> CommandResult<()> {
+    let sorted = statement
+        .get("sort")
+        .is_some_and(|sort| *sort != Bson::Null);
+    if sorted && statement.get("multi") == Some(&Bson::Boolean(true)) {
+        return Err(CommandError::new(
+            ErrorCode::FailedToParse,
+            "Cannot specify sort with multi=true",
+        ));
+    }
+    Ok(())
+}
+
 async fn run_update_statement(
     writer: &WriteContext<'_>,
     statement: &Document,
 ) -> CommandResult<StatementOutcome> {
     let ctx = writer.ctx;
+    check_sort_with_multi(statement)?;
     let variables = statement_variables(ctx, statement, &writer.variables)?;
-    let (filter, _) = writer.statement_filter("update", statement, "q", &variables)?;
-    let query = writer.query(&filter, None, statement);
+    let (filter, collation) = writer.statement_filter("update", statement, "q", &variables)?;
+    let sort = optional_document(ctx, statement, "sort")?
+        .map(SortSpec::parse)
+        .transpose()?
+        .map(|sort| sort.with_collation(collation));
+    let query = writer.query(&filter, sort.as_ref(), statement);
     let update = parse_update(ctx, statement, "u", "updates.u", &variables)?.ok_or_else(|| {
         CommandError::new(
             ErrorCode::Location40414,
@@ -626,6 +646,8 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {
+        // mongod refuses this combination for the whole command, not as a write error.
+        check_sort_with_multi(statement)?;
         bump(&ctx.state.stats.opcounters.update, 1);
         match run_update_statement(&writer, statement).await {
             Ok(outcome) => {

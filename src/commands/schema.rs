@@ -1,9 +1,10 @@
-//! Every command's arguments as one table of data, from mongod's IDL (7.0): each field's type,
-//! whether it is required, its allowed range, and what tideway does with it — uses it, ignores
-//! it because mongod's meaning makes it a no-op here, or refuses it (238 NotImplemented) rather
-//! than silently dropping what it asks for. [`validate`] checks a command body against its entry
-//! before the handler runs, with mongod's codes and messages: unknown fields of strict commands
-//! 40415, wrong types 14, missing required fields 40414, out-of-range values 51024.
+//! Every command's arguments as one table of data, from mongod's IDL (7.0, plus 8.0's update
+//! statements' `sort`): each field's type, whether it is required, its allowed range, and what
+//! tideway does with it — uses it, ignores it because mongod's meaning makes it a no-op here, or
+//! refuses it (238 NotImplemented) rather than silently dropping what it asks for. [`validate`]
+//! checks a command body against its entry before the handler runs, with mongod's codes and
+//! messages: unknown fields of strict commands 40415, wrong types 14, missing required fields
+//! 40414, out-of-range values 51024.
 //!
 //! Invariants: the command's own first field and generic arguments (`dispatch::GENERIC_ARGUMENTS`)
 //! are not described here (handlers and dispatch check those); `null` (and `undefined`) for an
@@ -293,6 +294,7 @@ const UPDATE_ENTRY: Args = Args {
     fields: &[
         required("q", Object),
         required("u", Any),
+        arg("sort", Object),
         arg("c", Object),
         arg("arrayFilters", Array),
         arg("hint", Any),
