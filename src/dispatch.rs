@@ -215,8 +215,9 @@ pub fn command_fields(body: &Document) -> impl Iterator<Item = (&String, &Bson)>
         .filter(|(key, _)| !is_generic_argument(key))
 }
 
-/// Commands that `serverStatus.opcounters` counts in their own counter instead of `command`.
-const OWN_OPCOUNTER: &[&str] = &["insert", "find", "update", "delete", "getMore"];
+/// Commands that `serverStatus.opcounters` counts in their own counters instead of `command`
+/// (`bulkWrite` counts its ops as inserts, updates and deletes).
+const OWN_OPCOUNTER: &[&str] = &["insert", "find", "update", "delete", "getMore", "bulkWrite"];
 
 /// Per-command counters for `serverStatus.metrics.commands`.
 #[derive(Debug, Default)]

@@ -2331,7 +2331,8 @@ const COMMAND_FIELDS: &[&str] = &[
     "saslSupportedMechs", "compression", "topologyVersion", "maxAwaitTimeMS", "allParameters",
     "showRecordId", "term", "fields", "ttl", "ttlMonitorEnabled", "ttlMonitorSleepSecs",
     "enableTestCommands", "featureCompatibilityVersion", "logLevel", "deleteIndexes", "v",
-    "background", "prepareUnique", "$db", "filter.a", "$query",
+    "background", "prepareUnique", "$db", "filter.a", "$query", "ops", "nsInfo", "errorsOnly",
+    "updateMods", "document",
 ];
 
 const COLLECTION_NAMES: &[&str] = &[
@@ -2422,7 +2423,7 @@ fn shaped_value(rng: &mut Rng, field: &str, cursors: &[i64]) -> Option<Bson> {
         "filter" | "query" | "q" | "partialFilterExpression" | "validator" => {
             Bson::Document(filter(rng, depth))
         }
-        "update" | "u" => {
+        "update" | "u" | "updateMods" => {
             if rng.chance(15) {
                 Bson::Array(pipeline(rng, depth).into_iter().map(Bson::Document).collect())
             } else {
@@ -2439,6 +2440,11 @@ fn shaped_value(rng: &mut Rng, field: &str, cursors: &[i64]) -> Option<Bson> {
         }
         "sort" => Bson::Document(sort_spec(rng)),
         "projection" | "fields" => Bson::Document(projection(rng, depth)),
+        "document" => {
+            let id = rng.below(30) as i32;
+            Bson::Document(stored_document(rng, id))
+        }
+        "ns" => namespace(rng),
         "documents" => Bson::Array(
             (0..rng.below(5))
                 .map(|i| {
@@ -2617,6 +2623,14 @@ fn schema_value(rng: &mut Rng, arg: &Arg, cursors: &[i64]) -> Bson {
         ArgType::Entries(fields) => Bson::Array(
             (0..1 + rng.below(3))
                 .map(|_| Bson::Document(schema_fields(rng, fields, cursors)))
+                .collect(),
+        ),
+        ArgType::Variant(kinds) => Bson::Array(
+            (0..1 + rng.below(4))
+                .map(|_| {
+                    let (_, fields) = rng.pick(kinds);
+                    Bson::Document(schema_fields(rng, fields, cursors))
+                })
                 .collect(),
         ),
         _ => match (shaped_value(rng, arg.name, cursors), arg.ty) {

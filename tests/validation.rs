@@ -66,6 +66,7 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("explain", doc! {"explain": {"find": "c"}, "foo": 1}, Error(40415, "BSON field 'explain.foo' is an unknown field.")),
         ("explain", doc! {"explain": {"find": "c", "foo": 1}}, Error(40415, "BSON field 'find.foo' is an unknown field.")),
         ("explain", doc! {"explain": {"bogus": "c"}}, Code(59)),
+        ("explain", doc! {"explain": {"bulkWrite": 1, "ops": [{"delete": 0, "filter": {}}], "nsInfo": [{"ns": "v.c"}]}}, Error(238, "tideway does not support explain of bulkWrite")),
         ("explain", doc! {"explain": {"count": "c"}, "verbosity": "queryPlanner"}, Ok),
         // writes
         ("insert", doc! {"insert": "c"}, Error(40414, "BSON field 'insert.documents' is missing but a required field")),
@@ -87,6 +88,16 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("delete", doc! {"delete": "c", "deletes": [{"q": {}}]}, Error(40414, "BSON field 'delete.deletes.limit' is missing but a required field")),
         ("delete", doc! {"delete": "c", "deletes": [{"q": {}, "limit": 1, "foo": 1}]}, Error(40415, "BSON field 'delete.deletes.foo' is an unknown field.")),
         ("delete", doc! {"delete": "c", "deletes": [], "ordered": "yes"}, Error(14, "BSON field 'delete.ordered' is the wrong type 'string', expected type 'bool'")),
+        // bulkWrite (admin only)
+        ("bulkWrite", doc! {"bulkWrite": 1, "nsInfo": [{"ns": "v.c"}]}, Error(40414, "BSON field 'bulkWrite.ops' is missing but a required field")),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c"}], "foo": 1}, Error(40415, "BSON field 'bulkWrite.foo' is an unknown field.")),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c"}], "ordered": 1}, Error(14, "BSON field 'bulkWrite.ordered' is the wrong type 'int', expected type 'bool'")),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c"}], "errorsOnly": "x"}, Error(14, "BSON field 'bulkWrite.errorsOnly' is the wrong type 'string', expected type 'bool'")),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c"}], "let": {"x": 1}}, Code(238)),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c"}], "stmtIds": [0]}, Code(238)),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"update": 0, "filter": {}, "updateMods": {}, "upsert": "x"}], "nsInfo": [{"ns": "v.c"}]}, Error(14, "BSON field 'bulkWrite.ops.upsert' is the wrong type 'string', expected type 'bool'")),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c", "isTimeseriesNamespace": true}]}, Error(7934201, "'isTimeseriesNamespace' parameter can only be set when the request is sent on 'system.buckets' namespace to each shard")),
+        ("bulkWrite", doc! {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "v.c"}], "bypassDocumentValidation": true, "cursor": {"batchSize": 5}, "comment": "x"}, Ok),
         ("findAndModify", doc! {"findAndModify": "c", "remove": "x"}, Error(14, "BSON field 'findAndModify.remove' is the wrong type 'string', expected types '[bool, long, int, decimal, double']")),
         ("findAndModify", doc! {"findAndModify": "c", "remove": true, "foo": 1}, Error(40415, "BSON field 'findAndModify.foo' is an unknown field.")),
         ("findAndModify", doc! {"findAndModify": "c", "update": {"$set": {"a.$[x]": 1}}, "arrayFilters": [{"x": 1}]}, Error(2, "The path 'a' must exist in the document in order to apply array updates.")),
@@ -166,7 +177,7 @@ fn database(command: &str) -> &'static str {
     match command {
         "renameCollection" | "hostInfo" | "getCmdLineOpts" | "getLog" | "getParameter"
         | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" | "currentOp"
-        | "killOp" | "sleep" => "admin",
+        | "killOp" | "sleep" | "bulkWrite" => "admin",
         _ => "v",
     }
 }

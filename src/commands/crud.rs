@@ -31,7 +31,7 @@ use crate::query::variables::{with_command_variables, CommandVariables};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
-    Record, Storage, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    Namespace, Record, Storage, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 use crate::ttl;
 use crate::wire::MAX_BSON_OBJECT_SIZE;
@@ -184,7 +184,7 @@ fn check_storable(document: &Document, write: StorageWrite) -> CommandResult<()>
 
 /// Everything one write command works with: the collection as visible at the command's time, and
 /// how to write.
-struct WriteContext<'a> {
+pub(crate) struct WriteContext<'a> {
     ctx: &'a CommandContext<'a>,
     view: CollectionView,
     options: WriteOptions,
@@ -208,13 +208,30 @@ impl<'a> WriteContext<'a> {
         validate_writable_namespace(&ns)?;
         let options = write_options(ctx, body)?;
         let variables = let_variables(ctx, body)?;
-        let view = ctx.state.view(&ns).await?;
+        WriteContext::open(ctx, &ns, options, variables).await
+    }
+
+    /// The writer of `ns` (a namespace already checked to be writable), seen now, for a command
+    /// with `variables`; it holds the collection's policy gate until dropped.
+    pub(crate) async fn open(
+        ctx: &'a CommandContext<'a>,
+        ns: &Namespace,
+        options: WriteOptions,
+        variables: CommandVariables,
+    ) -> CommandResult<WriteContext<'a>> {
+        let view = ctx.state.view(ns).await?;
         Ok(WriteContext {
             ctx,
             view,
             options,
             variables,
         })
+    }
+
+    /// Whether the collection existed when this writer was opened (a writer opened before a
+    /// write created its collection does not see it).
+    pub(crate) fn collection_existed(&self) -> bool {
+        self.view.meta.is_some()
     }
 
     fn storage(&self) -> &'a dyn Storage {
@@ -450,48 +467,70 @@ impl<'a> WriteContext<'a> {
 async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?;
     let documents = batch(ctx, body, "documents")?;
+    let outcome = insert_documents(&writer, &documents).await?;
+    let errors = outcome
+        .errors
+        .iter()
+        .map(|(index, error)| write_error(*index, error))
+        .collect();
+    Ok(batch_reply(outcome.inserted, errors, Document::new()))
+}
+
+/// What inserting a batch did: how many documents were written, and the failures by position in
+/// the batch, in order.
+pub(crate) struct InsertOutcome {
+    pub(crate) inserted: usize,
+    pub(crate) errors: Vec<(usize, CommandError)>,
+}
+
+/// Inserts `documents` through `writer` (ordered: up to the first failure, whichever it is) and
+/// counts them for `serverStatus.opcounters` and the running op.
+pub(crate) async fn insert_documents(
+    writer: &WriteContext<'_>,
+    documents: &[&Document],
+) -> CommandResult<InsertOutcome> {
     let mut errors = Vec::new();
     let mut inserted = 0;
     // Valid documents go to storage in runs; an invalid one ends the run (and, ordered, the batch).
     let mut run: Vec<(usize, WriteOp)> = Vec::new();
     let mut stopped = false;
-    for (index, document) in documents.into_iter().enumerate() {
+    for (index, document) in documents.iter().enumerate() {
         match prepare_for_insert(document) {
             Ok(doc) => run.push((index, writer.insert_op(doc))),
             Err(error) => {
                 if writer.options.ordered {
                     // Documents before the invalid one are still written; the batch stops at the
                     // first error, whichever it is.
-                    let (n, run_errors) = write_run(&writer, std::mem::take(&mut run)).await?;
+                    let (n, run_errors) = write_run(writer, std::mem::take(&mut run)).await?;
                     inserted += n;
                     if run_errors.is_empty() {
-                        errors.push(write_error(index, &error));
+                        errors.push((index, error));
                     } else {
                         errors.extend(run_errors);
                     }
                     stopped = true;
                     break;
                 }
-                errors.push(write_error(index, &error));
+                errors.push((index, error));
             }
         }
     }
     if !stopped {
-        let (n, run_errors) = write_run(&writer, run).await?;
+        let (n, run_errors) = write_run(writer, run).await?;
         inserted += n;
         errors.extend(run_errors);
     }
-    errors.sort_by_key(|error| error.get_i32("index").unwrap_or(0));
-    bump(&ctx.state.stats.opcounters.insert, inserted as u64);
-    ctx.op.add_inserted(inserted);
-    Ok(batch_reply(inserted, errors, Document::new()))
+    errors.sort_by_key(|(index, _)| *index);
+    bump(&writer.ctx.state.stats.opcounters.insert, inserted as u64);
+    writer.ctx.op.add_inserted(inserted);
+    Ok(InsertOutcome { inserted, errors })
 }
 
-/// Writes a run of operations tagged with their batch index; returns (successes, writeErrors).
+/// Writes a run of operations tagged with their batch index; returns (successes, failures).
 async fn write_run(
     writer: &WriteContext<'_>,
     run: Vec<(usize, WriteOp)>,
-) -> CommandResult<(usize, Vec<Document>)> {
+) -> CommandResult<(usize, Vec<(usize, CommandError)>)> {
     if run.is_empty() {
         return Ok((0, Vec::new()));
     }
@@ -502,17 +541,17 @@ async fn write_run(
     for (index, result) in indexes.into_iter().zip(results) {
         match result {
             Ok(_) => succeeded += 1,
-            Err(error) => errors.push(write_error(index, &CommandError::from(error))),
+            Err(error) => errors.push((index, CommandError::from(error))),
         }
     }
     Ok((succeeded, errors))
 }
 
 /// The outcome of one update statement.
-struct StatementOutcome {
-    matched: usize,
-    modified: usize,
-    upserted_id: Option<Bson>,
+pub(crate) struct StatementOutcome {
+    pub(crate) matched: usize,
+    pub(crate) modified: usize,
+    pub(crate) upserted_id: Option<Bson>,
 }
 
 /// The update of a statement (`u`, `update`: a document or a pipeline; `None` when absent) with
@@ -576,6 +615,21 @@ pub(crate) fn check_sort_with_multi(statement: &Document) -> CommandResult<()> {
         ));
     }
     Ok(())
+}
+
+/// Runs one update statement and counts it (`serverStatus.opcounters`, the running op).
+pub(crate) async fn apply_update_statement(
+    writer: &WriteContext<'_>,
+    statement: &Document,
+) -> CommandResult<StatementOutcome> {
+    bump(&writer.ctx.state.stats.opcounters.update, 1);
+    let outcome = run_update_statement(writer, statement).await?;
+    let upserted = usize::from(outcome.upserted_id.is_some());
+    writer
+        .ctx
+        .op
+        .add_updated(outcome.matched - upserted, outcome.modified, upserted);
+    Ok(outcome)
 }
 
 async fn run_update_statement(
@@ -648,8 +702,7 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     for (index, statement) in statements.into_iter().enumerate() {
         // mongod refuses this combination for the whole command, not as a write error.
         check_sort_with_multi(statement)?;
-        bump(&ctx.state.stats.opcounters.update, 1);
-        match run_update_statement(&writer, statement).await {
+        match apply_update_statement(&writer, statement).await {
             Ok(outcome) => {
                 matched += outcome.matched;
                 modified += outcome.modified;
@@ -665,13 +718,22 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
-    ctx.op
-        .add_updated(matched - upserted.len(), modified, upserted.len());
     let mut extra = doc! {"nModified": modified as i32};
     if !upserted.is_empty() {
         extra.insert("upserted", upserted);
     }
     Ok(batch_reply(matched, errors, extra))
+}
+
+/// Runs one delete statement and counts it (`serverStatus.opcounters`, the running op).
+pub(crate) async fn apply_delete_statement(
+    writer: &WriteContext<'_>,
+    statement: &Document,
+) -> CommandResult<usize> {
+    bump(&writer.ctx.state.stats.opcounters.delete, 1);
+    let deleted = run_delete_statement(writer, statement).await?;
+    writer.ctx.op.add_deleted(deleted);
+    Ok(deleted)
 }
 
 async fn run_delete_statement(
@@ -726,8 +788,7 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let mut deleted = 0;
     let mut errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {
-        bump(&ctx.state.stats.opcounters.delete, 1);
-        match run_delete_statement(&writer, statement).await {
+        match apply_delete_statement(&writer, statement).await {
             Ok(n) => deleted += n,
             Err(error) => {
                 errors.push(write_error(index, &error));
@@ -737,7 +798,6 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
-    ctx.op.add_deleted(deleted);
     Ok(batch_reply(deleted, errors, Document::new()))
 }
 

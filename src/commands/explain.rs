@@ -83,6 +83,12 @@ async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         "update" => "update",
         "delete" => "delete",
         "findAndModify" | "findandmodify" => "findAndModify",
+        "bulkWrite" => {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway does not support explain of bulkWrite",
+            ))
+        }
         other => {
             return Err(CommandError::new(
                 ErrorCode::CommandNotFound,

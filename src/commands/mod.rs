@@ -5,6 +5,7 @@
 mod admin;
 pub(crate) mod aggregate;
 pub mod args;
+mod bulk_write;
 pub(crate) mod crud;
 pub mod ddl;
 mod diagnostics;
@@ -28,6 +29,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         sessions::COMMANDS,
         find::COMMANDS,
         crud::COMMANDS,
+        bulk_write::COMMANDS,
         ddl::COMMANDS,
         indexes::COMMANDS,
         admin::COMMANDS,

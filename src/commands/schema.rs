@@ -1,10 +1,10 @@
-//! Every command's arguments as one table of data, from mongod's IDL (7.0, plus 8.0's update
-//! statements' `sort`): each field's type, whether it is required, its allowed range, and what
-//! tideway does with it — uses it, ignores it because mongod's meaning makes it a no-op here, or
-//! refuses it (238 NotImplemented) rather than silently dropping what it asks for. [`validate`]
-//! checks a command body against its entry before the handler runs, with mongod's codes and
-//! messages: unknown fields of strict commands 40415, wrong types 14, missing required fields
-//! 40414, out-of-range values 51024.
+//! Every command's arguments as one table of data, from mongod's IDL (7.0, plus 8.0's `bulkWrite`
+//! and update statements' `sort`): each field's type, whether it is required, its allowed range,
+//! and what tideway does with it — uses it, ignores it because mongod's meaning makes it a no-op
+//! here, or refuses it (238 NotImplemented) rather than silently dropping what it asks for.
+//! [`validate`] checks a command body against its entry before the handler runs, with mongod's
+//! codes and messages: unknown fields of strict commands 40415, wrong types 14, missing required
+//! fields 40414, out-of-range values 51024.
 //!
 //! Invariants: the command's own first field and generic arguments (`dispatch::GENERIC_ARGUMENTS`)
 //! are not described here (handlers and dispatch check those); `null` (and `undefined`) for an
@@ -39,6 +39,9 @@ pub enum ArgType {
     Array,
     /// An array of documents, each described by its own fields (`updates`, `deletes`).
     Entries(&'static Args),
+    /// An array of documents of several kinds, each described by the fields of the kind its first
+    /// field names (`bulkWrite`'s `ops`: `insert`, `update`, `delete`).
+    Variant(&'static [(&'static str, &'static Args)]),
 }
 
 impl ArgType {
@@ -57,7 +60,9 @@ impl ArgType {
             ArgType::Double => matches!(value, Bson::Double(_)),
             ArgType::Str => matches!(value, Bson::String(_)),
             ArgType::Object => matches!(value, Bson::Document(_)),
-            ArgType::Array | ArgType::Entries(_) => matches!(value, Bson::Array(_)),
+            ArgType::Array | ArgType::Entries(_) | ArgType::Variant(_) => {
+                matches!(value, Bson::Array(_))
+            }
         }
     }
 
@@ -73,7 +78,7 @@ impl ArgType {
             ArgType::Double => "expected type 'double'",
             ArgType::Str => "expected type 'string'",
             ArgType::Object => "expected type 'object'",
-            ArgType::Array | ArgType::Entries(_) => "expected type 'array'",
+            ArgType::Array | ArgType::Entries(_) | ArgType::Variant(_) => "expected type 'array'",
         }
     }
 }
@@ -365,6 +370,87 @@ const FIND_AND_MODIFY: Args = Args {
     ],
 };
 
+/// One `nsInfo` entry of `bulkWrite` (`NamespaceInfoEntry`); the handler checks `ns`.
+const BULK_WRITE_NS_INFO: Args = Args {
+    strict: true,
+    fields: &[
+        required("ns", Str),
+        refused("collectionUUID", Any),
+        refused("encryptionInformation", Object),
+        arg("isTimeseriesNamespace", OptionalBool),
+        no_op("shardVersion", Any),
+        no_op("databaseVersion", Any),
+    ],
+};
+
+/// `bulkWrite`'s insert op (`BulkWriteInsertOp`); the handler checks the `nsInfo` index.
+const BULK_WRITE_INSERT: Args = Args {
+    strict: true,
+    fields: &[required("insert", Number), required("document", Object)],
+};
+
+/// `bulkWrite`'s update op (`BulkWriteUpdateOp`); the handler checks the index, `updateMods`
+/// and `hint`.
+const BULK_WRITE_UPDATE: Args = Args {
+    strict: true,
+    fields: &[
+        required("update", Number),
+        required("filter", Object),
+        arg("sort", Object),
+        arg("multi", Bool),
+        required("updateMods", Any),
+        arg("upsert", Bool),
+        arg("upsertSupplied", OptionalBool),
+        arg("arrayFilters", Array),
+        arg("hint", Any),
+        arg("constants", Object),
+        arg("collation", Object),
+        no_op("sampleId", Any),
+        no_op(
+            "$_allowShardKeyUpdatesWithoutFullShardKeyInQuery",
+            OptionalBool,
+        ),
+    ],
+};
+
+/// `bulkWrite`'s delete op (`BulkWriteDeleteOp`).
+const BULK_WRITE_DELETE: Args = Args {
+    strict: true,
+    fields: &[
+        required("delete", Number),
+        required("filter", Object),
+        arg("multi", Bool),
+        arg("hint", Any),
+        arg("collation", Object),
+        no_op("sampleId", Any),
+    ],
+};
+
+const BULK_WRITE: Args = Args {
+    strict: true,
+    fields: &[
+        required(
+            "ops",
+            ArgType::Variant(&[
+                ("insert", &BULK_WRITE_INSERT),
+                ("update", &BULK_WRITE_UPDATE),
+                ("delete", &BULK_WRITE_DELETE),
+            ]),
+        ),
+        required("nsInfo", ArgType::Entries(&BULK_WRITE_NS_INFO)),
+        arg("cursor", Object),
+        no_op("bypassDocumentValidation", SafeBool),
+        arg("ordered", Bool),
+        // mongos's per-op statement ids (retryable writes, which a standalone never runs).
+        refused("stmtIds", Array),
+        arg("let", Object),
+        arg("errorsOnly", Bool),
+        no_op("bypassEmptyTsReplacement", OptionalBool),
+        no_op("$_originalQuery", Object),
+        no_op("$_originalCollation", Object),
+    ],
+};
+
 const CREATE: Args = Args {
     strict: true,
     // The handler refuses the collection kinds tideway lacks with mongod's or its own errors.
@@ -547,6 +633,7 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "update" => &UPDATE,
         "delete" => &DELETE,
         "findAndModify" => &FIND_AND_MODIFY,
+        "bulkWrite" => &BULK_WRITE,
         "create" => &CREATE,
         "drop" => &DROP,
         "dropDatabase" | "endSessions" | "refreshSessions" | "ping" | "hostInfo"
@@ -632,16 +719,33 @@ fn validate_fields<'d>(
                 format!("tideway does not support the {context} option '{name}'"),
             ));
         }
-        if let (ArgType::Entries(entry_args), Bson::Array(entries)) = (arg.ty, value) {
-            let entry_context = format!("{context}.{name}");
-            for (index, entry) in entries.iter().enumerate() {
-                let Bson::Document(entry) = entry else {
-                    return Err(CommandError::type_mismatch(format!(
-                        "BSON field '{entry_context}.{index}' is the wrong type '{}', expected type 'object'",
-                        type_name(entry)
-                    )));
-                };
-                validate_fields(&entry_context, entry_args, entry.iter(), entry)?;
+        if let Bson::Array(entries) = value {
+            match arg.ty {
+                ArgType::Entries(entry_args) => {
+                    let entry_context = format!("{context}.{name}");
+                    for (index, entry) in entries.iter().enumerate() {
+                        let entry = entry_document(&entry_context, index, entry)?;
+                        validate_fields(&entry_context, entry_args, entry.iter(), entry)?;
+                    }
+                }
+                ArgType::Variant(kinds) => {
+                    let entry_context = format!("{context}.{name}");
+                    for (index, entry) in entries.iter().enumerate() {
+                        let entry = entry_document(&entry_context, index, entry)?;
+                        // The first field names the kind; mongod's parser reports anything else
+                        // as an unknown field of the command itself.
+                        let kind = entry.keys().next().map_or("", String::as_str);
+                        let Some((_, entry_args)) = kinds.iter().find(|(name, _)| *name == kind)
+                        else {
+                            return Err(CommandError::new(
+                                ErrorCode::Location40415,
+                                format!("BSON field '{context}.{kind}' is an unknown field."),
+                            ));
+                        };
+                        validate_fields(&entry_context, entry_args, entry.iter(), entry)?;
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -657,6 +761,17 @@ fn validate_fields<'d>(
         }
     }
     Ok(())
+}
+
+/// Entry `index` of the array `context` as a document, or mongod's 14 naming its position.
+fn entry_document<'d>(context: &str, index: usize, entry: &'d Bson) -> CommandResult<&'d Document> {
+    match entry {
+        Bson::Document(entry) => Ok(entry),
+        other => Err(CommandError::type_mismatch(format!(
+            "BSON field '{context}.{index}' is the wrong type '{}', expected type 'object'",
+            type_name(other)
+        ))),
+    }
 }
 
 /// A value that asks for nothing: null, false or an empty document.
@@ -682,14 +797,23 @@ mod tests {
             ArgType::SafeBool | ArgType::Bool | ArgType::OptionalBool => Bson::Boolean(true),
             ArgType::Str => Bson::String("x".into()),
             ArgType::Array => Bson::Array(vec![Bson::Int32(1)]),
-            ArgType::Entries(args) => {
-                let mut entry = Document::new();
-                for field in args.fields.iter().filter(|field| field.required) {
-                    entry.insert(field.name, meaningful(field.ty));
-                }
-                Bson::Array(vec![Bson::Document(entry)])
-            }
+            ArgType::Entries(args) => Bson::Array(vec![Bson::Document(required_fields(args))]),
+            ArgType::Variant(kinds) => Bson::Array(
+                kinds
+                    .iter()
+                    .map(|(_, args)| Bson::Document(required_fields(args)))
+                    .collect(),
+            ),
         }
+    }
+
+    /// A document with a meaningful value for each required field of `args`.
+    fn required_fields(args: &Args) -> Document {
+        let mut entry = Document::new();
+        for field in args.fields.iter().filter(|field| field.required) {
+            entry.insert(field.name, meaningful(field.ty));
+        }
+        entry
     }
 
     #[test]

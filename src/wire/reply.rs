@@ -39,6 +39,16 @@ impl Reply {
         }
     }
 
+    /// Appends an int32 field after those already there (summary counts after a cursor).
+    pub fn append_int32(&mut self, key: &str, value: i32) {
+        match self {
+            Reply::Document(document) => {
+                document.insert(key, value);
+            }
+            Reply::Raw(raw) => raw.append(key, RawBson::Int32(value)),
+        }
+    }
+
     /// The encoded reply; `Err` only for a built document bson cannot encode.
     pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
         match self {
