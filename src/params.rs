@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 
 /// The feature compatibility version that matches `buildInfo.version` and `maxWireVersion`.
-pub const FEATURE_COMPATIBILITY_VERSION: &str = "7.0";
+pub const FEATURE_COMPATIBILITY_VERSION: &str = "8.0";
 
 #[derive(Debug)]
 pub struct Parameters {
@@ -382,7 +382,7 @@ mod tests {
         let all = parameters.describe(None, false);
         assert_eq!(
             all.get_document("featureCompatibilityVersion").unwrap(),
-            &doc! {"version": "7.0"}
+            &doc! {"version": "8.0"}
         );
         let one = parameters.describe(Some(&["enableTestCommands"]), true);
         assert_eq!(one.len(), 1);

@@ -10,7 +10,10 @@ use bson::{doc, Bson, Document};
 use common::{command_error, TestServer};
 use futures::TryStreamExt;
 use mongodb::error::ErrorKind;
-use mongodb::Client;
+use mongodb::options::{
+    DeleteManyModel, DeleteOneModel, InsertOneModel, UpdateManyModel, UpdateOneModel, WriteModel,
+};
+use mongodb::{Client, Namespace};
 
 async fn bulk(client: &Client, command: Document) -> Document {
     client
@@ -762,5 +765,110 @@ async fn unacknowledged_writes_report_counts_only() {
     .await;
     assert!(first_batch(&reply).is_empty());
     assert_eq!(summary(&reply), [1, 1, 0, 0, 0, 0]);
+    server.stop().await;
+}
+
+fn namespace(db: &str, coll: &str) -> Namespace {
+    Namespace::new(db, coll)
+}
+
+/// `Client::bulk_write` (the driver's `MongoClient.bulkWrite`), summary and verbose results as the
+/// CRUD spec's bulk-write.md defines them.
+#[tokio::test]
+async fn the_driver_client_bulk_write() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    pizzas(&client).await;
+    let models: Vec<WriteModel> = vec![
+        InsertOneModel::builder()
+            .namespace(namespace("test", "pizzas"))
+            .document(doc! {"_id": 3, "type": "beef", "size": "medium", "price": 6})
+            .build()
+            .into(),
+        UpdateOneModel::builder()
+            .namespace(namespace("test", "pizzas"))
+            .filter(doc! {"type": "cheese"})
+            .update(doc! {"$set": {"price": 8}})
+            .build()
+            .into(),
+        UpdateManyModel::builder()
+            .namespace(namespace("test", "pizzas"))
+            .filter(doc! {"size": "small"})
+            .update(doc! {"$inc": {"price": 1}})
+            .build()
+            .into(),
+        UpdateOneModel::builder()
+            .namespace(namespace("shop", "orders"))
+            .filter(doc! {"_id": "o1"})
+            .update(doc! {"$set": {"qty": 2}})
+            .upsert(true)
+            .build()
+            .into(),
+        DeleteOneModel::builder()
+            .namespace(namespace("test", "pizzas"))
+            .filter(doc! {"type": "pepperoni"})
+            .build()
+            .into(),
+        DeleteManyModel::builder()
+            .namespace(namespace("test", "pizzas"))
+            .filter(doc! {"price": {"$gte": 100}})
+            .build()
+            .into(),
+    ];
+    let summary = client
+        .bulk_write(models.clone())
+        .await
+        .expect("bulk write succeeds");
+    assert_eq!(
+        (
+            summary.inserted_count,
+            summary.matched_count,
+            summary.modified_count,
+            summary.upserted_count,
+            summary.deleted_count
+        ),
+        (1, 2, 2, 1, 1)
+    );
+
+    pizzas(&client).await;
+    client
+        .database("shop")
+        .collection::<Document>("orders")
+        .drop()
+        .await
+        .unwrap();
+    let verbose = client
+        .bulk_write(models.clone())
+        .verbose_results()
+        .await
+        .expect("bulk write succeeds");
+    assert_eq!(verbose.insert_results[&0].inserted_id, Bson::Int32(3));
+    assert_eq!(verbose.update_results[&1].matched_count, 1);
+    assert_eq!(verbose.update_results[&1].modified_count, 1);
+    assert_eq!(verbose.update_results[&2].matched_count, 1);
+    assert_eq!(verbose.update_results[&2].modified_count, 1);
+    assert_eq!(
+        verbose.update_results[&3].upserted_id,
+        Some(Bson::String("o1".into()))
+    );
+    assert_eq!(verbose.delete_results[&4].deleted_count, 1);
+    assert_eq!(verbose.delete_results[&5].deleted_count, 0);
+    assert_eq!(
+        ids(&client, "test", "pizzas").await,
+        [1, 2, 3].map(Bson::Int32)
+    );
+
+    // Ordered: the duplicate insert stops the batch; the error and the partial result come back.
+    let error = client
+        .bulk_write(models)
+        .verbose_results()
+        .await
+        .expect_err("the duplicate `_id: 3` fails");
+    let ErrorKind::BulkWrite(ref failure) = *error.kind else {
+        panic!("expected a bulk write error, got {error:?}");
+    };
+    assert_eq!(failure.write_errors.len(), 1);
+    assert_eq!(failure.write_errors[&0].code, 11000);
+    assert!(failure.partial_result.is_none(), "{failure:?}");
     server.stop().await;
 }

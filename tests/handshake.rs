@@ -40,7 +40,7 @@ async fn hello_describes_a_writable_standalone() {
     assert_eq!(reply.get_i32("maxWriteBatchSize"), Ok(100_000));
     assert_eq!(reply.get_i32("logicalSessionTimeoutMinutes"), Ok(30));
     assert_eq!(reply.get_i32("minWireVersion"), Ok(0));
-    assert_eq!(reply.get_i32("maxWireVersion"), Ok(21));
+    assert_eq!(reply.get_i32("maxWireVersion"), Ok(25));
     assert_eq!(reply.get_bool("readOnly"), Ok(false));
     assert!(reply.get_datetime("localTime").is_ok());
     assert!(reply.get_i32("connectionId").unwrap() > 0);
@@ -113,7 +113,7 @@ async fn get_parameter_star_single_and_unknown() {
         all.get_document("featureCompatibilityVersion")
             .unwrap()
             .get_str("version"),
-        Ok("7.0")
+        Ok("8.0")
     );
     let one = run(
         &client,

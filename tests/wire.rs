@@ -19,7 +19,7 @@ async fn op_query_is_master_gets_op_reply() {
     assert_eq!(reply.response_to, 11);
     assert_eq!(reply.document.get_bool("ismaster"), Ok(true));
     assert_eq!(reply.document.get_bool("helloOk"), Ok(true));
-    assert_eq!(reply.document.get_i32("maxWireVersion"), Ok(21));
+    assert_eq!(reply.document.get_i32("maxWireVersion"), Ok(25));
     // Subsequent commands go over OP_MSG on the same connection.
     assert_still_serving(&mut stream).await;
     // A second hello with client metadata is refused, as mongod does.

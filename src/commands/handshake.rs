@@ -11,10 +11,11 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::sync_handler;
 use crate::wire::{Compressor, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE};
 
-/// The MongoDB release whose wire behaviour tideway implements (maxWireVersion 21).
-pub const MONGODB_VERSION: &str = "7.0.0";
-pub const MONGODB_VERSION_ARRAY: [i32; 4] = [7, 0, 0, 0];
-pub const MAX_WIRE_VERSION: i32 = 21;
+/// The MongoDB release whose wire behaviour tideway implements (maxWireVersion 25: drivers send
+/// `bulkWrite` and a statement's `sort` from 8.0 on).
+pub const MONGODB_VERSION: &str = "8.0.0";
+pub const MONGODB_VERSION_ARRAY: [i32; 4] = [8, 0, 0, 0];
+pub const MAX_WIRE_VERSION: i32 = 25;
 pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
 
 pub const COMMANDS: &[CommandSpec] = &[

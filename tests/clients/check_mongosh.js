@@ -17,7 +17,7 @@ const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const SERVER_VERSION = '7.0.0';
+const SERVER_VERSION = '8.0.0';
 const MARK = 'TIDEWAY-CHECK';
 
 const port = Number(process.argv[2]);

@@ -18,10 +18,10 @@ const require = createRequire(
     ? path.join(process.env.TIDEWAY_CLIENTS_NODE_DIR, 'package.json')
     : import.meta.url,
 );
-const { MongoBulkWriteError, MongoClient, MongoServerError } = require('mongodb');
+const { MongoBulkWriteError, MongoClient, MongoClientBulkWriteError, MongoServerError } = require('mongodb');
 
-const SERVER_VERSION = '7.0.0';
-const MAX_WIRE_VERSION = 21;
+const SERVER_VERSION = '8.0.0';
+const MAX_WIRE_VERSION = 25;
 
 /** Thrown by a scenario that does not apply to the current configuration. */
 class Skip extends Error {}
@@ -432,6 +432,70 @@ async function queryLanguage(ctx) {
   });
 }
 
+/** MongoClient.bulkWrite (the 8.0 bulkWrite command): the bulkWrite reference page's
+ *  two-namespace pizzas example with verbose results, then an ordered batch stopped by a
+ *  duplicate key. */
+async function clientBulkWrite(ctx) {
+  await withScratchDb(ctx, 'client_bulk_write', async (db) => {
+    await db.collection('pizzas').insertMany([
+      { _id: 0, type: 'pepperoni', size: 'small', price: 4 },
+      { _id: 1, type: 'cheese', size: 'medium', price: 7 },
+      { _id: 2, type: 'vegan', size: 'large', price: 8 },
+    ]);
+    await db.collection('pizzaOrders').insertMany([
+      { _id: 0, type: 'pepperoni', number: 5, orderDate: new Date('2023-01-15T12:00:00Z') },
+      { _id: 1, type: 'cheese', number: 15, orderDate: new Date('2023-01-23T11:12:32Z') },
+      { _id: 2, type: 'vegan', number: 20, orderDate: new Date('2023-03-20T10:01:12Z') },
+    ]);
+    const pizzas = `${db.databaseName}.pizzas`;
+    const orders = `${db.databaseName}.pizzaOrders`;
+    const result = await ctx.client.bulkWrite([
+      { namespace: pizzas, name: 'insertOne', document: { _id: 5, type: 'sausage', size: 'small', price: 12 } },
+      { namespace: pizzas, name: 'insertOne', document: { _id: 6, type: 'vegan cheese', size: 'large', price: 25 } },
+      { namespace: pizzas, name: 'updateOne', filter: { type: 'cheese' }, update: { $set: { price: 15 } } },
+      { namespace: pizzas, name: 'deleteOne', filter: { price: { $lt: 7 } } },
+      { namespace: orders, name: 'insertOne',
+        document: { _id: 3, type: 'sausage', number: 7, orderDate: new Date('2023-04-15T12:02:15Z') } },
+      { namespace: orders, name: 'insertOne',
+        document: { _id: 4, type: 'vegan', number: 16, orderDate: new Date('2023-05-12T11:03:11Z') } },
+      { namespace: orders, name: 'updateOne', filter: { type: 'cheese' }, update: { $set: { number: 50 } } },
+      { namespace: orders, name: 'deleteOne', filter: { _id: 2 } },
+      { namespace: orders, name: 'deleteOne', filter: { orderDate: { $lte: new Date('2023-03-15T00:00:00Z') } } },
+      { namespace: orders, name: 'updateOne', filter: { _id: 'new' }, update: { $set: { number: 1 } }, upsert: true },
+    ], { verboseResults: true });
+    expectEqual('bulkWrite counts', {
+      inserted: result.insertedCount, matched: result.matchedCount, modified: result.modifiedCount,
+      upserted: result.upsertedCount, deleted: result.deletedCount,
+    }, { inserted: 4, matched: 2, modified: 2, upserted: 1, deleted: 3 });
+    expectEqual('bulkWrite insertResults', [...result.insertResults.entries()].map(([i, r]) => [i, r.insertedId]),
+      [[0, 5], [1, 6], [4, 3], [5, 4]]);
+    // An upsert's result counts the document it inserted as matched (mongod's `n: 1`).
+    expectEqual('bulkWrite updateResults', [...result.updateResults.entries()].map(([i, r]) => [i, r.matchedCount, r.modifiedCount, r.upsertedId]),
+      [[2, 1, 1, undefined], [6, 1, 1, undefined], [9, 1, 0, 'new']]);
+    expectEqual('bulkWrite deleteResults', [...result.deleteResults.entries()].map(([i, r]) => [i, r.deletedCount]),
+      [[3, 1], [7, 1], [8, 1]]);
+    expectEqual('pizzas after bulkWrite', idsOf(await allDocs(db.collection('pizzas'))), [1, 2, 5, 6]);
+    expectEqual('pizzaOrders after bulkWrite', idsOf(await allDocs(db.collection('pizzaOrders'))), [1, 3, 4, 'new']);
+
+    let error;
+    try {
+      await ctx.client.bulkWrite([
+        { namespace: pizzas, name: 'insertOne', document: { _id: 7, type: 'tomato' } },
+        { namespace: pizzas, name: 'insertOne', document: { _id: 1, type: 'duplicate' } },
+        { namespace: pizzas, name: 'insertOne', document: { _id: 8, type: 'never written' } },
+      ]);
+    } catch (err) {
+      error = err;
+    }
+    assert.ok(error instanceof MongoClientBulkWriteError,
+      `an ordered bulkWrite with a duplicate _id: expected a MongoClientBulkWriteError, got ${error?.stack ?? error}`);
+    expectEqual('bulkWrite duplicate: write errors', [...error.writeErrors.entries()].map(([i, e]) => [i, e.code]),
+      [[1, 11000]]);
+    expectEqual('bulkWrite duplicate: partial insertedCount', error.partialResult?.insertedCount, 1);
+    expectEqual('pizzas after the failed bulkWrite', idsOf(await allDocs(db.collection('pizzas'))), [1, 2, 5, 6, 7]);
+  });
+}
+
 const SCENARIOS = [
   ['ping', ping],
   ['buildInfo', buildInfo],
@@ -447,6 +511,7 @@ const SCENARIOS = [
   ['crud_catalog', crudCatalog],
   ['planner_explain', plannerExplain],
   ['query_language', queryLanguage],
+  ['client_bulk_write', clientBulkWrite],
 ];
 
 // The driver does zlib itself; snappy and zstd would need extra native npm packages.

@@ -28,12 +28,25 @@ from typing import Callable, Iterator
 import bson
 import bson.int64
 from bson import ObjectId
-from pymongo import ASCENDING, DESCENDING, TEXT, MongoClient, ReturnDocument, monitoring
+from pymongo import (
+    ASCENDING,
+    DESCENDING,
+    TEXT,
+    DeleteMany,
+    DeleteOne,
+    InsertOne,
+    MongoClient,
+    ReturnDocument,
+    UpdateMany,
+    UpdateOne,
+    monitoring,
+)
 from pymongo.collation import Collation
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import (
     BulkWriteError,
+    ClientBulkWriteException,
     CollectionInvalid,
     DuplicateKeyError,
     OperationFailure,
@@ -41,9 +54,9 @@ from pymongo.errors import (
 )
 
 HOST = "127.0.0.1"
-SERVER_VERSION = "7.0.0"
-SERVER_VERSION_ARRAY = [7, 0, 0, 0]
-MAX_WIRE_VERSION = 21  # MongoDB 7.0
+SERVER_VERSION = "8.0.0"
+SERVER_VERSION_ARRAY = [8, 0, 0, 0]
+MAX_WIRE_VERSION = 25  # MongoDB 8.0
 MAX_BSON_OBJECT_SIZE = 16 * 1024 * 1024
 COMPRESSORS = ("snappy", "zlib", "zstd")
 
@@ -499,6 +512,83 @@ def crud_delete(ctx: Ctx) -> None:
         expect_equal("estimated_document_count after deleting everything", coll.estimated_document_count(), 0)
         expect_equal("collections after deleting every document (the collection stays)",
                      db.list_collection_names(), ["trash"])
+
+
+@scenario
+def client_bulk_write(ctx: Ctx) -> None:
+    """MongoClient.bulk_write (the 8.0 bulkWrite command, PyMongo >= 4.9): the bulkWrite reference
+    page's two-namespace pizzas example, verbose results, and an ordered batch stopped by a
+    duplicate key; then update_one's 8.0 `sort`."""
+    with scratch_db(ctx, "client_bulk_write") as db:
+        db.pizzas.insert_many([
+            {"_id": 0, "type": "pepperoni", "size": "small", "price": 4},
+            {"_id": 1, "type": "cheese", "size": "medium", "price": 7},
+            {"_id": 2, "type": "vegan", "size": "large", "price": 8},
+        ])
+        db.pizzaOrders.insert_many([
+            {"_id": 0, "type": "pepperoni", "number": 5, "orderDate": datetime.datetime(2023, 1, 15, 12, 0, 0)},
+            {"_id": 1, "type": "cheese", "number": 15, "orderDate": datetime.datetime(2023, 1, 23, 11, 12, 32)},
+            {"_id": 2, "type": "vegan", "number": 20, "orderDate": datetime.datetime(2023, 3, 20, 10, 1, 12)},
+        ])
+        pizzas, orders = f"{db.name}.pizzas", f"{db.name}.pizzaOrders"
+        result = ctx.client.bulk_write([
+            InsertOne({"_id": 5, "type": "sausage", "size": "small", "price": 12}, namespace=pizzas),
+            InsertOne({"_id": 6, "type": "vegan cheese", "size": "large", "price": 25}, namespace=pizzas),
+            UpdateOne({"type": "cheese"}, {"$set": {"price": 15}}, namespace=pizzas),
+            DeleteOne({"price": {"$lt": 7}}, namespace=pizzas),
+            InsertOne({"_id": 3, "type": "sausage", "number": 7,
+                       "orderDate": datetime.datetime(2023, 4, 15, 12, 2, 15)}, namespace=orders),
+            InsertOne({"_id": 4, "type": "vegan", "number": 16,
+                       "orderDate": datetime.datetime(2023, 5, 12, 11, 3, 11)}, namespace=orders),
+            UpdateOne({"type": "cheese"}, {"$set": {"number": 50}}, namespace=orders),
+            DeleteOne({"_id": 2}, namespace=orders),
+            DeleteOne({"orderDate": {"$lte": datetime.datetime(2023, 3, 15)}}, namespace=orders),
+        ], verbose_results=True)
+        expect_equal("bulk_write counts (inserted, matched, modified, upserted, deleted)",
+                     (result.inserted_count, result.matched_count, result.modified_count,
+                      result.upserted_count, result.deleted_count), (4, 2, 2, 0, 3))
+        expect_equal("bulk_write insert_results",
+                     {idx: r.inserted_id for idx, r in result.insert_results.items()},
+                     {0: 5, 1: 6, 4: 3, 5: 4})
+        expect_equal("bulk_write update_results",
+                     {idx: (r.matched_count, r.modified_count) for idx, r in result.update_results.items()},
+                     {2: (1, 1), 6: (1, 1)})
+        expect_equal("bulk_write delete_results",
+                     {idx: r.deleted_count for idx, r in result.delete_results.items()},
+                     {3: 1, 7: 1, 8: 1})
+        expect_equal("pizzas after bulk_write", ids(all_docs(db.pizzas)), [1, 2, 5, 6])
+        expect_equal("pizzaOrders after bulk_write", ids(all_docs(db.pizzaOrders)), [1, 3, 4])
+
+        result = ctx.client.bulk_write([
+            UpdateMany({"size": "large"}, {"$inc": {"price": 1}}, namespace=pizzas),
+            UpdateOne({"_id": "new"}, {"$set": {"type": "margherita"}}, upsert=True, namespace=pizzas),
+        ], verbose_results=True)
+        expect_equal("bulk_write update_many + upsert counts",
+                     (result.matched_count, result.modified_count, result.upserted_count), (2, 2, 1))
+        expect_equal("bulk_write upserted_id", result.update_results[1].upserted_id, "new")
+
+        try:
+            ctx.client.bulk_write([
+                InsertOne({"_id": 7, "type": "tomato"}, namespace=pizzas),
+                InsertOne({"_id": 1, "type": "duplicate"}, namespace=pizzas),
+                InsertOne({"_id": 8, "type": "never written"}, namespace=pizzas),
+            ])
+        except ClientBulkWriteException as err:
+            errors = err.write_errors or []
+            expect_equal("bulk_write duplicate: write error codes and indexes",
+                         [(e.get("idx"), e.get("code")) for e in errors], [(1, 11000)])
+            expect_equal("bulk_write duplicate: keyValue", errors[0].get("keyValue"), {"_id": 1})
+            partial = err.partial_result
+            expect_equal("bulk_write duplicate: partial inserted_count",
+                         partial.inserted_count if partial else None, 1)
+        else:
+            raise AssertionError("an ordered bulk_write with a duplicate _id succeeded")
+        expect_equal("pizzas after the failed bulk_write", ids(all_docs(db.pizzas)), [1, 2, 5, 6, 7, "new"])
+
+        db.sorted.insert_many([{"_id": 1, "v": 3}, {"_id": 2, "v": 1}, {"_id": 3, "v": 2}])
+        expect_write("update_one({}, ..., sort={v: 1})",
+                     db.sorted.update_one({}, {"$set": {"low": True}}, sort={"v": 1}), 1, 1)
+        expect_equal("the document update_one's sort chose", db.sorted.find_one({"low": True})["_id"], 2)
 
 
 @scenario
