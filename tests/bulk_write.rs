@@ -428,6 +428,44 @@ async fn results_past_the_batch_size_come_through_get_more() {
     server.stop().await;
 }
 
+/// A results cursor the driver abandons is killed under its namespace, as the CRUD spec has
+/// drivers do after a top-level error (`killCursors: "$cmd.bulkWrite"` on admin).
+#[tokio::test]
+async fn an_abandoned_results_cursor_is_killed() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    let reply = bulk(
+        &client,
+        doc! {
+            "bulkWrite": 1,
+            "ops": [{"insert": 0, "document": {}}, {"insert": 0, "document": {}}],
+            "nsInfo": [{"ns": "test.coll"}],
+            "cursor": {"batchSize": 0},
+        },
+    )
+    .await;
+    assert!(first_batch(&reply).is_empty());
+    let id = reply.get_document("cursor").unwrap().get_i64("id").unwrap();
+    assert_ne!(id, 0);
+    let killed = bulk(
+        &client,
+        doc! {"killCursors": "$cmd.bulkWrite", "cursors": [id]},
+    )
+    .await;
+    assert_eq!(
+        killed.get_array("cursorsKilled").unwrap(),
+        &vec![Bson::Int64(id)]
+    );
+    let (code, _, _) = command_error(
+        client
+            .database("admin")
+            .run_command(doc! {"getMore": id, "collection": "$cmd.bulkWrite"})
+            .await,
+    );
+    assert_eq!(code, 43);
+    server.stop().await;
+}
+
 /// The update documentation's arrayFilters example (`grades.$[element]`) and its pipeline example
 /// (students3: `$avg`, `$trunc`, `$switch`), as bulkWrite update ops.
 #[tokio::test]

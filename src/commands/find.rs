@@ -374,7 +374,11 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
 }
 
 async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    collection_namespace(ctx, body)?;
+    // Cursors of no collection (`$cmd.listCollections`, `$cmd.aggregate`, `$cmd.bulkWrite`) are
+    // killed under their cursor namespace, which no collection could have.
+    if !matches!(body.get("killCursors"), Some(Bson::String(name)) if name.starts_with("$cmd.")) {
+        collection_namespace(ctx, body)?;
+    }
     let ids = required("killCursors", body, "cursors", "array", Bson::as_array)?;
     let mut killed = Vec::new();
     let mut not_found = Vec::new();
