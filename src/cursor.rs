@@ -128,18 +128,21 @@ impl Cursor {
                             .map_or(Bson::Null, Bson::Double),
                         _ => visibility.meta_value(name, &record),
                     };
-                    let projected = if projection.has_positional() {
-                        let position = self
-                            .filter
+                    let position = if projection.has_positional() {
+                        self.filter
                             .as_ref()
                             .and_then(|filter| filter.match_position(&record.doc))
-                            .flatten();
-                        projection
-                            .apply_with_position(&record.doc, &meta, position)
-                            .map_err(|error| error.caused(during))?
+                            .flatten()
                     } else {
-                        projection.apply(&record.doc, &meta)
+                        None
                     };
+                    let collation = self
+                        .filter
+                        .as_ref()
+                        .and_then(|filter| filter.collation().as_deref());
+                    let projected = projection
+                        .apply_find(&record.doc, &meta, position, collation)
+                        .map_err(|error| error.caused(during))?;
                     RawDocumentBuf::from_document(&projected).map_err(|error| error.to_string())
                 }
                 // Stored documents pass through as read, never decoded.

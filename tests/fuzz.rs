@@ -3256,10 +3256,11 @@ fn run_query_case(case: &Document, label: &str, findings: &mut Findings) {
             let meta = |_: &str| Bson::DateTime(now);
             checked(findings, "Projection::apply", &input, || {
                 projection.apply(document, &meta);
-                projection.apply_with_position(
+                projection.apply_find(
                     document,
                     &meta,
                     positions.get(index).copied().flatten().or(matched),
+                    None,
                 )
             });
         }

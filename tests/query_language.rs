@@ -1361,3 +1361,73 @@ async fn expression_errors_in_get_more_name_the_get_more() {
         )
     );
 }
+
+/// The documentation's "aggregation expressions in a find projection" example (Project Fields
+/// to Return from Query), through `find` and `findAndModify`.
+#[tokio::test]
+async fn find_projections_evaluate_aggregation_expressions() {
+    let server = TestServer::start().await;
+    let db = server.client().database("projection_expressions");
+    let inventory = db.collection::<Document>("inventory");
+    inventory
+        .insert_many([
+            doc! {"_id": 1, "item": "journal", "status": "A", "size": {"h": 14, "w": 21, "uom": "cm"}},
+            doc! {"_id": 2, "item": "notebook", "status": "A", "size": {"h": 8.5, "w": 11, "uom": "in"}},
+            doc! {"_id": 3, "item": "paper", "status": "D", "size": {"h": 8.5, "w": 11, "uom": "in"}},
+            doc! {"_id": 4, "item": "postcard", "status": "A", "size": {"h": 10, "w": 15.25, "uom": "cm"}},
+        ])
+        .await
+        .unwrap();
+    let projection = doc! {
+        "_id": 0,
+        "item": 1,
+        "status": {"$switch": {"branches": [
+            {"case": {"$eq": ["$status", "A"]}, "then": "Available"},
+            {"case": {"$eq": ["$status", "D"]}, "then": "Discontinued"},
+        ], "default": "No status found"}},
+        "area": {"$concat": [{"$toString": {"$multiply": ["$size.h", "$size.w"]}}, " ", "$size.uom"]},
+        "reportNumber": {"$literal": 1},
+    };
+    assert_eq!(
+        find_all(&inventory, doc! {}, projection.clone()).await,
+        vec![
+            doc! {"item": "journal", "status": "Available", "area": "294 cm", "reportNumber": 1},
+            doc! {"item": "notebook", "status": "Available", "area": "93.5 in", "reportNumber": 1},
+            doc! {"item": "paper", "status": "Discontinued", "area": "93.5 in", "reportNumber": 1},
+            doc! {"item": "postcard", "status": "Available", "area": "152.5 cm", "reportNumber": 1},
+        ]
+    );
+    // `$slice` of an expression is the aggregation operator; `let` variables reach projections.
+    let found = db
+        .run_command(doc! {"find": "inventory", "filter": {"_id": 1},
+        "projection": {"_id": 0, "first": {"$slice": [["$item", "$status"], 1]}, "tag": "$$tag"},
+        "let": {"tag": "t"}})
+        .await
+        .unwrap();
+    assert_eq!(
+        found
+            .get_document("cursor")
+            .unwrap()
+            .get_array("firstBatch")
+            .unwrap(),
+        &vec![Bson::Document(doc! {"first": ["journal"], "tag": "t"})]
+    );
+    let modified = db
+        .run_command(doc! {"findAndModify": "inventory", "query": {"_id": 3},
+        "update": {"$set": {"status": "A"}}, "new": true,
+        "fields": {"_id": 0, "label": {"$toUpper": "$item"}}})
+        .await
+        .unwrap();
+    assert_eq!(
+        modified.get_document("value").unwrap(),
+        &doc! {"label": "PAPER"}
+    );
+    // An expression in an exclusion projection is mongod's error.
+    let (code, _, _) = command_error(
+        inventory
+            .find(doc! {})
+            .projection(doc! {"item": 0, "x": {"$toUpper": "$item"}})
+            .await,
+    );
+    assert_eq!(code, 2);
+}

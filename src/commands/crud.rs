@@ -810,7 +810,7 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
         .transpose()?
         .map(|sort| sort.with_collation(collation));
     let query = writer.query(&filter, sort.as_ref(), body);
-    let projection = parse_projection(ctx, body, "fields")?;
+    let projection = parse_projection(ctx, body, "fields", &writer.variables)?;
     let remove = optional_bool(ctx, body, "remove")?.unwrap_or(false);
     let return_new = optional_bool(ctx, body, "new")?.unwrap_or(false);
     let upsert = optional_bool(ctx, body, "upsert")?.unwrap_or(false);
@@ -829,17 +829,22 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     }
     // A positional `a.$` takes the array position the query matches in the returned document.
     let project = |document: Document| -> CommandResult<Document> {
-        match &projection {
-            Some(projection) if projection.has_positional() => projection
-                .apply_with_position(
-                    &document,
-                    &|_| Bson::Null,
-                    filter.match_position(&document).flatten(),
-                )
-                .map_err(|error| error.caused("Plan executor error during findAndModify")),
-            Some(projection) => Ok(projection.apply(&document, &|_| Bson::Null)),
-            None => Ok(document),
-        }
+        let Some(projection) = &projection else {
+            return Ok(document);
+        };
+        let position = if projection.has_positional() {
+            filter.match_position(&document).flatten()
+        } else {
+            None
+        };
+        projection
+            .apply_find(
+                &document,
+                &|_| Bson::Null,
+                position,
+                filter.collation().as_deref(),
+            )
+            .map_err(|error| error.caused("Plan executor error during findAndModify"))
     };
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
         let first = writer.first_match(&query).await?;

@@ -18,7 +18,7 @@ use crate::exec::{self, CollectionView, ScanStats, Visibility};
 use crate::planner::{self, PlanSummary, Query, QueryPlan};
 use crate::query::compare::compare_values_with;
 use crate::query::pipeline::DocumentStream;
-use crate::query::variables::with_command_variables;
+use crate::query::variables::{with_command_variables, CommandVariables};
 use crate::query::{Filter, Projection, SortSpec};
 use crate::sorter::{self, Sorter};
 use crate::state::bump;
@@ -121,13 +121,17 @@ fn report_examined(ctx: &CommandContext<'_>, before: Option<ScanStats>, after: O
 }
 
 /// Filter, projection, sort and cursor options shared by `find` and `findAndModify`-like readers.
-/// The command's filter (`field`), its `$expr` seeing the command's `let` variables.
-fn parse_filter(ctx: &CommandContext, body: &Document, field: &str) -> CommandResult<Filter> {
-    let variables = let_variables(ctx, body)?;
+/// The command's filter (`field`), its `$expr` seeing the command's `variables`.
+fn parse_filter(
+    ctx: &CommandContext,
+    body: &Document,
+    field: &str,
+    variables: &CommandVariables,
+) -> CommandResult<Filter> {
     let filter = optional_document(ctx, body, field)?
         .cloned()
         .unwrap_or_default();
-    with_command_variables(&variables, || Filter::parse(&filter))
+    with_command_variables(variables, || Filter::parse(&filter))
 }
 
 fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<SortSpec>> {
@@ -161,13 +165,17 @@ fn text_score_unavailable() -> CommandError {
     )
 }
 
+/// The command's projection (`field`), its expressions seeing the command's `variables`.
 pub fn parse_projection(
     ctx: &CommandContext,
     body: &Document,
     field: &str,
+    variables: &CommandVariables,
 ) -> CommandResult<Option<Projection>> {
     match optional_document(ctx, body, field)? {
-        Some(spec) if !spec.is_empty() => Ok(Some(Projection::parse(spec, PROJECTION_META)?)),
+        Some(spec) if !spec.is_empty() => Ok(Some(with_command_variables(variables, || {
+            Projection::parse(spec, PROJECTION_META)
+        })?)),
         _ => Ok(None),
     }
 }
@@ -212,9 +220,10 @@ pub struct FindRun {
 pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<FindRun> {
     let ns = collection_namespace(ctx, body)?;
     reject_unsupported(ctx, body)?;
-    let filter = parse_filter(ctx, body, "filter")?;
+    let variables = let_variables(ctx, body)?;
+    let filter = parse_filter(ctx, body, "filter", &variables)?;
     let sort = parse_sort(ctx, body)?;
-    let projection = parse_projection(ctx, body, "projection")?;
+    let projection = parse_projection(ctx, body, "projection", &variables)?;
     let text_score = asks_text_score(optional_document(ctx, body, "projection")?)
         || sort.as_ref().is_some_and(SortSpec::has_text_score);
     if text_score && filter.text().is_none() {
@@ -461,7 +470,7 @@ pub async fn query_target(
     body: &Document,
 ) -> CommandResult<(CollectionView, Query)> {
     let ns = collection_namespace(ctx, body)?;
-    let filter = parse_filter(ctx, body, "query")?;
+    let filter = parse_filter(ctx, body, "query", &let_variables(ctx, body)?)?;
     read_target(ctx, &ns, filter, body, None, None).await
 }
 

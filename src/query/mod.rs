@@ -21,7 +21,8 @@
 //!   CommandResult<bool>`, `touched_paths()`, and `upsert_document(&Filter, &Update,
 //!   &UpdateContext) -> CommandResult<Document>`.
 //! - [`projection`]: `Projection::parse(&Document, allowed_meta: &[&str])`,
-//!   `apply(&Document, &dyn Fn(&str) -> Bson) -> Document`, `apply_with_position(..)`.
+//!   `apply(&Document, &dyn Fn(&str) -> Bson) -> Document`, `apply_find(..)` (positional fields
+//!   and aggregation expressions of `find` projections).
 //! - [`sort`]: `SortSpec::parse(&Document)`, `compare(&Document, &Document) -> Ordering`,
 //!   `sort_key`/`compare_keys` for precomputed keys.
 //! - [`text`]: `TextQuery::parse(&Bson)` (`$text`), `TextIndex::from_spec`, `terms_to_scan`,

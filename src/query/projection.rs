@@ -15,9 +15,10 @@
 //!   compiler and stored as an opaque index; [`Projection::apply_computed`] asks the caller for
 //!   each index's value (`None` omits the field, as `$$REMOVE` does).
 //!
-//! This module does not evaluate aggregation expressions itself: `find` projections support
-//! literals, `$literal` and `"$field"` references; everything else belongs to
-//! `query::pipeline`.
+//! - A `find` projection's operator expressions other than `$slice`, `$elemMatch`, `$meta` and
+//!   `$literal` (`{total: {$add: ["$a", "$b"]}}`, `$slice` with an expression argument) are
+//!   aggregation expressions, compiled at parse time (seeing the command's `let` variables) and
+//!   evaluated against each document by [`Projection::apply_find`] at the command's `$$NOW`.
 
 use bson::{Bson, Document};
 
@@ -25,6 +26,7 @@ use super::display::{element_string, type_name};
 use super::filter::Filter;
 use super::numeric::Number;
 use super::path;
+use super::pipeline::expr::Expr;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
 
@@ -34,6 +36,10 @@ pub struct Projection {
     root: Tree,
     kind: Kind,
     has_positional: bool,
+    /// A `find` projection's aggregation expressions (`Node::Expression` indexes into it).
+    expressions: std::sync::Arc<[Expr]>,
+    /// `$$NOW` of those expressions: the command's time when it parsed the projection.
+    now: bson::DateTime,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +154,8 @@ struct ParseOptions<'a, 'b> {
     allowed_meta: &'a [&'a str],
     /// `Some` for aggregation `$project`: expressions are compiled by the caller.
     compile: Option<&'a mut ExpressionCompiler<'b>>,
+    /// `Some` for `find`: operator expressions that are not projection operators.
+    compile_operators: Option<&'a mut ExpressionCompiler<'b>>,
 }
 
 /// Parse-time facts that decide inclusion versus exclusion (mongod's ParseContext).
@@ -213,13 +221,23 @@ fn is_truthy(value: &Bson) -> bool {
 impl Projection {
     /// Parses a projection; `{f: {$meta: name}}` is accepted only for names in `allowed_meta`.
     pub fn parse(spec: &Document, allowed_meta: &[&str]) -> CommandResult<Projection> {
-        Projection::parse_with(
+        let mut expressions = Vec::new();
+        let mut compile = |value: &Bson| -> CommandResult<usize> {
+            expressions.push(Expr::parse(value)?);
+            Ok(expressions.len() - 1)
+        };
+        let mut projection = Projection::parse_with(
             spec,
             ParseOptions {
                 allowed_meta,
                 compile: None,
+                compile_operators: Some(&mut compile),
             },
-        )
+        )?;
+        projection.expressions = expressions.into();
+        projection.now =
+            crate::query::variables::command_time().unwrap_or_else(bson::DateTime::now);
+        Ok(projection)
     }
 
     /// Parses an aggregation `$project` specification: operator objects and values other than
@@ -235,6 +253,7 @@ impl Projection {
             ParseOptions {
                 allowed_meta: &[],
                 compile: Some(compile),
+                compile_operators: None,
             },
         )
     }
@@ -257,11 +276,13 @@ impl Projection {
             root,
             kind,
             has_positional: state.has_positional,
+            expressions: std::sync::Arc::from(Vec::new()),
+            now: bson::DateTime::from_millis(0),
         })
     }
 
     /// True when the projection has a positional (`a.$`) field, which needs
-    /// [`Projection::apply_with_position`].
+    /// [`Projection::apply_find`] with the match position.
     pub fn has_positional(&self) -> bool {
         self.has_positional
     }
@@ -310,19 +331,25 @@ impl Projection {
         )
     }
 
-    /// Shapes a document, resolving positional `a.$` fields with the array index reported by
-    /// [`Filter::match_position`]; fails like mongod (51246) when there is none.
-    pub fn apply_with_position(
+    /// Shapes a `find` result: positional `a.$` fields from the array index reported by
+    /// [`Filter::match_position`] (51246 when there is none), aggregation expressions evaluated
+    /// against the document under `collation`.
+    pub fn apply_find(
         &self,
         document: &Document,
         meta: &dyn Fn(&str) -> Bson,
         matched_array_index: Option<usize>,
+        collation: Option<&crate::query::collation::Collation>,
     ) -> CommandResult<Document> {
+        let evaluate = |index: usize| match self.expressions.get(index) {
+            Some(expression) => expression.evaluate_collated(document, self.now, collation),
+            None => Err(CommandError::internal("projection expression index")),
+        };
         self.shape(
             document,
             meta,
             PositionalIndex::Required(matched_array_index),
-            None,
+            Some(&evaluate),
         )
     }
 
@@ -411,7 +438,7 @@ fn parse_element(
                     )));
                 }
             } else if sub.len() == 1 && is_operator {
-                let node = parse_expression(state, sub, &full, options.allowed_meta)?;
+                let node = parse_expression(state, sub, &full, options)?;
                 parent.add(&relative, node, &full)?;
                 return Ok(());
             }
@@ -479,6 +506,13 @@ fn parse_element(
             }
             let node = match (literal, options.compile.as_mut()) {
                 (_, Some(compile)) => Node::Expression(compile(literal)?),
+                // `"$$name"`: a variable, which only the expression engine knows.
+                (Bson::String(variable), None) if variable.starts_with("$$") => {
+                    match options.compile_operators.as_mut() {
+                        Some(compile) => Node::Expression(compile(literal)?),
+                        None => Node::Literal(literal.clone()),
+                    }
+                }
                 (Bson::String(reference), None) if reference.starts_with('$') => {
                     Node::FieldReference(path::split_path(&reference[1..]))
                 }
@@ -500,11 +534,33 @@ fn parse_expression(
     state: &mut ParseState,
     expression: &Document,
     full: &[String],
-    allowed_meta: &[&str],
+    options: &mut ParseOptions,
 ) -> CommandResult<Node> {
     let Some((operator, argument)) = expression.iter().next() else {
         return Err(CommandError::internal("projection expression expected"));
     };
+    // An aggregation expression in a `find` projection: `$slice` of an expression (the first of
+    // its arguments is not a number), or any operator that is no projection operator.
+    let slice_expression = operator == "$slice"
+        && matches!(argument, Bson::Array(arguments)
+            if arguments.first().is_some_and(|first| Number::from_bson(first).is_none()));
+    let projection_operator = matches!(
+        operator.as_str(),
+        "$slice" | "$elemMatch" | "$meta" | "$literal"
+    ) && !slice_expression;
+    if !projection_operator {
+        if let Some(compile) = options.compile_operators.as_mut() {
+            let index = compile(&Bson::Document(expression.clone()))?;
+            // mongod 31252.
+            state.require(Kind::Inclusion, || {
+                CommandError::bad_value(
+                    "Cannot use expression other than $meta in exclusion projection",
+                )
+            })?;
+            return Ok(Node::Expression(index));
+        }
+    }
+    let allowed_meta = options.allowed_meta;
     match operator.as_str() {
         "$slice" => {
             state.has_slice = true;
@@ -1034,19 +1090,33 @@ mod tests {
         let projection = Projection::parse(&doc! {"e.$": 1}, &[]).expect("valid");
         assert!(projection.has_positional());
         let output = projection
-            .apply_with_position(&sample(), &no_meta, Some(1))
+            .apply_find(&sample(), &no_meta, Some(1), None)
             .expect("applies");
         assert_same(output, doc! {"_id": 1, "e": [2]});
         assert!(projection
-            .apply_with_position(&sample(), &no_meta, None)
+            .apply_find(&sample(), &no_meta, None, None)
             .is_err());
     }
 
     #[test]
-    fn unsupported_expressions_are_not_implemented() {
+    fn find_projection_expressions_are_evaluated_per_document() {
+        let projection = Projection::parse(
+            &doc! {"sum": {"$add": ["$a", "$b.c"]}, "first": {"$slice": ["$e", 1]}},
+            &[],
+        )
+        .unwrap();
+        let shaped = projection
+            .apply_find(&sample(), &|_| Bson::Null, None, None)
+            .unwrap();
+        assert_same(shaped, doc! {"_id": 1, "sum": 3, "first": [1]});
+        // Unknown operators are the expression engine's 168; exclusions take no expression.
         assert_eq!(
-            parse_error(doc! {"a": {"$add": [1, 2]}}).code,
-            ErrorCode::NotImplemented
+            parse_error(doc! {"a": {"$nope": 1}}).code,
+            ErrorCode::InvalidPipelineOperator
+        );
+        assert_eq!(
+            parse_error(doc! {"a": 0, "b": {"$add": [1, 2]}}).code,
+            ErrorCode::BadValue
         );
     }
 }
