@@ -7,7 +7,7 @@
 mod common;
 
 use bson::{doc, Bson, Document};
-use common::{command_error, TestServer};
+use common::{command_error, first_batch, TestServer};
 use futures::TryStreamExt;
 use mongodb::error::ErrorKind;
 use mongodb::options::{
@@ -21,17 +21,6 @@ async fn bulk(client: &Client, command: Document) -> Document {
         .run_command(command)
         .await
         .expect("bulkWrite succeeds")
-}
-
-fn first_batch(reply: &Document) -> Vec<Document> {
-    reply
-        .get_document("cursor")
-        .expect("cursor")
-        .get_array("firstBatch")
-        .expect("firstBatch")
-        .iter()
-        .map(|item| item.as_document().expect("a document").clone())
-        .collect()
 }
 
 /// `nErrors, nInserted, nMatched, nModified, nUpserted, nDeleted`, in that order.

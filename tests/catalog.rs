@@ -3,23 +3,12 @@
 mod common;
 
 use bson::{doc, Bson, Document};
-use common::{command_error, TestServer};
+use common::{command_error, first_batch, TestServer};
 use mongodb::options::IndexOptions;
 use mongodb::IndexModel;
 
 async fn run(db: &mongodb::Database, command: Document) -> Document {
     db.run_command(command).await.expect("command succeeds")
-}
-
-fn first_batch(reply: &Document) -> Vec<Document> {
-    reply
-        .get_document("cursor")
-        .unwrap()
-        .get_array("firstBatch")
-        .unwrap()
-        .iter()
-        .map(|item| item.as_document().unwrap().clone())
-        .collect()
 }
 
 #[tokio::test]

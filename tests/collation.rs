@@ -5,7 +5,7 @@
 mod common;
 
 use bson::{doc, Bson, Document};
-use common::{command_error, TestServer};
+use common::{command_error, first_batch, TestServer};
 use mongodb::options::Collation;
 use mongodb::Database;
 
@@ -37,17 +37,6 @@ async fn explain_find(db: &Database, collection: &str, find: Document) -> Vec<St
 
 async fn run(db: &Database, command: Document) -> Document {
     db.run_command(command).await.unwrap()
-}
-
-fn batch(reply: &Document) -> Vec<Document> {
-    reply
-        .get_document("cursor")
-        .unwrap()
-        .get_array("firstBatch")
-        .unwrap()
-        .iter()
-        .map(|value| value.as_document().unwrap().clone())
-        .collect()
 }
 
 fn case_insensitive() -> Document {
@@ -94,7 +83,10 @@ async fn collection_default_collation_is_validated_resolved_and_listed() {
         doc! {"listCollections": 1, "filter": {"name": "simple"}},
     )
     .await;
-    let options = batch(&infos)[0].get_document("options").unwrap().clone();
+    let options = first_batch(&infos)[0]
+        .get_document("options")
+        .unwrap()
+        .clone();
     assert!(!options.contains_key("collation"));
 
     // Every collation field is filled in, the locale's defaults included.
@@ -108,7 +100,7 @@ async fn collection_default_collation_is_validated_resolved_and_listed() {
         doc! {"listCollections": 1, "filter": {"name": "french"}},
     )
     .await;
-    let collation = batch(&infos)[0]
+    let collation = first_batch(&infos)[0]
         .get_document("options")
         .unwrap()
         .get_document("collation")
@@ -193,7 +185,7 @@ async fn collection_default_collation_is_validated_resolved_and_listed() {
     let stages = explain_find(&db, "hashed_ci", doc! {"filter": {"h": "ANN"}}).await;
     assert!(stages.contains(&"IXSCAN".to_string()), "{stages:?}");
     let found = run(&db, doc! {"find": "hashed_ci", "filter": {"h": "ANN"}}).await;
-    assert_eq!(batch(&found), vec![doc! {"_id": 1, "h": "Ann"}]);
+    assert_eq!(first_batch(&found), vec![doc! {"_id": 1, "h": "Ann"}]);
 
     // Text indexes take no collation, explicit or inherited.
     assert!(db
@@ -254,7 +246,7 @@ async fn reads_compare_strings_under_the_collation_they_run_with() {
         doc! {"find": "c", "filter": {"str": {"$gt": "Bar"}}, "sort": {"_id": 1}, "collation": case_insensitive()},
     )
     .await;
-    let ids: Vec<i32> = batch(&found)
+    let ids: Vec<i32> = first_batch(&found)
         .iter()
         .map(|d| d.get_i32("_id").unwrap())
         .collect();
@@ -264,7 +256,7 @@ async fn reads_compare_strings_under_the_collation_they_run_with() {
         doc! {"find": "c", "filter": {"str": {"$in": ["BAR"]}}, "collation": case_insensitive()},
     )
     .await;
-    assert_eq!(batch(&found), vec![doc! {"_id": 2, "str": "bar"}]);
+    assert_eq!(first_batch(&found), vec![doc! {"_id": 2, "str": "bar"}]);
     let distinct = run(
         &db,
         doc! {"distinct": "c", "key": "str", "collation": case_insensitive()},
@@ -282,7 +274,7 @@ async fn reads_compare_strings_under_the_collation_they_run_with() {
         ], "cursor": {}, "collation": case_insensitive()},
     )
     .await;
-    assert_eq!(batch(&aggregated), vec![doc! {"n": 2, "same": true}]);
+    assert_eq!(first_batch(&aggregated), vec![doc! {"n": 2, "same": true}]);
     let compared = run(
         &db,
         doc! {"aggregate": "c", "pipeline": [
@@ -291,14 +283,14 @@ async fn reads_compare_strings_under_the_collation_they_run_with() {
         ], "cursor": {}, "collation": case_insensitive()},
     )
     .await;
-    assert_eq!(batch(&compared), vec![doc! {"eq": true, "in": true}]);
+    assert_eq!(first_batch(&compared), vec![doc! {"eq": true, "in": true}]);
     // `$expr` in a find compares under the find's collation too.
     let found = run(
         &db,
         doc! {"find": "c", "filter": {"$expr": {"$eq": ["$str", "BAR"]}}, "collation": case_insensitive()},
     )
     .await;
-    assert_eq!(batch(&found).len(), 1);
+    assert_eq!(first_batch(&found).len(), 1);
 }
 
 #[tokio::test]
@@ -317,7 +309,7 @@ async fn sort_orders_strings_by_locale_strength_case_and_numbers() {
     .await
     .unwrap();
     let sorted = |reply: Document| -> Vec<i32> {
-        batch(&reply)
+        first_batch(&reply)
             .iter()
             .map(|d| d.get_i32("_id").unwrap())
             .collect()
@@ -424,7 +416,7 @@ async fn indexes_serve_only_queries_of_their_collation_and_answer_the_same() {
                 "collation": {"locale": "fr_CA", "strength": 3}},
             )
             .await;
-            batch(&reply)
+            first_batch(&reply)
                 .iter()
                 .map(|d| d.get_i32("_id").unwrap())
                 .collect::<Vec<_>>()
@@ -463,7 +455,7 @@ async fn indexes_serve_only_queries_of_their_collation_and_answer_the_same() {
         doc! {"find": "c", "filter": {"a": "FOO"}, "hint": "a_1"},
     )
     .await;
-    assert_eq!(batch(&reply), vec![doc! {"_id": 2, "a": "FOO"}]);
+    assert_eq!(first_batch(&reply), vec![doc! {"_id": 2, "a": "FOO"}]);
 }
 
 #[tokio::test]
@@ -578,7 +570,7 @@ async fn group_keys_and_accumulators_compare_under_the_collation() {
         ], "cursor": {}, "collation": case_insensitive()},
     )
     .await;
-    let groups = batch(&reply);
+    let groups = first_batch(&reply);
     assert_eq!(groups.len(), 2);
     assert_eq!(groups[0].get_i32("n").unwrap(), 2);
     assert_eq!(groups[0].get_i32("size").unwrap(), 1);

@@ -30,15 +30,7 @@ fn create(spec: Document) -> Document {
 }
 
 async fn list(db: &mongodb::Database) -> Vec<Document> {
-    let reply = run(db, doc! {"listIndexes": "c"}).await;
-    reply
-        .get_document("cursor")
-        .unwrap()
-        .get_array("firstBatch")
-        .unwrap()
-        .iter()
-        .map(|spec| spec.as_document().unwrap().clone())
-        .collect()
+    common::first_batch(&run(db, doc! {"listIndexes": "c"}).await)
 }
 
 async fn ids(coll: &mongodb::Collection<Document>, filter: Document) -> Vec<i32> {

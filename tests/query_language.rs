@@ -4,7 +4,7 @@
 mod common;
 
 use bson::{doc, Bson, Document};
-use common::{command_error, find_all, TestServer};
+use common::{command_error, find_all, first_batch, TestServer};
 use futures::TryStreamExt;
 
 /// The `_id`s (Int32) of what `filter` finds, in the order returned.
@@ -993,14 +993,7 @@ async fn let_variables_and_update_constants_reach_every_expression() {
         "projection": {"_id": 0}, "let": {"targetFlavor": "chocolate"}})
         .await
         .unwrap();
-    assert_eq!(
-        found
-            .get_document("cursor")
-            .unwrap()
-            .get_array("firstBatch")
-            .unwrap(),
-        &vec![Bson::Document(doc! {"flavor": "chocolate"})]
-    );
+    assert_eq!(first_batch(&found), vec![doc! {"flavor": "chocolate"}]);
     let aggregated = db
         .run_command(doc! {"aggregate": "cakeFlavors", "pipeline": [
             {"$match": {"$expr": {"$ne": ["$flavor", "$$skip"]}}},
@@ -1009,14 +1002,10 @@ async fn let_variables_and_update_constants_reach_every_expression() {
         .await
         .unwrap();
     assert_eq!(
-        aggregated
-            .get_document("cursor")
-            .unwrap()
-            .get_array("firstBatch")
-            .unwrap(),
-        &vec![
-            Bson::Document(doc! {"label": "cake: chocolate"}),
-            Bson::Document(doc! {"label": "cake: strawberry"}),
+        first_batch(&aggregated),
+        vec![
+            doc! {"label": "cake: chocolate"},
+            doc! {"label": "cake: strawberry"}
         ]
     );
     // update with `let`: cherry becomes orange.
@@ -1320,15 +1309,7 @@ async fn now_in_expr_and_let_is_the_server_clock() {
         )
         .await
         .unwrap();
-    assert_eq!(
-        found
-            .get_document("cursor")
-            .unwrap()
-            .get_array("firstBatch")
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(first_batch(&found).len(), 1);
 }
 
 /// An expression error met by a `getMore` carries mongod's getMore executor context.
@@ -1405,12 +1386,8 @@ async fn find_projections_evaluate_aggregation_expressions() {
         .await
         .unwrap();
     assert_eq!(
-        found
-            .get_document("cursor")
-            .unwrap()
-            .get_array("firstBatch")
-            .unwrap(),
-        &vec![Bson::Document(doc! {"first": ["journal"], "tag": "t"})]
+        first_batch(&found),
+        vec![doc! {"first": ["journal"], "tag": "t"}]
     );
     let modified = db
         .run_command(doc! {"findAndModify": "inventory", "query": {"_id": 3},

@@ -422,6 +422,8 @@ async function queryLanguage(ctx) {
       [{ _id: 1, grades: [95] }, { _id: 2, grades: [98] }, { _id: 3, grades: [95] }]);
     expectEqual('$expr', idsOf(await students.find({ $expr: { $gt: [{ $size: '$grades' }, 2] }, best: { $exists: true } }).toArray()), [1]);
     expectEqual('$bitsAllSet', idsOf(await students.find({ _id: { $bitsAllSet: [0] } }).toArray()), [1, 3]);
+    expectEqual('aggregation expression in a find projection',
+      await students.findOne({ _id: 1 }, { projection: { _id: 0, top: { $max: '$grades' } } }), { top: 95 });
     expectEqual('find with let', idsOf(await students.find({ $expr: { $eq: ['$best', '$$best'] } }, { let: { best: 95 } }).toArray()), [1]);
     // Collation: a case-insensitive collection default, overridden per operation.
     const people = await db.createCollection('people', { collation: { locale: 'en', strength: 2 } });

@@ -678,6 +678,8 @@ def query_language(ctx: Ctx) -> None:
         coll.update_one({"_id": 2}, [{"$set": {"total": {"$sum": "$results.score"}}}])
         expect_equal("pipeline update", coll.find_one({"_id": 2}, {"total": 1}), {"_id": 2, "total": 8})
         expect_equal("$expr", [d["_id"] for d in coll.find({"$expr": {"$eq": ["$total", 8]}})], [2])
+        expect_equal("aggregation expression in a find projection",
+                     coll.find_one({"_id": 2}, {"_id": 0, "n": {"$size": "$results"}}), {"n": 1})
         expect_equal("find with let", [d["_id"] for d in coll.find({"$expr": {"$eq": ["$total", "$$t"]}}, let={"t": 8})],
                      [2])
         found = coll.find_one_and_update({"results.item": "C"}, {"$set": {"seen": True}},

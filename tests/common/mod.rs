@@ -113,6 +113,18 @@ pub fn command_error<T: std::fmt::Debug>(
     }
 }
 
+/// The documents of a cursor reply's `firstBatch`.
+pub fn first_batch(reply: &bson::Document) -> Vec<bson::Document> {
+    reply
+        .get_document("cursor")
+        .expect("a cursor reply")
+        .get_array("firstBatch")
+        .expect("a first batch")
+        .iter()
+        .map(|item| item.as_document().expect("documents").clone())
+        .collect()
+}
+
 /// Driver options for one server: a direct connection, and a short server-selection timeout so a
 /// broken handshake fails fast instead of hanging for 30 s.
 pub fn client_options(addr: &SocketAddr) -> ClientOptions {
