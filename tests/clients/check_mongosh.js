@@ -224,6 +224,12 @@ function crudShop() {
   check('countDocuments with the simple collation', db.people.countDocuments({ name: 'ANN' }, { collation: { locale: 'simple' } }), 0);
   check('find().collation().sort()', db.people.find().collation({ locale: 'en' }).sort({ name: 1, _id: 1 }).toArray().map((d) => d._id), [3, 1, 2]);
   db.people.drop();
+  const bulk = db.getMongo().bulkWrite([
+    { namespace: 'shop.c', name: 'insertOne', document: { _id: 50, a: 1 } },
+    { namespace: 'shop.c', name: 'updateOne', filter: { _id: 50 }, update: { $inc: { a: 1 } } },
+    { namespace: 'shop.c', name: 'deleteOne', filter: { _id: 50 } },
+  ]);
+  check('Mongo.bulkWrite counts', [bulk.insertedCount, bulk.modifiedCount, bulk.deletedCount], [1, 1, 1]);
   check('aggregate with let', db.c.aggregate([{ $match: { $expr: { $eq: ['$_id', '$$id'] } } }, { $project: { a: 1 } }], { let: { id: 4 } }).toArray(),
     [{ _id: 4, a: 10 }]);
   step('language');
