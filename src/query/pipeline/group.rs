@@ -1,7 +1,7 @@
 //! `$group`: grouping documents by an `_id` expression and folding each group through
 //! accumulators (`$sum`, `$avg`, `$min`, `$max`, `$first`, `$last`, `$push`, `$addToSet`,
-//! `$count`, `$mergeObjects`). The accumulator states are shared with the `$sum`/`$avg`/`$min`/
-//! `$max` expressions.
+//! `$count`, `$mergeObjects`, `$stdDevPop`, `$stdDevSamp`, `$firstN`, `$lastN`, `$minN`,
+//! `$maxN`). The accumulator states are shared with the `$sum`/`$avg`/`$min`/`$max` expressions.
 //!
 //! Invariants:
 //! - Group keys are equal exactly when [`values_equal`] says so (so `1`, `1.0` and
@@ -11,6 +11,11 @@
 //!   when they fit, else long, else double; double sums are compensated (mongod's
 //!   double-double summation), and any decimal makes the result decimal.
 //! - `$min`/`$max` ignore null, undefined and missing; `$push`/`$addToSet` ignore missing.
+//! - `$stdDevPop`/`$stdDevSamp` take numbers only (Welford's running mean and squared
+//!   deviations, as mongod), null without enough of them; the `n` of `$firstN`/`$lastN`/
+//!   `$minN`/`$maxN` is a constant positive integer checked at parse time (mongod's 57879xx);
+//!   `$firstN`/`$lastN` keep missing values as null, `$minN`/`$maxN` skip null and missing and
+//!   answer in ascending / descending order.
 //! - Nothing here fails on data except `$mergeObjects` on a non-document (40400).
 
 use std::cmp::Ordering;
@@ -26,7 +31,8 @@ use super::expr::{
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{Collation, CollationChoice};
-use crate::query::compare::values_equal_with;
+use crate::query::compare::{compare_values_with, values_equal_with};
+use crate::query::display::value_string;
 use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::PipelineContext;
 
@@ -43,6 +49,12 @@ pub(crate) enum AccumulatorOp {
     AddToSet,
     Count,
     MergeObjects,
+    StdDevPop,
+    StdDevSamp,
+    FirstN(usize),
+    LastN(usize),
+    MinN(usize),
+    MaxN(usize),
 }
 
 impl AccumulatorOp {
@@ -58,6 +70,13 @@ impl AccumulatorOp {
             "$addToSet" => AccumulatorOp::AddToSet,
             "$count" => AccumulatorOp::Count,
             "$mergeObjects" => AccumulatorOp::MergeObjects,
+            "$stdDevPop" => AccumulatorOp::StdDevPop,
+            "$stdDevSamp" => AccumulatorOp::StdDevSamp,
+            // `n` is filled in when the arguments are parsed.
+            "$firstN" => AccumulatorOp::FirstN(0),
+            "$lastN" => AccumulatorOp::LastN(0),
+            "$minN" => AccumulatorOp::MinN(0),
+            "$maxN" => AccumulatorOp::MaxN(0),
             _ => return None,
         })
     }
@@ -68,14 +87,8 @@ const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &[
     "$accumulator",
     "$bottom",
     "$bottomN",
-    "$firstN",
-    "$lastN",
-    "$maxN",
     "$median",
-    "$minN",
     "$percentile",
-    "$stdDevPop",
-    "$stdDevSamp",
     "$top",
     "$topN",
 ];
@@ -226,6 +239,25 @@ pub(crate) enum AccumulatorState {
     AddToSet(Vec<Bson>),
     Count(i64),
     MergeObjects(Document),
+    StdDev {
+        sample: bool,
+        count: u64,
+        mean: f64,
+        /// Sum of squared deviations from the running mean.
+        m2: f64,
+    },
+    /// `$firstN` (`last: false`) / `$lastN`: at most `n` values, oldest first.
+    FirstLastN {
+        n: usize,
+        last: bool,
+        values: std::collections::VecDeque<Bson>,
+    },
+    /// `$minN` (`max: false`) / `$maxN`: the `n` lowest / highest values, in that order.
+    MinMaxN {
+        n: usize,
+        max: bool,
+        values: Vec<Bson>,
+    },
 }
 
 impl AccumulatorState {
@@ -241,6 +273,22 @@ impl AccumulatorState {
             AccumulatorOp::AddToSet => AccumulatorState::AddToSet(Vec::new()),
             AccumulatorOp::Count => AccumulatorState::Count(0),
             AccumulatorOp::MergeObjects => AccumulatorState::MergeObjects(Document::new()),
+            AccumulatorOp::StdDevPop | AccumulatorOp::StdDevSamp => AccumulatorState::StdDev {
+                sample: op == AccumulatorOp::StdDevSamp,
+                count: 0,
+                mean: 0.0,
+                m2: 0.0,
+            },
+            AccumulatorOp::FirstN(n) | AccumulatorOp::LastN(n) => AccumulatorState::FirstLastN {
+                n,
+                last: matches!(op, AccumulatorOp::LastN(_)),
+                values: std::collections::VecDeque::new(),
+            },
+            AccumulatorOp::MinN(n) | AccumulatorOp::MaxN(n) => AccumulatorState::MinMaxN {
+                n,
+                max: matches!(op, AccumulatorOp::MaxN(_)),
+                values: Vec::new(),
+            },
         }
     }
 
@@ -287,6 +335,49 @@ impl AccumulatorState {
             }
             AccumulatorState::Count(count) => *count = count.saturating_add(1),
             AccumulatorState::MergeObjects(output) => merge_object_into(output, value)?,
+            AccumulatorState::StdDev {
+                count, mean, m2, ..
+            } => {
+                if let Some(number) = value.as_ref().and_then(Number::from_bson) {
+                    let x = number.to_f64();
+                    *count += 1;
+                    let delta = x - *mean;
+                    *mean += delta / *count as f64;
+                    *m2 += delta * (x - *mean);
+                }
+            }
+            AccumulatorState::FirstLastN { n, last, values } => {
+                if values.len() == *n {
+                    if !*last {
+                        return Ok(());
+                    }
+                    values.pop_front();
+                }
+                values.push_back(value.unwrap_or(Bson::Null));
+            }
+            AccumulatorState::MinMaxN { n, max, values } => {
+                if is_nullish(&value) {
+                    return Ok(());
+                }
+                let Some(value) = value else {
+                    return Ok(());
+                };
+                // Kept in answer order: ascending for `$minN`, descending for `$maxN`; equal
+                // values keep their arrival order.
+                let before = |kept: &Bson| {
+                    let order = compare_values_with(&value, kept, collation);
+                    if *max {
+                        order == Ordering::Greater
+                    } else {
+                        order == Ordering::Less
+                    }
+                };
+                let at = values.iter().position(before).unwrap_or(values.len());
+                if at < *n {
+                    values.insert(at, value);
+                    values.truncate(*n);
+                }
+            }
         }
         Ok(())
     }
@@ -309,8 +400,99 @@ impl AccumulatorState {
                 Some(i32::try_from(count).map_or(Bson::Int64(count), Bson::Int32))
             }
             AccumulatorState::MergeObjects(output) => Some(Bson::Document(output)),
+            AccumulatorState::StdDev {
+                sample, count, m2, ..
+            } => {
+                let divisor = if sample {
+                    count.saturating_sub(1)
+                } else {
+                    count
+                };
+                Some(if divisor == 0 {
+                    Bson::Null
+                } else {
+                    Bson::Double((m2 / divisor as f64).sqrt())
+                })
+            }
+            AccumulatorState::FirstLastN { values, .. } => {
+                Some(Bson::Array(values.into_iter().collect()))
+            }
+            AccumulatorState::MinMaxN { values, .. } => Some(Bson::Array(values)),
         }
     }
+}
+
+/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`): the input expression, and
+/// `op` with its `n`, a constant positive integer.
+fn parse_n_accumulator(
+    operator: &str,
+    op: AccumulatorOp,
+    operand: &Bson,
+) -> CommandResult<(AccumulatorOp, Expr)> {
+    let Bson::Document(arguments) = operand else {
+        let code = match op {
+            AccumulatorOp::MinN(_) | AccumulatorOp::MaxN(_) => ErrorCode::Location5787900,
+            _ => ErrorCode::Location5787801,
+        };
+        return Err(group_error(
+            code,
+            format!(
+                "specification must be an object; found {}",
+                crate::query::display::element_string(operator, operand)
+            ),
+        ));
+    };
+    let (mut input, mut n) = (None, None);
+    for (name, value) in arguments {
+        match name.as_str() {
+            "input" => input = Some(value),
+            "n" => n = Some(value),
+            other => {
+                return Err(group_error(
+                    ErrorCode::Location5787901,
+                    format!("Unknown argument for 'n' operator: {other}"),
+                ))
+            }
+        }
+    }
+    let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for n'"))?;
+    let input =
+        input.ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for input'"))?;
+    let n = match Expr::parse(n)?.evaluate_constant(bson::DateTime::now()) {
+        Ok(value) => value.unwrap_or(Bson::Null),
+        Err(error) if error.code == ErrorCode::Location4890500 => {
+            return Err(group_error(
+                ErrorCode::NotImplemented,
+                format!("tideway supports only a constant 'n' in {operator}"),
+            ))
+        }
+        Err(error) => return Err(error),
+    };
+    let not_integral = || {
+        format!(
+            "Value for 'n' must be of integral type, but found {}",
+            value_string(&n)
+        )
+    };
+    let number = Number::from_bson(&n)
+        .ok_or_else(|| group_error(ErrorCode::Location5787902, not_integral()))?;
+    let count = number
+        .to_exact_i64()
+        .ok_or_else(|| group_error(ErrorCode::Location5787903, not_integral()))?;
+    if count <= 0 {
+        return Err(group_error(
+            ErrorCode::Location5787908,
+            format!("'n' must be greater than 0, found {count}"),
+        ));
+    }
+    let n = usize::try_from(count).unwrap_or(usize::MAX);
+    let op = match op {
+        AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
+        AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
+        AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
+        _ => AccumulatorOp::MaxN(n),
+    };
+    Ok((op, Expr::parse(input)?))
 }
 
 /// A parsed `$group` stage.
@@ -397,6 +579,17 @@ impl Group {
                     ));
                 }
                 fields.push((name.clone(), op, Expr::Literal(Bson::Int32(1))));
+                continue;
+            }
+            if matches!(
+                op,
+                AccumulatorOp::FirstN(_)
+                    | AccumulatorOp::LastN(_)
+                    | AccumulatorOp::MinN(_)
+                    | AccumulatorOp::MaxN(_)
+            ) {
+                let (op, input) = parse_n_accumulator(operator, op, operand)?;
+                fields.push((name.clone(), op, input));
                 continue;
             }
             if matches!(operand, Bson::Array(_)) {
@@ -676,9 +869,161 @@ fn hash_value(value: &Bson, collation: Option<&Collation>, hasher: &mut DefaultH
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::assert_value;
+    use super::super::fixtures::{assert_value, run};
     use super::*;
     use crate::query::compare::fixtures::decimal;
+    use bson::doc;
+
+    /// The `gamescores` collection of the `$firstN`/`$lastN`/`$minN`/`$maxN` reference pages.
+    fn gamescores() -> Vec<Document> {
+        [
+            ("PlayerA", "G1", 31),
+            ("PlayerB", "G1", 33),
+            ("PlayerC", "G1", 99),
+            ("PlayerD", "G1", 1),
+            ("PlayerA", "G2", 10),
+            ("PlayerB", "G2", 14),
+            ("PlayerC", "G2", 66),
+            ("PlayerD", "G2", 80),
+        ]
+        .into_iter()
+        .map(|(player, game, score)| doc! {"playerId": player, "gameId": game, "score": score})
+        .collect()
+    }
+
+    #[test]
+    fn n_accumulators_answer_the_reference_pages_examples() {
+        let grouped = |accumulator: Document| {
+            run(
+                vec![
+                    doc! {"$match": {"gameId": "G1"}},
+                    doc! {"$group": {"_id": "$gameId", "out": accumulator}},
+                ],
+                gamescores(),
+            )
+            .expect("runs")
+        };
+        assert_eq!(
+            grouped(doc! {"$firstN": {"input": ["$playerId", "$score"], "n": 3}}),
+            vec![doc! {"_id": "G1", "out": [["PlayerA", 31], ["PlayerB", 33], ["PlayerC", 99]]}]
+        );
+        assert_eq!(
+            grouped(doc! {"$lastN": {"input": ["$playerId", "$score"], "n": 3}}),
+            vec![doc! {"_id": "G1", "out": [["PlayerB", 33], ["PlayerC", 99], ["PlayerD", 1]]}]
+        );
+        assert_eq!(
+            grouped(doc! {"$maxN": {"input": ["$score", "$playerId"], "n": 3}}),
+            vec![doc! {"_id": "G1", "out": [[99, "PlayerC"], [33, "PlayerB"], [31, "PlayerA"]]}]
+        );
+        assert_eq!(
+            grouped(doc! {"$minN": {"input": ["$score", "$playerId"], "n": 3}}),
+            vec![doc! {"_id": "G1", "out": [[1, "PlayerD"], [31, "PlayerA"], [33, "PlayerB"]]}]
+        );
+        // `$minN`/`$maxN` skip null and missing; `$firstN` keeps missing as null.
+        let sparse = vec![
+            doc! {"v": 3},
+            doc! {},
+            doc! {"v": Bson::Null},
+            doc! {"v": 1},
+        ];
+        let over = |accumulator: Document| {
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "out": accumulator}}],
+                sparse.clone(),
+            )
+            .expect("runs")[0]
+                .get_array("out")
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(
+            over(doc! {"$minN": {"input": "$v", "n": 5}}),
+            vec![Bson::Int32(1), Bson::Int32(3)]
+        );
+        assert_eq!(
+            over(doc! {"$firstN": {"input": "$v", "n": 2}}),
+            vec![Bson::Int32(3), Bson::Null]
+        );
+    }
+
+    #[test]
+    fn n_accumulators_refuse_bad_arguments_with_mongods_codes() {
+        let code = |accumulator: Document| {
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "out": accumulator}}],
+                vec![],
+            )
+            .expect_err("refused")
+            .code
+        };
+        assert_eq!(code(doc! {"$firstN": 1}), ErrorCode::Location5787801);
+        assert_eq!(code(doc! {"$maxN": 1}), ErrorCode::Location5787900);
+        assert_eq!(
+            code(doc! {"$firstN": {"input": "$a", "n": 1, "x": 1}}),
+            ErrorCode::Location5787901
+        );
+        assert_eq!(
+            code(doc! {"$firstN": {"input": "$a"}}),
+            ErrorCode::Location5787906
+        );
+        assert_eq!(code(doc! {"$firstN": {"n": 2}}), ErrorCode::Location5787907);
+        assert_eq!(
+            code(doc! {"$lastN": {"input": "$a", "n": "2"}}),
+            ErrorCode::Location5787902
+        );
+        assert_eq!(
+            code(doc! {"$lastN": {"input": "$a", "n": 2.5}}),
+            ErrorCode::Location5787903
+        );
+        assert_eq!(
+            code(doc! {"$minN": {"input": "$a", "n": 0}}),
+            ErrorCode::Location5787908
+        );
+    }
+
+    #[test]
+    fn standard_deviations_follow_the_reference_pages() {
+        // `$stdDevPop`'s example: quiz 1 scores 85, 90, 71 and quiz 2 scores 96, 77, 82 both
+        // have a population standard deviation of 8.04155872120988.
+        let users = vec![
+            doc! {"quiz": 1, "score": 85},
+            doc! {"quiz": 1, "score": 90},
+            doc! {"quiz": 1, "score": 71},
+            doc! {"quiz": 2, "score": 96},
+            doc! {"quiz": 2, "score": 77},
+            doc! {"quiz": 2, "score": 82},
+            doc! {"quiz": 2, "score": "n/a"},
+        ];
+        let output = run(
+            vec![
+                doc! {"$group": {"_id": "$quiz", "pop": {"$stdDevPop": "$score"},
+                "samp": {"$stdDevSamp": "$score"}}},
+                doc! {"$sort": {"_id": 1}},
+            ],
+            users,
+        )
+        .expect("runs");
+        for group in &output {
+            let pop = group.get_f64("pop").unwrap();
+            assert!((pop - 8.04155872120988).abs() < 1e-12, "{group}");
+            // The sample deviation divides by n - 1: sqrt(194 / 2).
+            let samp = group.get_f64("samp").unwrap();
+            assert!((samp - 97f64.sqrt()).abs() < 1e-12, "{group}");
+        }
+        // No numbers: null; one number: 0 for the population, null for a sample.
+        let single = run(
+            vec![
+                doc! {"$group": {"_id": Bson::Null, "pop": {"$stdDevPop": "$v"},
+                "samp": {"$stdDevSamp": "$v"}, "none": {"$stdDevPop": "$w"}}},
+            ],
+            vec![doc! {"v": 5}],
+        )
+        .expect("runs");
+        assert_eq!(
+            single,
+            vec![doc! {"_id": Bson::Null, "pop": 0.0, "samp": Bson::Null, "none": Bson::Null}]
+        );
+    }
 
     fn accumulate(op: AccumulatorOp, values: Vec<Bson>) -> Value {
         let mut state = AccumulatorState::new(op);
