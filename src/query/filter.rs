@@ -110,7 +110,8 @@ pub(crate) enum Expr {
 
 /// A uniformly distributed number in `[0, 1)` from a per-thread splitmix64 generator seeded
 /// from the standard library's random hasher keys (sampling needs no cryptographic quality).
-fn random_unit() -> f64 {
+/// A uniform random number in [0, 1) (per-thread SplitMix64 seeded from the OS).
+pub(crate) fn random_unit() -> f64 {
     use std::cell::Cell;
     use std::hash::{BuildHasher, Hasher};
     thread_local! {

@@ -18,7 +18,9 @@
 //!
 //! This module performs no I/O and knows nothing about collections, cursors or batches.
 
+mod bucket;
 pub(crate) mod expr;
+mod facet;
 mod group;
 mod run;
 
@@ -131,16 +133,16 @@ enum Stage {
         /// How mongod names the value in its error message.
         what: &'static str,
     },
+    Facet(facet::Facet),
+    Sample(u64),
 }
 
 /// Stages mongod has that this server does not implement.
 const UNIMPLEMENTED_STAGES: &[&str] = &[
-    "$bucket",
     "$bucketAuto",
     "$changeStream",
     "$changeStreamSplitLargeEvent",
     "$densify",
-    "$facet",
     "$fill",
     "$geoNear",
     "$graphLookup",
@@ -158,7 +160,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$querySettings",
     "$queryStats",
     "$redact",
-    "$sample",
     "$search",
     "$searchMeta",
     "$setWindowFields",
@@ -555,6 +556,13 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         }
         "$count" => Stage::Count(parse_count_field(spec)?),
         "$group" => Stage::Group(Group::parse(spec)?),
+        "$facet" => Stage::Facet(facet::Facet::parse(spec)?),
+        "$sample" => Stage::Sample(facet::parse_sample(spec)?),
+        "$bucket" => {
+            let (group, sort) = bucket::rewrite(spec)?;
+            stages.push(Stage::Group(Group::parse(&group)?));
+            Stage::Sort(SortSpec::parse(&sort)?)
+        }
         "$unwind" => Stage::Unwind(Unwind::parse(spec)?),
         "$sortByCount" => {
             let valid = match spec {
@@ -791,6 +799,7 @@ impl Stage {
                 | Stage::AddFields(_)
                 | Stage::Group(_)
                 | Stage::ReplaceRoot { .. }
+                | Stage::Facet(_)
         );
         if builds_documents {
             output.iter().try_for_each(check_built_depth)?;
@@ -865,6 +874,8 @@ impl Stage {
                 .take(usize::try_from(*count).unwrap_or(usize::MAX))
                 .collect()),
             Stage::Count(field) => Ok(count_output(field, documents.len() as u64)),
+            Stage::Facet(facet) => Ok(vec![facet.run(documents, context)?]),
+            Stage::Sample(size) => Ok(facet::sample(documents, *size)),
             Stage::Group(group) => group.run(documents, context),
             Stage::Unwind(unwind) => {
                 let mut output = Vec::with_capacity(documents.len());
@@ -1498,15 +1509,7 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
-        for stage in [
-            "$lookup",
-            "$facet",
-            "$bucket",
-            "$graphLookup",
-            "$merge",
-            "$out",
-            "$geoNear",
-        ] {
+        for stage in ["$lookup", "$graphLookup", "$merge", "$out", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
             assert!(error.errmsg.contains(stage));
@@ -1825,7 +1828,7 @@ mod tests {
         assert_eq!(unknown.code.code(), 15952);
         assert_eq!(unknown.errmsg, "unknown group operator '$foo'");
         assert_eq!(
-            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$stdDevPop": "$a"}}}]).code,
+            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$median": "$a"}}}]).code,
             ErrorCode::NotImplemented
         );
         assert_eq!(

@@ -143,6 +143,11 @@ enum Sink<'p> {
         field: &'p str,
         count: u64,
     },
+    /// `$facet`, `$sample`: every input document, handed to the stage at the end.
+    Collect {
+        stage: &'p Stage,
+        buffer: Box<dyn DocumentBuffer>,
+    },
     Output(Box<dyn DocumentBuffer>),
 }
 
@@ -181,6 +186,28 @@ impl Pipeline {
         }
     }
 
+    /// Runs the whole pipeline, its leading `$match` included, over `input` in memory (a
+    /// `$facet` branch).
+    pub(crate) fn run_whole(
+        &self,
+        input: Vec<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
+        let input = match &self.leading_filter {
+            None => input,
+            Some(filter) => {
+                let mut kept = Vec::with_capacity(input.len());
+                for document in input {
+                    if filter.try_matches_collated(&document, context.collation.as_deref())? {
+                        kept.push(document);
+                    }
+                }
+                kept
+            }
+        };
+        self.run(input, context)
+    }
+
     /// Runs every stage after the leading `$match` (and after a source stage) over `input`, in
     /// memory.
     pub fn run(
@@ -204,9 +231,12 @@ fn phase<'p>(
     collation: &CollationChoice,
 ) -> Phase<'p> {
     let rest = &stages[first..];
-    let blocking = rest
-        .iter()
-        .position(|stage| matches!(stage, Stage::Sort(_) | Stage::Group(_) | Stage::Count(_)));
+    let blocking = rest.iter().position(|stage| {
+        matches!(
+            stage,
+            Stage::Sort(_) | Stage::Group(_) | Stage::Count(_) | Stage::Facet(_) | Stage::Sample(_)
+        )
+    });
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
     let counters = streaming
         .iter()
@@ -230,6 +260,13 @@ fn phase<'p>(
             at + 1,
         ),
         Some((Stage::Count(field), at)) => (Sink::Count { field, count: 0 }, at + 1),
+        Some((stage @ (Stage::Facet(_) | Stage::Sample(_)), at)) => (
+            Sink::Collect {
+                stage,
+                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
         _ => (
             Sink::Output(buffers.buffer(BufferPurpose::Output, input_order(), None)),
             stages.len(),
@@ -286,6 +323,10 @@ impl PipelineRun<'_> {
                 Sink::Sort { buffer, .. } => buffer.finish()?,
                 Sink::Count { field, count } => {
                     Box::new(count_output(field, count).into_iter().map(Ok))
+                }
+                Sink::Collect { stage, buffer } => {
+                    let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
+                    Box::new(stage.run_checked(documents, &context)?.into_iter().map(Ok))
                 }
                 Sink::Group { table, spill } => {
                     let groups: DocumentStream = match spill {
@@ -379,6 +420,7 @@ fn sink_push(
 ) -> CommandResult<()> {
     match sink {
         Sink::Sort { spec, buffer } => buffer.push(spec.sort_key(&document), document),
+        Sink::Collect { buffer, .. } => buffer.push(Vec::new(), document),
         Sink::Count { count, .. } => {
             *count += 1;
             Ok(())
