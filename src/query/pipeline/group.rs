@@ -1,7 +1,8 @@
 //! `$group`: grouping documents by an `_id` expression and folding each group through
 //! accumulators (`$sum`, `$avg`, `$min`, `$max`, `$first`, `$last`, `$push`, `$addToSet`,
 //! `$count`, `$mergeObjects`, `$stdDevPop`, `$stdDevSamp`, `$firstN`, `$lastN`, `$minN`,
-//! `$maxN`). The accumulator states are shared with the `$sum`/`$avg`/`$min`/`$max` expressions.
+//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`). The accumulator states are shared with the
+//! `$sum`/`$avg`/`$min`/`$max` expressions.
 //!
 //! Invariants:
 //! - Group keys are equal exactly when [`values_equal`] says so (so `1`, `1.0` and
@@ -55,7 +56,18 @@ pub(crate) enum AccumulatorOp {
     LastN(usize),
     MinN(usize),
     MaxN(usize),
+    /// `$top`/`$bottom` (`single`) and `$topN`/`$bottomN`: the argument is
+    /// `{output, sortFields: [...]}`; bit `i` of `descending` is sort field `i`'s direction.
+    TopBottom {
+        n: usize,
+        bottom: bool,
+        single: bool,
+        descending: u32,
+    },
 }
+
+/// Most `sortBy` fields a `$top`/`$bottom` accumulator takes (mongod's sort pattern limit).
+const MAX_SORT_FIELDS: usize = 32;
 
 impl AccumulatorOp {
     fn from_name(name: &str) -> Option<AccumulatorOp> {
@@ -83,15 +95,7 @@ impl AccumulatorOp {
 }
 
 /// Accumulators mongod has and this server does not implement.
-const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &[
-    "$accumulator",
-    "$bottom",
-    "$bottomN",
-    "$median",
-    "$percentile",
-    "$top",
-    "$topN",
-];
+const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &["$accumulator", "$median", "$percentile"];
 
 /// mongod's `DoubleDoubleSummation` reduced to a compensated (Neumaier) sum.
 #[derive(Clone, Copy, Debug, Default)]
@@ -258,6 +262,15 @@ pub(crate) enum AccumulatorState {
         max: bool,
         values: Vec<Bson>,
     },
+    /// `$top`/`$bottom`/`$topN`/`$bottomN`: (sort key, output) pairs in sort order; ties keep
+    /// the first seen, as mongod's.
+    TopBottom {
+        n: usize,
+        bottom: bool,
+        single: bool,
+        descending: u32,
+        kept: Vec<(Vec<Bson>, Bson)>,
+    },
 }
 
 impl AccumulatorState {
@@ -288,6 +301,18 @@ impl AccumulatorState {
                 n,
                 max: matches!(op, AccumulatorOp::MaxN(_)),
                 values: Vec::new(),
+            },
+            AccumulatorOp::TopBottom {
+                n,
+                bottom,
+                single,
+                descending,
+            } => AccumulatorState::TopBottom {
+                n,
+                bottom,
+                single,
+                descending,
+                kept: Vec::new(),
             },
         }
     }
@@ -378,6 +403,32 @@ impl AccumulatorState {
                     values.truncate(*n);
                 }
             }
+            AccumulatorState::TopBottom {
+                n,
+                bottom,
+                descending,
+                kept,
+                ..
+            } => {
+                let (key, output) = top_bottom_entry(value, *descending, collation);
+                let order =
+                    |a: &[Bson], b: &[Bson]| compare_sort_keys(a, b, *descending, collation);
+                if *bottom && kept.len() == *n {
+                    // Full: only a key above the lowest kept one enters (ties keep the first).
+                    if kept
+                        .first()
+                        .is_none_or(|(lowest, _)| order(&key, lowest) != Ordering::Greater)
+                    {
+                        return Ok(());
+                    }
+                    kept.remove(0);
+                }
+                // After every equal key: the first seen stays first.
+                let at = kept
+                    .partition_point(|(kept_key, _)| order(kept_key, &key) != Ordering::Greater);
+                kept.insert(at, (key, output));
+                kept.truncate(*n);
+            }
         }
         Ok(())
     }
@@ -418,8 +469,192 @@ impl AccumulatorState {
                 Some(Bson::Array(values.into_iter().collect()))
             }
             AccumulatorState::MinMaxN { values, .. } => Some(Bson::Array(values)),
+            AccumulatorState::TopBottom { single, kept, .. } => {
+                let mut outputs = kept.into_iter().map(|(_, output)| output);
+                Some(if single {
+                    outputs.next().unwrap_or(Bson::Null)
+                } else {
+                    Bson::Array(outputs.collect())
+                })
+            }
         }
     }
+}
+
+/// The sort key and output of one `$top`-family argument (`{output, sortFields}`): a missing
+/// output is null; an array sort value stands for its lowest element ascending, its highest
+/// descending (an empty one for undefined), as sort keys of documents do.
+fn top_bottom_entry(
+    value: Value,
+    descending: u32,
+    collation: Option<&Collation>,
+) -> (Vec<Bson>, Bson) {
+    let Some(Bson::Document(mut argument)) = value else {
+        return (Vec::new(), Bson::Null);
+    };
+    let output = argument.remove("output").unwrap_or(Bson::Null);
+    let fields = match argument.remove("sortFields") {
+        Some(Bson::Array(fields)) => fields,
+        _ => Vec::new(),
+    };
+    let key = fields
+        .into_iter()
+        .enumerate()
+        .map(|(index, field)| match field {
+            Bson::Array(elements) => {
+                let wanted = if descending & (1 << index) != 0 {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                };
+                elements
+                    .into_iter()
+                    .reduce(|best, element| {
+                        if compare_values_with(&element, &best, collation) == wanted {
+                            element
+                        } else {
+                            best
+                        }
+                    })
+                    .unwrap_or(Bson::Undefined)
+            }
+            other => other,
+        })
+        .collect();
+    (key, output)
+}
+
+/// Orders two `$top`-family sort keys field by field in each field's direction.
+fn compare_sort_keys(
+    a: &[Bson],
+    b: &[Bson],
+    descending: u32,
+    collation: Option<&Collation>,
+) -> Ordering {
+    for (index, (x, y)) in a.iter().zip(b).enumerate() {
+        let order = compare_values_with(x, y, collation);
+        let order = if descending & (1 << index) != 0 {
+            order.reverse()
+        } else {
+            order
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    Ordering::Equal
+}
+
+/// `n` of an N accumulator: a constant positive integer (mongod's 5787902/5787903/5787908).
+fn constant_n(operator: &str, n: &Bson) -> CommandResult<usize> {
+    let n = match Expr::parse(n)?.evaluate_constant(bson::DateTime::now()) {
+        Ok(value) => value.unwrap_or(Bson::Null),
+        Err(error) if error.code == ErrorCode::Location4890500 => {
+            return Err(group_error(
+                ErrorCode::NotImplemented,
+                format!("tideway supports only a constant 'n' in {operator}"),
+            ))
+        }
+        Err(error) => return Err(error),
+    };
+    let not_integral = || {
+        format!(
+            "Value for 'n' must be of integral type, but found {}",
+            value_string(&n)
+        )
+    };
+    let number = Number::from_bson(&n)
+        .ok_or_else(|| group_error(ErrorCode::Location5787902, not_integral()))?;
+    let count = number
+        .to_exact_i64()
+        .ok_or_else(|| group_error(ErrorCode::Location5787903, not_integral()))?;
+    if count <= 0 {
+        return Err(group_error(
+            ErrorCode::Location5787908,
+            format!("'n' must be greater than 0, found {count}"),
+        ));
+    }
+    Ok(usize::try_from(count).unwrap_or(usize::MAX))
+}
+
+/// `$top`/`$bottom` (`{sortBy, output}`) and `$topN`/`$bottomN` (`{n, sortBy, output}`): the op
+/// and its argument expression, `{output, sortFields: ["$field", ...]}` (mongod's rewrite).
+fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(AccumulatorOp, Expr)> {
+    let single = matches!(operator, "$top" | "$bottom");
+    let bottom = operator.starts_with("$bottom");
+    let Bson::Document(arguments) = operand else {
+        return Err(group_error(
+            ErrorCode::Location5788001,
+            format!(
+                "specification must be an object; found {}",
+                crate::query::display::element_string(operator, operand)
+            ),
+        ));
+    };
+    let (mut n, mut output, mut sort_by) = (None, None, None);
+    for (name, value) in arguments {
+        match name.as_str() {
+            "n" if !single => n = Some(value),
+            "output" => output = Some(value),
+            "sortBy" => sort_by = Some(value),
+            other => {
+                return Err(group_error(
+                    ErrorCode::Location5788002,
+                    format!("Unknown argument to {operator} '{other}'"),
+                ))
+            }
+        }
+    }
+    let n = match (single, n) {
+        (true, _) => 1,
+        (false, Some(n)) => constant_n(operator, n)?,
+        (false, None) => {
+            return Err(group_error(
+                ErrorCode::Location5788003,
+                "Missing value for 'n'",
+            ))
+        }
+    };
+    let output = output
+        .ok_or_else(|| group_error(ErrorCode::Location5788004, "Missing value for 'output'"))?;
+    let sort_by = sort_by
+        .ok_or_else(|| group_error(ErrorCode::Location5788005, "Missing value for 'sortBy'"))?;
+    let Bson::Document(sort_by) = sort_by else {
+        return Err(group_error(
+            ErrorCode::Location10065,
+            format!(
+                "invalid parameter: expected an object (sortBy), found {}",
+                crate::query::display::type_name(sort_by)
+            ),
+        ));
+    };
+    let spec = crate::query::SortSpec::parse(sort_by)?;
+    let keys: Vec<(&str, crate::query::Direction)> = spec.keys().collect();
+    if keys.len() > MAX_SORT_FIELDS {
+        return Err(group_error(
+            ErrorCode::BadValue,
+            format!("{operator} takes at most {MAX_SORT_FIELDS} sort fields"),
+        ));
+    }
+    let descending = keys
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, direction))| *direction == crate::query::Direction::Descending)
+        .fold(0u32, |mask, (index, _)| mask | (1 << index));
+    let sort_fields: Vec<Bson> = keys
+        .iter()
+        .map(|(field, _)| Bson::String(format!("${field}")))
+        .collect();
+    let mut argument = Document::new();
+    argument.insert("output", output.clone());
+    argument.insert("sortFields", sort_fields);
+    let op = AccumulatorOp::TopBottom {
+        n,
+        bottom,
+        single,
+        descending,
+    };
+    Ok((op, Expr::parse(&Bson::Document(argument))?))
 }
 
 /// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`): the input expression, and
@@ -458,34 +693,7 @@ fn parse_n_accumulator(
     let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for n'"))?;
     let input =
         input.ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for input'"))?;
-    let n = match Expr::parse(n)?.evaluate_constant(bson::DateTime::now()) {
-        Ok(value) => value.unwrap_or(Bson::Null),
-        Err(error) if error.code == ErrorCode::Location4890500 => {
-            return Err(group_error(
-                ErrorCode::NotImplemented,
-                format!("tideway supports only a constant 'n' in {operator}"),
-            ))
-        }
-        Err(error) => return Err(error),
-    };
-    let not_integral = || {
-        format!(
-            "Value for 'n' must be of integral type, but found {}",
-            value_string(&n)
-        )
-    };
-    let number = Number::from_bson(&n)
-        .ok_or_else(|| group_error(ErrorCode::Location5787902, not_integral()))?;
-    let count = number
-        .to_exact_i64()
-        .ok_or_else(|| group_error(ErrorCode::Location5787903, not_integral()))?;
-    if count <= 0 {
-        return Err(group_error(
-            ErrorCode::Location5787908,
-            format!("'n' must be greater than 0, found {count}"),
-        ));
-    }
-    let n = usize::try_from(count).unwrap_or(usize::MAX);
+    let n = constant_n(operator, n)?;
     let op = match op {
         AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
         AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
@@ -559,6 +767,11 @@ impl Group {
             let Some((operator, operand)) = accumulator.iter().next() else {
                 return Err(CommandError::internal("accumulator vanished"));
             };
+            if matches!(operator.as_str(), "$top" | "$bottom" | "$topN" | "$bottomN") {
+                let (op, argument) = parse_top_bottom(operator, operand)?;
+                fields.push((name.clone(), op, argument));
+                continue;
+            }
             let Some(op) = AccumulatorOp::from_name(operator) else {
                 if UNIMPLEMENTED_ACCUMULATORS.contains(&operator.as_str()) {
                     return Err(group_error(
@@ -943,6 +1156,73 @@ mod tests {
         assert_eq!(
             over(doc! {"$firstN": {"input": "$v", "n": 2}}),
             vec![Bson::Int32(3), Bson::Null]
+        );
+    }
+
+    #[test]
+    fn top_and_bottom_answer_the_reference_pages_examples() {
+        let grouped = |accumulator: Document| {
+            run(
+                vec![
+                    doc! {"$match": {"gameId": "G1"}},
+                    doc! {"$group": {"_id": "$gameId", "playerId": accumulator}},
+                ],
+                gamescores(),
+            )
+            .expect("runs")
+        };
+        let by_score = doc! {"score": -1};
+        assert_eq!(
+            grouped(doc! {"$top": {"output": ["$playerId", "$score"], "sortBy": by_score.clone()}}),
+            vec![doc! {"_id": "G1", "playerId": ["PlayerC", 99]}]
+        );
+        assert_eq!(
+            grouped(
+                doc! {"$topN": {"output": ["$playerId", "$score"], "sortBy": by_score.clone(), "n": 3}}
+            ),
+            vec![
+                doc! {"_id": "G1", "playerId": [["PlayerC", 99], ["PlayerB", 33], ["PlayerA", 31]]}
+            ]
+        );
+        assert_eq!(
+            grouped(
+                doc! {"$bottom": {"output": ["$playerId", "$score"], "sortBy": by_score.clone()}}
+            ),
+            vec![doc! {"_id": "G1", "playerId": ["PlayerD", 1]}]
+        );
+        assert_eq!(
+            grouped(
+                doc! {"$bottomN": {"output": ["$playerId", "$score"], "sortBy": by_score, "n": 3}}
+            ),
+            vec![
+                doc! {"_id": "G1", "playerId": [["PlayerB", 33], ["PlayerA", 31], ["PlayerD", 1]]}
+            ]
+        );
+        // mongod's argument errors.
+        let code = |accumulator: Document| {
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "out": accumulator}}],
+                vec![],
+            )
+            .expect_err("refused")
+            .code
+        };
+        assert_eq!(code(doc! {"$top": 1}), ErrorCode::Location5788001);
+        assert_eq!(
+            code(doc! {"$top": {"output": "$a", "sortBy": {"a": 1}, "n": 2}}),
+            ErrorCode::Location5788002
+        );
+        assert_eq!(
+            code(doc! {"$topN": {"output": "$a", "sortBy": {"a": 1}}}),
+            ErrorCode::Location5788003
+        );
+        assert_eq!(
+            code(doc! {"$top": {"sortBy": {"a": 1}}}),
+            ErrorCode::Location5788004
+        );
+        assert_eq!(
+            code(doc! {"$bottom": {"output": "$a"}}),
+            ErrorCode::Location5788005
         );
     }
 
