@@ -90,3 +90,114 @@ async fn facet_bucket_sample_and_n_accumulators_run_on_collections() {
     assert!((spread - expected).abs() < 1e-9, "{spread} vs {expected}");
     server.stop().await;
 }
+
+/// The `$lookup` reference page's equality examples (`orders`/`inventory`, and an array
+/// `localField` with `classes`/`members`), with and without an index on the foreign field.
+#[tokio::test]
+async fn lookup_joins_by_equality_as_the_reference_page_shows() {
+    let server = TestServer::start().await;
+    let db = server.client().database("lookup");
+    db.collection::<Document>("orders")
+        .insert_many([
+            doc! {"_id": 1, "item": "almonds", "price": 12, "quantity": 2},
+            doc! {"_id": 2, "item": "pecans", "price": 20, "quantity": 1},
+            doc! {"_id": 3},
+        ])
+        .await
+        .unwrap();
+    db.collection::<Document>("inventory")
+        .insert_many([
+            doc! {"_id": 1, "sku": "almonds", "description": "product 1", "instock": 120},
+            doc! {"_id": 2, "sku": "bread", "description": "product 2", "instock": 80},
+            doc! {"_id": 3, "sku": "cashews", "description": "product 3", "instock": 60},
+            doc! {"_id": 4, "sku": "pecans", "description": "product 4", "instock": 70},
+            doc! {"_id": 5, "sku": Bson::Null, "description": "Incomplete"},
+            doc! {"_id": 6},
+        ])
+        .await
+        .unwrap();
+    let expected = vec![
+        doc! {"_id": 1, "item": "almonds", "price": 12, "quantity": 2, "inventory_docs": [
+            {"_id": 1, "sku": "almonds", "description": "product 1", "instock": 120}
+        ]},
+        doc! {"_id": 2, "item": "pecans", "price": 20, "quantity": 1, "inventory_docs": [
+            {"_id": 4, "sku": "pecans", "description": "product 4", "instock": 70}
+        ]},
+        doc! {"_id": 3, "inventory_docs": [
+            {"_id": 5, "sku": Bson::Null, "description": "Incomplete"},
+            {"_id": 6}
+        ]},
+    ];
+    let lookup = || {
+        let db = db.clone();
+        async move {
+            first_batch(
+                &db.run_command(doc! {"aggregate": "orders", "pipeline": [
+                    {"$lookup": {"from": "inventory", "localField": "item",
+                                 "foreignField": "sku", "as": "inventory_docs"}},
+                ], "cursor": {}})
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(lookup().await, expected);
+    db.run_command(
+        doc! {"createIndexes": "inventory", "indexes": [{"key": {"sku": 1}, "name": "sku_1"}]},
+    )
+    .await
+    .unwrap();
+    let mut indexed = lookup().await;
+    // Through the index, each order's matches come in key order; here one match each but for
+    // the null order, whose two matches share the key null.
+    indexed.iter_mut().for_each(|order| {
+        if let Ok(matches) = order.get_array_mut("inventory_docs") {
+            matches.sort_by_key(|m| m.as_document().unwrap().get_i32("_id").unwrap());
+        }
+    });
+    assert_eq!(indexed, expected);
+
+    db.collection::<Document>("classes")
+        .insert_many([
+            doc! {"_id": 1, "title": "Reading is ...", "enrollmentlist": ["giraffe2", "pandabear", "artie"]},
+            doc! {"_id": 2, "title": "But Writing ...", "enrollmentlist": ["giraffe1", "artie"]},
+        ])
+        .await
+        .unwrap();
+    db.collection::<Document>("members")
+        .insert_many([
+            doc! {"_id": 1, "name": "artie", "status": "A"},
+            doc! {"_id": 2, "name": "giraffe", "status": "D"},
+            doc! {"_id": 3, "name": "giraffe1", "status": "A"},
+            doc! {"_id": 4, "name": "panda", "status": "A"},
+            doc! {"_id": 5, "name": "pandabear", "status": "A"},
+            doc! {"_id": 6, "name": "giraffe2", "status": "D"},
+        ])
+        .await
+        .unwrap();
+    let classes = first_batch(
+        &db.run_command(doc! {"aggregate": "classes", "pipeline": [
+            {"$lookup": {"from": "members", "localField": "enrollmentlist",
+                         "foreignField": "name", "as": "enrollee_info"}},
+            {"$project": {"_id": 1, "ids": "$enrollee_info._id"}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        classes,
+        vec![
+            doc! {"_id": 1, "ids": [1, 5, 6]},
+            doc! {"_id": 2, "ids": [1, 3]}
+        ]
+    );
+    // Pipeline-form lookups are refused, not ignored.
+    let (code, _, _) = common::command_error(
+        db.run_command(doc! {"aggregate": "classes", "pipeline": [
+            {"$lookup": {"from": "members", "pipeline": [], "as": "all"}},
+        ], "cursor": {}})
+            .await,
+    );
+    assert_eq!(code, 238);
+    server.stop().await;
+}

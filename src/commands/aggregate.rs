@@ -20,7 +20,8 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
-use crate::query::pipeline::{CollStatsRequest, SourceStage};
+use crate::query::pipeline::lookup::Lookup;
+use crate::query::pipeline::{CollStatsRequest, SourceStage, Step};
 use crate::query::variables::with_command_variables;
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
@@ -171,12 +172,55 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             ))
         }
     };
-    let output = run.finish().map_err(during_aggregation)?;
+    let mut step = run.finish().map_err(during_aggregation)?;
+    let output = loop {
+        match step {
+            Step::Done(output) => break output,
+            Step::Lookup {
+                lookup,
+                documents,
+                resume,
+            } => {
+                let collation = resume.collation().clone();
+                let foreign = lookup_foreign(ctx, lookup, &documents, &collation).await?;
+                let joined = lookup.join(documents, &foreign, collation.as_deref())?;
+                step = resume.resume(joined).map_err(during_aggregation)?;
+            }
+        }
+    };
     let cursor_ns = match &collection {
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),
     };
     stream_cursor(ctx, body, cursor_ns, output).await
+}
+
+/// The documents of `$lookup`'s foreign collection that `documents` join with: one planned read
+/// (an index on `foreignField` serves it), under the run's collation, expired documents hidden.
+async fn lookup_foreign(
+    ctx: &CommandContext<'_>,
+    lookup: &Lookup,
+    documents: &[Document],
+    collation: &CollationChoice,
+) -> CommandResult<Vec<Document>> {
+    let ns = Namespace::new(ctx.db, lookup.from.as_str());
+    validate_namespace(&ns)?;
+    let filter =
+        Filter::parse(&lookup.foreign_filter(documents))?.with_collation(collation.clone());
+    let query = Query::filter(Arc::new(filter));
+    let storage = ctx.state.storage.as_ref();
+    let view = ctx.state.view(&ns).await?;
+    let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
+    let mut stream = planned.stream;
+    let mut foreign = Vec::new();
+    while let Some(record) = stream.next(storage).await? {
+        ctx.deadline.check()?;
+        foreign.push(record.doc.into_document());
+    }
+    let stats = stream.stats();
+    ctx.op
+        .add_examined(stats.keys_examined, stats.docs_examined);
+    Ok(foreign)
 }
 
 /// mongod's context for a memory limit hit while the pipeline runs.

@@ -22,9 +22,10 @@ mod bucket;
 pub(crate) mod expr;
 mod facet;
 mod group;
+pub mod lookup;
 mod run;
 
-pub use run::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream, PipelineRun};
+pub use run::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream, PipelineRun, Resume, Step};
 
 use bson::{Bson, DateTime, Document};
 
@@ -135,6 +136,7 @@ enum Stage {
     },
     Facet(facet::Facet),
     Sample(u64),
+    Lookup(lookup::Lookup),
 }
 
 /// Stages mongod has that this server does not implement.
@@ -153,7 +155,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$listSampledQueries",
     "$listSearchIndexes",
     "$listSessions",
-    "$lookup",
     "$merge",
     "$out",
     "$planCacheStats",
@@ -557,6 +558,7 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         "$count" => Stage::Count(parse_count_field(spec)?),
         "$group" => Stage::Group(Group::parse(spec)?),
         "$facet" => Stage::Facet(facet::Facet::parse(spec)?),
+        "$lookup" => Stage::Lookup(lookup::Lookup::parse(spec)?),
         "$sample" => Stage::Sample(facet::parse_sample(spec)?),
         "$bucket" => {
             let (group, sort) = bucket::rewrite(spec)?;
@@ -876,6 +878,12 @@ impl Stage {
             Stage::Count(field) => Ok(count_output(field, documents.len() as u64)),
             Stage::Facet(facet) => Ok(vec![facet.run(documents, context)?]),
             Stage::Sample(size) => Ok(facet::sample(documents, *size)),
+            // The runner hands `$lookup` to its caller, which can read the foreign collection.
+            Stage::Lookup(_) => Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway runs $lookup only in an aggregate's own pipeline (not inside $facet or a \
+                 pipeline update)",
+            )),
             Stage::Group(group) => group.run(documents, context),
             Stage::Unwind(unwind) => {
                 let mut output = Vec::with_capacity(documents.len());
@@ -1509,7 +1517,7 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
-        for stage in ["$lookup", "$graphLookup", "$merge", "$out", "$geoNear"] {
+        for stage in ["$graphLookup", "$merge", "$out", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
             assert!(error.errmsg.contains(stage));

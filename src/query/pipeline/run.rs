@@ -22,7 +22,7 @@ use super::{
     check_built_depth, count_output, evaluate_documents, fail, Pipeline, PipelineContext, Stage,
     Unwound,
 };
-use crate::error::{CommandResult, ErrorCode};
+use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::Deadline;
 use crate::query::collation::CollationChoice;
 use crate::query::compare::compare_values_with;
@@ -148,6 +148,11 @@ enum Sink<'p> {
         stage: &'p Stage,
         buffer: Box<dyn DocumentBuffer>,
     },
+    /// `$lookup`: every input document, handed to the caller to join.
+    Join {
+        lookup: &'p super::lookup::Lookup,
+        buffer: Box<dyn DocumentBuffer>,
+    },
     Output(Box<dyn DocumentBuffer>),
 }
 
@@ -219,7 +224,14 @@ impl Pipeline {
         for document in input {
             run.push(document)?;
         }
-        run.finish()?.collect()
+        match run.finish()? {
+            Step::Done(output) => output.collect(),
+            Step::Lookup { .. } => Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway runs $lookup only in an aggregate's own pipeline (not inside $facet or a \
+                 pipeline update)",
+            )),
+        }
     }
 }
 
@@ -234,7 +246,12 @@ fn phase<'p>(
     let blocking = rest.iter().position(|stage| {
         matches!(
             stage,
-            Stage::Sort(_) | Stage::Group(_) | Stage::Count(_) | Stage::Facet(_) | Stage::Sample(_)
+            Stage::Sort(_)
+                | Stage::Group(_)
+                | Stage::Count(_)
+                | Stage::Facet(_)
+                | Stage::Sample(_)
+                | Stage::Lookup(_)
         )
     });
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
@@ -260,6 +277,13 @@ fn phase<'p>(
             at + 1,
         ),
         Some((Stage::Count(field), at)) => (Sink::Count { field, count: 0 }, at + 1),
+        Some((Stage::Lookup(lookup), at)) => (
+            Sink::Join {
+                lookup,
+                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
         Some((stage @ (Stage::Facet(_) | Stage::Sample(_)), at)) => (
             Sink::Collect {
                 stage,
@@ -295,15 +319,16 @@ fn sort_limit(after: &[Stage]) -> Option<usize> {
     None
 }
 
-impl PipelineRun<'_> {
+impl<'p> PipelineRun<'p> {
     /// Passes one input document through the pipeline.
     pub fn push(&mut self, document: Document) -> CommandResult<()> {
         self.buffers.deadline().check()?;
         push_into(&mut self.phase, document, &self.context, self.buffers)
     }
 
-    /// Ends the input: runs the blocking stages in turn and returns the output.
-    pub fn finish(self) -> CommandResult<DocumentStream> {
+    /// Ends the input: runs the blocking stages in turn, up to the output or to a `$lookup`
+    /// the caller must join.
+    pub fn finish(self) -> CommandResult<Step<'p>> {
         let PipelineRun {
             pipeline,
             context,
@@ -315,11 +340,81 @@ impl PipelineRun<'_> {
                 push_into(&mut current, document, &context, buffers)?;
             }
         }
+        drive(pipeline, context, buffers, current)
+    }
+}
+
+/// Where a run stands when its input has ended.
+pub enum Step<'p> {
+    /// The pipeline's output.
+    Done(DocumentStream),
+    /// Paused at a `$lookup`: its input documents, to join with the foreign collection and hand
+    /// back through [`Resume::resume`].
+    Lookup {
+        lookup: &'p super::lookup::Lookup,
+        documents: Vec<Document>,
+        resume: Resume<'p>,
+    },
+}
+
+/// The rest of a run paused at a `$lookup`.
+pub struct Resume<'p> {
+    pipeline: &'p Pipeline,
+    context: PipelineContext,
+    buffers: &'p dyn Buffers,
+    /// The stage after the `$lookup`.
+    next: usize,
+}
+
+impl<'p> Resume<'p> {
+    /// The run's collation (what the join compares under).
+    pub fn collation(&self) -> &CollationChoice {
+        &self.context.collation
+    }
+
+    /// Goes on with the `$lookup`'s output.
+    pub fn resume(self, joined: Vec<Document>) -> CommandResult<Step<'p>> {
+        let Resume {
+            pipeline,
+            context,
+            buffers,
+            next,
+        } = self;
+        let mut current = phase(&pipeline.stages, next, buffers, &context.collation);
+        for document in joined {
+            buffers.deadline().check()?;
+            push_into(&mut current, document, &context, buffers)?;
+        }
+        drive(pipeline, context, buffers, current)
+    }
+}
+
+/// Runs the blocking stages from `current` on, phase after phase.
+fn drive<'p>(
+    pipeline: &'p Pipeline,
+    context: PipelineContext,
+    buffers: &'p dyn Buffers,
+    mut current: Phase<'p>,
+) -> CommandResult<Step<'p>> {
+    {
         loop {
             let next = current.next;
             let blocked = match current.sink {
                 // Only the last phase ends in the output.
-                Sink::Output(buffer) => return buffer.finish(),
+                Sink::Output(buffer) => return buffer.finish().map(Step::Done),
+                Sink::Join { lookup, buffer } => {
+                    let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
+                    return Ok(Step::Lookup {
+                        lookup,
+                        documents,
+                        resume: Resume {
+                            pipeline,
+                            context,
+                            buffers,
+                            next,
+                        },
+                    });
+                }
                 Sink::Sort { buffer, .. } => buffer.finish()?,
                 Sink::Count { field, count } => {
                     Box::new(count_output(field, count).into_iter().map(Ok))
@@ -420,7 +515,9 @@ fn sink_push(
 ) -> CommandResult<()> {
     match sink {
         Sink::Sort { spec, buffer } => buffer.push(spec.sort_key(&document), document),
-        Sink::Collect { buffer, .. } => buffer.push(Vec::new(), document),
+        Sink::Collect { buffer, .. } | Sink::Join { buffer, .. } => {
+            buffer.push(Vec::new(), document)
+        }
         Sink::Count { count, .. } => {
             *count += 1;
             Ok(())
