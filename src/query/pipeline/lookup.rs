@@ -20,6 +20,20 @@ use crate::query::collation::Collation;
 use crate::query::display::type_name;
 use crate::query::path;
 
+/// Most distinct local values the foreign read asks for by `$in`.
+const MAX_IN_VALUES: usize = 1024;
+
+/// The order-preserving key of a value (equal values, such as `1` and `1.0`, share it).
+fn encoded(value: &Bson) -> Vec<u8> {
+    let mut key = Vec::new();
+    crate::storage::keycodec::encode_value(
+        &mut key,
+        value,
+        crate::storage::keycodec::Direction::Ascending,
+    );
+    key
+}
+
 /// A parsed equality `$lookup`.
 #[derive(Clone, Debug)]
 pub struct Lookup {
@@ -113,18 +127,24 @@ impl Lookup {
         }
     }
 
-    /// The filter on the foreign collection that finds every document `documents` join with.
+    /// The filter on the foreign collection that finds every document `documents` join with
+    /// (a superset: [`Lookup::join`] matches exactly): `{foreignField: {$in: [values]}}`, or
+    /// every document when there are more than [`MAX_IN_VALUES`] distinct values, where one
+    /// read of the collection beats that many index probes and an `$in` that large.
     pub fn foreign_filter(&self, documents: &[Document]) -> Document {
+        let mut seen = std::collections::HashSet::new();
         let mut values: Vec<Bson> = Vec::new();
         for document in documents {
             for value in self.local_values(document) {
-                if !values.contains(&value) {
+                if seen.insert(encoded(&value)) {
+                    if values.len() == MAX_IN_VALUES {
+                        return Document::new();
+                    }
                     values.push(value);
                 }
             }
         }
-        // A regex value in `$in` also matches strings by pattern: a superset, which `join`
-        // narrows to equality.
+        // A regex value in `$in` also matches strings by pattern: a superset too.
         doc! {self.foreign_field.as_str(): {"$in": values}}
     }
 
@@ -137,17 +157,10 @@ impl Lookup {
     ) -> CommandResult<Vec<Document>> {
         // Foreign documents by the comparison key of each value at `foreignField`.
         let key = |value: &Bson| -> Vec<u8> {
-            let value = match collation {
-                Some(collation) => collation.index_value(value),
-                None => value.clone(),
-            };
-            let mut encoded = Vec::new();
-            crate::storage::keycodec::encode_value(
-                &mut encoded,
-                &value,
-                crate::storage::keycodec::Direction::Ascending,
-            );
-            encoded
+            match collation {
+                Some(collation) => encoded(&collation.index_value(value)),
+                None => encoded(value),
+            }
         };
         let null_key = key(&Bson::Null);
         let mut by_value: HashMap<Vec<u8>, Vec<usize>> = HashMap::new();
