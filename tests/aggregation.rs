@@ -201,3 +201,83 @@ async fn lookup_joins_by_equality_as_the_reference_page_shows() {
     assert_eq!(code, 238);
     server.stop().await;
 }
+
+/// `$unionWith` as on its reference page ("Report 1: All Sales by Items", over two of its
+/// years): a collection name, and the object form with a sub-pipeline.
+#[tokio::test]
+async fn union_with_adds_another_collections_documents() {
+    let server = TestServer::start().await;
+    let db = server.client().database("union");
+    let sales = |rows: &[(&str, &str, i32)]| -> Vec<Document> {
+        rows.iter()
+            .map(|(store, item, quantity)| doc! {"store": *store, "item": *item, "quantity": *quantity})
+            .collect()
+    };
+    db.collection::<Document>("sales_2017")
+        .insert_many(sales(&[
+            ("General Store", "Chocolates", 150),
+            ("ShopMart", "Chocolates", 50),
+            ("General Store", "Cookies", 100),
+            ("ShopMart", "Cookies", 120),
+            ("General Store", "Pie", 10),
+            ("ShopMart", "Pie", 5),
+        ]))
+        .await
+        .unwrap();
+    db.collection::<Document>("sales_2018")
+        .insert_many(sales(&[
+            ("General Store", "Cheese", 30),
+            ("ShopMart", "Cheese", 50),
+            ("General Store", "Chocolates", 125),
+            ("ShopMart", "Chocolates", 150),
+            ("General Store", "Cookies", 200),
+            ("ShopMart", "Cookies", 100),
+            ("ShopMart", "Nuts", 100),
+            ("General Store", "Pie", 30),
+            ("ShopMart", "Pie", 25),
+        ]))
+        .await
+        .unwrap();
+    let totals = first_batch(
+        &db.run_command(doc! {"aggregate": "sales_2017", "pipeline": [
+            {"$unionWith": "sales_2018"},
+            {"$group": {"_id": "$item", "total": {"$sum": "$quantity"}}},
+            {"$sort": {"total": -1}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        totals,
+        vec![
+            doc! {"_id": "Cookies", "total": 520},
+            doc! {"_id": "Chocolates", "total": 475},
+            doc! {"_id": "Nuts", "total": 100},
+            doc! {"_id": "Cheese", "total": 80},
+            doc! {"_id": "Pie", "total": 70},
+        ]
+    );
+    let tagged = first_batch(
+        &db.run_command(doc! {"aggregate": "sales_2017", "pipeline": [
+            {"$set": {"_id": "2017"}},
+            {"$unionWith": {"coll": "sales_2018", "pipeline": [
+                {"$match": {"item": "Nuts"}},
+                {"$set": {"_id": "2018"}},
+            ]}},
+            {"$group": {"_id": "$_id", "n": {"$sum": 1}}},
+            {"$sort": {"_id": 1}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        tagged,
+        vec![doc! {"_id": "2017", "n": 6}, doc! {"_id": "2018", "n": 1}]
+    );
+    let (code, _, _) = common::command_error(
+        db.run_command(doc! {"aggregate": "sales_2017", "pipeline": [{"$unionWith": {"coll": "x", "y": 1}}], "cursor": {}})
+            .await,
+    );
+    assert_eq!(code, 40415);
+    server.stop().await;
+}

@@ -20,8 +20,7 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
-use crate::query::pipeline::lookup::Lookup;
-use crate::query::pipeline::{CollStatsRequest, SourceStage, Step};
+use crate::query::pipeline::{CollStatsRequest, Foreign, SourceStage, Step};
 use crate::query::variables::with_command_variables;
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
@@ -176,15 +175,32 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
     let output = loop {
         match step {
             Step::Done(output) => break output,
-            Step::Lookup {
-                lookup,
+            Step::Foreign {
+                read: Foreign::Lookup(lookup),
                 documents,
                 resume,
             } => {
-                let collation = resume.collation().clone();
-                let foreign = lookup_foreign(ctx, lookup, &documents, &collation).await?;
+                let collation = resume.context().collation.clone();
+                let filter = lookup.foreign_filter(&documents);
+                let foreign = read_collection(ctx, &lookup.from, filter, &collation).await?;
                 let joined = lookup.join(documents, &foreign, collation.as_deref())?;
                 step = resume.resume(joined).map_err(during_aggregation)?;
+            }
+            Step::Foreign {
+                read: Foreign::UnionWith(union),
+                mut documents,
+                resume,
+            } => {
+                let collation = resume.context().collation.clone();
+                let mut other =
+                    read_collection(ctx, &union.coll, Document::new(), &collation).await?;
+                if let Some(pipeline) = &union.pipeline {
+                    other = pipeline
+                        .run_whole(other, resume.context())
+                        .map_err(during_aggregation)?;
+                }
+                documents.extend(other);
+                step = resume.resume(documents).map_err(during_aggregation)?;
             }
         }
     };
@@ -195,18 +211,18 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
     stream_cursor(ctx, body, cursor_ns, output).await
 }
 
-/// The documents of `$lookup`'s foreign collection that `documents` join with: one planned read
-/// (an index on `foreignField` serves it), under the run's collation, expired documents hidden.
-async fn lookup_foreign(
+/// The documents of collection `name` (in the command's database) matching `filter`, for a
+/// stage that reads another collection: one planned read (an index serves `$lookup`'s
+/// `foreignField`), under the run's collation, expired documents hidden.
+async fn read_collection(
     ctx: &CommandContext<'_>,
-    lookup: &Lookup,
-    documents: &[Document],
+    name: &str,
+    filter: Document,
     collation: &CollationChoice,
 ) -> CommandResult<Vec<Document>> {
-    let ns = Namespace::new(ctx.db, lookup.from.as_str());
+    let ns = Namespace::new(ctx.db, name);
     validate_namespace(&ns)?;
-    let filter =
-        Filter::parse(&lookup.foreign_filter(documents))?.with_collation(collation.clone());
+    let filter = Filter::parse(&filter)?.with_collation(collation.clone());
     let query = Query::filter(Arc::new(filter));
     let storage = ctx.state.storage.as_ref();
     let view = ctx.state.view(&ns).await?;

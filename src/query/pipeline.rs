@@ -25,7 +25,9 @@ mod group;
 pub mod lookup;
 mod run;
 
-pub use run::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream, PipelineRun, Resume, Step};
+pub use run::{
+    BufferPurpose, Buffers, DocumentBuffer, DocumentStream, Foreign, PipelineRun, Resume, Step,
+};
 
 use bson::{Bson, DateTime, Document};
 
@@ -137,6 +139,7 @@ enum Stage {
     Facet(facet::Facet),
     Sample(u64),
     Lookup(lookup::Lookup),
+    UnionWith(Box<lookup::UnionWith>),
 }
 
 /// Stages mongod has that this server does not implement.
@@ -165,7 +168,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$searchMeta",
     "$setWindowFields",
     "$shardedDataDistribution",
-    "$unionWith",
     "$vectorSearch",
 ];
 
@@ -559,6 +561,7 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         "$group" => Stage::Group(Group::parse(spec)?),
         "$facet" => Stage::Facet(facet::Facet::parse(spec)?),
         "$lookup" => Stage::Lookup(lookup::Lookup::parse(spec)?),
+        "$unionWith" => Stage::UnionWith(Box::new(lookup::UnionWith::parse(spec)?)),
         "$sample" => Stage::Sample(facet::parse_sample(spec)?),
         "$bucket" => {
             let (group, sort) = bucket::rewrite(spec)?;
@@ -879,10 +882,10 @@ impl Stage {
             Stage::Facet(facet) => Ok(vec![facet.run(documents, context)?]),
             Stage::Sample(size) => Ok(facet::sample(documents, *size)),
             // The runner hands `$lookup` to its caller, which can read the foreign collection.
-            Stage::Lookup(_) => Err(CommandError::new(
+            Stage::Lookup(_) | Stage::UnionWith(_) => Err(CommandError::new(
                 ErrorCode::NotImplemented,
-                "tideway runs $lookup only in an aggregate's own pipeline (not inside $facet or a \
-                 pipeline update)",
+                "tideway runs $lookup and $unionWith only in an aggregate's own pipeline (not \
+                 inside $facet, $unionWith or a pipeline update)",
             )),
             Stage::Group(group) => group.run(documents, context),
             Stage::Unwind(unwind) => {

@@ -1,5 +1,6 @@
-//! `$lookup` by equality (`from`, `localField`, `foreignField`, `as`): parsing, the query the
-//! caller runs on the foreign collection for a batch of input documents, and the join.
+//! The stages that read another collection: `$lookup` by equality (`from`, `localField`,
+//! `foreignField`, `as`: parsing, the query the caller runs on the foreign collection for a
+//! batch of input documents, and the join) and `$unionWith` (parsing).
 //!
 //! Invariants:
 //! - The runner pauses at a `$lookup` with every input document of the stage collected; the
@@ -195,5 +196,79 @@ impl Lookup {
             joined.push(document);
         }
         Ok(joined)
+    }
+}
+
+/// A parsed `$unionWith`: the documents of `coll` (through `pipeline`, if any) after the
+/// pipeline's own.
+#[derive(Clone, Debug)]
+pub struct UnionWith {
+    /// The other collection, in the pipeline's database.
+    pub coll: String,
+    /// Runs over the other collection's documents before they are added.
+    pub pipeline: Option<super::Pipeline>,
+}
+
+impl UnionWith {
+    pub(crate) fn parse(spec: &Bson) -> CommandResult<UnionWith> {
+        let (coll, stages) = match spec {
+            Bson::String(coll) => (coll.clone(), None),
+            Bson::Document(arguments) => {
+                let mut coll = None;
+                let mut stages = None;
+                for (name, value) in arguments {
+                    match (name.as_str(), value) {
+                        ("coll", Bson::String(text)) => coll = Some(text.clone()),
+                        ("pipeline", Bson::Array(items)) => stages = Some(items),
+                        ("coll", other) | ("pipeline", other) => {
+                            return Err(CommandError::type_mismatch(format!(
+                                "BSON field '$unionWith.{name}' is the wrong type '{}', expected \
+                                 type '{}'",
+                                type_name(other),
+                                if name == "coll" { "string" } else { "array" }
+                            )))
+                        }
+                        (other, _) => {
+                            return Err(CommandError::new(
+                                ErrorCode::Location40415,
+                                format!("BSON field '$unionWith.{other}' is an unknown field."),
+                            ))
+                        }
+                    }
+                }
+                let coll = coll.ok_or_else(|| {
+                    CommandError::new(
+                        ErrorCode::NotImplemented,
+                        "tideway needs 'coll' in $unionWith ($documents as its source is not \
+                         supported)",
+                    )
+                })?;
+                (coll, stages)
+            }
+            other => {
+                return Err(failed(format!(
+                    "the $unionWith stage specification must be an object or string, but found \
+                     {}",
+                    type_name(other)
+                )))
+            }
+        };
+        let pipeline = match stages {
+            None => None,
+            Some(items) => {
+                let mut documents = Vec::with_capacity(items.len());
+                for item in items {
+                    let Bson::Document(stage) = item else {
+                        return Err(CommandError::type_mismatch(format!(
+                            "Each element of the 'pipeline' array must be an object, found {}",
+                            type_name(item)
+                        )));
+                    };
+                    documents.push(stage.clone());
+                }
+                Some(super::Pipeline::parse(&documents)?)
+            }
+        };
+        Ok(UnionWith { coll, pipeline })
     }
 }

@@ -148,9 +148,10 @@ enum Sink<'p> {
         stage: &'p Stage,
         buffer: Box<dyn DocumentBuffer>,
     },
-    /// `$lookup`: every input document, handed to the caller to join.
+    /// `$lookup`, `$unionWith`: every input document, handed to the caller, which reads the
+    /// other collection.
     Join {
-        lookup: &'p super::lookup::Lookup,
+        read: Foreign<'p>,
         buffer: Box<dyn DocumentBuffer>,
     },
     Output(Box<dyn DocumentBuffer>),
@@ -226,10 +227,10 @@ impl Pipeline {
         }
         match run.finish()? {
             Step::Done(output) => output.collect(),
-            Step::Lookup { .. } => Err(CommandError::new(
+            Step::Foreign { .. } => Err(CommandError::new(
                 ErrorCode::NotImplemented,
-                "tideway runs $lookup only in an aggregate's own pipeline (not inside $facet or a \
-                 pipeline update)",
+                "tideway runs $lookup and $unionWith only in an aggregate's own pipeline (not \
+                 inside $facet, $unionWith or a pipeline update)",
             )),
         }
     }
@@ -252,6 +253,7 @@ fn phase<'p>(
                 | Stage::Facet(_)
                 | Stage::Sample(_)
                 | Stage::Lookup(_)
+                | Stage::UnionWith(_)
         )
     });
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
@@ -279,7 +281,14 @@ fn phase<'p>(
         Some((Stage::Count(field), at)) => (Sink::Count { field, count: 0 }, at + 1),
         Some((Stage::Lookup(lookup), at)) => (
             Sink::Join {
-                lookup,
+                read: Foreign::Lookup(lookup),
+                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
+        Some((Stage::UnionWith(union), at)) => (
+            Sink::Join {
+                read: Foreign::UnionWith(union),
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
             },
             at + 1,
@@ -348,13 +357,20 @@ impl<'p> PipelineRun<'p> {
 pub enum Step<'p> {
     /// The pipeline's output.
     Done(DocumentStream),
-    /// Paused at a `$lookup`: its input documents, to join with the foreign collection and hand
-    /// back through [`Resume::resume`].
-    Lookup {
-        lookup: &'p super::lookup::Lookup,
+    /// Paused at a stage that reads another collection: its input documents, to combine with
+    /// that collection's and hand back through [`Resume::resume`].
+    Foreign {
+        read: Foreign<'p>,
         documents: Vec<Document>,
         resume: Resume<'p>,
     },
+}
+
+/// A stage that reads another collection.
+#[derive(Clone, Copy)]
+pub enum Foreign<'p> {
+    Lookup(&'p super::lookup::Lookup),
+    UnionWith(&'p super::lookup::UnionWith),
 }
 
 /// The rest of a run paused at a `$lookup`.
@@ -367,9 +383,9 @@ pub struct Resume<'p> {
 }
 
 impl<'p> Resume<'p> {
-    /// The run's collation (what the join compares under).
-    pub fn collation(&self) -> &CollationChoice {
-        &self.context.collation
+    /// The run's context (its collation is what a join compares under).
+    pub fn context(&self) -> &PipelineContext {
+        &self.context
     }
 
     /// Goes on with the `$lookup`'s output.
@@ -402,10 +418,10 @@ fn drive<'p>(
             let blocked = match current.sink {
                 // Only the last phase ends in the output.
                 Sink::Output(buffer) => return buffer.finish().map(Step::Done),
-                Sink::Join { lookup, buffer } => {
+                Sink::Join { read, buffer } => {
                     let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
-                    return Ok(Step::Lookup {
-                        lookup,
+                    return Ok(Step::Foreign {
+                        read,
                         documents,
                         resume: Resume {
                             pipeline,
