@@ -281,3 +281,84 @@ async fn union_with_adds_another_collections_documents() {
     assert_eq!(code, 40415);
     server.stop().await;
 }
+
+/// `$out` as on its reference page (`books` grouped into `authors`): the target is replaced
+/// whole, keeps its indexes, and is left untouched when the output cannot be written.
+#[tokio::test]
+async fn out_replaces_the_target_whole_or_not_at_all() {
+    let server = TestServer::start().await;
+    let db = server.client().database("out");
+    db.collection::<Document>("books")
+        .insert_many([
+            doc! {"_id": 8751, "title": "The Banquet", "author": "Dante", "copies": 2},
+            doc! {"_id": 8752, "title": "Divine Comedy", "author": "Dante", "copies": 1},
+            doc! {"_id": 8645, "title": "Eclogues", "author": "Dante", "copies": 2},
+            doc! {"_id": 7000, "title": "The Odyssey", "author": "Homer", "copies": 10},
+            doc! {"_id": 7020, "title": "Iliad", "author": "Homer", "copies": 10},
+        ])
+        .await
+        .unwrap();
+    let authors = db.collection::<Document>("authors");
+    authors.insert_one(doc! {"_id": "stale"}).await.unwrap();
+    db.run_command(
+        doc! {"createIndexes": "authors", "indexes": [{"key": {"books": 1}, "name": "books_1"}]},
+    )
+    .await
+    .unwrap();
+    let reply = db
+        .run_command(doc! {"aggregate": "books", "pipeline": [
+            {"$group": {"_id": "$author", "books": {"$push": "$title"}}},
+            {"$out": "authors"},
+        ], "cursor": {}})
+        .await
+        .unwrap();
+    assert!(first_batch(&reply).is_empty());
+    let mut written = common::find_all(&authors, doc! {}, doc! {}).await;
+    for author in &mut written {
+        let books = author.get_array_mut("books").unwrap();
+        books.sort_by_key(|title| title.as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        written,
+        vec![
+            doc! {"_id": "Dante", "books": ["Divine Comedy", "Eclogues", "The Banquet"]},
+            doc! {"_id": "Homer", "books": ["Iliad", "The Odyssey"]},
+        ]
+    );
+    let indexes = first_batch(
+        &db.run_command(doc! {"listIndexes": "authors"})
+            .await
+            .unwrap(),
+    );
+    assert!(indexes
+        .iter()
+        .any(|index| index.get_str("name") == Ok("books_1")));
+
+    // A unique index the output violates fails the stage; the target keeps its documents.
+    db.run_command(doc! {"createIndexes": "authors", "indexes": [{"key": {"n": 1}, "name": "n_1", "unique": true, "sparse": true}]})
+        .await
+        .unwrap();
+    let (code, _, _) = common::command_error(
+        db.run_command(doc! {"aggregate": "books", "pipeline": [
+            {"$project": {"n": {"$literal": 1}}},
+            {"$out": "authors"},
+        ], "cursor": {}})
+            .await,
+    );
+    assert_eq!(code, 11000);
+    assert_eq!(authors.count_documents(doc! {}).await.unwrap(), 2);
+    let names = db.list_collection_names().await.unwrap();
+    assert!(
+        !names.iter().any(|name| name.starts_with("tmp.agg_out")),
+        "{names:?}"
+    );
+    // `$out` ends a pipeline.
+    let (code, _, _) = common::command_error(
+        db.run_command(
+            doc! {"aggregate": "books", "pipeline": [{"$out": "x"}, {"$match": {}}], "cursor": {}},
+        )
+        .await,
+    );
+    assert_eq!(code, 40601);
+    server.stop().await;
+}

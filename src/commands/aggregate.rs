@@ -12,16 +12,19 @@ use bson::{doc, Bson, Document};
 use crate::async_handler;
 use crate::commands::args::{
     check_hint, collation_for, let_variables, optional_bool, optional_document, required,
-    validate_namespace, wrong_type,
+    validate_namespace, validate_writable_namespace, write_options, wrong_type,
 };
+use crate::commands::crud::{insert_documents, WriteContext};
 use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
+use crate::query::pipeline::OutTarget;
 use crate::query::pipeline::{CollStatsRequest, Foreign, SourceStage, Step};
 use crate::query::variables::with_command_variables;
+use crate::query::variables::CommandVariables;
 use crate::query::{Filter, Pipeline, PipelineContext};
 use crate::sorter::{self, PipelineBuffers};
 use crate::storage::Namespace;
@@ -208,7 +211,77 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),
     };
+    if let Some(target) = pipeline.out() {
+        write_out(ctx, body, target, output, &variables).await?;
+        return Ok(Reply::cursor(0, &cursor_ns, Vec::new(), true));
+    }
     stream_cursor(ctx, body, cursor_ns, output).await
+}
+
+/// Documents `$out` inserts per write.
+const OUT_BATCH: usize = 1000;
+
+/// `$out`: the output replaces `target` whole, or not at all. It is written to a temporary
+/// collection with the target's options and indexes (so a unique index fails the stage before
+/// anything is replaced), through the normal insert path, then renamed over the target.
+async fn write_out(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    target: &OutTarget,
+    output: crate::query::pipeline::DocumentStream,
+    variables: &CommandVariables,
+) -> CommandResult<()> {
+    let db = target.db.as_deref().unwrap_or(ctx.db);
+    let target_ns = Namespace::new(db, target.coll.as_str());
+    validate_writable_namespace(&target_ns)?;
+    let storage = ctx.state.storage.as_ref();
+    let existing = storage.collection(&target_ns).await?;
+    let temp = Namespace::new(db, format!("tmp.agg_out.{}", uuid::Uuid::new_v4().simple()));
+    let options = existing
+        .as_ref()
+        .map(|meta| meta.options.clone())
+        .unwrap_or_default();
+    storage.create_collection(&temp, options).await?;
+    let written = async {
+        if let Some(meta) = &existing {
+            let indexes: Vec<_> = meta.indexes[1..]
+                .iter()
+                .map(|index| (**index).clone())
+                .collect();
+            if !indexes.is_empty() {
+                storage.create_indexes(&temp, indexes).await?;
+            }
+        }
+        let writer =
+            WriteContext::open(ctx, &temp, write_options(ctx, body)?, variables.clone()).await?;
+        let mut batch: Vec<Document> = Vec::with_capacity(OUT_BATCH);
+        let mut output = output.peekable();
+        while let Some(document) = output.next() {
+            batch.push(document.map_err(during_aggregation)?);
+            if batch.len() == OUT_BATCH || output.peek().is_none() {
+                let documents: Vec<&Document> = batch.iter().collect();
+                let outcome = insert_documents(&writer, &documents).await?;
+                if let Some((_, error)) = outcome.errors.into_iter().next() {
+                    return Err(error);
+                }
+                batch.clear();
+            }
+        }
+        drop(writer);
+        storage.rename_collection(&temp, &target_ns, true).await?;
+        Ok::<(), CommandError>(())
+    }
+    .await;
+    if written.is_err() {
+        // Best effort: the error the client sees is the stage's, not the cleanup's.
+        let _ = storage.drop_collection(&temp).await;
+    }
+    written?;
+    let target_name = target_ns.to_string();
+    ctx.state
+        .cursors
+        .kill_where(|cursor_ns| cursor_ns == target_name);
+    Ok(())
 }
 
 /// The documents of collection `name` (in the command's database) matching `filter`, for a

@@ -114,6 +114,68 @@ pub struct Pipeline {
     leading_match: Option<Document>,
     leading_filter: Option<Filter>,
     stages: Vec<Stage>,
+    /// A final `$out`: the collection the output replaces.
+    out: Option<OutTarget>,
+}
+
+/// Where a final `$out` writes: `coll` in `db` (the pipeline's database when `None`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutTarget {
+    pub db: Option<String>,
+    pub coll: String,
+}
+
+impl OutTarget {
+    fn parse(spec: &Bson) -> CommandResult<OutTarget> {
+        match spec {
+            Bson::String(coll) => Ok(OutTarget {
+                db: None,
+                coll: coll.clone(),
+            }),
+            Bson::Document(arguments) => {
+                let (mut db, mut coll) = (None, None);
+                for (name, value) in arguments {
+                    match (name.as_str(), value) {
+                        ("db", Bson::String(text)) => db = Some(text.clone()),
+                        ("coll", Bson::String(text)) => coll = Some(text.clone()),
+                        ("timeseries", _) => {
+                            return Err(fail(
+                                ErrorCode::NotImplemented,
+                                "tideway has no time-series collections ($out timeseries)",
+                            ))
+                        }
+                        ("db" | "coll", other) => {
+                            return Err(CommandError::type_mismatch(format!(
+                                "BSON field '$out.{name}' is the wrong type '{}', expected type \
+                                 'string'",
+                                type_name(other)
+                            )))
+                        }
+                        (other, _) => {
+                            return Err(fail(
+                                ErrorCode::Location40415,
+                                format!("BSON field '$out.{other}' is an unknown field."),
+                            ))
+                        }
+                    }
+                }
+                let coll = coll.ok_or_else(|| {
+                    fail(
+                        ErrorCode::Location40414,
+                        "BSON field '$out.coll' is missing but a required field",
+                    )
+                })?;
+                Ok(OutTarget { db, coll })
+            }
+            other => Err(fail(
+                ErrorCode::Location16990,
+                format!(
+                    "$out only supports a string or object argument, but found {}",
+                    type_name(other)
+                ),
+            )),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -159,7 +221,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$listSearchIndexes",
     "$listSessions",
     "$merge",
-    "$out",
     "$planCacheStats",
     "$querySettings",
     "$queryStats",
@@ -192,6 +253,7 @@ impl Pipeline {
             leading_match: None,
             leading_filter: None,
             stages: Vec::new(),
+            out: None,
         };
         if stages.len() > MAX_PIPELINE_STAGES {
             return Err(fail(
@@ -228,6 +290,16 @@ impl Pipeline {
                         pipeline.source = Some(SourceStage::Documents);
                     }
                     at_start = false;
+                    continue;
+                }
+                "$out" => {
+                    if position + 1 != stages.len() {
+                        return Err(fail(
+                            ErrorCode::Location40601,
+                            "$out can only be the final stage in the pipeline",
+                        ));
+                    }
+                    pipeline.out = Some(OutTarget::parse(spec)?);
                     continue;
                 }
                 "$match" if at_start => {
@@ -376,6 +448,11 @@ impl Pipeline {
 
     pub fn source(&self) -> Option<&SourceStage> {
         self.source.as_ref()
+    }
+
+    /// The collection a final `$out` replaces with the output.
+    pub fn out(&self) -> Option<&OutTarget> {
+        self.out.as_ref()
     }
 }
 
@@ -1520,7 +1597,7 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
-        for stage in ["$graphLookup", "$merge", "$out", "$geoNear"] {
+        for stage in ["$graphLookup", "$merge", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
             assert!(error.errmsg.contains(stage));

@@ -266,7 +266,13 @@ impl UnionWith {
                     };
                     documents.push(stage.clone());
                 }
-                Some(super::Pipeline::parse(&documents)?)
+                let pipeline = super::Pipeline::parse(&documents)?;
+                if pipeline.out().is_some() {
+                    return Err(failed(
+                        "$out is not allowed within a $unionWith's sub-pipeline",
+                    ));
+                }
+                Some(pipeline)
             }
         };
         Ok(UnionWith { coll, pipeline })
