@@ -106,6 +106,7 @@ error_codes! {
     Location40171 = 40171,
     Location40600 = 40600,
     Location40601 = 40601,
+    Location51047 = 51047,
     Location51153 = 51153,
     Location51154 = 51154,
     Location51246 = 51246,

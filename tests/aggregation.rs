@@ -191,14 +191,93 @@ async fn lookup_joins_by_equality_as_the_reference_page_shows() {
             doc! {"_id": 2, "ids": [1, 3]}
         ]
     );
-    // Pipeline-form lookups are refused, not ignored.
+    server.stop().await;
+}
+
+/// The `$lookup` reference page's correlated subquery (`let` + `pipeline`) over
+/// `orders`/`warehouses`, and the concise form (`localField`/`foreignField` + `pipeline`).
+#[tokio::test]
+async fn lookup_runs_correlated_sub_pipelines() {
+    let server = TestServer::start().await;
+    let db = server.client().database("lookup_pipeline");
+    db.collection::<Document>("orders")
+        .insert_many([
+            doc! {"_id": 1, "item": "almonds", "price": 12, "ordered": 2},
+            doc! {"_id": 2, "item": "pecans", "price": 20, "ordered": 1},
+            doc! {"_id": 3, "item": "cookies", "price": 10, "ordered": 60},
+        ])
+        .await
+        .unwrap();
+    db.collection::<Document>("warehouses")
+        .insert_many([
+            doc! {"_id": 1, "stock_item": "almonds", "warehouse": "A", "instock": 120},
+            doc! {"_id": 2, "stock_item": "pecans", "warehouse": "A", "instock": 80},
+            doc! {"_id": 3, "stock_item": "almonds", "warehouse": "B", "instock": 60},
+            doc! {"_id": 4, "stock_item": "cookies", "warehouse": "B", "instock": 40},
+            doc! {"_id": 5, "stock_item": "cookies", "warehouse": "A", "instock": 80},
+        ])
+        .await
+        .unwrap();
+    let joined = first_batch(
+        &db.run_command(doc! {"aggregate": "orders", "pipeline": [
+            {"$lookup": {
+                "from": "warehouses",
+                "let": {"order_item": "$item", "order_qty": "$ordered"},
+                "pipeline": [
+                    {"$match": {"$expr": {"$and": [
+                        {"$eq": ["$stock_item", "$$order_item"]},
+                        {"$gte": ["$instock", "$$order_qty"]},
+                    ]}}},
+                    {"$project": {"stock_item": 0, "_id": 0}},
+                ],
+                "as": "stockdata",
+            }},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        joined,
+        vec![
+            doc! {"_id": 1, "item": "almonds", "price": 12, "ordered": 2, "stockdata": [
+                {"warehouse": "A", "instock": 120}, {"warehouse": "B", "instock": 60}
+            ]},
+            doc! {"_id": 2, "item": "pecans", "price": 20, "ordered": 1, "stockdata": [
+                {"warehouse": "A", "instock": 80}
+            ]},
+            doc! {"_id": 3, "item": "cookies", "price": 10, "ordered": 60, "stockdata": [
+                {"warehouse": "A", "instock": 80}
+            ]},
+        ]
+    );
+    // The concise form: equal documents first, then the pipeline over them.
+    let concise = first_batch(
+        &db.run_command(doc! {"aggregate": "orders", "pipeline": [
+            {"$lookup": {
+                "from": "warehouses", "localField": "item", "foreignField": "stock_item",
+                "pipeline": [{"$match": {"warehouse": "A"}}, {"$project": {"_id": 1}}],
+                "as": "inA",
+            }},
+            {"$project": {"inA": 1}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        concise,
+        vec![
+            doc! {"_id": 1, "inA": [{"_id": 1}]},
+            doc! {"_id": 2, "inA": [{"_id": 2}]},
+            doc! {"_id": 3, "inA": [{"_id": 5}]},
+        ]
+    );
     let (code, _, _) = common::command_error(
-        db.run_command(doc! {"aggregate": "classes", "pipeline": [
-            {"$lookup": {"from": "members", "pipeline": [], "as": "all"}},
+        db.run_command(doc! {"aggregate": "orders", "pipeline": [
+            {"$lookup": {"from": "warehouses", "pipeline": [{"$out": "x"}], "as": "w"}},
         ], "cursor": {}})
             .await,
     );
-    assert_eq!(code, 238);
+    assert_eq!(code, 51047);
     server.stop().await;
 }
 

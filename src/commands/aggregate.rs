@@ -186,7 +186,9 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                 let collation = resume.context().collation.clone();
                 let filter = lookup.foreign_filter(&documents);
                 let foreign = read_collection(ctx, &lookup.from, filter, &collation).await?;
-                let joined = lookup.join(documents, &foreign, collation.as_deref())?;
+                let joined = lookup
+                    .join(documents, &foreign, resume.context())
+                    .map_err(during_aggregation)?;
                 step = resume.resume(joined).map_err(during_aggregation)?;
             }
             Step::Foreign {

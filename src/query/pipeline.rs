@@ -200,7 +200,7 @@ enum Stage {
     },
     Facet(facet::Facet),
     Sample(u64),
-    Lookup(lookup::Lookup),
+    Lookup(Box<lookup::Lookup>),
     UnionWith(Box<lookup::UnionWith>),
 }
 
@@ -637,7 +637,7 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         "$count" => Stage::Count(parse_count_field(spec)?),
         "$group" => Stage::Group(Group::parse(spec)?),
         "$facet" => Stage::Facet(facet::Facet::parse(spec)?),
-        "$lookup" => Stage::Lookup(lookup::Lookup::parse(spec)?),
+        "$lookup" => Stage::Lookup(Box::new(lookup::Lookup::parse(spec)?)),
         "$unionWith" => Stage::UnionWith(Box::new(lookup::UnionWith::parse(spec)?)),
         "$sample" => Stage::Sample(facet::parse_sample(spec)?),
         "$bucket" => {

@@ -56,6 +56,22 @@ impl CommandVariables {
         Ok(extended)
     }
 
+    /// These variables extended with values already computed (a `$lookup`'s `let`, evaluated
+    /// against its input document).
+    pub fn with_values(&self, values: Vec<(String, Option<Bson>)>) -> CommandVariables {
+        let mut bound = self.bound.to_vec();
+        bound.extend(values);
+        CommandVariables {
+            now: self.now,
+            bound: Arc::from(bound),
+        }
+    }
+
+    /// The variables in scope of the parse in progress, if any.
+    pub fn in_scope() -> Option<CommandVariables> {
+        IN_SCOPE.with(|scope| scope.borrow().clone())
+    }
+
     /// The bindings, oldest first.
     pub fn bindings(&self) -> &[(String, Option<Bson>)] {
         &self.bound

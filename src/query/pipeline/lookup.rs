@@ -1,6 +1,7 @@
-//! The stages that read another collection: `$lookup` by equality (`from`, `localField`,
-//! `foreignField`, `as`: parsing, the query the caller runs on the foreign collection for a
-//! batch of input documents, and the join) and `$unionWith` (parsing).
+//! The stages that read another collection: `$lookup` (by equality on `localField`/
+//! `foreignField`, through a `let` + `pipeline` sub-pipeline, or both: parsing, the query the
+//! caller runs on the foreign collection for a batch of input documents, and the join) and
+//! `$unionWith` (parsing).
 //!
 //! Invariants:
 //! - The runner pauses at a `$lookup` with every input document of the stage collected; the
@@ -11,15 +12,21 @@
 //!   missing field) equals a foreign value (or an element of a foreign array) under the run's
 //!   collation, and null matches null and missing. Joined documents keep the order the read
 //!   returned them in.
+//! - A sub-pipeline sees the command's variables and its `let` values, evaluated against each
+//!   input document (so it is parsed again per document; without `let`, once); it runs in memory
+//!   over the foreign documents (all of them, or the equal ones in the concise form).
 
 use std::collections::HashMap;
 
 use bson::{doc, Bson, Document};
 
+use super::expr::{validate_variable_name, Expr};
+use super::{Pipeline, PipelineContext};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::Collation;
 use crate::query::display::type_name;
 use crate::query::path;
+use crate::query::variables::{with_command_variables, CommandVariables};
 
 /// Most distinct local values the foreign read asks for by `$in`.
 const MAX_IN_VALUES: usize = 1024;
@@ -35,19 +42,35 @@ fn encoded(value: &Bson) -> Vec<u8> {
     key
 }
 
-/// A parsed equality `$lookup`.
+/// A parsed `$lookup`: by equality (`localField`/`foreignField`), through a sub-pipeline
+/// (`let` + `pipeline`), or both (the pipeline runs over the equal documents).
 #[derive(Clone, Debug)]
 pub struct Lookup {
     /// The foreign collection, in the pipeline's database.
     pub from: String,
-    local_field: String,
-    foreign_field: String,
+    /// `localField` and `foreignField`, when given.
+    equality: Option<(String, String)>,
+    sub: Option<SubPipeline>,
     as_field: Vec<String>,
+}
+
+/// A `$lookup`'s `let` variables (evaluated against each input document) and `pipeline`.
+#[derive(Clone, Debug)]
+struct SubPipeline {
+    lets: Vec<(String, Expr)>,
+    stages: Vec<Document>,
+    /// The pipeline parsed once, when no `let` variable can change it.
+    fixed: Option<Pipeline>,
+    /// The command variables the stage was parsed under (a sub-pipeline sees them too).
+    outer: Option<CommandVariables>,
 }
 
 fn failed(message: impl Into<String>) -> CommandError {
     CommandError::new(ErrorCode::FailedToParse, message)
 }
+
+/// Stages a `$lookup` sub-pipeline may not hold.
+const NOT_IN_LOOKUP: &[&str] = &["$out", "$merge"];
 
 impl Lookup {
     pub(crate) fn parse(spec: &Bson) -> CommandResult<Lookup> {
@@ -58,43 +81,95 @@ impl Lookup {
             )));
         };
         let mut fields: HashMap<&str, &str> = HashMap::new();
+        let mut lets: Vec<(String, Expr)> = Vec::new();
+        let mut stages: Option<Vec<Document>> = None;
         for (name, value) in arguments {
-            match name.as_str() {
-                "pipeline" | "let" => {
-                    return Err(CommandError::new(
-                        ErrorCode::NotImplemented,
-                        "tideway supports $lookup with localField and foreignField only (not \
-                         'pipeline' or 'let')",
-                    ))
+            match (name.as_str(), value) {
+                ("let", Bson::Document(variables)) => {
+                    for (variable, expression) in variables {
+                        validate_variable_name(variable)?;
+                        lets.push((variable.clone(), Expr::parse(expression)?));
+                    }
                 }
-                "from" | "as" | "localField" | "foreignField" => {
-                    let Bson::String(text) = value else {
-                        return Err(failed(format!(
-                            "$lookup argument '{name}: {}' must be a string, is type {}",
-                            crate::query::display::value_string(value),
-                            type_name(value)
-                        )));
-                    };
+                ("pipeline", Bson::Array(items)) => {
+                    let mut documents = Vec::with_capacity(items.len());
+                    for item in items {
+                        let Bson::Document(stage) = item else {
+                            return Err(failed(format!(
+                                "'pipeline' option must be specified as an array of objects, \
+                                 found {}",
+                                type_name(item)
+                            )));
+                        };
+                        if let Some(forbidden) = stage
+                            .keys()
+                            .next()
+                            .filter(|stage_name| NOT_IN_LOOKUP.contains(&stage_name.as_str()))
+                        {
+                            return Err(CommandError::new(
+                                ErrorCode::Location51047,
+                                format!(
+                                    "{forbidden} is not allowed within a $lookup's sub-pipeline"
+                                ),
+                            ));
+                        }
+                        documents.push(stage.clone());
+                    }
+                    stages = Some(documents);
+                }
+                ("let" | "pipeline", other) => {
+                    return Err(failed(format!(
+                        "$lookup argument '{name}' must be {}, found {}",
+                        if name == "let" {
+                            "an object"
+                        } else {
+                            "an array"
+                        },
+                        type_name(other)
+                    )))
+                }
+                ("from" | "as" | "localField" | "foreignField", Bson::String(text)) => {
                     fields.insert(name.as_str(), text.as_str());
                 }
-                other => return Err(failed(format!("unknown argument to $lookup: {other}"))),
+                ("from" | "as" | "localField" | "foreignField", other) => {
+                    return Err(failed(format!(
+                        "$lookup argument '{name}: {}' must be a string, is type {}",
+                        crate::query::display::value_string(other),
+                        type_name(other)
+                    )))
+                }
+                (other, _) => return Err(failed(format!("unknown argument to $lookup: {other}"))),
             }
         }
         let as_field = fields
             .get("as")
             .ok_or_else(|| failed("must specify 'as' field for a $lookup"))?;
-        let (Some(local_field), Some(foreign_field)) =
-            (fields.get("localField"), fields.get("foreignField"))
-        else {
-            return Err(failed(
-                "$lookup requires either 'pipeline' or both 'localField' and 'foreignField' to be \
-                 specified",
-            ));
+        let equality = match (fields.get("localField"), fields.get("foreignField")) {
+            (Some(local), Some(foreign)) => Some(((*local).to_string(), (*foreign).to_string())),
+            (None, None) if stages.is_some() => None,
+            (None, None) => {
+                return Err(failed(
+                    "$lookup requires either 'pipeline' or both 'localField' and 'foreignField' \
+                     to be specified",
+                ))
+            }
+            _ => {
+                return Err(failed(
+                    "$lookup requires both or neither of 'localField' and 'foreignField'",
+                ))
+            }
         };
+        if stages.is_none() && !lets.is_empty() {
+            return Err(failed("$lookup with 'let' must also specify 'pipeline'"));
+        }
         let from = fields
             .get("from")
             .ok_or_else(|| failed("must specify 'from' field for a $lookup"))?;
-        for path in [*as_field, *local_field, *foreign_field] {
+        let mut paths = vec![*as_field];
+        if let Some((local, foreign)) = &equality {
+            paths.extend([local.as_str(), foreign.as_str()]);
+        }
+        for path in paths {
             if path.is_empty()
                 || path
                     .split('.')
@@ -106,18 +181,45 @@ impl Lookup {
                 ));
             }
         }
+        let sub = match stages {
+            None => None,
+            Some(stages) => {
+                let outer = CommandVariables::in_scope();
+                // Parsed once now: with its `let` names bound (to nothing yet), which checks it;
+                // kept when no `let` can change it.
+                let names: Vec<(String, Option<Bson>)> =
+                    lets.iter().map(|(name, _)| (name.clone(), None)).collect();
+                let scope = outer
+                    .clone()
+                    .unwrap_or_else(|| CommandVariables::at(bson::DateTime::now()))
+                    .with_values(names);
+                let parsed = with_command_variables(&scope, || Pipeline::parse(&stages))?;
+                if parsed.out().is_some() || parsed.source().is_some() {
+                    return Err(CommandError::new(
+                        ErrorCode::NotImplemented,
+                        "tideway's $lookup sub-pipelines take no source or output stage",
+                    ));
+                }
+                Some(SubPipeline {
+                    fixed: lets.is_empty().then_some(parsed),
+                    lets,
+                    stages,
+                    outer,
+                })
+            }
+        };
         Ok(Lookup {
             from: (*from).to_string(),
-            local_field: (*local_field).to_string(),
-            foreign_field: (*foreign_field).to_string(),
+            equality,
+            sub,
             as_field: path::split_path(as_field),
         })
     }
 
     /// The values `document` is joined on: each value at `localField` (array elements and the
     /// array itself), null when there is none.
-    fn local_values(&self, document: &Document) -> Vec<Bson> {
-        let values: Vec<Bson> = path::lookup_values(document, &self.local_field)
+    fn local_values(local_field: &str, document: &Document) -> Vec<Bson> {
+        let values: Vec<Bson> = path::lookup_values(document, local_field)
             .into_iter()
             .cloned()
             .collect();
@@ -133,10 +235,13 @@ impl Lookup {
     /// every document when there are more than [`MAX_IN_VALUES`] distinct values, where one
     /// read of the collection beats that many index probes and an `$in` that large.
     pub fn foreign_filter(&self, documents: &[Document]) -> Document {
+        let Some((local_field, foreign_field)) = &self.equality else {
+            return Document::new();
+        };
         let mut seen = std::collections::HashSet::new();
         let mut values: Vec<Bson> = Vec::new();
         for document in documents {
-            for value in self.local_values(document) {
+            for value in Lookup::local_values(local_field, document) {
                 if seen.insert(encoded(&value)) {
                     if values.len() == MAX_IN_VALUES {
                         return Document::new();
@@ -146,28 +251,93 @@ impl Lookup {
             }
         }
         // A regex value in `$in` also matches strings by pattern: a superset too.
-        doc! {self.foreign_field.as_str(): {"$in": values}}
+        doc! {foreign_field.as_str(): {"$in": values}}
     }
 
-    /// Each of `documents` with `as` set to the `foreign` documents it matches.
+    /// Each of `documents` with `as` set to the `foreign` documents it matches (equal on the
+    /// fields, and then through the sub-pipeline with the document's `let` values).
     pub fn join(
         &self,
         documents: Vec<Document>,
         foreign: &[Document],
-        collation: Option<&Collation>,
+        context: &PipelineContext,
     ) -> CommandResult<Vec<Document>> {
-        // Foreign documents by the comparison key of each value at `foreignField`.
-        let key = |value: &Bson| -> Vec<u8> {
-            match collation {
-                Some(collation) => encoded(&collation.index_value(value)),
-                None => encoded(value),
-            }
-        };
-        let null_key = key(&Bson::Null);
+        let collation = context.collation.as_deref();
+        let equal = self.equality.as_ref().map(|(local_field, foreign_field)| {
+            (
+                local_field,
+                ForeignIndex::new(foreign, foreign_field, collation),
+            )
+        });
+        let mut joined = Vec::with_capacity(documents.len());
+        for mut document in documents {
+            let candidates: Vec<Document> = match &equal {
+                Some((local_field, index)) => index.matching(
+                    foreign,
+                    &Lookup::local_values(local_field, &document),
+                    collation,
+                ),
+                None => foreign.to_vec(),
+            };
+            let results = match &self.sub {
+                None => candidates,
+                Some(sub) => sub.run(&document, candidates, context)?,
+            };
+            let array = Bson::Array(results.into_iter().map(Bson::Document).collect());
+            path::set_path(&mut document, &self.as_field, array)?;
+            joined.push(document);
+        }
+        Ok(joined)
+    }
+}
+
+impl SubPipeline {
+    /// The sub-pipeline's output over `candidates` for the input `document`.
+    fn run(
+        &self,
+        document: &Document,
+        candidates: Vec<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<Document>> {
+        if let Some(pipeline) = &self.fixed {
+            return pipeline.run_whole(candidates, context);
+        }
+        let mut values = Vec::with_capacity(self.lets.len());
+        for (name, expression) in &self.lets {
+            values.push((name.clone(), expression.evaluate_in(document, context)?));
+        }
+        let scope = self
+            .outer
+            .clone()
+            .unwrap_or_else(|| CommandVariables::at(context.now))
+            .with_values(values);
+        let pipeline = with_command_variables(&scope, || Pipeline::parse(&self.stages))?;
+        pipeline.run_whole(candidates, context)
+    }
+}
+
+/// Foreign documents by the comparison key of each value at `foreignField` (a missing field as
+/// null).
+struct ForeignIndex {
+    by_value: HashMap<Vec<u8>, Vec<usize>>,
+}
+
+fn comparison_key(value: &Bson, collation: Option<&Collation>) -> Vec<u8> {
+    match collation {
+        Some(collation) => encoded(&collation.index_value(value)),
+        None => encoded(value),
+    }
+}
+
+impl ForeignIndex {
+    fn new(foreign: &[Document], foreign_field: &str, collation: Option<&Collation>) -> Self {
+        let null_key = comparison_key(&Bson::Null, collation);
         let mut by_value: HashMap<Vec<u8>, Vec<usize>> = HashMap::new();
         for (index, document) in foreign.iter().enumerate() {
-            let values = path::lookup_values(document, &self.foreign_field);
-            let mut keys: Vec<Vec<u8>> = values.into_iter().map(&key).collect();
+            let mut keys: Vec<Vec<u8>> = path::lookup_values(document, foreign_field)
+                .into_iter()
+                .map(|value| comparison_key(value, collation))
+                .collect();
             if keys.is_empty() {
                 keys.push(null_key.clone());
             }
@@ -177,25 +347,31 @@ impl Lookup {
                 by_value.entry(key).or_default().push(index);
             }
         }
-        let mut joined = Vec::with_capacity(documents.len());
-        for mut document in documents {
-            let mut matches: Vec<usize> = self
-                .local_values(&document)
-                .iter()
-                .flat_map(|value| by_value.get(&key(value)).cloned().unwrap_or_default())
-                .collect();
-            matches.sort_unstable();
-            matches.dedup();
-            let array = Bson::Array(
-                matches
-                    .into_iter()
-                    .map(|index| Bson::Document(foreign[index].clone()))
-                    .collect(),
-            );
-            path::set_path(&mut document, &self.as_field, array)?;
-            joined.push(document);
-        }
-        Ok(joined)
+        ForeignIndex { by_value }
+    }
+
+    /// The foreign documents equal to any of `values`, in read order.
+    fn matching(
+        &self,
+        foreign: &[Document],
+        values: &[Bson],
+        collation: Option<&Collation>,
+    ) -> Vec<Document> {
+        let mut matches: Vec<usize> = values
+            .iter()
+            .flat_map(|value| {
+                self.by_value
+                    .get(&comparison_key(value, collation))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        matches.sort_unstable();
+        matches.dedup();
+        matches
+            .into_iter()
+            .map(|index| foreign[index].clone())
+            .collect()
     }
 }
 
