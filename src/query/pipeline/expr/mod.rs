@@ -5,9 +5,9 @@
 //! This file holds what every operator shares: the [`Expr`] tree, parsing dispatch (the
 //! operator-name tables), the evaluation environment ([`Vars`]) and the evaluation dispatch
 //! (`evaluate`, `apply_op`). Each operator family parses and evaluates itself in its own file:
-//! `arithmetic`, `string`, `date`, `array` (with `$filter`/`$map`), `object`, `convert`
-//! (`$convert`, `$to*`), `conditional` (boolean, comparison and conditional operators) and
-//! `variables` (`$let` and the variable scope of `$filter`/`$map`).
+//! `arithmetic`, `string`, `date`, `array` (with `$filter`/`$map`), `set`, `trigonometry`,
+//! `object`, `convert` (`$convert`, `$to*`), `conditional` (boolean, comparison and conditional
+//! operators) and `variables` (`$let` and the variable scope of `$filter`/`$map`).
 //!
 //! Invariants:
 //! - A value is `Option<Bson>`: `None` is mongod's "missing" (a path that names nothing, or
@@ -41,7 +41,9 @@ mod conditional;
 mod convert;
 mod date;
 mod object;
+mod set;
 mod string;
+mod trigonometry;
 mod variables;
 
 pub(crate) use arithmetic::{add_numbers, divide_decimal, number_bson};
@@ -65,10 +67,12 @@ use object::{
     evaluate_get_field, evaluate_merge_objects, evaluate_set_field, parse_get_field,
     parse_set_field,
 };
+use set::{evaluate_set, parse_set_equals, SetOp};
 use string::{
     evaluate_case, evaluate_concat, evaluate_split, evaluate_str_len_cp, evaluate_substr_cp,
     evaluate_trim, parse_trim,
 };
+use trigonometry::{evaluate_trig, TrigOp};
 use variables::{evaluate_let, parse_let};
 
 /// An evaluated value; `None` is missing.
@@ -210,6 +214,8 @@ pub(crate) enum Op {
     ReverseArray,
     Type,
     MergeObjects,
+    Set(SetOp),
+    Trig(TrigOp),
     Accumulate(AccumulatorOp),
 }
 
@@ -542,6 +548,27 @@ fn simple_operator(name: &str) -> Option<(Op, usize, Option<usize>)> {
         "$reverseArray" => (ReverseArray, 1, Some(1)),
         "$type" => (Type, 1, Some(1)),
         "$mergeObjects" => (MergeObjects, 0, None),
+        "$setUnion" => (Set(SetOp::Union), 0, None),
+        "$setIntersection" => (Set(SetOp::Intersection), 0, None),
+        "$setDifference" => (Set(SetOp::Difference), 2, Some(2)),
+        "$setIsSubset" => (Set(SetOp::IsSubset), 2, Some(2)),
+        "$anyElementTrue" => (Set(SetOp::AnyElementTrue), 1, Some(1)),
+        "$allElementsTrue" => (Set(SetOp::AllElementsTrue), 1, Some(1)),
+        "$sin" => (Trig(TrigOp::Sin), 1, Some(1)),
+        "$cos" => (Trig(TrigOp::Cos), 1, Some(1)),
+        "$tan" => (Trig(TrigOp::Tan), 1, Some(1)),
+        "$asin" => (Trig(TrigOp::Asin), 1, Some(1)),
+        "$acos" => (Trig(TrigOp::Acos), 1, Some(1)),
+        "$atan" => (Trig(TrigOp::Atan), 1, Some(1)),
+        "$atan2" => (Trig(TrigOp::Atan2), 2, Some(2)),
+        "$sinh" => (Trig(TrigOp::Sinh), 1, Some(1)),
+        "$cosh" => (Trig(TrigOp::Cosh), 1, Some(1)),
+        "$tanh" => (Trig(TrigOp::Tanh), 1, Some(1)),
+        "$asinh" => (Trig(TrigOp::Asinh), 1, Some(1)),
+        "$acosh" => (Trig(TrigOp::Acosh), 1, Some(1)),
+        "$atanh" => (Trig(TrigOp::Atanh), 1, Some(1)),
+        "$degreesToRadians" => (Trig(TrigOp::DegreesToRadians), 1, Some(1)),
+        "$radiansToDegrees" => (Trig(TrigOp::RadiansToDegrees), 1, Some(1)),
         "$sum" => (Accumulate(AccumulatorOp::Sum), 0, None),
         "$avg" => (Accumulate(AccumulatorOp::Avg), 0, None),
         "$min" => (Accumulate(AccumulatorOp::Min), 0, None),
@@ -582,24 +609,13 @@ fn date_part(name: &str) -> Option<DatePart> {
 
 /// Expression operators mongod has and this server does not implement.
 const UNIMPLEMENTED_OPERATORS: &[&str] = &[
-    "$acos",
-    "$acosh",
-    "$allElementsTrue",
-    "$anyElementTrue",
     "$arrayToObject",
-    "$asin",
-    "$asinh",
-    "$atan",
-    "$atan2",
-    "$atanh",
     "$binarySize",
     "$bitAnd",
     "$bitNot",
     "$bitOr",
     "$bitXor",
     "$bsonSize",
-    "$cos",
-    "$cosh",
     "$dateAdd",
     "$dateDiff",
     "$dateFromParts",
@@ -607,7 +623,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$dateSubtract",
     "$dateToParts",
     "$dateTrunc",
-    "$degreesToRadians",
     "$exp",
     "$firstN",
     "$function",
@@ -629,7 +644,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$objectToArray",
     "$percentile",
     "$pow",
-    "$radiansToDegrees",
     "$rand",
     "$range",
     "$reduce",
@@ -639,13 +653,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$replaceAll",
     "$replaceOne",
     "$sampleRate",
-    "$setDifference",
-    "$setEquals",
-    "$setIntersection",
-    "$setIsSubset",
-    "$setUnion",
-    "$sin",
-    "$sinh",
     "$sortArray",
     "$sqrt",
     "$stdDevPop",
@@ -654,8 +661,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$strLenBytes",
     "$substr",
     "$substrBytes",
-    "$tan",
-    "$tanh",
     "$toHashedIndexKey",
     "$tsIncrement",
     "$tsSecond",
@@ -744,6 +749,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
             }
             Ok(Expr::Lazy(Lazy::IfNull, arguments))
         }
+        "$setEquals" => parse_set_equals(operand, scope),
         "$cond" => parse_cond(operand, scope),
         "$switch" => parse_switch(operand, scope),
         "$filter" => parse_filter(operand, scope),
@@ -979,6 +985,8 @@ fn apply_op(op: Op, values: Vec<Value>, collation: Option<&Collation>) -> Comman
             value_type_name(&one(values)?).to_string(),
         ))),
         Op::MergeObjects => evaluate_merge_objects(values),
+        Op::Set(set_op) => evaluate_set(set_op, values, collation),
+        Op::Trig(trig_op) => evaluate_trig(trig_op, values),
         Op::Accumulate(accumulator) => {
             let mut state = AccumulatorState::new(accumulator);
             // One argument: an array is aggregated over its elements.
