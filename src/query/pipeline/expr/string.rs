@@ -57,7 +57,7 @@ pub(super) fn parse_trim(
 }
 
 /// mongod's `coerceToString` (used by `$toLower`, `$toUpper`, `$substrCP`).
-fn coerce_to_string(value: &Value) -> CommandResult<String> {
+pub(super) fn coerce_to_string(value: &Value) -> CommandResult<String> {
     match value {
         None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(String::new()),
         Some(Bson::String(text)) | Some(Bson::Symbol(text)) => Ok(text.clone()),
