@@ -794,6 +794,84 @@ mod tests {
         );
     }
 
+    /// mongod's `jstests/aggregation/expressions/indexof_bytes.js` and `indexof_codepoints.js`
+    /// (SERVER-56819's empty-string cases included).
+    #[test]
+    fn index_of_follows_mongod_jstests() {
+        check_values(vec![
+            (bson!({"$indexOfBytes": ["abc", "b"]}), bson!(1)),
+            (bson!({"$indexOfBytes": ["abcba", "b"]}), bson!(1)),
+            (bson!({"$indexOfBytes": ["abc", "d"]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["abcba", "b", 2]}), bson!(3)),
+            (bson!({"$indexOfBytes": ["abcde", "d", 0, 2]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["abc", "b", 1]}), bson!(1)),
+            (bson!({"$indexOfBytes": ["abc", "b", 0, 10]}), bson!(1)),
+            (bson!({"$indexOfBytes": ["abcbabc", "b", 2, 4]}), bson!(3)),
+            (bson!({"$indexOfBytes": ["abc", "b", 3]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["abc", "b", 3, 1]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["abc", "b", 3, 5]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["", " "]}), bson!(-1)),
+            (bson!({"$indexOfBytes": [" ", ""]}), bson!(0)),
+            (bson!({"$indexOfBytes": ["", ""]}), bson!(0)),
+            (bson!({"$indexOfBytes": ["abc", "", 3]}), bson!(3)),
+            (bson!({"$indexOfBytes": ["abc", "", 1]}), bson!(1)),
+            (bson!({"$indexOfBytes": ["abcde", "de"]}), bson!(3)),
+            (bson!({"$indexOfBytes": ["abcde", "def"]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["a∫∫b", "b"]}), bson!(7)),
+            (bson!({"$indexOfBytes": ["a∫∫b", "b", 6]}), bson!(7)),
+            (bson!({"$indexOfBytes": ["abc∫ba", "∫"]}), bson!(3)),
+            (bson!({"$indexOfBytes": ["∫∫∫", "a"]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["ab∫c", "c", 0, 3]}), bson!(-1)),
+            (bson!({"$indexOfBytes": ["abc∫b∫", "b∫"]}), bson!(6)),
+            (bson!({"$indexOfBytes": ["abc\u{0}d", "d"]}), bson!(4)),
+            (bson!({"$indexOfBytes": ["abc\u{0}", "\u{0}"]}), bson!(3)),
+            (
+                bson!({"$indexOfBytes": ["abc\u{0}d\u{0}", "d", 5, 6]}),
+                bson!(-1),
+            ),
+            (bson!({"$indexOfBytes": [null, "b"]}), Bson::Null),
+        ]);
+        check_values(vec![
+            (bson!({"$indexOfCP": ["", "", 3]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["", "", 3, 1]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["∫aƒ", "ƒ"]}), bson!(2)),
+            (bson!({"$indexOfCP": ["a∫c", "d"]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["∫b∫ba", "b", 2]}), bson!(3)),
+            (bson!({"$indexOfCP": ["ab∫de", "d", 0, 3]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["ab∫de", "d", 0, 4]}), bson!(3)),
+            (bson!({"$indexOfCP": ["øøc", "ø", 1]}), bson!(1)),
+            (bson!({"$indexOfCP": ["øƒc", "ƒ", 0, 10]}), bson!(1)),
+            (bson!({"$indexOfCP": ["abcbabc", "b", 2, 4]}), bson!(3)),
+            (bson!({"$indexOfCP": ["abc", "b", 3]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["a√cb", "b", 3, 1]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["a∫b", "b", 3, 5]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["", "∫"]}), bson!(-1)),
+            (bson!({"$indexOfCP": [" ", ""]}), bson!(0)),
+            (bson!({"$indexOfCP": ["", ""]}), bson!(0)),
+            (bson!({"$indexOfCP": ["abc", "", 1]}), bson!(1)),
+            (bson!({"$indexOfCP": ["abcƒe", "ƒe"]}), bson!(3)),
+            (bson!({"$indexOfCP": ["∫aeøø", "øøø"]}), bson!(-1)),
+            (bson!({"$indexOfCP": ["ab∫\u{0}d", "d"]}), bson!(4)),
+            (bson!({"$indexOfCP": ["øbc\u{0}", "\u{0}"]}), bson!(3)),
+            (
+                bson!({"$indexOfCP": ["πbƒ\u{0}d\u{0}", "d", 5, 6]}),
+                bson!(-1),
+            ),
+            (bson!({"$indexOfCP": [null, "√"]}), Bson::Null),
+        ]);
+        check_errors(vec![
+            (bson!({"$indexOfBytes": [3, "s"]}), 40091),
+            (bson!({"$indexOfBytes": ["s", 3]}), 40092),
+            (bson!({"$indexOfBytes": ["abc", "b", "bad"]}), 40096),
+            (bson!({"$indexOfBytes": ["abc", "b", 0, "bad"]}), 40096),
+            (bson!({"$indexOfBytes": ["abc", "b", 1, -1]}), 40097),
+            (bson!({"$indexOfCP": [3, "s"]}), 40093),
+            (bson!({"$indexOfCP": ["s", 3]}), 40094),
+            (bson!({"$indexOfCP": ["abc", "b", 0, "bad"]}), 40096),
+            (bson!({"$indexOfCP": ["abc", "b", 1, -1]}), 40097),
+        ]);
+    }
+
     #[test]
     fn index_of_errors_carry_mongod_codes() {
         check_errors(vec![
