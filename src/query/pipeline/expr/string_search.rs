@@ -484,6 +484,18 @@ pub(super) fn parse_regex(
     })
 }
 
+/// Drops PCRE's leading `(*UTF8)`, `(*UTF)` and `(*UCP)` verbs, which ask for what this crate
+/// always does (UTF-8 matching, Unicode `\w \d \s \b`). Other verbs are refused by the crate.
+fn strip_start_verbs(mut pattern: &str) -> &str {
+    while let Some(rest) = ["(*UTF8)", "(*UTF)", "(*UCP)"]
+        .iter()
+        .find_map(|verb| pattern.strip_prefix(verb))
+    {
+        pattern = rest;
+    }
+    pattern
+}
+
 /// mongod's `extractRegexAndOptions` then `compile`: `None` when the pattern is nullish.
 fn compile_regex(name: &str, pattern: &Value, options: &Value) -> CommandResult<Option<Regex>> {
     if !is_nullish(pattern)
@@ -536,7 +548,7 @@ fn compile_regex(name: &str, pattern: &Value, options: &Value) -> CommandResult<
     let Some(pattern) = pattern else {
         return Ok(None);
     };
-    let mut builder = RegexBuilder::new(pattern);
+    let mut builder = RegexBuilder::new(strip_start_verbs(pattern));
     for flag in flags.chars() {
         match flag {
             'i' => {
@@ -1295,6 +1307,350 @@ mod tests {
                 (doc! {"s": "Abc"}, bson!(false)),
             ],
         );
+    }
+
+    /// `$regexFindAll` of `input` over `regex` (and `options`) is `expected`; `$regexFind` is its
+    /// first match and `$regexMatch` whether it has one, as mongod's `regex.js` checks.
+    #[track_caller]
+    fn check_regex(input: &str, regex: Bson, options: Option<&str>, expected: Vec<Bson>) {
+        let mut arguments = doc! {"input": input, "regex": regex};
+        if let Some(options) = options {
+            arguments.insert("options", options);
+        }
+        let run = |name: &str| value(bson!({name: arguments.clone()}));
+        let context = format!("{arguments:?}");
+        assert_eq!(
+            run("$regexFindAll"),
+            Some(Bson::Array(expected.clone())),
+            "{context}"
+        );
+        assert_eq!(
+            run("$regexFind"),
+            Some(expected.first().cloned().unwrap_or(Bson::Null)),
+            "{context}"
+        );
+        assert_eq!(
+            run("$regexMatch"),
+            Some(Bson::Boolean(!expected.is_empty())),
+            "{context}"
+        );
+    }
+
+    /// mongod's `jstests/aggregation/expressions/regex.js`, less the cases that need PCRE's
+    /// match limits, newline conventions or ASCII-only classes.
+    #[test]
+    fn regex_operators_follow_mongod_jstests() {
+        let simple = "Simple Example ";
+        for pattern in [bson!("(m(p))"), regex("(m(p))", "")] {
+            check_regex(
+                simple,
+                pattern,
+                None,
+                vec![
+                    found("mp", 2, bson!(["mp", "p"])),
+                    found("mp", 10, bson!(["mp", "p"])),
+                ],
+            );
+        }
+        let a = "aaaaa aaaa";
+        check_regex(
+            a,
+            regex("(aa)", ""),
+            None,
+            vec![
+                found("aa", 0, bson!(["aa"])),
+                found("aa", 2, bson!(["aa"])),
+                found("aa", 6, bson!(["aa"])),
+                found("aa", 8, bson!(["aa"])),
+            ],
+        );
+        check_regex(
+            a,
+            regex("(aa)+", ""),
+            None,
+            vec![
+                found("aaaa", 0, bson!(["aa"])),
+                found("aaaa", 6, bson!(["aa"])),
+            ],
+        );
+        check_regex(
+            a,
+            regex("(a+)", ""),
+            None,
+            vec![
+                found("aaaaa", 0, bson!(["aaaaa"])),
+                found("aaaa", 6, bson!(["aaaa"])),
+            ],
+        );
+        check_regex(
+            a,
+            regex("(a)+", ""),
+            None,
+            vec![
+                found("aaaaa", 0, bson!(["a"])),
+                found("aaaa", 6, bson!(["a"])),
+            ],
+        );
+        check_regex(
+            "aaa aa",
+            regex("(a+?)", ""),
+            None,
+            [0, 1, 2, 4, 5]
+                .iter()
+                .map(|&idx| found("a", idx, bson!(["a"])))
+                .collect(),
+        );
+        check_regex(
+            "aaa aa",
+            regex("(a*?)", ""),
+            None,
+            (0..6).map(|idx| found("", idx, bson!([""]))).collect(),
+        );
+        check_regex(
+            simple,
+            bson!("((S)(i)(m)(p)(l)(e))"),
+            None,
+            vec![found(
+                "Simple",
+                0,
+                bson!(["Simple", "S", "i", "m", "p", "l", "e"]),
+            )],
+        );
+        check_regex(
+            simple,
+            bson!("(S)(i)(m)((p)(l)(e))"),
+            None,
+            vec![found(
+                "Simple",
+                0,
+                bson!(["S", "i", "m", "ple", "p", "l", "e"]),
+            )],
+        );
+        check_regex(
+            "Some field text with email merizo@merizodb.com",
+            bson!("([a-zA-Z0-9._-]+)@[a-zA-Z0-9._-]+.[a-zA-Z0-9._-]+"),
+            None,
+            vec![found("merizo@merizodb.com", 27, bson!(["merizo"]))],
+        );
+        check_regex(
+            "Text with 02 digits",
+            regex("[0-9]+", ""),
+            None,
+            vec![found("02", 10, bson!([]))],
+        );
+        check_regex(
+            "Text with 02 digits",
+            regex("(\\d+)", ""),
+            None,
+            vec![found("02", 10, bson!(["02"]))],
+        );
+        check_regex(
+            "1,2,3,4,5,6,7,8,9,10",
+            regex("^(?:1|a)\\,([0-9]+)", ""),
+            None,
+            vec![found("1,2", 0, bson!(["2"]))],
+        );
+        check_regex(
+            "abc12defgh345jklm",
+            regex("[0-9]{3}", ""),
+            None,
+            vec![found("345", 10, bson!([]))],
+        );
+        let camel = "This Is Camel Case";
+        check_regex(camel, regex("camel", ""), None, vec![]);
+        for (pattern, options) in [
+            (regex("camel", "i"), None),
+            (regex("camel", ""), Some("i")),
+            (bson!("camel"), Some("i")),
+        ] {
+            check_regex(camel, pattern, options, vec![found("Camel", 8, bson!([]))]);
+        }
+        let lines = "Foo line1\nFoo line2\nFoo line3";
+        check_regex(lines, regex("^Foo line\\d$", ""), None, vec![]);
+        check_regex(
+            lines,
+            regex("(^Foo line\\d$)", "m"),
+            None,
+            vec![
+                found("Foo line1", 0, bson!(["Foo line1"])),
+                found("Foo line2", 10, bson!(["Foo line2"])),
+                found("Foo line3", 20, bson!(["Foo line3"])),
+            ],
+        );
+        check_regex(
+            lines,
+            bson!("Foo.*line"),
+            None,
+            [0, 10, 20]
+                .iter()
+                .map(|&idx| found("Foo line", idx, bson!([])))
+                .collect(),
+        );
+        check_regex(
+            lines,
+            bson!("Foo.*line"),
+            Some("s"),
+            vec![found("Foo line1\nFoo line2\nFoo line", 0, bson!([]))],
+        );
+        check_regex(lines, bson!("F o o # a comment"), None, vec![]);
+        for pattern in ["F o o # a comment", "F o o # a comment \n\n# ignored"] {
+            check_regex(
+                lines,
+                bson!(pattern),
+                Some("x"),
+                [0, 10, 20]
+                    .iter()
+                    .map(|&idx| found("Foo", idx, bson!([])))
+                    .collect(),
+            );
+        }
+        check_regex(
+            lines,
+            bson!("(F o o) # a comment"),
+            Some("x"),
+            [0, 10, 20]
+                .iter()
+                .map(|&idx| found("Foo", idx, bson!(["Foo"])))
+                .collect(),
+        );
+        check_regex("", bson!(""), None, vec![found("", 0, bson!([]))]);
+        check_regex(
+            "bbbb",
+            bson!("()"),
+            None,
+            (0..4).map(|idx| found("", idx, bson!([""]))).collect(),
+        );
+        check_regex(simple, regex("foo", ""), None, vec![]);
+        check_regex(simple, Bson::Null, None, vec![]);
+        // Unicode: idx counts code points; scripts; the UTF/UCP start verbs.
+        check_regex(
+            "cafétéria",
+            bson!("té"),
+            None,
+            vec![found("té", 4, bson!([]))],
+        );
+        check_regex(
+            "मा०गो डीबि",
+            regex("म", ""),
+            None,
+            vec![found("म", 0, bson!([]))],
+        );
+        check_regex(
+            "मा०गो डीबि",
+            regex("(गो )", ""),
+            None,
+            vec![found("गो ", 3, bson!(["गो "]))],
+        );
+        check_regex("cafétéria", bson!("\\p{Hangul}"), None, vec![]);
+        check_regex(
+            "cafétéria",
+            bson!("\\p{Latin}+$"),
+            None,
+            vec![found("cafétéria", 0, bson!([]))],
+        );
+        for pattern in ["(*UTF8)༤", "(*UTF)༤"] {
+            check_regex(
+                "༢༣༤༤༤༥12༥A",
+                bson!(pattern),
+                None,
+                (2..5).map(|idx| found("༤", idx, bson!([]))).collect(),
+            );
+        }
+        for pattern in ["(*UTF8)(44)", "(*UTF)(44)"] {
+            check_regex(
+                "123444",
+                bson!(pattern),
+                None,
+                vec![found("44", 3, bson!(["44"]))],
+            );
+        }
+        check_regex(
+            "༢༣༤༤༤༥12༥A",
+            bson!("(*UCP)^(\\w+)"),
+            None,
+            vec![found("༢༣༤༤༤༥12༥A", 0, bson!(["༢༣༤༤༤༥12༥A"]))],
+        );
+        // Several matches per document.
+        check_regex(
+            "string1string2",
+            bson!("(str.*?[0-9])"),
+            None,
+            vec![
+                found("string1", 0, bson!(["string1"])),
+                found("string2", 7, bson!(["string2"])),
+            ],
+        );
+        check_regex(
+            "string3 string4",
+            bson!("(str.*?[0-9])"),
+            None,
+            vec![
+                found("string3", 0, bson!(["string3"])),
+                found("string4", 8, bson!(["string4"])),
+            ],
+        );
+        check_regex(
+            "string1string2",
+            bson!("(^.*[0-2]$)"),
+            None,
+            vec![found("string1string2", 0, bson!(["string1string2"]))],
+        );
+        check_regex("string3 string4", bson!("(^.*[0-2]$)"), None, vec![]);
+        for name in ["$regexFind", "$regexFindAll", "$regexMatch"] {
+            check_errors(vec![
+                (bson!({name: null}), 51103),
+                (bson!({name: "incorrect type"}), 51103),
+                (bson!({name: {"input": "string", "regex": "[0-9"}}), 51111),
+                (
+                    bson!({name: {"input": "string", "regex": "^(*UCP)[[:alpha:]]+$"}}),
+                    51111,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": "((*UCP)[[:alpha:]]+$)"}}),
+                    51111,
+                ),
+                (
+                    bson!({name: {"input": {"b": "object"}, "regex": "valid"}}),
+                    51104,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": ["incorrect"]}}),
+                    51105,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": "valid", "options": 123}}),
+                    51106,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": "valid", "options": "a"}}),
+                    51108,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": "valid", "options": "I"}}),
+                    51108,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": regex("(m(p))", "i"), "options": "i"}}),
+                    51107,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": regex("(m(p))", "i"), "options": "x"}}),
+                    51107,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": regex("(m(p))", "m"), "options": ""}}),
+                    51107,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": "sasd\u{0}", "options": "i"}}),
+                    51109,
+                ),
+                (
+                    bson!({name: {"input": "string", "regex": regex("(m(p))", ""), "options": "i\u{0}"}}),
+                    51110,
+                ),
+            ]);
+        }
     }
 
     #[test]
