@@ -8,12 +8,12 @@
 //!   string built here is valid UTF-8.
 //! - A regex whose `regex` and `options` are constants is compiled once, at parse time (its
 //!   errors are parse errors then, as in mongod); otherwise it is compiled per evaluation.
-//! - Regexes are the `regex` crate's, with mongod's flags (`i m s x`, `u` accepted and implied).
-//!   PCRE features that crate lacks (look-around, backreferences, possessive quantifiers,
-//!   `\Z`, recursion...) fail to compile and are refused with mongod's 51111, naming the
-//!   feature. Known differences kept: `\w \d \s \b` are Unicode-aware here (ASCII in mongod's
-//!   PCRE without UCP) and `$` without `m` matches only at the very end (PCRE also before a
-//!   final newline).
+//! - Regexes are the `regex` crate's, with mongod's flags (`i m s x`, `u` accepted and implied),
+//!   the pattern translated to keep PCRE's meaning (`translate_pattern`: ASCII `\w \d \s \b`
+//!   unless `(*UCP)`, literal `[` in classes). PCRE features that crate lacks (look-around,
+//!   backreferences, possessive quantifiers, `\Z`, recursion, other `(*VERB)`s...) fail to
+//!   compile and are refused with mongod's 51111, naming the feature. Known difference kept:
+//!   `$` without `m` matches only at the very end (PCRE also before a final newline).
 //! - Nothing here builds a value larger than [`MAX_COPIED_BYTES`] from `$replaceAll`, or more
 //!   than mongod's 64MB of `$regexFindAll` matches (51151).
 
@@ -484,16 +484,129 @@ pub(super) fn parse_regex(
     })
 }
 
-/// Drops PCRE's leading `(*UTF8)`, `(*UTF)` and `(*UCP)` verbs, which ask for what this crate
-/// always does (UTF-8 matching, Unicode `\w \d \s \b`). Other verbs are refused by the crate.
-fn strip_start_verbs(mut pattern: &str) -> &str {
-    while let Some(rest) = ["(*UTF8)", "(*UTF)", "(*UCP)"]
+/// Translates a PCRE pattern (UTF mode, as mongod compiles it) for the `regex` crate: drops the
+/// leading `(*UTF8)`/`(*UTF)`/`(*UCP)` verbs; without `(*UCP)` makes `\w \d \s \b` (and their
+/// negations) ASCII, as PCRE's are, and with it makes the POSIX classes Unicode, as PCRE's are;
+/// a `[` inside a class is a literal, as in PCRE (the crate would nest a class). Everything else
+/// is passed through; what the crate lacks then fails to compile.
+fn translate_pattern(mut pattern: &str, extended: bool) -> String {
+    let mut unicode_classes = false;
+    while let Some((rest, verb)) = ["(*UTF8)", "(*UTF)", "(*UCP)"]
         .iter()
-        .find_map(|verb| pattern.strip_prefix(verb))
+        .find_map(|verb| pattern.strip_prefix(verb).map(|rest| (rest, *verb)))
     {
+        unicode_classes |= verb == "(*UCP)";
         pattern = rest;
     }
-    pattern
+    let mut output = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars().peekable();
+    // Inside a class: whether its first character (where `]` is literal) is still to come.
+    let mut class: Option<bool> = None;
+    while let Some(c) = chars.next() {
+        match (c, class) {
+            ('\\', _) => {
+                let Some(escaped) = chars.next() else {
+                    output.push('\\');
+                    break;
+                };
+                let inside = class.is_some();
+                class = class.map(|_| false);
+                let replacement = if unicode_classes {
+                    None
+                } else {
+                    match (escaped, inside) {
+                        ('w', false) => Some("[[:word:]]"),
+                        ('w', true) => Some("[:word:]"),
+                        ('W', _) => Some("[^[:word:]]"),
+                        ('d', false) => Some("[0-9]"),
+                        ('d', true) => Some("0-9"),
+                        ('D', _) => Some("[^0-9]"),
+                        ('s', false) => Some("[\\t\\n\\x0B\\x0C\\r ]"),
+                        ('s', true) => Some("\\t\\n\\x0B\\x0C\\r "),
+                        ('S', _) => Some("[^\\t\\n\\x0B\\x0C\\r ]"),
+                        ('b', false) => Some("(?-u:\\b)"),
+                        ('B', false) => Some("(?-u:\\B)"),
+                        _ => None,
+                    }
+                };
+                match replacement {
+                    Some(replacement) => output.push_str(replacement),
+                    None => {
+                        output.push('\\');
+                        output.push(escaped);
+                    }
+                }
+            }
+            ('[', None) => {
+                output.push('[');
+                if chars.peek() == Some(&'^') {
+                    chars.next();
+                    output.push('^');
+                }
+                class = Some(true);
+            }
+            ('[', Some(_)) if chars.peek() == Some(&':') => {
+                // A POSIX class `[:name:]`, copied whole (made Unicode under `(*UCP)`).
+                let mut name = String::new();
+                let mut closed = false;
+                chars.next();
+                while let Some(next) = chars.next() {
+                    if next == ':' && chars.peek() == Some(&']') {
+                        chars.next();
+                        closed = true;
+                        break;
+                    }
+                    name.push(next);
+                }
+                let unicode = match name.as_str() {
+                    "alpha" => Some("\\p{L}"),
+                    "digit" => Some("\\p{Nd}"),
+                    "alnum" => Some("\\p{L}\\p{Nd}"),
+                    "word" => Some("\\w"),
+                    "space" => Some("\\s"),
+                    "upper" => Some("\\p{Lu}"),
+                    "lower" => Some("\\p{Ll}"),
+                    _ => None,
+                };
+                match unicode.filter(|_| unicode_classes && closed) {
+                    Some(unicode) => output.push_str(unicode),
+                    None => {
+                        output.push_str("[:");
+                        output.push_str(&name);
+                        if closed {
+                            output.push_str(":]");
+                        }
+                    }
+                }
+                class = Some(false);
+            }
+            ('[' | '&' | '~', Some(_)) => {
+                // Literal in PCRE; nesting or set operations in the crate.
+                output.push('\\');
+                output.push(c);
+                class = Some(false);
+            }
+            (']', Some(false)) => {
+                output.push(']');
+                class = None;
+            }
+            ('#', None) if extended => {
+                // An extended-mode comment runs to the end of the line.
+                output.push('#');
+                for next in chars.by_ref() {
+                    output.push(next);
+                    if next == '\n' {
+                        break;
+                    }
+                }
+            }
+            (other, _) => {
+                output.push(other);
+                class = class.map(|_| false);
+            }
+        }
+    }
+    output
 }
 
 /// mongod's `extractRegexAndOptions` then `compile`: `None` when the pattern is nullish.
@@ -548,7 +661,7 @@ fn compile_regex(name: &str, pattern: &Value, options: &Value) -> CommandResult<
     let Some(pattern) = pattern else {
         return Ok(None);
     };
-    let mut builder = RegexBuilder::new(strip_start_verbs(pattern));
+    let mut builder = RegexBuilder::new(&translate_pattern(pattern, flags.contains('x')));
     for flag in flags.chars() {
         match flag {
             'i' => {
@@ -1570,6 +1683,24 @@ mod tests {
             None,
             vec![found("༢༣༤༤༤༥12༥A", 0, bson!(["༢༣༤༤༤༥12༥A"]))],
         );
+        // PCRE's classes are ASCII unless the pattern starts with (*UCP), POSIX ones included.
+        let tibetan = "༢༣༤༤༤༥12༥A";
+        check_regex(tibetan, bson!("^(\\w+)"), None, vec![]);
+        check_regex(tibetan, bson!("^[[:digit:]]"), None, vec![]);
+        check_regex("cafétéria", bson!("^[[:alpha:]]+$"), None, vec![]);
+        check_regex(
+            tibetan,
+            bson!("(*UCP)^[[:digit:]]+"),
+            None,
+            vec![found("༢༣༤༤༤༥12༥", 0, bson!([]))],
+        );
+        check_regex(tibetan, bson!("(*UCP)[[:digit:]]+$"), None, vec![]);
+        check_regex(
+            "박정수AB",
+            bson!("(*UCP)^[[:alpha:]]+"),
+            None,
+            vec![found("박정수AB", 0, bson!([]))],
+        );
         // Several matches per document.
         check_regex(
             "string1string2",
@@ -1651,6 +1782,36 @@ mod tests {
                 ),
             ]);
         }
+    }
+
+    #[test]
+    fn regex_patterns_keep_pcre_meaning() {
+        // ASCII word boundaries and classes, as PCRE without (*UCP).
+        check_regex(
+            "éfoo",
+            bson!("\\bfoo"),
+            None,
+            vec![found("foo", 1, bson!([]))],
+        );
+        check_regex("é1", bson!("[\\w]+"), None, vec![found("1", 1, bson!([]))]);
+        check_regex(
+            "a\u{0B}b",
+            bson!("a\\sb"),
+            None,
+            vec![found("a\u{0B}b", 0, bson!([]))],
+        );
+        check_regex("aé", bson!("\\W"), None, vec![found("é", 1, bson!([]))]);
+        // `[`, `&&` and `~~` inside a class are literals in PCRE.
+        check_regex("x[y", bson!("[[]"), None, vec![found("[", 1, bson!([]))]);
+        check_regex("a&b", bson!("[x&&y]"), None, vec![found("&", 1, bson!([]))]);
+        check_regex("]", bson!("[]]"), None, vec![found("]", 0, bson!([]))]);
+        // An extended-mode comment may hold anything.
+        check_regex(
+            "foo",
+            bson!("f o # a [ comment\n o"),
+            Some("x"),
+            vec![found("foo", 0, bson!([]))],
+        );
     }
 
     #[test]
