@@ -5,7 +5,7 @@
 //! This file holds what every operator shares: the [`Expr`] tree, parsing dispatch (the
 //! operator-name tables), the evaluation environment ([`Vars`]) and the evaluation dispatch
 //! (`evaluate`, `apply_op`). Each operator family parses and evaluates itself in its own file:
-//! `arithmetic`, `string`, `string_search` (searching, slicing, replacing, regexes), `date`,
+//! `arithmetic`, `string`, `string_search` (searching, slicing, replacing), `regex`, `date`,
 //! `array` (with `$filter`/`$map`), `set`, `trigonometry`, `object`, `convert` (`$convert`,
 //! `$to*`), `conditional` (boolean, comparison and conditional operators) and `variables` (`$let`
 //! and the variable scope of `$filter`/`$map`).
@@ -42,6 +42,7 @@ mod conditional;
 mod convert;
 mod date;
 mod object;
+mod regex;
 mod set;
 mod string;
 mod string_search;
@@ -69,15 +70,15 @@ use object::{
     evaluate_get_field, evaluate_merge_objects, evaluate_set_field, parse_get_field,
     parse_set_field,
 };
+use regex::{evaluate_regex, parse_regex, RegexMode, RegexSource};
 use set::{evaluate_set, parse_set_equals, SetOp};
 use string::{
     evaluate_case, evaluate_concat, evaluate_split, evaluate_str_len_cp, evaluate_substr_cp,
     evaluate_trim, parse_trim,
 };
 use string_search::{
-    evaluate_index_of_bytes, evaluate_index_of_cp, evaluate_regex, evaluate_replace,
-    evaluate_str_len_bytes, evaluate_strcasecmp, evaluate_substr_bytes, parse_regex, parse_replace,
-    RegexMode, RegexSource,
+    evaluate_index_of_bytes, evaluate_index_of_cp, evaluate_replace, evaluate_str_len_bytes,
+    evaluate_strcasecmp, evaluate_substr_bytes, parse_replace,
 };
 use trigonometry::{evaluate_trig, TrigOp};
 use variables::{evaluate_let, parse_let};
@@ -1051,7 +1052,7 @@ mod test_support {
     //! Helpers the family files' tests share.
     use bson::{Bson, Document};
 
-    use super::super::fixtures::{eval, eval_ok};
+    use super::super::fixtures::{assert_value, eval, eval_ok};
     use crate::error::CommandError;
 
     fn empty() -> Document {
@@ -1066,6 +1067,40 @@ mod test_support {
     #[track_caller]
     pub(super) fn error(expression: Bson) -> CommandError {
         eval(expression, &empty()).expect_err("expression should fail")
+    }
+
+    pub(super) fn check_values(cases: Vec<(Bson, Bson)>) {
+        for (expression, expected) in cases {
+            let actual = value(expression.clone());
+            assert!(
+                actual.as_ref() == Some(&expected),
+                "{expression:?}: {actual:?} != {expected:?}"
+            );
+            assert_value(actual, expected);
+        }
+    }
+
+    #[track_caller]
+    pub(super) fn check_errors(cases: Vec<(Bson, i32)>) {
+        for (expression, code) in cases {
+            assert_eq!(
+                error(expression.clone()).code.code(),
+                code,
+                "{expression:?}"
+            );
+        }
+    }
+
+    /// Evaluates `expression` over each document, against the expected value (`None`: missing).
+    #[track_caller]
+    pub(super) fn check_over(expression: Bson, cases: Vec<(Document, Bson)>) {
+        for (document, expected) in cases {
+            let actual = eval_ok(expression.clone(), &document);
+            assert!(
+                actual.as_ref() == Some(&expected),
+                "{document:?}: {actual:?} != {expected:?}"
+            );
+        }
     }
 }
 
