@@ -441,3 +441,349 @@ async fn out_replaces_the_target_whole_or_not_at_all() {
     assert_eq!(code, 40601);
     server.stop().await;
 }
+
+/// The target's documents, sorted by `_id`.
+async fn contents(db: &Database, name: &str) -> Vec<Document> {
+    let reply = db
+        .run_command(doc! {"find": name, "filter": {}, "sort": {"_id": 1}})
+        .await
+        .expect("find runs");
+    first_batch(&reply)
+}
+
+async fn reset(db: &Database, name: &str, documents: Vec<Document>) {
+    let collection = db.collection::<Document>(name);
+    collection.drop().await.unwrap();
+    if !documents.is_empty() {
+        collection.insert_many(documents).await.unwrap();
+    }
+}
+
+async fn merge_error(db: &Database, merge: Document) -> i32 {
+    let error = db
+        .run_command(doc! {"aggregate": "source", "pipeline": [{"$merge": merge}], "cursor": {}})
+        .await
+        .expect_err("the merge fails");
+    match *error.kind {
+        mongodb::error::ErrorKind::Command(ref command) => command.code,
+        ref other => panic!("not a command error: {other:?}"),
+    }
+}
+
+/// mongod's jstests/aggregation/sources/merge/all_modes.js: every supported combination of
+/// `whenMatched` and `whenNotMatched` over the same source and target, including the unordered
+/// failures (the other documents are still written) and the refused combinations (51181, the
+/// target untouched).
+#[tokio::test]
+async fn merge_modes_behave_as_mongod_jstests_expect() {
+    let server = TestServer::start().await;
+    let db = server.client().database("merge");
+    reset(
+        &db,
+        "source",
+        vec![
+            doc! {"_id": 1, "a": 1, "b": "a"},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 3, "b": "c"},
+        ],
+    )
+    .await;
+    let run = |merge: Document| {
+        let db = db.clone();
+        async move {
+            let reply = db
+                .run_command(
+                    doc! {"aggregate": "source", "pipeline": [{"$merge": merge}], "cursor": {}},
+                )
+                .await
+                .expect("the merge runs");
+            assert_eq!(first_batch(&reply), Vec::<Document>::new());
+        }
+    };
+    let target = || {
+        vec![
+            doc! {"_id": 1, "a": 10},
+            doc! {"_id": 3, "a": 30},
+            doc! {"_id": 4, "a": 40},
+        ]
+    };
+
+    reset(&db, "target", target()).await;
+    run(doc! {"into": "target", "whenMatched": "replace", "whenNotMatched": "insert"}).await;
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "a": 1, "b": "a"},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 3, "b": "c"},
+            doc! {"_id": 4, "a": 40},
+        ]
+    );
+
+    reset(&db, "target", target()).await;
+    let code = merge_error(
+        &db,
+        doc! {"into": "target", "whenMatched": "replace", "whenNotMatched": "fail"},
+    )
+    .await;
+    assert_eq!(code, 13113);
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "a": 1, "b": "a"},
+            doc! {"_id": 3, "a": 3, "b": "c"},
+            doc! {"_id": 4, "a": 40},
+        ]
+    );
+
+    reset(
+        &db,
+        "target",
+        vec![
+            doc! {"_id": 3, "a": 30, "c": "y"},
+            doc! {"_id": 4, "a": 40, "c": "z"},
+            doc! {"_id": 10, "a": 10, "c": "x"},
+        ],
+    )
+    .await;
+    let code = merge_error(
+        &db,
+        doc! {"into": "target", "whenMatched": "fail", "whenNotMatched": "insert"},
+    )
+    .await;
+    assert_eq!(code, 11000);
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "a": 1, "b": "a"},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 30, "c": "y"},
+            doc! {"_id": 4, "a": 40, "c": "z"},
+            doc! {"_id": 10, "a": 10, "c": "x"},
+        ]
+    );
+
+    for (matched, not_matched) in [("fail", "fail"), ("keepExisting", "fail")] {
+        reset(&db, "target", vec![doc! {"_id": 1, "a": 10}]).await;
+        let code = merge_error(
+            &db,
+            doc! {"into": "target", "whenMatched": matched, "whenNotMatched": not_matched},
+        )
+        .await;
+        assert_eq!(code, 51181);
+        assert_eq!(
+            contents(&db, "target").await,
+            vec![doc! {"_id": 1, "a": 10}]
+        );
+    }
+
+    reset(
+        &db,
+        "target",
+        vec![
+            doc! {"_id": 1, "a": 10, "c": "z"},
+            doc! {"_id": 3, "a": 30},
+            doc! {"_id": 4, "a": 40},
+        ],
+    )
+    .await;
+    run(doc! {"into": "target", "whenMatched": "merge", "whenNotMatched": "insert"}).await;
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "a": 1, "c": "z", "b": "a"},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 3, "b": "c"},
+            doc! {"_id": 4, "a": 40},
+        ]
+    );
+
+    reset(
+        &db,
+        "target",
+        vec![
+            doc! {"_id": 1, "a": 10, "c": "x"},
+            doc! {"_id": 3, "a": 30, "c": "y"},
+            doc! {"_id": 4, "a": 40, "c": "z"},
+        ],
+    )
+    .await;
+    let code = merge_error(
+        &db,
+        doc! {"into": "target", "whenMatched": "merge", "whenNotMatched": "fail"},
+    )
+    .await;
+    assert_eq!(code, 13113);
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "a": 1, "b": "a", "c": "x"},
+            doc! {"_id": 3, "a": 3, "b": "c", "c": "y"},
+            doc! {"_id": 4, "a": 40, "c": "z"},
+        ]
+    );
+
+    // A pipeline: matched documents go through it; unmatched ones are inserted as they are
+    // (mongod's `upsertSupplied`).
+    reset(&db, "target", vec![doc! {"_id": 1, "b": 1}]).await;
+    run(doc! {"into": "target", "whenMatched": [{"$addFields": {"x": 2}}], "whenNotMatched": "insert"})
+        .await;
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "b": 1, "x": 2},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 3, "b": "c"},
+        ]
+    );
+    // `$$new` is the output document; `let` adds variables evaluated against it.
+    reset(
+        &db,
+        "target",
+        vec![doc! {"_id": 1, "b": 1}, doc! {"_id": 3, "b": 3}],
+    )
+    .await;
+    run(doc! {
+        "into": "target",
+        "let": {"doubled": {"$multiply": ["$a", 2]}},
+        "whenMatched": [{"$set": {"from": "$$new.b", "doubled": "$$doubled"}}],
+        "whenNotMatched": "discard",
+    })
+    .await;
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "b": 1, "from": "a", "doubled": 2},
+            doc! {"_id": 3, "b": 3, "from": "c", "doubled": 6},
+        ]
+    );
+
+    reset(&db, "target", target()).await;
+    run(doc! {"into": "target", "whenMatched": "keepExisting", "whenNotMatched": "insert"}).await;
+    assert_eq!(
+        contents(&db, "target").await,
+        vec![
+            doc! {"_id": 1, "a": 10},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 30},
+            doc! {"_id": 4, "a": 40},
+        ]
+    );
+}
+
+/// mongod's mode_merge_insert.js and on_fields_validation.js: `on` fields other than `_id`
+/// need a unique index of the target on exactly them (51183), documents without `_id` merge
+/// on those fields and keep the target's `_id`, and a `$merge` creates its target.
+#[tokio::test]
+async fn merge_on_fields_need_a_unique_index() {
+    let server = TestServer::start().await;
+    let db = server.client().database("merge_on");
+    reset(
+        &db,
+        "source",
+        vec![
+            doc! {"_id": 1, "a": 1, "b": "a"},
+            doc! {"_id": 2, "a": 2, "b": "b"},
+            doc! {"_id": 3, "a": 30, "b": "c"},
+        ],
+    )
+    .await;
+    // Into a collection that does not exist: created; the default `on` needs no index.
+    db.run_command(doc! {"aggregate": "source", "pipeline": [{"$merge": "fresh"}], "cursor": {}})
+        .await
+        .unwrap();
+    assert_eq!(contents(&db, "fresh").await.len(), 3);
+    assert_eq!(
+        merge_error(&db, doc! {"into": "missing", "on": "a"}).await,
+        51183
+    );
+    reset(
+        &db,
+        "target",
+        vec![
+            doc! {"_id": 1, "a": 1, "c": "x"},
+            doc! {"_id": 4, "a": 30, "c": "y"},
+            doc! {"_id": 5, "a": 40, "c": "z"},
+        ],
+    )
+    .await;
+    assert_eq!(
+        merge_error(&db, doc! {"into": "target", "on": "nonexistent"}).await,
+        51183
+    );
+    assert_eq!(
+        merge_error(
+            &db,
+            doc! {"into": "target", "on": ["nonexistent1", "nonexistent2"]}
+        )
+        .await,
+        51183
+    );
+    db.run_command(doc! {"createIndexes": "target", "indexes": [{"key": {"a": 1}, "name": "a_1"}]})
+        .await
+        .unwrap();
+    // Not unique: still no index to verify uniqueness.
+    assert_eq!(
+        merge_error(&db, doc! {"into": "target", "on": "a"}).await,
+        51183
+    );
+    db.run_command(doc! {"dropIndexes": "target", "index": "a_1"})
+        .await
+        .unwrap();
+    db.run_command(doc! {"createIndexes": "target", "indexes": [{"key": {"a": 1}, "name": "a_1", "unique": true}]})
+        .await
+        .unwrap();
+    db.run_command(doc! {
+        "aggregate": "source",
+        "pipeline": [{"$project": {"_id": 0}}, {"$merge": {"into": "target", "on": "a"}}],
+        "cursor": {},
+    })
+    .await
+    .unwrap();
+    let merged = contents(&db, "target").await;
+    let without_generated_ids: Vec<Document> = merged
+        .iter()
+        .map(|document| {
+            let mut document = document.clone();
+            if matches!(document.get("_id"), Some(Bson::ObjectId(_))) {
+                document.remove("_id");
+            }
+            document
+        })
+        .collect();
+    // The inserted document gets a new `_id`; the merged ones keep theirs.
+    assert_eq!(
+        without_generated_ids,
+        vec![
+            doc! {"_id": 1, "a": 1, "c": "x", "b": "a"},
+            doc! {"_id": 4, "a": 30, "c": "y", "b": "c"},
+            doc! {"_id": 5, "a": 40, "c": "z"},
+            doc! {"a": 2, "b": "b"},
+        ]
+    );
+    // An output document whose `on` value is missing, null or an array.
+    reset(&db, "source", vec![doc! {"_id": 1}]).await;
+    assert_eq!(
+        merge_error(&db, doc! {"into": "target", "on": "a"}).await,
+        51132
+    );
+    reset(&db, "source", vec![doc! {"_id": 1, "a": [1, 2]}]).await;
+    assert_eq!(
+        merge_error(&db, doc! {"into": "target", "on": "a"}).await,
+        51185
+    );
+    // A unique index the merge would violate: DuplicateKey, the target keeps its documents.
+    reset(&db, "source", vec![doc! {"_id": 1, "a": 40}]).await;
+    assert_eq!(merge_error(&db, doc! {"into": "target"}).await, 11000);
+    assert_eq!(contents(&db, "target").await, merged);
+    // `$merge` ends a pipeline.
+    let error = db
+        .run_command(doc! {
+            "aggregate": "source",
+            "pipeline": [{"$merge": "target"}, {"$match": {}}],
+            "cursor": {},
+        })
+        .await
+        .expect_err("$merge must be last");
+    assert!(error.to_string().contains("40601"), "{error}");
+}

@@ -14,15 +14,17 @@ use crate::commands::args::{
     check_hint, collation_for, let_variables, optional_bool, optional_document, required,
     validate_namespace, validate_writable_namespace, write_options, wrong_type,
 };
-use crate::commands::crud::{insert_documents, WriteContext};
+use crate::commands::crud::{apply_update_statement, insert_documents, WriteContext};
 use crate::commands::ddl::{storage_stats, visible_stats};
 use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
-use crate::query::pipeline::OutTarget;
-use crate::query::pipeline::{CollStatsRequest, Foreign, SourceStage, Step};
+use crate::query::pipeline::{
+    CollStatsRequest, DocumentStream, FinalWrite, Foreign, MergeSpec, MergeWrite, OutTarget,
+    SourceStage, Step,
+};
 use crate::query::variables::with_command_variables;
 use crate::query::variables::CommandVariables;
 use crate::query::{Filter, Pipeline, PipelineContext};
@@ -213,11 +215,14 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),
     };
-    if let Some(target) = pipeline.out() {
-        write_out(ctx, body, target, output, &variables).await?;
-        return Ok(Reply::cursor(0, &cursor_ns, Vec::new(), true));
+    match pipeline.out() {
+        None => return stream_cursor(ctx, body, cursor_ns, output).await,
+        Some(FinalWrite::Out(target)) => write_out(ctx, body, target, output, &variables).await?,
+        Some(FinalWrite::Merge(merge)) => {
+            write_merge(ctx, body, merge, output, &variables, &context).await?
+        }
     }
-    stream_cursor(ctx, body, cursor_ns, output).await
+    Ok(Reply::cursor(0, &cursor_ns, Vec::new(), true))
 }
 
 /// Documents `$out` inserts per write.
@@ -230,7 +235,7 @@ async fn write_out(
     ctx: &CommandContext<'_>,
     body: &Document,
     target: &OutTarget,
-    output: crate::query::pipeline::DocumentStream,
+    output: DocumentStream,
     variables: &CommandVariables,
 ) -> CommandResult<()> {
     let db = target.db.as_deref().unwrap_or(ctx.db);
@@ -284,6 +289,112 @@ async fn write_out(
         .cursors
         .kill_where(|cursor_ns| cursor_ns == target_name);
     Ok(())
+}
+
+/// `$merge`: each output document is written to the target as `merge` says, through the normal
+/// insert and update paths, in output order. Like mongod's, the writes are unordered: a document
+/// that fails (a duplicate key, no match under `whenNotMatched: "fail"`) does not stop the
+/// others, and the first failure is the stage's error; nothing is rolled back. The target is
+/// created when missing; `on` fields other than the default need a unique index of the target
+/// on exactly those fields, under the pipeline's collation (mongod's 51183).
+async fn write_merge(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    merge: &MergeSpec,
+    output: DocumentStream,
+    variables: &CommandVariables,
+    context: &PipelineContext,
+) -> CommandResult<()> {
+    let db = merge.db.as_deref().unwrap_or(ctx.db);
+    let target_ns = Namespace::new(db, merge.coll.as_str());
+    validate_writable_namespace(&target_ns)?;
+    let storage = ctx.state.storage.as_ref();
+    let existing = storage.collection(&target_ns).await?;
+    if let Some(on) = merge.explicit_on() {
+        let supported = match &existing {
+            None => on == ["_id"],
+            Some(meta) => meta.indexes.iter().any(|index| {
+                index.unique
+                    && index.partial_filter.is_none()
+                    && !index.catalog_only
+                    && index.collation == context.collation
+                    && index.key.len() == on.len()
+                    && index.key.iter().all(|(field, _)| on.contains(field))
+            }),
+        };
+        if !supported {
+            return Err(CommandError::new(
+                ErrorCode::Location51183,
+                "Cannot find index to verify that join fields will be unique",
+            ));
+        }
+    }
+    if existing.is_none() {
+        match storage.create_collection(&target_ns, Document::new()).await {
+            Ok(_) | Err(crate::storage::StorageError::NamespaceExists(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let options = crate::storage::WriteOptions {
+        ordered: false,
+        ..write_options(ctx, body)?
+    };
+    let writer = WriteContext::open(ctx, &target_ns, options, variables.clone()).await?;
+    let mut first_error: Option<CommandError> = None;
+    let mut inserts: Vec<Document> = Vec::new();
+    let mut output = output.peekable();
+    while let Some(document) = output.next() {
+        let document = document.map_err(during_aggregation)?;
+        let failure = match merge.write_for(document, context)? {
+            MergeWrite::Insert(document) => {
+                inserts.push(document);
+                if inserts.len() == OUT_BATCH || output.peek().is_none() {
+                    insert_merged(&writer, std::mem::take(&mut inserts)).await?
+                } else {
+                    None
+                }
+            }
+            MergeWrite::Update { statement, strict } => {
+                match apply_update_statement(&writer, &statement).await {
+                    Ok(outcome) if strict && outcome.matched == 0 => Some(no_matching_document()),
+                    Ok(_) => None,
+                    Err(error) => Some(error),
+                }
+            }
+            MergeWrite::UpdateOrInsert {
+                statement,
+                document,
+            } => match apply_update_statement(&writer, &statement).await {
+                Ok(outcome) if outcome.matched == 0 => {
+                    insert_merged(&writer, vec![document]).await?
+                }
+                Ok(_) => None,
+                Err(error) => Some(error),
+            },
+        };
+        if first_error.is_none() {
+            first_error = failure;
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Inserts `documents` for `$merge`; the first write error, if any.
+async fn insert_merged(
+    writer: &WriteContext<'_>,
+    documents: Vec<Document>,
+) -> CommandResult<Option<CommandError>> {
+    let documents: Vec<&Document> = documents.iter().collect();
+    let outcome = insert_documents(writer, &documents).await?;
+    Ok(outcome.errors.into_iter().next().map(|(_, error)| error))
+}
+
+fn no_matching_document() -> CommandError {
+    CommandError::new(
+        ErrorCode::MergeStageNoMatchingDocument,
+        "$merge could not find a matching document in the target collection for at least one \
+         document in the source collection",
+    )
 }
 
 /// The documents of collection `name` (in the command's database) matching `filter`, for a

@@ -23,8 +23,10 @@ pub(crate) mod expr;
 mod facet;
 mod group;
 pub mod lookup;
+mod merge;
 mod run;
 
+pub use merge::{MergeSpec, MergeWrite};
 pub use run::{
     BufferPurpose, Buffers, DocumentBuffer, DocumentStream, Foreign, PipelineRun, Resume, Step,
 };
@@ -114,8 +116,27 @@ pub struct Pipeline {
     leading_match: Option<Document>,
     leading_filter: Option<Filter>,
     stages: Vec<Stage>,
-    /// A final `$out`: the collection the output replaces.
-    out: Option<OutTarget>,
+    /// A final `$out` or `$merge`.
+    out: Option<FinalWrite>,
+}
+
+/// Where a final stage writes the output instead of returning it.
+#[derive(Clone, Debug)]
+pub enum FinalWrite {
+    /// `$out`: the output replaces the collection.
+    Out(OutTarget),
+    /// `$merge`: the output is merged into the collection.
+    Merge(Box<MergeSpec>),
+}
+
+impl FinalWrite {
+    /// The stage's name.
+    pub fn stage(&self) -> &'static str {
+        match self {
+            FinalWrite::Out(_) => "$out",
+            FinalWrite::Merge(_) => "$merge",
+        }
+    }
 }
 
 /// Where a final `$out` writes: `coll` in `db` (the pipeline's database when `None`).
@@ -220,7 +241,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$listSampledQueries",
     "$listSearchIndexes",
     "$listSessions",
-    "$merge",
     "$planCacheStats",
     "$querySettings",
     "$queryStats",
@@ -292,14 +312,18 @@ impl Pipeline {
                     at_start = false;
                     continue;
                 }
-                "$out" => {
+                "$out" | "$merge" => {
                     if position + 1 != stages.len() {
                         return Err(fail(
                             ErrorCode::Location40601,
-                            "$out can only be the final stage in the pipeline",
+                            format!("{name} can only be the final stage in the pipeline"),
                         ));
                     }
-                    pipeline.out = Some(OutTarget::parse(spec)?);
+                    pipeline.out = Some(if name == "$out" {
+                        FinalWrite::Out(OutTarget::parse(spec)?)
+                    } else {
+                        FinalWrite::Merge(Box::new(MergeSpec::parse(spec)?))
+                    });
                     continue;
                 }
                 "$match" if at_start => {
@@ -450,8 +474,8 @@ impl Pipeline {
         self.source.as_ref()
     }
 
-    /// The collection a final `$out` replaces with the output.
-    pub fn out(&self) -> Option<&OutTarget> {
+    /// Where a final `$out` or `$merge` writes the output.
+    pub fn out(&self) -> Option<&FinalWrite> {
         self.out.as_ref()
     }
 }
@@ -1597,7 +1621,7 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
-        for stage in ["$graphLookup", "$merge", "$geoNear"] {
+        for stage in ["$graphLookup", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
             assert!(error.errmsg.contains(stage));

@@ -443,10 +443,11 @@ impl UnionWith {
                     documents.push(stage.clone());
                 }
                 let pipeline = super::Pipeline::parse(&documents)?;
-                if pipeline.out().is_some() {
-                    return Err(failed(
-                        "$out is not allowed within a $unionWith's sub-pipeline",
-                    ));
+                if let Some(write) = pipeline.out() {
+                    return Err(failed(format!(
+                        "{} is not allowed within a $unionWith's sub-pipeline",
+                        write.stage()
+                    )));
                 }
                 Some(pipeline)
             }
