@@ -787,3 +787,81 @@ async fn merge_on_fields_need_a_unique_index() {
         .expect_err("$merge must be last");
     assert!(error.to_string().contains("40601"), "{error}");
 }
+
+/// `$graphLookup`, `$bucketAuto` and `$redact` as their reference pages show them, on
+/// collections read through the planner.
+#[tokio::test]
+async fn graph_lookup_bucket_auto_and_redact_run_on_collections() {
+    let server = TestServer::start().await;
+    let db = server.client().database("stages");
+    db.collection::<Document>("employees")
+        .insert_many(vec![
+            doc! {"_id": 1, "name": "Dev"},
+            doc! {"_id": 2, "name": "Eliot", "reportsTo": "Dev"},
+            doc! {"_id": 3, "name": "Ron", "reportsTo": "Eliot"},
+            doc! {"_id": 4, "name": "Andrew", "reportsTo": "Eliot"},
+            doc! {"_id": 5, "name": "Asya", "reportsTo": "Ron"},
+            doc! {"_id": 6, "name": "Dan", "reportsTo": "Andrew"},
+        ])
+        .await
+        .unwrap();
+    db.run_command(
+        doc! {"createIndexes": "employees", "indexes": [{"key": {"name": 1}, "name": "name_1"}]},
+    )
+    .await
+    .unwrap();
+    let hierarchy = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$match": {"name": "Dan"}},
+            {"$graphLookup": {"from": "employees", "startWith": "$reportsTo",
+                              "connectFromField": "reportsTo", "connectToField": "name",
+                              "as": "reportingHierarchy", "depthField": "depth"}},
+            {"$unwind": "$reportingHierarchy"},
+            {"$sort": {"reportingHierarchy.depth": 1}},
+            {"$project": {"_id": 0, "name": "$reportingHierarchy.name",
+                          "depth": "$reportingHierarchy.depth"}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        hierarchy,
+        vec![
+            doc! {"name": "Andrew", "depth": 0_i64},
+            doc! {"name": "Eliot", "depth": 1_i64},
+            doc! {"name": "Dev", "depth": 2_i64},
+        ]
+    );
+    let buckets = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$bucketAuto": {"groupBy": "$_id", "buckets": 2,
+                             "output": {"names": {"$push": "$name"}}}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        buckets,
+        vec![
+            doc! {"_id": {"min": 1, "max": 4}, "names": ["Dev", "Eliot", "Ron"]},
+            doc! {"_id": {"min": 4, "max": 6}, "names": ["Andrew", "Asya", "Dan"]},
+        ]
+    );
+    let redacted = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$redact": {"$cond": [{"$eq": ["$name", "Dev"]}, "$$KEEP", "$$PRUNE"]}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(redacted, vec![doc! {"_id": 1, "name": "Dev"}]);
+    let (code, _, _) = common::command_error(
+        db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$facet": {"g": [{"$graphLookup": {"from": "employees", "startWith": 1,
+                "connectFromField": "a", "connectToField": "b", "as": "c"}}]}},
+        ], "cursor": {}})
+            .await,
+    );
+    assert_eq!(code, 238);
+    server.stop().await;
+}

@@ -895,7 +895,23 @@ impl Group {
         Ok((key, values))
     }
 
-    fn new_states(&self) -> Vec<AccumulatorState> {
+    /// Folds `document`'s accumulator arguments into `states` (its group key aside).
+    pub(crate) fn accumulate(
+        &self,
+        states: &mut [AccumulatorState],
+        document: &Document,
+        context: &PipelineContext,
+    ) -> CommandResult<()> {
+        for ((_, _, expr), state) in self.fields.iter().zip(states.iter_mut()) {
+            state.add(
+                expr.evaluate_in(document, context)?,
+                context.collation.as_deref(),
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn new_states(&self) -> Vec<AccumulatorState> {
         self.fields
             .iter()
             .map(|(_, op, _)| AccumulatorState::new(*op))

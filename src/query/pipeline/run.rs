@@ -143,13 +143,14 @@ enum Sink<'p> {
         field: &'p str,
         count: u64,
     },
-    /// `$facet`, `$sample`: every input document, handed to the stage at the end.
+    /// `$facet`, `$sample`, `$bucketAuto`: every input document, handed to the stage at the
+    /// end.
     Collect {
         stage: &'p Stage,
         buffer: Box<dyn DocumentBuffer>,
     },
-    /// `$lookup`, `$unionWith`: every input document, handed to the caller, which reads the
-    /// other collection.
+    /// `$lookup`, `$graphLookup`, `$unionWith`: every input document, handed to the caller,
+    /// which reads the other collection.
     Join {
         read: Foreign<'p>,
         buffer: Box<dyn DocumentBuffer>,
@@ -227,13 +228,18 @@ impl Pipeline {
         }
         match run.finish()? {
             Step::Done(output) => output.collect(),
-            Step::Foreign { .. } => Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway runs $lookup and $unionWith only in an aggregate's own pipeline (not \
-                 inside $facet, $unionWith or a pipeline update)",
-            )),
+            Step::Foreign { .. } => Err(foreign_read_not_here()),
         }
     }
+}
+
+/// The refusal of a stage that reads another collection where no collection can be read.
+pub(super) fn foreign_read_not_here() -> CommandError {
+    CommandError::new(
+        ErrorCode::NotImplemented,
+        "tideway runs $lookup, $graphLookup and $unionWith only in an aggregate's own pipeline \
+         (not inside $facet, $unionWith, a $lookup sub-pipeline or a pipeline update)",
+    )
 }
 
 /// The phase that starts at stage `first`.
@@ -252,8 +258,10 @@ fn phase<'p>(
                 | Stage::Count(_)
                 | Stage::Facet(_)
                 | Stage::Sample(_)
+                | Stage::BucketAuto(_)
                 | Stage::Lookup(_)
                 | Stage::UnionWith(_)
+                | Stage::GraphLookup(_)
         )
     });
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
@@ -293,7 +301,14 @@ fn phase<'p>(
             },
             at + 1,
         ),
-        Some((stage @ (Stage::Facet(_) | Stage::Sample(_)), at)) => (
+        Some((Stage::GraphLookup(graph), at)) => (
+            Sink::Join {
+                read: Foreign::GraphLookup(graph),
+                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
+        Some((stage @ (Stage::Facet(_) | Stage::Sample(_) | Stage::BucketAuto(_)), at)) => (
             Sink::Collect {
                 stage,
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
@@ -371,6 +386,7 @@ pub enum Step<'p> {
 pub enum Foreign<'p> {
     Lookup(&'p super::lookup::Lookup),
     UnionWith(&'p super::lookup::UnionWith),
+    GraphLookup(&'p super::graph_lookup::GraphLookup),
 }
 
 /// The rest of a run paused at a `$lookup`.

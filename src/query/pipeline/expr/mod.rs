@@ -125,10 +125,12 @@ pub(crate) fn compare_optional(a: &Value, b: &Value, collation: Option<&Collatio
 /// it `$let`/`$map` over `[ "$$x", "$$x" ]` doubles a value per level and exhausts memory.
 pub(crate) const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024 + 16 * 1024;
 
-/// Evaluation environment: `$$ROOT`/`$$CURRENT` (the same document here), `$$NOW`, and the
-/// user variables bound by enclosing `$let`/`$map`/`$filter` (innermost last).
+/// Evaluation environment: `$$ROOT`, `$$CURRENT` (which field paths read: the root document
+/// except where `$redact` descends), `$$NOW`, and the user variables bound by enclosing
+/// `$let`/`$map`/`$filter` (innermost last).
 pub(crate) struct Vars<'a> {
     root: &'a Document,
+    current: &'a Document,
     now: DateTime,
     /// The collation string comparisons use (`None`: byte order).
     collation: Option<&'a Collation>,
@@ -143,6 +145,7 @@ impl<'a> Vars<'a> {
     pub(crate) fn new(root: &'a Document, now: DateTime) -> Vars<'a> {
         Vars {
             root,
+            current: root,
             now,
             collation: None,
             reads_forbidden: false,
@@ -177,6 +180,7 @@ impl<'a> Vars<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Variable {
     Root,
+    Current,
     Now,
     Remove,
     User(String),
@@ -357,6 +361,20 @@ impl Expr {
         evaluate(self, &mut vars)
     }
 
+    /// Evaluates with `root` as `$$ROOT` and `current` as `$$CURRENT` (what field paths read),
+    /// at a pipeline run's `$$NOW` and under its collation: `$redact` below the top level.
+    pub(crate) fn evaluate_at(
+        &self,
+        root: &Document,
+        current: &Document,
+        context: &crate::query::pipeline::PipelineContext,
+    ) -> CommandResult<Value> {
+        let mut vars = Vars::new(root, context.now);
+        vars.current = current;
+        vars.collation = context.collation.as_deref();
+        evaluate(self, &mut vars)
+    }
+
     /// Evaluates with `root` as `$$ROOT`/`$$CURRENT`, string comparisons under `collation`.
     pub(crate) fn evaluate_collated(
         &self,
@@ -428,7 +446,8 @@ fn parse_string(text: &str, scope: &Scope) -> CommandResult<Expr> {
         };
         let variable = match name {
             "" => return Err(fail(ErrorCode::Location16869, "empty variable name")),
-            "ROOT" | "CURRENT" => Variable::Root,
+            "ROOT" => Variable::Root,
+            "CURRENT" => Variable::Current,
             "NOW" => Variable::Now,
             "REMOVE" => Variable::Remove,
             "CLUSTER_TIME" | "USER_ROLES" | "SEARCH_META" => {
@@ -856,14 +875,18 @@ fn value_bytes(value: &Bson) -> usize {
 fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
     match expr {
         Expr::Literal(value) => vars.copied(Some(value.clone())),
-        Expr::Field(_) | Expr::Variable(Variable::Root, _) if vars.reads_forbidden => {
+        Expr::Field(_) | Expr::Variable(Variable::Root | Variable::Current, _)
+            if vars.reads_forbidden =>
+        {
             Err(crate::query::variables::reads_document())
         }
-        Expr::Field(parts) => vars.copied(field_value(vars.root, parts)),
+        Expr::Field(parts) => vars.copied(field_value(vars.current, parts)),
         Expr::Variable(variable, parts) => {
             let value = match variable {
                 Variable::Root if parts.is_empty() => Some(Bson::Document(vars.root.clone())),
                 Variable::Root => field_value(vars.root, parts),
+                Variable::Current if parts.is_empty() => Some(Bson::Document(vars.current.clone())),
+                Variable::Current => field_value(vars.current, parts),
                 Variable::Now => walk_path(&Bson::DateTime(vars.now), parts),
                 Variable::Remove => None,
                 Variable::User(name) => walk_path(
