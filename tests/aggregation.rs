@@ -865,3 +865,57 @@ async fn graph_lookup_bucket_auto_and_redact_run_on_collections() {
     assert_eq!(code, 238);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn set_window_fields_computes_windows_per_partition() {
+    let server = TestServer::start().await;
+    let db = server.client().database("aggregation");
+    let date = |text: &str| Bson::DateTime(bson::DateTime::parse_rfc3339_str(text).unwrap());
+    // The `$setWindowFields` reference page's `cakeSales`.
+    let sales = vec![
+        doc! {"_id": 0, "orderDate": date("2020-05-18T14:10:30Z"), "state": "CA", "price": 13, "quantity": 120},
+        doc! {"_id": 1, "orderDate": date("2021-03-20T11:30:05Z"), "state": "WA", "price": 14, "quantity": 140},
+        doc! {"_id": 2, "orderDate": date("2021-01-11T06:31:15Z"), "state": "CA", "price": 12, "quantity": 145},
+        doc! {"_id": 3, "orderDate": date("2020-02-08T13:13:23Z"), "state": "WA", "price": 13, "quantity": 104},
+        doc! {"_id": 4, "orderDate": date("2019-05-18T16:09:01Z"), "state": "CA", "price": 41, "quantity": 162},
+        doc! {"_id": 5, "orderDate": date("2019-01-08T06:12:03Z"), "state": "WA", "price": 43, "quantity": 134},
+    ];
+    db.collection::<Document>("c")
+        .insert_many(sales)
+        .await
+        .unwrap();
+    let output = aggregate(
+        &db,
+        vec![
+            doc! {"$setWindowFields": {
+                "partitionBy": {"$year": "$orderDate"},
+                "sortBy": {"orderDate": 1},
+                "output": {
+                    "cumulativeQuantityForYear": {"$sum": "$quantity", "window": {"documents": ["unbounded", "current"]}},
+                    "rank": {"$rank": {}},
+                },
+            }},
+            doc! {"$project": {"cumulativeQuantityForYear": 1, "rank": 1}},
+        ],
+    )
+    .await;
+    assert_eq!(
+        output,
+        vec![
+            doc! {"_id": 5, "cumulativeQuantityForYear": 134, "rank": 1},
+            doc! {"_id": 4, "cumulativeQuantityForYear": 296, "rank": 2},
+            doc! {"_id": 3, "cumulativeQuantityForYear": 104, "rank": 1},
+            doc! {"_id": 0, "cumulativeQuantityForYear": 224, "rank": 2},
+            doc! {"_id": 2, "cumulativeQuantityForYear": 145, "rank": 1},
+            doc! {"_id": 1, "cumulativeQuantityForYear": 285, "rank": 2},
+        ]
+    );
+    // A bad window is the command's error, with mongod's code.
+    let error = db
+        .run_command(doc! {"aggregate": "c", "cursor": {}, "pipeline": [
+            {"$setWindowFields": {"output": {"a": {"$sum": 1, "window": {"documents": [-1, 0]}}}}},
+        ]})
+        .await
+        .expect_err("documents bounds need a sortBy");
+    assert!(format!("{error:?}").contains("5339901"), "{error:?}");
+}

@@ -29,6 +29,7 @@ pub mod lookup;
 mod merge;
 mod redact;
 mod run;
+mod window;
 
 pub use merge::{MergeSpec, MergeWrite};
 pub use run::{
@@ -230,6 +231,7 @@ enum Stage {
     GraphLookup(Box<graph_lookup::GraphLookup>),
     Redact(redact::Redact),
     BucketAuto(Box<bucket_auto::BucketAuto>),
+    Window(Box<window::SetWindowFields>),
 }
 
 /// Stages mongod has that this server does not implement.
@@ -251,7 +253,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$queryStats",
     "$search",
     "$searchMeta",
-    "$setWindowFields",
     "$shardedDataDistribution",
     "$vectorSearch",
 ];
@@ -671,6 +672,7 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         "$redact" => Stage::Redact(redact::Redact::parse(spec)?),
         "$bucketAuto" => Stage::BucketAuto(Box::new(bucket_auto::BucketAuto::parse(spec)?)),
         "$sample" => Stage::Sample(facet::parse_sample(spec)?),
+        "$setWindowFields" => Stage::Window(Box::new(window::SetWindowFields::parse(spec)?)),
         "$bucket" => {
             let (group, sort) = bucket::rewrite(spec)?;
             stages.push(Stage::Group(Group::parse(&group)?));
@@ -914,6 +916,7 @@ impl Stage {
                 | Stage::ReplaceRoot { .. }
                 | Stage::Facet(_)
                 | Stage::BucketAuto(_)
+                | Stage::Window(_)
         );
         if builds_documents {
             output.iter().try_for_each(check_built_depth)?;
@@ -922,7 +925,10 @@ impl Stage {
         // again and again: the next stage sees at most a document's size.
         let copies_values = matches!(
             self,
-            Stage::Project { .. } | Stage::AddFields(_) | Stage::ReplaceRoot { .. }
+            Stage::Project { .. }
+                | Stage::AddFields(_)
+                | Stage::ReplaceRoot { .. }
+                | Stage::Window(_)
         );
         if copies_values {
             output.iter().try_for_each(check_built_size)?;
@@ -990,6 +996,7 @@ impl Stage {
             Stage::Count(field) => Ok(count_output(field, documents.len() as u64)),
             Stage::Facet(facet) => Ok(vec![facet.run(documents, context)?]),
             Stage::Sample(size) => Ok(facet::sample(documents, *size)),
+            Stage::Window(window) => window.run(documents, context),
             // The runner hands `$lookup` to its caller, which can read the foreign collection.
             Stage::Lookup(_) | Stage::UnionWith(_) | Stage::GraphLookup(_) => {
                 Err(run::foreign_read_not_here())

@@ -70,7 +70,7 @@ pub(crate) enum AccumulatorOp {
 const MAX_SORT_FIELDS: usize = 32;
 
 impl AccumulatorOp {
-    fn from_name(name: &str) -> Option<AccumulatorOp> {
+    pub(crate) fn from_name(name: &str) -> Option<AccumulatorOp> {
         Some(match name {
             "$sum" => AccumulatorOp::Sum,
             "$avg" => AccumulatorOp::Avg,
@@ -579,7 +579,10 @@ fn constant_n(operator: &str, n: &Bson) -> CommandResult<usize> {
 
 /// `$top`/`$bottom` (`{sortBy, output}`) and `$topN`/`$bottomN` (`{n, sortBy, output}`): the op
 /// and its argument expression, `{output, sortFields: ["$field", ...]}` (mongod's rewrite).
-fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(AccumulatorOp, Expr)> {
+pub(crate) fn parse_top_bottom(
+    operator: &str,
+    operand: &Bson,
+) -> CommandResult<(AccumulatorOp, Expr)> {
     let single = matches!(operator, "$top" | "$bottom");
     let bottom = operator.starts_with("$bottom");
     let Bson::Document(arguments) = operand else {
@@ -659,7 +662,7 @@ fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(Accumulato
 
 /// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`): the input expression, and
 /// `op` with its `n`, a constant positive integer.
-fn parse_n_accumulator(
+pub(crate) fn parse_n_accumulator(
     operator: &str,
     op: AccumulatorOp,
     operand: &Bson,

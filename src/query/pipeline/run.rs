@@ -19,8 +19,8 @@ use bson::{doc, Bson, Document};
 
 use super::group::GroupTable;
 use super::{
-    check_built_depth, count_output, evaluate_documents, fail, Pipeline, PipelineContext, Stage,
-    Unwound,
+    check_built_depth, check_built_size, count_output, evaluate_documents, fail, Pipeline,
+    PipelineContext, Stage, Unwound,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::Deadline;
@@ -59,6 +59,14 @@ pub trait Buffers: Sync {
     ) -> Box<dyn DocumentBuffer>;
     /// Bytes a `$group` may hold, and whether it may spill past them.
     fn group_memory(&self) -> (usize, bool);
+    /// Bytes one `$setWindowFields` partition may hold, and whether it may go past them (mongod
+    /// spills the partition; this server keeps it in memory).
+    fn window_memory(&self) -> (usize, bool) {
+        (
+            super::window::DEFAULT_MAX_MEMORY_BYTES,
+            self.group_memory().1,
+        )
+    }
     fn deadline(&self) -> Deadline;
 }
 
@@ -153,6 +161,11 @@ enum Sink<'p> {
     /// which reads the other collection.
     Join {
         read: Foreign<'p>,
+        buffer: Box<dyn DocumentBuffer>,
+    },
+    /// `$setWindowFields`: every input document in partition-then-sort order.
+    Window {
+        stage: &'p super::window::SetWindowFields,
         buffer: Box<dyn DocumentBuffer>,
     },
     Output(Box<dyn DocumentBuffer>),
@@ -262,6 +275,7 @@ fn phase<'p>(
                 | Stage::Lookup(_)
                 | Stage::UnionWith(_)
                 | Stage::GraphLookup(_)
+                | Stage::Window(_)
         )
     });
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
@@ -305,6 +319,13 @@ fn phase<'p>(
             Sink::Join {
                 read: Foreign::GraphLookup(graph),
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
+        Some((Stage::Window(stage), at)) => (
+            Sink::Window {
+                stage,
+                buffer: buffers.buffer(BufferPurpose::Sort, stage.key_order(collation), None),
             },
             at + 1,
         ),
@@ -451,6 +472,24 @@ fn drive<'p>(
                 Sink::Count { field, count } => {
                     Box::new(count_output(field, count).into_iter().map(Ok))
                 }
+                Sink::Window { stage, buffer } => {
+                    let (max_bytes, allow_disk_use) = buffers.window_memory();
+                    let output = stage.partitions(
+                        buffer.finish()?,
+                        context.clone(),
+                        max_bytes,
+                        allow_disk_use,
+                    );
+                    // `$push` of `$$ROOT` nests its input and copies it: the next stage must
+                    // again see bounded documents.
+                    Box::new(output.map(|document| {
+                        document.and_then(|document| {
+                            check_built_depth(&document)?;
+                            check_built_size(&document)?;
+                            Ok(document)
+                        })
+                    }))
+                }
                 Sink::Collect { stage, buffer } => {
                     let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
                     Box::new(stage.run_checked(documents, &context)?.into_iter().map(Ok))
@@ -555,6 +594,9 @@ fn sink_push(
             Ok(())
         }
         Sink::Output(buffer) => buffer.push(Vec::new(), document),
+        Sink::Window { stage, buffer } => {
+            buffer.push(stage.sort_key(&document, context)?, document)
+        }
         Sink::Group { table, spill } => {
             let (key, values) = table.group().evaluate(&document, context)?;
             if let Some(spill) = spill {

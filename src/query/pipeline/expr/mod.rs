@@ -49,15 +49,15 @@ mod string_search;
 mod trigonometry;
 mod variables;
 
-pub(crate) use arithmetic::{add_numbers, divide_decimal, number_bson};
+pub(crate) use arithmetic::{
+    add_numbers, divide_decimal, evaluate_add, evaluate_divide, evaluate_multiply,
+    evaluate_subtract, number_bson,
+};
 pub(crate) use date::{iso_date_string, DatePart};
 pub(crate) use object::merge_object_into;
 pub(crate) use string::TrimSide;
 
-use arithmetic::{
-    evaluate_add, evaluate_divide, evaluate_mod, evaluate_multiply, evaluate_round,
-    evaluate_subtract, evaluate_unary_numeric,
-};
+use arithmetic::{evaluate_mod, evaluate_round, evaluate_unary_numeric};
 use array::{
     evaluate_array_elem_at, evaluate_concat_arrays, evaluate_filter, evaluate_first_last,
     evaluate_in_array, evaluate_map, evaluate_reverse_array, evaluate_size, evaluate_slice,
