@@ -2,7 +2,7 @@
 //! function's arguments and bounds with mongod's codes and messages, and running it: the input is
 //! ordered by `{partition key, sortBy}` (as mongod's rewrite into `$sort` +
 //! `$_internalSetWindowFields` does), cut into partitions, and each output field is computed for
-//! each document over its window ([`functions`]) and set at its (dotted) path as `$addFields`
+//! each document over its window ([`spec`] parses the functions, [`functions`] computes them) and set at its (dotted) path as `$addFields`
 //! would.
 //!
 //! Invariants:
@@ -17,6 +17,7 @@
 //! - Nothing is evaluated at parse time except constants (bounds, `$shift`'s `default`, `n`).
 
 mod functions;
+mod spec;
 
 use std::cmp::Ordering;
 
@@ -30,7 +31,7 @@ use crate::query::collation::CollationChoice;
 use crate::query::compare::compare_values_with;
 use crate::query::display::{type_name, value_string};
 use crate::query::sort::{KeyOrder, SortSpec};
-use functions::Function;
+use spec::Function;
 
 const STAGE: &str = "$setWindowFields";
 
