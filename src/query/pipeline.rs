@@ -22,6 +22,7 @@ mod bucket;
 mod bucket_auto;
 pub(crate) mod expr;
 mod facet;
+mod fields;
 mod granularity;
 pub mod graph_lookup;
 mod group;
@@ -29,6 +30,7 @@ pub mod lookup;
 mod merge;
 mod redact;
 mod run;
+mod unwind;
 mod window;
 
 pub use merge::{MergeSpec, MergeWrite};
@@ -45,11 +47,11 @@ use super::numeric::Number;
 use super::projection::Projection;
 use super::sort::SortSpec;
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::limits::{
-    check_field_path_length, exceeds_depth, MAX_BSON_DEPTH, MAX_FIELD_PATH_COMPONENTS,
-};
+use crate::limits::{exceeds_depth, MAX_BSON_DEPTH};
 use expr::Expr;
+use fields::FieldTree;
 use group::Group;
+use unwind::{Unwind, Unwound};
 
 /// What a run needs from outside: the clock for `$$NOW`, and the collation its string
 /// comparisons (`$match`, `$sort`, `$group` keys, expressions) use.
@@ -1039,362 +1041,6 @@ impl Stage {
     }
 }
 
-/// `$addFields`/`$set`: computed fields at (possibly nested) paths, merged into each document.
-#[derive(Clone, Debug, Default)]
-struct FieldTree {
-    children: Vec<(String, FieldNode)>,
-}
-
-#[derive(Clone, Debug)]
-enum FieldNode {
-    Value(Expr),
-    Sub(FieldTree),
-}
-
-fn validate_output_path(path: &str) -> CommandResult<Vec<String>> {
-    check_field_path_length(path, MAX_FIELD_PATH_COMPONENTS, ErrorCode::Overflow)?;
-    let parts: Vec<String> = path.split('.').map(str::to_string).collect();
-    for part in &parts {
-        if part.is_empty() {
-            return Err(fail(
-                ErrorCode::Location15998,
-                "FieldPath field names may not be empty strings.",
-            ));
-        }
-        if part.starts_with('$') {
-            return Err(fail(
-                ErrorCode::Location16410,
-                format!(
-                    "FieldPath field names may not start with '$'. Consider using $getField or $setField. in path {path}"
-                ),
-            ));
-        }
-    }
-    Ok(parts)
-}
-
-impl FieldTree {
-    fn parse(spec: &Document) -> CommandResult<FieldTree> {
-        let mut tree = FieldTree::default();
-        tree.add_all(spec, &[])?;
-        Ok(tree)
-    }
-
-    fn add_all(&mut self, spec: &Document, prefix: &[String]) -> CommandResult<()> {
-        for (name, value) in spec {
-            let relative = validate_output_path(name)?;
-            let full: Vec<String> = prefix.iter().chain(relative.iter()).cloned().collect();
-            match value {
-                // A plain non-empty object is a nested specification (`{a: {b: 1}}` sets a.b).
-                Bson::Document(nested)
-                    if !nested.is_empty()
-                        && !nested.keys().next().is_some_and(|key| key.starts_with('$')) =>
-                {
-                    self.subtree(&relative, &full)?.add_all(nested, &full)?;
-                }
-                other => self.insert(&relative, FieldNode::Value(Expr::parse(other)?), &full)?,
-            }
-        }
-        Ok(())
-    }
-
-    fn collision(full: &[String]) -> CommandError {
-        CommandError::bad_value(format!("Path collision at {}", full.join(".")))
-    }
-
-    /// The subtree at `parts`, created if missing; a value already there is a collision.
-    fn subtree(&mut self, parts: &[String], full: &[String]) -> CommandResult<&mut FieldTree> {
-        let Some((first, rest)) = parts.split_first() else {
-            return Ok(self);
-        };
-        let index = match self.children.iter().position(|(name, _)| name == first) {
-            Some(index) => index,
-            None => {
-                self.children
-                    .push((first.clone(), FieldNode::Sub(FieldTree::default())));
-                self.children.len() - 1
-            }
-        };
-        match &mut self.children[index].1 {
-            FieldNode::Sub(tree) => tree.subtree(rest, full),
-            FieldNode::Value(_) => Err(FieldTree::collision(full)),
-        }
-    }
-
-    fn insert(&mut self, parts: &[String], node: FieldNode, full: &[String]) -> CommandResult<()> {
-        let Some((last, parents)) = parts.split_last() else {
-            return Err(FieldTree::collision(full));
-        };
-        let parent = self.subtree(parents, full)?;
-        if parent.children.iter().any(|(name, _)| name == last) {
-            return Err(FieldTree::collision(full));
-        }
-        parent.children.push((last.clone(), node));
-        Ok(())
-    }
-
-    /// Sets every field of this tree in `target`, evaluating against `root` (mongod's
-    /// `applyExpressions`): existing fields keep their position, new ones are appended, and
-    /// a missing result removes the field.
-    fn apply(
-        &self,
-        root: &Document,
-        target: &mut Document,
-        context: &PipelineContext,
-    ) -> CommandResult<()> {
-        for (name, node) in &self.children {
-            let value = match node {
-                FieldNode::Value(expression) => expression.evaluate_in(root, context)?,
-                FieldNode::Sub(tree) => {
-                    Some(tree.apply_to_value(root, target.get(name), context)?)
-                }
-            };
-            match value {
-                Some(value) => {
-                    target.insert(name.clone(), value);
-                }
-                None => {
-                    target.remove(name);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A nested tree over an existing value: documents are extended, arrays map over their
-    /// elements, anything else (or nothing) is replaced by a document of the computed fields.
-    fn apply_to_value(
-        &self,
-        root: &Document,
-        existing: Option<&Bson>,
-        context: &PipelineContext,
-    ) -> CommandResult<Bson> {
-        match existing {
-            Some(Bson::Document(document)) => {
-                let mut document = document.clone();
-                self.apply(root, &mut document, context)?;
-                Ok(Bson::Document(document))
-            }
-            Some(Bson::Array(elements)) => Ok(Bson::Array(
-                elements
-                    .iter()
-                    .map(|element| self.apply_to_value(root, Some(element), context))
-                    .collect::<CommandResult<_>>()?,
-            )),
-            _ => {
-                let mut document = Document::new();
-                self.apply(root, &mut document, context)?;
-                Ok(Bson::Document(document))
-            }
-        }
-    }
-}
-
-/// A parsed `$unwind`.
-#[derive(Clone, Debug)]
-struct Unwind {
-    path: Vec<String>,
-    include_array_index: Option<Vec<String>>,
-    preserve_null_and_empty_arrays: bool,
-}
-
-impl Unwind {
-    fn parse(spec: &Bson) -> CommandResult<Unwind> {
-        let (path, index, preserve) = match spec {
-            Bson::String(path) => (path.as_str(), None, false),
-            Bson::Document(options) => {
-                let mut path = None;
-                let mut index = None;
-                let mut preserve = false;
-                for (name, value) in options {
-                    match (name.as_str(), value) {
-                        ("path", Bson::String(text)) => path = Some(text.as_str()),
-                        ("path", other) => {
-                            return Err(fail(
-                                ErrorCode::Location28808,
-                                format!(
-                                    "expected a string as the path for $unwind stage, got {}",
-                                    type_name(other)
-                                ),
-                            ))
-                        }
-                        ("includeArrayIndex", Bson::String(text)) if !text.is_empty() => {
-                            if text.starts_with('$') {
-                                return Err(fail(
-                                    ErrorCode::Location28822,
-                                    format!(
-                                        "includeArrayIndex option to $unwind stage should not be prefixed with a '$': {text}"
-                                    ),
-                                ));
-                            }
-                            index = Some(validate_output_path(text)?);
-                        }
-                        ("includeArrayIndex", other) => {
-                            return Err(fail(
-                                ErrorCode::Location28810,
-                                format!(
-                                    "expected a non-empty string for the includeArrayIndex  option to $unwind stage, got {}",
-                                    type_name(other)
-                                ),
-                            ))
-                        }
-                        ("preserveNullAndEmptyArrays", Bson::Boolean(flag)) => preserve = *flag,
-                        ("preserveNullAndEmptyArrays", other) => {
-                            return Err(fail(
-                                ErrorCode::Location28809,
-                                format!(
-                                    "expected a boolean for the preserveNullAndEmptyArrays option to $unwind stage, got {}",
-                                    type_name(other)
-                                ),
-                            ))
-                        }
-                        (other, _) => {
-                            return Err(fail(
-                                ErrorCode::Location28811,
-                                format!("unrecognized option to $unwind stage: {other}"),
-                            ))
-                        }
-                    }
-                }
-                let path = path.ok_or_else(|| fail(ErrorCode::Location28812, "No path specified to $unwind stage"))?;
-                (path, index, preserve)
-            }
-            other => {
-                return Err(fail(
-                    ErrorCode::Location15981,
-                    format!(
-                        "expected either a string or an object as specification for $unwind stage, got {}",
-                        type_name(other)
-                    ),
-                ))
-            }
-        };
-        let Some(field_path) = path.strip_prefix('$') else {
-            return Err(fail(
-                ErrorCode::Location28818,
-                format!("path option to $unwind stage should be prefixed with a '$': {path}"),
-            ));
-        };
-        Ok(Unwind {
-            path: validate_output_path(field_path)?,
-            include_array_index: index,
-            preserve_null_and_empty_arrays: preserve,
-        })
-    }
-
-    /// The value at the path, walking documents only (arrays on the way yield nothing).
-    fn value<'a>(&self, document: &'a Document) -> Option<&'a Bson> {
-        let (first, rest) = self.path.split_first()?;
-        let mut current = document.get(first)?;
-        for part in rest {
-            let Bson::Document(inner) = current else {
-                return None;
-            };
-            current = inner.get(part)?;
-        }
-        Some(current)
-    }
-
-    fn value_mut<'a>(&self, document: &'a mut Document) -> Option<&'a mut Bson> {
-        let (first, rest) = self.path.split_first()?;
-        let mut current = document.get_mut(first)?;
-        for part in rest {
-            let Bson::Document(inner) = current else {
-                return None;
-            };
-            current = inner.get_mut(part)?;
-        }
-        Some(current)
-    }
-
-    fn apply(&self, document: Document, output: &mut Vec<Document>) -> CommandResult<()> {
-        for unwound in self.unwound(document) {
-            output.push(unwound?);
-        }
-        Ok(())
-    }
-
-    /// The documents `document` unwinds to, made one at a time: all the copies of a large
-    /// document with a long array would not fit in memory at once.
-    fn unwound(&self, mut document: Document) -> Unwound<'_> {
-        // The array is taken out, so that each copy of the document does not copy it again.
-        if let Some(Bson::Array(elements)) = self.value_mut(&mut document) {
-            if !elements.is_empty() {
-                let elements = std::mem::take(elements);
-                return Unwound::Elements {
-                    unwind: self,
-                    document,
-                    elements: elements.into_iter().enumerate(),
-                };
-            }
-        }
-        let kept = match self.value(&document) {
-            value @ (Some(Bson::Array(_)) | None | Some(Bson::Null) | Some(Bson::Undefined)) => {
-                if !self.preserve_null_and_empty_arrays {
-                    return Unwound::Done;
-                }
-                let empty_array = matches!(value, Some(Bson::Array(_)));
-                let mut kept = document;
-                if empty_array {
-                    // An empty array is dropped from the preserved document, as in mongod.
-                    super::path::remove_path(&mut kept, &self.path);
-                }
-                kept
-            }
-            // A non-array value unwinds to itself.
-            Some(_) => document,
-        };
-        let kept = match &self.include_array_index {
-            Some(index_path) => {
-                let mut kept = kept;
-                super::path::set_path(&mut kept, index_path, Bson::Null).map(|()| kept)
-            }
-            None => Ok(kept),
-        };
-        Unwound::One(Some(kept))
-    }
-}
-
-/// What `$unwind` makes of one document ([`Unwind::unwound`]).
-enum Unwound<'u> {
-    Done,
-    One(Option<CommandResult<Document>>),
-    Elements {
-        unwind: &'u Unwind,
-        document: Document,
-        elements: std::iter::Enumerate<std::vec::IntoIter<Bson>>,
-    },
-}
-
-impl Iterator for Unwound<'_> {
-    type Item = CommandResult<Document>;
-
-    fn next(&mut self) -> Option<CommandResult<Document>> {
-        match self {
-            Unwound::Done => None,
-            Unwound::One(kept) => kept.take(),
-            Unwound::Elements {
-                unwind,
-                document,
-                elements,
-            } => {
-                let (index, element) = elements.next()?;
-                let mut unwound = document.clone();
-                if let Err(error) = super::path::set_path(&mut unwound, &unwind.path, element) {
-                    return Some(Err(error));
-                }
-                if let Some(index_path) = &unwind.include_array_index {
-                    let index = Bson::Int64(i64::try_from(index).unwrap_or(i64::MAX));
-                    if let Err(error) = super::path::set_path(&mut unwound, index_path, index) {
-                        return Some(Err(error));
-                    }
-                }
-                Some(Ok(unwound))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! Shared helpers for the pipeline, expression and accumulator tests.
@@ -1503,28 +1149,6 @@ mod tests {
         // Ordinary copies are untouched.
         let stages = vec![doc! {"$addFields": {"b": ["$a", "$a"], "c": "$$ROOT"}}];
         assert_eq!(run_ok(stages, vec![doc! {"a": 1}]).len(), 1);
-    }
-
-    #[test]
-    fn unwind_hands_on_each_copy_in_order() {
-        // One copy at a time (a long array in a large document would not fit otherwise), in
-        // the order a whole batch would have had, through `$skip` and `$limit`.
-        let stages = vec![
-            doc! {"$unwind": "$a"},
-            doc! {"$skip": 1},
-            doc! {"$unwind": {"path": "$b", "includeArrayIndex": "i"}},
-            doc! {"$limit": 3},
-            doc! {"$project": {"_id": 0, "a": 1, "b": 1, "i": 1}},
-        ];
-        let input = vec![doc! {"a": [1, 2, 3], "b": ["x", "y"]}];
-        assert_documents(
-            &run_ok(stages, input),
-            &[
-                doc! {"a": 2, "b": "x", "i": 0_i64},
-                doc! {"a": 2, "b": "y", "i": 1_i64},
-                doc! {"a": 3, "b": "x", "i": 0_i64},
-            ],
-        );
     }
 
     #[test]
@@ -1763,38 +1387,6 @@ mod tests {
     }
 
     #[test]
-    fn add_fields_sets_nested_paths_through_arrays_and_keeps_order() {
-        let input = vec![doc! {"_id": 1, "a": {"x": 1}, "b": [{"y": 1}, 2], "c": 5}];
-        let output = run_ok(
-            vec![doc! {"$addFields": {
-                "c": {"$add": ["$c", 1]},
-                "a.z": "$c",
-                "b.k": true,
-                "new": {"n": 1},
-            }}],
-            input.clone(),
-        );
-        assert_documents(
-            &output,
-            &[doc! {
-                "_id": 1,
-                "a": {"x": 1, "z": 5},
-                "b": [{"y": 1, "k": true}, {"k": true}],
-                "c": 6,
-                "new": {"n": 1},
-            }],
-        );
-        let removed = run_ok(
-            vec![doc! {"$set": {"c": "$$REMOVE", "a": "$missing"}}],
-            input,
-        );
-        assert_documents(&removed, &[doc! {"_id": 1, "b": [{"y": 1}, 2]}]);
-        let collision = parse_error(vec![doc! {"$set": {"a": 1, "a.b": 2}}]);
-        assert!(collision.errmsg.contains("Path collision at a.b"));
-        assert_eq!(parse_error(vec![doc! {"$set": 1}]).code.code(), 40272);
-    }
-
-    #[test]
     fn unset_removes_fields_and_validates_its_spec() {
         let input = vec![doc! {"_id": 1, "a": 1, "b": {"c": 1, "d": 2}}];
         assert_documents(
@@ -1970,59 +1562,6 @@ mod tests {
                 .code(),
             40235
         );
-    }
-
-    #[test]
-    fn unwind_string_form_drops_empty_missing_and_null() {
-        let output = run_ok(
-            vec![doc! {"$unwind": "$tags"}, doc! {"$project": {"tags": 1}}],
-            sales(),
-        );
-        assert_documents(
-            &output,
-            &[
-                doc! {"_id": 1, "tags": "x"},
-                doc! {"_id": 1, "tags": "y"},
-                doc! {"_id": 4, "tags": "z"},
-            ],
-        );
-    }
-
-    #[test]
-    fn unwind_options_preserve_and_index() {
-        let input = vec![
-            doc! {"_id": 1, "a": {"b": [7, 8]}},
-            doc! {"_id": 2, "a": {"b": []}},
-            doc! {"_id": 3, "a": {"b": null}},
-            doc! {"_id": 4},
-            doc! {"_id": 5, "a": {"b": 9}},
-        ];
-        let output = run_ok(
-            vec![
-                doc! {"$unwind": {"path": "$a.b", "includeArrayIndex": "i", "preserveNullAndEmptyArrays": true}},
-            ],
-            input,
-        );
-        assert_documents(
-            &output,
-            &[
-                doc! {"_id": 1, "a": {"b": 7}, "i": 0_i64},
-                doc! {"_id": 1, "a": {"b": 8}, "i": 1_i64},
-                doc! {"_id": 2, "a": {}, "i": null},
-                doc! {"_id": 3, "a": {"b": null}, "i": null},
-                doc! {"_id": 4, "i": null},
-                doc! {"_id": 5, "a": {"b": 9}, "i": null},
-            ],
-        );
-        assert_eq!(parse_error(vec![doc! {"$unwind": "a"}]).code.code(), 28818);
-        assert_eq!(parse_error(vec![doc! {"$unwind": {}}]).code.code(), 28812);
-        assert_eq!(
-            parse_error(vec![doc! {"$unwind": {"path": "$a", "x": 1}}])
-                .code
-                .code(),
-            28811
-        );
-        assert_eq!(parse_error(vec![doc! {"$unwind": 1}]).code.code(), 15981);
     }
 
     #[test]

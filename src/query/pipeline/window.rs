@@ -24,8 +24,9 @@ use std::cmp::Ordering;
 use bson::{Bson, Document};
 
 use super::expr::Expr;
+use super::fields::validate_output_path;
 use super::run::DocumentStream;
-use super::{fail, validate_output_path, PipelineContext};
+use super::{fail, PipelineContext};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::CollationChoice;
 use crate::query::compare::compare_values_with;
