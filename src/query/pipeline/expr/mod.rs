@@ -5,7 +5,8 @@
 //! This file holds what every operator shares: the [`Expr`] tree, parsing dispatch (the
 //! operator-name tables), the evaluation environment ([`Vars`]) and the evaluation dispatch
 //! (`evaluate`, `apply_op`). Each operator family parses and evaluates itself in its own file:
-//! `arithmetic`, `string`, `string_search` (searching, slicing, replacing), `regex`, `date`,
+//! `arithmetic`, `string`, `string_search` (searching, slicing, replacing), `regex`, `date` (with
+//! `date_arith` and the `timezone` it and `date` share),
 //! `array` (with `$filter`/`$map`), `set`, `trigonometry`, `object`, `convert` (`$convert`,
 //! `$to*`), `conditional` (boolean, comparison and conditional operators) and `variables` (`$let`
 //! and the variable scope of `$filter`/`$map`).
@@ -41,11 +42,13 @@ mod array;
 mod conditional;
 mod convert;
 mod date;
+mod date_arith;
 mod object;
 mod regex;
 mod set;
 mod string;
 mod string_search;
+mod timezone;
 mod trigonometry;
 mod variables;
 
@@ -65,7 +68,11 @@ use array::{
 };
 use conditional::{evaluate_comparison, evaluate_lazy, evaluate_switch, parse_cond, parse_switch};
 use convert::{evaluate_convert, parse_convert};
-use date::{evaluate_date_part, evaluate_date_to_string, parse_date_part, parse_date_to_string};
+use date::{
+    evaluate_date_op, evaluate_date_part, evaluate_date_to_string, parse_date_from_parts,
+    parse_date_part, parse_date_to_parts, parse_date_to_string, DateOp,
+};
+use date_arith::{parse_date_add, parse_date_diff, parse_date_trunc};
 use object::{
     evaluate_get_field, evaluate_merge_objects, evaluate_set_field, parse_get_field,
     parse_set_field,
@@ -299,6 +306,8 @@ pub(crate) enum Expr {
         timezone: Option<Box<Expr>>,
         on_null: Option<Box<Expr>>,
     },
+    /// `$dateToParts`, `$dateFromParts`, `$dateAdd`/`$dateSubtract`, `$dateDiff`, `$dateTrunc`.
+    DateOp(Box<DateOp>),
     GetField {
         field: Box<Expr>,
         input: Option<Box<Expr>>,
@@ -653,6 +662,10 @@ fn date_part(name: &str) -> Option<DatePart> {
         "$millisecond" => DatePart::Millisecond,
         "$dayOfWeek" => DatePart::DayOfWeek,
         "$dayOfYear" => DatePart::DayOfYear,
+        "$week" => DatePart::Week,
+        "$isoWeek" => DatePart::IsoWeek,
+        "$isoWeekYear" => DatePart::IsoWeekYear,
+        "$isoDayOfWeek" => DatePart::IsoDayOfWeek,
         _ => return None,
     })
 }
@@ -666,21 +679,12 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$bitOr",
     "$bitXor",
     "$bsonSize",
-    "$dateAdd",
-    "$dateDiff",
-    "$dateFromParts",
     "$dateFromString",
-    "$dateSubtract",
-    "$dateToParts",
-    "$dateTrunc",
     "$exp",
     "$firstN",
     "$function",
     "$indexOfArray",
     "$isNumber",
-    "$isoDayOfWeek",
-    "$isoWeek",
-    "$isoWeekYear",
     "$lastN",
     "$ln",
     "$log",
@@ -703,7 +707,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$toHashedIndexKey",
     "$tsIncrement",
     "$tsSecond",
-    "$week",
     "$zip",
 ];
 
@@ -804,6 +807,11 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
             parse_trim(name, side, operand, scope)
         }
         "$dateToString" => parse_date_to_string(operand, scope),
+        "$dateToParts" => parse_date_to_parts(operand, scope),
+        "$dateFromParts" => parse_date_from_parts(operand, scope),
+        "$dateAdd" | "$dateSubtract" => parse_date_add(name, operand, scope),
+        "$dateDiff" => parse_date_diff(operand, scope),
+        "$dateTrunc" => parse_date_trunc(operand, scope),
         "$getField" => parse_get_field(operand, scope),
         "$setField" | "$unsetField" => parse_set_field(name, operand, scope),
         "$replaceOne" | "$replaceAll" => parse_replace(name == "$replaceAll", operand, scope),
@@ -956,6 +964,7 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
             on_null.as_deref(),
             vars,
         ),
+        Expr::DateOp(op) => evaluate_date_op(op, vars),
         Expr::GetField { field, input } => evaluate_get_field(field, input.as_deref(), vars),
         Expr::SetField {
             field,
