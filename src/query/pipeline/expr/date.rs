@@ -2,7 +2,7 @@
 //! `$isoDayOfWeek`), `$dateToString`, `$dateToParts` and `$dateFromParts`, each in UTC, a fixed
 //! offset or a named time zone ([`timezone`](super::timezone)); the proleptic Gregorian and ISO
 //! week calendars and ISO-8601 printing and parsing (`$toDate`) they rest on. Date arithmetic
-//! lives in `date_arith`, string parsing (`$dateFromString`) in `date_parse`.
+//! lives in `date_arith`, `$dateFromString` in `date_parse`.
 //!
 //! Invariants: calendar arithmetic works on "wall milliseconds" (a local civil time counted as
 //! if it were UTC); only [`TimeZone`] converts between instants and wall time. Arguments are
@@ -72,6 +72,13 @@ pub(crate) enum DateOp {
         bin_size: Option<Expr>,
         timezone: Option<Expr>,
         start_of_week: Option<Expr>,
+    },
+    FromString {
+        date_string: Expr,
+        format: Option<Expr>,
+        timezone: Option<Expr>,
+        on_null: Option<Expr>,
+        on_error: Option<Expr>,
     },
 }
 
@@ -887,6 +894,7 @@ pub(super) fn evaluate_date_op(op: &DateOp, vars: &mut Vars) -> CommandResult<Va
         DateOp::Add { .. } | DateOp::Diff { .. } | DateOp::Trunc { .. } => {
             super::date_arith::evaluate_arithmetic(op, vars)
         }
+        DateOp::FromString { .. } => super::date_parse::evaluate_from_string(op, vars),
     }
 }
 

@@ -6,7 +6,7 @@
 //! operator-name tables), the evaluation environment ([`Vars`]) and the evaluation dispatch
 //! (`evaluate`, `apply_op`). Each operator family parses and evaluates itself in its own file:
 //! `arithmetic`, `string`, `string_search` (searching, slicing, replacing), `regex`, `date` (with
-//! `date_arith` and the `timezone` it and `date` share),
+//! `date_arith`, `date_parse` and the `timezone` they share),
 //! `array` (with `$filter`/`$map`), `set`, `trigonometry`, `object`, `convert` (`$convert`,
 //! `$to*`), `conditional` (boolean, comparison and conditional operators) and `variables` (`$let`
 //! and the variable scope of `$filter`/`$map`).
@@ -43,6 +43,7 @@ mod conditional;
 mod convert;
 mod date;
 mod date_arith;
+mod date_parse;
 mod object;
 mod regex;
 mod set;
@@ -73,6 +74,7 @@ use date::{
     parse_date_part, parse_date_to_parts, parse_date_to_string, DateOp,
 };
 use date_arith::{parse_date_add, parse_date_diff, parse_date_trunc};
+use date_parse::parse_date_from_string;
 use object::{
     evaluate_get_field, evaluate_merge_objects, evaluate_set_field, parse_get_field,
     parse_set_field,
@@ -306,7 +308,8 @@ pub(crate) enum Expr {
         timezone: Option<Box<Expr>>,
         on_null: Option<Box<Expr>>,
     },
-    /// `$dateToParts`, `$dateFromParts`, `$dateAdd`/`$dateSubtract`, `$dateDiff`, `$dateTrunc`.
+    /// `$dateToParts`, `$dateFromParts`, `$dateAdd`/`$dateSubtract`, `$dateDiff`, `$dateTrunc`,
+    /// `$dateFromString`.
     DateOp(Box<DateOp>),
     GetField {
         field: Box<Expr>,
@@ -679,7 +682,6 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$bitOr",
     "$bitXor",
     "$bsonSize",
-    "$dateFromString",
     "$exp",
     "$firstN",
     "$function",
@@ -812,6 +814,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         "$dateAdd" | "$dateSubtract" => parse_date_add(name, operand, scope),
         "$dateDiff" => parse_date_diff(operand, scope),
         "$dateTrunc" => parse_date_trunc(operand, scope),
+        "$dateFromString" => parse_date_from_string(operand, scope),
         "$getField" => parse_get_field(operand, scope),
         "$setField" | "$unsetField" => parse_set_field(name, operand, scope),
         "$replaceOne" | "$replaceAll" => parse_replace(name == "$replaceAll", operand, scope),
