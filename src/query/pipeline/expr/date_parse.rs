@@ -129,13 +129,18 @@ fn from_string(
     };
     let parsed = match format {
         Some(None) => return Ok(Some(Bson::Null)),
-        Some(Some(format)) => parse_with_format(&text, &format),
+        // timelib reads C strings: both end at an embedded NUL.
+        Some(Some(format)) => parse_with_format(until_nul(&text), until_nul(&format)),
         None => parse_iso(&text),
     };
     let parsed = parsed.map_err(|problem| problem.into_error(&text))?;
     parsed
         .into_instant(&text, &zone)
         .map(|millis| Some(Bson::DateTime(DateTime::from_millis(millis))))
+}
+
+fn until_nul(text: &str) -> &str {
+    text.split('\0').next().unwrap_or_default()
 }
 
 /// Why a string was not read.
@@ -203,10 +208,11 @@ struct Parsed {
 impl Parsed {
     fn into_instant(self, text: &str, zone: &TimeZone) -> CommandResult<i64> {
         let mut parsed = self;
-        if let (Some(year), Some(week)) = (parsed.iso_year, parsed.iso_week) {
-            let days =
-                iso_week_one_monday(year) + (week - 1) * 7 + parsed.iso_day_of_week.unwrap_or(1)
-                    - 1;
+        if let Some(year) = parsed.iso_year {
+            let days = iso_week_one_monday(year)
+                + (parsed.iso_week.unwrap_or(1) - 1) * 7
+                + parsed.iso_day_of_week.unwrap_or(1)
+                - 1;
             let (year, month, day) = super::date::civil_from_days(days);
             parsed.year = Some(year);
             parsed.month = Some(i64::from(month));
@@ -430,11 +436,7 @@ fn parse_with_format(text: &str, format: &str) -> Result<Parsed, Problem> {
                 position += c.len_utf8();
                 continue;
             }
-            return Err(Problem::at(
-                text,
-                position,
-                "The format separator does not match",
-            ));
+            return Err(Problem::at(text, position, "Format literal not found"));
         }
         let specifier = specifiers.next().unwrap_or('%');
         let number = |position: &mut usize, digits: usize, message: &'static str| {
@@ -569,6 +571,20 @@ fn parse_with_format(text: &str, format: &str) -> Result<Parsed, Problem> {
         parsed.hour.get_or_insert(0);
         parsed.minute.get_or_insert(0);
         parsed.second.get_or_insert(0);
+    }
+    let iso =
+        parsed.iso_year.is_some() || parsed.iso_week.is_some() || parsed.iso_day_of_week.is_some();
+    if iso {
+        if parsed.year.is_some() || parsed.month.is_some() || parsed.day.is_some() {
+            return Err(Problem::at(
+                text,
+                position,
+                "Mixing of ISO dates with natural dates is not allowed",
+            ));
+        }
+        if parsed.iso_year.is_none() {
+            return Err(Problem::at(text, position, "The parsed date was invalid"));
+        }
     }
     check_valid(text, &parsed)?;
     Ok(parsed)
@@ -709,7 +725,7 @@ mod tests {
     //! manual's examples.
     use bson::{bson, doc, Bson, DateTime};
 
-    use super::super::test_support::{check_errors, check_over, check_values};
+    use super::super::test_support::{check_errors, check_over, check_values, error};
 
     fn date(text: &str) -> Bson {
         Bson::DateTime(DateTime::parse_rfc3339_str(text).expect("test date"))
@@ -972,6 +988,92 @@ mod tests {
             (
                 bson!({"$dateFromString": {"dateString": "July 4th, 2017"}}),
                 238,
+            ),
+        ]);
+    }
+
+    #[test]
+    fn formats_mongod_cannot_read_without_one() {
+        let cases = [
+            ("05 12 1988", "%d %m %Y", "1988-12-05T00:00:00Z"),
+            ("1992 04 26", "%Y %m %d", "1992-04-26T00:00:00Z"),
+            ("05*12*1988", "%d*%m*%Y", "1988-12-05T00:00:00Z"),
+            ("1992/04/26", "%Y/%m/%d", "1992-04-26T00:00:00Z"),
+            ("1992 % 04 % 26", "%Y %% %m %% %d", "1992-04-26T00:00:00Z"),
+            (
+                "Day: 05 Month: 12 Year: 1988",
+                "Day: %d Month: %m Year: %Y",
+                "1988-12-05T00:00:00Z",
+            ),
+            ("Date: 1992/04/26", "Date: %Y/%m/%d", "1992-04-26T00:00:00Z"),
+            ("4/26/1992:+0445", "%m/%d/%Y:%z", "1992-04-25T19:15:00Z"),
+            ("4/26/1992:+285", "%m/%d/%Y:%Z", "1992-04-25T19:15:00Z"),
+            ("2017", "%G", "2017-01-02T00:00:00Z"),
+            ("2017, Week 53", "%G, Week %V", "2018-01-01T00:00:00Z"),
+            ("2017, Day 5", "%G, Day %u", "2017-01-06T00:00:00Z"),
+            ("53.7.2017", "%V.%u.%G", "2018-01-07T00:00:00Z"),
+            ("1.1.1", "%V.%u.%G", "0001-01-01T00:00:00Z"),
+        ];
+        check_values(
+            cases
+                .into_iter()
+                .map(|(input, format, expected)| {
+                    (
+                        bson!({"$dateFromString": {"dateString": input, "format": format}}),
+                        date(expected),
+                    )
+                })
+                .collect(),
+        );
+        for (input, format, expected) in [
+            ("2018-01", "%Y-%m-%d", "Data missing"),
+            ("2018-01", "%Y", "Trailing data"),
+            ("1992-26-04", "Y-d-m", "Format literal not found"),
+            ("ISO Day 6", "ISO Day %u", "The parsed date was invalid"),
+            ("ISO Week 52", "ISO Week %V", "The parsed date was invalid"),
+            (
+                "ISO Week 1, 2018",
+                "ISO Week %V, %Y",
+                "Mixing of ISO dates with natural dates is not allowed",
+            ),
+            (
+                "12/31/2018",
+                "%m/%d/%G",
+                "Mixing of ISO dates with natural dates is not allowed",
+            ),
+            ("12/31\0/2018", "%m/%d/%Y", "Data missing"),
+            ("12/31/2018", "%m/%d\0/%Y", "Trailing data"),
+        ] {
+            let failure =
+                error(bson!({"$dateFromString": {"dateString": input, "format": format}}));
+            assert_eq!(failure.code.code(), 241, "{input} {format}");
+            assert!(
+                failure.errmsg.contains(expected),
+                "{input} {format}: {}",
+                failure.errmsg
+            );
+            assert!(
+                failure.errmsg.starts_with("Error parsing date string"),
+                "{}",
+                failure.errmsg
+            );
+        }
+        check_errors(vec![
+            (
+                bson!({"$dateFromString": {"dateString": "4/26/1992:+0445", "format": "%m/%d/%Y:%z", "timezone": "+0500"}}),
+                241,
+            ),
+            (
+                bson!({"$dateFromString": {"dateString": "4/26/1992", "format": {}}}),
+                40684,
+            ),
+            (
+                bson!({"$dateFromString": {"dateString": "2017-07-12T22:23:55 GMT+02:00", "timezone": "Europe/Amsterdam"}}),
+                241,
+            ),
+            (
+                bson!({"$dateFromString": {"dateString": "2017-07-12T22:23:55Z", "timezone": "Europe/Amsterdam"}}),
+                241,
             ),
         ]);
     }
