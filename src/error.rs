@@ -398,6 +398,7 @@ error_codes! {
     Location5439017 = 5439017,
     Location5439018 = 5439018,
     Location40535 = 40535,
+    Location40536 = 40536,
     Location40539 = 40539,
     Location40571 = 40571,
     Location40587 = 40587,

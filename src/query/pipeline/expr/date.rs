@@ -12,8 +12,8 @@ use bson::{Bson, Document};
 
 use super::timezone::{evaluate_timezone, TimeZone};
 use super::{
-    check_arity, evaluate, fail, find_argument, is_nullish, named_arguments, parse,
-    parse_arguments, parse_optional, value_type_name, Expr, Scope, Value, Vars,
+    evaluate, fail, find_argument, is_nullish, named_arguments, parse, parse_arguments,
+    parse_optional, value_type_name, Expr, Scope, Value, Vars,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::{type_name, value_string};
@@ -122,7 +122,15 @@ pub(super) fn parse_date_part(
         }
     }
     let arguments = parse_arguments(operand, scope)?;
-    check_arity(name, arguments.len(), 1, Some(1))?;
+    if arguments.len() != 1 {
+        return Err(fail(
+            ErrorCode::Location40536,
+            format!(
+                "{name} accepts exactly one argument if given an array, but was given {}",
+                arguments.len()
+            ),
+        ));
+    }
     let date = arguments
         .into_iter()
         .next()
@@ -947,6 +955,10 @@ mod tests {
         ]);
         check_errors(vec![
             (bson!({"$year": "x"}), 16006),
+            (bson!({"$year": [d.clone(), d.clone()]}), 40536),
+            (bson!({"$year": []}), 40536),
+            (bson!({"$year": {"date": d.clone(), "zone": "UTC"}}), 40535),
+            (bson!({"$year": {"timezone": "UTC"}}), 40539),
             (bson!({"$year": {"date": d.clone(), "timezone": 5}}), 40517),
             (
                 bson!({"$year": {"date": d.clone(), "timezone": "DoesNot/Exist"}}),
@@ -956,47 +968,120 @@ mod tests {
     }
 
     #[test]
-    fn week_and_iso_parts_follow_the_manual() {
-        // The manual's $week, $isoWeek, $isoWeekYear and $isoDayOfWeek examples, and
-        // date_to_string.js's "Natural: %Y-W%w-%U, ISO: %G-W%u-%V" rows.
-        check_values(vec![
+    fn week_parts_follow_date_to_string_js() {
+        // date_to_string.js's "Natural: %Y-W%w-%U, ISO: %G-W%u-%V" rows; $week is %U.
+        let rows = [
             (
-                bson!({"$week": date("2016-01-01T00:00:00Z")}),
-                Bson::Int32(0),
+                "2017-01-01T15:08:51.911Z",
+                "Natural: 2017-W1-01, ISO: 2016-W7-52",
+                1,
             ),
             (
-                bson!({"$week": date("2016-01-03T00:00:00Z")}),
-                Bson::Int32(1),
+                "2017-07-04T15:09:12.911Z",
+                "Natural: 2017-W3-27, ISO: 2017-W2-27",
+                27,
             ),
             (
-                bson!({"$isoWeek": date("2016-01-04T00:00:00Z")}),
-                Bson::Int32(1),
+                "2017-12-04T15:09:14.911Z",
+                "Natural: 2017-W2-49, ISO: 2017-W1-49",
+                49,
             ),
+        ];
+        let mut cases = Vec::new();
+        for (text, formatted, week) in rows {
+            cases.push((
+                bson!({"$dateToString": {"format": "Natural: %Y-W%w-%U, ISO: %G-W%u-%V", "date": date(text)}}),
+                Bson::String(formatted.into()),
+            ));
+            cases.push((bson!({"$week": date(text)}), Bson::Int32(week)));
+        }
+        cases.push((
+            bson!({"$dateToString": {"date": date("1900-12-31T23:59:59Z"), "format": "%V-%G"}}),
+            "01-1901".into(),
+        ));
+        cases.push((
+            bson!({"$dateToString": {"date": date("1900-12-31T23:59:59Z"), "format": "%G-%V"}}),
+            "1901-01".into(),
+        ));
+        cases.push((
+            bson!({"$isoDayOfWeek": date("2021-04-14T04:48:00Z")}),
+            Bson::Int32(3),
+        ));
+        check_values(cases);
+    }
+
+    /// iso_date_exprs.js's rules for New Year's Day and New Year's Eve, over its table of years
+    /// (indexed by the weekday they start on).
+    #[test]
+    fn iso_week_parts_follow_iso_date_exprs_js() {
+        let years: [(&str, [i64; 7]); 3] = [
+            ("common", [1900, 2002, 2014, 2015, 2010, 2011, 2006]),
+            ("leap", [1996, 2008, 1992, 2004, 2016, 2000, 2012]),
             (
-                bson!({"$isoWeek": date("2016-01-03T00:00:00Z")}),
-                Bson::Int32(53),
+                "commonAfterLeap",
+                [2001, 2013, 1997, 2009, 1993, 2005, 2017],
             ),
-            (
-                bson!({"$isoWeekYear": date("2016-01-03T00:00:00Z")}),
-                Bson::Int64(2015),
-            ),
-            (
-                bson!({"$isoDayOfWeek": date("2016-01-03T00:00:00Z")}),
-                Bson::Int32(7),
-            ),
-            (
-                bson!({"$dateToString": {"format": "Natural: %Y-W%w-%U, ISO: %G-W%u-%V", "date": date("2017-01-01T15:08:51.911Z")}}),
-                Bson::String("Natural: 2017-W1-01, ISO: 2016-W7-52".into()),
-            ),
-            (
-                bson!({"$dateToString": {"format": "Natural: %Y-W%w-%U, ISO: %G-W%u-%V", "date": date("2017-07-04T15:09:12.911Z")}}),
-                Bson::String("Natural: 2017-W3-27, ISO: 2017-W2-27".into()),
-            ),
-            (
-                bson!({"$dateToString": {"format": "Natural: %Y-W%w-%U, ISO: %G-W%u-%V", "date": date("2017-12-04T15:09:14.911Z")}}),
-                Bson::String("Natural: 2017-W2-49, ISO: 2017-W1-49".into()),
-            ),
-        ]);
+        ];
+        let shift = |day: i64, by: i64| (day - 1 + by) % 7 + 1;
+        let mut cases = Vec::new();
+        for (kind, list) in years {
+            for (index, year) in list.into_iter().enumerate() {
+                let day = i64::try_from(index).expect("index") + 1;
+                let new_year = date(&format!("{year:04}-01-01T00:00:00Z"));
+                let eve = date(&format!("{year:04}-12-31T00:00:00Z"));
+                let leap = kind == "leap";
+                cases.push((bson!({"$isoDayOfWeek": new_year.clone()}), Bson::Int64(day)));
+                let eve_day = if leap { shift(day, 1) } else { day };
+                cases.push((bson!({"$isoDayOfWeek": eve.clone()}), Bson::Int64(eve_day)));
+                let (first_week, first_year) = if day <= 4 {
+                    (1, year)
+                } else if day == 5 || (day == 6 && kind == "commonAfterLeap") {
+                    (53, year - 1)
+                } else {
+                    (52, year - 1)
+                };
+                cases.push((
+                    bson!({"$isoWeek": new_year.clone()}),
+                    Bson::Int64(first_week),
+                ));
+                cases.push((
+                    bson!({"$isoWeekYear": new_year.clone()}),
+                    Bson::Int64(first_year),
+                ));
+                cases.push((
+                    bson!({"$dateToString": {"format": "%G-W%V-%u", "date": new_year.clone()}}),
+                    Bson::String(format!("{first_year}-W{first_week:02}-{day}")),
+                ));
+                let (last_week, last_year) = match (leap, day) {
+                    (true, 1..=2) | (true, 7) | (false, 1..=3) => (1, year + 1),
+                    (true, 3..=4) | (false, 4) => (53, year),
+                    _ => (52, year),
+                };
+                cases.push((bson!({"$isoWeek": eve.clone()}), Bson::Int64(last_week)));
+                cases.push((bson!({"$isoWeekYear": eve.clone()}), Bson::Int64(last_year)));
+                cases.push((
+                    bson!({"$dateToString": {"format": "%G-W%V-%u", "date": eve.clone()}}),
+                    Bson::String(format!("{last_year}-W{last_week:02}-{eve_day}")),
+                ));
+            }
+        }
+        // $isoDayOfWeek and $isoWeek answer ints, $isoWeekYear a long.
+        let cases = cases
+            .into_iter()
+            .map(|(expression, expected)| {
+                let is_long = expression
+                    .as_document()
+                    .is_some_and(|document| document.contains_key("$isoWeekYear"));
+                match expected {
+                    Bson::Int64(value) if !is_long => (
+                        expression,
+                        Bson::Int32(i32::try_from(value).expect("small")),
+                    ),
+                    other => (expression, other),
+                }
+            })
+            .collect();
+        check_values(cases);
     }
 
     #[test]

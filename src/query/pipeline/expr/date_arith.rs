@@ -728,6 +728,12 @@ mod tests {
                 bson!({"$dateAdd": {"startDate": date("2020-10-24T18:10:00Z"), "unit": "day", "amount": 1, "timezone": "Europe/Paris"}}),
                 date("2020-10-25T19:10:00Z"),
             ),
+            // mongod's own example (date_time_support.cpp): an hour added at the end of
+            // summer time in New York is an elapsed hour, not a wall-clock one.
+            (
+                bson!({"$dateAdd": {"startDate": date("2020-11-01T05:50:02Z"), "unit": "hour", "amount": 1, "timezone": "America/New_York"}}),
+                date("2020-11-01T06:50:02Z"),
+            ),
             // The last day of the month is clamped, in UTC and in a zone.
             (
                 bson!({"$dateAdd": {"startDate": date("2021-01-30T23:30:00Z"), "unit": "month", "amount": 1, "timezone": "Europe/Paris"}}),
