@@ -622,13 +622,59 @@ fn check_valid(text: &str, parsed: &Parsed) -> Result<(), Problem> {
     Ok(())
 }
 
-/// The strings read without a format: `YYYY-MM-DD`, optionally followed by `T` or spaces and
-/// `HH:MM[(:|.)SS[.fraction]]`, and optionally a zone. Anything else may be one of the many
+/// The numeric dates read without a format, as timelib's `strtotime` reads them: ISO
+/// `YYYY-MM-DD`, American `M/D/Y` and day-first `D-M-YYYY` (a year of one to three digits is
+/// 2000+ below 70 and 1900+ otherwise); then (year, month, day, end).
+fn date_forms(
+    bytes: &[u8],
+    digits_at: &dyn Fn(usize, usize, usize) -> Option<(i64, usize)>,
+) -> Option<(i64, i64, i64, usize)> {
+    let short_year = |year: i64, digits: usize| match (digits, year) {
+        (4, _) => year,
+        (_, 0..=69) => year + 2000,
+        (_, 70..=99) => year + 1900,
+        _ => year,
+    };
+    if let Some((year, end)) = digits_at(0, 4, 4) {
+        if bytes.get(end) != Some(&b'-') {
+            return None;
+        }
+        let (month, end) = digits_at(end + 1, 1, 2)?;
+        if bytes.get(end) != Some(&b'-') {
+            return None;
+        }
+        let (day, end) = digits_at(end + 1, 1, 2)?;
+        return Some((year, month, day, end));
+    }
+    let (first, end) = digits_at(0, 1, 2)?;
+    match bytes.get(end) {
+        Some(b'/') => {
+            let (day, end) = digits_at(end + 1, 1, 2)?;
+            if bytes.get(end) != Some(&b'/') {
+                return None;
+            }
+            let (year, year_end) = digits_at(end + 1, 1, 4)?;
+            Some((short_year(year, year_end - end - 1), first, day, year_end))
+        }
+        Some(b'-') => {
+            let (month, end) = digits_at(end + 1, 1, 2)?;
+            if bytes.get(end) != Some(&b'-') {
+                return None;
+            }
+            let (year, year_end) = digits_at(end + 1, 4, 4)?;
+            Some((year, month, first, year_end))
+        }
+        _ => None,
+    }
+}
+
+/// The strings read without a format: a numeric date ([`date_forms`]), optionally followed by
+/// `T` or spaces and `HH:MM[(:|.)SS[.fraction]]`, and optionally a zone. Anything else may be one of the many
 /// free-form strings timelib's `strtotime` accepts, which this server does not judge.
 fn parse_iso(text: &str) -> Result<Parsed, Problem> {
     let unsupported = || {
         Problem::Unsupported(format!(
-            "$dateFromString without a format reads only ISO 8601 dates (YYYY-MM-DD[THH:MM[:SS[.fff]]][zone]) on this server; '{text}' needs a format"
+            "$dateFromString without a format reads only numeric dates (YYYY-MM-DD, M/D/Y, D-M-YYYY) with an optional HH:MM[:SS[.fff]] and zone on this server; '{text}' needs a format"
         ))
     };
     let bytes = text.as_bytes();
@@ -645,15 +691,7 @@ fn parse_iso(text: &str) -> Result<Parsed, Problem> {
         Some((value, position + count))
     };
     let mut parsed = Parsed::default();
-    let (year, position) = digits_at(0, 4, 4).ok_or_else(unsupported)?;
-    if bytes.get(position) != Some(&b'-') {
-        return Err(unsupported());
-    }
-    let (month, position) = digits_at(position + 1, 1, 2).ok_or_else(unsupported)?;
-    if bytes.get(position) != Some(&b'-') {
-        return Err(unsupported());
-    }
-    let (day, mut position) = digits_at(position + 1, 1, 2).ok_or_else(unsupported)?;
+    let (year, month, day, mut position) = date_forms(bytes, &digits_at).ok_or_else(unsupported)?;
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
         return Err(unsupported());
     }
@@ -891,6 +929,18 @@ mod tests {
             ));
             values.push((
                 bson!({"$dateFromString": {"dateString": input, "format": "%Y-%m-%dT%H:%M:%S.%L%z"}}),
+                date(expected),
+            ));
+        }
+        // date_from_string.js's "wacky" strings that are numeric.
+        for (expected, input) in [
+            ("2017-07-04T00:00:00Z", "7/4/17"),
+            ("2017-07-04T00:00:00Z", "04-07-2017"),
+            ("2017-07-04T07:03:07Z", "2017-07-04 12:48:07 GMT+0545"),
+            ("2017-07-04T14:48:07Z", "2017-07-04 12:48:07 GMT-0200"),
+        ] {
+            values.push((
+                bson!({"$dateFromString": {"dateString": input}}),
                 date(expected),
             ));
         }

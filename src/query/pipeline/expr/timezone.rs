@@ -7,7 +7,8 @@
 //! local wall-clock time names. Wall-clock times are "wall milliseconds": the epoch milliseconds
 //! the civil time would have in UTC, so the calendar helpers in `date` work on them unchanged.
 //! Local times in a DST gap move forward by the gap, and repeated times take the earlier
-//! instant (timelib's and jiff's "compatible" resolution).
+//! instant (jiff's "compatible" resolution, which is what PHP's timelib is understood to do;
+//! mongod's own tests do not pin it).
 
 use std::sync::OnceLock;
 
