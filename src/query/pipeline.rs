@@ -23,6 +23,7 @@ mod bucket_auto;
 pub(crate) mod expr;
 mod facet;
 mod fields;
+mod fill;
 mod granularity;
 pub mod graph_lookup;
 mod group;
@@ -241,7 +242,6 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$changeStream",
     "$changeStreamSplitLargeEvent",
     "$densify",
-    "$fill",
     "$geoNear",
     "$indexStats",
     "$listCatalog",
@@ -679,6 +679,12 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
             let (group, sort) = bucket::rewrite(spec)?;
             stages.push(Stage::Group(Group::parse(&group)?));
             Stage::Sort(SortSpec::parse(&sort)?)
+        }
+        "$fill" => {
+            for (name, spec) in fill::rewrite(spec)? {
+                parse_stage(name, &spec, stages)?;
+            }
+            return Ok(());
         }
         "$unwind" => Stage::Unwind(Unwind::parse(spec)?),
         "$sortByCount" => {
