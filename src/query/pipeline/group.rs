@@ -557,13 +557,19 @@ fn constant_n(operator: &str, n: &Bson) -> CommandResult<usize> {
         }
         Err(error) => return Err(error),
     };
+    n_value(&n)
+}
+
+/// Checks an evaluated `n` of an N accumulator or expression: a positive integral number
+/// (mongod's 5787902 not a number, 5787903 not integral, 5787908 not positive).
+pub(crate) fn n_value(n: &Bson) -> CommandResult<usize> {
     let not_integral = || {
         format!(
             "Value for 'n' must be of integral type, but found {}",
-            value_string(&n)
+            value_string(n)
         )
     };
-    let number = Number::from_bson(&n)
+    let number = Number::from_bson(n)
         .ok_or_else(|| group_error(ErrorCode::Location5787902, not_integral()))?;
     let count = number
         .to_exact_i64()
@@ -657,13 +663,34 @@ fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(Accumulato
     Ok((op, Expr::parse(&Bson::Document(argument))?))
 }
 
-/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`): the input expression, and
-/// `op` with its `n`, a constant positive integer.
-fn parse_n_accumulator(
+/// The accumulator op an N operator name stands for, with `n` still 0.
+pub(crate) fn n_operator(name: &str) -> Option<AccumulatorOp> {
+    match AccumulatorOp::from_name(name)? {
+        op @ (AccumulatorOp::FirstN(_)
+        | AccumulatorOp::LastN(_)
+        | AccumulatorOp::MinN(_)
+        | AccumulatorOp::MaxN(_)) => Some(op),
+        _ => None,
+    }
+}
+
+/// `op` (an N accumulator) with its `n`.
+pub(crate) fn with_n(op: AccumulatorOp, n: usize) -> AccumulatorOp {
+    match op {
+        AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
+        AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
+        AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
+        _ => AccumulatorOp::MaxN(n),
+    }
+}
+
+/// The `n` and `input` arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`), as the
+/// accumulators and the expressions of those names both take them.
+pub(crate) fn n_arguments<'a>(
     operator: &str,
     op: AccumulatorOp,
-    operand: &Bson,
-) -> CommandResult<(AccumulatorOp, Expr)> {
+    operand: &'a Bson,
+) -> CommandResult<(&'a Bson, &'a Bson)> {
     let Bson::Document(arguments) = operand else {
         let code = match op {
             AccumulatorOp::MinN(_) | AccumulatorOp::MaxN(_) => ErrorCode::Location5787900,
@@ -693,14 +720,19 @@ fn parse_n_accumulator(
     let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for n'"))?;
     let input =
         input.ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for input'"))?;
+    Ok((n, input))
+}
+
+/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` as accumulators: the input expression,
+/// and `op` with its `n`, a constant positive integer.
+fn parse_n_accumulator(
+    operator: &str,
+    op: AccumulatorOp,
+    operand: &Bson,
+) -> CommandResult<(AccumulatorOp, Expr)> {
+    let (n, input) = n_arguments(operator, op, operand)?;
     let n = constant_n(operator, n)?;
-    let op = match op {
-        AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
-        AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
-        AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
-        _ => AccumulatorOp::MaxN(n),
-    };
-    Ok((op, Expr::parse(input)?))
+    Ok((with_n(op, n), Expr::parse(input)?))
 }
 
 /// A parsed `$group` stage.
