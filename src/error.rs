@@ -435,6 +435,14 @@ error_codes! {
     Location51276 = 51276,
     Location5687301 = 5687301,
     Location5687302 = 5687302,
+    Location7429703 = 7429703,
+    Location7436100 = 7436100,
+    Location7436200 = 7436200,
+    Location7436201 = 7436201,
+    Location7750300 = 7750300,
+    Location7750301 = 7750301,
+    Location7750302 = 7750302,
+    Location7750303 = 7750303,
 }
 
 /// The error a command handler returns. `extra` holds fields mongod adds beside `errmsg`

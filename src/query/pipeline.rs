@@ -1940,7 +1940,7 @@ mod tests {
         assert_eq!(unknown.code.code(), 15952);
         assert_eq!(unknown.errmsg, "unknown group operator '$foo'");
         assert_eq!(
-            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$median": "$a"}}}]).code,
+            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$accumulator": {}}}}]).code,
             ErrorCode::NotImplemented
         );
         assert_eq!(

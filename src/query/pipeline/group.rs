@@ -1,8 +1,8 @@
 //! `$group`: grouping documents by an `_id` expression and folding each group through
 //! accumulators (`$sum`, `$avg`, `$min`, `$max`, `$first`, `$last`, `$push`, `$addToSet`,
 //! `$count`, `$mergeObjects`, `$stdDevPop`, `$stdDevSamp`, `$firstN`, `$lastN`, `$minN`,
-//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`). The accumulator states are shared with the
-//! `$sum`/`$avg`/`$min`/`$max` expressions.
+//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`, `$median`, `$percentile`). The accumulator
+//! states are shared with the expressions of those names.
 //!
 //! Invariants:
 //! - Group keys are equal exactly when [`values_equal`] says so (so `1`, `1.0` and
@@ -27,8 +27,8 @@ use std::hash::{Hash, Hasher};
 use bson::{Bson, Document};
 
 use super::expr::{
-    add_numbers, compare_optional, divide_decimal, is_nullish, merge_object_into, number_bson,
-    Expr, Value,
+    accumulator_argument, add_numbers, compare_optional, divide_decimal, is_nullish,
+    merge_object_into, number_bson, parse_quantile_spec, quantile_result, Expr, Samples, Value,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{Collation, CollationChoice};
@@ -64,6 +64,10 @@ pub(crate) enum AccumulatorOp {
         single: bool,
         descending: u32,
     },
+    /// `$median` / `$percentile`: the argument is `{input, p}`.
+    Quantile {
+        median: bool,
+    },
 }
 
 /// Most `sortBy` fields a `$top`/`$bottom` accumulator takes (mongod's sort pattern limit).
@@ -95,7 +99,7 @@ impl AccumulatorOp {
 }
 
 /// Accumulators mongod has and this server does not implement.
-const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &["$accumulator", "$median", "$percentile"];
+const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &["$accumulator"];
 
 /// mongod's `DoubleDoubleSummation` reduced to a compensated (Neumaier) sum.
 #[derive(Clone, Copy, Debug, Default)]
@@ -271,6 +275,12 @@ pub(crate) enum AccumulatorState {
         descending: u32,
         kept: Vec<(Vec<Bson>, Bson)>,
     },
+    /// `$median` / `$percentile`: the `p` values (from the first argument) and the samples.
+    Quantile {
+        median: bool,
+        ps: Vec<f64>,
+        samples: Samples,
+    },
 }
 
 impl AccumulatorState {
@@ -313,6 +323,11 @@ impl AccumulatorState {
                 single,
                 descending,
                 kept: Vec::new(),
+            },
+            AccumulatorOp::Quantile { median } => AccumulatorState::Quantile {
+                median,
+                ps: Vec::new(),
+                samples: Samples::default(),
             },
         }
     }
@@ -403,6 +418,18 @@ impl AccumulatorState {
                     values.truncate(*n);
                 }
             }
+            AccumulatorState::Quantile { ps, samples, .. } => {
+                if let Some(Bson::Document(argument)) = &value {
+                    if ps.is_empty() {
+                        if let Some(Bson::Array(values)) = argument.get("p") {
+                            ps.extend(values.iter().filter_map(|p| p.as_f64()));
+                        }
+                    }
+                    if let Some(input) = argument.get("input") {
+                        samples.add(input);
+                    }
+                }
+            }
             AccumulatorState::TopBottom {
                 n,
                 bottom,
@@ -469,6 +496,11 @@ impl AccumulatorState {
                 Some(Bson::Array(values.into_iter().collect()))
             }
             AccumulatorState::MinMaxN { values, .. } => Some(Bson::Array(values)),
+            AccumulatorState::Quantile {
+                median,
+                ps,
+                samples,
+            } => Some(quantile_result(median, ps.len(), samples.percentiles(&ps))),
             AccumulatorState::TopBottom { single, kept, .. } => {
                 let mut outputs = kept.into_iter().map(|(_, output)| output);
                 Some(if single {
@@ -717,9 +749,9 @@ pub(crate) fn n_arguments<'a>(
             }
         }
     }
-    let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for n'"))?;
-    let input =
-        input.ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for input'"))?;
+    let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for 'n'"))?;
+    let input = input
+        .ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for 'input'"))?;
     Ok((n, input))
 }
 
@@ -799,6 +831,21 @@ impl Group {
             let Some((operator, operand)) = accumulator.iter().next() else {
                 return Err(CommandError::internal("accumulator vanished"));
             };
+            if matches!(operator.as_str(), "$median" | "$percentile") {
+                let median = operator == "$median";
+                let code = if median {
+                    ErrorCode::Location7436100
+                } else {
+                    ErrorCode::Location7429703
+                };
+                let spec = parse_quantile_spec(operator, operand, code)?;
+                fields.push((
+                    name.clone(),
+                    AccumulatorOp::Quantile { median },
+                    accumulator_argument(&spec)?,
+                ));
+                continue;
+            }
             if matches!(operator.as_str(), "$top" | "$bottom" | "$topN" | "$bottomN") {
                 let (op, argument) = parse_top_bottom(operator, operand)?;
                 fields.push((name.clone(), op, argument));
@@ -1290,6 +1337,50 @@ mod tests {
         assert_eq!(
             code(doc! {"$minN": {"input": "$a", "n": 0}}),
             ErrorCode::Location5787908
+        );
+    }
+
+    #[test]
+    fn median_and_percentile_accumulators_answer_the_reference_pages() {
+        // The `$median`/`$percentile` pages' testScores: test01 is 62, 60, 67, 64, 60.
+        let scores = [62, 60, 67, 64, 60]
+            .into_iter()
+            .map(|score| doc! {"test01": score, "other": "x"})
+            .collect::<Vec<_>>();
+        let output = run(
+            vec![doc! {"$group": {"_id": Bson::Null,
+            "median": {"$median": {"input": "$test01", "method": "approximate"}},
+            "percentiles": {"$percentile": {"input": "$test01", "p": [0.5, 0.75, 0.9, 0.95],
+                "method": "approximate"}},
+            "none": {"$percentile": {"input": "$other", "p": [0.5, 1], "method": "approximate"}},
+            "noneMedian": {"$median": {"input": "$other", "method": "approximate"}}}}],
+            scores,
+        )
+        .expect("runs");
+        assert_eq!(
+            output,
+            vec![doc! {"_id": Bson::Null, "median": 62.0,
+            "percentiles": [62.0, 64.0, 67.0, 67.0],
+            "none": [Bson::Null, Bson::Null], "noneMedian": Bson::Null}]
+        );
+        let error = |accumulator: Bson| {
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "v": accumulator}}],
+                vec![doc! {}],
+            )
+            .expect_err("refused")
+            .code
+            .code()
+        };
+        assert_eq!(error(bson::bson!({"$median": 1})), 7436100);
+        assert_eq!(error(bson::bson!({"$percentile": 1})), 7429703);
+        assert_eq!(
+            error(bson::bson!({"$percentile": {"input": 1, "p": [0.5]}})),
+            40414
+        );
+        assert_eq!(
+            error(bson::bson!({"$median": {"input": 1, "method": "discrete"}})),
+            2
         );
     }
 

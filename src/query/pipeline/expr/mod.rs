@@ -8,8 +8,8 @@
 //! `arithmetic`, `math` (exponents, logarithms, bitwise), `string`, `string_search` (searching,
 //! slicing, replacing), `regex`, `date`, `array` (with `$filter`/`$map`), `array_ops` (`$reduce`,
 //! `$zip`, `$range`, `$indexOfArray`, `$sortArray`, the N expressions), `set`, `trigonometry`,
-//! `object`, `convert` (`$convert`, `$to*`), `conditional` (boolean, comparison and conditional
-//! operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps, `$toHashedIndexKey`) and
+//! `object`, `quantile` (`$median`, `$percentile`, shared with `$group`), `convert` (`$convert`,
+//! `$to*`), `conditional` (boolean, comparison and conditional operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps, `$toHashedIndexKey`) and
 //! `variables` (`$let` and the variable scope of `$filter`/`$map`/`$reduce`).
 //!
 //! Invariants:
@@ -47,6 +47,7 @@ mod date;
 mod math;
 mod misc;
 mod object;
+mod quantile;
 mod regex;
 mod set;
 mod string;
@@ -57,6 +58,7 @@ mod variables;
 pub(crate) use arithmetic::{add_numbers, divide_decimal, number_bson};
 pub(crate) use date::{iso_date_string, DatePart};
 pub(crate) use object::merge_object_into;
+pub(crate) use quantile::{accumulator_argument, parse_quantile_spec, quantile_result, Samples};
 pub(crate) use string::TrimSide;
 
 use arithmetic::{
@@ -82,6 +84,7 @@ use object::{
     evaluate_array_to_object, evaluate_get_field, evaluate_merge_objects, evaluate_object_to_array,
     evaluate_set_field, parse_get_field, parse_set_field,
 };
+use quantile::{evaluate_quantile, parse_quantile};
 use regex::{evaluate_regex, parse_regex, RegexMode, RegexSource};
 use set::{evaluate_set, parse_set_equals, SetOp};
 use string::{
@@ -306,6 +309,12 @@ pub(crate) enum Expr {
     ArrayN {
         op: AccumulatorOp,
         n: Box<Expr>,
+        input: Box<Expr>,
+    },
+    /// `$median` and `$percentile` over a number or an array.
+    Quantile {
+        median: bool,
+        ps: Vec<f64>,
         input: Box<Expr>,
     },
     Let {
@@ -712,9 +721,7 @@ const UNIMPLEMENTED_OPERATORS: &[&str] = &[
     "$isoDayOfWeek",
     "$isoWeek",
     "$isoWeekYear",
-    "$median",
     "$meta",
-    "$percentile",
     "$sampleRate",
     "$week",
 ];
@@ -811,6 +818,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         "$sortArray" => parse_sort_array(operand, scope),
         "$firstN" | "$lastN" | "$minN" | "$maxN" => parse_array_n(name, operand, scope),
         "$rand" => parse_rand(operand),
+        "$median" | "$percentile" => parse_quantile(name, operand, scope),
         "$convert" => parse_convert(operand, scope),
         "$trim" | "$ltrim" | "$rtrim" => {
             let side = match name {
@@ -957,6 +965,7 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
         } => evaluate_zip(inputs, defaults, *longest, vars),
         Expr::SortArray { input, sort_by } => evaluate_sort_array(input, sort_by, vars),
         Expr::ArrayN { op, n, input } => evaluate_array_n(*op, n, input, vars),
+        Expr::Quantile { median, ps, input } => evaluate_quantile(*median, ps, input, vars),
         Expr::Convert {
             input,
             to,
