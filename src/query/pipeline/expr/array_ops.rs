@@ -29,7 +29,8 @@ const MAX_RANGE_BYTES: i64 = 64 * 1024 * 1024;
 pub(crate) enum SortBy {
     /// `sortBy: 1` / `-1`: whole values.
     Values { descending: bool },
-    /// `sortBy: {field: ±1, ...}`: documents by their fields, other values as whole values.
+    /// `sortBy: {field: ±1, ...}`: documents by their fields (as `$sort` takes them), other values
+    /// as if every field were null.
     Fields(SortSpec),
 }
 
@@ -120,7 +121,7 @@ pub(super) fn parse_reduce(operand: &Bson, scope: &mut Scope) -> CommandResult<E
 }
 
 /// `$reduce`: `body` folded over the elements with `$$value` the running value (starting at
-/// `initial`) and `$$this` the element. A missing running value is bound as null.
+/// `initial`) and `$$this` the element; a missing running value stays missing.
 pub(super) fn evaluate_reduce(
     input: &Expr,
     initial: &Expr,
@@ -143,11 +144,9 @@ pub(super) fn evaluate_reduce(
     let mut accumulated = evaluate(initial, vars)?;
     for element in elements {
         let depth = vars.bindings.len();
-        vars.bindings.push(("this".to_string(), element));
-        vars.bindings.push((
-            "value".to_string(),
-            accumulated.take().unwrap_or(Bson::Null),
-        ));
+        vars.bindings.push(("this".to_string(), Some(element)));
+        vars.bindings
+            .push(("value".to_string(), accumulated.take()));
         let next = evaluate(body, vars);
         vars.bindings.truncate(depth);
         accumulated = next?;
@@ -501,17 +500,15 @@ pub(super) fn evaluate_sort_array(
         }),
         SortBy::Fields(spec) => {
             let directions: Vec<Direction> = spec.keys().map(|(_, direction)| direction).collect();
-            let mut keyed: Vec<(Option<Vec<Bson>>, Bson)> = elements
+            // A value that is not a document sorts as if every sort field were null.
+            let mut keyed: Vec<(Vec<Bson>, Bson)> = elements
                 .into_iter()
                 .map(|element| match &element {
-                    Bson::Document(document) => (Some(spec.sort_key(document)), element),
-                    _ => (None, element),
+                    Bson::Document(document) => (spec.sort_key(document), element),
+                    _ => (vec![Bson::Null; directions.len()], element),
                 })
                 .collect();
-            keyed.sort_by(|(a_key, a), (b_key, b)| match (a_key, b_key) {
-                (Some(x), Some(y)) => compare_keys(x, y, &directions, collation),
-                _ => compare_values_with(a, b, collation),
-            });
+            keyed.sort_by(|(a, _), (b, _)| compare_keys(a, b, &directions, collation));
             elements = keyed.into_iter().map(|(_, element)| element).collect();
         }
     }
@@ -571,7 +568,7 @@ pub(super) fn evaluate_array_n(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{check_errors, check_over, check_values};
+    use super::super::test_support::{check_errors, check_over, check_values, value};
     use bson::{bson, doc, Bson};
 
     #[test]
@@ -617,6 +614,28 @@ mod tests {
             (
                 bson!({"$reduce": {"input": "$$this", "initialValue": 0, "in": 0}}),
                 17276,
+            ),
+        ]);
+    }
+
+    #[test]
+    fn missing_values_stay_missing_through_variables() {
+        assert_eq!(
+            value(bson!({"$reduce": {"input": [1], "initialValue": "$missing", "in": "$$value"}})),
+            None
+        );
+        assert_eq!(
+            value(bson!({"$let": {"vars": {"x": "$missing"}, "in": "$$x"}})),
+            None
+        );
+        check_values(vec![
+            (
+                bson!({"$let": {"vars": {"x": "$missing"}, "in": {"$ifNull": ["$$x", "d"]}}}),
+                bson!("d"),
+            ),
+            (
+                bson!({"$reduce": {"input": [1, 2], "initialValue": "$missing", "in": {"$ifNull": ["$$value", "$$this"]}}}),
+                bson!(1),
             ),
         ]);
     }
@@ -763,6 +782,15 @@ mod tests {
             (
                 bson!({"$sortArray": {"input": null, "sortBy": 1}}),
                 Bson::Null,
+            ),
+            // Values that are not documents sort as if their sort fields were null.
+            (
+                bson!({"$sortArray": {"input": [{"a": 2}, 5, {"a": 1}], "sortBy": {"a": 1}}}),
+                bson!([5, {"a": 1}, {"a": 2}]),
+            ),
+            (
+                bson!({"$sortArray": {"input": [{"a": 2}, 5, {"a": 1}], "sortBy": {"a": -1}}}),
+                bson!([{"a": 2}, {"a": 1}, 5]),
             ),
         ]);
         check_errors(vec![

@@ -149,7 +149,8 @@ pub(crate) struct Vars<'a> {
     collation: Option<&'a Collation>,
     /// Reading the document is an error (a command variable's value is being computed).
     reads_forbidden: bool,
-    bindings: Vec<(String, Bson)>,
+    /// A binding may hold missing (`$let` of a missing value, `$reduce`'s `$$value`).
+    bindings: Vec<(String, Value)>,
     /// What this evaluation has copied so far, against [`MAX_COPIED_BYTES`].
     copied_bytes: usize,
 }
@@ -180,7 +181,7 @@ impl<'a> Vars<'a> {
         Ok(value)
     }
 
-    fn lookup(&self, name: &str) -> Option<&Bson> {
+    fn lookup(&self, name: &str) -> Option<&Value> {
         self.bindings
             .iter()
             .rev()
@@ -910,12 +911,11 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
                 Variable::Root => field_value(vars.root, parts),
                 Variable::Now => walk_path(&Bson::DateTime(vars.now), parts),
                 Variable::Remove => None,
-                Variable::User(name) => walk_path(
-                    vars.lookup(name).ok_or_else(|| {
-                        CommandError::internal(format!("unbound variable {name}"))
-                    })?,
-                    parts,
-                ),
+                Variable::User(name) => vars
+                    .lookup(name)
+                    .ok_or_else(|| CommandError::internal(format!("unbound variable {name}")))?
+                    .as_ref()
+                    .and_then(|value| walk_path(value, parts)),
                 Variable::Command(value) => {
                     value.as_ref().and_then(|value| walk_path(value, parts))
                 }
