@@ -399,8 +399,6 @@ error_codes! {
     Location34448 = 34448,
     Location34449 = 34449,
     Location40090 = 40090,
-    Location9711600 = 9711600,
-    Location9711601 = 9711601,
     Location2942500 = 2942500,
     Location2942501 = 2942501,
     Location2942502 = 2942502,

@@ -10,6 +10,7 @@
 use bson::Bson;
 
 use super::super::group::{n_arguments, n_operator, n_value, with_n, AccumulatorOp};
+use super::string_search::index_argument;
 use super::variables::with_variable;
 use super::{evaluate, fail, is_nullish, parse, value_type_name, Expr, Scope, Value, Vars};
 use crate::error::{CommandResult, ErrorCode};
@@ -366,31 +367,6 @@ pub(super) fn evaluate_range(values: Vec<Value>) -> CommandResult<Value> {
     Ok(Some(Bson::Array(output)))
 }
 
-/// An `$indexOfArray` bound: integral (mongod's 9711600) and non-negative (9711601).
-fn index_bound(value: &Value, what: &str) -> CommandResult<usize> {
-    let shown = value.as_ref().map_or("missing".to_string(), value_string);
-    let index = value
-        .as_ref()
-        .and_then(Number::from_bson)
-        .and_then(Number::to_exact_i64)
-        .filter(|v| i32::try_from(*v).is_ok())
-        .ok_or_else(|| {
-            fail(
-                ErrorCode::Location9711600,
-                format!(
-                    "$indexOfArrayrequires an integral {what}, found a value of type: {}, with value: {shown}",
-                    value_type_name(value)
-                ),
-            )
-        })?;
-    usize::try_from(index).map_err(|_| {
-        fail(
-            ErrorCode::Location9711601,
-            format!("$indexOfArray requires a nonnegative {what}, found: {shown}"),
-        )
-    })
-}
-
 pub(super) fn evaluate_index_of_array(
     values: Vec<Value>,
     collation: Option<&Collation>,
@@ -411,11 +387,11 @@ pub(super) fn evaluate_index_of_array(
     };
     let needle = values.next().flatten().unwrap_or(Bson::Undefined);
     let start = match values.next() {
-        Some(value) => index_bound(&value, "starting index")?,
+        Some(value) => index_argument("$indexOfArray", "starting index", &value)?,
         None => 0,
     };
     let end = match values.next() {
-        Some(value) => index_bound(&value, "ending index")?.min(elements.len()),
+        Some(value) => index_argument("$indexOfArray", "ending index", &value)?.min(elements.len()),
         None => elements.len(),
     };
     let found = (start..end)
@@ -732,13 +708,29 @@ mod tests {
             ),
             (bson!({"$indexOfArray": [null, "foo"]}), Bson::Null),
             (bson!({"$indexOfArray": [[1, 2.0], 2_i64]}), bson!(1)),
+            // indexof_array.js.
+            (bson!({"$indexOfArray": [[1, 2, 3, 2, 1], 2, 2]}), bson!(3)),
+            (
+                bson!({"$indexOfArray": [[1, 2, 3, 4, 5], 4, 0, 3]}),
+                bson!(-1),
+            ),
+            (bson!({"$indexOfArray": [[1, 2, 3], 2, 0, 10]}), bson!(1)),
+            (
+                bson!({"$indexOfArray": [[1, 2, 3, 2, 1, 2, 3], 2, 2, 4]}),
+                bson!(3),
+            ),
+            (bson!({"$indexOfArray": [[1, 2, 3], 2, 3, 1]}), bson!(-1)),
+            (bson!({"$indexOfArray": [[1, 2, 3], 2, 3, 5]}), bson!(-1)),
+            (bson!({"$indexOfArray": [[], 1]}), bson!(-1)),
         ]);
         check_errors(vec![
             (bson!({"$indexOfArray": ["foo", "foo"]}), 40090),
-            (bson!({"$indexOfArray": [[1], 1, 0.5]}), 9711600),
-            (bson!({"$indexOfArray": [[1], 1, null]}), 9711600),
-            (bson!({"$indexOfArray": [[1], 1, -1]}), 9711601),
-            (bson!({"$indexOfArray": [[1], 1, 0, -1]}), 9711601),
+            (bson!({"$indexOfArray": [[1], 1, 0.5]}), 40096),
+            (bson!({"$indexOfArray": [[1, 2, 3], 2, "bad"]}), 40096),
+            (bson!({"$indexOfArray": [[1, 2, 3], 2, 0, "bad"]}), 40096),
+            (bson!({"$indexOfArray": [[1], 1, null]}), 40096),
+            (bson!({"$indexOfArray": [[1], 1, -1]}), 40097),
+            (bson!({"$indexOfArray": [[1], 1, 0, -1]}), 40097),
             (bson!({"$indexOfArray": [[1]]}), 28667),
         ]);
     }
@@ -803,6 +795,80 @@ mod tests {
             (bson!({"$sortArray": {"input": []}}), 2942503),
             (bson!({"$sortArray": {"input": 1, "sortBy": 1}}), 2942504),
             (bson!({"$sortArray": {"input": [], "sortBy": 2}}), 2942506),
+        ]);
+    }
+
+    #[test]
+    fn sort_array_answers_sort_array_js() {
+        let sorted = |input: Bson, sort_by: Bson| bson!({"$sortArray": {"input": {"$literal": input}, "sortBy": sort_by}});
+        let mismatched = bson!([{"a": 1}, {"b": 2}, {"c": 3}]);
+        let multi =
+            bson!([{"a": 1, "b": 3, "c": 1}, {"a": 2, "b": 2, "c": 2}, {"a": 3, "b": 1, "c": 3}]);
+        let ties =
+            bson!([{"a": 1, "b": 2, "c": 1}, {"a": 1, "b": 3, "c": 4}, {"a": 1, "b": 3, "c": 5}]);
+        let nested = bson!([{"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 1}}]);
+        check_values(vec![
+            (
+                sorted(bson!([[1, 2], [3, 4]]), bson!(-1)),
+                bson!([[3, 4], [1, 2]]),
+            ),
+            (sorted(bson!([{}, [], []]), bson!(-1)), bson!([[], [], {}])),
+            (
+                sorted(mismatched.clone(), bson!(1)),
+                bson!([{"a": 1}, {"b": 2}, {"c": 3}]),
+            ),
+            (
+                sorted(mismatched.clone(), bson!(-1)),
+                bson!([{"c": 3}, {"b": 2}, {"a": 1}]),
+            ),
+            (
+                sorted(mismatched.clone(), bson!({"a": 1})),
+                bson!([{"b": 2}, {"c": 3}, {"a": 1}]),
+            ),
+            (
+                sorted(mismatched.clone(), bson!({"b": 1})),
+                bson!([{"a": 1}, {"c": 3}, {"b": 2}]),
+            ),
+            (
+                sorted(mismatched, bson!({"c": 1})),
+                bson!([{"a": 1}, {"b": 2}, {"c": 3}]),
+            ),
+            (
+                sorted(multi.clone(), bson!({"b": 1, "a": 1})),
+                bson!([{"a": 3, "b": 1, "c": 3}, {"a": 2, "b": 2, "c": 2}, {"a": 1, "b": 3, "c": 1}]),
+            ),
+            (
+                sorted(multi, bson!({"b": -1, "a": 1})),
+                bson!([{"a": 1, "b": 3, "c": 1}, {"a": 2, "b": 2, "c": 2}, {"a": 3, "b": 1, "c": 3}]),
+            ),
+            (
+                sorted(ties, bson!({"a": 1, "b": 1, "c": -1})),
+                bson!([{"a": 1, "b": 2, "c": 1}, {"a": 1, "b": 3, "c": 5}, {"a": 1, "b": 3, "c": 4}]),
+            ),
+            (
+                sorted(nested.clone(), bson!({"b.c": 1})),
+                bson!([{"a": 1, "b": {"c": 1}}, {"a": 1, "b": {"c": 2}}]),
+            ),
+            (
+                sorted(nested, bson!({"b.c": -1})),
+                bson!([{"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 1}}]),
+            ),
+            (
+                sorted(bson!([1, [1], {"a": 1}, "1"]), bson!(1)),
+                bson!([1, "1", {"a": 1}, [1]]),
+            ),
+            (
+                sorted(
+                    bson!([2, 1, "hello", {"a": 6}, {"a": "hello"}, {"a": -1}, null]),
+                    bson!(1),
+                ),
+                bson!([null, 1, 2, "hello", {"a": -1}, {"a": 6}, {"a": "hello"}]),
+            ),
+            (sorted(bson!(["2", "10"]), bson!(1)), bson!(["10", "2"])),
+        ]);
+        check_errors(vec![
+            (bson!({"$sortArray": 1}), 2942500),
+            (bson!({"$sortArray": "$num"}), 2942500),
         ]);
     }
 

@@ -17,7 +17,7 @@ use super::trigonometry::{decimal_from_double, numeric, stream_double};
 use super::{fail, is_nullish, number_bson, Value};
 use crate::error::{CommandResult, ErrorCode};
 use crate::query::display::type_name;
-use crate::query::numeric::{apply_arithmetic, Arithmetic, Decimal, Number};
+use crate::query::numeric::{apply_arithmetic, digit_count, Arithmetic, Decimal, Number};
 
 /// The operators of this family (`Op::Math`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,8 +223,9 @@ fn integer_pow(base: Number, exponent: Number) -> Bson {
     }
 }
 
-/// `$pow` with a decimal operand: integral exponents by exact decimal multiplication (and one
-/// division when negative), others in double precision.
+/// `$pow` with a decimal operand: integral exponents by decimal multiplication (of the
+/// reciprocal for a negative exponent), others in double precision. The result carries 34
+/// significant digits, as mongod's decimal power does (`4.000000000000000000000000000000000`).
 fn decimal_pow(base: Number, exponent: Number) -> Bson {
     let integral = exponent
         .to_exact_i64()
@@ -232,8 +233,12 @@ fn decimal_pow(base: Number, exponent: Number) -> Bson {
     let Some(e) = integral else {
         return decimal_from_double(base.to_f64().powf(exponent.to_f64()));
     };
+    let mut square = Some(Number::Decimal(if e < 0 {
+        divide_decimal(Decimal::from_i64(1), base.to_decimal())
+    } else {
+        base.to_decimal()
+    }));
     let mut power = Some(Number::Decimal(Decimal::from_i64(1)));
-    let mut square = Some(Number::Decimal(base.to_decimal()));
     let mut remaining = e.unsigned_abs();
     while remaining > 0 {
         if remaining % 2 == 1 {
@@ -247,13 +252,35 @@ fn decimal_pow(base: Number, exponent: Number) -> Bson {
         }
     }
     match power {
-        Some(power) if e < 0 => {
-            decimal_bson(divide_decimal(Decimal::from_i64(1), power.to_decimal()))
-        }
-        Some(power) => decimal_bson(power.to_decimal()),
+        Some(power) => decimal_bson(full_precision(power.to_decimal())),
         None => decimal_from_double(base.to_f64().powf(exponent.to_f64())),
     }
 }
+
+/// A non-zero finite decimal written with 34 significant digits (trailing zeros added).
+fn full_precision(value: Decimal) -> Decimal {
+    match value {
+        Decimal::Finite {
+            negative,
+            mut coefficient,
+            mut exponent,
+        } if coefficient != 0 => {
+            while digit_count(coefficient) < 34 && exponent > MIN_DECIMAL_EXPONENT {
+                coefficient *= 10;
+                exponent -= 1;
+            }
+            Decimal::Finite {
+                negative,
+                coefficient,
+                exponent,
+            }
+        }
+        other => other,
+    }
+}
+
+/// The smallest exponent of a decimal128 coefficient.
+const MIN_DECIMAL_EXPONENT: i32 = -6176;
 
 /// `$bitAnd`/`$bitOr`/`$bitXor`: folded from the identity (-1, 0, 0 as int).
 fn bitwise(op: MathOp, values: Vec<Value>) -> CommandResult<Value> {
@@ -342,8 +369,42 @@ mod tests {
             (bson!({"$pow": [-1, 5]}), bson!(-1)),
             (bson!({"$pow": [0, 0]}), bson!(1)),
             (bson!({"$pow": [2.0, 3]}), bson!(8.0)),
-            (bson!({"$pow": [decimal("1.5"), 2]}), decimal("2.25")),
-            (bson!({"$pow": [decimal("2"), -2]}), decimal("0.25")),
+            // log_pow_exp.js.
+            (
+                bson!({"$pow": [decimal("10.0"), -2]}),
+                decimal("0.01000000000000000000000000000000000"),
+            ),
+            (
+                bson!({"$pow": [0.5, decimal("-1")]}),
+                decimal("2.000000000000000000000000000000000"),
+            ),
+            (
+                bson!({"$pow": [-2, decimal("2")]}),
+                decimal("4.000000000000000000000000000000000"),
+            ),
+            (
+                bson!({"$pow": [decimal("-2.0"), 2]}),
+                decimal("4.000000000000000000000000000000000"),
+            ),
+            (
+                bson!({"$pow": [decimal("10.0"), 2]}),
+                decimal("100.0000000000000000000000000000000"),
+            ),
+            (
+                bson!({"$pow": [5, decimal("-112")]}),
+                decimal("5192296858534827628530496329220096E-112"),
+            ),
+            (bson!({"$pow": [2_i64, -1_i64]}), bson!(0.5)),
+            (bson!({"$pow": [4, -1]}), bson!(0.25)),
+            (bson!({"$pow": [1, -2_i64]}), Bson::Int64(1)),
+            (bson!({"$pow": [-1, -2_i64]}), Bson::Int64(1)),
+            (bson!({"$pow": [-1_i64, -3_i64]}), Bson::Int64(-1)),
+            (
+                bson!({"$pow": [3, 35]}),
+                Bson::Int64(50_031_545_098_999_707),
+            ),
+            (bson!({"$pow": [-2, 63_i64]}), Bson::Int64(i64::MIN)),
+            (bson!({"$pow": [4, 2]}), bson!(16)),
             (bson!({"$pow": [null, 2]}), Bson::Null),
         ]);
         assert!(matches!(value(bson!({"$pow": [-5, 0.5]})), Some(Bson::Double(v)) if v.is_nan()));

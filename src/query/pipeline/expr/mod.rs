@@ -790,7 +790,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         return parse_date_part(name, part, operand, scope);
     }
     match name {
-        "$literal" => Ok(Expr::Literal(operand.clone())),
+        "$literal" | "$const" => Ok(Expr::Literal(operand.clone())),
         "$and" | "$or" => {
             let lazy = if name == "$and" { Lazy::And } else { Lazy::Or };
             Ok(Expr::Lazy(lazy, parse_arguments(operand, scope)?))

@@ -499,6 +499,63 @@ mod tests {
     }
 
     #[test]
+    fn array_to_object_answers_array_to_object_js() {
+        use super::super::test_support::{check_errors, check_values};
+        use bson::bson;
+        let collapsed = |expanded: Bson| bson!({"$arrayToObject": {"$const": expanded}});
+        check_values(vec![
+            (
+                collapsed(bson!([["price", 24], ["item", "apple"]])),
+                bson!({"price": 24, "item": "apple"}),
+            ),
+            (
+                collapsed(bson!([{"k": "price", "v": 24}, {"k": "price", "v": 100}])),
+                bson!({"price": 100}),
+            ),
+            (
+                collapsed(bson!([["price", 24], ["price", 100]])),
+                bson!({"price": 100}),
+            ),
+            (collapsed(Bson::Null), Bson::Null),
+            (collapsed(Bson::Undefined), Bson::Null),
+            (
+                collapsed(bson!([{"k": "price", "v": null}])),
+                bson!({"price": null}),
+            ),
+            (
+                collapsed(bson!([{"k": "price", "v": Bson::Undefined}])),
+                bson!({"price": Bson::Undefined}),
+            ),
+        ]);
+        check_errors(vec![
+            (
+                collapsed(bson!([{"k": "price", "v": 24}, ["item", "apple"]])),
+                40391,
+            ),
+            (
+                collapsed(bson!([["item", "apple"], {"k": "price", "v": 24}])),
+                40396,
+            ),
+            (collapsed(bson!("string")), 40386),
+            (collapsed(bson!(0_i64)), 40386),
+            (collapsed(bson!([0])), 40398),
+            (collapsed(bson!([["missing_value"]])), 40397),
+            (collapsed(bson!([[321, 12]])), 40395),
+            (collapsed(bson!([["key", "value", "offset"]])), 40397),
+            (collapsed(bson!({"y": []})), 40386),
+            (collapsed(bson!([{"y": "x", "x": "y"}])), 40393),
+            (collapsed(bson!([{"k": "missing"}])), 40392),
+            (collapsed(bson!([{"k": 24, "v": "string"}])), 40394),
+            (collapsed(bson!([{"k": null, "v": "nullKey"}])), 40394),
+            (
+                collapsed(bson!([{"y": "ignored", "k": "item", "v": "pear"}])),
+                40392,
+            ),
+            (collapsed(bson!(f64::NAN)), 40386),
+        ]);
+    }
+
+    #[test]
     fn array_to_object_and_back_answer_the_manuals_examples() {
         use super::super::test_support::{check_errors, check_values};
         use bson::bson;
