@@ -22,6 +22,7 @@ mod bucket;
 pub(crate) mod expr;
 mod facet;
 mod group;
+mod group_n;
 pub mod lookup;
 mod merge;
 mod run;

@@ -33,9 +33,10 @@ use super::expr::{
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{Collation, CollationChoice};
 use crate::query::compare::{compare_values_with, values_equal_with};
-use crate::query::display::value_string;
 use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::PipelineContext;
+
+use super::group_n::{constant_n, parse_n_accumulator};
 
 /// The accumulators this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +75,7 @@ pub(crate) enum AccumulatorOp {
 const MAX_SORT_FIELDS: usize = 32;
 
 impl AccumulatorOp {
-    fn from_name(name: &str) -> Option<AccumulatorOp> {
+    pub(super) fn from_name(name: &str) -> Option<AccumulatorOp> {
         Some(match name {
             "$sum" => AccumulatorOp::Sum,
             "$avg" => AccumulatorOp::Avg,
@@ -577,44 +578,6 @@ fn compare_sort_keys(
     Ordering::Equal
 }
 
-/// `n` of an N accumulator: a constant positive integer (mongod's 5787902/5787903/5787908).
-fn constant_n(operator: &str, n: &Bson) -> CommandResult<usize> {
-    let n = match Expr::parse(n)?.evaluate_constant(bson::DateTime::now()) {
-        Ok(value) => value.unwrap_or(Bson::Null),
-        Err(error) if error.code == ErrorCode::Location4890500 => {
-            return Err(group_error(
-                ErrorCode::NotImplemented,
-                format!("tideway supports only a constant 'n' in {operator}"),
-            ))
-        }
-        Err(error) => return Err(error),
-    };
-    n_value(&n)
-}
-
-/// Checks an evaluated `n` of an N accumulator or expression: a positive integral number
-/// (mongod's 5787902 not a number, 5787903 not integral, 5787908 not positive).
-pub(crate) fn n_value(n: &Bson) -> CommandResult<usize> {
-    let not_integral = || {
-        format!(
-            "Value for 'n' must be of integral type, but found {}",
-            value_string(n)
-        )
-    };
-    let number = Number::from_bson(n)
-        .ok_or_else(|| group_error(ErrorCode::Location5787902, not_integral()))?;
-    let count = number
-        .to_exact_i64()
-        .ok_or_else(|| group_error(ErrorCode::Location5787903, not_integral()))?;
-    if count <= 0 {
-        return Err(group_error(
-            ErrorCode::Location5787908,
-            format!("'n' must be greater than 0, found {count}"),
-        ));
-    }
-    Ok(usize::try_from(count).unwrap_or(usize::MAX))
-}
-
 /// `$top`/`$bottom` (`{sortBy, output}`) and `$topN`/`$bottomN` (`{n, sortBy, output}`): the op
 /// and its argument expression, `{output, sortFields: ["$field", ...]}` (mongod's rewrite).
 fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(AccumulatorOp, Expr)> {
@@ -693,78 +656,6 @@ fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(Accumulato
         descending,
     };
     Ok((op, Expr::parse(&Bson::Document(argument))?))
-}
-
-/// The accumulator op an N operator name stands for, with `n` still 0.
-pub(crate) fn n_operator(name: &str) -> Option<AccumulatorOp> {
-    match AccumulatorOp::from_name(name)? {
-        op @ (AccumulatorOp::FirstN(_)
-        | AccumulatorOp::LastN(_)
-        | AccumulatorOp::MinN(_)
-        | AccumulatorOp::MaxN(_)) => Some(op),
-        _ => None,
-    }
-}
-
-/// `op` (an N accumulator) with its `n`.
-pub(crate) fn with_n(op: AccumulatorOp, n: usize) -> AccumulatorOp {
-    match op {
-        AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
-        AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
-        AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
-        _ => AccumulatorOp::MaxN(n),
-    }
-}
-
-/// The `n` and `input` arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`), as the
-/// accumulators and the expressions of those names both take them.
-pub(crate) fn n_arguments<'a>(
-    operator: &str,
-    op: AccumulatorOp,
-    operand: &'a Bson,
-) -> CommandResult<(&'a Bson, &'a Bson)> {
-    let Bson::Document(arguments) = operand else {
-        let code = match op {
-            AccumulatorOp::MinN(_) | AccumulatorOp::MaxN(_) => ErrorCode::Location5787900,
-            _ => ErrorCode::Location5787801,
-        };
-        return Err(group_error(
-            code,
-            format!(
-                "specification must be an object; found {}",
-                crate::query::display::element_string(operator, operand)
-            ),
-        ));
-    };
-    let (mut input, mut n) = (None, None);
-    for (name, value) in arguments {
-        match name.as_str() {
-            "input" => input = Some(value),
-            "n" => n = Some(value),
-            other => {
-                return Err(group_error(
-                    ErrorCode::Location5787901,
-                    format!("Unknown argument for 'n' operator: {other}"),
-                ))
-            }
-        }
-    }
-    let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for 'n'"))?;
-    let input = input
-        .ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for 'input'"))?;
-    Ok((n, input))
-}
-
-/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` as accumulators: the input expression,
-/// and `op` with its `n`, a constant positive integer.
-fn parse_n_accumulator(
-    operator: &str,
-    op: AccumulatorOp,
-    operand: &Bson,
-) -> CommandResult<(AccumulatorOp, Expr)> {
-    let (n, input) = n_arguments(operator, op, operand)?;
-    let n = constant_n(operator, n)?;
-    Ok((with_n(op, n), Expr::parse(input)?))
 }
 
 /// A parsed `$group` stage.

@@ -9,7 +9,8 @@
 
 use bson::Bson;
 
-use super::super::group::{n_arguments, n_operator, n_value, with_n, AccumulatorOp};
+use super::super::group::AccumulatorOp;
+use super::super::group_n::{n_arguments, n_operator, n_value, with_n};
 use super::string_search::index_argument;
 use super::variables::with_variable;
 use super::{evaluate, fail, is_nullish, parse, value_type_name, Expr, Scope, Value, Vars};
