@@ -9,7 +9,7 @@
 
 use bson::Bson;
 
-use super::super::group::AccumulatorOp;
+use super::super::group::{AccumulatorOp, AccumulatorState};
 use super::super::group_n::{n_arguments, n_operator, n_value, with_n};
 use super::string_search::index_argument;
 use super::variables::with_variable;
@@ -20,8 +20,6 @@ use crate::query::compare::{compare_values_with, values_equal_with};
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::Number;
 use crate::query::{Direction, SortSpec};
-
-use super::super::group::AccumulatorState;
 
 /// Bytes `$range` may allocate (mongod's `internalQueryMaxRangeBytes` default).
 const MAX_RANGE_BYTES: i64 = 64 * 1024 * 1024;
