@@ -787,3 +787,135 @@ async fn merge_on_fields_need_a_unique_index() {
         .expect_err("$merge must be last");
     assert!(error.to_string().contains("40601"), "{error}");
 }
+
+/// `$graphLookup`, `$bucketAuto` and `$redact` as their reference pages show them, on
+/// collections read through the planner.
+#[tokio::test]
+async fn graph_lookup_bucket_auto_and_redact_run_on_collections() {
+    let server = TestServer::start().await;
+    let db = server.client().database("stages");
+    db.collection::<Document>("employees")
+        .insert_many(vec![
+            doc! {"_id": 1, "name": "Dev"},
+            doc! {"_id": 2, "name": "Eliot", "reportsTo": "Dev"},
+            doc! {"_id": 3, "name": "Ron", "reportsTo": "Eliot"},
+            doc! {"_id": 4, "name": "Andrew", "reportsTo": "Eliot"},
+            doc! {"_id": 5, "name": "Asya", "reportsTo": "Ron"},
+            doc! {"_id": 6, "name": "Dan", "reportsTo": "Andrew"},
+        ])
+        .await
+        .unwrap();
+    db.run_command(
+        doc! {"createIndexes": "employees", "indexes": [{"key": {"name": 1}, "name": "name_1"}]},
+    )
+    .await
+    .unwrap();
+    let hierarchy = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$match": {"name": "Dan"}},
+            {"$graphLookup": {"from": "employees", "startWith": "$reportsTo",
+                              "connectFromField": "reportsTo", "connectToField": "name",
+                              "as": "reportingHierarchy", "depthField": "depth"}},
+            {"$unwind": "$reportingHierarchy"},
+            {"$sort": {"reportingHierarchy.depth": 1}},
+            {"$project": {"_id": 0, "name": "$reportingHierarchy.name",
+                          "depth": "$reportingHierarchy.depth"}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        hierarchy,
+        vec![
+            doc! {"name": "Andrew", "depth": 0_i64},
+            doc! {"name": "Eliot", "depth": 1_i64},
+            doc! {"name": "Dev", "depth": 2_i64},
+        ]
+    );
+    let buckets = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$bucketAuto": {"groupBy": "$_id", "buckets": 2,
+                             "output": {"names": {"$push": "$name"}}}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        buckets,
+        vec![
+            doc! {"_id": {"min": 1, "max": 4}, "names": ["Dev", "Eliot", "Ron"]},
+            doc! {"_id": {"min": 4, "max": 6}, "names": ["Andrew", "Asya", "Dan"]},
+        ]
+    );
+    let redacted = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$redact": {"$cond": [{"$eq": ["$name", "Dev"]}, "$$KEEP", "$$PRUNE"]}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(redacted, vec![doc! {"_id": 1, "name": "Dev"}]);
+    let (code, _, _) = common::command_error(
+        db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$facet": {"g": [{"$graphLookup": {"from": "employees", "startWith": 1,
+                "connectFromField": "a", "connectToField": "b", "as": "c"}}]}},
+        ], "cursor": {}})
+            .await,
+    );
+    assert_eq!(code, 238);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn set_window_fields_computes_windows_per_partition() {
+    let server = TestServer::start().await;
+    let db = server.client().database("aggregation");
+    let date = |text: &str| Bson::DateTime(bson::DateTime::parse_rfc3339_str(text).unwrap());
+    // The `$setWindowFields` reference page's `cakeSales`.
+    let sales = vec![
+        doc! {"_id": 0, "orderDate": date("2020-05-18T14:10:30Z"), "state": "CA", "price": 13, "quantity": 120},
+        doc! {"_id": 1, "orderDate": date("2021-03-20T11:30:05Z"), "state": "WA", "price": 14, "quantity": 140},
+        doc! {"_id": 2, "orderDate": date("2021-01-11T06:31:15Z"), "state": "CA", "price": 12, "quantity": 145},
+        doc! {"_id": 3, "orderDate": date("2020-02-08T13:13:23Z"), "state": "WA", "price": 13, "quantity": 104},
+        doc! {"_id": 4, "orderDate": date("2019-05-18T16:09:01Z"), "state": "CA", "price": 41, "quantity": 162},
+        doc! {"_id": 5, "orderDate": date("2019-01-08T06:12:03Z"), "state": "WA", "price": 43, "quantity": 134},
+    ];
+    db.collection::<Document>("c")
+        .insert_many(sales)
+        .await
+        .unwrap();
+    let output = aggregate(
+        &db,
+        vec![
+            doc! {"$setWindowFields": {
+                "partitionBy": {"$year": "$orderDate"},
+                "sortBy": {"orderDate": 1},
+                "output": {
+                    "cumulativeQuantityForYear": {"$sum": "$quantity", "window": {"documents": ["unbounded", "current"]}},
+                    "rank": {"$rank": {}},
+                },
+            }},
+            doc! {"$project": {"cumulativeQuantityForYear": 1, "rank": 1}},
+        ],
+    )
+    .await;
+    assert_eq!(
+        output,
+        vec![
+            doc! {"_id": 5, "cumulativeQuantityForYear": 134, "rank": 1},
+            doc! {"_id": 4, "cumulativeQuantityForYear": 296, "rank": 2},
+            doc! {"_id": 3, "cumulativeQuantityForYear": 104, "rank": 1},
+            doc! {"_id": 0, "cumulativeQuantityForYear": 224, "rank": 2},
+            doc! {"_id": 2, "cumulativeQuantityForYear": 145, "rank": 1},
+            doc! {"_id": 1, "cumulativeQuantityForYear": 285, "rank": 2},
+        ]
+    );
+    // A bad window is the command's error, with mongod's code.
+    let error = db
+        .run_command(doc! {"aggregate": "c", "cursor": {}, "pipeline": [
+            {"$setWindowFields": {"output": {"a": {"$sum": 1, "window": {"documents": [-1, 0]}}}}},
+        ]})
+        .await
+        .expect_err("documents bounds need a sortBy");
+    assert!(format!("{error:?}").contains("5339901"), "{error:?}");
+}

@@ -247,6 +247,34 @@ async fn distinct_and_aggregate_at_the_boundary() {
     at_the_boundary!(f, 10_000, grouped(), 2, 1);
 }
 
+/// `$graphLookup` reads through the same hiding as every other read: once a link of a chain
+/// expires, the search neither returns it nor follows it.
+#[tokio::test]
+async fn graph_lookup_never_follows_an_expired_document() {
+    let f = Fixture::start().await;
+    f.set_default_ttl(-1).await;
+    f.coll
+        .insert_many(vec![
+            doc! {"_id": 1, "name": "a", "next": "b"},
+            doc! {"_id": 2, "name": "b", "next": "c", "ttl": 5},
+            doc! {"_id": 3, "name": "c"},
+        ])
+        .await
+        .unwrap();
+    let chain = || async {
+        let reply = f
+            .run(doc! {"aggregate": 1, "pipeline": [
+                {"$documents": [{"start": "a"}]},
+                {"$graphLookup": {"from": "c", "startWith": "$start", "connectFromField": "next",
+                                  "connectToField": "name", "as": "chain"}},
+                {"$project": {"n": {"$size": "$chain"}}},
+            ], "cursor": {}})
+            .await;
+        common::first_batch(&reply)[0].get_i32("n").unwrap()
+    };
+    at_the_boundary!(f, 5_000, chain(), 3, 1);
+}
+
 #[tokio::test]
 async fn updates_deletes_and_find_and_modify_never_touch_expired_documents() {
     let f = Fixture::with_default_ttl().await;

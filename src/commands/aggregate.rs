@@ -194,6 +194,25 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                 step = resume.resume(joined).map_err(during_aggregation)?;
             }
             Step::Foreign {
+                read: Foreign::GraphLookup(graph),
+                documents,
+                resume,
+            } => {
+                let collation = resume.context().collation.clone();
+                let mut joined = Vec::with_capacity(documents.len());
+                for document in documents {
+                    let mut search = graph
+                        .search(document, resume.context())
+                        .map_err(during_aggregation)?;
+                    while let Some(filter) = search.next_filter() {
+                        let found = read_collection(ctx, &graph.from, filter, &collation).await?;
+                        search.visit(found).map_err(during_aggregation)?;
+                    }
+                    joined.push(search.finish().map_err(during_aggregation)?);
+                }
+                step = resume.resume(joined).map_err(during_aggregation)?;
+            }
+            Step::Foreign {
                 read: Foreign::UnionWith(union),
                 mut documents,
                 resume,

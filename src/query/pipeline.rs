@@ -19,13 +19,18 @@
 //! This module performs no I/O and knows nothing about collections, cursors or batches.
 
 mod bucket;
+mod bucket_auto;
 pub(crate) mod expr;
 mod facet;
+mod granularity;
+pub mod graph_lookup;
 mod group;
 mod group_n;
 pub mod lookup;
 mod merge;
+mod redact;
 mod run;
+mod window;
 
 pub use merge::{MergeSpec, MergeWrite};
 pub use run::{
@@ -224,17 +229,19 @@ enum Stage {
     Sample(u64),
     Lookup(Box<lookup::Lookup>),
     UnionWith(Box<lookup::UnionWith>),
+    GraphLookup(Box<graph_lookup::GraphLookup>),
+    Redact(redact::Redact),
+    BucketAuto(Box<bucket_auto::BucketAuto>),
+    Window(Box<window::SetWindowFields>),
 }
 
 /// Stages mongod has that this server does not implement.
 const UNIMPLEMENTED_STAGES: &[&str] = &[
-    "$bucketAuto",
     "$changeStream",
     "$changeStreamSplitLargeEvent",
     "$densify",
     "$fill",
     "$geoNear",
-    "$graphLookup",
     "$indexStats",
     "$listCatalog",
     "$listClusterCatalog",
@@ -245,10 +252,8 @@ const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$planCacheStats",
     "$querySettings",
     "$queryStats",
-    "$redact",
     "$search",
     "$searchMeta",
-    "$setWindowFields",
     "$shardedDataDistribution",
     "$vectorSearch",
 ];
@@ -664,7 +669,11 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         "$facet" => Stage::Facet(facet::Facet::parse(spec)?),
         "$lookup" => Stage::Lookup(Box::new(lookup::Lookup::parse(spec)?)),
         "$unionWith" => Stage::UnionWith(Box::new(lookup::UnionWith::parse(spec)?)),
+        "$graphLookup" => Stage::GraphLookup(Box::new(graph_lookup::GraphLookup::parse(spec)?)),
+        "$redact" => Stage::Redact(redact::Redact::parse(spec)?),
+        "$bucketAuto" => Stage::BucketAuto(Box::new(bucket_auto::BucketAuto::parse(spec)?)),
         "$sample" => Stage::Sample(facet::parse_sample(spec)?),
+        "$setWindowFields" => Stage::Window(Box::new(window::SetWindowFields::parse(spec)?)),
         "$bucket" => {
             let (group, sort) = bucket::rewrite(spec)?;
             stages.push(Stage::Group(Group::parse(&group)?));
@@ -907,6 +916,8 @@ impl Stage {
                 | Stage::Group(_)
                 | Stage::ReplaceRoot { .. }
                 | Stage::Facet(_)
+                | Stage::BucketAuto(_)
+                | Stage::Window(_)
         );
         if builds_documents {
             output.iter().try_for_each(check_built_depth)?;
@@ -915,7 +926,10 @@ impl Stage {
         // again and again: the next stage sees at most a document's size.
         let copies_values = matches!(
             self,
-            Stage::Project { .. } | Stage::AddFields(_) | Stage::ReplaceRoot { .. }
+            Stage::Project { .. }
+                | Stage::AddFields(_)
+                | Stage::ReplaceRoot { .. }
+                | Stage::Window(_)
         );
         if copies_values {
             output.iter().try_for_each(check_built_size)?;
@@ -983,12 +997,19 @@ impl Stage {
             Stage::Count(field) => Ok(count_output(field, documents.len() as u64)),
             Stage::Facet(facet) => Ok(vec![facet.run(documents, context)?]),
             Stage::Sample(size) => Ok(facet::sample(documents, *size)),
+            Stage::Window(window) => window.run(documents, context),
             // The runner hands `$lookup` to its caller, which can read the foreign collection.
-            Stage::Lookup(_) | Stage::UnionWith(_) => Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway runs $lookup and $unionWith only in an aggregate's own pipeline (not \
-                 inside $facet, $unionWith or a pipeline update)",
-            )),
+            Stage::Lookup(_) | Stage::UnionWith(_) | Stage::GraphLookup(_) => {
+                Err(run::foreign_read_not_here())
+            }
+            Stage::Redact(redact) => {
+                let mut output = Vec::with_capacity(documents.len());
+                for document in documents {
+                    output.extend(redact.apply(document, context)?);
+                }
+                Ok(output)
+            }
+            Stage::BucketAuto(bucket_auto) => bucket_auto.run(documents, context),
             Stage::Group(group) => group.run(documents, context),
             Stage::Unwind(unwind) => {
                 let mut output = Vec::with_capacity(documents.len());
@@ -1622,7 +1643,7 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
-        for stage in ["$graphLookup", "$geoNear"] {
+        for stage in ["$densify", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
             assert!(error.errmsg.contains(stage));

@@ -36,7 +36,8 @@ use crate::query::compare::{compare_values_with, values_equal_with};
 use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::PipelineContext;
 
-use super::group_n::{constant_n, parse_n_accumulator};
+use super::group_n::constant_n;
+pub(crate) use super::group_n::parse_n_accumulator;
 
 /// The accumulators this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +76,7 @@ pub(crate) enum AccumulatorOp {
 const MAX_SORT_FIELDS: usize = 32;
 
 impl AccumulatorOp {
-    pub(super) fn from_name(name: &str) -> Option<AccumulatorOp> {
+    pub(crate) fn from_name(name: &str) -> Option<AccumulatorOp> {
         Some(match name {
             "$sum" => AccumulatorOp::Sum,
             "$avg" => AccumulatorOp::Avg,
@@ -580,7 +581,10 @@ fn compare_sort_keys(
 
 /// `$top`/`$bottom` (`{sortBy, output}`) and `$topN`/`$bottomN` (`{n, sortBy, output}`): the op
 /// and its argument expression, `{output, sortFields: ["$field", ...]}` (mongod's rewrite).
-fn parse_top_bottom(operator: &str, operand: &Bson) -> CommandResult<(AccumulatorOp, Expr)> {
+pub(crate) fn parse_top_bottom(
+    operator: &str,
+    operand: &Bson,
+) -> CommandResult<(AccumulatorOp, Expr)> {
     let single = matches!(operator, "$top" | "$bottom");
     let bottom = operator.starts_with("$bottom");
     let Bson::Document(arguments) = operand else {
@@ -865,7 +869,23 @@ impl Group {
         Ok((key, values))
     }
 
-    fn new_states(&self) -> Vec<AccumulatorState> {
+    /// Folds `document`'s accumulator arguments into `states` (its group key aside).
+    pub(crate) fn accumulate(
+        &self,
+        states: &mut [AccumulatorState],
+        document: &Document,
+        context: &PipelineContext,
+    ) -> CommandResult<()> {
+        for ((_, _, expr), state) in self.fields.iter().zip(states.iter_mut()) {
+            state.add(
+                expr.evaluate_in(document, context)?,
+                context.collation.as_deref(),
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn new_states(&self) -> Vec<AccumulatorState> {
         self.fields
             .iter()
             .map(|(_, op, _)| AccumulatorState::new(*op))

@@ -114,7 +114,7 @@ pub(crate) fn n_arguments<'a>(
 
 /// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` as accumulators: the input expression,
 /// and `op` with its `n`, a constant positive integer.
-pub(super) fn parse_n_accumulator(
+pub(crate) fn parse_n_accumulator(
     operator: &str,
     op: AccumulatorOp,
     operand: &Bson,

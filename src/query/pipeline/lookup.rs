@@ -322,7 +322,8 @@ struct ForeignIndex {
     by_value: HashMap<Vec<u8>, Vec<usize>>,
 }
 
-fn comparison_key(value: &Bson, collation: Option<&Collation>) -> Vec<u8> {
+/// The key under which `value` equals exactly the values equal to it under `collation`.
+pub(super) fn comparison_key(value: &Bson, collation: Option<&Collation>) -> Vec<u8> {
     match collation {
         Some(collation) => encoded(&collation.index_value(value)),
         None => encoded(value),

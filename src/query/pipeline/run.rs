@@ -19,8 +19,8 @@ use bson::{doc, Bson, Document};
 
 use super::group::GroupTable;
 use super::{
-    check_built_depth, count_output, evaluate_documents, fail, Pipeline, PipelineContext, Stage,
-    Unwound,
+    check_built_depth, check_built_size, count_output, evaluate_documents, fail, Pipeline,
+    PipelineContext, Stage, Unwound,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::Deadline;
@@ -59,6 +59,14 @@ pub trait Buffers: Sync {
     ) -> Box<dyn DocumentBuffer>;
     /// Bytes a `$group` may hold, and whether it may spill past them.
     fn group_memory(&self) -> (usize, bool);
+    /// Bytes one `$setWindowFields` partition may hold, and whether it may go past them (mongod
+    /// spills the partition; this server keeps it in memory).
+    fn window_memory(&self) -> (usize, bool) {
+        (
+            super::window::DEFAULT_MAX_MEMORY_BYTES,
+            self.group_memory().1,
+        )
+    }
     fn deadline(&self) -> Deadline;
 }
 
@@ -143,15 +151,21 @@ enum Sink<'p> {
         field: &'p str,
         count: u64,
     },
-    /// `$facet`, `$sample`: every input document, handed to the stage at the end.
+    /// `$facet`, `$sample`, `$bucketAuto`: every input document, handed to the stage at the
+    /// end.
     Collect {
         stage: &'p Stage,
         buffer: Box<dyn DocumentBuffer>,
     },
-    /// `$lookup`, `$unionWith`: every input document, handed to the caller, which reads the
-    /// other collection.
+    /// `$lookup`, `$graphLookup`, `$unionWith`: every input document, handed to the caller,
+    /// which reads the other collection.
     Join {
         read: Foreign<'p>,
+        buffer: Box<dyn DocumentBuffer>,
+    },
+    /// `$setWindowFields`: every input document in partition-then-sort order.
+    Window {
+        stage: &'p super::window::SetWindowFields,
         buffer: Box<dyn DocumentBuffer>,
     },
     Output(Box<dyn DocumentBuffer>),
@@ -227,13 +241,18 @@ impl Pipeline {
         }
         match run.finish()? {
             Step::Done(output) => output.collect(),
-            Step::Foreign { .. } => Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway runs $lookup and $unionWith only in an aggregate's own pipeline (not \
-                 inside $facet, $unionWith or a pipeline update)",
-            )),
+            Step::Foreign { .. } => Err(foreign_read_not_here()),
         }
     }
+}
+
+/// The refusal of a stage that reads another collection where no collection can be read.
+pub(super) fn foreign_read_not_here() -> CommandError {
+    CommandError::new(
+        ErrorCode::NotImplemented,
+        "tideway runs $lookup, $graphLookup and $unionWith only in an aggregate's own pipeline \
+         (not inside $facet, $unionWith, a $lookup sub-pipeline or a pipeline update)",
+    )
 }
 
 /// The phase that starts at stage `first`.
@@ -252,8 +271,11 @@ fn phase<'p>(
                 | Stage::Count(_)
                 | Stage::Facet(_)
                 | Stage::Sample(_)
+                | Stage::BucketAuto(_)
                 | Stage::Lookup(_)
                 | Stage::UnionWith(_)
+                | Stage::GraphLookup(_)
+                | Stage::Window(_)
         )
     });
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
@@ -293,7 +315,21 @@ fn phase<'p>(
             },
             at + 1,
         ),
-        Some((stage @ (Stage::Facet(_) | Stage::Sample(_)), at)) => (
+        Some((Stage::GraphLookup(graph), at)) => (
+            Sink::Join {
+                read: Foreign::GraphLookup(graph),
+                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
+        Some((Stage::Window(stage), at)) => (
+            Sink::Window {
+                stage,
+                buffer: buffers.buffer(BufferPurpose::Sort, stage.key_order(collation), None),
+            },
+            at + 1,
+        ),
+        Some((stage @ (Stage::Facet(_) | Stage::Sample(_) | Stage::BucketAuto(_)), at)) => (
             Sink::Collect {
                 stage,
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
@@ -371,6 +407,7 @@ pub enum Step<'p> {
 pub enum Foreign<'p> {
     Lookup(&'p super::lookup::Lookup),
     UnionWith(&'p super::lookup::UnionWith),
+    GraphLookup(&'p super::graph_lookup::GraphLookup),
 }
 
 /// The rest of a run paused at a `$lookup`.
@@ -434,6 +471,24 @@ fn drive<'p>(
                 Sink::Sort { buffer, .. } => buffer.finish()?,
                 Sink::Count { field, count } => {
                     Box::new(count_output(field, count).into_iter().map(Ok))
+                }
+                Sink::Window { stage, buffer } => {
+                    let (max_bytes, allow_disk_use) = buffers.window_memory();
+                    let output = stage.partitions(
+                        buffer.finish()?,
+                        context.clone(),
+                        max_bytes,
+                        allow_disk_use,
+                    );
+                    // `$push` of `$$ROOT` nests its input and copies it: the next stage must
+                    // again see bounded documents.
+                    Box::new(output.map(|document| {
+                        document.and_then(|document| {
+                            check_built_depth(&document)?;
+                            check_built_size(&document)?;
+                            Ok(document)
+                        })
+                    }))
                 }
                 Sink::Collect { stage, buffer } => {
                     let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
@@ -539,6 +594,9 @@ fn sink_push(
             Ok(())
         }
         Sink::Output(buffer) => buffer.push(Vec::new(), document),
+        Sink::Window { stage, buffer } => {
+            buffer.push(stage.sort_key(&document, context)?, document)
+        }
         Sink::Group { table, spill } => {
             let (key, values) = table.group().evaluate(&document, context)?;
             if let Some(spill) = spill {

@@ -292,7 +292,7 @@ fn numeric_argument(name: &str, value: &Bson, code: ErrorCode) -> CommandResult<
     })
 }
 
-pub(super) fn evaluate_add(values: Vec<Value>) -> CommandResult<Value> {
+pub(crate) fn evaluate_add(values: Vec<Value>) -> CommandResult<Value> {
     let mut total = Number::Int32(0);
     let mut date: Option<i64> = None;
     for value in values {
@@ -372,7 +372,7 @@ fn dividend_and_divisor(
     Ok((x, y))
 }
 
-pub(super) fn evaluate_subtract(a: Value, b: Value) -> CommandResult<Value> {
+pub(crate) fn evaluate_subtract(a: Value, b: Value) -> CommandResult<Value> {
     let Some((a, b)) = both_operands(a, b) else {
         return Ok(Some(Bson::Null));
     };
@@ -399,7 +399,7 @@ pub(super) fn evaluate_subtract(a: Value, b: Value) -> CommandResult<Value> {
     }
 }
 
-pub(super) fn evaluate_multiply(values: Vec<Value>) -> CommandResult<Value> {
+pub(crate) fn evaluate_multiply(values: Vec<Value>) -> CommandResult<Value> {
     let mut product = Number::Int32(1);
     for value in values {
         if is_nullish(&value) {
@@ -431,7 +431,7 @@ fn binary_numbers(
     }
 }
 
-pub(super) fn evaluate_divide(a: Value, b: Value) -> CommandResult<Value> {
+pub(crate) fn evaluate_divide(a: Value, b: Value) -> CommandResult<Value> {
     let Some((a, b)) = both_operands(a, b) else {
         return Ok(Some(Bson::Null));
     };

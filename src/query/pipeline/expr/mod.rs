@@ -55,16 +55,16 @@ mod string_search;
 mod trigonometry;
 mod variables;
 
-pub(crate) use arithmetic::{add_numbers, divide_decimal, number_bson};
+pub(crate) use arithmetic::{
+    add_numbers, divide_decimal, evaluate_add, evaluate_divide, evaluate_multiply,
+    evaluate_subtract, number_bson,
+};
 pub(crate) use date::{iso_date_string, DatePart};
 pub(crate) use object::merge_object_into;
 pub(crate) use quantile::{accumulator_argument, parse_quantile_spec, quantile_result, Samples};
 pub(crate) use string::TrimSide;
 
-use arithmetic::{
-    evaluate_add, evaluate_divide, evaluate_mod, evaluate_multiply, evaluate_round,
-    evaluate_subtract, evaluate_unary_numeric,
-};
+use arithmetic::{evaluate_mod, evaluate_round, evaluate_unary_numeric};
 use array::{
     evaluate_array_elem_at, evaluate_concat_arrays, evaluate_filter, evaluate_first_last,
     evaluate_in_array, evaluate_map, evaluate_reverse_array, evaluate_size, evaluate_slice,
@@ -140,10 +140,12 @@ pub(crate) fn compare_optional(a: &Value, b: &Value, collation: Option<&Collatio
 /// it `$let`/`$map` over `[ "$$x", "$$x" ]` doubles a value per level and exhausts memory.
 pub(crate) const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024 + 16 * 1024;
 
-/// Evaluation environment: `$$ROOT`/`$$CURRENT` (the same document here), `$$NOW`, and the
-/// user variables bound by enclosing `$let`/`$map`/`$filter` (innermost last).
+/// Evaluation environment: `$$ROOT`, `$$CURRENT` (which field paths read: the root document
+/// except where `$redact` descends), `$$NOW`, and the user variables bound by enclosing
+/// `$let`/`$map`/`$filter` (innermost last).
 pub(crate) struct Vars<'a> {
     root: &'a Document,
+    current: &'a Document,
     now: DateTime,
     /// The collation string comparisons use (`None`: byte order).
     collation: Option<&'a Collation>,
@@ -159,6 +161,7 @@ impl<'a> Vars<'a> {
     pub(crate) fn new(root: &'a Document, now: DateTime) -> Vars<'a> {
         Vars {
             root,
+            current: root,
             now,
             collation: None,
             reads_forbidden: false,
@@ -193,6 +196,7 @@ impl<'a> Vars<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Variable {
     Root,
+    Current,
     Now,
     Remove,
     User(String),
@@ -406,6 +410,20 @@ impl Expr {
         evaluate(self, &mut vars)
     }
 
+    /// Evaluates with `root` as `$$ROOT` and `current` as `$$CURRENT` (what field paths read),
+    /// at a pipeline run's `$$NOW` and under its collation: `$redact` below the top level.
+    pub(crate) fn evaluate_at(
+        &self,
+        root: &Document,
+        current: &Document,
+        context: &crate::query::pipeline::PipelineContext,
+    ) -> CommandResult<Value> {
+        let mut vars = Vars::new(root, context.now);
+        vars.current = current;
+        vars.collation = context.collation.as_deref();
+        evaluate(self, &mut vars)
+    }
+
     /// Evaluates with `root` as `$$ROOT`/`$$CURRENT`, string comparisons under `collation`.
     pub(crate) fn evaluate_collated(
         &self,
@@ -477,7 +495,8 @@ fn parse_string(text: &str, scope: &Scope) -> CommandResult<Expr> {
         };
         let variable = match name {
             "" => return Err(fail(ErrorCode::Location16869, "empty variable name")),
-            "ROOT" | "CURRENT" => Variable::Root,
+            "ROOT" => Variable::Root,
+            "CURRENT" => Variable::Current,
             "NOW" => Variable::Now,
             "REMOVE" => Variable::Remove,
             "CLUSTER_TIME" | "USER_ROLES" | "SEARCH_META" => {
@@ -901,14 +920,18 @@ fn value_bytes(value: &Bson) -> usize {
 fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
     match expr {
         Expr::Literal(value) => vars.copied(Some(value.clone())),
-        Expr::Field(_) | Expr::Variable(Variable::Root, _) if vars.reads_forbidden => {
+        Expr::Field(_) | Expr::Variable(Variable::Root | Variable::Current, _)
+            if vars.reads_forbidden =>
+        {
             Err(crate::query::variables::reads_document())
         }
-        Expr::Field(parts) => vars.copied(field_value(vars.root, parts)),
+        Expr::Field(parts) => vars.copied(field_value(vars.current, parts)),
         Expr::Variable(variable, parts) => {
             let value = match variable {
                 Variable::Root if parts.is_empty() => Some(Bson::Document(vars.root.clone())),
                 Variable::Root => field_value(vars.root, parts),
+                Variable::Current if parts.is_empty() => Some(Bson::Document(vars.current.clone())),
+                Variable::Current => field_value(vars.current, parts),
                 Variable::Now => walk_path(&Bson::DateTime(vars.now), parts),
                 Variable::Remove => None,
                 Variable::User(name) => vars

@@ -171,7 +171,7 @@ pub(super) fn evaluate_get_field(
     };
     let input = match input {
         Some(input) => evaluate(input, vars)?,
-        None => Some(Bson::Document(vars.root.clone())),
+        None => Some(Bson::Document(vars.current.clone())),
     };
     match input {
         None => Ok(None),
