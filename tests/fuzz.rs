@@ -1257,7 +1257,7 @@ const EXPRESSION_OPERATORS: &[&str] = &[
     "$strLenCP", "$substrCP", "$subtract", "$sum", "$switch", "$toBool", "$toDate", "$toDecimal",
     "$toDouble", "$toInt", "$toLong", "$toLower", "$toObjectId", "$toString", "$toUpper", "$trim",
     "$trunc", "$type", "$year",
-    // Not implemented here, or not operators at all.
+    // Object-form operators given random arguments, then ones this server lacks or non-operators.
     "$range", "$reduce", "$zip", "$function", "$meta", "$foo", "$",
 ];
 

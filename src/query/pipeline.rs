@@ -27,6 +27,7 @@ mod fill;
 mod granularity;
 pub mod graph_lookup;
 mod group;
+mod group_n;
 pub mod lookup;
 mod merge;
 mod redact;
@@ -1559,7 +1560,7 @@ mod tests {
         assert_eq!(unknown.code.code(), 15952);
         assert_eq!(unknown.errmsg, "unknown group operator '$foo'");
         assert_eq!(
-            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$median": "$a"}}}]).code,
+            parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$accumulator": {}}}}]).code,
             ErrorCode::NotImplemented
         );
         assert_eq!(

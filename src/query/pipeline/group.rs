@@ -1,8 +1,8 @@
 //! `$group`: grouping documents by an `_id` expression and folding each group through
 //! accumulators (`$sum`, `$avg`, `$min`, `$max`, `$first`, `$last`, `$push`, `$addToSet`,
 //! `$count`, `$mergeObjects`, `$stdDevPop`, `$stdDevSamp`, `$firstN`, `$lastN`, `$minN`,
-//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`). The accumulator states are shared with the
-//! `$sum`/`$avg`/`$min`/`$max` expressions.
+//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`, `$median`, `$percentile`). The accumulator
+//! states are shared with the expressions of those names.
 //!
 //! Invariants:
 //! - Group keys are equal exactly when [`values_equal`] says so (so `1`, `1.0` and
@@ -27,15 +27,17 @@ use std::hash::{Hash, Hasher};
 use bson::{Bson, Document};
 
 use super::expr::{
-    add_numbers, compare_optional, divide_decimal, is_nullish, merge_object_into, number_bson,
-    Expr, Value,
+    accumulator_argument, add_numbers, compare_optional, divide_decimal, is_nullish,
+    merge_object_into, number_bson, parse_quantile_spec, quantile_result, Expr, Samples, Value,
 };
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{Collation, CollationChoice};
 use crate::query::compare::{compare_values_with, values_equal_with};
-use crate::query::display::value_string;
 use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::PipelineContext;
+
+use super::group_n::constant_n;
+pub(crate) use super::group_n::parse_n_accumulator;
 
 /// The accumulators this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,10 @@ pub(crate) enum AccumulatorOp {
         bottom: bool,
         single: bool,
         descending: u32,
+    },
+    /// `$median` / `$percentile`: the argument is `{input, p}`.
+    Quantile {
+        median: bool,
     },
 }
 
@@ -95,7 +101,7 @@ impl AccumulatorOp {
 }
 
 /// Accumulators mongod has and this server does not implement.
-const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &["$accumulator", "$median", "$percentile"];
+const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &["$accumulator"];
 
 /// mongod's `DoubleDoubleSummation` reduced to a compensated (Neumaier) sum.
 #[derive(Clone, Copy, Debug, Default)]
@@ -271,6 +277,12 @@ pub(crate) enum AccumulatorState {
         descending: u32,
         kept: Vec<(Vec<Bson>, Bson)>,
     },
+    /// `$median` / `$percentile`: the `p` values (from the first argument) and the samples.
+    Quantile {
+        median: bool,
+        ps: Vec<f64>,
+        samples: Samples,
+    },
 }
 
 impl AccumulatorState {
@@ -313,6 +325,11 @@ impl AccumulatorState {
                 single,
                 descending,
                 kept: Vec::new(),
+            },
+            AccumulatorOp::Quantile { median } => AccumulatorState::Quantile {
+                median,
+                ps: Vec::new(),
+                samples: Samples::default(),
             },
         }
     }
@@ -403,6 +420,18 @@ impl AccumulatorState {
                     values.truncate(*n);
                 }
             }
+            AccumulatorState::Quantile { ps, samples, .. } => {
+                if let Some(Bson::Document(argument)) = &value {
+                    if ps.is_empty() {
+                        if let Some(Bson::Array(values)) = argument.get("p") {
+                            ps.extend(values.iter().filter_map(|p| p.as_f64()));
+                        }
+                    }
+                    if let Some(input) = argument.get("input") {
+                        samples.add(input);
+                    }
+                }
+            }
             AccumulatorState::TopBottom {
                 n,
                 bottom,
@@ -469,6 +498,11 @@ impl AccumulatorState {
                 Some(Bson::Array(values.into_iter().collect()))
             }
             AccumulatorState::MinMaxN { values, .. } => Some(Bson::Array(values)),
+            AccumulatorState::Quantile {
+                median,
+                ps,
+                samples,
+            } => Some(quantile_result(median, ps.len(), samples.percentiles(&ps))),
             AccumulatorState::TopBottom { single, kept, .. } => {
                 let mut outputs = kept.into_iter().map(|(_, output)| output);
                 Some(if single {
@@ -543,38 +577,6 @@ fn compare_sort_keys(
         }
     }
     Ordering::Equal
-}
-
-/// `n` of an N accumulator: a constant positive integer (mongod's 5787902/5787903/5787908).
-fn constant_n(operator: &str, n: &Bson) -> CommandResult<usize> {
-    let n = match Expr::parse(n)?.evaluate_constant(bson::DateTime::now()) {
-        Ok(value) => value.unwrap_or(Bson::Null),
-        Err(error) if error.code == ErrorCode::Location4890500 => {
-            return Err(group_error(
-                ErrorCode::NotImplemented,
-                format!("tideway supports only a constant 'n' in {operator}"),
-            ))
-        }
-        Err(error) => return Err(error),
-    };
-    let not_integral = || {
-        format!(
-            "Value for 'n' must be of integral type, but found {}",
-            value_string(&n)
-        )
-    };
-    let number = Number::from_bson(&n)
-        .ok_or_else(|| group_error(ErrorCode::Location5787902, not_integral()))?;
-    let count = number
-        .to_exact_i64()
-        .ok_or_else(|| group_error(ErrorCode::Location5787903, not_integral()))?;
-    if count <= 0 {
-        return Err(group_error(
-            ErrorCode::Location5787908,
-            format!("'n' must be greater than 0, found {count}"),
-        ));
-    }
-    Ok(usize::try_from(count).unwrap_or(usize::MAX))
 }
 
 /// `$top`/`$bottom` (`{sortBy, output}`) and `$topN`/`$bottomN` (`{n, sortBy, output}`): the op
@@ -660,52 +662,6 @@ pub(crate) fn parse_top_bottom(
     Ok((op, Expr::parse(&Bson::Document(argument))?))
 }
 
-/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` (`{input, n}`): the input expression, and
-/// `op` with its `n`, a constant positive integer.
-pub(crate) fn parse_n_accumulator(
-    operator: &str,
-    op: AccumulatorOp,
-    operand: &Bson,
-) -> CommandResult<(AccumulatorOp, Expr)> {
-    let Bson::Document(arguments) = operand else {
-        let code = match op {
-            AccumulatorOp::MinN(_) | AccumulatorOp::MaxN(_) => ErrorCode::Location5787900,
-            _ => ErrorCode::Location5787801,
-        };
-        return Err(group_error(
-            code,
-            format!(
-                "specification must be an object; found {}",
-                crate::query::display::element_string(operator, operand)
-            ),
-        ));
-    };
-    let (mut input, mut n) = (None, None);
-    for (name, value) in arguments {
-        match name.as_str() {
-            "input" => input = Some(value),
-            "n" => n = Some(value),
-            other => {
-                return Err(group_error(
-                    ErrorCode::Location5787901,
-                    format!("Unknown argument for 'n' operator: {other}"),
-                ))
-            }
-        }
-    }
-    let n = n.ok_or_else(|| group_error(ErrorCode::Location5787906, "Missing value for n'"))?;
-    let input =
-        input.ok_or_else(|| group_error(ErrorCode::Location5787907, "Missing value for input'"))?;
-    let n = constant_n(operator, n)?;
-    let op = match op {
-        AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
-        AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
-        AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
-        _ => AccumulatorOp::MaxN(n),
-    };
-    Ok((op, Expr::parse(input)?))
-}
-
 /// A parsed `$group` stage.
 #[derive(Clone, Debug)]
 pub(crate) struct Group {
@@ -770,6 +726,21 @@ impl Group {
             let Some((operator, operand)) = accumulator.iter().next() else {
                 return Err(CommandError::internal("accumulator vanished"));
             };
+            if matches!(operator.as_str(), "$median" | "$percentile") {
+                let median = operator == "$median";
+                let code = if median {
+                    ErrorCode::Location7436100
+                } else {
+                    ErrorCode::Location7429703
+                };
+                let spec = parse_quantile_spec(operator, operand, code)?;
+                fields.push((
+                    name.clone(),
+                    AccumulatorOp::Quantile { median },
+                    accumulator_argument(&spec)?,
+                ));
+                continue;
+            }
             if matches!(operator.as_str(), "$top" | "$bottom" | "$topN" | "$bottomN") {
                 let (op, argument) = parse_top_bottom(operator, operand)?;
                 fields.push((name.clone(), op, argument));
@@ -1277,6 +1248,50 @@ mod tests {
         assert_eq!(
             code(doc! {"$minN": {"input": "$a", "n": 0}}),
             ErrorCode::Location5787908
+        );
+    }
+
+    #[test]
+    fn median_and_percentile_accumulators_answer_the_reference_pages() {
+        // The `$median`/`$percentile` pages' testScores: test01 is 62, 60, 67, 64, 60.
+        let scores = [62, 60, 67, 64, 60]
+            .into_iter()
+            .map(|score| doc! {"test01": score, "other": "x"})
+            .collect::<Vec<_>>();
+        let output = run(
+            vec![doc! {"$group": {"_id": Bson::Null,
+            "median": {"$median": {"input": "$test01", "method": "approximate"}},
+            "percentiles": {"$percentile": {"input": "$test01", "p": [0.5, 0.75, 0.9, 0.95],
+                "method": "approximate"}},
+            "none": {"$percentile": {"input": "$other", "p": [0.5, 1], "method": "approximate"}},
+            "noneMedian": {"$median": {"input": "$other", "method": "approximate"}}}}],
+            scores,
+        )
+        .expect("runs");
+        assert_eq!(
+            output,
+            vec![doc! {"_id": Bson::Null, "median": 62.0,
+            "percentiles": [62.0, 64.0, 67.0, 67.0],
+            "none": [Bson::Null, Bson::Null], "noneMedian": Bson::Null}]
+        );
+        let error = |accumulator: Bson| {
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "v": accumulator}}],
+                vec![doc! {}],
+            )
+            .expect_err("refused")
+            .code
+            .code()
+        };
+        assert_eq!(error(bson::bson!({"$median": 1})), 7436100);
+        assert_eq!(error(bson::bson!({"$percentile": 1})), 7429703);
+        assert_eq!(
+            error(bson::bson!({"$percentile": {"input": 1, "p": [0.5]}})),
+            40414
+        );
+        assert_eq!(
+            error(bson::bson!({"$median": {"input": 1, "method": "discrete"}})),
+            2
         );
     }
 

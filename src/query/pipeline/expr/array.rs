@@ -136,9 +136,9 @@ pub(super) fn evaluate_filter(
         if limit.is_some_and(|limit| output.len() >= limit) {
             break;
         }
-        vars.bindings.push((name.to_string(), element));
+        vars.bindings.push((name.to_string(), Some(element)));
         let keep = evaluate(cond, vars);
-        let element = vars.bindings.pop().map(|(_, element)| element);
+        let element = vars.bindings.pop().and_then(|(_, element)| element);
         if truthy(&keep?) {
             output.extend(element);
         }
@@ -168,7 +168,7 @@ pub(super) fn evaluate_map(
     };
     let mut output = Vec::with_capacity(elements.len());
     for element in elements {
-        vars.bindings.push((name.to_string(), element));
+        vars.bindings.push((name.to_string(), Some(element)));
         let value = evaluate(body, vars);
         vars.bindings.pop();
         output.push(value?.unwrap_or(Bson::Null));

@@ -5,11 +5,13 @@
 //! This file holds what every operator shares: the [`Expr`] tree, parsing dispatch (the
 //! operator-name tables), the evaluation environment ([`Vars`]) and the evaluation dispatch
 //! (`evaluate`, `apply_op`). Each operator family parses and evaluates itself in its own file:
-//! `arithmetic`, `string`, `string_search` (searching, slicing, replacing), `regex`, `date` (with
-//! `date_arith`, `date_parse` and the `timezone` they share),
-//! `array` (with `$filter`/`$map`), `set`, `trigonometry`, `object`, `convert` (`$convert`,
-//! `$to*`), `conditional` (boolean, comparison and conditional operators) and `variables` (`$let`
-//! and the variable scope of `$filter`/`$map`).
+//! `arithmetic`, `math` (exponents, logarithms, bitwise), `string`, `string_search` (searching,
+//! slicing, replacing), `regex`, `date` (with `date_arith`, `date_parse`
+//! and the `timezone` they share), `array` (with `$filter`/`$map`), `array_ops` (`$reduce`,
+//! `$zip`, `$range`, `$indexOfArray`, `$sortArray`, the N expressions), `set`, `trigonometry`,
+//! `object`, `quantile` (`$median`, `$percentile`, shared with `$group`), `convert` (`$convert`,
+//! `$to*`), `conditional` (boolean, comparison and conditional operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps, `$toHashedIndexKey`) and
+//! `variables` (`$let` and the variable scope of `$filter`/`$map`/`$reduce`).
 //!
 //! Invariants:
 //! - A value is `Option<Bson>`: `None` is mongod's "missing" (a path that names nothing, or
@@ -39,12 +41,16 @@ use crate::query::numeric::Number;
 
 mod arithmetic;
 mod array;
+mod array_ops;
 mod conditional;
 mod convert;
 mod date;
 mod date_arith;
 mod date_parse;
+mod math;
+mod misc;
 mod object;
+mod quantile;
 mod regex;
 mod set;
 mod string;
@@ -59,6 +65,7 @@ pub(crate) use arithmetic::{
 };
 pub(crate) use date::{iso_date_string, DatePart};
 pub(crate) use object::merge_object_into;
+pub(crate) use quantile::{accumulator_argument, parse_quantile_spec, quantile_result, Samples};
 pub(crate) use string::TrimSide;
 
 use arithmetic::{evaluate_mod, evaluate_round, evaluate_unary_numeric};
@@ -66,6 +73,11 @@ use array::{
     evaluate_array_elem_at, evaluate_concat_arrays, evaluate_filter, evaluate_first_last,
     evaluate_in_array, evaluate_map, evaluate_reverse_array, evaluate_size, evaluate_slice,
     parse_filter, parse_map,
+};
+use array_ops::{
+    evaluate_array_n, evaluate_index_of_array, evaluate_range, evaluate_reduce,
+    evaluate_sort_array, evaluate_zip, parse_array_n, parse_reduce, parse_sort_array, parse_zip,
+    SortBy,
 };
 use conditional::{evaluate_comparison, evaluate_lazy, evaluate_switch, parse_cond, parse_switch};
 use convert::{evaluate_convert, parse_convert};
@@ -75,10 +87,13 @@ use date::{
 };
 use date_arith::{parse_date_add, parse_date_diff, parse_date_trunc};
 use date_parse::parse_date_from_string;
+use math::{evaluate_math, MathOp};
+use misc::{evaluate_misc, parse_rand, MiscOp};
 use object::{
-    evaluate_get_field, evaluate_merge_objects, evaluate_set_field, parse_get_field,
-    parse_set_field,
+    evaluate_array_to_object, evaluate_get_field, evaluate_merge_objects, evaluate_object_to_array,
+    evaluate_set_field, parse_get_field, parse_set_field,
 };
+use quantile::{evaluate_quantile, parse_quantile};
 use regex::{evaluate_regex, parse_regex, RegexMode, RegexSource};
 use set::{evaluate_set, parse_set_equals, SetOp};
 use string::{
@@ -145,7 +160,8 @@ pub(crate) struct Vars<'a> {
     collation: Option<&'a Collation>,
     /// Reading the document is an error (a command variable's value is being computed).
     reads_forbidden: bool,
-    bindings: Vec<(String, Bson)>,
+    /// A binding may hold missing (`$let` of a missing value, `$reduce`'s `$$value`).
+    bindings: Vec<(String, Value)>,
     /// What this evaluation has copied so far, against [`MAX_COPIED_BYTES`].
     copied_bytes: usize,
 }
@@ -177,7 +193,7 @@ impl<'a> Vars<'a> {
         Ok(value)
     }
 
-    fn lookup(&self, name: &str) -> Option<&Bson> {
+    fn lookup(&self, name: &str) -> Option<&Value> {
         self.bindings
             .iter()
             .rev()
@@ -240,6 +256,12 @@ pub(crate) enum Op {
     ReverseArray,
     Type,
     MergeObjects,
+    Range,
+    IndexOfArray,
+    ArrayToObject,
+    ObjectToArray,
+    Math(MathOp),
+    Misc(MiscOp),
     Set(SetOp),
     Trig(TrigOp),
     Accumulate(AccumulatorOp),
@@ -281,6 +303,33 @@ pub(crate) enum Expr {
         input: Box<Expr>,
         name: String,
         body: Box<Expr>,
+    },
+    /// `$reduce`: `body` sees `$$this` and `$$value`.
+    Reduce {
+        input: Box<Expr>,
+        initial: Box<Expr>,
+        body: Box<Expr>,
+    },
+    Zip {
+        inputs: Vec<Expr>,
+        defaults: Vec<Expr>,
+        longest: bool,
+    },
+    SortArray {
+        input: Box<Expr>,
+        sort_by: SortBy,
+    },
+    /// `$firstN`/`$lastN`/`$minN`/`$maxN` over an array (`op` with its `n` unset).
+    ArrayN {
+        op: AccumulatorOp,
+        n: Box<Expr>,
+        input: Box<Expr>,
+    },
+    /// `$median` and `$percentile` over a number or an array.
+    Quantile {
+        median: bool,
+        ps: Vec<f64>,
+        input: Box<Expr>,
     },
     Let {
         bindings: Vec<(String, Expr)>,
@@ -610,6 +659,26 @@ fn simple_operator(name: &str) -> Option<(Op, usize, Option<usize>)> {
         "$reverseArray" => (ReverseArray, 1, Some(1)),
         "$type" => (Type, 1, Some(1)),
         "$mergeObjects" => (MergeObjects, 0, None),
+        "$range" => (Range, 2, Some(3)),
+        "$indexOfArray" => (IndexOfArray, 2, Some(4)),
+        "$arrayToObject" => (ArrayToObject, 1, Some(1)),
+        "$objectToArray" => (ObjectToArray, 1, Some(1)),
+        "$exp" => (Math(MathOp::Exp), 1, Some(1)),
+        "$ln" => (Math(MathOp::Ln), 1, Some(1)),
+        "$log" => (Math(MathOp::Log), 2, Some(2)),
+        "$log10" => (Math(MathOp::Log10), 1, Some(1)),
+        "$pow" => (Math(MathOp::Pow), 2, Some(2)),
+        "$sqrt" => (Math(MathOp::Sqrt), 1, Some(1)),
+        "$bitAnd" => (Math(MathOp::BitAnd), 0, None),
+        "$bitOr" => (Math(MathOp::BitOr), 0, None),
+        "$bitXor" => (Math(MathOp::BitXor), 0, None),
+        "$bitNot" => (Math(MathOp::BitNot), 1, Some(1)),
+        "$isNumber" => (Misc(MiscOp::IsNumber), 1, Some(1)),
+        "$bsonSize" => (Misc(MiscOp::BsonSize), 1, Some(1)),
+        "$binarySize" => (Misc(MiscOp::BinarySize), 1, Some(1)),
+        "$tsSecond" => (Misc(MiscOp::TsSecond), 1, Some(1)),
+        "$tsIncrement" => (Misc(MiscOp::TsIncrement), 1, Some(1)),
+        "$toHashedIndexKey" => (Misc(MiscOp::ToHashedIndexKey), 1, Some(1)),
         "$setUnion" => (Set(SetOp::Union), 0, None),
         "$setIntersection" => (Set(SetOp::Intersection), 0, None),
         "$setDifference" => (Set(SetOp::Difference), 2, Some(2)),
@@ -635,6 +704,8 @@ fn simple_operator(name: &str) -> Option<(Op, usize, Option<usize>)> {
         "$avg" => (Accumulate(AccumulatorOp::Avg), 0, None),
         "$min" => (Accumulate(AccumulatorOp::Min), 0, None),
         "$max" => (Accumulate(AccumulatorOp::Max), 0, None),
+        "$stdDevPop" => (Accumulate(AccumulatorOp::StdDevPop), 0, None),
+        "$stdDevSamp" => (Accumulate(AccumulatorOp::StdDevSamp), 0, None),
         _ => return None,
     })
 }
@@ -674,43 +745,7 @@ fn date_part(name: &str) -> Option<DatePart> {
 }
 
 /// Expression operators mongod has and this server does not implement.
-const UNIMPLEMENTED_OPERATORS: &[&str] = &[
-    "$arrayToObject",
-    "$binarySize",
-    "$bitAnd",
-    "$bitNot",
-    "$bitOr",
-    "$bitXor",
-    "$bsonSize",
-    "$exp",
-    "$firstN",
-    "$function",
-    "$indexOfArray",
-    "$isNumber",
-    "$lastN",
-    "$ln",
-    "$log",
-    "$log10",
-    "$maxN",
-    "$median",
-    "$meta",
-    "$minN",
-    "$objectToArray",
-    "$percentile",
-    "$pow",
-    "$rand",
-    "$range",
-    "$reduce",
-    "$sampleRate",
-    "$sortArray",
-    "$sqrt",
-    "$stdDevPop",
-    "$stdDevSamp",
-    "$toHashedIndexKey",
-    "$tsIncrement",
-    "$tsSecond",
-    "$zip",
-];
+const UNIMPLEMENTED_OPERATORS: &[&str] = &["$function", "$meta", "$sampleRate"];
 
 fn not_implemented_operator(name: &str) -> CommandError {
     fail(
@@ -775,7 +810,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         return parse_date_part(name, part, operand, scope);
     }
     match name {
-        "$literal" => Ok(Expr::Literal(operand.clone())),
+        "$literal" | "$const" => Ok(Expr::Literal(operand.clone())),
         "$and" | "$or" => {
             let lazy = if name == "$and" { Lazy::And } else { Lazy::Or };
             Ok(Expr::Lazy(lazy, parse_arguments(operand, scope)?))
@@ -799,6 +834,12 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         "$filter" => parse_filter(operand, scope),
         "$map" => parse_map(operand, scope),
         "$let" => parse_let(operand, scope),
+        "$reduce" => parse_reduce(operand, scope),
+        "$zip" => parse_zip(operand, scope),
+        "$sortArray" => parse_sort_array(operand, scope),
+        "$firstN" | "$lastN" | "$minN" | "$maxN" => parse_array_n(name, operand, scope),
+        "$rand" => parse_rand(operand),
+        "$median" | "$percentile" => parse_quantile(name, operand, scope),
         "$convert" => parse_convert(operand, scope),
         "$trim" | "$ltrim" | "$rtrim" => {
             let side = match name {
@@ -900,12 +941,11 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
                 Variable::Current => field_value(vars.current, parts),
                 Variable::Now => walk_path(&Bson::DateTime(vars.now), parts),
                 Variable::Remove => None,
-                Variable::User(name) => walk_path(
-                    vars.lookup(name).ok_or_else(|| {
-                        CommandError::internal(format!("unbound variable {name}"))
-                    })?,
-                    parts,
-                ),
+                Variable::User(name) => vars
+                    .lookup(name)
+                    .ok_or_else(|| CommandError::internal(format!("unbound variable {name}")))?
+                    .as_ref()
+                    .and_then(|value| walk_path(value, parts)),
                 Variable::Command(value) => {
                     value.as_ref().and_then(|value| walk_path(value, parts))
                 }
@@ -943,6 +983,19 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
         } => evaluate_filter(input, name, cond, limit.as_deref(), vars),
         Expr::Map { input, name, body } => evaluate_map(input, name, body, vars),
         Expr::Let { bindings, body } => evaluate_let(bindings, body, vars),
+        Expr::Reduce {
+            input,
+            initial,
+            body,
+        } => evaluate_reduce(input, initial, body, vars),
+        Expr::Zip {
+            inputs,
+            defaults,
+            longest,
+        } => evaluate_zip(inputs, defaults, *longest, vars),
+        Expr::SortArray { input, sort_by } => evaluate_sort_array(input, sort_by, vars),
+        Expr::ArrayN { op, n, input } => evaluate_array_n(*op, n, input, vars),
+        Expr::Quantile { median, ps, input } => evaluate_quantile(*median, ps, input, vars),
         Expr::Convert {
             input,
             to,
@@ -1063,6 +1116,12 @@ fn apply_op(op: Op, values: Vec<Value>, collation: Option<&Collation>) -> Comman
             value_type_name(&one(values)?).to_string(),
         ))),
         Op::MergeObjects => evaluate_merge_objects(values),
+        Op::Range => evaluate_range(values),
+        Op::IndexOfArray => evaluate_index_of_array(values, collation),
+        Op::ArrayToObject => evaluate_array_to_object(one(values)?),
+        Op::ObjectToArray => evaluate_object_to_array(one(values)?),
+        Op::Math(math_op) => evaluate_math(math_op, values),
+        Op::Misc(misc_op) => evaluate_misc(misc_op, values),
         Op::Set(set_op) => evaluate_set(set_op, values, collation),
         Op::Trig(trig_op) => evaluate_trig(trig_op, values),
         Op::Accumulate(accumulator) => {

@@ -1,5 +1,10 @@
 //! Object operators: `$mergeObjects` (also `$group`'s accumulator step), `$getField`,
-//! `$setField` and `$unsetField`.
+//! `$setField`, `$unsetField`, `$arrayToObject` and `$objectToArray`.
+//!
+//! `$arrayToObject` takes `[[k, v], ...]` or `[{k, v}, ...]` (the first element decides; mixing
+//! is 40396/40391); a repeated key keeps its first position and its last value; keys with an
+//! embedded null byte are refused (4940400/4940401); `$`-prefixed and dotted keys are kept, as
+//! mongod keeps them.
 
 use bson::{Bson, Document};
 
@@ -252,6 +257,152 @@ pub(crate) fn merge_object_into(output: &mut Document, value: Value) -> CommandR
     }
 }
 
+/// `$objectToArray`: `[{k, v}, ...]` in field order.
+pub(super) fn evaluate_object_to_array(value: Value) -> CommandResult<Value> {
+    if super::is_nullish(&value) {
+        return Ok(Some(Bson::Null));
+    }
+    let Some(Bson::Document(document)) = value else {
+        return Err(fail(
+            ErrorCode::Location40390,
+            format!(
+                "$objectToArray requires a document input, found: {}",
+                value_type_name(&value)
+            ),
+        ));
+    };
+    Ok(Some(Bson::Array(
+        document
+            .into_iter()
+            .map(|(key, value)| {
+                let mut pair = Document::new();
+                pair.insert("k", key);
+                pair.insert("v", value);
+                Bson::Document(pair)
+            })
+            .collect(),
+    )))
+}
+
+/// One `$arrayToObject` element as its key and value.
+fn key_value_pair(element: Bson, pairs: bool) -> CommandResult<(String, Bson)> {
+    let (key, value, null_code) = if pairs {
+        let Bson::Array(pair) = element else {
+            return Err(fail(
+                ErrorCode::Location40396,
+                format!(
+                    "$arrayToObject requires a consistent input format. Elements mustall be arrays or all be objects. Array was detected, now found: {}",
+                    type_name(&element)
+                ),
+            ));
+        };
+        if pair.len() != 2 {
+            return Err(fail(
+                ErrorCode::Location40397,
+                format!(
+                    "$arrayToObject requires an array of size 2 arrays,found array of size: {}",
+                    pair.len()
+                ),
+            ));
+        }
+        let mut pair = pair.into_iter();
+        let (Some(key), Some(value)) = (pair.next(), pair.next()) else {
+            return Err(crate::error::CommandError::internal("pair vanished"));
+        };
+        let Bson::String(key) = key else {
+            return Err(fail(
+                ErrorCode::Location40395,
+                format!(
+                    "$arrayToObject requires an array of key-value pairs, where the key must be of type string. Found key type: {}",
+                    type_name(&key)
+                ),
+            ));
+        };
+        (key, value, ErrorCode::Location4940400)
+    } else {
+        let Bson::Document(mut document) = element else {
+            return Err(fail(
+                ErrorCode::Location40391,
+                format!(
+                    "$arrayToObject requires a consistent input format. Elements mustall be arrays or all be objects. Object was detected, now found: {}",
+                    type_name(&element)
+                ),
+            ));
+        };
+        if document.len() != 2 {
+            return Err(fail(
+                ErrorCode::Location40392,
+                format!(
+                    "$arrayToObject requires an object keys of 'k' and 'v'. Found incorrect number of keys:{}",
+                    document.len()
+                ),
+            ));
+        }
+        let shown = value_string(&Bson::Document(document.clone()));
+        let (Some(key), Some(value)) = (document.remove("k"), document.remove("v")) else {
+            return Err(fail(
+                ErrorCode::Location40393,
+                format!(
+                    "$arrayToObject requires an object with keys 'k' and 'v'. Missing either or both keys from: {shown}"
+                ),
+            ));
+        };
+        let Bson::String(key) = key else {
+            return Err(fail(
+                ErrorCode::Location40394,
+                format!(
+                    "$arrayToObject requires an object with keys 'k' and 'v', where the value of 'k' must be of type string. Found type: {}",
+                    type_name(&key)
+                ),
+            ));
+        };
+        (key, value, ErrorCode::Location4940401)
+    };
+    if key.contains('\0') {
+        return Err(fail(
+            null_code,
+            "Key field cannot contain an embedded null byte",
+        ));
+    }
+    Ok((key, value))
+}
+
+/// `$arrayToObject`.
+pub(super) fn evaluate_array_to_object(value: Value) -> CommandResult<Value> {
+    if super::is_nullish(&value) {
+        return Ok(Some(Bson::Null));
+    }
+    let Some(Bson::Array(elements)) = value else {
+        return Err(fail(
+            ErrorCode::Location40386,
+            format!(
+                "$arrayToObject requires an array input, found: {}",
+                value_type_name(&value)
+            ),
+        ));
+    };
+    let pairs = match elements.first() {
+        None => return Ok(Some(Bson::Document(Document::new()))),
+        Some(Bson::Array(_)) => true,
+        Some(Bson::Document(_)) => false,
+        Some(other) => {
+            return Err(fail(
+                ErrorCode::Location40398,
+                format!(
+                    "Unrecognised input type format for $arrayToObject: {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    let mut output = Document::new();
+    for element in elements {
+        let (key, value) = key_value_pair(element, pairs)?;
+        output.insert(key, value);
+    }
+    Ok(Some(Bson::Document(output)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::error;
@@ -345,5 +496,120 @@ mod tests {
             code(bson::bson!({"$setField": {"field": "a", "input": 5, "value": 1}})),
             4161105
         );
+    }
+
+    #[test]
+    fn array_to_object_answers_array_to_object_js() {
+        use super::super::test_support::{check_errors, check_values};
+        use bson::bson;
+        let collapsed = |expanded: Bson| bson!({"$arrayToObject": {"$const": expanded}});
+        check_values(vec![
+            (
+                collapsed(bson!([["price", 24], ["item", "apple"]])),
+                bson!({"price": 24, "item": "apple"}),
+            ),
+            (
+                collapsed(bson!([{"k": "price", "v": 24}, {"k": "price", "v": 100}])),
+                bson!({"price": 100}),
+            ),
+            (
+                collapsed(bson!([["price", 24], ["price", 100]])),
+                bson!({"price": 100}),
+            ),
+            (collapsed(Bson::Null), Bson::Null),
+            (collapsed(Bson::Undefined), Bson::Null),
+            (
+                collapsed(bson!([{"k": "price", "v": null}])),
+                bson!({"price": null}),
+            ),
+            (
+                collapsed(bson!([{"k": "price", "v": Bson::Undefined}])),
+                bson!({"price": Bson::Undefined}),
+            ),
+        ]);
+        check_errors(vec![
+            (
+                collapsed(bson!([{"k": "price", "v": 24}, ["item", "apple"]])),
+                40391,
+            ),
+            (
+                collapsed(bson!([["item", "apple"], {"k": "price", "v": 24}])),
+                40396,
+            ),
+            (collapsed(bson!("string")), 40386),
+            (collapsed(bson!(0_i64)), 40386),
+            (collapsed(bson!([0])), 40398),
+            (collapsed(bson!([["missing_value"]])), 40397),
+            (collapsed(bson!([[321, 12]])), 40395),
+            (collapsed(bson!([["key", "value", "offset"]])), 40397),
+            (collapsed(bson!({"y": []})), 40386),
+            (collapsed(bson!([{"y": "x", "x": "y"}])), 40393),
+            (collapsed(bson!([{"k": "missing"}])), 40392),
+            (collapsed(bson!([{"k": 24, "v": "string"}])), 40394),
+            (collapsed(bson!([{"k": null, "v": "nullKey"}])), 40394),
+            (
+                collapsed(bson!([{"y": "ignored", "k": "item", "v": "pear"}])),
+                40392,
+            ),
+            (collapsed(bson!(f64::NAN)), 40386),
+        ]);
+    }
+
+    #[test]
+    fn array_to_object_and_back_answer_the_manuals_examples() {
+        use super::super::test_support::{check_errors, check_values};
+        use bson::bson;
+        check_values(vec![
+            (
+                bson!({"$arrayToObject": [[{"k": "item", "v": "abc123"}, {"k": "qty", "v": 25}]]}),
+                bson!({"item": "abc123", "qty": 25}),
+            ),
+            (
+                bson!({"$arrayToObject": [[["item", "abc123"], ["qty", 25]]]}),
+                bson!({"item": "abc123", "qty": 25}),
+            ),
+            (
+                bson!({"$arrayToObject": {"$literal": [["price", 24], ["item", "apple"], ["price", 30]]}}),
+                bson!({"price": 30, "item": "apple"}),
+            ),
+            (bson!({"$arrayToObject": [[]]}), bson!({})),
+            (
+                bson!({"$arrayToObject": {"$literal": [["$a.b", 1]]}}),
+                bson!({"$a.b": 1}),
+            ),
+            (bson!({"$arrayToObject": null}), Bson::Null),
+            (
+                bson!({"$objectToArray": {"item": "foo", "qty": 25}}),
+                bson!([{"k": "item", "v": "foo"}, {"k": "qty", "v": 25}]),
+            ),
+            (
+                bson!({"$objectToArray": {"$literal": {"a": {"b": 1}}}}),
+                bson!([{"k": "a", "v": {"b": 1}}]),
+            ),
+            (bson!({"$objectToArray": "$missing"}), Bson::Null),
+        ]);
+        check_errors(vec![
+            (bson!({"$arrayToObject": 1}), 40386),
+            (bson!({"$arrayToObject": [[1]]}), 40398),
+            (
+                bson!({"$arrayToObject": [[{"k": "a", "v": 1}, ["b", 2]]]}),
+                40391,
+            ),
+            (bson!({"$arrayToObject": [[{"k": "a"}]]}), 40392),
+            (bson!({"$arrayToObject": [[{"k": "a", "x": 1}]]}), 40393),
+            (bson!({"$arrayToObject": [[{"k": 1, "v": 1}]]}), 40394),
+            (bson!({"$arrayToObject": [[[1, 2]]]}), 40395),
+            (
+                bson!({"$arrayToObject": [[["a", 1], {"k": "b", "v": 2}]]}),
+                40396,
+            ),
+            (bson!({"$arrayToObject": [[["a", 1, 2]]]}), 40397),
+            (bson!({"$arrayToObject": [[["a\u{0}b", 1]]]}), 4940400),
+            (
+                bson!({"$arrayToObject": [[{"k": "a\u{0}b", "v": 1}]]}),
+                4940401,
+            ),
+            (bson!({"$objectToArray": 1}), 40390),
+        ]);
     }
 }

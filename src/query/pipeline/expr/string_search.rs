@@ -30,7 +30,8 @@ pub(super) fn quoted(value: &Value) -> String {
 
 /// mongod's `uassertIfNotIntegralAndNonNegative`: an int32-representable integral number that
 /// is not negative (40096, 40097; the first message lacks a space after the name, as mongod's).
-fn index_argument(name: &str, what: &str, value: &Value) -> CommandResult<usize> {
+/// `$indexOfArray` checks its bounds with it too.
+pub(super) fn index_argument(name: &str, what: &str, value: &Value) -> CommandResult<usize> {
     let integral = value
         .as_ref()
         .and_then(Number::from_bson)

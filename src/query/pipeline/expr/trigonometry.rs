@@ -145,7 +145,7 @@ const DECIMAL_PI_OVER_180: &str = "0.01745329251994329576923690768488613";
 const DECIMAL_180_OVER_PI: &str = "57.29577951308232087679815481410517";
 
 /// How a C++ `ostream` prints a double by default (`%g`, 6 significant digits).
-fn stream_double(value: f64) -> String {
+pub(super) fn stream_double(value: f64) -> String {
     if value.is_nan() {
         return "nan".to_string();
     }
@@ -175,7 +175,7 @@ fn stream_double(value: f64) -> String {
 }
 
 /// A double result turned into decimal128 by its shortest exact digits.
-fn decimal_from_double(value: f64) -> Bson {
+pub(super) fn decimal_from_double(value: f64) -> Bson {
     if value.is_finite() {
         if let Ok(decimal) = format!("{value:e}").parse::<Decimal128>() {
             return Bson::Decimal128(decimal);
@@ -184,7 +184,7 @@ fn decimal_from_double(value: f64) -> Bson {
     decimal_bson(Decimal::from_f64(value))
 }
 
-fn numeric(name: &str, value: &Bson, code: ErrorCode) -> CommandResult<Number> {
+pub(super) fn numeric(name: &str, value: &Bson, code: ErrorCode) -> CommandResult<Number> {
     Number::from_bson(value).ok_or_else(|| {
         fail(
             code,

@@ -96,7 +96,7 @@ pub(super) fn evaluate_let(
 ) -> CommandResult<Value> {
     let mut values = Vec::with_capacity(bindings.len());
     for (name, binding) in bindings {
-        values.push((name.clone(), evaluate(binding, vars)?.unwrap_or(Bson::Null)));
+        values.push((name.clone(), evaluate(binding, vars)?));
     }
     let depth = vars.bindings.len();
     vars.bindings.extend(values);
