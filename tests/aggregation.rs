@@ -919,3 +919,36 @@ async fn set_window_fields_computes_windows_per_partition() {
         .expect_err("documents bounds need a sortBy");
     assert!(format!("{error:?}").contains("5339901"), "{error:?}");
 }
+
+/// `$densify` then `$fill`, the gap-filling pair the reference pages combine, on a collection.
+#[tokio::test]
+async fn densify_then_fill_close_gaps_in_a_series() {
+    let server = TestServer::start().await;
+    let db = server.client().database("series");
+    db.collection::<Document>("c")
+        .insert_many(vec![
+            doc! {"_id": 1, "hour": 0, "temp": 10.0},
+            doc! {"_id": 2, "hour": 3, "temp": 16.0},
+        ])
+        .await
+        .unwrap();
+    let filled = aggregate(
+        &db,
+        vec![
+            doc! {"$densify": {"field": "hour", "range": {"step": 1, "bounds": "full"}}},
+            doc! {"$fill": {"sortBy": {"hour": 1}, "output": {"temp": {"method": "linear"}}}},
+            doc! {"$project": {"_id": 0, "hour": 1, "temp": 1}},
+        ],
+    )
+    .await;
+    assert_eq!(
+        filled,
+        vec![
+            doc! {"hour": 0, "temp": 10.0},
+            doc! {"hour": 1, "temp": 12.0},
+            doc! {"hour": 2, "temp": 14.0},
+            doc! {"hour": 3, "temp": 16.0},
+        ]
+    );
+    server.stop().await;
+}

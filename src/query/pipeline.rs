@@ -20,6 +20,7 @@
 
 mod bucket;
 mod bucket_auto;
+mod densify;
 pub(crate) mod expr;
 mod facet;
 mod fields;
@@ -235,6 +236,7 @@ enum Stage {
     GraphLookup(Box<graph_lookup::GraphLookup>),
     Redact(redact::Redact),
     BucketAuto(Box<bucket_auto::BucketAuto>),
+    Densify(Box<densify::Densify>),
     Window(Box<window::SetWindowFields>),
 }
 
@@ -242,7 +244,6 @@ enum Stage {
 const UNIMPLEMENTED_STAGES: &[&str] = &[
     "$changeStream",
     "$changeStreamSplitLargeEvent",
-    "$densify",
     "$geoNear",
     "$indexStats",
     "$listCatalog",
@@ -674,6 +675,7 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
         "$graphLookup" => Stage::GraphLookup(Box::new(graph_lookup::GraphLookup::parse(spec)?)),
         "$redact" => Stage::Redact(redact::Redact::parse(spec)?),
         "$bucketAuto" => Stage::BucketAuto(Box::new(bucket_auto::BucketAuto::parse(spec)?)),
+        "$densify" => Stage::Densify(Box::new(densify::Densify::parse(spec)?)),
         "$sample" => Stage::Sample(facet::parse_sample(spec)?),
         "$setWindowFields" => Stage::Window(Box::new(window::SetWindowFields::parse(spec)?)),
         "$bucket" => {
@@ -1018,6 +1020,7 @@ impl Stage {
                 Ok(output)
             }
             Stage::BucketAuto(bucket_auto) => bucket_auto.run(documents, context),
+            Stage::Densify(densify) => densify.run(documents, context),
             Stage::Group(group) => group.run(documents, context),
             Stage::Unwind(unwind) => {
                 let mut output = Vec::with_capacity(documents.len());
@@ -1273,7 +1276,7 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
-        for stage in ["$densify", "$geoNear"] {
+        for stage in ["$search", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
             assert!(error.errmsg.contains(stage));

@@ -151,8 +151,8 @@ enum Sink<'p> {
         field: &'p str,
         count: u64,
     },
-    /// `$facet`, `$sample`, `$bucketAuto`: every input document, handed to the stage at the
-    /// end.
+    /// `$facet`, `$sample`, `$bucketAuto`, `$densify`: every input document, handed to the
+    /// stage at the end.
     Collect {
         stage: &'p Stage,
         buffer: Box<dyn DocumentBuffer>,
@@ -272,6 +272,7 @@ fn phase<'p>(
                 | Stage::Facet(_)
                 | Stage::Sample(_)
                 | Stage::BucketAuto(_)
+                | Stage::Densify(_)
                 | Stage::Lookup(_)
                 | Stage::UnionWith(_)
                 | Stage::GraphLookup(_)
@@ -329,7 +330,10 @@ fn phase<'p>(
             },
             at + 1,
         ),
-        Some((stage @ (Stage::Facet(_) | Stage::Sample(_) | Stage::BucketAuto(_)), at)) => (
+        Some((
+            stage @ (Stage::Facet(_) | Stage::Sample(_) | Stage::BucketAuto(_) | Stage::Densify(_)),
+            at,
+        )) => (
             Sink::Collect {
                 stage,
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),

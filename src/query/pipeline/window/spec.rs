@@ -86,7 +86,7 @@ pub(super) enum RangeBound {
 
 /// The `unit` of a time range or of `$derivative`/`$integral`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum TimeUnit {
+pub(in crate::query::pipeline) enum TimeUnit {
     Year,
     Quarter,
     Month,
@@ -99,7 +99,7 @@ pub(super) enum TimeUnit {
 }
 
 impl TimeUnit {
-    fn parse(text: &str) -> CommandResult<TimeUnit> {
+    pub(in crate::query::pipeline) fn parse(text: &str) -> CommandResult<TimeUnit> {
         Ok(match text {
             "year" => TimeUnit::Year,
             "quarter" => TimeUnit::Quarter,
@@ -129,7 +129,7 @@ impl TimeUnit {
 
     /// `millis` plus `amount` units, in UTC; months clamp the day to the month's last day (as
     /// mongod's `dateAdd`).
-    pub(super) fn add(self, millis: i64, amount: i64) -> i64 {
+    pub(in crate::query::pipeline) fn add(self, millis: i64, amount: i64) -> i64 {
         if let Some(unit) = self.fixed_millis() {
             return millis.saturating_add(amount.saturating_mul(unit));
         }
