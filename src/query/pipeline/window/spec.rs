@@ -12,7 +12,9 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::compare::compare_values;
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::{Decimal, Number};
-use crate::query::pipeline::expr::{divide_decimal, Expr};
+use crate::query::pipeline::expr::{
+    accumulator_argument, divide_decimal, parse_quantile_spec, Expr,
+};
 use crate::query::pipeline::fail;
 use crate::query::pipeline::group::{parse_n_accumulator, parse_top_bottom, AccumulatorOp};
 use crate::query::sort::{Direction, SortSpec};
@@ -58,13 +60,7 @@ const KNOWN_FUNCTIONS: &[&str] = &[
 ];
 
 /// Window functions mongod has and this server does not.
-const UNIMPLEMENTED_FUNCTIONS: &[&str] = &[
-    "$concatArrays",
-    "$median",
-    "$minMaxScalar",
-    "$percentile",
-    "$setUnion",
-];
+const UNIMPLEMENTED_FUNCTIONS: &[&str] = &["$concatArrays", "$minMaxScalar", "$setUnion"];
 
 /// One end of a `documents` window.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -645,6 +641,21 @@ impl Function {
                 Ok(Function::Covariance {
                     sample: name == "$covarianceSamp",
                     input: Expr::parse(argument)?,
+                    window: parse_window(window, sort_by)?,
+                })
+            }
+            "$median" | "$percentile" => {
+                let (argument, window) = split_spec(spec, name, unknown_argument)?;
+                let median = name == "$median";
+                let code = if median {
+                    ErrorCode::Location7436100
+                } else {
+                    ErrorCode::Location7429703
+                };
+                let quantile = parse_quantile_spec(name, argument, code)?;
+                Ok(Function::Accumulator {
+                    op: AccumulatorOp::Quantile { median },
+                    input: accumulator_argument(&quantile)?,
                     window: parse_window(window, sort_by)?,
                 })
             }

@@ -760,8 +760,12 @@ fn bad_specifications_fail_with_mongods_codes() {
             ErrorCode::Location5787908,
         ),
         (
-            bson::bson!({"output": {"a": {"$median": {"input": "$y", "method": "approximate"}}}}),
-            ErrorCode::NotImplemented,
+            bson::bson!({"output": {"a": {"$median": {"input": "$y", "method": "exact"}}}}),
+            ErrorCode::BadValue,
+        ),
+        (
+            bson::bson!({"output": {"a": {"$percentile": {"input": "$y", "p": [2], "method": "approximate"}}}}),
+            ErrorCode::Location7750303,
         ),
     ];
     for (spec, code) in cases {
@@ -900,5 +904,50 @@ fn accumulator_windows_match_recomputation() {
                 "[{lower}, {upper}] at {index}"
             );
         }
+    }
+}
+
+#[test]
+fn median_and_percentile_over_windows_follow_the_manual() {
+    // The $median reference page's testScores window example: test01 over range [-3, 3].
+    let scores: Vec<Document> = [
+        ("2345", 62),
+        ("2356", 60),
+        ("2358", 67),
+        ("2367", 64),
+        ("2369", 60),
+    ]
+    .into_iter()
+    .map(|(id, test01)| doc! {"_id": id, "test01": test01})
+    .collect();
+    let medians = window(
+        doc! {"sortBy": {"test01": 1}, "output": {"m": {
+        "$median": {"input": "$test01", "method": "approximate"}, "window": {"range": [-3, 3]}}}},
+        scores.clone(),
+        "m",
+    );
+    let medians: Vec<(Bson, f64)> = medians
+        .into_iter()
+        .map(|(id, value)| (id, value.and_then(|v| v.as_f64()).expect("a double")))
+        .collect();
+    let expected: Vec<(Bson, f64)> = [
+        ("2356", 60.0),
+        ("2369", 60.0),
+        ("2345", 60.0),
+        ("2367", 64.0),
+        ("2358", 64.0),
+    ]
+    .into_iter()
+    .map(|(id, value)| (Bson::String(id.into()), value))
+    .collect();
+    assert_eq!(medians, expected);
+    // Over the whole partition, $percentile gives one array per document.
+    let percentiles = window(
+        doc! {"output": {"p": {"$percentile": {"input": "$test01", "p": [0.5, 0.9], "method": "approximate"}}}},
+        scores,
+        "p",
+    );
+    for (_, value) in percentiles {
+        assert_eq!(value, Some(bson::bson!([62.0, 67.0])));
     }
 }
