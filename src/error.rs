@@ -596,6 +596,30 @@ impl CommandError {
         Self::new(ErrorCode::TypeMismatch, errmsg)
     }
 
+    /// mongod's IDL error for a field of the wrong type (14): `BSON field '<context>.<field>' is
+    /// the wrong type '<actual>', expected type '<expected>'`.
+    pub fn idl_wrong_type(context: &str, field: &str, actual: &str, expected: &str) -> Self {
+        Self::type_mismatch(format!(
+            "BSON field '{context}.{field}' is the wrong type '{actual}', expected type '{expected}'"
+        ))
+    }
+
+    /// mongod's IDL error for a field it does not know (40415).
+    pub fn idl_unknown_field(context: &str, field: &str) -> Self {
+        Self::new(
+            ErrorCode::Location40415,
+            format!("BSON field '{context}.{field}' is an unknown field."),
+        )
+    }
+
+    /// mongod's IDL error for a required field that is absent (40414).
+    pub fn idl_missing_field(context: &str, field: &str) -> Self {
+        Self::new(
+            ErrorCode::Location40414,
+            format!("BSON field '{context}.{field}' is missing but a required field"),
+        )
+    }
+
     pub fn internal(errmsg: impl Into<String>) -> Self {
         Self::new(ErrorCode::InternalError, errmsg)
     }

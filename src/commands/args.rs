@@ -94,18 +94,12 @@ pub fn collection_namespace(ctx: &CommandContext, body: &Document) -> CommandRes
 
 /// `BSON field '<command>.<field>' is the wrong type '<actual>', expected type '<expected>'` (14).
 pub fn wrong_type(command: &str, field: &str, actual: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '{command}.{field}' is the wrong type '{}', expected type '{expected}'",
-        type_name(actual)
-    ))
+    CommandError::idl_wrong_type(command, field, type_name(actual), expected)
 }
 
 /// mongod's 40414 for a required field that is absent.
 pub fn missing_field(command: &str, field: &str) -> CommandError {
-    CommandError::new(
-        ErrorCode::Location40414,
-        format!("BSON field '{command}.{field}' is missing but a required field"),
-    )
+    CommandError::idl_missing_field(command, field)
 }
 
 /// A required field of type `expected` (mongod's IDL name), extracted by `extract`: 40414 when

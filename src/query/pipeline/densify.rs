@@ -61,24 +61,15 @@ fn failed(code: ErrorCode, message: impl Into<String>) -> CommandError {
 }
 
 fn wrong_type(field: &str, value: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '$densify.{field}' is the wrong type '{}', expected type '{expected}'",
-        type_name(value)
-    ))
+    CommandError::idl_wrong_type("$densify", field, type_name(value), expected)
 }
 
 fn missing(field: &str) -> CommandError {
-    failed(
-        ErrorCode::Location40414,
-        format!("BSON field '$densify.{field}' is missing but a required field"),
-    )
+    CommandError::idl_missing_field("$densify", field)
 }
 
 fn unknown(field: &str) -> CommandError {
-    failed(
-        ErrorCode::Location40415,
-        format!("BSON field '$densify.{field}' is an unknown field."),
-    )
+    CommandError::idl_unknown_field("$densify", field)
 }
 
 fn compare(a: &Bson, b: &Bson) -> Ordering {

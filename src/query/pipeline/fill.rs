@@ -18,17 +18,11 @@ fn failed(code: ErrorCode, message: impl Into<String>) -> CommandError {
 }
 
 fn wrong_type(field: &str, value: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '$fill.{field}' is the wrong type '{}', expected {expected}",
-        type_name(value)
-    ))
+    CommandError::idl_wrong_type("$fill", field, type_name(value), expected)
 }
 
 fn unknown_field(field: &str) -> CommandError {
-    failed(
-        ErrorCode::Location40415,
-        format!("BSON field '$fill.{field}' is an unknown field."),
-    )
+    CommandError::idl_unknown_field("$fill", field)
 }
 
 /// The stages a `$fill` specification stands for, in order.
@@ -51,7 +45,7 @@ pub(crate) fn rewrite(spec: &Bson) -> CommandResult<Vec<(&'static str, Bson)>> {
             ("sortBy", Bson::Document(sort)) => {
                 window.insert("sortBy", sort.clone());
             }
-            ("sortBy", other) => return Err(wrong_type("sortBy", other, "type 'object'")),
+            ("sortBy", other) => return Err(wrong_type("sortBy", other, "object")),
             ("partitionBy", Bson::String(_) | Bson::Document(_)) => {
                 partition_by = Some(value.clone());
             }
@@ -65,7 +59,7 @@ pub(crate) fn rewrite(spec: &Bson) -> CommandResult<Vec<(&'static str, Bson)>> {
                         return Err(wrong_type(
                             &format!("partitionByFields.{position}"),
                             field,
-                            "type 'string'",
+                            "string",
                         ));
                     };
                     partition.insert(field.clone(), format!("${field}"));
@@ -73,19 +67,14 @@ pub(crate) fn rewrite(spec: &Bson) -> CommandResult<Vec<(&'static str, Bson)>> {
                 partition_by_fields = Some(partition);
             }
             ("partitionByFields", other) => {
-                return Err(wrong_type("partitionByFields", other, "type 'array'"))
+                return Err(wrong_type("partitionByFields", other, "array"))
             }
             ("output", Bson::Document(fields)) => output = Some(fields),
-            ("output", other) => return Err(wrong_type("output", other, "type 'object'")),
+            ("output", other) => return Err(wrong_type("output", other, "object")),
             (other, _) => return Err(unknown_field(other)),
         }
     }
-    let output = output.ok_or_else(|| {
-        failed(
-            ErrorCode::Location40414,
-            "BSON field '$fill.output' is missing but a required field",
-        )
-    })?;
+    let output = output.ok_or_else(|| CommandError::idl_missing_field("$fill", "output"))?;
     if output.is_empty() {
         return Err(failed(
             ErrorCode::Location6050203,
@@ -106,7 +95,7 @@ pub(crate) fn rewrite(spec: &Bson) -> CommandResult<Vec<(&'static str, Bson)>> {
         for (name, argument) in spec {
             match (name.as_str(), argument) {
                 ("method", Bson::String(text)) => method = Some(text.as_str()),
-                ("method", other) => return Err(wrong_type("method", other, "type 'string'")),
+                ("method", other) => return Err(wrong_type("method", other, "string")),
                 ("value", _) => value = Some(argument),
                 (other, _) => return Err(unknown_field(other)),
             }

@@ -98,10 +98,7 @@ fn merge_error(code: ErrorCode, message: impl Into<String>) -> CommandError {
 }
 
 fn unknown_field(field: &str) -> CommandError {
-    merge_error(
-        ErrorCode::Location40415,
-        format!("BSON field '$merge.{field}' is an unknown field."),
-    )
+    CommandError::idl_unknown_field("$merge", field)
 }
 
 fn enumeration(field: &str, value: &str) -> CommandError {
@@ -111,10 +108,7 @@ fn enumeration(field: &str, value: &str) -> CommandError {
 }
 
 fn wrong_type(field: &str, value: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '$merge.{field}' is the wrong type '{}', expected type '{expected}'",
-        type_name(value)
-    ))
+    CommandError::idl_wrong_type("$merge", field, type_name(value), expected)
 }
 
 /// `into`: a collection name, or `{db, coll}`.

@@ -57,10 +57,7 @@ fn element(name: &str, value: &Bson) -> String {
 }
 
 fn wrong_type(field: &str, value: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '{STAGE}.{field}' is the wrong type '{}', expected type '{expected}'",
-        type_name(value)
-    ))
+    CommandError::idl_wrong_type(STAGE, field, type_name(value), expected)
 }
 
 impl SetWindowFields {
@@ -83,20 +80,10 @@ impl SetWindowFields {
                     Bson::Document(fields) => output = Some(fields),
                     other => return Err(wrong_type("output", other, "object")),
                 },
-                other => {
-                    return Err(fail(
-                        ErrorCode::Location40415,
-                        format!("BSON field '{STAGE}.{other}' is an unknown field."),
-                    ))
-                }
+                other => return Err(CommandError::idl_unknown_field(STAGE, other)),
             }
         }
-        let output = output.ok_or_else(|| {
-            fail(
-                ErrorCode::Location40414,
-                format!("BSON field '{STAGE}.output' is missing but a required field"),
-            )
-        })?;
+        let output = output.ok_or_else(|| CommandError::idl_missing_field(STAGE, "output"))?;
         let partition_by = partition_by.map(Expr::parse).transpose()?;
         if let Some(expression) = &partition_by {
             // A constant array can never partition (mongod checks it when optimizing).
