@@ -766,6 +766,24 @@ async fn explain_covers_count_distinct_aggregate_and_writes_without_writing() {
         .await
         .unwrap();
     assert_eq!(newest, vec![doc! {"_id": 983}, doc! {"_id": 963}]);
+    // A `$match` after stages it does not read moves ahead of them, as mongod's optimizer
+    // moves it, and reaches the planner.
+    let reply = explain(&db, doc! {"aggregate": "events", "pipeline": [{"$sort": {"user": 1}}, {"$set": {"late": true}}, {"$match": {"at": 50}}], "cursor": {}}, "executionStats").await;
+    let stages = reply.get_array("stages").unwrap();
+    let cursor = stages[0]
+        .as_document()
+        .unwrap()
+        .get_document("$cursor")
+        .unwrap();
+    let ixscan = stage(cursor, &["queryPlanner", "winningPlan", "inputStage"]);
+    assert_eq!(ixscan.get_str("indexName").unwrap(), "at_1");
+    assert_eq!(
+        stages[1..].to_vec(),
+        vec![
+            Bson::Document(doc! {"$sort": {"user": 1}}),
+            Bson::Document(doc! {"$set": {"late": true}})
+        ]
+    );
     // `explain: true` on aggregate itself.
     let reply = db
         .run_command(

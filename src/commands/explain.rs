@@ -466,6 +466,8 @@ async fn explain_aggregate(
     let variables = let_variables(ctx, body)?;
     let pipeline =
         with_command_variables(&variables, || crate::query::Pipeline::parse(&documents))?;
+    // As the pipeline runs: each `$match` as far ahead as it may go.
+    let documents = crate::query::pipeline::reorder_stages(&documents);
     if pipeline.source().is_some() {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,

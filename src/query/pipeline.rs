@@ -31,12 +31,14 @@ mod group;
 mod group_n;
 pub mod lookup;
 mod merge;
+mod optimize;
 mod redact;
 mod run;
 mod unwind;
 mod window;
 
 pub use merge::{MergeSpec, MergeWrite};
+pub use optimize::reorder as reorder_stages;
 pub use run::{
     BufferPurpose, Buffers, DocumentBuffer, DocumentStream, Foreign, PipelineRun, Resume, Step,
 };
@@ -274,8 +276,11 @@ fn caused_by(stage: &str) -> impl Fn(CommandError) -> CommandError + '_ {
 }
 
 impl Pipeline {
-    /// Parses `[{$stage: spec}, ...]`; errors carry mongod's codes and messages.
+    /// Parses `[{$stage: spec}, ...]`, each `$match` moved ahead as far as mongod's optimizer
+    /// moves it ([`reorder_stages`]); errors carry mongod's codes and messages.
     pub fn parse(stages: &[Document]) -> CommandResult<Pipeline> {
+        let reordered = optimize::reorder(stages);
+        let stages = reordered.as_slice();
         let mut pipeline = Pipeline {
             source: None,
             documents: None,

@@ -1,0 +1,178 @@
+//! Reordering a pipeline's stages as mongod's optimizer does before it runs: a `$match` moves
+//! ahead of the stages it does not depend on, so more of the filtering reaches the planner
+//! (a `$match` that becomes leading reads through an index) and fewer documents reach the
+//! stages it passed.
+//!
+//! Invariants: a `$match` moves ahead of an adjacent `$sort` always (sorting does not change
+//! documents); ahead of `$addFields`/`$set`, `$unset` and `$unwind` only when every path it
+//! reads is known (plain field conditions under `$and`/`$or`/`$nor`, no `$expr`, `$where`,
+//! `$text` or other whole-document operators) and none of them is, extends or is extended by a
+//! path the stage writes. It never moves past `$skip`, `$limit` or any other stage, and the
+//! relative order of the `$match` stages is kept, so the result is the same documents in the
+//! same order.
+
+use bson::{Bson, Document};
+
+/// The paths a filter reads, or `None` when it has conditions on the whole document.
+fn filter_paths(filter: &Document, paths: &mut Vec<String>) -> Option<()> {
+    for (key, value) in filter {
+        match key.as_str() {
+            "$and" | "$or" | "$nor" => {
+                let Bson::Array(branches) = value else {
+                    return None;
+                };
+                for branch in branches {
+                    let Bson::Document(branch) = branch else {
+                        return None;
+                    };
+                    filter_paths(branch, paths)?;
+                }
+            }
+            "$comment" => {}
+            operator if operator.starts_with('$') => return None,
+            path => paths.push(path.to_string()),
+        }
+    }
+    Some(())
+}
+
+/// Whether two dotted paths name the same field or one lies inside the other.
+fn overlap(a: &str, b: &str) -> bool {
+    let (a, b) = (a.split('.'), b.split('.'));
+    a.zip(b).all(|(x, y)| x == y)
+}
+
+/// The paths a stage writes, when it only writes named paths.
+fn written_paths(name: &str, spec: &Bson) -> Option<Vec<String>> {
+    match (name, spec) {
+        ("$addFields" | "$set", Bson::Document(fields)) => Some(fields.keys().cloned().collect()),
+        ("$unset", Bson::String(field)) => Some(vec![field.clone()]),
+        ("$unset", Bson::Array(fields)) => fields
+            .iter()
+            .map(|field| field.as_str().map(str::to_string))
+            .collect(),
+        ("$unwind", Bson::String(path)) => Some(vec![path.strip_prefix('$')?.to_string()]),
+        ("$unwind", Bson::Document(options)) => {
+            let mut written = vec![options.get_str("path").ok()?.strip_prefix('$')?.to_string()];
+            if let Some(index) = options.get("includeArrayIndex") {
+                written.push(index.as_str()?.to_string());
+            }
+            Some(written)
+        }
+        _ => None,
+    }
+}
+
+/// Whether the `$match` of `filter` may run before the stage `{name: spec}` instead of after.
+fn may_precede(filter: &Bson, name: &str, spec: &Bson) -> bool {
+    if name == "$sort" {
+        return true;
+    }
+    let Bson::Document(filter) = filter else {
+        return false;
+    };
+    let (Some(written), mut read) = (written_paths(name, spec), Vec::new()) else {
+        return false;
+    };
+    filter_paths(filter, &mut read).is_some()
+        && read
+            .iter()
+            .all(|path| written.iter().all(|field| !overlap(path, field)))
+}
+
+fn single(stage: &Document) -> Option<(&String, &Bson)> {
+    if stage.len() == 1 {
+        stage.iter().next()
+    } else {
+        None
+    }
+}
+
+/// `stages` with each `$match` moved as far ahead as it may go.
+pub fn reorder(stages: &[Document]) -> Vec<Document> {
+    let mut stages = stages.to_vec();
+    for position in 1..stages.len() {
+        let mut at = position;
+        while at > 0 {
+            let (Some((name, filter)), Some((before, spec))) =
+                (single(&stages[at]), single(&stages[at - 1]))
+            else {
+                break;
+            };
+            if name != "$match" || !may_precede(filter, before, spec) {
+                break;
+            }
+            stages.swap(at - 1, at);
+            at -= 1;
+        }
+    }
+    stages
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use super::super::fixtures::run_ok;
+    use super::*;
+
+    fn names(stages: &[Document]) -> Vec<String> {
+        stages
+            .iter()
+            .map(|stage| stage.keys().next().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn matches_move_ahead_of_what_they_do_not_read() {
+        let moved = reorder(&[
+            doc! {"$sort": {"a": 1}},
+            doc! {"$set": {"b": 1}},
+            doc! {"$unwind": "$c"},
+            doc! {"$match": {"a": {"$gt": 1}, "$or": [{"d.e": 1}, {"f": 2}]}},
+        ]);
+        assert_eq!(names(&moved), ["$match", "$sort", "$set", "$unwind"]);
+        // Reading a written path, a whole-document operator, or crossing $limit stops it.
+        for (before, filter) in [
+            (doc! {"$set": {"a.b": 1}}, doc! {"a": 1}),
+            (doc! {"$set": {"a": 1}}, doc! {"a.b": 1}),
+            (
+                doc! {"$unwind": {"path": "$c", "includeArrayIndex": "i"}},
+                doc! {"i": 0},
+            ),
+            (doc! {"$unset": ["x", "a"]}, doc! {"a": {"$exists": false}}),
+            (doc! {"$set": {"x": 1}}, doc! {"$expr": {"$eq": ["$a", 1]}}),
+            (doc! {"$limit": 1}, doc! {"a": 1}),
+            (doc! {"$project": {"a": 1}}, doc! {"a": 1}),
+        ] {
+            let stages = [before.clone(), doc! {"$match": filter.clone()}];
+            assert_eq!(reorder(&stages), stages.to_vec(), "{before} then {filter}");
+        }
+    }
+
+    #[test]
+    fn reordered_pipelines_return_the_same_documents() {
+        let input = vec![
+            doc! {"_id": 1, "a": 3, "c": [1, 2]},
+            doc! {"_id": 2, "a": 1, "c": [3]},
+            doc! {"_id": 3, "a": 2, "c": []},
+        ];
+        let output = run_ok(
+            vec![
+                doc! {"$sort": {"a": -1}},
+                doc! {"$unwind": "$c"},
+                doc! {"$set": {"b": {"$multiply": ["$a", 10]}}},
+                doc! {"$match": {"a": {"$gte": 1}}},
+            ],
+            input,
+        );
+        assert_eq!(
+            output,
+            vec![
+                doc! {"_id": 1, "a": 3, "c": 1, "b": 30},
+                doc! {"_id": 1, "a": 3, "c": 2, "b": 30},
+                doc! {"_id": 2, "a": 1, "c": 3, "b": 10},
+            ]
+        );
+    }
+}
