@@ -855,10 +855,59 @@ async fn graph_lookup_bucket_auto_and_redact_run_on_collections() {
             .unwrap(),
     );
     assert_eq!(redacted, vec![doc! {"_id": 1, "name": "Dev"}]);
+    // The pagination pattern: one page joined with $lookup/$graphLookup, and the total.
+    let page = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$facet": {
+                "data": [
+                    {"$sort": {"_id": -1}},
+                    {"$limit": 2},
+                    {"$lookup": {"from": "employees", "localField": "reportsTo",
+                                 "foreignField": "name", "as": "manager"}},
+                    {"$graphLookup": {"from": "employees", "startWith": "$reportsTo",
+                                      "connectFromField": "reportsTo", "connectToField": "name",
+                                      "as": "chain"}},
+                    {"$project": {"_id": 1, "manager": "$manager.name",
+                                  "chain": {"$size": "$chain"}}},
+                ],
+                "total": [{"$count": "n"}],
+            }},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        page,
+        vec![doc! {
+            "data": [
+                {"_id": 6, "manager": ["Andrew"], "chain": 3},
+                {"_id": 5, "manager": ["Ron"], "chain": 3},
+            ],
+            "total": [{"n": 6}],
+        }]
+    );
+    // A $unionWith pipeline may join too.
+    let unioned = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$match": {"_id": 0}},
+            {"$unionWith": {"coll": "employees", "pipeline": [
+                {"$match": {"_id": 1}},
+                {"$lookup": {"from": "employees", "localField": "name",
+                             "foreignField": "reportsTo", "as": "reports"}},
+                {"$project": {"_id": 0, "reports": "$reports.name"}},
+            ]}},
+        ], "cursor": {}})
+            .await
+            .unwrap(),
+    );
+    assert_eq!(unioned, vec![doc! {"reports": ["Eliot"]}]);
+    // A $lookup inside a $lookup's sub-pipeline is still refused.
     let (code, _, _) = common::command_error(
         db.run_command(doc! {"aggregate": "employees", "pipeline": [
-            {"$facet": {"g": [{"$graphLookup": {"from": "employees", "startWith": 1,
-                "connectFromField": "a", "connectToField": "b", "as": "c"}}]}},
+            {"$lookup": {"from": "employees", "as": "x", "pipeline": [
+                {"$lookup": {"from": "employees", "localField": "a", "foreignField": "b",
+                             "as": "y"}},
+            ]}},
         ], "cursor": {}})
             .await,
     );

@@ -22,8 +22,8 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::pipeline::{
-    CollStatsRequest, DocumentStream, FinalWrite, Foreign, MergeSpec, MergeWrite, OutTarget,
-    SourceStage, Step,
+    CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, MergeSpec, MergeWrite, OutTarget,
+    Resume, SourceStage, Step,
 };
 use crate::query::variables::with_command_variables;
 use crate::query::variables::CommandVariables;
@@ -176,60 +176,8 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             ))
         }
     };
-    let mut step = run.finish().map_err(during_aggregation)?;
-    let output = loop {
-        match step {
-            Step::Done(output) => break output,
-            Step::Foreign {
-                read: Foreign::Lookup(lookup),
-                documents,
-                resume,
-            } => {
-                let collation = resume.context().collation.clone();
-                let filter = lookup.foreign_filter(&documents);
-                let foreign = read_collection(ctx, &lookup.from, filter, &collation).await?;
-                let joined = lookup
-                    .join(documents, &foreign, resume.context())
-                    .map_err(during_aggregation)?;
-                step = resume.resume(joined).map_err(during_aggregation)?;
-            }
-            Step::Foreign {
-                read: Foreign::GraphLookup(graph),
-                documents,
-                resume,
-            } => {
-                let collation = resume.context().collation.clone();
-                let mut joined = Vec::with_capacity(documents.len());
-                for document in documents {
-                    let mut search = graph
-                        .search(document, resume.context())
-                        .map_err(during_aggregation)?;
-                    while let Some(filter) = search.next_filter() {
-                        let found = read_collection(ctx, &graph.from, filter, &collation).await?;
-                        search.visit(found).map_err(during_aggregation)?;
-                    }
-                    joined.push(search.finish().map_err(during_aggregation)?);
-                }
-                step = resume.resume(joined).map_err(during_aggregation)?;
-            }
-            Step::Foreign {
-                read: Foreign::UnionWith(union),
-                mut documents,
-                resume,
-            } => {
-                let collation = resume.context().collation.clone();
-                let mut other =
-                    read_collection(ctx, &union.coll, Document::new(), &collation).await?;
-                if let Some(pipeline) = &union.pipeline {
-                    other = pipeline
-                        .run_whole(other, resume.context())
-                        .map_err(during_aggregation)?;
-                }
-                documents.extend(other);
-                step = resume.resume(documents).map_err(during_aggregation)?;
-            }
-        }
-    };
+    let step = run.finish().map_err(during_aggregation)?;
+    let output = complete(ctx, step).await?;
     let cursor_ns = match &collection {
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),
@@ -242,6 +190,98 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
         }
     }
     Ok(Reply::cursor(0, &cursor_ns, Vec::new(), true))
+}
+
+/// The output of a run from `step` on: each stage that reads another collection is served
+/// here (one planned read per `$lookup` batch, per `$graphLookup` depth, per `$unionWith`),
+/// and a `$facet` whose branches read other collections runs each branch the same way.
+async fn complete<'p>(
+    ctx: &CommandContext<'_>,
+    mut step: Step<'p>,
+) -> CommandResult<DocumentStream> {
+    loop {
+        step = match step {
+            Step::Done(output) => return Ok(output),
+            Step::Foreign {
+                read,
+                documents,
+                resume,
+            } => {
+                let joined = match read {
+                    Foreign::Lookup(lookup) => {
+                        let collation = resume.context().collation.clone();
+                        let filter = lookup.foreign_filter(&documents);
+                        let foreign =
+                            read_collection(ctx, &lookup.from, filter, &collation).await?;
+                        lookup
+                            .join(documents, &foreign, resume.context())
+                            .map_err(during_aggregation)?
+                    }
+                    Foreign::GraphLookup(graph) => {
+                        let collation = resume.context().collation.clone();
+                        let mut joined = Vec::with_capacity(documents.len());
+                        for document in documents {
+                            let mut search = graph
+                                .search(document, resume.context())
+                                .map_err(during_aggregation)?;
+                            while let Some(filter) = search.next_filter() {
+                                let found =
+                                    read_collection(ctx, &graph.from, filter, &collation).await?;
+                                search.visit(found).map_err(during_aggregation)?;
+                            }
+                            joined.push(search.finish().map_err(during_aggregation)?);
+                        }
+                        joined
+                    }
+                    Foreign::UnionWith(union) => {
+                        let collation = resume.context().collation.clone();
+                        let mut documents = documents;
+                        let mut other =
+                            read_collection(ctx, &union.coll, Document::new(), &collation).await?;
+                        if let Some(pipeline) = &union.pipeline {
+                            other = run_nested(ctx, pipeline, other, &resume).await?;
+                        }
+                        documents.extend(other);
+                        documents
+                    }
+                    Foreign::Facet(facet) => {
+                        let mut results = Vec::with_capacity(facet.branches().len());
+                        for (name, branch) in facet.branches() {
+                            let output =
+                                run_nested(ctx, branch, documents.clone(), &resume).await?;
+                            results.push((name.as_str(), output));
+                        }
+                        vec![Facet::assemble(results).map_err(during_aggregation)?]
+                    }
+                };
+                resume.resume(joined).map_err(during_aggregation)?
+            }
+        };
+    }
+}
+
+/// A nested pipeline (a `$facet` branch, a `$unionWith` pipeline) over `documents`, its
+/// leading `$match` included, in the paused run's context and buffers, its own reads of other
+/// collections served as the outer run's are.
+async fn run_nested<'p>(
+    ctx: &CommandContext<'_>,
+    pipeline: &'p Pipeline,
+    documents: Vec<Document>,
+    resume: &Resume<'p>,
+) -> CommandResult<Vec<Document>> {
+    let mut run = pipeline.start(resume.context(), resume.buffers());
+    for document in documents {
+        if pipeline
+            .admits(&document, resume.context())
+            .map_err(during_aggregation)?
+        {
+            run.push(document).map_err(during_aggregation)?;
+        }
+    }
+    let step = run.finish().map_err(during_aggregation)?;
+    Box::pin(complete(ctx, step))
+        .await?
+        .collect::<CommandResult<Vec<_>>>()
 }
 
 /// Documents `$out` inserts per write.

@@ -37,6 +37,7 @@ mod run;
 mod unwind;
 mod window;
 
+pub use facet::Facet;
 pub use merge::{MergeSpec, MergeWrite};
 pub use optimize::reorder as reorder_stages;
 pub use run::{
@@ -491,6 +492,25 @@ impl Pipeline {
     /// Where a final `$out` or `$merge` writes the output.
     pub fn out(&self) -> Option<&FinalWrite> {
         self.out.as_ref()
+    }
+
+    /// Whether a stage reads another collection (`$lookup`, `$graphLookup`, `$unionWith`, or a
+    /// `$facet` branch that does).
+    pub(crate) fn reads_other_collections(&self) -> bool {
+        self.stages.iter().any(|stage| match stage {
+            Stage::Lookup(_) | Stage::GraphLookup(_) | Stage::UnionWith(_) => true,
+            Stage::Facet(facet) => facet.reads_other_collections(),
+            _ => false,
+        })
+    }
+
+    /// Whether `document` passes the leading `$match` (which [`Pipeline::run`] leaves to its
+    /// caller), under the run's collation.
+    pub fn admits(&self, document: &Document, context: &PipelineContext) -> CommandResult<bool> {
+        match &self.leading_filter {
+            None => Ok(true),
+            Some(filter) => filter.try_matches_collated(document, context.collation.as_deref()),
+        }
     }
 }
 

@@ -32,7 +32,7 @@ const NOT_IN_FACET: &[&str] = &[
 
 /// A parsed `$facet`: each branch's name and pipeline.
 #[derive(Clone, Debug)]
-pub(crate) struct Facet {
+pub struct Facet {
     branches: Vec<(String, Pipeline)>,
 }
 
@@ -91,20 +91,46 @@ impl Facet {
         Ok(Facet { branches: parsed })
     }
 
+    /// The branches, by name, in specification order.
+    pub(crate) fn branches(&self) -> &[(String, Pipeline)] {
+        &self.branches
+    }
+
+    /// Whether a branch reads another collection (`$lookup`, `$graphLookup`, `$unionWith`):
+    /// the run then hands the stage to its caller, which can read.
+    pub(crate) fn reads_other_collections(&self) -> bool {
+        self.branches
+            .iter()
+            .any(|(_, pipeline)| pipeline.reads_other_collections())
+    }
+
     /// Runs every branch over `documents`; the one output document.
     pub(crate) fn run(
         &self,
         documents: Vec<Document>,
         context: &PipelineContext,
     ) -> CommandResult<Document> {
-        let mut output = Document::new();
+        let mut results = Vec::with_capacity(self.branches.len());
         for (name, pipeline) in &self.branches {
-            let results = pipeline.run_whole(documents.clone(), context)?;
+            results.push((
+                name.as_str(),
+                pipeline.run_whole(documents.clone(), context)?,
+            ));
+        }
+        Facet::assemble(results)
+    }
+
+    /// The stage's output document from each branch's results, nested no deeper than a
+    /// document may be.
+    pub(crate) fn assemble(results: Vec<(&str, Vec<Document>)>) -> CommandResult<Document> {
+        let mut output = Document::new();
+        for (name, documents) in results {
             output.insert(
-                name.clone(),
-                Bson::Array(results.into_iter().map(Bson::Document).collect()),
+                name,
+                Bson::Array(documents.into_iter().map(Bson::Document).collect()),
             );
         }
+        super::check_built_depth(&output)?;
         Ok(output)
     }
 }

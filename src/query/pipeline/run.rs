@@ -250,8 +250,9 @@ impl Pipeline {
 pub(super) fn foreign_read_not_here() -> CommandError {
     CommandError::new(
         ErrorCode::NotImplemented,
-        "tideway runs $lookup, $graphLookup and $unionWith only in an aggregate's own pipeline \
-         (not inside $facet, $unionWith, a $lookup sub-pipeline or a pipeline update)",
+        "tideway runs $lookup, $graphLookup and $unionWith in an aggregate's pipeline, its \
+         $facet branches and $unionWith pipelines, not inside a $lookup sub-pipeline or a \
+         pipeline update",
     )
 }
 
@@ -312,6 +313,13 @@ fn phase<'p>(
         Some((Stage::UnionWith(union), at)) => (
             Sink::Join {
                 read: Foreign::UnionWith(union),
+                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+            },
+            at + 1,
+        ),
+        Some((Stage::Facet(facet), at)) if facet.reads_other_collections() => (
+            Sink::Join {
+                read: Foreign::Facet(facet),
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
             },
             at + 1,
@@ -412,6 +420,8 @@ pub enum Foreign<'p> {
     Lookup(&'p super::lookup::Lookup),
     UnionWith(&'p super::lookup::UnionWith),
     GraphLookup(&'p super::graph_lookup::GraphLookup),
+    /// A `$facet` with a branch that reads another collection: the caller runs each branch.
+    Facet(&'p super::facet::Facet),
 }
 
 /// The rest of a run paused at a `$lookup`.
@@ -427,6 +437,12 @@ impl<'p> Resume<'p> {
     /// The run's context (its collation is what a join compares under).
     pub fn context(&self) -> &PipelineContext {
         &self.context
+    }
+
+    /// Where the run keeps what its blocking stages hold (a `$facet` branch run by the caller
+    /// keeps its own there too).
+    pub fn buffers(&self) -> &'p dyn Buffers {
+        self.buffers
     }
 
     /// Goes on with the `$lookup`'s output.
