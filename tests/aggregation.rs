@@ -901,17 +901,26 @@ async fn graph_lookup_bucket_auto_and_redact_run_on_collections() {
             .unwrap(),
     );
     assert_eq!(unioned, vec![doc! {"reports": ["Eliot"]}]);
-    // A $lookup inside a $lookup's sub-pipeline is still refused.
-    let (code, _, _) = common::command_error(
-        db.run_command(doc! {"aggregate": "employees", "pipeline": [
-            {"$lookup": {"from": "employees", "as": "x", "pipeline": [
-                {"$lookup": {"from": "employees", "localField": "a", "foreignField": "b",
-                             "as": "y"}},
-            ]}},
+    // A $lookup inside a $lookup's sub-pipeline: two levels of reports.
+    let tree = first_batch(
+        &db.run_command(doc! {"aggregate": "employees", "pipeline": [
+            {"$match": {"name": "Dev"}},
+            {"$lookup": {"from": "employees", "let": {"boss": "$name"}, "as": "reports",
+                "pipeline": [
+                    {"$match": {"$expr": {"$eq": ["$reportsTo", "$$boss"]}}},
+                    {"$lookup": {"from": "employees", "localField": "name",
+                                 "foreignField": "reportsTo", "as": "reports"}},
+                    {"$project": {"_id": 0, "name": 1, "reports": "$reports.name"}},
+                ]}},
+            {"$project": {"_id": 0, "reports": 1}},
         ], "cursor": {}})
-            .await,
+            .await
+            .unwrap(),
     );
-    assert_eq!(code, 238);
+    assert_eq!(
+        tree,
+        vec![doc! {"reports": [{"name": "Eliot", "reports": ["Ron", "Andrew"]}]}]
+    );
     server.stop().await;
 }
 

@@ -213,9 +213,28 @@ async fn complete<'p>(
                         let filter = lookup.foreign_filter(&documents);
                         let foreign =
                             read_collection(ctx, &lookup.from, filter, &collation).await?;
-                        lookup
-                            .join(documents, &foreign, resume.context())
-                            .map_err(during_aggregation)?
+                        if lookup.nested_reads() {
+                            // The sub-pipeline reads too: run it per document, serving its
+                            // reads here.
+                            let candidates = lookup.candidates(&foreign, resume.context());
+                            let mut joined = Vec::with_capacity(documents.len());
+                            for mut document in documents {
+                                let pipeline = lookup
+                                    .sub_pipeline(&document, resume.context())
+                                    .map_err(during_aggregation)?;
+                                let matched = candidates.of(&document);
+                                let results = run_nested(ctx, &pipeline, matched, &resume).await?;
+                                lookup
+                                    .set_results(&mut document, results)
+                                    .map_err(during_aggregation)?;
+                                joined.push(document);
+                            }
+                            joined
+                        } else {
+                            lookup
+                                .join(documents, &foreign, resume.context())
+                                .map_err(during_aggregation)?
+                        }
                     }
                     Foreign::GraphLookup(graph) => {
                         let collation = resume.context().collation.clone();
@@ -263,11 +282,11 @@ async fn complete<'p>(
 /// A nested pipeline (a `$facet` branch, a `$unionWith` pipeline) over `documents`, its
 /// leading `$match` included, in the paused run's context and buffers, its own reads of other
 /// collections served as the outer run's are.
-async fn run_nested<'p>(
+async fn run_nested(
     ctx: &CommandContext<'_>,
-    pipeline: &'p Pipeline,
+    pipeline: &Pipeline,
     documents: Vec<Document>,
-    resume: &Resume<'p>,
+    resume: &Resume<'_>,
 ) -> CommandResult<Vec<Document>> {
     let mut run = pipeline.start(resume.context(), resume.buffers());
     for document in documents {

@@ -14,8 +14,11 @@
 //!   returned them in.
 //! - A sub-pipeline sees the command's variables and its `let` values, evaluated against each
 //!   input document (so it is parsed again per document; without `let`, once); it runs in memory
-//!   over the foreign documents (all of them, or the equal ones in the concise form).
+//!   over the foreign documents (all of them, or the equal ones in the concise form), or, when it
+//!   reads other collections itself, as a nested run the caller serves
+//!   ([`Lookup::nested_reads`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use bson::{doc, Bson, Document};
@@ -63,6 +66,8 @@ struct SubPipeline {
     fixed: Option<Pipeline>,
     /// The command variables the stage was parsed under (a sub-pipeline sees them too).
     outer: Option<CommandVariables>,
+    /// Whether the pipeline reads other collections itself.
+    reads: bool,
 }
 
 fn failed(message: impl Into<String>) -> CommandError {
@@ -201,6 +206,7 @@ impl Lookup {
                     ));
                 }
                 Some(SubPipeline {
+                    reads: parsed.reads_other_collections(),
                     fixed: lets.is_empty().then_some(parsed),
                     lets,
                     stages,
@@ -262,45 +268,103 @@ impl Lookup {
         foreign: &[Document],
         context: &PipelineContext,
     ) -> CommandResult<Vec<Document>> {
-        let collation = context.collation.as_deref();
-        let equal = self.equality.as_ref().map(|(local_field, foreign_field)| {
-            (
-                local_field,
-                ForeignIndex::new(foreign, foreign_field, collation),
-            )
-        });
+        let candidates = self.candidates(foreign, context);
         let mut joined = Vec::with_capacity(documents.len());
         for mut document in documents {
-            let candidates: Vec<Document> = match &equal {
-                Some((local_field, index)) => index.matching(
-                    foreign,
-                    &Lookup::local_values(local_field, &document),
-                    collation,
-                ),
-                None => foreign.to_vec(),
-            };
+            let matched = candidates.of(&document);
             let results = match &self.sub {
-                None => candidates,
-                Some(sub) => sub.run(&document, candidates, context)?,
+                None => matched,
+                Some(_) => self
+                    .sub_pipeline(&document, context)?
+                    .run_whole(matched, context)?,
             };
-            let array = Bson::Array(results.into_iter().map(Bson::Document).collect());
-            path::set_path(&mut document, &self.as_field, array)?;
+            self.set_results(&mut document, results)?;
             joined.push(document);
         }
         Ok(joined)
     }
+
+    /// Whether the sub-pipeline reads other collections itself: the caller, which can read,
+    /// then runs it for each document ([`Lookup::candidates`], [`Lookup::sub_pipeline`],
+    /// [`Lookup::set_results`]).
+    pub fn nested_reads(&self) -> bool {
+        self.sub.as_ref().is_some_and(|sub| sub.reads)
+    }
+
+    /// What each input document is matched against: the foreign documents equal on the
+    /// fields, or all of them.
+    pub fn candidates<'f>(
+        &'f self,
+        foreign: &'f [Document],
+        context: &'f PipelineContext,
+    ) -> Candidates<'f> {
+        let collation = context.collation.as_deref();
+        Candidates {
+            equal: self.equality.as_ref().map(|(local_field, foreign_field)| {
+                (
+                    local_field.as_str(),
+                    ForeignIndex::new(foreign, foreign_field, collation),
+                )
+            }),
+            foreign,
+            collation,
+        }
+    }
+
+    /// The sub-pipeline as `document` sees it (its `let` values bound).
+    pub fn sub_pipeline(
+        &self,
+        document: &Document,
+        context: &PipelineContext,
+    ) -> CommandResult<Cow<'_, Pipeline>> {
+        let Some(sub) = &self.sub else {
+            return Err(CommandError::internal("$lookup without a sub-pipeline"));
+        };
+        sub.pipeline_for(document, context)
+    }
+
+    /// Sets `as` in `document` to `results`.
+    pub fn set_results(
+        &self,
+        document: &mut Document,
+        results: Vec<Document>,
+    ) -> CommandResult<()> {
+        let array = Bson::Array(results.into_iter().map(Bson::Document).collect());
+        path::set_path(document, &self.as_field, array)
+    }
+}
+
+/// The foreign documents of one `$lookup` read, indexed by `foreignField` when it has one.
+pub struct Candidates<'f> {
+    equal: Option<(&'f str, ForeignIndex)>,
+    foreign: &'f [Document],
+    collation: Option<&'f Collation>,
+}
+
+impl Candidates<'_> {
+    /// The foreign documents `document` joins with, in read order.
+    pub fn of(&self, document: &Document) -> Vec<Document> {
+        match &self.equal {
+            Some((local_field, index)) => index.matching(
+                self.foreign,
+                &Lookup::local_values(local_field, document),
+                self.collation,
+            ),
+            None => self.foreign.to_vec(),
+        }
+    }
 }
 
 impl SubPipeline {
-    /// The sub-pipeline's output over `candidates` for the input `document`.
-    fn run(
+    /// The pipeline for the input `document`: parsed once without `let`, else again with the
+    /// document's `let` values as constants.
+    fn pipeline_for(
         &self,
         document: &Document,
-        candidates: Vec<Document>,
         context: &PipelineContext,
-    ) -> CommandResult<Vec<Document>> {
+    ) -> CommandResult<Cow<'_, Pipeline>> {
         if let Some(pipeline) = &self.fixed {
-            return pipeline.run_whole(candidates, context);
+            return Ok(Cow::Borrowed(pipeline));
         }
         let mut values = Vec::with_capacity(self.lets.len());
         for (name, expression) in &self.lets {
@@ -311,8 +375,7 @@ impl SubPipeline {
             .clone()
             .unwrap_or_else(|| CommandVariables::at(context.now))
             .with_values(values);
-        let pipeline = with_command_variables(&scope, || Pipeline::parse(&self.stages))?;
-        pipeline.run_whole(candidates, context)
+        with_command_variables(&scope, || Pipeline::parse(&self.stages)).map(Cow::Owned)
     }
 }
 

@@ -250,9 +250,8 @@ impl Pipeline {
 pub(super) fn foreign_read_not_here() -> CommandError {
     CommandError::new(
         ErrorCode::NotImplemented,
-        "tideway runs $lookup, $graphLookup and $unionWith in an aggregate's pipeline, its \
-         $facet branches and $unionWith pipelines, not inside a $lookup sub-pipeline or a \
-         pipeline update",
+        "$lookup, $graphLookup and $unionWith read other collections, which only an aggregate \
+         command's pipelines can",
     )
 }
 
