@@ -89,6 +89,20 @@ pub struct Config {
     #[arg(long = "enableTestCommands", env = "TIDEWAY_ENABLE_TEST_COMMANDS")]
     pub enable_test_commands: bool,
 
+    /// Turn server-side JavaScript off (`$where`, `$function`, `$accumulator`, `mapReduce`), as
+    /// mongod's `--noscripting` / `security.javascriptEnabled: false`.
+    #[arg(long = "noscripting", env = "TIDEWAY_NOSCRIPTING")]
+    pub noscripting: bool,
+
+    /// Wall-time cap of one server-side JavaScript invocation, in milliseconds (the command's
+    /// maxTimeMS also applies).
+    #[arg(long = "js-time-limit-ms", env = "TIDEWAY_JS_TIME_LIMIT_MS", default_value_t = crate::js::DEFAULT_TIME_LIMIT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub js_time_limit_ms: u64,
+
+    /// Memory limit of the JavaScript runtime of each server thread, in MiB.
+    #[arg(long = "js-memory-limit-mb", env = "TIDEWAY_JS_MEMORY_LIMIT_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub js_memory_limit_mb: u64,
+
     /// Server parameter at startup, as name=value (repeatable).
     #[arg(long = "setParameter", value_name = "NAME=VALUE")]
     pub set_parameter: Vec<String>,
@@ -120,6 +134,18 @@ impl Config {
         Ok(addrs)
     }
 
+    /// The server-side JavaScript switch and budgets.
+    pub fn js_limits(&self) -> crate::js::JsLimits {
+        crate::js::JsLimits {
+            enabled: !self.noscripting,
+            time_limit_ms: self.js_time_limit_ms,
+            memory_limit_bytes: usize::try_from(self.js_memory_limit_mb)
+                .unwrap_or(usize::MAX / (1024 * 1024))
+                * 1024
+                * 1024,
+        }
+    }
+
     /// The tracing filter directive after applying `-v`.
     pub fn log_filter(&self) -> &str {
         match self.verbose {
@@ -142,6 +168,7 @@ mod tests {
         assert_eq!(config.dbpath, PathBuf::from("./data"));
         assert_eq!(config.storage, StorageKind::Disk);
         assert_eq!(config.max_conns, 10_000);
+        assert_eq!(config.js_limits(), crate::js::JsLimits::default());
         assert_eq!(
             config.listen_addrs().unwrap(),
             vec!["127.0.0.1:27017".parse().unwrap()]
@@ -174,6 +201,8 @@ mod tests {
         assert_eq!(config.set_parameter, vec!["enableTestCommands=1"]);
         assert_eq!(config.log_filter(), "trace");
         assert!(Config::try_parse_from(["tideway", "--profile", "3"]).is_err());
+        let noscripting = Config::parse_from(["tideway", "--noscripting"]);
+        assert!(!noscripting.js_limits().enabled);
         let alias = Config::parse_from(["tideway", "--max-conns", "7"]);
         assert_eq!(alias.max_conns, 7);
     }

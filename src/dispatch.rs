@@ -424,7 +424,12 @@ async fn run_handler(
         deadline: deadline.with_kill_switch(op.kill_switch()),
         op,
     };
-    let work = (spec.handler)(&ctx, body);
+    // Server-side JavaScript the handler runs sees the switch, the budgets and this deadline.
+    let work = crate::js::scoped(
+        state.config.js_limits(),
+        ctx.deadline,
+        (spec.handler)(&ctx, body),
+    );
     let time_limit = async {
         match max_time_ms {
             Some(limit) => tokio::time::sleep(std::time::Duration::from_millis(limit)).await,

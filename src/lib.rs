@@ -13,6 +13,7 @@ pub mod cursor;
 pub mod dispatch;
 pub mod error;
 pub mod exec;
+pub mod js;
 pub mod limits;
 pub mod logbuf;
 pub mod ops;

@@ -108,7 +108,7 @@ fn build_info(_ctx: &CommandContext, _body: &Document) -> CommandResult {
         "versionArray": MONGODB_VERSION_ARRAY.to_vec(),
         "modules": [],
         "allocator": "system",
-        "javascriptEngine": "none",
+        "javascriptEngine": "quickjs",
         "sysInfo": "deprecated",
         "openssl": {"running": "disabled", "compiled": "disabled"},
         "buildEnvironment": {
