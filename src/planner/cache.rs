@@ -165,6 +165,7 @@ fn shape(expr: &Expr, out: &mut String) {
         }
         Expr::Aggregate(_) => out.push_str("expr"),
         Expr::Sample(_) => out.push_str("sample"),
+        Expr::Where(_) => out.push_str("where"),
         Expr::Schema(_) => out.push_str("jsonSchema"),
         Expr::Text(text) => {
             let _ = write!(

@@ -223,6 +223,7 @@ fn expr_document(expr: &Expr) -> Document {
         }
         Expr::Aggregate(condition) => doc! {"$expr": condition.source().clone()},
         Expr::Sample(rate) => doc! {"$sampleRate": *rate},
+        Expr::Where(condition) => doc! {"$where": condition.source().clone()},
         Expr::Schema(schema) => doc! {"$jsonSchema": schema.source().clone()},
         Expr::Constant(true) => doc! {"$alwaysTrue": 1},
         Expr::Constant(false) => doc! {"$alwaysFalse": 1},

@@ -75,6 +75,61 @@ impl AggregateCondition {
     }
 }
 
+/// A `$where` condition: its argument as given and the program that decides. A document matches
+/// when the function returns a truthy value; a function that throws (or exceeds its budget)
+/// fails the query, reported by [`Filter::try_matches`].
+#[derive(Debug)]
+pub struct WhereCondition {
+    source: Bson,
+    program: crate::js::JsProgram,
+}
+
+impl WhereCondition {
+    /// `$where: <string | Code | CodeWithScope>`, refused as mongod refuses it without a script
+    /// engine (6108304) or with another type (2).
+    fn parse(value: &Bson) -> CommandResult<WhereCondition> {
+        crate::js::check_enabled(
+            ErrorCode::Location6108304,
+            "no globalScriptEngine in $where parsing",
+        )?;
+        let (code, scope) =
+            crate::js::code_source(value).ok_or_else(|| bad_value("$where got bad type"))?;
+        Ok(WhereCondition {
+            source: value.clone(),
+            program: crate::js::JsProgram::new(vec![code], scope),
+        })
+    }
+
+    fn evaluate(&self, document: &Document, state: &mut Evaluation) -> bool {
+        match self.program.call_truthy(0, document) {
+            Ok(matched) => matched,
+            Err(error) => {
+                state.error.get_or_insert(error);
+                false
+            }
+        }
+    }
+
+    /// The `$where` argument as given, for explain.
+    pub fn source(&self) -> &Bson {
+        &self.source
+    }
+}
+
+/// Whether `filter` uses `$where` at the top level or inside `$and`/`$or`/`$nor` (an aggregation
+/// `$match` refuses it before parsing, as mongod's parser does when JavaScript is not allowed).
+pub fn mentions_where(filter: &Document) -> bool {
+    filter
+        .iter()
+        .any(|(key, value)| match (key.as_str(), value) {
+            ("$where", _) => true,
+            ("$and" | "$or" | "$nor", Bson::Array(clauses)) => clauses
+                .iter()
+                .any(|clause| matches!(clause, Bson::Document(clause) if mentions_where(clause))),
+            _ => false,
+        })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CompareOp {
     Eq,
@@ -103,6 +158,8 @@ pub(crate) enum Expr {
     Aggregate(Arc<AggregateCondition>),
     /// `$jsonSchema` (documents only).
     Schema(Arc<JsonSchema>),
+    /// `$where` (documents only): JavaScript run with the document as `this` and `obj`.
+    Where(Arc<WhereCondition>),
     /// `$sampleRate` strictly between 0 and 1: each document matches with that probability
     /// (mongod's `{$expr: {$lt: [{$rand: {}}, rate]}}`).
     Sample(f64),
@@ -416,6 +473,7 @@ fn top_level_only(expr: &Expr) -> Option<&'static str> {
         Expr::Aggregate(_) => Some("$expr"),
         Expr::Sample(_) => Some("$sampleRate"),
         Expr::Schema(_) => Some("$jsonSchema"),
+        Expr::Where(_) => Some("$where"),
         Expr::And(children) | Expr::Or(children) | Expr::Nor(children) => {
             children.iter().find_map(top_level_only)
         }
@@ -459,6 +517,7 @@ fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
             | Expr::Constant(_)
             | Expr::Aggregate(_)
             | Expr::Sample(_)
+            | Expr::Where(_)
             | Expr::Schema(_) => {}
         }
     }
@@ -555,7 +614,7 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                 }))),
                 "sampleRate" => conjuncts.push(parse_sample_rate(value)?),
                 "jsonSchema" => conjuncts.push(Expr::Schema(Arc::new(JsonSchema::parse(value)?))),
-                "where" => return Err(not_supported(key)),
+                "where" => conjuncts.push(Expr::Where(Arc::new(WhereCondition::parse(value)?))),
                 // DBRef fields (`$elemMatch: {$ref: "c", $id: 5}`) are paths, not operators.
                 "id" | "ref" | "db" => conjuncts.extend(parse_field(key, value)?),
                 _ => return Err(bad_value(format!("unknown top level operator: {key}"))),
@@ -702,8 +761,9 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
                     Predicate::Bits(BitsPredicate::parse(operator, &name, argument)?),
                 )
             }
-            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$where"
-            | "$text" => return Err(not_supported(operator)),
+            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$text" => {
+                return Err(not_supported(operator))
+            }
             _ => return Err(bad_value(format!("unknown operator: {operator}"))),
         };
         exprs.push(expr);
@@ -1046,6 +1106,10 @@ impl Expr {
                 Subject::Value(_) => false,
             },
             Expr::Sample(rate) => random_unit() < *rate,
+            Expr::Where(condition) => match subject {
+                Subject::Document(document) => condition.evaluate(document, state),
+                Subject::Value(_) => false,
+            },
             Expr::Schema(schema) => match subject {
                 Subject::Document(document) => schema.matches(document),
                 Subject::Value(_) => false,
@@ -1671,8 +1735,12 @@ mod tests {
     #[test]
     fn unsupported_operators_report_not_implemented() {
         assert_eq!(
-            parse_error(doc! {"$where": "1"}).code,
-            ErrorCode::NotImplemented
+            parse_error(doc! {"$where": 1}).errmsg,
+            "$where got bad type"
+        );
+        assert_eq!(
+            parse_error(doc! {"a": {"$where": "1"}}).errmsg,
+            "unknown operator: $where"
         );
         assert_eq!(
             parse_error(doc! {"a": {"$near": [0, 0]}}).code,

@@ -345,6 +345,7 @@ impl Pipeline {
                     let Bson::Document(filter) = spec else {
                         return Err(match_not_object());
                     };
+                    refuse_where(filter)?;
                     Filter::parse(filter)?;
                     leading_matches.push(filter.clone());
                     continue;
@@ -636,12 +637,23 @@ fn evaluate_documents(
     }
 }
 
+/// mongod parses a `$match` without JavaScript allowed: `$where` is 2 whether or not scripting is on.
+fn refuse_where(filter: &Document) -> CommandResult<()> {
+    if crate::query::filter::mentions_where(filter) {
+        return Err(CommandError::bad_value(
+            "$where is not allowed in this context",
+        ));
+    }
+    Ok(())
+}
+
 fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResult<()> {
     let stage = match name {
         "$match" => {
             let Bson::Document(filter) = spec else {
                 return Err(match_not_object());
             };
+            refuse_where(filter)?;
             let filter = Filter::parse(filter)?;
             if filter.text().is_some() {
                 return Err(fail(
