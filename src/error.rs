@@ -560,7 +560,7 @@ error_codes! {
     Location7750301 = 7750301,
     Location7750302 = 7750302,
     Location7750303 = 7750303,
-    // Server-side JavaScript ($where, $function, $accumulator, mapReduce).
+    // Server-side JavaScript ($where, $function).
     Location6108304 = 6108304,
     Location31260 = 31260,
     Location31261 = 31261,
@@ -571,20 +571,6 @@ error_codes! {
     Location31418 = 31418,
     Location31419 = 31419,
     Location31432 = 31432,
-    Location4544701 = 4544701,
-    Location4544702 = 4544702,
-    Location4544703 = 4544703,
-    Location4544704 = 4544704,
-    Location4544705 = 4544705,
-    Location4544706 = 4544706,
-    Location4544707 = 4544707,
-    Location4544708 = 4544708,
-    Location4544709 = 4544709,
-    Location4544710 = 4544710,
-    Location4544711 = 4544711,
-    Location4544712 = 4544712,
-    Location31241 = 31241,
-    Location31246 = 31246,
 }
 
 /// The error a command handler returns. `extra` holds fields mongod adds beside `errmsg`

@@ -183,3 +183,119 @@ async fn noscripting_refuses_every_javascript_feature() {
     assert!(reply.get_str("javascriptEngine").is_ok());
     let _ = first_batch;
 }
+
+#[tokio::test]
+async fn function_computes_as_the_manual_example() {
+    let server = TestServer::start().await;
+    let db = server.client().database("js");
+    let players = db.collection::<Document>("fn_players");
+    players
+        .insert_many([
+            doc! {"_id": 1, "name": "Miss Cheevous", "scores": [10, 5, 10]},
+            doc! {"_id": 2, "name": "Miss Ann Thrope", "scores": [10, 10, 10]},
+            doc! {"_id": 3, "name": "Mrs. Eppie Delta ", "scores": [9, 8, 8]},
+        ])
+        .await
+        .unwrap();
+    let reply = db
+        .run_command(doc! {"aggregate": "fn_players", "cursor": {}, "pipeline": [
+            {"$addFields": {
+                "isFound": {"$function": {
+                    "body": Bson::JavaScriptCode("function(name) { return hex_md5(name) == \"15b0a220baa16331e8d80e15367677ad\" }".into()),
+                    "args": ["$name"],
+                    "lang": "js",
+                }},
+                "message": {"$function": {
+                    "body": "function(name, scores) { let total = Array.sum(scores); return `Hello ${name}.  Your total score is ${total}.` }",
+                    "args": ["$name", "$scores"],
+                    "lang": "js",
+                }},
+            }},
+            {"$project": {"isFound": 1, "message": 1}},
+        ]})
+        .await
+        .unwrap();
+    assert_eq!(
+        first_batch(&reply),
+        vec![
+            doc! {"_id": 1, "isFound": false, "message": "Hello Miss Cheevous.  Your total score is 25."},
+            doc! {"_id": 2, "isFound": true, "message": "Hello Miss Ann Thrope.  Your total score is 30."},
+            doc! {"_id": 3, "isFound": false, "message": "Hello Mrs. Eppie Delta .  Your total score is 25."},
+        ]
+    );
+}
+
+#[tokio::test]
+async fn function_errors_are_mongods() {
+    let server = TestServer::start().await;
+    let db = server.client().database("js");
+    db.collection::<Document>("one")
+        .insert_one(doc! {"_id": 1, "a": 1})
+        .await
+        .unwrap();
+    let project = |function: Bson| {
+        doc! {"aggregate": "one", "cursor": {}, "pipeline": [{"$project": {"x": {"$function": function}}}]}
+    };
+    let cases: Vec<(Bson, i32)> = vec![
+        (Bson::String("x".into()), 31260),
+        (Bson::Document(doc! {"args": [], "lang": "js"}), 31261),
+        (
+            Bson::Document(doc! {"body": 5, "args": [], "lang": "js"}),
+            31262,
+        ),
+        (
+            Bson::Document(doc! {"body": "$a", "args": [], "lang": "js"}),
+            31432,
+        ),
+        (
+            Bson::Document(doc! {"body": "function() {}", "lang": "js"}),
+            31263,
+        ),
+        (
+            Bson::Document(doc! {"body": "function() {}", "args": []}),
+            31418,
+        ),
+        (
+            Bson::Document(doc! {"body": "function() {}", "args": [], "lang": "py"}),
+            31419,
+        ),
+        (
+            Bson::Document(doc! {"body": "function() {}", "args": "$a", "lang": "js"}),
+            31266,
+        ),
+        (
+            Bson::Document(doc! {"body": "function() { throw 'no' }", "args": [], "lang": "js"}),
+            139,
+        ),
+    ];
+    for (function, code) in cases {
+        let (got, _, message) = command_error(db.run_command(project(function.clone())).await);
+        assert_eq!(got, code, "{function}: {message}");
+    }
+    let (code, _, _) = command_error(
+        db.run_command(doc! {"aggregate": "one", "cursor": {}, "maxTimeMS": 300, "pipeline": [
+            {"$project": {"x": {"$function": {"body": "function() { while (true) {} }", "args": [], "lang": "js"}}}}
+        ]})
+        .await,
+    );
+    assert_eq!(code, 50);
+}
+
+#[tokio::test]
+async fn noscripting_refuses_function() {
+    let mut config = test_config();
+    config.noscripting = true;
+    let server = TestServer::start_with(config).await;
+    let db = server.client().database("js");
+    db.collection::<Document>("one")
+        .insert_one(doc! {"_id": 1})
+        .await
+        .unwrap();
+    let (code, _, message) = command_error(
+        db.run_command(doc! {"aggregate": "one", "cursor": {}, "pipeline": [
+            {"$project": {"x": {"$function": {"body": "function() { return 1 }", "args": [], "lang": "js"}}}}
+        ]})
+        .await,
+    );
+    assert_eq!(code, 31264, "{message}");
+}

@@ -125,7 +125,8 @@ pub fn check_enabled(code: ErrorCode, message: &str) -> CommandResult<()> {
     }
 }
 
-/// mongod's message for `$function`/`$accumulator` (31264) and mapReduce (31246, 31241).
+/// mongod's message when scripting is off for `$function` (31264; also `$accumulator` and
+/// mapReduce's codes on mongod).
 pub const DISABLED_MESSAGE: &str =
     "Cannot run server-side javascript without the javascript engine enabled";
 

@@ -10,7 +10,7 @@
 //! and the `timezone` they share), `array` (with `$filter`/`$map`), `array_ops` (`$reduce`,
 //! `$zip`, `$range`, `$indexOfArray`, `$sortArray`, the N expressions), `set`, `trigonometry`,
 //! `object`, `quantile` (`$median`, `$percentile`, shared with `$group`), `convert` (`$convert`,
-//! `$to*`), `conditional` (boolean, comparison and conditional operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps, `$toHashedIndexKey`) and
+//! `$to*`), `conditional` (boolean, comparison and conditional operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps, `$toHashedIndexKey`), `function` (`$function`, JavaScript through `crate::js`) and
 //! `variables` (`$let` and the variable scope of `$filter`/`$map`/`$reduce`).
 //!
 //! Invariants:
@@ -47,6 +47,7 @@ mod convert;
 mod date;
 mod date_arith;
 mod date_parse;
+mod function;
 mod math;
 mod misc;
 mod object;
@@ -326,6 +327,11 @@ pub(crate) enum Expr {
         input: Box<Expr>,
     },
     /// `$median` and `$percentile` over a number or an array.
+    /// `$function`: JavaScript called with the evaluated `args` array.
+    Function {
+        program: crate::js::JsProgram,
+        args: Box<Expr>,
+    },
     Quantile {
         median: bool,
         ps: Vec<f64>,
@@ -745,7 +751,7 @@ fn date_part(name: &str) -> Option<DatePart> {
 }
 
 /// Expression operators mongod has and this server does not implement.
-const UNIMPLEMENTED_OPERATORS: &[&str] = &["$function", "$meta", "$sampleRate"];
+const UNIMPLEMENTED_OPERATORS: &[&str] = &["$meta", "$sampleRate"];
 
 fn not_implemented_operator(name: &str) -> CommandError {
     fail(
@@ -839,6 +845,7 @@ fn parse_operator(name: &str, operand: &Bson, scope: &mut Scope) -> CommandResul
         "$sortArray" => parse_sort_array(operand, scope),
         "$firstN" | "$lastN" | "$minN" | "$maxN" => parse_array_n(name, operand, scope),
         "$rand" => parse_rand(operand),
+        "$function" => function::parse_function(operand, scope),
         "$median" | "$percentile" => parse_quantile(name, operand, scope),
         "$convert" => parse_convert(operand, scope),
         "$trim" | "$ltrim" | "$rtrim" => {
@@ -996,6 +1003,7 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
         Expr::SortArray { input, sort_by } => evaluate_sort_array(input, sort_by, vars),
         Expr::ArrayN { op, n, input } => evaluate_array_n(*op, n, input, vars),
         Expr::Quantile { median, ps, input } => evaluate_quantile(*median, ps, input, vars),
+        Expr::Function { program, args } => function::evaluate_function(program, args, vars),
         Expr::Convert {
             input,
             to,
@@ -1245,8 +1253,12 @@ mod tests {
         assert_eq!(unknown.code, ErrorCode::InvalidPipelineOperator);
         assert_eq!(unknown.errmsg, "Unrecognized expression '$foo'");
         assert_eq!(
-            error(Bson::Document(doc! {"$function": {}})).code,
+            error(Bson::Document(doc! {"$meta": "textScore"})).code,
             ErrorCode::NotImplemented
+        );
+        assert_eq!(
+            error(Bson::Document(doc! {"$function": {}})).code,
+            ErrorCode::Location31261
         );
         assert_eq!(
             error(Bson::Document(doc! {"$add": [1], "x": 1}))
