@@ -130,6 +130,7 @@ error_codes! {
     Location40169 = 40169,
     Location40170 = 40170,
     Location40171 = 40171,
+    Location40573 = 40573,
     Location40600 = 40600,
     Location40601 = 40601,
     Location51047 = 51047,

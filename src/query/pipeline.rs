@@ -245,7 +245,6 @@ enum Stage {
 
 /// Stages mongod has that this server does not implement.
 const UNIMPLEMENTED_STAGES: &[&str] = &[
-    "$changeStream",
     "$changeStreamSplitLargeEvent",
     "$geoNear",
     "$indexStats",
@@ -781,6 +780,13 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
             new_root: Expr::parse(spec)?,
             what: "'replacement document' ",
         },
+        // A standalone mongod's answer; change streams come with the replica-set mode.
+        "$changeStream" => {
+            return Err(fail(
+                ErrorCode::Location40573,
+                "The $changeStream stage is only supported on replica sets",
+            ))
+        }
         other if UNIMPLEMENTED_STAGES.contains(&other) => {
             return Err(fail(
                 ErrorCode::NotImplemented,
@@ -1313,6 +1319,8 @@ mod tests {
         let error = parse_error(vec![doc! {"$foo": 1}]);
         assert_eq!(error.code.code(), 40324);
         assert_eq!(error.errmsg, "Unrecognized pipeline stage name: '$foo'");
+        let error = parse_error(vec![doc! {"$changeStream": {}}]);
+        assert_eq!(error.code.code(), 40573, "change_stream_standalone.js");
         for stage in ["$search", "$geoNear"] {
             let error = parse_error(vec![doc! {stage: {}}]);
             assert_eq!(error.code, ErrorCode::NotImplemented, "{stage}");
