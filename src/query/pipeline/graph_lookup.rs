@@ -223,7 +223,8 @@ impl GraphLookup {
             seen_ids: HashSet::new(),
             results: Vec::new(),
             depth: 0,
-            memory: 0,
+            results_bytes: 0,
+            frontier_bytes: 0,
             ended: false,
         };
         for value in frontier {
@@ -247,8 +248,10 @@ pub struct GraphSearch<'g> {
     seen_ids: HashSet<Vec<u8>>,
     results: Vec<Bson>,
     depth: i64,
-    /// Approximate bytes held in `results` and `frontier`.
-    memory: usize,
+    /// Approximate bytes held in `results`.
+    results_bytes: usize,
+    /// Approximate bytes held in `frontier`.
+    frontier_bytes: usize,
     ended: bool,
 }
 
@@ -262,9 +265,9 @@ fn approximate_size(value: &Bson) -> usize {
 }
 
 impl GraphSearch<'_> {
-    fn charge(&mut self, bytes: usize) -> CommandResult<()> {
-        self.memory = self.memory.saturating_add(bytes);
-        if self.memory >= MAX_MEMORY_BYTES {
+    /// Fails once what the search holds reaches mongod's limit.
+    fn check_memory(&self) -> CommandResult<()> {
+        if self.results_bytes.saturating_add(self.frontier_bytes) >= MAX_MEMORY_BYTES {
             return Err(failed(
                 ErrorCode::Location40099,
                 "$graphLookup reached maximum memory consumption",
@@ -275,8 +278,9 @@ impl GraphSearch<'_> {
 
     fn add_to_frontier(&mut self, value: Bson) -> CommandResult<()> {
         if self.queried.insert(comparison_key(&value, self.collation)) {
-            self.charge(approximate_size(&value))?;
+            self.frontier_bytes = self.frontier_bytes.saturating_add(approximate_size(&value));
             self.frontier.push(value);
+            self.check_memory()?;
         }
         Ok(())
     }
@@ -289,7 +293,7 @@ impl GraphSearch<'_> {
             return None;
         }
         let values = std::mem::take(&mut self.frontier);
-        self.memory = self.results.iter().map(approximate_size).sum();
+        self.frontier_bytes = 0;
         let connect_to = self.graph.connect_to.as_str();
         let matches_null = values.iter().any(|value| matches!(value, Bson::Null));
         let mut clauses: Vec<Bson> = Vec::new();
@@ -334,7 +338,10 @@ impl GraphSearch<'_> {
                 .cloned()
                 .collect();
             let document = Bson::Document(document);
-            self.charge(approximate_size(&document))?;
+            self.results_bytes = self
+                .results_bytes
+                .saturating_add(approximate_size(&document));
+            self.check_memory()?;
             self.results.push(document);
             for value in next {
                 self.add_to_frontier(value)?;
