@@ -275,6 +275,61 @@ async fn graph_lookup_never_follows_an_expired_document() {
     at_the_boundary!(f, 5_000, chain(), 3, 1);
 }
 
+/// `$lookup` (both forms) and `$unionWith` read the other collection through the same hiding:
+/// a foreign document is joined until the instant it expires and never after.
+#[tokio::test]
+async fn lookup_and_union_with_never_see_expired_documents() {
+    let f = Fixture::start().await;
+    f.set_default_ttl(-1).await;
+    f.coll
+        .insert_many(vec![
+            doc! {"_id": 1, "k": "a"},
+            doc! {"_id": 2, "k": "a", "ttl": 5},
+        ])
+        .await
+        .unwrap();
+    let joined = |pipeline: Vec<Document>| {
+        let f = &f;
+        async move {
+            let reply = f
+                .run(doc! {"aggregate": 1, "pipeline": pipeline, "cursor": {}})
+                .await;
+            common::first_batch(&reply)[0].get_i32("n").unwrap()
+        }
+    };
+    let equality = || {
+        joined(vec![
+            doc! {"$documents": [{"k": "a"}]},
+            doc! {"$lookup": {"from": "c", "localField": "k", "foreignField": "k", "as": "j"}},
+            doc! {"$project": {"n": {"$size": "$j"}}},
+        ])
+    };
+    let correlated = || {
+        joined(vec![
+            doc! {"$documents": [{"k": "a"}]},
+            doc! {"$lookup": {"from": "c", "let": {"k": "$k"}, "as": "j", "pipeline": [
+                {"$match": {"$expr": {"$eq": ["$k", "$$k"]}}},
+            ]}},
+            doc! {"$project": {"n": {"$size": "$j"}}},
+        ])
+    };
+    let union = || {
+        joined(vec![
+            doc! {"$documents": []},
+            doc! {"$unionWith": "c"},
+            doc! {"$count": "n"},
+        ])
+    };
+    f.at(4_999);
+    assert_eq!(equality().await, 2, "one millisecond before the expiry");
+    assert_eq!(correlated().await, 2, "one millisecond before the expiry");
+    assert_eq!(union().await, 2, "one millisecond before the expiry");
+    f.at(5_000);
+    assert_eq!(equality().await, 1, "at the expiry instant");
+    assert_eq!(correlated().await, 1, "at the expiry instant");
+    assert_eq!(union().await, 1, "at the expiry instant");
+}
+
 #[tokio::test]
 async fn updates_deletes_and_find_and_modify_never_touch_expired_documents() {
     let f = Fixture::with_default_ttl().await;
