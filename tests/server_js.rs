@@ -636,3 +636,35 @@ async fn accumulator_averages_as_the_manual_example() {
     );
     assert_eq!(code, 4544709, "{message}");
 }
+
+#[tokio::test]
+async fn map_reduce_groups_keys_under_the_collation() {
+    let server = TestServer::start().await;
+    let db = server.client().database("js");
+    db.collection::<Document>("tags")
+        .insert_many([
+            doc! {"_id": 1, "tag": "Rust"},
+            doc! {"_id": 2, "tag": "rust"},
+            doc! {"_id": 3, "tag": "Go"},
+        ])
+        .await
+        .unwrap();
+    let reply = db
+        .run_command(doc! {
+            "mapReduce": "tags",
+            "map": "function() { emit(this.tag, 1); }",
+            "reduce": "function(k, values) { return Array.sum(values); }",
+            "query": {"tag": {"$in": ["rust", "go"]}},
+            "collation": {"locale": "en", "strength": 2},
+            "out": {"inline": 1},
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.get_array("results").unwrap(),
+        &vec![
+            Bson::Document(doc! {"_id": "Go", "value": 1.0}),
+            Bson::Document(doc! {"_id": "Rust", "value": 2.0}),
+        ]
+    );
+}
