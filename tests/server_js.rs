@@ -668,3 +668,33 @@ async fn map_reduce_groups_keys_under_the_collation() {
         ]
     );
 }
+
+#[tokio::test]
+async fn map_reduce_of_a_missing_collection_is_empty_and_emitted_values_are_bounded() {
+    let server = TestServer::start().await;
+    let db = server.client().database("js");
+    let reply = db
+        .run_command(doc! {
+            "mapReduce": "nothing", "map": TOTAL_MAP, "reduce": TOTAL_REDUCE, "out": {"inline": 1},
+        })
+        .await
+        .unwrap();
+    assert_eq!(reply.get_array("results").unwrap(), &Vec::<Bson>::new());
+    orders(&db).await;
+    server
+        .client()
+        .database("admin")
+        .run_command(doc! {"setParameter": 1, "internalDocumentSourceGroupMaxMemoryBytes": 1000})
+        .await
+        .unwrap();
+    let (code, _, message) = command_error(
+        db.run_command(doc! {
+            "mapReduce": "orders",
+            "map": "function() { for (var i = 0; i < 100; i++) emit(i, 'x'.repeat(10)); }",
+            "reduce": "function(k, v) { return v[0] }",
+            "out": {"inline": 1},
+        })
+        .await,
+    );
+    assert_eq!(code, 292, "{message}");
+}

@@ -12,6 +12,8 @@
 //!   calls it in batches that fit a BSON document and re-reduces; a correct reduce is
 //!   indifferent to the difference).
 //! - Keys are grouped and ordered under the command's collation (as `query` and `sort` are).
+//! - Everything is held in memory; the emitted pairs are bounded by `$group`'s memory limit
+//!   (`internalDocumentSourceGroupMaxMemoryBytes`), past which the command fails with 292.
 //! - `out: {reduce}` reduces an existing output document's value with the new one,
 //!   `reduce(key, [existing, new])`; `finalize` is not applied again (mongod finalizes before the
 //!   output stage).
@@ -292,10 +294,24 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
     let mut functions = vec![spec.map.clone(), spec.reduce.clone()];
     functions.extend(spec.finalize.clone());
     let program = JsProgram::new(functions, spec.scope.clone());
+    let max_bytes = usize::try_from(ctx.state.params.max_group_bytes()).unwrap_or(usize::MAX);
     let mut emitted: Vec<(Bson, Bson)> = Vec::new();
+    let mut emitted_bytes = 0usize;
     for document in &documents {
         ctx.deadline.check()?;
-        emitted.extend(program.call_emitting(MAP, document)?);
+        for (key, value) in program.call_emitting(MAP, document)? {
+            emitted_bytes += crate::bsonutil::encoded_size(&doc! {"k": &key, "v": &value});
+            if emitted_bytes > max_bytes {
+                return Err(CommandError::new(
+                    ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
+                    format!(
+                        "mapReduce: the emitted keys and values exceed the memory limit of \
+                         {max_bytes} bytes (tideway holds them in memory and does not spill)"
+                    ),
+                ));
+            }
+            emitted.push((key, value));
+        }
     }
 
     // Group by key (stable: values keep emission order), reduce, finalize.
