@@ -698,3 +698,36 @@ async fn map_reduce_of_a_missing_collection_is_empty_and_emitted_values_are_boun
     );
     assert_eq!(code, 292, "{message}");
 }
+
+#[tokio::test]
+async fn map_reduce_reduces_single_values_unless_the_optimization_is_on() {
+    // mongod 4.4+ (SERVER-68766): reduce runs on a key's single value unless
+    // `mrEnableSingleReduceOptimization` is set.
+    let server = TestServer::start().await;
+    let db = server.client().database("js");
+    db.collection::<Document>("one")
+        .insert_one(doc! {"x": 1})
+        .await
+        .unwrap();
+    let command = doc! {
+        "mapReduce": "one",
+        "map": "function() { emit(0, 'mapped value'); }",
+        "reduce": "function(key, values) { return 'reduced value'; }",
+        "out": {"inline": 1},
+    };
+    let results = |reply: Document| reply.get_array("results").unwrap().clone();
+    assert_eq!(
+        results(db.run_command(command.clone()).await.unwrap()),
+        vec![Bson::Document(doc! {"_id": 0.0, "value": "reduced value"})]
+    );
+    server
+        .client()
+        .database("admin")
+        .run_command(doc! {"setParameter": 1, "mrEnableSingleReduceOptimization": true})
+        .await
+        .unwrap();
+    assert_eq!(
+        results(db.run_command(command).await.unwrap()),
+        vec![Bson::Document(doc! {"_id": 0.0, "value": "mapped value"})]
+    );
+}

@@ -8,9 +8,10 @@
 //! Invariants:
 //! - `map`, `reduce` and `finalize` share one JavaScript program with `scope`'s globals, so
 //!   they see each other's global state as on mongod; scripting off refuses the command (31264).
-//! - `reduce` is called only for keys with more than one value, once over all of them (mongod
-//!   calls it in batches that fit a BSON document and re-reduces; a correct reduce is
-//!   indifferent to the difference).
+//! - `reduce` is called once per key over all its values (mongod calls it in batches that fit a
+//!   BSON document and re-reduces; a correct reduce is indifferent to the difference), also for
+//!   a key with a single value, as mongod 4.4+ does, unless `mrEnableSingleReduceOptimization`
+//!   is set (then a single value is the reduced value, as before 4.4 and as the manual says).
 //! - Keys are grouped and ordered under the command's collation (as `query` and `sort` are).
 //! - Everything is held in memory; the emitted pairs are bounded by `$group`'s memory limit
 //!   (`internalDocumentSourceGroupMaxMemoryBytes`), past which the command fails with 292.
@@ -316,6 +317,7 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
 
     // Group by key (stable: values keep emission order), reduce, finalize.
     emitted.sort_by(|(a, _), (b, _)| compare_values_with(a, b, collation));
+    let skip_single = ctx.state.params.map_reduce_single_reduce_optimization();
     let mut results: Vec<Document> = Vec::new();
     let mut pairs = emitted.into_iter().peekable();
     while let Some((key, first)) = pairs.next() {
@@ -326,7 +328,7 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
             values.push(value);
         }
         ctx.deadline.check()?;
-        let mut value = if values.len() == 1 {
+        let mut value = if values.len() == 1 && skip_single {
             values.pop().unwrap_or(Bson::Null)
         } else {
             program.call(REDUCE, None, &[key.clone(), Bson::Array(values)])?
