@@ -481,6 +481,29 @@ async fn map_reduce_reads_query_sort_limit_and_scope() {
     let mut expected = customer_totals();
     expected[3] = doc! {"_id": "Don Quis", "value": 1155.0};
     assert_eq!(by_id(&out).await, expected);
+    // With `finalize`, the re-reduced value is finalized again (mongod's `$merge` pipeline):
+    // Don Quis: finalize(reduce([1155, finalize(155)])) = (1155 + 156) + 1.
+    db.run_command(doc! {
+        "mapReduce": "orders", "map": TOTAL_MAP, "reduce": TOTAL_REDUCE,
+        "finalize": "function(key, value) { return value + 1 }",
+        "out": {"reduce": "running"},
+    })
+    .await
+    .unwrap();
+    let values: Vec<Bson> = by_id(&out)
+        .await
+        .iter()
+        .map(|document| document.get("value").unwrap().clone())
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            Bson::Double(95.0 + 96.0 + 1.0),
+            Bson::Double(125.0 + 126.0 + 1.0),
+            Bson::Double(60.0 + 61.0 + 1.0),
+            Bson::Double(1155.0 + 156.0 + 1.0),
+        ]
+    );
 }
 
 #[tokio::test]
@@ -556,6 +579,14 @@ async fn map_reduce_errors_are_mongods() {
         (
             doc! {"mapReduce": "orders", "map": "function() { throw new Error('boom') }", "reduce": TOTAL_REDUCE, "out": {"inline": 1}},
             139,
+        ),
+        (
+            doc! {"mapReduce": "orders", "map": TOTAL_MAP, "reduce": TOTAL_REDUCE, "out": {"inline": 1}, "limit": 0},
+            15958,
+        ),
+        (
+            doc! {"mapReduce": "orders", "map": TOTAL_MAP, "reduce": TOTAL_REDUCE, "out": {"inline": 1}, "sort": {}},
+            15976,
         ),
     ];
     for (command, code) in cases {

@@ -15,9 +15,9 @@
 //! - Keys are grouped and ordered under the command's collation (as `query` and `sort` are).
 //! - Everything is held in memory; the emitted pairs are bounded by `$group`'s memory limit
 //!   (`internalDocumentSourceGroupMaxMemoryBytes`), past which the command fails with 292.
-//! - `out: {reduce}` reduces an existing output document's value with the new one,
-//!   `reduce(key, [existing, new])`; `finalize` is not applied again (mongod finalizes before the
-//!   output stage).
+//! - `out: {reduce}` reduces an existing output document's value with the new (finalized) one,
+//!   `reduce(key, [existing, new])`, and finalizes the result again, as mongod's translation
+//!   to a `$merge` pipeline does.
 
 use std::cmp::Ordering;
 
@@ -200,7 +200,13 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
                 other => return Err(wrong_type(IDL_NAME, field, other, "object")),
             },
             "sort" => match value {
-                Bson::Document(sort) => spec.sort = Some(sort.clone()).filter(|s| !s.is_empty()),
+                Bson::Document(sort) if sort.is_empty() => {
+                    return Err(CommandError::new(
+                        ErrorCode::Location15976,
+                        "The mapReduce sort option must have at least one sort key",
+                    ))
+                }
+                Bson::Document(sort) => spec.sort = Some(sort.clone()),
                 other => return Err(wrong_type(IDL_NAME, field, other, "object")),
             },
             "limit" => {
@@ -210,13 +216,14 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
                     }
                     other => return Err(wrong_type(IDL_NAME, field, other, "long")),
                 };
-                if limit < 0.0 {
-                    return Err(bad_value(format!(
-                        "Invalid limit: {limit}; a limit must not be negative"
-                    )));
+                // mongod's `$limit` of its translated pipeline refuses 0 and negatives.
+                if limit.is_nan() || limit < 1.0 {
+                    return Err(CommandError::new(
+                        ErrorCode::Location15958,
+                        "The limit specified to mapReduce must be positive",
+                    ));
                 }
-                // 0 is no limit.
-                spec.limit = Some(limit as u64).filter(|limit| *limit > 0);
+                spec.limit = Some(limit as u64);
             }
             "finalize" => {
                 spec.finalize = match value {
@@ -362,6 +369,7 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
                 results = reduce_with_existing(
                     ctx,
                     &program,
+                    spec.finalize.is_some(),
                     &Namespace::new(&target_db, coll.as_str()),
                     results,
                 )
@@ -387,10 +395,12 @@ fn stream(documents: Vec<Document>) -> crate::query::pipeline::DocumentStream {
 }
 
 /// `out: {reduce}`: each result whose key the target already holds takes
-/// `reduce(key, [existing value, new value])`.
+/// `reduce(key, [existing value, new value])`, then `finalize` of that (mongod's `$merge`
+/// pipeline for this mode).
 async fn reduce_with_existing(
     ctx: &CommandContext<'_>,
     program: &JsProgram,
+    finalize: bool,
     target: &Namespace,
     results: Vec<Document>,
 ) -> CommandResult<Vec<Document>> {
@@ -410,7 +420,11 @@ async fn reduce_with_existing(
         if let Some(held) = held {
             let old = held.get("value").cloned().unwrap_or(Bson::Null);
             let new = result.get("value").cloned().unwrap_or(Bson::Null);
-            let value = program.call(REDUCE, None, &[key, Bson::Array(vec![old, new])])?;
+            let mut value =
+                program.call(REDUCE, None, &[key.clone(), Bson::Array(vec![old, new])])?;
+            if finalize {
+                value = program.call(FINALIZE, None, &[key, value])?;
+            }
             result.insert("value", value);
         }
         reduced.push(result);
