@@ -566,6 +566,7 @@ error_codes! {
     Location31261 = 31261,
     Location31262 = 31262,
     Location31263 = 31263,
+    Location31246 = 31246,
     Location31264 = 31264,
     Location4544701 = 4544701,
     Location4544702 = 4544702,

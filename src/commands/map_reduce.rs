@@ -7,7 +7,8 @@
 //!
 //! Invariants:
 //! - `map`, `reduce` and `finalize` share one JavaScript program with `scope`'s globals, so
-//!   they see each other's global state as on mongod; scripting off refuses the command (31264).
+//!   they see each other's global state as on mongod. Scripting off fails the command when `map`
+//!   would run (mongod's `$_internalJsEmit`, 31246); with no input document it succeeds, empty.
 //! - `reduce` is called once per key over all its values (mongod calls it in batches that fit a
 //!   BSON document and re-reduces; a correct reduce is indifferent to the difference), also for
 //!   a key with a single value, as mongod 4.4+ does, unless `mrEnableSingleReduceOptimization`
@@ -269,7 +270,6 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
 async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     let spec = parse_spec(body)?;
-    js::check_enabled(ErrorCode::Location31264, js::DISABLED_MESSAGE)?;
     if let Output::Collection { db, coll, .. } = &spec.output {
         validate_writable_namespace(&Namespace::new(
             db.as_deref().unwrap_or(ctx.db),
@@ -305,6 +305,10 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
     let max_bytes = usize::try_from(ctx.state.params.max_group_bytes()).unwrap_or(usize::MAX);
     let mut emitted: Vec<(Bson, Bson)> = Vec::new();
     let mut emitted_bytes = 0usize;
+    if !documents.is_empty() {
+        // mongod's `$_internalJsEmit` check: only a map that runs needs the engine.
+        js::check_enabled(ErrorCode::Location31246, js::DISABLED_MESSAGE)?;
+    }
     for document in &documents {
         ctx.deadline.check()?;
         for (key, value) in program.call_emitting(MAP, document)? {
