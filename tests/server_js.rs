@@ -771,3 +771,51 @@ async fn map_reduce_reduces_single_values_unless_the_optimization_is_on() {
         vec![Bson::Document(doc! {"_id": 0.0, "value": "mapped value"})]
     );
 }
+
+#[tokio::test]
+async fn accumulator_states_survive_a_group_spill() {
+    // A $group over 64 KiB of memory spills; each group's $accumulator state must come out as
+    // an unspilled run computes it.
+    let server = TestServer::start_with(tideway::Config {
+        set_parameter: vec!["internalDocumentSourceGroupMaxMemoryBytes=65536".into()],
+        ..test_config()
+    })
+    .await;
+    let db = server.client().database("js");
+    let documents: Vec<Document> = (0..2000)
+        .map(|i| doc! {"_id": i, "group": i % 300, "n": i, "pad": "p".repeat(200)})
+        .collect();
+    db.collection::<Document>("many")
+        .insert_many(documents)
+        .await
+        .unwrap();
+    let reply = db
+        .run_command(doc! {"aggregate": "many", "allowDiskUse": true, "cursor": {"batchSize": 1000}, "pipeline": [
+            {"$group": {"_id": "$group", "stats": {"$accumulator": {
+                "init": "function(group) { return {group: group, count: 0, sum: 0} }",
+                "initArgs": ["$_id"],
+                "accumulate": "function(state, n, pad) { return {group: state.group, count: state.count + 1, sum: state.sum + n} }",
+                "accumulateArgs": ["$n", "$pad"],
+                "merge": "function(a, b) { return {group: a.group, count: a.count + b.count, sum: a.sum + b.sum} }",
+                "finalize": "function(state) { return [state.group, state.count, state.sum] }",
+            }}}},
+            {"$sort": {"_id": 1}},
+        ]})
+        .await
+        .unwrap();
+    let groups = first_batch(&reply);
+    assert_eq!(groups.len(), 300);
+    for (group, document) in groups.iter().enumerate() {
+        let members: Vec<i64> = (0..2000).filter(|i| i % 300 == group as i64).collect();
+        assert_eq!(
+            document.get_array("stats").unwrap(),
+            &vec![
+                // `initArgs` reads the key: `_id` is not a document here, so `$_id` is missing.
+                Bson::Null,
+                Bson::Double(members.len() as f64),
+                Bson::Double(members.iter().sum::<i64>() as f64),
+            ],
+            "group {group}"
+        );
+    }
+}
