@@ -593,6 +593,14 @@ async fn map_reduce_errors_are_mongods() {
         let (got, _, message) = command_error(db.run_command(command.clone()).await);
         assert_eq!(got, code, "{command}: {message}");
     }
+    // Not mongod's: tideway does not explain mapReduce (238).
+    let (code, _, message) = command_error(
+        db.run_command(doc! {"explain": {
+            "mapReduce": "orders", "map": TOTAL_MAP, "reduce": TOTAL_REDUCE, "out": {"inline": 1},
+        }})
+        .await,
+    );
+    assert_eq!(code, 238, "{message}");
 }
 
 #[tokio::test]
