@@ -20,6 +20,7 @@ pub struct Parameters {
     allow_disk_use_by_default: AtomicBool,
     max_blocking_sort_bytes: AtomicU64,
     max_group_bytes: AtomicU64,
+    map_reduce_single_reduce_optimization: AtomicBool,
 }
 
 impl Default for Parameters {
@@ -31,6 +32,7 @@ impl Default for Parameters {
             allow_disk_use_by_default: AtomicBool::new(true),
             max_blocking_sort_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
             max_group_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            map_reduce_single_reduce_optimization: AtomicBool::new(false),
         }
     }
 }
@@ -90,6 +92,21 @@ const PARAMETERS: &[ParameterSpec] = &[
             let allowed = runtime_bool("allowDiskUseByDefault", value)?;
             p.allow_disk_use_by_default
                 .store(allowed, Ordering::Relaxed);
+            Ok(())
+        }),
+    },
+    ParameterSpec {
+        name: "mrEnableSingleReduceOptimization",
+        get: |p| Bson::Boolean(p.map_reduce_single_reduce_optimization()),
+        set_at_startup: Some(|p, value| {
+            p.map_reduce_single_reduce_optimization
+                .store(parse_bool(value)?, Ordering::Relaxed);
+            Ok(())
+        }),
+        set_at_runtime: Some(|p, value| {
+            let enabled = runtime_bool("mrEnableSingleReduceOptimization", value)?;
+            p.map_reduce_single_reduce_optimization
+                .store(enabled, Ordering::Relaxed);
             Ok(())
         }),
     },
@@ -235,6 +252,13 @@ impl Parameters {
     }
 
     /// Whether blocking stages may spill when a command does not say (mongod 6.0+: true).
+    /// mongod's `mrEnableSingleReduceOptimization`: whether `mapReduce` skips `reduce` for a key
+    /// with a single value (mongod 4.4+ calls it by default).
+    pub fn map_reduce_single_reduce_optimization(&self) -> bool {
+        self.map_reduce_single_reduce_optimization
+            .load(Ordering::Relaxed)
+    }
+
     pub fn allow_disk_use_by_default(&self) -> bool {
         self.allow_disk_use_by_default.load(Ordering::Relaxed)
     }

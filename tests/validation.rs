@@ -59,6 +59,10 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "allowDiskUse": 1}, Error(14, "Field 'allowDiskUse' should be a boolean value, but found: int")),
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "foo": 1}, Error(40415, "BSON field 'aggregate.foo' is an unknown field.")),
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "let": {"x": 1}}, Ok),
+        ("mapReduce", doc! {"mapReduce": "c", "reduce": "function(k, v) { return 1 }", "out": {"inline": 1}}, Error(40414, "BSON field 'MapReduce.map' is missing but a required field")),
+        ("mapReduce", doc! {"mapReduce": "c", "map": "function() {}", "reduce": "function(k, v) { return 1 }", "out": {"inline": 1}, "foo": 1}, Error(40415, "BSON field 'MapReduce.foo' is an unknown field.")),
+        ("mapReduce", doc! {"mapReduce": "c", "map": "function() {}", "reduce": "function(k, v) { return 1 }", "out": {"inline": 1}, "query": 5}, Error(14, "BSON field 'MapReduce.query' is the wrong type 'int', expected type 'object'")),
+        ("mapReduce", doc! {"mapReduce": "c", "map": "function() {}", "reduce": "function(k, v) { return 1 }", "out": {"inline": 1}, "verbose": true, "jsMode": false}, Ok),
         ("aggregate", doc! {"aggregate": "c", "pipeline": [{"$match": {"$expr": "$$y"}}], "cursor": {}, "let": {"x": 1}}, Error(17276, "Use of undefined variable: y")),
         ("aggregate", doc! {"aggregate": "c", "pipeline": [], "cursor": {}, "bypassDocumentValidation": true}, Ok),
         // explain

@@ -309,7 +309,7 @@ const OUT_BATCH: usize = 1000;
 /// `$out`: the output replaces `target` whole, or not at all. It is written to a temporary
 /// collection with the target's options and indexes (so a unique index fails the stage before
 /// anything is replaced), through the normal insert path, then renamed over the target.
-async fn write_out(
+pub(crate) async fn write_out(
     ctx: &CommandContext<'_>,
     body: &Document,
     target: &OutTarget,
@@ -375,7 +375,7 @@ async fn write_out(
 /// others, and the first failure is the stage's error; nothing is rolled back. The target is
 /// created when missing; `on` fields other than the default need a unique index of the target
 /// on exactly those fields, under the pipeline's collation (mongod's 51183).
-async fn write_merge(
+pub(crate) async fn write_merge(
     ctx: &CommandContext<'_>,
     body: &Document,
     merge: &MergeSpec,
@@ -486,10 +486,21 @@ async fn read_collection(
 ) -> CommandResult<Vec<Document>> {
     let ns = Namespace::new(ctx.db, name);
     validate_namespace(&ns)?;
+    read_namespace(ctx, &ns, filter, collation).await
+}
+
+/// The documents of `ns` matching `filter`: one planned read under `collation`, expired
+/// documents hidden.
+pub(crate) async fn read_namespace(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+    filter: Document,
+    collation: &CollationChoice,
+) -> CommandResult<Vec<Document>> {
     let filter = Filter::parse(&filter)?.with_collation(collation.clone());
     let query = Query::filter(Arc::new(filter));
     let storage = ctx.state.storage.as_ref();
-    let view = ctx.state.view(&ns).await?;
+    let view = ctx.state.view(ns).await?;
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
     let mut stream = planned.stream;
     let mut foreign = Vec::new();

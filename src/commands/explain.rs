@@ -83,10 +83,10 @@ async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         "update" => "update",
         "delete" => "delete",
         "findAndModify" | "findandmodify" => "findAndModify",
-        "bulkWrite" => {
+        "bulkWrite" | "mapReduce" | "mapreduce" => {
             return Err(CommandError::new(
                 ErrorCode::NotImplemented,
-                "tideway does not support explain of bulkWrite",
+                format!("tideway does not support explain of {command}"),
             ))
         }
         other => {

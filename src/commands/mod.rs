@@ -14,6 +14,7 @@ pub mod find;
 mod handshake;
 mod index_kinds;
 pub mod indexes;
+mod map_reduce;
 pub mod operations;
 pub mod schema;
 mod sessions;
@@ -34,6 +35,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         indexes::COMMANDS,
         admin::COMMANDS,
         aggregate::COMMANDS,
+        map_reduce::COMMANDS,
         explain::COMMANDS,
     ]
     .into_iter()

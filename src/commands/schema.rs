@@ -619,6 +619,26 @@ const CONNECTION_STATUS: Args = Args {
     fields: &[arg("showPrivileges", SafeBool)],
 };
 
+/// `mapReduce` (`map_reduce.idl`, strict): its handler checks every field, since mongod's
+/// messages name the command `MapReduce`.
+const MAP_REDUCE: Args = Args {
+    strict: false,
+    fields: &[
+        arg("map", Any),
+        arg("reduce", Any),
+        arg("out", Any),
+        arg("query", Any),
+        arg("sort", Any),
+        arg("collation", Any),
+        arg("limit", Any),
+        arg("finalize", Any),
+        arg("scope", Any),
+        no_op("verbose", Any),
+        no_op("bypassDocumentValidation", Any),
+        no_op("jsMode", Any),
+    ],
+};
+
 /// The argument description of a registered command (by canonical name).
 pub fn args_for(command: &str) -> Option<&'static Args> {
     Some(match command {
@@ -628,6 +648,7 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "count" => &COUNT,
         "distinct" => &DISTINCT,
         "aggregate" => &AGGREGATE,
+        "mapReduce" => &MAP_REDUCE,
         "explain" => &EXPLAIN,
         "insert" => &INSERT,
         "update" => &UPDATE,

@@ -125,8 +125,8 @@ pub fn check_enabled(code: ErrorCode, message: &str) -> CommandResult<()> {
     }
 }
 
-/// mongod's message when scripting is off for `$function` (31264; also `$accumulator` and
-/// mapReduce's codes on mongod).
+/// mongod's message when scripting is off for `$function` and `$accumulator` (31264) and for
+/// mapReduce's map (31246).
 pub const DISABLED_MESSAGE: &str =
     "Cannot run server-side javascript without the javascript engine enabled";
 

@@ -28,6 +28,7 @@ mod fill;
 mod granularity;
 pub mod graph_lookup;
 mod group;
+mod group_js;
 mod group_n;
 pub mod lookup;
 mod merge;
@@ -1609,7 +1610,7 @@ mod tests {
         assert_eq!(unknown.errmsg, "unknown group operator '$foo'");
         assert_eq!(
             parse_error(vec![doc! {"$group": {"_id": 1, "n": {"$accumulator": {}}}}]).code,
-            ErrorCode::NotImplemented
+            ErrorCode::Location4544707
         );
         assert_eq!(
             parse_error(vec![doc! {"$group": {"_id": 1, "a.b": {"$sum": 1}}}])

@@ -285,13 +285,12 @@ impl BucketAuto {
 
     fn fold(&self, bucket: Bucket<'_>, context: &PipelineContext) -> CommandResult<Document> {
         let mut states = self.output.new_states();
+        let key = Bson::Document(doc! {"min": bucket.min, "max": bucket.max});
         for document in bucket.documents {
-            self.output.accumulate(&mut states, document, context)?;
+            self.output
+                .accumulate(&mut states, &key, document, context)?;
         }
-        Ok(self.output.output(
-            Bson::Document(doc! {"min": bucket.min, "max": bucket.max}),
-            states,
-        ))
+        self.output.output(key, states)
     }
 }
 

@@ -23,6 +23,7 @@ use std::cmp::Ordering;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use bson::{Bson, Document};
 
@@ -36,10 +37,11 @@ use crate::query::compare::{compare_values_with, values_equal_with};
 use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::PipelineContext;
 
+use super::group_js::{parse_js_accumulator, JsAccumulator};
 use super::group_n::constant_n;
 pub(crate) use super::group_n::parse_n_accumulator;
 
-/// The accumulators this server implements.
+/// The accumulators this server implements (besides `$accumulator`, see [`FieldOp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AccumulatorOp {
     Sum,
@@ -72,6 +74,26 @@ pub(crate) enum AccumulatorOp {
     },
 }
 
+/// What one `$group` field folds with: a built-in accumulator, or `$accumulator` (whose
+/// argument is `accumulateArgs`).
+#[derive(Clone, Debug)]
+enum FieldOp {
+    Builtin(AccumulatorOp),
+    Js(Arc<JsAccumulator>),
+}
+
+impl FieldOp {
+    fn new_state(&self) -> AccumulatorState {
+        match self {
+            FieldOp::Builtin(op) => AccumulatorState::new(*op),
+            FieldOp::Js(accumulator) => AccumulatorState::Js {
+                accumulator: accumulator.clone(),
+                state: None,
+            },
+        }
+    }
+}
+
 /// Most `sortBy` fields a `$top`/`$bottom` accumulator takes (mongod's sort pattern limit).
 const MAX_SORT_FIELDS: usize = 32;
 
@@ -99,9 +121,6 @@ impl AccumulatorOp {
         })
     }
 }
-
-/// Accumulators mongod has and this server does not implement.
-const UNIMPLEMENTED_ACCUMULATORS: &[&str] = &["$accumulator"];
 
 /// mongod's `DoubleDoubleSummation` reduced to a compensated (Neumaier) sum.
 #[derive(Clone, Copy, Debug, Default)]
@@ -283,6 +302,11 @@ pub(crate) enum AccumulatorState {
         ps: Vec<f64>,
         samples: Samples,
     },
+    /// `$accumulator`: the JavaScript state, `None` before the group's first document.
+    Js {
+        accumulator: Arc<JsAccumulator>,
+        state: Option<Bson>,
+    },
 }
 
 impl AccumulatorState {
@@ -432,6 +456,7 @@ impl AccumulatorState {
                     }
                 }
             }
+            AccumulatorState::Js { accumulator, state } => accumulator.add(state, value)?,
             AccumulatorState::TopBottom {
                 n,
                 bottom,
@@ -462,10 +487,20 @@ impl AccumulatorState {
         Ok(())
     }
 
+    /// The accumulated result, where computing it can fail (`$accumulator`'s `finalize`).
+    pub(crate) fn try_finish(self) -> CommandResult<Value> {
+        match self {
+            AccumulatorState::Js { accumulator, state } => accumulator.finish(state),
+            other => Ok(other.finish()),
+        }
+    }
+
     /// The accumulated result; `None` (missing) only for `$first`/`$last`/`$min`/`$max` over
-    /// missing values, which `$group` reports as null.
+    /// missing values, which `$group` reports as null. `$accumulator` states need
+    /// [`AccumulatorState::try_finish`] (here they answer their unfinalized state).
     pub(crate) fn finish(self) -> Value {
         match self {
+            AccumulatorState::Js { state, .. } => state,
             AccumulatorState::Sum(total) => Some(total.sum()),
             AccumulatorState::Avg(total) => Some(total.average()),
             AccumulatorState::Min(best) | AccumulatorState::Max(best) => {
@@ -666,7 +701,7 @@ pub(crate) fn parse_top_bottom(
 #[derive(Clone, Debug)]
 pub(crate) struct Group {
     id: Expr,
-    fields: Vec<(String, AccumulatorOp, Expr)>,
+    fields: Vec<(String, FieldOp, Expr)>,
 }
 
 fn group_error(code: ErrorCode, message: impl Into<String>) -> CommandError {
@@ -678,10 +713,9 @@ impl Group {
     /// only on how many documents come in.
     pub(crate) fn is_constant(&self) -> bool {
         matches!(self.id, Expr::Literal(_))
-            && self
-                .fields
-                .iter()
-                .all(|(_, _, argument)| matches!(argument, Expr::Literal(_)))
+            && self.fields.iter().all(|(_, op, argument)| {
+                matches!(argument, Expr::Literal(_)) && matches!(op, FieldOp::Builtin(_))
+            })
     }
 
     /// Parses `{_id: expr, field: {$accumulator: expr}, ...}`.
@@ -736,23 +770,22 @@ impl Group {
                 let spec = parse_quantile_spec(operator, operand, code)?;
                 fields.push((
                     name.clone(),
-                    AccumulatorOp::Quantile { median },
+                    FieldOp::Builtin(AccumulatorOp::Quantile { median }),
                     accumulator_argument(&spec)?,
                 ));
                 continue;
             }
             if matches!(operator.as_str(), "$top" | "$bottom" | "$topN" | "$bottomN") {
                 let (op, argument) = parse_top_bottom(operator, operand)?;
-                fields.push((name.clone(), op, argument));
+                fields.push((name.clone(), FieldOp::Builtin(op), argument));
+                continue;
+            }
+            if operator == "$accumulator" {
+                let (accumulator, accumulate_args) = parse_js_accumulator(operand)?;
+                fields.push((name.clone(), FieldOp::Js(accumulator), accumulate_args));
                 continue;
             }
             let Some(op) = AccumulatorOp::from_name(operator) else {
-                if UNIMPLEMENTED_ACCUMULATORS.contains(&operator.as_str()) {
-                    return Err(group_error(
-                        ErrorCode::NotImplemented,
-                        format!("accumulator {operator} is not supported by this server"),
-                    ));
-                }
                 return Err(group_error(
                     ErrorCode::Location15952,
                     format!("unknown group operator '{operator}'"),
@@ -765,7 +798,11 @@ impl Group {
                         "$count takes no arguments, i.e. $count:{}",
                     ));
                 }
-                fields.push((name.clone(), op, Expr::Literal(Bson::Int32(1))));
+                fields.push((
+                    name.clone(),
+                    FieldOp::Builtin(op),
+                    Expr::Literal(Bson::Int32(1)),
+                ));
                 continue;
             }
             if matches!(
@@ -776,7 +813,7 @@ impl Group {
                     | AccumulatorOp::MaxN(_)
             ) {
                 let (op, input) = parse_n_accumulator(operator, op, operand)?;
-                fields.push((name.clone(), op, input));
+                fields.push((name.clone(), FieldOp::Builtin(op), input));
                 continue;
             }
             if matches!(operand, Bson::Array(_)) {
@@ -785,7 +822,7 @@ impl Group {
                     format!("The {operator} accumulator is a unary operator"),
                 ));
             }
-            fields.push((name.clone(), op, Expr::parse(operand)?));
+            fields.push((name.clone(), FieldOp::Builtin(op), Expr::parse(operand)?));
         }
         let id = id.ok_or_else(|| {
             group_error(
@@ -802,7 +839,7 @@ impl Group {
             id,
             fields: vec![(
                 field.to_string(),
-                AccumulatorOp::Sum,
+                FieldOp::Builtin(AccumulatorOp::Sum),
                 Expr::Literal(Bson::Int32(1)),
             )],
         }
@@ -829,7 +866,7 @@ impl Group {
         );
         for (name, op, expr) in &self.fields {
             let value = expr.evaluate_in(&empty, context)?;
-            let mut state = AccumulatorState::new(*op);
+            let mut state = op.new_state();
             for _ in 0..count {
                 state.add(value.clone(), context.collation.as_deref())?;
             }
@@ -848,7 +885,7 @@ impl Group {
             let (key, values) = self.evaluate(document, context)?;
             table.add(key, values)?;
         }
-        Ok(table.finish())
+        table.finish().into_iter().collect()
     }
 
     /// The group key of `document` and the argument of each accumulator.
@@ -864,21 +901,36 @@ impl Group {
         let values = self
             .fields
             .iter()
-            .map(|(_, _, expr)| expr.evaluate_in(document, context))
+            .map(|(_, op, expr)| Self::argument(op, expr, &key, document, context))
             .collect::<CommandResult<Vec<_>>>()?;
         Ok((key, values))
     }
 
-    /// Folds `document`'s accumulator arguments into `states` (its group key aside).
+    /// What `document` (in the group of `key`) contributes to one accumulator.
+    fn argument(
+        op: &FieldOp,
+        expr: &Expr,
+        key: &Bson,
+        document: &Document,
+        context: &PipelineContext,
+    ) -> CommandResult<Value> {
+        match op {
+            FieldOp::Js(accumulator) => accumulator.argument(expr, key, document, context),
+            _ => expr.evaluate_in(document, context),
+        }
+    }
+
+    /// Folds `document`'s accumulator arguments into `states`, the states of the group of `key`.
     pub(crate) fn accumulate(
         &self,
         states: &mut [AccumulatorState],
+        key: &Bson,
         document: &Document,
         context: &PipelineContext,
     ) -> CommandResult<()> {
-        for ((_, _, expr), state) in self.fields.iter().zip(states.iter_mut()) {
+        for ((_, op, expr), state) in self.fields.iter().zip(states.iter_mut()) {
             state.add(
-                expr.evaluate_in(document, context)?,
+                Self::argument(op, expr, key, document, context)?,
                 context.collation.as_deref(),
             )?;
         }
@@ -888,18 +940,22 @@ impl Group {
     pub(crate) fn new_states(&self) -> Vec<AccumulatorState> {
         self.fields
             .iter()
-            .map(|(_, op, _)| AccumulatorState::new(*op))
+            .map(|(_, op, _)| op.new_state())
             .collect()
     }
 
     /// The output document of one group.
-    pub(crate) fn output(&self, key: Bson, states: Vec<AccumulatorState>) -> Document {
+    pub(crate) fn output(
+        &self,
+        key: Bson,
+        states: Vec<AccumulatorState>,
+    ) -> CommandResult<Document> {
         let mut output = Document::new();
         output.insert("_id", key);
         for ((name, _, _), state) in self.fields.iter().zip(states) {
-            output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
+            output.insert(name.clone(), state.try_finish()?.unwrap_or(Bson::Null));
         }
-        output
+        Ok(output)
     }
 }
 
@@ -984,7 +1040,9 @@ impl GroupTable {
         for ((_, op, _), value) in self.group.fields.iter().zip(&values) {
             if matches!(
                 op,
-                AccumulatorOp::Push | AccumulatorOp::AddToSet | AccumulatorOp::MergeObjects
+                FieldOp::Builtin(
+                    AccumulatorOp::Push | AccumulatorOp::AddToSet | AccumulatorOp::MergeObjects
+                ) | FieldOp::Js(_)
             ) {
                 self.memory_bytes += value_bytes(value);
             }
@@ -1013,11 +1071,11 @@ impl GroupTable {
         for values in arguments {
             add_all(&mut states, values, self.collation.as_deref())?;
         }
-        Ok(self.group.output(key, states))
+        self.group.output(key, states)
     }
 
     /// The output of every group still in the table, in first-seen order.
-    pub(crate) fn finish(self) -> Vec<Document> {
+    pub(crate) fn finish(self) -> Vec<CommandResult<Document>> {
         let group = self.group;
         self.keys
             .into_iter()

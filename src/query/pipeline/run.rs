@@ -516,7 +516,7 @@ fn drive<'p>(
                 Sink::Group { table, spill } => {
                     let groups: DocumentStream = match spill {
                         Some(buffer) => Box::new(SpilledGroups::new(*table, buffer.finish()?)?),
-                        None => Box::new(table.finish().into_iter().map(Ok)),
+                        None => Box::new(table.finish().into_iter()),
                     };
                     // `$push` of `$$ROOT` nests its input: the next stage must again see
                     // bounded documents.
@@ -676,7 +676,7 @@ struct SpilledGroups {
     stream: DocumentStream,
     /// The first arguments of the next spilled group, read ahead.
     pending: Option<(Bson, Vec<super::expr::Value>)>,
-    held: Option<std::vec::IntoIter<Document>>,
+    held: Option<std::vec::IntoIter<CommandResult<Document>>>,
 }
 
 impl SpilledGroups {
@@ -695,7 +695,7 @@ impl SpilledGroups {
 
     fn next_group(&mut self) -> CommandResult<Option<Document>> {
         if let Some(held) = &mut self.held {
-            return Ok(held.next());
+            return held.next().transpose();
         }
         let Some((key, first)) = self.pending.take() else {
             let table = self
@@ -706,7 +706,7 @@ impl SpilledGroups {
             let mut held = table.into_iter();
             let next = held.next();
             self.held = Some(held);
-            return Ok(next);
+            return next.transpose();
         };
         let mut arguments = vec![first];
         for document in self.stream.by_ref() {
