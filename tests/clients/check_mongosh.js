@@ -240,6 +240,31 @@ function crudShop() {
   step('dropDatabase');`, ['insertOne', 'insertMany', 'find', 'updateOne', 'deleteMany', 'language', 'dropDatabase']);
 }
 
+// The shell helpers over server-side JavaScript and the newer pipeline stages: the manual's
+// mapReduce orders example (total price per customer), $where, $function, $setWindowFields.
+function scriptingAndPipelinesShop() {
+  shopScript(`
+  const prices = [['Ant O. Knee', 25], ['Ant O. Knee', 70], ['Busby Bee', 50], ['Busby Bee', 25],
+    ['Busby Bee', 50], ['Cam Elot', 35], ['Cam Elot', 25], ['Don Quis', 75], ['Don Quis', 55],
+    ['Don Quis', 25]];
+  db.orders.insertMany(prices.map(([cust, price], i) => ({ _id: i + 1, cust_id: cust, price: price, status: 'A' })));
+  const mr = db.orders.mapReduce(function () { emit(this.cust_id, this.price); },
+    function (key, values) { return Array.sum(values); }, { out: { inline: 1 } });
+  check('mapReduce inline results', mr.results,
+    [{ _id: 'Ant O. Knee', value: 95 }, { _id: 'Busby Bee', value: 125 }, { _id: 'Cam Elot', value: 60 },
+      { _id: 'Don Quis', value: 155 }]);
+  step('mapReduce');
+  check('$where', db.orders.find({ $where: 'this.price > 60' }).sort({ _id: 1 }).toArray().map((d) => d._id), [2, 8]);
+  check('$function', db.orders.aggregate([{ $match: { _id: 1 } },
+    { $project: { _id: 0, twice: { $function: { body: 'function(p) { return p * 2; }', args: ['$price'], lang: 'js' } } } }]).toArray(),
+    [{ twice: 50 }]);
+  step('javascript');
+  check('$setWindowFields running total', db.orders.aggregate([{ $match: { cust_id: 'Cam Elot' } },
+    { $setWindowFields: { sortBy: { _id: 1 }, output: { total: { $sum: '$price', window: { documents: ['unbounded', 'current'] } } } } },
+    { $project: { _id: 0, total: 1 } }]).toArray(), [{ total: 35 }, { total: 60 }]);
+  step('windows');`, ['mapReduce', 'javascript', 'windows']);
+}
+
 function uniqueIndexShop() {
   shopScript(`
   db.c.insertMany([{ _id: 1, a: 1 }, { _id: 2, a: 2 }]);
@@ -321,6 +346,7 @@ const SCENARIOS = [
   ['interactive_prompt', interactivePrompt],
   ['crud_shop', crudShop],
   ['unique_index_shop', uniqueIndexShop],
+  ['scripting_and_pipelines_shop', scriptingAndPipelinesShop],
   ['show_dbs_collections', showDbsCollections],
   ['genuine_in_log', genuineInLog], // after the runs above, which write the logs
 ];
