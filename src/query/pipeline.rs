@@ -281,7 +281,7 @@ impl Pipeline {
     /// moves it ([`reorder_stages`]); errors carry mongod's codes and messages.
     pub fn parse(stages: &[Document]) -> CommandResult<Pipeline> {
         let reordered = optimize::reorder(stages);
-        let stages = reordered.as_slice();
+        let stages: &[Document] = &reordered;
         let mut pipeline = Pipeline {
             source: None,
             documents: None,

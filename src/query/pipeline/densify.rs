@@ -24,10 +24,9 @@ use std::collections::HashMap;
 
 use bson::{Bson, Document};
 
-use super::expr::{add_numbers, number_bson};
+use super::expr::{add_numbers, number_bson, TimeUnit};
 use super::fields::validate_output_path;
 use super::lookup::comparison_key;
-use super::window::TimeUnit;
 use super::PipelineContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::Collation;
@@ -227,7 +226,12 @@ impl Densify {
                          densifying a date range",
                     ));
                 }
-                Some(TimeUnit::parse(unit)?)
+                Some(TimeUnit::from_name(unit).ok_or_else(|| {
+                    failed(
+                        ErrorCode::FailedToParse,
+                        format!("unknown time unit value: {unit}"),
+                    )
+                })?)
             }
         };
         let bounds = parse_bounds(bounds, step, unit)?;
@@ -253,7 +257,7 @@ impl Densify {
             (Bson::DateTime(date), Some(unit)) => {
                 let amount = Number::from_bson(&self.step).map_or(0, |step| step.to_f64() as i64);
                 Bson::DateTime(bson::DateTime::from_millis(
-                    unit.add(date.timestamp_millis(), amount),
+                    unit.add_utc(date.timestamp_millis(), amount),
                 ))
             }
             _ => match (Number::from_bson(value), Number::from_bson(&self.step)) {

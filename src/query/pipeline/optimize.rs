@@ -11,6 +11,8 @@
 //! relative order of the `$match` stages is kept, so the result is the same documents in the
 //! same order.
 
+use std::borrow::Cow;
+
 use bson::{Bson, Document};
 
 /// The paths a filter reads, or `None` when it has conditions on the whole document.
@@ -88,25 +90,34 @@ fn single(stage: &Document) -> Option<(&String, &Bson)> {
     }
 }
 
-/// `stages` with each `$match` moved as far ahead as it may go.
-pub fn reorder(stages: &[Document]) -> Vec<Document> {
-    let mut stages = stages.to_vec();
-    for position in 1..stages.len() {
+/// `stages` with each `$match` moved as far ahead as it may go; borrowed when none moves (the
+/// common case, and a `$lookup` sub-pipeline with `let` is parsed once per input document).
+pub fn reorder(stages: &[Document]) -> Cow<'_, [Document]> {
+    let mut order: Vec<usize> = (0..stages.len()).collect();
+    for position in 1..order.len() {
         let mut at = position;
         while at > 0 {
             let (Some((name, filter)), Some((before, spec))) =
-                (single(&stages[at]), single(&stages[at - 1]))
+                (single(&stages[order[at]]), single(&stages[order[at - 1]]))
             else {
                 break;
             };
             if name != "$match" || !may_precede(filter, before, spec) {
                 break;
             }
-            stages.swap(at - 1, at);
+            order.swap(at - 1, at);
             at -= 1;
         }
     }
-    stages
+    if order.iter().enumerate().all(|(at, &index)| at == index) {
+        return Cow::Borrowed(stages);
+    }
+    Cow::Owned(
+        order
+            .into_iter()
+            .map(|index| stages[index].clone())
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -125,12 +136,13 @@ mod tests {
 
     #[test]
     fn matches_move_ahead_of_what_they_do_not_read() {
-        let moved = reorder(&[
+        let stages = [
             doc! {"$sort": {"a": 1}},
             doc! {"$set": {"b": 1}},
             doc! {"$unwind": "$c"},
             doc! {"$match": {"a": {"$gt": 1}, "$or": [{"d.e": 1}, {"f": 2}]}},
-        ]);
+        ];
+        let moved = reorder(&stages);
         assert_eq!(names(&moved), ["$match", "$sort", "$set", "$unwind"]);
         // Reading a written path, a whole-document operator, or crossing $limit stops it.
         for (before, filter) in [

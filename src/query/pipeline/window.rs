@@ -33,7 +33,6 @@ use crate::query::compare::compare_values_with;
 use crate::query::display::{type_name, value_string};
 use crate::query::sort::{KeyOrder, SortSpec};
 use spec::Function;
-pub(super) use spec::TimeUnit;
 
 const STAGE: &str = "$setWindowFields";
 

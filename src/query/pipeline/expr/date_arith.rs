@@ -21,8 +21,9 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::Number;
 
+/// mongod's `TimeUnit`, shared by the date operators, range windows and `$densify`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum TimeUnit {
+pub(crate) enum TimeUnit {
     Millisecond,
     Second,
     Minute,
@@ -35,6 +36,41 @@ enum TimeUnit {
 }
 
 impl TimeUnit {
+    /// The unit mongod's `parseTimeUnit` names `name`.
+    pub(crate) fn from_name(name: &str) -> Option<TimeUnit> {
+        Some(match name {
+            "millisecond" => TimeUnit::Millisecond,
+            "second" => TimeUnit::Second,
+            "minute" => TimeUnit::Minute,
+            "hour" => TimeUnit::Hour,
+            "day" => TimeUnit::Day,
+            "week" => TimeUnit::Week,
+            "month" => TimeUnit::Month,
+            "quarter" => TimeUnit::Quarter,
+            "year" => TimeUnit::Year,
+            _ => return None,
+        })
+    }
+
+    /// Milliseconds in one unit, for the units of fixed length in UTC (`week` and below).
+    pub(crate) fn utc_millis(self) -> Option<i64> {
+        match self {
+            TimeUnit::Day => Some(MILLIS_PER_DAY),
+            TimeUnit::Week => Some(7 * MILLIS_PER_DAY),
+            other => other.fixed_millis(),
+        }
+    }
+
+    /// mongod's `dateAdd` in UTC, saturating at the ends of the representable instants (a
+    /// window bound or a `$densify` step past them reaches no further date).
+    pub(crate) fn add_utc(self, millis: i64, amount: i64) -> i64 {
+        date_add(millis, self, amount, &TimeZone::Utc).unwrap_or(if amount < 0 {
+            i64::MIN
+        } else {
+            i64::MAX
+        })
+    }
+
     fn name(self) -> &'static str {
         match self {
             TimeUnit::Millisecond => "millisecond",
@@ -73,24 +109,13 @@ fn parse_time_unit(value: &Bson, operator: &str) -> CommandResult<TimeUnit> {
             ),
         ));
     };
-    Ok(match name.as_str() {
-        "millisecond" => TimeUnit::Millisecond,
-        "second" => TimeUnit::Second,
-        "minute" => TimeUnit::Minute,
-        "hour" => TimeUnit::Hour,
-        "day" => TimeUnit::Day,
-        "week" => TimeUnit::Week,
-        "month" => TimeUnit::Month,
-        "quarter" => TimeUnit::Quarter,
-        "year" => TimeUnit::Year,
-        other => {
-            return Err(fail(
-                ErrorCode::FailedToParse,
-                format!(
-                    "{operator} parameter 'unit' value parsing failed :: caused by :: unknown time unit value: {other}"
-                ),
-            ))
-        }
+    TimeUnit::from_name(name).ok_or_else(|| {
+        fail(
+            ErrorCode::FailedToParse,
+            format!(
+                "{operator} parameter 'unit' value parsing failed :: caused by :: unknown time unit value: {name}"
+            ),
+        )
     })
 }
 

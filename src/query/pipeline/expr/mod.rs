@@ -65,6 +65,7 @@ pub(crate) use arithmetic::{
     evaluate_subtract, number_bson,
 };
 pub(crate) use date::{iso_date_string, DatePart};
+pub(crate) use date_arith::TimeUnit;
 pub(crate) use object::merge_object_into;
 pub(crate) use quantile::{accumulator_argument, parse_quantile_spec, quantile_result, Samples};
 pub(crate) use string::TrimSide;

@@ -12,11 +12,12 @@ use std::cmp::Ordering;
 
 use bson::{Bson, DateTime, Document};
 
-use super::spec::{Bound, Function, RangeBound, RankKind, TimeUnit, Window};
+use super::spec::{Bound, Function, RangeBound, RankKind, Window};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::compare::{compare_values, compare_values_with};
 use crate::query::display::type_name;
 use crate::query::numeric::{apply_arithmetic, Arithmetic, Decimal, Number};
+use crate::query::pipeline::expr::TimeUnit;
 use crate::query::pipeline::expr::{
     add_numbers, evaluate_add, evaluate_divide, evaluate_multiply, evaluate_subtract, is_nullish,
     number_bson, Expr, Value,
@@ -143,7 +144,7 @@ impl<'a> Partition<'a> {
                         .and_then(Number::to_i64_truncated)
                         .unwrap_or(0);
                     Bson::DateTime(DateTime::from_millis(
-                        unit.add(date.timestamp_millis(), amount),
+                        unit.add_utc(date.timestamp_millis(), amount),
                     ))
                 }
                 _ => match (Number::from_bson(&base), Number::from_bson(delta)) {

@@ -13,7 +13,7 @@ use crate::query::compare::compare_values;
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::expr::{
-    accumulator_argument, divide_decimal, parse_quantile_spec, Expr,
+    accumulator_argument, divide_decimal, parse_quantile_spec, Expr, TimeUnit,
 };
 use crate::query::pipeline::fail;
 use crate::query::pipeline::group::{parse_n_accumulator, parse_top_bottom, AccumulatorOp};
@@ -81,101 +81,8 @@ pub(super) enum RangeBound {
 }
 
 /// The `unit` of a time range or of `$derivative`/`$integral`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::query::pipeline) enum TimeUnit {
-    Year,
-    Quarter,
-    Month,
-    Week,
-    Day,
-    Hour,
-    Minute,
-    Second,
-    Millisecond,
-}
-
-impl TimeUnit {
-    pub(in crate::query::pipeline) fn parse(text: &str) -> CommandResult<TimeUnit> {
-        Ok(match text {
-            "year" => TimeUnit::Year,
-            "quarter" => TimeUnit::Quarter,
-            "month" => TimeUnit::Month,
-            "week" => TimeUnit::Week,
-            "day" => TimeUnit::Day,
-            "hour" => TimeUnit::Hour,
-            "minute" => TimeUnit::Minute,
-            "second" => TimeUnit::Second,
-            "millisecond" => TimeUnit::Millisecond,
-            other => return Err(parse_error(format!("unknown time unit value: {other}"))),
-        })
-    }
-
-    /// Milliseconds in one unit, for the units of fixed length.
-    fn fixed_millis(self) -> Option<i64> {
-        Some(match self {
-            TimeUnit::Week => 7 * 86_400_000,
-            TimeUnit::Day => 86_400_000,
-            TimeUnit::Hour => 3_600_000,
-            TimeUnit::Minute => 60_000,
-            TimeUnit::Second => 1_000,
-            TimeUnit::Millisecond => 1,
-            TimeUnit::Year | TimeUnit::Quarter | TimeUnit::Month => return None,
-        })
-    }
-
-    /// `millis` plus `amount` units, in UTC; months clamp the day to the month's last day (as
-    /// mongod's `dateAdd`).
-    pub(in crate::query::pipeline) fn add(self, millis: i64, amount: i64) -> i64 {
-        if let Some(unit) = self.fixed_millis() {
-            return millis.saturating_add(amount.saturating_mul(unit));
-        }
-        let months = match self {
-            TimeUnit::Year => amount.saturating_mul(12),
-            TimeUnit::Quarter => amount.saturating_mul(3),
-            _ => amount,
-        };
-        let days = millis.div_euclid(86_400_000);
-        let time_of_day = millis.rem_euclid(86_400_000);
-        let (year, month, day) = civil_from_days(days);
-        let total = year.saturating_mul(12) + i64::from(month) - 1 + months;
-        let (year, month) = (total.div_euclid(12), (total.rem_euclid(12) + 1) as u32);
-        let day = day.min(days_in_month(year, month));
-        days_from_civil(year, month, day)
-            .saturating_mul(86_400_000)
-            .saturating_add(time_of_day)
-    }
-}
-
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year.rem_euclid(400);
-    let month = i64::from(month);
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        4 | 6 | 9 | 11 => 30,
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        _ => 31,
-    }
+fn parse_unit(text: &str) -> CommandResult<TimeUnit> {
+    TimeUnit::from_name(text).ok_or_else(|| parse_error(format!("unknown time unit value: {text}")))
 }
 
 /// The window of a function: mongod's `WindowBounds`.
@@ -355,7 +262,7 @@ impl Window {
                 ));
             }
         }
-        let unit = unit.map(|unit| TimeUnit::parse(unit)).transpose()?;
+        let unit = unit.map(|unit| parse_unit(unit)).transpose()?;
         let keys: Vec<(&str, Direction)> = sort_by
             .map(|spec| spec.keys().collect())
             .unwrap_or_default();
@@ -510,8 +417,8 @@ fn parse_with_unit(
                         type_name(value)
                     )));
                 };
-                let unit = TimeUnit::parse(unit)?;
-                unit_millis = Some(unit.fixed_millis().ok_or_else(|| {
+                let unit = parse_unit(unit)?;
+                unit_millis = Some(unit.utc_millis().ok_or_else(|| {
                     fail(ErrorCode::Location5490710, "unit must be 'week' or smaller")
                 })?);
             }
