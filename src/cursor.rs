@@ -12,7 +12,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::error::{CommandError, CommandResult};
 use crate::exec::{DocStream, Visibility};
-use crate::query::pipeline::DocumentStream;
+use crate::query::pipeline::{DocumentStream, PulledRun};
 use crate::query::Projection;
 use crate::sorter::Sorted;
 use crate::storage::{Namespace, Record, Storage, StorageError, StorageResult, TtlClass};
@@ -34,6 +34,42 @@ pub enum CursorSource {
     Sorted(Box<Sorted<Record>>),
     /// The rest of a pipeline's output (already judged: visibility does not apply).
     Documents(Box<std::iter::Peekable<DocumentStream>>),
+    /// A pipeline with no blocking stage, run as batches are asked for over the collection's
+    /// documents still to be read (visibility applies to what is read, at each batch).
+    Pipeline(Box<PulledPipeline>),
+}
+
+/// A streaming pipeline's input still to be read, and the run over it.
+pub struct PulledPipeline {
+    pub input: DocStream,
+    pub run: PulledRun,
+}
+
+impl PulledPipeline {
+    /// The next output document, reading input only as far as it takes.
+    async fn next(&mut self, storage: &dyn Storage) -> CommandResult<Option<Record>> {
+        loop {
+            if let Some(document) = self.run.pending()? {
+                return Ok(Some(output_record(document)));
+            }
+            if self.run.saturated() {
+                return Ok(None);
+            }
+            let Some(record) = self.input.next(storage).await? else {
+                return Ok(None);
+            };
+            if let Some(document) = self.run.push(record.doc.into_document())? {
+                return Ok(Some(output_record(document)));
+            }
+        }
+    }
+
+    /// Whether output may still come (an empty final batch is possible when the rest of the
+    /// input is filtered out).
+    async fn has_more(&mut self, storage: &dyn Storage) -> CommandResult<bool> {
+        Ok(self.run.has_pending()
+            || (!self.run.saturated() && self.input.has_more(storage).await?))
+    }
 }
 
 pub struct Cursor {
@@ -82,6 +118,7 @@ impl Cursor {
     pub fn scan_stats(&self) -> Option<crate::exec::ScanStats> {
         match &self.source {
             CursorSource::Stream(stream) => Some(stream.stats()),
+            CursorSource::Pipeline(pulled) => Some(pulled.input.stats()),
             _ => None,
         }
     }
@@ -95,8 +132,10 @@ impl Cursor {
         visibility: &Visibility,
         during: &str,
     ) -> CommandResult<(Vec<RawDocumentBuf>, bool)> {
-        if let CursorSource::Stream(stream) = &mut self.source {
-            stream.set_visibility(visibility.clone());
+        match &mut self.source {
+            CursorSource::Stream(stream) => stream.set_visibility(visibility.clone()),
+            CursorSource::Pipeline(pulled) => pulled.input.set_visibility(visibility.clone()),
+            _ => {}
         }
         let mut batch = Vec::new();
         let mut batch_bytes = 0usize;
@@ -117,6 +156,7 @@ impl Cursor {
                     Ok(document) => document.map(output_record),
                     Err(error) => return Err(error),
                 },
+                CursorSource::Pipeline(pulled) => pulled.next(storage).await?,
             };
             let Some(record) = record else { break };
             let document = match &self.projection {
@@ -165,6 +205,7 @@ impl Cursor {
                 CursorSource::Buffered(records) => records.is_empty(),
                 CursorSource::Sorted(sorted) => sorted.is_empty(),
                 CursorSource::Documents(documents) => documents.peek().is_none(),
+                CursorSource::Pipeline(pulled) => !pulled.has_more(storage).await?,
             };
         Ok((batch, exhausted))
     }

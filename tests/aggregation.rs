@@ -1010,3 +1010,123 @@ async fn densify_then_fill_close_gaps_in_a_series() {
     );
     server.stop().await;
 }
+
+/// The profiler's `docsExamined` for the aggregate whose `comment` is `comment`.
+async fn examined_by(db: &Database, comment: &str) -> i64 {
+    let entry = db
+        .collection::<Document>("system.profile")
+        .find_one(doc! {"command.comment": comment})
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("a profile entry for {comment}"));
+    entry
+        .get_i64("docsExamined")
+        .or_else(|_| entry.get_i32("docsExamined").map(i64::from))
+        .unwrap()
+}
+
+/// Every document of an aggregate cursor, fetched `batch_size` at a time, and how many batches
+/// it took.
+async fn drain(db: &Database, pipeline: Vec<Document>, batch_size: i32) -> (Vec<Document>, usize) {
+    let reply = db
+        .run_command(
+            doc! {"aggregate": "c", "pipeline": pipeline, "cursor": {"batchSize": batch_size}},
+        )
+        .await
+        .unwrap();
+    let mut cursor = reply.get_document("cursor").unwrap().clone();
+    let mut documents = first_batch(&reply);
+    let mut batches = 1;
+    while cursor.get_i64("id").unwrap() != 0 {
+        let more = db
+            .run_command(doc! {"getMore": cursor.get_i64("id").unwrap(), "collection": "c", "batchSize": batch_size})
+            .await
+            .unwrap();
+        cursor = more.get_document("cursor").unwrap().clone();
+        documents.extend(
+            cursor
+                .get_array("nextBatch")
+                .unwrap()
+                .iter()
+                .map(|d| d.as_document().unwrap().clone()),
+        );
+        batches += 1;
+    }
+    (documents, batches)
+}
+
+#[tokio::test]
+async fn streaming_pipelines_read_only_what_their_batches_need() {
+    let server = TestServer::start().await;
+    let db = server.client().database("streaming");
+    let coll = db.collection::<Document>("c");
+    let documents: Vec<Document> = (0..2000)
+        .map(|n| doc! {"_id": n, "n": n, "a": [n, n + 1]})
+        .collect();
+    coll.insert_many(documents).await.unwrap();
+    coll.create_index(mongodb::IndexModel::builder().keys(doc! {"n": -1}).build())
+        .await
+        .unwrap();
+    db.run_command(doc! {"profile": 2}).await.unwrap();
+
+    // No blocking stage: the first batch of 10 reads one storage page, not 2000 documents.
+    db.run_command(doc! {
+        "aggregate": "c",
+        "pipeline": [{"$match": {"n": {"$gte": 0}}}, {"$project": {"n": 1}}],
+        "cursor": {"batchSize": 10},
+        "comment": "first batch",
+    })
+    .await
+    .unwrap();
+    // A `$limit` before a blocking stage stops the read once it has let its documents through.
+    let limited = db
+        .run_command(doc! {
+            "aggregate": "c",
+            "pipeline": [
+                {"$match": {"n": {"$gte": 0}}},
+                {"$limit": 5},
+                {"$group": {"_id": null, "count": {"$sum": 1}}},
+            ],
+            "cursor": {},
+            "comment": "limit then group",
+        })
+        .await
+        .unwrap();
+    assert_eq!(first_batch(&limited), vec![doc! {"_id": null, "count": 5}]);
+    db.run_command(doc! {"profile": 0}).await.unwrap();
+    assert!(examined_by(&db, "first batch").await < 500);
+    assert!(examined_by(&db, "limit then group").await < 500);
+
+    // Batch by batch, the output is what the pipeline makes of the whole collection: `$unwind`
+    // copies across batch boundaries, `$skip` and `$limit` counted over the whole run.
+    let (unwound, batches) = drain(
+        &db,
+        vec![
+            doc! {"$match": {"_id": {"$lt": 10}}},
+            doc! {"$unwind": "$a"},
+            doc! {"$skip": 3},
+            doc! {"$limit": 7},
+            doc! {"$project": {"_id": 0, "a": 1}},
+        ],
+        2,
+    )
+    .await;
+    let values: Vec<i32> = unwound.iter().map(|d| d.get_i32("a").unwrap()).collect();
+    // Documents 0..10 unwind to 0,1, 1,2, 2,3, 3,4, 4,5 ...; skip 3, keep 7.
+    assert_eq!(values, vec![2, 2, 3, 3, 4, 4, 5]);
+    assert_eq!(batches, 4, "batches of 2, 2, 2 and 1");
+
+    // A leading `$sort` the index provides streams too, in the index's order.
+    let (sorted, _) = drain(
+        &db,
+        vec![
+            doc! {"$sort": {"n": -1}},
+            doc! {"$limit": 5},
+            doc! {"$project": {"_id": 1}},
+        ],
+        2,
+    )
+    .await;
+    let ids: Vec<i32> = sorted.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+    assert_eq!(ids, vec![1999, 1998, 1997, 1996, 1995]);
+}

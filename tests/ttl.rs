@@ -164,8 +164,23 @@ async fn find_full_scan_index_scan_and_point_lookup() {
 
 #[tokio::test]
 async fn cursors_opened_before_the_expiry_do_not_return_it_after() {
-    // Streaming (natural order) and buffered (in-memory sort) cursors.
-    for sort in [doc! {}, doc! {"n": -1}] {
+    // Streaming (natural order) and buffered (in-memory sort) find cursors, and aggregate
+    // cursors over pipelines with no blocking stage, which read as their batches ask.
+    let commands = [
+        doc! {"find": "c", "batchSize": 2},
+        doc! {"find": "c", "batchSize": 2, "sort": {"n": -1}},
+        doc! {
+            "aggregate": "c",
+            "pipeline": [{"$match": {"n": {"$gte": -1000}}}, {"$project": {"n": 1}}],
+            "cursor": {"batchSize": 2},
+        },
+        doc! {
+            "aggregate": "c",
+            "pipeline": [{"$addFields": {"seen": true}}, {"$unset": "seen"}],
+            "cursor": {"batchSize": 2},
+        },
+    ];
+    for command in commands {
         let f = Fixture::start().await;
         f.set_default_ttl(10).await;
         let docs: Vec<Document> = (0..10)
@@ -178,9 +193,7 @@ async fn cursors_opened_before_the_expiry_do_not_return_it_after() {
             .await
             .unwrap();
         f.at(9_999);
-        let reply = f
-            .run(doc! {"find": "c", "batchSize": 2, "sort": sort.clone()})
-            .await;
+        let reply = f.run(command.clone()).await;
         let cursor = reply.get_document("cursor").unwrap();
         assert_eq!(cursor.get_array("firstBatch").unwrap().len(), 2);
         let id = cursor.get_i64("id").unwrap();
@@ -199,7 +212,7 @@ async fn cursors_opened_before_the_expiry_do_not_return_it_after() {
         assert_eq!(
             ids,
             vec!["late"],
-            "sort {sort}: only the document written at 5 s is left"
+            "{command}: only the document written at 5 s is left"
         );
     }
 }

@@ -16,14 +16,17 @@ use crate::commands::args::{
 };
 use crate::commands::crud::{apply_update_statement, insert_documents, WriteContext};
 use crate::commands::ddl::{storage_stats, visible_stats};
-use crate::commands::find::{buffered_cursor, count_from_keys, stream_cursor};
+use crate::commands::find::{
+    buffered_cursor, count_from_keys, pulled_pipeline_cursor, stream_cursor,
+};
+use crate::cursor::PulledPipeline;
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::pipeline::{
     CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, MergeSpec, MergeWrite, OutTarget,
-    Resume, SourceStage, Step,
+    PulledRun, Resume, SourceStage, Step,
 };
 use crate::query::variables::with_command_variables;
 use crate::query::variables::CommandVariables;
@@ -78,7 +81,9 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
         ));
     }
     let variables = let_variables(ctx, body)?;
-    let pipeline = with_command_variables(&variables, || Pipeline::parse(&stages))?;
+    let pipeline = Arc::new(with_command_variables(&variables, || {
+        Pipeline::parse(&stages)
+    })?);
     let collection_meta = match &collection {
         Some(ns) => ctx.state.storage.collection(ns).await?,
         None => None,
@@ -151,13 +156,23 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                     return buffered_cursor(ctx, body, ns.to_string(), output).await;
                 }
             }
+            ctx.op.set_plan_summary(planned.plan.summary());
+            // A leading `$sort` the read's order provides is done; when nothing after it
+            // blocks, the pipeline runs as the cursor's batches ask for output.
+            let sorted = usize::from(planned.plan.provides_sort && query.sort.is_some());
+            if pipeline.streams_from(sorted) {
+                let pulled = PulledPipeline {
+                    input: planned.stream,
+                    run: PulledRun::new(Arc::clone(&pipeline), sorted, context)?,
+                };
+                return pulled_pipeline_cursor(ctx, body, ns, pulled, &view.visibility).await;
+            }
             // A read in the order of a leading `$sort` followed by `$limit n` can stop after n
             // documents: they are the first n the sort would keep.
             let enough = query.wanted.filter(|_| planned.plan.provides_sort);
-            ctx.op.set_plan_summary(planned.plan.summary());
             let mut stream = planned.stream;
             let mut read = 0;
-            while enough.is_none_or(|enough| read < enough) {
+            while enough.is_none_or(|enough| read < enough) && !run.saturated() {
                 let Some(record) = stream.next(storage).await? else {
                     break;
                 };

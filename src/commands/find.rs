@@ -11,7 +11,7 @@ use crate::commands::args::{
     check_hint, collation_for, collection_namespace, let_variables, optional_bool,
     optional_document, optional_i64, optional_non_negative, required, wrong_type,
 };
-use crate::cursor::{output_record, Cursor, CursorSource, DEFAULT_FIRST_BATCH};
+use crate::cursor::{output_record, Cursor, CursorSource, PulledPipeline, DEFAULT_FIRST_BATCH};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, CollectionView, ScanStats, Visibility};
@@ -676,23 +676,37 @@ async fn computed_cursor(
     cursor_ns: String,
     source: CursorSource,
 ) -> CommandResult<Reply> {
+    let cursor = Cursor::new(cursor_ns, None, source, None, None);
+    let visibility = Visibility::everything(ctx.state.clock.now_ms());
+    open_cursor(ctx, cursor, &visibility, command_batch_options(ctx, body)?).await
+}
+
+/// A cursor over a pipeline with no blocking stage, run as batches are asked for over the
+/// documents of `ns` still to be read, which `visibility` judges now and each `getMore`
+/// judges again.
+pub async fn pulled_pipeline_cursor(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    ns: &Namespace,
+    pulled: PulledPipeline,
+    visibility: &Visibility,
+) -> CommandResult<Reply> {
+    let source = CursorSource::Pipeline(Box::new(pulled));
+    let cursor = Cursor::new(ns.to_string(), Some(ns.clone()), source, None, None);
+    open_cursor(ctx, cursor, visibility, command_batch_options(ctx, body)?).await
+}
+
+/// The batching a cursor command (`aggregate`, catalog listings) asks for in `cursor.batchSize`.
+fn command_batch_options(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<BatchOptions> {
     let batch_size = match optional_document(ctx, body, "cursor")? {
         Some(cursor) => optional_non_negative(ctx, cursor, "batchSize")?,
         None => None,
     };
-    let cursor = Cursor::new(cursor_ns, None, source, None, None);
-    let options = BatchOptions {
+    Ok(BatchOptions {
         batch_size,
         single_batch: false,
         no_timeout: false,
-    };
-    open_cursor(
-        ctx,
-        cursor,
-        &Visibility::everything(ctx.state.clock.now_ms()),
-        options,
-    )
-    .await
+    })
 }
 
 /// A buffered cursor over documents computed in full (catalog listings).

@@ -172,11 +172,10 @@ enum Sink<'p> {
 }
 
 /// One phase: the streaming stages from `first` up to the blocking stage at `blocking` (or to the
-/// end), their per-stage counters, and the blocking stage's sink.
+/// end), where documents stand in them, and the blocking stage's sink.
 struct Phase<'p> {
     stages: &'p [Stage],
-    /// Per streaming stage: documents `$skip` still drops or `$limit` still lets through.
-    counters: Vec<u64>,
+    flow: Flow,
     sink: Sink<'p>,
     /// Index of the stage after the sink (where the next phase starts).
     next: usize,
@@ -263,30 +262,8 @@ fn phase<'p>(
     collation: &CollationChoice,
 ) -> Phase<'p> {
     let rest = &stages[first..];
-    let blocking = rest.iter().position(|stage| {
-        matches!(
-            stage,
-            Stage::Sort(_)
-                | Stage::Group(_)
-                | Stage::Count(_)
-                | Stage::Facet(_)
-                | Stage::Sample(_)
-                | Stage::BucketAuto(_)
-                | Stage::Densify(_)
-                | Stage::Lookup(_)
-                | Stage::UnionWith(_)
-                | Stage::GraphLookup(_)
-                | Stage::Window(_)
-        )
-    });
+    let blocking = rest.iter().position(is_blocking);
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
-    let counters = streaming
-        .iter()
-        .map(|stage| match stage {
-            Stage::Skip(count) | Stage::Limit(count) => *count,
-            _ => 0,
-        })
-        .collect();
     let (sink, next) = match blocking.map(|at| (&rest[at], first + at)) {
         Some((Stage::Sort(spec), at)) => {
             let limit = sort_limit(&stages[at + 1..]);
@@ -354,10 +331,29 @@ fn phase<'p>(
     };
     Phase {
         stages: streaming,
-        counters,
+        flow: Flow::new(streaming),
         sink,
         next,
     }
+}
+
+/// Whether a run pauses at `stage` until its input ends: it holds documents (`$sort`,
+/// `$group`...) or reads another collection for them (`$lookup`...).
+fn is_blocking(stage: &Stage) -> bool {
+    matches!(
+        stage,
+        Stage::Sort(_)
+            | Stage::Group(_)
+            | Stage::Count(_)
+            | Stage::Facet(_)
+            | Stage::Sample(_)
+            | Stage::BucketAuto(_)
+            | Stage::Densify(_)
+            | Stage::Lookup(_)
+            | Stage::UnionWith(_)
+            | Stage::GraphLookup(_)
+            | Stage::Window(_)
+    )
 }
 
 /// How many sorted documents the stages after a `$sort` can use: `$skip`s then a `$limit`.
@@ -382,6 +378,12 @@ impl<'p> PipelineRun<'p> {
         push_into(&mut self.phase, document, &self.context, self.buffers)
     }
 
+    /// Whether more input cannot change the output: a `$limit` before the first blocking stage
+    /// has let through all it allows, so the caller may stop reading.
+    pub fn saturated(&self) -> bool {
+        self.phase.flow.saturated(self.phase.stages)
+    }
+
     /// Ends the input: runs the blocking stages in turn, up to the output or to a `$lookup`
     /// the caller must join.
     pub fn finish(self) -> CommandResult<Step<'p>> {
@@ -397,6 +399,80 @@ impl<'p> PipelineRun<'p> {
             }
         }
         drive(pipeline, context, buffers, current)
+    }
+}
+
+impl Pipeline {
+    /// Whether every stage from `first` on passes documents on as they come (no source stage,
+    /// no blocking stage, no final write): such a tail can run as its reader pulls
+    /// ([`PulledRun`]).
+    pub fn streams_from(&self, first: usize) -> bool {
+        self.source.is_none()
+            && self.documents.is_none()
+            && self.out.is_none()
+            && self
+                .stages
+                .get(first..)
+                .is_some_and(|rest| !rest.iter().any(is_blocking))
+    }
+}
+
+/// The streaming stages of a pipeline from some position on ([`Pipeline::streams_from`]), run
+/// as the reader asks for output rather than as input arrives: a cursor holds one between
+/// batches, so a pipeline with no blocking stage reads its collection no further than the
+/// batches returned so far need.
+pub struct PulledRun {
+    pipeline: Arc<Pipeline>,
+    first: usize,
+    flow: Flow,
+    context: PipelineContext,
+}
+
+impl PulledRun {
+    /// A run of `pipeline`'s stages from `first` on, which must all stream.
+    pub fn new(
+        pipeline: Arc<Pipeline>,
+        first: usize,
+        context: PipelineContext,
+    ) -> CommandResult<PulledRun> {
+        if !pipeline.streams_from(first) {
+            return Err(CommandError::internal(
+                "a pulled pipeline run over a blocking stage",
+            ));
+        }
+        let flow = Flow::new(&pipeline.stages[first..]);
+        Ok(PulledRun {
+            pipeline,
+            first,
+            flow,
+            context,
+        })
+    }
+
+    /// The next output document that needs no more input (a copy an `$unwind` is still making).
+    pub fn pending(&mut self) -> CommandResult<Option<Document>> {
+        self.flow
+            .next(&self.pipeline.stages[self.first..], None, &self.context)
+    }
+
+    /// Passes one input document in; the first output document it makes, if any (the rest come
+    /// from [`PulledRun::pending`]).
+    pub fn push(&mut self, document: Document) -> CommandResult<Option<Document>> {
+        self.flow.next(
+            &self.pipeline.stages[self.first..],
+            Some(document),
+            &self.context,
+        )
+    }
+
+    /// Whether copies an `$unwind` is making may still come out.
+    pub fn has_pending(&self) -> bool {
+        !self.flow.unwinding.is_empty()
+    }
+
+    /// Whether more input cannot make more output (see [`PipelineRun::saturated`]).
+    pub fn saturated(&self) -> bool {
+        self.flow.saturated(&self.pipeline.stages[self.first..])
     }
 }
 
@@ -537,63 +613,116 @@ fn drive<'p>(
     }
 }
 
-/// Runs `document` through the phase's streaming stages into its sink, one document at a time:
-/// `$unwind` hands on each document it makes before making the next, so a large document with a
-/// long array never exists as all its copies at once.
+/// Runs `document` through the phase's streaming stages into its sink, each document that
+/// comes out before the next is made (see [`Flow`]).
 fn push_into(
     phase: &mut Phase<'_>,
     document: Document,
     context: &PipelineContext,
     buffers: &dyn Buffers,
 ) -> CommandResult<()> {
-    let stages = phase.stages;
-    // The `$unwind`s still making documents (innermost last), each with the stage after it.
-    let mut unwinding: Vec<(usize, Unwound<'_>)> = Vec::new();
-    let mut next = Some((0, document));
-    loop {
-        let (first, document) = match next.take() {
-            Some(start) => start,
-            None => {
-                let Some((after, unwound)) = unwinding.last_mut() else {
-                    return Ok(());
-                };
-                match unwound.next() {
-                    Some(document) => (*after, document?),
-                    None => {
-                        unwinding.pop();
-                        continue;
+    let mut output = phase.flow.next(phase.stages, Some(document), context)?;
+    while let Some(document) = output {
+        sink_push(&mut phase.sink, document, context, buffers)?;
+        output = phase.flow.next(phase.stages, None, context)?;
+    }
+    Ok(())
+}
+
+/// Where documents stand in a run of streaming stages: what each `$skip` still drops and each
+/// `$limit` still lets through, and the `$unwind`s still making copies of a document. `$unwind`
+/// hands on each copy before making the next, so a large document with a long array never
+/// exists as all its copies at once, and a reader pulling output one document at a time holds
+/// at most one copy per `$unwind`.
+struct Flow {
+    /// Per stage: documents `$skip` still drops or `$limit` still lets through.
+    counters: Vec<u64>,
+    /// The `$unwind`s still making copies (innermost last), by stage index.
+    unwinding: Vec<(usize, Unwound)>,
+}
+
+impl Flow {
+    fn new(stages: &[Stage]) -> Flow {
+        Flow {
+            counters: stages
+                .iter()
+                .map(|stage| match stage {
+                    Stage::Skip(count) | Stage::Limit(count) => *count,
+                    _ => 0,
+                })
+                .collect(),
+            unwinding: Vec::new(),
+        }
+    }
+
+    /// The next document out of `stages` (the ones this flow was made for): from the copies an
+    /// `$unwind` is still making, else from `input`; `None` when both are spent.
+    fn next(
+        &mut self,
+        stages: &[Stage],
+        input: Option<Document>,
+        context: &PipelineContext,
+    ) -> CommandResult<Option<Document>> {
+        let mut next = input.map(|document| (0, document));
+        loop {
+            let (first, document) = match next.take() {
+                Some(start) => start,
+                None => {
+                    let Some((at, unwound)) = self.unwinding.last_mut() else {
+                        return Ok(None);
+                    };
+                    let Stage::Unwind(unwind) = &stages[*at] else {
+                        return Err(CommandError::internal(
+                            "a flow unwinds at a stage that is not $unwind",
+                        ));
+                    };
+                    match unwound.next(unwind) {
+                        Some(document) => (*at + 1, document?),
+                        None => {
+                            self.unwinding.pop();
+                            continue;
+                        }
                     }
                 }
+            };
+            let mut current = Some(document);
+            for (index, stage) in stages.iter().enumerate().skip(first) {
+                let Some(document) = current.take() else {
+                    break;
+                };
+                let counter = &mut self.counters[index];
+                current = match stage {
+                    Stage::Skip(_) if *counter > 0 => {
+                        *counter -= 1;
+                        None
+                    }
+                    Stage::Limit(_) if *counter == 0 => None,
+                    Stage::Limit(_) => {
+                        *counter -= 1;
+                        Some(document)
+                    }
+                    Stage::Skip(_) => Some(document),
+                    Stage::Unwind(unwind) => {
+                        self.unwinding.push((index, unwind.unwound(document)));
+                        None
+                    }
+                    // The other streaming stages make at most one document of one.
+                    other => other.run_checked(vec![document], context)?.pop(),
+                };
             }
-        };
-        let mut current = Some(document);
-        for (index, stage) in stages.iter().enumerate().skip(first) {
-            let Some(document) = current.take() else {
-                break;
-            };
-            let counter = &mut phase.counters[index];
-            current = match stage {
-                Stage::Skip(_) if *counter > 0 => {
-                    *counter -= 1;
-                    None
-                }
-                Stage::Limit(_) if *counter == 0 => None,
-                Stage::Limit(_) => {
-                    *counter -= 1;
-                    Some(document)
-                }
-                Stage::Skip(_) => Some(document),
-                Stage::Unwind(unwind) => {
-                    unwinding.push((index + 1, unwind.unwound(document)));
-                    None
-                }
-                // The other streaming stages make at most one document of one.
-                other => other.run_checked(vec![document], context)?.pop(),
-            };
+            if current.is_some() {
+                return Ok(current);
+            }
         }
-        if let Some(document) = current {
-            sink_push(&mut phase.sink, document, context, buffers)?;
-        }
+    }
+
+    /// Whether more input cannot make more output: a `$limit` has let through all it allows
+    /// (copies an `$unwind` after it is still making may still come out).
+    fn saturated(&self, stages: &[Stage]) -> bool {
+        stages
+            .iter()
+            .zip(&self.counters)
+            .any(|(stage, counter)| matches!(stage, Stage::Limit(_)) && *counter == 0)
     }
 }
 

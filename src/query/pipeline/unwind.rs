@@ -131,21 +131,21 @@ impl Unwind {
         document: Document,
         output: &mut Vec<Document>,
     ) -> CommandResult<()> {
-        for unwound in self.unwound(document) {
-            output.push(unwound?);
+        let mut unwound = self.unwound(document);
+        while let Some(copy) = unwound.next(self) {
+            output.push(copy?);
         }
         Ok(())
     }
 
     /// The documents `document` unwinds to, made one at a time: all the copies of a large
     /// document with a long array would not fit in memory at once.
-    pub(super) fn unwound(&self, mut document: Document) -> Unwound<'_> {
+    pub(super) fn unwound(&self, mut document: Document) -> Unwound {
         // The array is taken out, so that each copy of the document does not copy it again.
         if let Some(Bson::Array(elements)) = self.value_mut(&mut document) {
             if !elements.is_empty() {
                 let elements = std::mem::take(elements);
                 return Unwound::Elements {
-                    unwind: self,
                     document,
                     elements: elements.into_iter().enumerate(),
                 };
@@ -178,29 +178,25 @@ impl Unwind {
     }
 }
 
-/// What `$unwind` makes of one document ([`Unwind::unwound`]).
-pub(super) enum Unwound<'u> {
+/// What `$unwind` makes of one document ([`Unwind::unwound`]), handed out one copy at a time
+/// by [`Unwound::next`] with the stage that made it. It owns everything it holds, so a run can
+/// keep it between pulls.
+pub(super) enum Unwound {
     Done,
     One(Option<CommandResult<Document>>),
     Elements {
-        unwind: &'u Unwind,
         document: Document,
         elements: std::iter::Enumerate<std::vec::IntoIter<Bson>>,
     },
 }
 
-impl Iterator for Unwound<'_> {
-    type Item = CommandResult<Document>;
-
-    fn next(&mut self) -> Option<CommandResult<Document>> {
+impl Unwound {
+    /// The next copy, `unwind` being the stage that made this.
+    pub(super) fn next(&mut self, unwind: &Unwind) -> Option<CommandResult<Document>> {
         match self {
             Unwound::Done => None,
             Unwound::One(kept) => kept.take(),
-            Unwound::Elements {
-                unwind,
-                document,
-                elements,
-            } => {
+            Unwound::Elements { document, elements } => {
                 let (index, element) = elements.next()?;
                 let mut unwound = document.clone();
                 if let Err(error) =
