@@ -1130,3 +1130,70 @@ async fn streaming_pipelines_read_only_what_their_batches_need() {
     let ids: Vec<i32> = sorted.iter().map(|d| d.get_i32("_id").unwrap()).collect();
     assert_eq!(ids, vec![1999, 1998, 1997, 1996, 1995]);
 }
+
+#[tokio::test]
+async fn lookups_join_large_inputs_batch_by_batch_in_order() {
+    let server = TestServer::start().await;
+    let db = server.client().database("joins");
+    let orders: Vec<Document> = (0..2500).map(|n| doc! {"_id": n, "item": n % 7}).collect();
+    db.collection::<Document>("c")
+        .insert_many(orders)
+        .await
+        .unwrap();
+    let items: Vec<Document> = (0..7)
+        .map(|k| doc! {"_id": k, "name": format!("item {k}")})
+        .collect();
+    db.collection::<Document>("items")
+        .insert_many(items)
+        .await
+        .unwrap();
+    let lookup = |as_field: &str| {
+        doc! {"$lookup": {"from": "items", "localField": "item", "foreignField": "_id", "as": as_field}}
+    };
+    // Two joins in a row, each working through its input in batches, then a `$unionWith`: every
+    // order once, in input order, each joined with its one item, then the items.
+    let (output, _) = drain(
+        &db,
+        vec![
+            doc! {"$match": {"_id": {"$gte": 0}}},
+            lookup("it"),
+            lookup("again"),
+            doc! {"$project": {"name": {"$first": "$it.name"}, "joined": {"$size": "$again"}}},
+            doc! {"$unionWith": "items"},
+        ],
+        500,
+    )
+    .await;
+    assert_eq!(output.len(), 2507);
+    for (n, document) in output.iter().take(2500).enumerate() {
+        let n = n as i32;
+        assert_eq!(
+            document,
+            &doc! {"_id": n, "name": format!("item {}", n % 7), "joined": 1},
+        );
+    }
+    assert_eq!(output[2500], doc! {"_id": 0, "name": "item 0"});
+
+    // A `$limit` after a join ends the read once it has let its documents through.
+    db.run_command(doc! {"profile": 2}).await.unwrap();
+    let limited = db
+        .run_command(doc! {
+            "aggregate": "c",
+            "pipeline": [lookup("it"), {"$limit": 3}, {"$project": {"it": 1}}],
+            "cursor": {},
+            "comment": "lookup then limit",
+        })
+        .await
+        .unwrap();
+    db.run_command(doc! {"profile": 0}).await.unwrap();
+    assert_eq!(
+        first_batch(&limited),
+        vec![
+            doc! {"_id": 0, "it": [{"_id": 0, "name": "item 0"}]},
+            doc! {"_id": 1, "it": [{"_id": 1, "name": "item 1"}]},
+            doc! {"_id": 2, "it": [{"_id": 2, "name": "item 2"}]},
+        ]
+    );
+    // The profiled read counts the orders read (one join batch and a page) and the item reads.
+    assert!(examined_by(&db, "lookup then limit").await < 2000);
+}

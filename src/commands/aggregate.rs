@@ -25,8 +25,8 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::pipeline::{
-    CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, MergeSpec, MergeWrite, OutTarget,
-    PulledRun, Resume, SourceStage, Step,
+    Buffers, CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, ForeignBatch, MergeSpec,
+    MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
 };
 use crate::query::variables::with_command_variables;
 use crate::query::variables::CommandVariables;
@@ -106,12 +106,11 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
     match (pipeline.source(), &collection) {
         (Some(SourceStage::Documents), _) => {}
         (Some(SourceStage::CollStats(request)), Some(ns)) => {
-            run.push(coll_stats_source(ctx, ns, request).await?)
-                .map_err(during_aggregation)?;
+            feed(ctx, &mut run, coll_stats_source(ctx, ns, request).await?).await?;
         }
         (Some(SourceStage::CurrentOp(request)), None) if ctx.db == "admin" => {
             for op in crate::commands::operations::current_ops(ctx.state, request)? {
-                run.push(op).map_err(during_aggregation)?;
+                feed(ctx, &mut run, op).await?;
             }
         }
         (Some(SourceStage::CurrentOp(_)), _) => {
@@ -177,8 +176,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                     break;
                 };
                 read += 1;
-                run.push(record.doc.into_document())
-                    .map_err(during_aggregation)?;
+                feed(ctx, &mut run, record.doc.into_document()).await?;
             }
             let stats = stream.stats();
             ctx.op
@@ -191,8 +189,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             ))
         }
     };
-    let step = run.finish().map_err(during_aggregation)?;
-    let output = complete(ctx, step).await?;
+    let output = finish(ctx, &mut run).await?;
     let cursor_ns = match &collection {
         Some(ns) => ns.to_string(),
         None => format!("{}.$cmd.aggregate", ctx.db),
@@ -207,113 +204,147 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
     Ok(Reply::cursor(0, &cursor_ns, Vec::new(), true))
 }
 
-/// The output of a run from `step` on: each stage that reads another collection is served
-/// here (one planned read per `$lookup` batch, per `$graphLookup` depth, per `$unionWith`),
-/// and a `$facet` whose branches read other collections runs each branch the same way.
-async fn complete<'p>(
+/// Passes one input document into `run` and serves the batches it then has to join.
+async fn feed(
     ctx: &CommandContext<'_>,
-    mut step: Step<'p>,
-) -> CommandResult<DocumentStream> {
-    loop {
-        step = match step {
-            Step::Done(output) => return Ok(output),
-            Step::Foreign {
-                read,
-                documents,
-                resume,
-            } => {
-                let joined = match read {
-                    Foreign::Lookup(lookup) => {
-                        let collation = resume.context().collation.clone();
-                        let filter = lookup.foreign_filter(&documents);
-                        let foreign =
-                            read_collection(ctx, &lookup.from, filter, &collation).await?;
-                        if lookup.nested_reads() {
-                            // The sub-pipeline reads too: run it per document, serving its
-                            // reads here.
-                            let candidates = lookup.candidates(&foreign, resume.context());
-                            let mut joined = Vec::with_capacity(documents.len());
-                            for mut document in documents {
-                                let pipeline = lookup
-                                    .sub_pipeline(&document, resume.context())
-                                    .map_err(during_aggregation)?;
-                                let matched = candidates.of(&document);
-                                let results = run_nested(ctx, &pipeline, matched, &resume).await?;
-                                lookup
-                                    .set_results(&mut document, results)
-                                    .map_err(during_aggregation)?;
-                                joined.push(document);
-                            }
-                            joined
-                        } else {
-                            lookup
-                                .join(documents, &foreign, resume.context())
-                                .map_err(during_aggregation)?
-                        }
-                    }
-                    Foreign::GraphLookup(graph) => {
-                        let collation = resume.context().collation.clone();
-                        let mut joined = Vec::with_capacity(documents.len());
-                        for document in documents {
-                            let mut search = graph
-                                .search(document, resume.context())
-                                .map_err(during_aggregation)?;
-                            while let Some(filter) = search.next_filter() {
-                                let found =
-                                    read_collection(ctx, &graph.from, filter, &collation).await?;
-                                search.visit(found).map_err(during_aggregation)?;
-                            }
-                            joined.push(search.finish().map_err(during_aggregation)?);
-                        }
-                        joined
-                    }
-                    Foreign::UnionWith(union) => {
-                        let collation = resume.context().collation.clone();
-                        let mut documents = documents;
-                        let mut other =
-                            read_collection(ctx, &union.coll, Document::new(), &collation).await?;
-                        if let Some(pipeline) = &union.pipeline {
-                            other = run_nested(ctx, pipeline, other, &resume).await?;
-                        }
-                        documents.extend(other);
-                        documents
-                    }
-                    Foreign::Facet(facet) => {
-                        let mut results = Vec::with_capacity(facet.branches().len());
-                        for (name, branch) in facet.branches() {
-                            let output =
-                                run_nested(ctx, branch, documents.clone(), &resume).await?;
-                            results.push((name.as_str(), output));
-                        }
-                        vec![Facet::assemble(results).map_err(during_aggregation)?]
-                    }
-                };
-                resume.resume(joined).map_err(during_aggregation)?
-            }
-        };
+    run: &mut PipelineRun<'_>,
+    document: Document,
+) -> CommandResult<()> {
+    run.push(document).map_err(during_aggregation)?;
+    match advance(ctx, run).await? {
+        None => Ok(()),
+        Some(_) => Err(CommandError::internal(
+            "a pipeline run gave its output before its input ended",
+        )),
     }
 }
 
-/// A nested pipeline (a `$facet` branch, a `$unionWith` pipeline) over `documents`, its
-/// leading `$match` included, in the paused run's context and buffers, its own reads of other
-/// collections served as the outer run's are.
+/// Ends `run`'s input and serves what it needs until its output.
+async fn finish(
+    ctx: &CommandContext<'_>,
+    run: &mut PipelineRun<'_>,
+) -> CommandResult<DocumentStream> {
+    run.end_input().map_err(during_aggregation)?;
+    advance(ctx, run)
+        .await?
+        .ok_or_else(|| CommandError::internal("a pipeline run wants input after its end"))
+}
+
+/// Serves what `run` needs until it needs more input (`None`) or has its output.
+async fn advance(
+    ctx: &CommandContext<'_>,
+    run: &mut PipelineRun<'_>,
+) -> CommandResult<Option<DocumentStream>> {
+    loop {
+        match run.step().map_err(during_aggregation)? {
+            Step::Input => return Ok(None),
+            Step::Done(output) => return Ok(Some(output)),
+            Step::Foreign(batch) => {
+                let origin = batch.origin;
+                let context = run.context().clone();
+                let joined = join(ctx, batch, &context, run.buffers()).await?;
+                run.joined(origin, joined);
+            }
+        }
+    }
+}
+
+/// Combines a batch that reached a stage reading another collection with that collection's
+/// documents: one planned read per `$lookup` batch, per `$graphLookup` depth, per `$unionWith`;
+/// a `$facet` whose branches read other collections runs each branch as a nested run.
+async fn join(
+    ctx: &CommandContext<'_>,
+    batch: ForeignBatch<'_>,
+    context: &PipelineContext,
+    buffers: &dyn Buffers,
+) -> CommandResult<Vec<Document>> {
+    let collation = context.collation.clone();
+    let documents = batch.documents;
+    Ok(match batch.read {
+        Foreign::Lookup(lookup) => {
+            let filter = lookup.foreign_filter(&documents);
+            let foreign = read_collection(ctx, &lookup.from, filter, &collation).await?;
+            if lookup.nested_reads() {
+                // The sub-pipeline reads too: run it per document, serving its reads here.
+                let candidates = lookup.candidates(&foreign, context);
+                let mut joined = Vec::with_capacity(documents.len());
+                for mut document in documents {
+                    let pipeline = lookup
+                        .sub_pipeline(&document, context)
+                        .map_err(during_aggregation)?;
+                    let matched = candidates.of(&document);
+                    let results = run_nested(ctx, &pipeline, matched, context, buffers).await?;
+                    lookup
+                        .set_results(&mut document, results)
+                        .map_err(during_aggregation)?;
+                    joined.push(document);
+                }
+                joined
+            } else {
+                lookup
+                    .join(documents, &foreign, context)
+                    .map_err(during_aggregation)?
+            }
+        }
+        Foreign::GraphLookup(graph) => {
+            let mut joined = Vec::with_capacity(documents.len());
+            for document in documents {
+                let mut search = graph
+                    .search(document, context)
+                    .map_err(during_aggregation)?;
+                while let Some(filter) = search.next_filter() {
+                    let found = read_collection(ctx, &graph.from, filter, &collation).await?;
+                    search.visit(found).map_err(during_aggregation)?;
+                }
+                joined.push(search.finish().map_err(during_aggregation)?);
+            }
+            joined
+        }
+        // The run passes a `$unionWith`'s input on itself; the last batch adds the other
+        // collection's documents.
+        Foreign::UnionWith(union) => {
+            let mut documents = documents;
+            if batch.last {
+                let mut other =
+                    read_collection(ctx, &union.coll, Document::new(), &collation).await?;
+                if let Some(pipeline) = &union.pipeline {
+                    other = run_nested(ctx, pipeline, other, context, buffers).await?;
+                }
+                documents.extend(other);
+            }
+            documents
+        }
+        Foreign::Facet(facet) => {
+            let mut results = Vec::with_capacity(facet.branches().len());
+            for (name, branch) in facet.branches() {
+                let output = run_nested(ctx, branch, documents.clone(), context, buffers).await?;
+                results.push((name.as_str(), output));
+            }
+            vec![Facet::assemble(results).map_err(during_aggregation)?]
+        }
+    })
+}
+
+/// A nested pipeline (a `$facet` branch, a `$unionWith` pipeline, a `$lookup` sub-pipeline)
+/// over `documents`, its leading `$match` included, in the outer run's `context` and `buffers`, its
+/// own reads of other collections served as the outer run's are.
 async fn run_nested(
     ctx: &CommandContext<'_>,
     pipeline: &Pipeline,
     documents: Vec<Document>,
-    resume: &Resume<'_>,
+    context: &PipelineContext,
+    buffers: &dyn Buffers,
 ) -> CommandResult<Vec<Document>> {
-    let mut run = pipeline.start(resume.context(), resume.buffers());
+    let mut run = pipeline.start(context, buffers);
     for document in documents {
         if pipeline
-            .admits(&document, resume.context())
+            .admits(&document, context)
             .map_err(during_aggregation)?
         {
-            run.push(document).map_err(during_aggregation)?;
+            Box::pin(feed(ctx, &mut run, document)).await?;
         }
     }
-    let step = run.finish().map_err(during_aggregation)?;
-    Box::pin(complete(ctx, step))
+    Box::pin(finish(ctx, &mut run))
         .await?
         .collect::<CommandResult<Vec<_>>>()
 }

@@ -42,8 +42,8 @@ pub use facet::Facet;
 pub use merge::{MergeSpec, MergeWrite};
 pub use optimize::reorder as reorder_stages;
 pub use run::{
-    BufferPurpose, Buffers, DocumentBuffer, DocumentStream, Foreign, PipelineRun, PulledRun,
-    Resume, Step,
+    BatchOrigin, BufferPurpose, Buffers, DocumentBuffer, DocumentStream, Foreign, ForeignBatch,
+    PipelineRun, PulledRun, Step,
 };
 
 use bson::{Bson, DateTime, Document};

@@ -1,9 +1,12 @@
 //! Running a parsed pipeline one document at a time. Streaming stages (`$match`, `$project`,
 //! `$addFields`, `$unset`, `$unwind`, `$replaceRoot`, `$skip`, `$limit`) pass each document on;
-//! blocking stages (`$sort`, `$group`, `$count`) hold what they need in buffers the caller
+//! blocking stages (`$sort`, `$group`, `$count`...) hold what they need in buffers the caller
 //! provides ([`Buffers`]), so the caller bounds their memory and may spill them to disk; the
-//! output is itself such a buffer. A `$sort` directly followed by `$limit` (after any `$skip`)
-//! keeps only the documents it can return.
+//! output is itself such a buffer. Stages that read another collection (`$lookup`,
+//! `$graphLookup`, `$unionWith`) hand their input to the caller in batches while the input is
+//! still coming ([`PipelineRun::step`]), so a join never holds more than a batch. A pipeline
+//! with no blocking stage can instead be pulled by its reader ([`PulledRun`]). A `$sort` directly
+//! followed by `$limit` (after any `$skip`) keeps only the documents it can return.
 //!
 //! Invariants: documents reach each stage in the order the previous one produced them; `$group`
 //! accumulates in input order, and once its groups outgrow their memory it either fails with
@@ -13,6 +16,7 @@
 //! every document. This module performs no I/O itself.
 
 use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
@@ -157,10 +161,19 @@ enum Sink<'p> {
         stage: &'p Stage,
         buffer: Box<dyn DocumentBuffer>,
     },
-    /// `$lookup`, `$graphLookup`, `$unionWith`: every input document, handed to the caller,
-    /// which reads the other collection.
+    /// `$lookup`, `$graphLookup`, `$unionWith`: input documents in batches the caller combines
+    /// with the other collection's (a `$unionWith` passes its input on as it comes and adds the
+    /// other collection's documents at the end).
     Join {
         read: Foreign<'p>,
+        batch: Vec<Document>,
+        /// Encoded size of `batch`.
+        bytes: usize,
+    },
+    /// A `$facet` with a branch that reads another collection: every input document, handed to
+    /// the caller at the end, which runs each branch.
+    FacetJoin {
+        facet: &'p super::facet::Facet,
         buffer: Box<dyn DocumentBuffer>,
     },
     /// `$setWindowFields`: every input document in partition-then-sort order.
@@ -169,25 +182,90 @@ enum Sink<'p> {
         buffer: Box<dyn DocumentBuffer>,
     },
     Output(Box<dyn DocumentBuffer>),
+    /// A sink that has released everything it held.
+    Closed,
 }
 
-/// One phase: the streaming stages from `first` up to the blocking stage at `blocking` (or to the
-/// end), where documents stand in them, and the blocking stage's sink.
+/// Documents a `$lookup` or `$graphLookup` batch holds before the caller joins it: one planned
+/// read of the other collection serves a `$lookup` batch.
+const JOIN_BATCH_DOCUMENTS: usize = 1000;
+/// Bytes a join batch holds at most (one document at least).
+const JOIN_BATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// One phase: the streaming stages from some position up to a blocking stage (or to the end),
+/// where documents stand in them, the blocking stage's sink, and what the phase before has
+/// released into it and it has yet to take.
 struct Phase<'p> {
     stages: &'p [Stage],
     flow: Flow,
     sink: Sink<'p>,
-    /// Index of the stage after the sink (where the next phase starts).
-    next: usize,
+    /// Joined documents waiting to enter.
+    queued: VecDeque<Document>,
+    /// The output of the blocking stage before, still to enter.
+    upstream: Option<DocumentStream>,
 }
 
-/// A pipeline run in progress: [`PipelineRun::push`] each input document, then
-/// [`PipelineRun::finish`].
+impl Phase<'_> {
+    fn waiting(&self) -> bool {
+        !self.queued.is_empty() || self.upstream.is_some()
+    }
+}
+
+/// A pipeline run in progress. The caller pushes input documents ([`PipelineRun::push`]), then
+/// ends the input ([`PipelineRun::end_input`]); after each of these it asks the run what it needs
+/// ([`PipelineRun::step`]) until the answer is more input or the output, serving the batches it
+/// is handed to join with another collection's and returning them through
+/// [`PipelineRun::joined`]. A stage that reads another collection thus works through its input
+/// batch by batch while the input is still being read.
+///
+/// Invariants: documents keep their order through every phase (the deepest phase's work is done
+/// first, and what a phase releases enters the next in order); a phase is closed, releasing what
+/// its blocking stage held, only once every phase before it is closed and its own waiting
+/// documents have entered.
 pub struct PipelineRun<'p> {
     pipeline: &'p Pipeline,
     context: PipelineContext,
     buffers: &'p dyn Buffers,
-    phase: Phase<'p>,
+    /// Each blocking stage's phase in order, then the output's.
+    phases: Vec<Phase<'p>>,
+    /// Phases before this index are closed.
+    closed: usize,
+    input_ended: bool,
+}
+
+/// What a run needs next ([`PipelineRun::step`]).
+pub enum Step<'p> {
+    /// The next input document, or the end of the input.
+    Input,
+    /// A batch to combine with another collection's documents.
+    Foreign(ForeignBatch<'p>),
+    /// The pipeline's output.
+    Done(DocumentStream),
+}
+
+/// Documents that reached a stage reading another collection, for the caller to combine with
+/// that collection's and hand back ([`PipelineRun::joined`]).
+pub struct ForeignBatch<'p> {
+    pub read: Foreign<'p>,
+    pub documents: Vec<Document>,
+    /// Whether the stage's input has ended with this batch (a `$unionWith` then adds the other
+    /// collection's documents; a `$facet` only ever gets a last batch, its whole input).
+    pub last: bool,
+    pub origin: BatchOrigin,
+}
+
+/// Which phase a [`ForeignBatch`] came from.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchOrigin(usize);
+
+/// A stage that reads another collection.
+#[derive(Clone, Copy)]
+pub enum Foreign<'p> {
+    Lookup(&'p super::lookup::Lookup),
+    UnionWith(&'p super::lookup::UnionWith),
+    GraphLookup(&'p super::graph_lookup::GraphLookup),
+    /// A `$facet` with a branch that reads another collection: the caller runs each branch.
+    Facet(&'p super::facet::Facet),
 }
 
 impl Pipeline {
@@ -197,11 +275,24 @@ impl Pipeline {
         context: &PipelineContext,
         buffers: &'p dyn Buffers,
     ) -> PipelineRun<'p> {
+        let mut phases = Vec::new();
+        let mut first = 0;
+        loop {
+            let (phase, next) = phase(&self.stages, first, buffers, &context.collation);
+            let output = matches!(phase.sink, Sink::Output(_));
+            phases.push(phase);
+            if output {
+                break;
+            }
+            first = next;
+        }
         PipelineRun {
             pipeline: self,
             context: context.clone(),
             buffers,
-            phase: phase(&self.stages, 0, buffers, &context.collation),
+            phases,
+            closed: 0,
+            input_ended: false,
         }
     }
 
@@ -237,10 +328,14 @@ impl Pipeline {
         let mut run = self.start(context, &InMemoryBuffers);
         for document in input {
             run.push(document)?;
+            run.next_without_reads()?;
         }
-        match run.finish()? {
-            Step::Done(output) => output.collect(),
-            Step::Foreign { .. } => Err(foreign_read_not_here()),
+        run.end_input()?;
+        match run.next_without_reads()? {
+            Some(output) => output.collect(),
+            None => Err(CommandError::internal(
+                "a pipeline run wants input after its end",
+            )),
         }
     }
 }
@@ -254,16 +349,22 @@ pub(super) fn foreign_read_not_here() -> CommandError {
     )
 }
 
-/// The phase that starts at stage `first`.
+/// The phase that starts at stage `first`, and the index of the stage after its sink (where the
+/// next phase starts).
 fn phase<'p>(
     stages: &'p [Stage],
     first: usize,
     buffers: &dyn Buffers,
     collation: &CollationChoice,
-) -> Phase<'p> {
+) -> (Phase<'p>, usize) {
     let rest = &stages[first..];
     let blocking = rest.iter().position(is_blocking);
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
+    let join = |read| Sink::Join {
+        read,
+        batch: Vec::new(),
+        bytes: 0,
+    };
     let (sink, next) = match blocking.map(|at| (&rest[at], first + at)) {
         Some((Stage::Sort(spec), at)) => {
             let limit = sort_limit(&stages[at + 1..]);
@@ -279,30 +380,12 @@ fn phase<'p>(
             at + 1,
         ),
         Some((Stage::Count(field), at)) => (Sink::Count { field, count: 0 }, at + 1),
-        Some((Stage::Lookup(lookup), at)) => (
-            Sink::Join {
-                read: Foreign::Lookup(lookup),
-                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
-            },
-            at + 1,
-        ),
-        Some((Stage::UnionWith(union), at)) => (
-            Sink::Join {
-                read: Foreign::UnionWith(union),
-                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
-            },
-            at + 1,
-        ),
+        Some((Stage::Lookup(lookup), at)) => (join(Foreign::Lookup(lookup)), at + 1),
+        Some((Stage::UnionWith(union), at)) => (join(Foreign::UnionWith(union)), at + 1),
+        Some((Stage::GraphLookup(graph), at)) => (join(Foreign::GraphLookup(graph)), at + 1),
         Some((Stage::Facet(facet), at)) if facet.reads_other_collections() => (
-            Sink::Join {
-                read: Foreign::Facet(facet),
-                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
-            },
-            at + 1,
-        ),
-        Some((Stage::GraphLookup(graph), at)) => (
-            Sink::Join {
-                read: Foreign::GraphLookup(graph),
+            Sink::FacetJoin {
+                facet,
                 buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
             },
             at + 1,
@@ -329,12 +412,14 @@ fn phase<'p>(
             stages.len(),
         ),
     };
-    Phase {
+    let phase = Phase {
         stages: streaming,
         flow: Flow::new(streaming),
         sink,
-        next,
-    }
+        queued: VecDeque::new(),
+        upstream: None,
+    };
+    (phase, next)
 }
 
 /// Whether a run pauses at `stage` until its input ends: it holds documents (`$sort`,
@@ -372,33 +457,204 @@ fn sort_limit(after: &[Stage]) -> Option<usize> {
 }
 
 impl<'p> PipelineRun<'p> {
-    /// Passes one input document through the pipeline.
+    /// Passes one input document into the pipeline; [`PipelineRun::step`] takes it further.
     pub fn push(&mut self, document: Document) -> CommandResult<()> {
         self.buffers.deadline().check()?;
-        push_into(&mut self.phase, document, &self.context, self.buffers)
+        push_into(&mut self.phases[0], document, &self.context, self.buffers)
     }
 
-    /// Whether more input cannot change the output: a `$limit` before the first blocking stage
-    /// has let through all it allows, so the caller may stop reading.
+    /// Ends the input (after the documents of a `$documents` source, which enter now).
+    pub fn end_input(&mut self) -> CommandResult<()> {
+        if let Some(expression) = &self.pipeline.documents {
+            self.phases[0]
+                .queued
+                .extend(evaluate_documents(expression, &self.context)?);
+        }
+        self.input_ended = true;
+        Ok(())
+    }
+
+    /// Whether more input cannot change the output: a `$limit` has let through all it allows
+    /// (a phase only ever receives what the phases before it release), so the caller may stop
+    /// reading.
     pub fn saturated(&self) -> bool {
-        self.phase.flow.saturated(self.phase.stages)
+        self.phases
+            .iter()
+            .any(|phase| phase.flow.saturated(phase.stages))
     }
 
-    /// Ends the input: runs the blocking stages in turn, up to the output or to a `$lookup`
-    /// the caller must join.
-    pub fn finish(self) -> CommandResult<Step<'p>> {
-        let PipelineRun {
-            pipeline,
-            context,
-            buffers,
-            phase: mut current,
-        } = self;
-        if let Some(expression) = &pipeline.documents {
-            for document in evaluate_documents(expression, &context)? {
-                push_into(&mut current, document, &context, buffers)?;
+    /// The run's context (its collation is what a join compares under).
+    pub fn context(&self) -> &PipelineContext {
+        &self.context
+    }
+
+    /// Where the run keeps what its blocking stages hold (a nested run the caller makes for a
+    /// `$facet` branch or a sub-pipeline keeps its own there too).
+    pub fn buffers(&self) -> &'p dyn Buffers {
+        self.buffers
+    }
+
+    /// Takes the run as far as it goes without the caller: to the next batch to join, to the
+    /// need for more input, or to the output.
+    pub fn step(&mut self) -> CommandResult<Step<'p>> {
+        loop {
+            // The deepest work first: what it releases is furthest along.
+            for index in (0..self.phases.len()).rev() {
+                if let Some(batch) = self.full_batch(index) {
+                    return Ok(Step::Foreign(batch));
+                }
+            }
+            if let Some(index) = (0..self.phases.len())
+                .rev()
+                .find(|&index| self.phases[index].waiting())
+            {
+                self.buffers.deadline().check()?;
+                let phase = &mut self.phases[index];
+                let document = match phase.queued.pop_front() {
+                    Some(document) => document,
+                    None => match phase.upstream.as_mut().and_then(Iterator::next) {
+                        Some(document) => document?,
+                        None => {
+                            phase.upstream = None;
+                            continue;
+                        }
+                    },
+                };
+                push_into(phase, document, &self.context, self.buffers)?;
+                continue;
+            }
+            if !self.input_ended {
+                return Ok(Step::Input);
+            }
+            if let Some(step) = self.close_next()? {
+                return Ok(step);
             }
         }
-        drive(pipeline, context, buffers, current)
+    }
+
+    /// Hands back a batch joined with another collection's documents: they enter the phase
+    /// after the one that made the batch.
+    pub fn joined(&mut self, origin: BatchOrigin, documents: Vec<Document>) {
+        self.phases[origin.0 + 1].queued.extend(documents);
+    }
+
+    /// [`PipelineRun::step`] for a run that cannot read other collections: the output once the
+    /// input has ended, `None` while it needs more.
+    fn next_without_reads(&mut self) -> CommandResult<Option<DocumentStream>> {
+        match self.step()? {
+            Step::Input => Ok(None),
+            Step::Done(output) => Ok(Some(output)),
+            Step::Foreign(_) => Err(foreign_read_not_here()),
+        }
+    }
+
+    /// The batch phase `index` must have joined now: a full `$lookup`/`$graphLookup` batch.
+    /// A `$unionWith` passes its batch on to the next phase instead.
+    fn full_batch(&mut self, index: usize) -> Option<ForeignBatch<'p>> {
+        let (before, after) = self.phases.split_at_mut(index + 1);
+        let Sink::Join { read, batch, bytes } = &mut before[index].sink else {
+            return None;
+        };
+        if batch.is_empty() {
+            return None;
+        }
+        if let Foreign::UnionWith(_) = read {
+            after[0].queued.extend(batch.drain(..));
+            *bytes = 0;
+            return None;
+        }
+        if batch.len() < JOIN_BATCH_DOCUMENTS && *bytes < JOIN_BATCH_BYTES {
+            return None;
+        }
+        *bytes = 0;
+        Some(ForeignBatch {
+            read: *read,
+            documents: std::mem::take(batch),
+            last: false,
+            origin: BatchOrigin(index),
+        })
+    }
+
+    /// Closes the first open phase, every phase before it being closed and nothing waiting
+    /// anywhere: what its blocking stage held enters the next phase, or goes to the caller.
+    fn close_next(&mut self) -> CommandResult<Option<Step<'p>>> {
+        let index = self.closed;
+        let Some(phase) = self.phases.get_mut(index) else {
+            return Err(CommandError::internal(
+                "a pipeline run closed past its output",
+            ));
+        };
+        self.closed += 1;
+        let origin = BatchOrigin(index);
+        let last = |read, documents| {
+            Ok(Some(Step::Foreign(ForeignBatch {
+                read,
+                documents,
+                last: true,
+                origin,
+            })))
+        };
+        let released: DocumentStream = match std::mem::replace(&mut phase.sink, Sink::Closed) {
+            Sink::Output(buffer) => return buffer.finish().map(|output| Some(Step::Done(output))),
+            Sink::Join { read, batch, .. } => {
+                if batch.is_empty() && !matches!(read, Foreign::UnionWith(_)) {
+                    return Ok(None);
+                }
+                return last(read, batch);
+            }
+            Sink::FacetJoin { facet, buffer } => {
+                let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
+                return last(Foreign::Facet(facet), documents);
+            }
+            Sink::Closed => return Err(CommandError::internal("a pipeline phase closed twice")),
+            Sink::Sort { buffer, .. } => buffer.finish()?,
+            Sink::Count { field, count } => {
+                Box::new(count_output(field, count).into_iter().map(Ok))
+            }
+            Sink::Window { stage, buffer } => {
+                let (max_bytes, allow_disk_use) = self.buffers.window_memory();
+                let output = stage.partitions(
+                    buffer.finish()?,
+                    self.context.clone(),
+                    max_bytes,
+                    allow_disk_use,
+                );
+                // `$push` of `$$ROOT` nests its input and copies it: the next stage must
+                // again see bounded documents.
+                Box::new(output.map(|document| {
+                    document.and_then(|document| {
+                        check_built_depth(&document)?;
+                        check_built_size(&document)?;
+                        Ok(document)
+                    })
+                }))
+            }
+            Sink::Collect { stage, buffer } => {
+                let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
+                Box::new(
+                    stage
+                        .run_checked(documents, &self.context)?
+                        .into_iter()
+                        .map(Ok),
+                )
+            }
+            Sink::Group { table, spill } => {
+                let groups: DocumentStream = match spill {
+                    Some(buffer) => Box::new(SpilledGroups::new(*table, buffer.finish()?)?),
+                    None => Box::new(table.finish().into_iter()),
+                };
+                // `$push` of `$$ROOT` nests its input: the next stage must again see
+                // bounded documents.
+                Box::new(groups.map(|document| {
+                    document.and_then(|document| {
+                        check_built_depth(&document)?;
+                        Ok(document)
+                    })
+                }))
+            }
+        };
+        self.phases[index + 1].upstream = Some(released);
+        Ok(None)
     }
 }
 
@@ -473,143 +729,6 @@ impl PulledRun {
     /// Whether more input cannot make more output (see [`PipelineRun::saturated`]).
     pub fn saturated(&self) -> bool {
         self.flow.saturated(&self.pipeline.stages[self.first..])
-    }
-}
-
-/// Where a run stands when its input has ended.
-pub enum Step<'p> {
-    /// The pipeline's output.
-    Done(DocumentStream),
-    /// Paused at a stage that reads another collection: its input documents, to combine with
-    /// that collection's and hand back through [`Resume::resume`].
-    Foreign {
-        read: Foreign<'p>,
-        documents: Vec<Document>,
-        resume: Resume<'p>,
-    },
-}
-
-/// A stage that reads another collection.
-#[derive(Clone, Copy)]
-pub enum Foreign<'p> {
-    Lookup(&'p super::lookup::Lookup),
-    UnionWith(&'p super::lookup::UnionWith),
-    GraphLookup(&'p super::graph_lookup::GraphLookup),
-    /// A `$facet` with a branch that reads another collection: the caller runs each branch.
-    Facet(&'p super::facet::Facet),
-}
-
-/// The rest of a run paused at a `$lookup`.
-pub struct Resume<'p> {
-    pipeline: &'p Pipeline,
-    context: PipelineContext,
-    buffers: &'p dyn Buffers,
-    /// The stage after the `$lookup`.
-    next: usize,
-}
-
-impl<'p> Resume<'p> {
-    /// The run's context (its collation is what a join compares under).
-    pub fn context(&self) -> &PipelineContext {
-        &self.context
-    }
-
-    /// Where the run keeps what its blocking stages hold (a `$facet` branch run by the caller
-    /// keeps its own there too).
-    pub fn buffers(&self) -> &'p dyn Buffers {
-        self.buffers
-    }
-
-    /// Goes on with the `$lookup`'s output.
-    pub fn resume(self, joined: Vec<Document>) -> CommandResult<Step<'p>> {
-        let Resume {
-            pipeline,
-            context,
-            buffers,
-            next,
-        } = self;
-        let mut current = phase(&pipeline.stages, next, buffers, &context.collation);
-        for document in joined {
-            buffers.deadline().check()?;
-            push_into(&mut current, document, &context, buffers)?;
-        }
-        drive(pipeline, context, buffers, current)
-    }
-}
-
-/// Runs the blocking stages from `current` on, phase after phase.
-fn drive<'p>(
-    pipeline: &'p Pipeline,
-    context: PipelineContext,
-    buffers: &'p dyn Buffers,
-    mut current: Phase<'p>,
-) -> CommandResult<Step<'p>> {
-    {
-        loop {
-            let next = current.next;
-            let blocked = match current.sink {
-                // Only the last phase ends in the output.
-                Sink::Output(buffer) => return buffer.finish().map(Step::Done),
-                Sink::Join { read, buffer } => {
-                    let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
-                    return Ok(Step::Foreign {
-                        read,
-                        documents,
-                        resume: Resume {
-                            pipeline,
-                            context,
-                            buffers,
-                            next,
-                        },
-                    });
-                }
-                Sink::Sort { buffer, .. } => buffer.finish()?,
-                Sink::Count { field, count } => {
-                    Box::new(count_output(field, count).into_iter().map(Ok))
-                }
-                Sink::Window { stage, buffer } => {
-                    let (max_bytes, allow_disk_use) = buffers.window_memory();
-                    let output = stage.partitions(
-                        buffer.finish()?,
-                        context.clone(),
-                        max_bytes,
-                        allow_disk_use,
-                    );
-                    // `$push` of `$$ROOT` nests its input and copies it: the next stage must
-                    // again see bounded documents.
-                    Box::new(output.map(|document| {
-                        document.and_then(|document| {
-                            check_built_depth(&document)?;
-                            check_built_size(&document)?;
-                            Ok(document)
-                        })
-                    }))
-                }
-                Sink::Collect { stage, buffer } => {
-                    let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
-                    Box::new(stage.run_checked(documents, &context)?.into_iter().map(Ok))
-                }
-                Sink::Group { table, spill } => {
-                    let groups: DocumentStream = match spill {
-                        Some(buffer) => Box::new(SpilledGroups::new(*table, buffer.finish()?)?),
-                        None => Box::new(table.finish().into_iter()),
-                    };
-                    // `$push` of `$$ROOT` nests its input: the next stage must again see
-                    // bounded documents.
-                    Box::new(groups.map(|document| {
-                        document.and_then(|document| {
-                            check_built_depth(&document)?;
-                            Ok(document)
-                        })
-                    }))
-                }
-            };
-            current = phase(&pipeline.stages, next, buffers, &context.collation);
-            for document in blocked {
-                buffers.deadline().check()?;
-                push_into(&mut current, document?, &context, buffers)?;
-            }
-        }
     }
 }
 
@@ -734,9 +853,17 @@ fn sink_push(
 ) -> CommandResult<()> {
     match sink {
         Sink::Sort { spec, buffer } => buffer.push(spec.sort_key(&document), document),
-        Sink::Collect { buffer, .. } | Sink::Join { buffer, .. } => {
+        Sink::Collect { buffer, .. } | Sink::FacetJoin { buffer, .. } => {
             buffer.push(Vec::new(), document)
         }
+        Sink::Join { batch, bytes, .. } => {
+            *bytes += crate::bsonutil::encoded_size(&document);
+            batch.push(document);
+            Ok(())
+        }
+        Sink::Closed => Err(CommandError::internal(
+            "a document reached a closed pipeline phase",
+        )),
         Sink::Count { count, .. } => {
             *count += 1;
             Ok(())
