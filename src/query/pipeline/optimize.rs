@@ -4,10 +4,11 @@
 //! stages it passed.
 //!
 //! Invariants: a `$match` moves ahead of an adjacent `$sort` always (sorting does not change
-//! documents); ahead of `$addFields`/`$set`, `$unset` and `$unwind` only when every path it
-//! reads is known (plain field conditions under `$and`/`$or`/`$nor`, no `$expr`, `$where`,
-//! `$text` or other whole-document operators) and none of them is, extends or is extended by a
-//! path the stage writes. It never moves past `$skip`, `$limit` or any other stage, and the
+//! documents); ahead of `$addFields`/`$set`, `$unset`, `$unwind` and `$project` only when every
+//! path it reads is known (plain field conditions under `$and`/`$or`/`$nor`, no `$expr`,
+//! `$where`, `$text` or other whole-document operators) and the stage leaves each of them as it
+//! was: none is, extends or is extended by a path the stage writes, and past a `$project` each
+//! lies under a top-level field it keeps whole (or no field it excludes). It never moves past `$skip`, `$limit` or any other stage, and the
 //! relative order of the `$match` stages is kept, so the result is the same documents in the
 //! same order.
 
@@ -65,6 +66,38 @@ fn written_paths(name: &str, spec: &Bson) -> Option<Vec<String>> {
     }
 }
 
+/// Whether a `$project` leaves every path in `read` as it was: for an exclusion projection,
+/// paths no excluded field overlaps; for an inclusion projection, paths under a top-level field
+/// it keeps whole (`_id` unless excluded or computed), never under a computed one.
+fn projection_preserves(spec: &Bson, read: &[String]) -> bool {
+    let Bson::Document(spec) = spec else {
+        return false;
+    };
+    let flag = |value: &Bson| match value {
+        Bson::Boolean(flag) => Some(*flag),
+        value => crate::bsonutil::as_f64(value).map(|number| number != 0.0),
+    };
+    let (mut kept, mut excluded, mut computed) = (Vec::new(), Vec::new(), Vec::new());
+    for (key, value) in spec {
+        match flag(value) {
+            Some(true) => kept.push(key.as_str()),
+            Some(false) => excluded.push(key.as_str()),
+            None => computed.push(key.as_str()),
+        }
+    }
+    if kept.is_empty() && computed.is_empty() {
+        return read
+            .iter()
+            .all(|path| excluded.iter().all(|field| !overlap(path, field)));
+    }
+    let id_kept = !excluded.contains(&"_id") && !computed.contains(&"_id");
+    read.iter().all(|path| {
+        let top = path.split('.').next().unwrap_or_default();
+        (kept.contains(&top) || (top == "_id" && id_kept))
+            && computed.iter().all(|field| !overlap(path, field))
+    })
+}
+
 /// Whether the `$match` of `filter` may run before the stage `{name: spec}` instead of after.
 fn may_precede(filter: &Bson, name: &str, spec: &Bson) -> bool {
     if name == "$sort" {
@@ -73,13 +106,18 @@ fn may_precede(filter: &Bson, name: &str, spec: &Bson) -> bool {
     let Bson::Document(filter) = filter else {
         return false;
     };
-    let (Some(written), mut read) = (written_paths(name, spec), Vec::new()) else {
+    let mut read = Vec::new();
+    if filter_paths(filter, &mut read).is_none() {
+        return false;
+    }
+    if name == "$project" {
+        return projection_preserves(spec, &read);
+    }
+    let Some(written) = written_paths(name, spec) else {
         return false;
     };
-    filter_paths(filter, &mut read).is_some()
-        && read
-            .iter()
-            .all(|path| written.iter().all(|field| !overlap(path, field)))
+    read.iter()
+        .all(|path| written.iter().all(|field| !overlap(path, field)))
 }
 
 fn single(stage: &Document) -> Option<(&String, &Bson)> {
@@ -155,10 +193,34 @@ mod tests {
             (doc! {"$unset": ["x", "a"]}, doc! {"a": {"$exists": false}}),
             (doc! {"$set": {"x": 1}}, doc! {"$expr": {"$eq": ["$a", 1]}}),
             (doc! {"$limit": 1}, doc! {"a": 1}),
-            (doc! {"$project": {"a": 1}}, doc! {"a": 1}),
+            (doc! {"$project": {"b": 1}}, doc! {"a": 1}),
+            (doc! {"$project": {"a.b": 1}}, doc! {"a.b": 1}),
+            (doc! {"$project": {"a": "$b"}}, doc! {"a": 1}),
+            (doc! {"$project": {"_id": 0, "a": 1}}, doc! {"_id": 1}),
+            (doc! {"$project": {"a": {"b": 0}}}, doc! {"c": 1}),
+            (doc! {"$project": {"a": 0}}, doc! {"a.b": 1}),
         ] {
             let stages = [before.clone(), doc! {"$match": filter.clone()}];
             assert_eq!(reorder(&stages), stages.to_vec(), "{before} then {filter}");
+        }
+    }
+
+    #[test]
+    fn matches_move_ahead_of_projections_that_keep_what_they_read() {
+        for (project, filter) in [
+            (
+                doc! {"a": 1, "b": 1},
+                doc! {"a.x": 1, "$or": [{"b": 2}, {"_id": 3}]},
+            ),
+            (doc! {"a": 1, "c": {"$add": ["$a", 1]}}, doc! {"a": 1}),
+            (doc! {"_id": 0, "c": 0}, doc! {"a": 1, "b.c": 2}),
+        ] {
+            let stages = [doc! {"$project": project.clone()}, doc! {"$match": filter}];
+            assert_eq!(
+                names(&reorder(&stages)),
+                ["$match", "$project"],
+                "{project}"
+            );
         }
     }
 
