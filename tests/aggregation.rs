@@ -1197,3 +1197,44 @@ async fn lookups_join_large_inputs_batch_by_batch_in_order() {
     // The profiled read counts the orders read (one join batch and a page) and the item reads.
     assert!(examined_by(&db, "lookup then limit").await < 2000);
 }
+
+#[tokio::test]
+async fn union_with_feeds_large_collections_in_order() {
+    let server = TestServer::start().await;
+    let db = server.client().database("unions");
+    db.collection::<Document>("c")
+        .insert_many((0..3).map(|n| doc! {"_id": n, "from": "c"}))
+        .await
+        .unwrap();
+    db.collection::<Document>("other")
+        .insert_many((0..2500).map(|n| doc! {"_id": n, "x": n}))
+        .await
+        .unwrap();
+    // Without a pipeline, with one (its leading `$match` filters the read), and a blocking
+    // stage after the union: every document once, the union's after the input.
+    let (plain, _) = drain(&db, vec![doc! {"$unionWith": "other"}], 700).await;
+    assert_eq!(plain.len(), 2503);
+    assert_eq!(plain[2], doc! {"_id": 2, "from": "c"});
+    for (n, document) in plain[3..].iter().enumerate() {
+        assert_eq!(document.get_i32("x").unwrap(), n as i32);
+    }
+    let (filtered, _) = drain(
+        &db,
+        vec![
+            doc! {"$unionWith": {"coll": "other", "pipeline": [
+                {"$match": {"x": {"$gte": 1000}}},
+                {"$sort": {"x": -1}},
+                {"$project": {"_id": 0, "x": 1}},
+            ]}},
+            doc! {"$group": {"_id": null, "n": {"$sum": 1}, "top": {"$first": "$x"}, "sum": {"$sum": "$x"}}},
+        ],
+        10,
+    )
+    .await;
+    // 3 input documents (no x) and 1500 of the other's, the first of them 2499; the sum of
+    // 1000..=2499 is 2,624,250.
+    assert_eq!(
+        filtered,
+        vec![doc! {"_id": null, "n": 1503, "top": null, "sum": 2_624_250}]
+    );
+}

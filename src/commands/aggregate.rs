@@ -24,6 +24,7 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
+use crate::query::pipeline::lookup::UnionWith;
 use crate::query::pipeline::{
     Buffers, CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, ForeignBatch, MergeSpec,
     MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
@@ -235,6 +236,9 @@ async fn advance(
     ctx: &CommandContext<'_>,
     run: &mut PipelineRun<'_>,
 ) -> CommandResult<Option<DocumentStream>> {
+    // The other collection's documents of the `$unionWith` whose input has ended (one at a
+    // time: phases close in order).
+    let mut feed: Option<UnionFeed> = None;
     loop {
         match run.step().map_err(during_aggregation)? {
             Step::Input => return Ok(None),
@@ -242,10 +246,98 @@ async fn advance(
             Step::Foreign(batch) => {
                 let origin = batch.origin;
                 let context = run.context().clone();
+                if let Foreign::UnionWith(union) = batch.read {
+                    run.joined(origin, batch.documents);
+                    feed = Some(UnionFeed::open(ctx, union, &context, run.buffers()).await?);
+                    continue;
+                }
                 let joined = join(ctx, batch, &context, run.buffers()).await?;
                 run.joined(origin, joined);
             }
+            Step::Feed(origin) => {
+                let Some(source) = feed.as_mut() else {
+                    return Err(CommandError::internal("a $unionWith fed from nothing"));
+                };
+                let chunk = source.next_chunk(ctx).await?;
+                if chunk.is_empty() {
+                    feed = None;
+                    run.fed_all(origin)?;
+                } else {
+                    run.joined(origin, chunk);
+                }
+            }
         }
+    }
+}
+
+/// Documents a `$unionWith` hands its run at a time.
+const UNION_CHUNK: usize = 1000;
+
+/// The other collection's documents a `$unionWith` feeds into its run, a chunk at a time.
+enum UnionFeed {
+    /// Read from the collection as they are asked for (no pipeline).
+    Read(Box<crate::exec::DocStream>),
+    /// Its pipeline's output (held by the run's buffers, which spill).
+    Computed(DocumentStream),
+}
+
+impl UnionFeed {
+    /// The documents of `union`: its pipeline's leading `$match` is the read's filter.
+    async fn open(
+        ctx: &CommandContext<'_>,
+        union: &UnionWith,
+        context: &PipelineContext,
+        buffers: &dyn Buffers,
+    ) -> CommandResult<UnionFeed> {
+        let ns = Namespace::new(ctx.db, union.coll.as_str());
+        validate_namespace(&ns)?;
+        let filter = union
+            .pipeline
+            .as_ref()
+            .and_then(Pipeline::leading_match)
+            .cloned()
+            .unwrap_or_default();
+        let stream = plan_read(ctx, &ns, filter, &context.collation).await?;
+        let Some(pipeline) = &union.pipeline else {
+            return Ok(UnionFeed::Read(Box::new(stream)));
+        };
+        let mut read = UnionFeed::Read(Box::new(stream));
+        let mut run = pipeline.start(context, buffers);
+        loop {
+            let chunk = read.next_chunk(ctx).await?;
+            if chunk.is_empty() {
+                break;
+            }
+            for document in chunk {
+                Box::pin(feed(ctx, &mut run, document)).await?;
+            }
+        }
+        Ok(UnionFeed::Computed(Box::pin(finish(ctx, &mut run)).await?))
+    }
+
+    /// Up to [`UNION_CHUNK`] more documents; none when all have been handed out.
+    async fn next_chunk(&mut self, ctx: &CommandContext<'_>) -> CommandResult<Vec<Document>> {
+        let mut chunk = Vec::new();
+        match self {
+            UnionFeed::Read(stream) => {
+                let storage = ctx.state.storage.as_ref();
+                while chunk.len() < UNION_CHUNK {
+                    let Some(record) = stream.next(storage).await? else {
+                        let stats = stream.stats();
+                        ctx.op
+                            .add_examined(stats.keys_examined, stats.docs_examined);
+                        break;
+                    };
+                    chunk.push(record.doc.into_document());
+                }
+            }
+            UnionFeed::Computed(output) => {
+                for document in output.take(UNION_CHUNK) {
+                    chunk.push(document?);
+                }
+            }
+        }
+        Ok(chunk)
     }
 }
 
@@ -300,19 +392,10 @@ async fn join(
             }
             joined
         }
-        // The run passes a `$unionWith`'s input on itself; the last batch adds the other
+        // The run passes a `$unionWith`'s input on itself, and [`advance`] feeds it the other
         // collection's documents.
-        Foreign::UnionWith(union) => {
-            let mut documents = documents;
-            if batch.last {
-                let mut other =
-                    read_collection(ctx, &union.coll, Document::new(), &collation).await?;
-                if let Some(pipeline) = &union.pipeline {
-                    other = run_nested(ctx, pipeline, other, context, buffers).await?;
-                }
-                documents.extend(other);
-            }
-            documents
+        Foreign::UnionWith(_) => {
+            return Err(CommandError::internal("a $unionWith batch to join"));
         }
         Foreign::Facet(facet) => {
             let mut results = Vec::with_capacity(facet.branches().len());
@@ -543,12 +626,8 @@ pub(crate) async fn read_namespace(
     filter: Document,
     collation: &CollationChoice,
 ) -> CommandResult<Vec<Document>> {
-    let filter = Filter::parse(&filter)?.with_collation(collation.clone());
-    let query = Query::filter(Arc::new(filter));
     let storage = ctx.state.storage.as_ref();
-    let view = ctx.state.view(ns).await?;
-    let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
-    let mut stream = planned.stream;
+    let mut stream = plan_read(ctx, ns, filter, collation).await?;
     let mut foreign = Vec::new();
     while let Some(record) = stream.next(storage).await? {
         ctx.deadline.check()?;
@@ -558,6 +637,23 @@ pub(crate) async fn read_namespace(
     ctx.op
         .add_examined(stats.keys_examined, stats.docs_examined);
     Ok(foreign)
+}
+
+/// The planned read of the documents of `ns` matching `filter` under `collation`, expired
+/// documents hidden.
+async fn plan_read(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+    filter: Document,
+    collation: &CollationChoice,
+) -> CommandResult<crate::exec::DocStream> {
+    let filter = Filter::parse(&filter)?.with_collation(collation.clone());
+    let query = Query::filter(Arc::new(filter));
+    let view = ctx.state.view(ns).await?;
+    let planned = view
+        .plan(ctx.state.storage.as_ref(), &ctx.state.plan_cache, &query)
+        .await?;
+    Ok(planned.stream)
 }
 
 /// mongod's context for a memory limit hit while the pipeline runs.

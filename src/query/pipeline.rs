@@ -1281,7 +1281,8 @@ mod tests {
         let pipeline = Pipeline::parse(&[
             doc! {"$match": {"a": 1}},
             doc! {"$match": {"b": 2}},
-            doc! {"$project": {"a": 1}},
+            // A computed `a`: the last `$match` cannot move ahead of it.
+            doc! {"$project": {"a": {"$add": ["$a", 0]}}},
             doc! {"$match": {"a": 5}},
         ])
         .expect("valid");

@@ -182,6 +182,9 @@ enum Sink<'p> {
         buffer: Box<dyn DocumentBuffer>,
     },
     Output(Box<dyn DocumentBuffer>),
+    /// A `$unionWith` whose input has ended, while the caller feeds the other collection's
+    /// documents into the next phase ([`Step::Feed`]).
+    Feeding,
     /// A sink that has released everything it held.
     Closed,
 }
@@ -239,6 +242,10 @@ pub enum Step<'p> {
     Input,
     /// A batch to combine with another collection's documents.
     Foreign(ForeignBatch<'p>),
+    /// The phase after a `$unionWith` whose input has ended has taken every document handed
+    /// to it: the caller hands it more of the other collection's ([`PipelineRun::joined`]), or
+    /// says there are no more ([`PipelineRun::fed_all`]).
+    Feed(BatchOrigin),
     /// The pipeline's output.
     Done(DocumentStream),
 }
@@ -248,8 +255,9 @@ pub enum Step<'p> {
 pub struct ForeignBatch<'p> {
     pub read: Foreign<'p>,
     pub documents: Vec<Document>,
-    /// Whether the stage's input has ended with this batch (a `$unionWith` then adds the other
-    /// collection's documents; a `$facet` only ever gets a last batch, its whole input).
+    /// Whether the stage's input has ended with this batch (a `$unionWith` then feeds the other
+    /// collection's documents, [`Step::Feed`]; a `$facet` only ever gets a last batch, its
+    /// whole input).
     pub last: bool,
     pub origin: BatchOrigin,
 }
@@ -538,13 +546,27 @@ impl<'p> PipelineRun<'p> {
         self.phases[origin.0 + 1].queued.extend(documents);
     }
 
+    /// Ends the other collection's documents of the `$unionWith` that asked for them
+    /// ([`Step::Feed`]): its phase closes.
+    pub fn fed_all(&mut self, origin: BatchOrigin) -> CommandResult<()> {
+        let phase = &mut self.phases[origin.0];
+        if !matches!(phase.sink, Sink::Feeding) || self.closed != origin.0 {
+            return Err(CommandError::internal(
+                "a $unionWith fed that was not feeding",
+            ));
+        }
+        phase.sink = Sink::Closed;
+        self.closed += 1;
+        Ok(())
+    }
+
     /// [`PipelineRun::step`] for a run that cannot read other collections: the output once the
     /// input has ended, `None` while it needs more.
     fn next_without_reads(&mut self) -> CommandResult<Option<DocumentStream>> {
         match self.step()? {
             Step::Input => Ok(None),
             Step::Done(output) => Ok(Some(output)),
-            Step::Foreign(_) => Err(foreign_read_not_here()),
+            Step::Foreign(_) | Step::Feed(_) => Err(foreign_read_not_here()),
         }
     }
 
@@ -584,8 +606,27 @@ impl<'p> PipelineRun<'p> {
                 "a pipeline run closed past its output",
             ));
         };
-        self.closed += 1;
         let origin = BatchOrigin(index);
+        match phase.sink {
+            // The phase closes when the caller has fed all ([`PipelineRun::fed_all`]).
+            Sink::Feeding => return Ok(Some(Step::Feed(origin))),
+            Sink::Join {
+                read: Foreign::UnionWith(union),
+                ref mut batch,
+                ..
+            } => {
+                let documents = std::mem::take(batch);
+                phase.sink = Sink::Feeding;
+                return Ok(Some(Step::Foreign(ForeignBatch {
+                    read: Foreign::UnionWith(union),
+                    documents,
+                    last: true,
+                    origin,
+                })));
+            }
+            _ => {}
+        }
+        self.closed += 1;
         let last = |read, documents| {
             Ok(Some(Step::Foreign(ForeignBatch {
                 read,
@@ -597,7 +638,7 @@ impl<'p> PipelineRun<'p> {
         let released: DocumentStream = match std::mem::replace(&mut phase.sink, Sink::Closed) {
             Sink::Output(buffer) => return buffer.finish().map(|output| Some(Step::Done(output))),
             Sink::Join { read, batch, .. } => {
-                if batch.is_empty() && !matches!(read, Foreign::UnionWith(_)) {
+                if batch.is_empty() {
                     return Ok(None);
                 }
                 return last(read, batch);
@@ -606,7 +647,9 @@ impl<'p> PipelineRun<'p> {
                 let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
                 return last(Foreign::Facet(facet), documents);
             }
-            Sink::Closed => return Err(CommandError::internal("a pipeline phase closed twice")),
+            Sink::Closed | Sink::Feeding => {
+                return Err(CommandError::internal("a pipeline phase closed twice"))
+            }
             Sink::Sort { buffer, .. } => buffer.finish()?,
             Sink::Count { field, count } => {
                 Box::new(count_output(field, count).into_iter().map(Ok))
@@ -861,7 +904,7 @@ fn sink_push(
             batch.push(document);
             Ok(())
         }
-        Sink::Closed => Err(CommandError::internal(
+        Sink::Closed | Sink::Feeding => Err(CommandError::internal(
             "a document reached a closed pipeline phase",
         )),
         Sink::Count { count, .. } => {
