@@ -96,6 +96,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             sorter::sort_exceeded_message(usize::try_from(max_sort_bytes).unwrap_or(usize::MAX)),
         ),
         group_max_bytes: usize::try_from(ctx.state.params.max_group_bytes()).unwrap_or(usize::MAX),
+        stages: ctx.state.params.stage_limits(),
     };
     let mut run = pipeline.start(&context, &buffers);
     match (pipeline.source(), &collection) {
@@ -270,7 +271,8 @@ async fn complete<'p>(
                                 run_nested(ctx, branch, documents.clone(), &resume).await?;
                             results.push((name.as_str(), output));
                         }
-                        vec![Facet::assemble(results).map_err(during_aggregation)?]
+                        let max_bytes = resume.buffers().stage_limits().facet_max_output_bytes;
+                        vec![Facet::assemble(results, max_bytes).map_err(during_aggregation)?]
                     }
                 };
                 resume.resume(joined).map_err(during_aggregation)?
