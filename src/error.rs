@@ -475,6 +475,8 @@ error_codes! {
     Location5733410 = 5733410,
     Location5876900 = 5876900,
     Location5897900 = 5897900,
+    Location6007200 = 6007200,
+    Location4031700 = 4031700,
     Location5946800 = 5946800,
     Location5946802 = 5946802,
     Location6053600 = 6053600,

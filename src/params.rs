@@ -20,6 +20,10 @@ pub struct Parameters {
     allow_disk_use_by_default: AtomicBool,
     max_blocking_sort_bytes: AtomicU64,
     max_group_bytes: AtomicU64,
+    max_bucket_auto_bytes: AtomicU64,
+    max_densify_bytes: AtomicU64,
+    facet_buffer_bytes: AtomicU64,
+    max_facet_output_bytes: AtomicU64,
     map_reduce_single_reduce_optimization: AtomicBool,
 }
 
@@ -32,6 +36,10 @@ impl Default for Parameters {
             allow_disk_use_by_default: AtomicBool::new(true),
             max_blocking_sort_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
             max_group_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_bucket_auto_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_densify_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            facet_buffer_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_facet_output_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
             map_reduce_single_reduce_optimization: AtomicBool::new(false),
         }
     }
@@ -47,6 +55,22 @@ struct ParameterSpec {
     set_at_startup: Option<fn(&Parameters, &str) -> CommandResult<()>>,
     /// Applies a `setParameter` value at runtime; `None` if not settable then.
     set_at_runtime: Option<fn(&Parameters, &Bson) -> CommandResult<()>>,
+}
+
+/// A memory limit in bytes, settable at startup and at runtime (mongod's `internal*Bytes` knobs).
+macro_rules! bytes_parameter {
+    ($name:literal, $field:ident) => {
+        ParameterSpec {
+            name: $name,
+            get: |p| {
+                Bson::Int64(i64::try_from(p.$field.load(Ordering::Relaxed)).unwrap_or(i64::MAX))
+            },
+            set_at_startup: Some(|p, value| {
+                store_bytes(&p.$field, $name, &Bson::String(value.into()))
+            }),
+            set_at_runtime: Some(|p, value| store_bytes(&p.$field, $name, value)),
+        }
+    };
 }
 
 const PARAMETERS: &[ParameterSpec] = &[
@@ -110,42 +134,24 @@ const PARAMETERS: &[ParameterSpec] = &[
             Ok(())
         }),
     },
-    ParameterSpec {
-        name: "internalQueryMaxBlockingSortMemoryUsageBytes",
-        get: |p| Bson::Int64(p.max_blocking_sort_bytes() as i64),
-        set_at_startup: Some(|p, value| {
-            store_bytes(
-                &p.max_blocking_sort_bytes,
-                "internalQueryMaxBlockingSortMemoryUsageBytes",
-                &Bson::String(value.into()),
-            )
-        }),
-        set_at_runtime: Some(|p, value| {
-            store_bytes(
-                &p.max_blocking_sort_bytes,
-                "internalQueryMaxBlockingSortMemoryUsageBytes",
-                value,
-            )
-        }),
-    },
-    ParameterSpec {
-        name: "internalDocumentSourceGroupMaxMemoryBytes",
-        get: |p| Bson::Int64(p.max_group_bytes() as i64),
-        set_at_startup: Some(|p, value| {
-            store_bytes(
-                &p.max_group_bytes,
-                "internalDocumentSourceGroupMaxMemoryBytes",
-                &Bson::String(value.into()),
-            )
-        }),
-        set_at_runtime: Some(|p, value| {
-            store_bytes(
-                &p.max_group_bytes,
-                "internalDocumentSourceGroupMaxMemoryBytes",
-                value,
-            )
-        }),
-    },
+    bytes_parameter!(
+        "internalQueryMaxBlockingSortMemoryUsageBytes",
+        max_blocking_sort_bytes
+    ),
+    bytes_parameter!("internalDocumentSourceGroupMaxMemoryBytes", max_group_bytes),
+    bytes_parameter!(
+        "internalDocumentSourceBucketAutoMaxMemoryBytes",
+        max_bucket_auto_bytes
+    ),
+    bytes_parameter!(
+        "internalDocumentSourceDensifyMaxMemoryBytes",
+        max_densify_bytes
+    ),
+    bytes_parameter!("internalQueryFacetBufferSizeBytes", facet_buffer_bytes),
+    bytes_parameter!(
+        "internalQueryFacetMaxOutputDocSizeBytes",
+        max_facet_output_bytes
+    ),
     ParameterSpec {
         name: "ttlMonitorSleepSecs",
         get: |p| Bson::Int32(p.ttl_monitor_sleep_secs().min(i32::MAX as u64) as i32),
@@ -269,6 +275,18 @@ impl Parameters {
 
     pub fn max_group_bytes(&self) -> u64 {
         self.max_group_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The limits `$bucketAuto`, `$densify` and `$facet` apply to themselves.
+    pub fn stage_limits(&self) -> crate::query::pipeline::StageLimits {
+        let bytes =
+            |slot: &AtomicU64| usize::try_from(slot.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        crate::query::pipeline::StageLimits {
+            bucket_auto_max_bytes: bytes(&self.max_bucket_auto_bytes),
+            densify_max_bytes: bytes(&self.max_densify_bytes),
+            facet_buffer_bytes: bytes(&self.facet_buffer_bytes),
+            facet_max_output_bytes: bytes(&self.max_facet_output_bytes),
+        }
     }
 
     pub fn ttl_monitor_sleep_secs(&self) -> u64 {
@@ -398,6 +416,43 @@ mod tests {
         let defaults = Parameters::default();
         assert_eq!(defaults.ttl_monitor_sleep_secs(), 1);
         assert!(defaults.ttl_monitor_enabled());
+    }
+
+    #[test]
+    fn stage_memory_limits_are_mongods_knobs() {
+        // Defaults: query_knobs.idl (the $facet knobs), DocumentSourceBucketAuto's
+        // kDefaultMaxMemoryUsageBytes, SERVER-60072 ($densify's 100MB): 100 MiB each.
+        let defaults = Parameters::default();
+        for name in [
+            "internalDocumentSourceBucketAutoMaxMemoryBytes",
+            "internalDocumentSourceDensifyMaxMemoryBytes",
+            "internalQueryFacetBufferSizeBytes",
+            "internalQueryFacetMaxOutputDocSizeBytes",
+        ] {
+            assert_eq!(defaults.get(name), Some(Bson::Int64(104_857_600)), "{name}");
+        }
+        let config = Config::parse_from([
+            "tideway",
+            "--setParameter",
+            "internalQueryFacetBufferSizeBytes=4096",
+        ]);
+        let parameters = Parameters::from_config(&config).unwrap();
+        assert_eq!(parameters.stage_limits().facet_buffer_bytes, 4096);
+        assert_eq!(
+            parameters.set(
+                "internalDocumentSourceDensifyMaxMemoryBytes",
+                &Bson::Int32(1000)
+            ),
+            Ok(Bson::Int64(104_857_600))
+        );
+        let limits = parameters.stage_limits();
+        assert_eq!(
+            (limits.densify_max_bytes, limits.bucket_auto_max_bytes),
+            (1000, 104_857_600)
+        );
+        assert!(parameters
+            .set("internalQueryFacetMaxOutputDocSizeBytes", &Bson::Int32(0))
+            .is_err());
     }
 
     #[test]

@@ -22,10 +22,12 @@ use bson::{doc, Bson, Document};
 
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::limits::Deadline;
-use crate::query::pipeline::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream};
+use crate::query::pipeline::{BufferPurpose, Buffers, DocumentBuffer, DocumentStream, StageLimits};
 
-/// mongod's `internalQueryMaxBlockingSortMemoryUsageBytes` and
-/// `internalDocumentSourceGroupMaxMemoryBytes` default.
+/// mongod's default for `internalQueryMaxBlockingSortMemoryUsageBytes`,
+/// `internalDocumentSourceGroupMaxMemoryBytes`, `internalDocumentSourceBucketAutoMaxMemoryBytes`,
+/// `internalDocumentSourceDensifyMaxMemoryBytes`, `internalQueryFacetBufferSizeBytes` and
+/// `internalQueryFacetMaxOutputDocSizeBytes`.
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
 /// Bookkeeping per item beyond its own bytes (key vector, sequence number, vector slot).
 const ENTRY_OVERHEAD_BYTES: usize = 64;
@@ -138,7 +140,13 @@ impl<T: Spillable> Sorter<T> {
             }
         }
         if self.memory_bytes > self.limits.max_memory_bytes {
-            self.spill()?;
+            // A top-k holds its best k before it needs a disk (mongod's TopKSorter does too).
+            if let Some(limit) = self.limit {
+                self.keep_best(limit)?;
+            }
+            if self.memory_bytes > self.limits.max_memory_bytes {
+                self.spill()?;
+            }
         }
         Ok(())
     }
@@ -475,14 +483,24 @@ impl DocumentBuffer for Sorter<Document> {
     }
 }
 
-/// The buffers of one aggregation: `$sort` and `$group` within their memory limits (spilling
-/// if the command allows disk use, else 292), and the output, which always spills past the sort
-/// limit: mongod streams its output to the cursor and never holds or refuses it, so holding it
-/// all in memory would let one command exhaust the server, and refusing it would fail commands
-/// mongod runs.
+/// mongod's message when its sorter (used directly by `$bucketAuto`) reaches its memory limit
+/// without disk use (`sorter.cpp`; the `$sort` stage words it as [`sort_exceeded_message`]).
+pub fn sorter_exceeded_message(max_memory_bytes: usize) -> String {
+    format!(
+        "Sort exceeded memory limit of {max_memory_bytes} bytes, but did not opt in to external sorting."
+    )
+}
+
+/// The buffers of one aggregation: `$sort` (and `$sample`, `$densify`'s sort), `$group` and
+/// `$bucketAuto` within their memory limits (spilling if the command allows disk use, else 292),
+/// and the output, which always spills past the sort limit: mongod streams its output to the
+/// cursor and never holds or refuses it, so holding it all in memory would let one command
+/// exhaust the server, and refusing it would fail commands mongod runs.
 pub struct PipelineBuffers {
     pub sort: SortLimits,
     pub group_max_bytes: usize,
+    /// `$bucketAuto`'s sorter; `$densify`'s partitions; `$facet`'s batch and output.
+    pub stages: StageLimits,
 }
 
 impl Buffers for PipelineBuffers {
@@ -497,12 +515,21 @@ impl Buffers for PipelineBuffers {
             BufferPurpose::Sort => {}
             BufferPurpose::GroupSpill => limits.max_memory_bytes = self.group_max_bytes,
             BufferPurpose::Output => limits.allow_disk_use = true,
+            BufferPurpose::BucketAuto => {
+                limits.max_memory_bytes = self.stages.bucket_auto_max_bytes;
+                limits.exceeded_message =
+                    sorter_exceeded_message(self.stages.bucket_auto_max_bytes);
+            }
         }
         Box::new(Sorter::<Document>::new(order, limit, limits))
     }
 
     fn group_memory(&self) -> (usize, bool) {
         (self.group_max_bytes, self.sort.allow_disk_use)
+    }
+
+    fn stage_limits(&self) -> StageLimits {
+        self.stages
     }
 
     fn deadline(&self) -> Deadline {

@@ -1,9 +1,10 @@
 //! Memory limits of blocking operations, as mongod's: a blocking `find` sort, an aggregation
-//! `$sort` and `$group` stop at their limit with 292 QueryExceededMemoryLimitNoDiskUseAllowed
-//! unless disk use is allowed (by the command, or `allowDiskUseByDefault`), and then spill to
-//! files under the spill directory and return the same result an unlimited run would; `sort +
-//! limit` keeps only the top k. The limits are lowered here (they are server parameters) so the
-//! data stays small; `full_size_sort_and_group_stay_within_memory` (ignored: run it with
+//! `$sort`, `$group` and `$bucketAuto` stop at their limit with 292
+//! QueryExceededMemoryLimitNoDiskUseAllowed unless disk use is allowed (by the command, or
+//! `allowDiskUseByDefault`), and then spill to files under the spill directory and return the
+//! same result an unlimited run would; `sort + limit` and `$sample` keep only the top k; `$facet`
+//! and `$densify` have their own limits, which do not spill. The limits are lowered here (they
+//! are server parameters) so the data stays small; `full_size_sort_and_group_stay_within_memory` (ignored: run it with
 //! `cargo test --release --test memory -- --ignored --nocapture`) uses the real 100 MiB limits
 //! on the release binary and prints the server's peak RSS.
 
@@ -225,6 +226,172 @@ async fn aggregation_sort_and_group_spill_or_fail_with_mongods_error() {
         .await
         .unwrap();
     assert_eq!(everything.len(), 3000);
+    assert_eq!(spill_files(&server), 0);
+    server.stop().await;
+}
+
+/// `setParameter` on the admin database.
+async fn set_parameter(server: &TestServer, name: &str, value: i64) {
+    server
+        .client()
+        .database("admin")
+        .run_command(doc! {"setParameter": 1, name: value})
+        .await
+        .unwrap();
+}
+
+/// The manual's `$bucketAuto` `artwork` collection, reduced to `price`.
+fn artwork_prices() -> Vec<Document> {
+    [
+        "199.99", "280.00", "76.04", "167.30", "483.00", "385.00", "159.00", "118.42",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, price)| doc! {"_id": i as i32 + 1, "price": Bson::Decimal128(price.parse().unwrap())})
+    .collect()
+}
+
+fn dec(text: &str) -> Bson {
+    Bson::Decimal128(text.parse().unwrap())
+}
+
+#[tokio::test]
+async fn bucket_auto_sample_facet_and_densify_hold_mongods_limits() {
+    let server = server(&[&format!(
+        "internalDocumentSourceBucketAutoMaxMemoryBytes={LIMIT_BYTES}"
+    )])
+    .await;
+    let db = server.client().database("mem");
+    fill(&db).await;
+    let admin = server.client().database("admin");
+    let reply = admin
+        .run_command(doc! {"getParameter": 1, "internalDocumentSourceBucketAutoMaxMemoryBytes": 1, "internalDocumentSourceDensifyMaxMemoryBytes": 1, "internalQueryFacetBufferSizeBytes": 1, "internalQueryFacetMaxOutputDocSizeBytes": 1})
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.get_i64("internalDocumentSourceBucketAutoMaxMemoryBytes"),
+        Ok(LIMIT_BYTES)
+    );
+    for default in [
+        "internalDocumentSourceDensifyMaxMemoryBytes",
+        "internalQueryFacetBufferSizeBytes",
+        "internalQueryFacetMaxOutputDocSizeBytes",
+    ] {
+        assert_eq!(reply.get_i64(default), Ok(100 * 1024 * 1024), "{default}");
+    }
+
+    // $bucketAuto sorts 3 MiB by `key` (each of 0..1000 three times) in its own sorter.
+    let buckets = vec![doc! {"$bucketAuto": {"groupBy": "$key", "buckets": 10}}];
+    let (code, _, message) = command_error(aggregate(&db, buckets.clone(), false).await);
+    assert_eq!(code, 292);
+    assert_eq!(
+        message,
+        format!("PlanExecutor error during aggregation :: caused by :: Sort exceeded memory limit of {LIMIT_BYTES} bytes, but did not opt in to external sorting.")
+    );
+    // 300 documents (100 keys) a bucket; each maximum is the next minimum, the last inclusive.
+    let expected: Vec<Document> = (0..10)
+        .map(|b| doc! {"_id": {"min": b * 100, "max": if b == 9 { 999 } else { b * 100 + 100 }}, "count": 300})
+        .collect();
+    assert_eq!(aggregate(&db, buckets, true).await.unwrap(), expected);
+    // The manual's price example, spilling every document.
+    set_parameter(
+        &server,
+        "internalDocumentSourceBucketAutoMaxMemoryBytes",
+        100,
+    )
+    .await;
+    db.collection::<Document>("artwork")
+        .insert_many(artwork_prices())
+        .await
+        .unwrap();
+    let options = AggregateOptions::builder().allow_disk_use(true).build();
+    let prices: Vec<Document> = db
+        .collection::<Document>("artwork")
+        .aggregate(vec![
+            doc! {"$bucketAuto": {"groupBy": "$price", "buckets": 4}},
+        ])
+        .with_options(options)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        prices,
+        vec![
+            doc! {"_id": {"min": dec("76.04"), "max": dec("159.00")}, "count": 2},
+            doc! {"_id": {"min": dec("159.00"), "max": dec("199.99")}, "count": 2},
+            doc! {"_id": {"min": dec("199.99"), "max": dec("385.00")}, "count": 2},
+            doc! {"_id": {"min": dec("385.00"), "max": dec("483.00")}, "count": 2},
+        ]
+    );
+
+    // $sample holds its size, not its input: no disk needed.
+    let sample = aggregate(
+        &db,
+        vec![doc! {"$sample": {"size": 5}}, doc! {"$project": {"pad": 0}}],
+        false,
+    )
+    .await
+    .unwrap();
+    let mut ids: Vec<i32> = sample.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 5);
+
+    // $facet reads its input in batches and never refuses it; its branches keep their limits.
+    set_parameter(&server, "internalQueryFacetBufferSizeBytes", LIMIT_BYTES).await;
+    let facet = vec![doc! {"$facet": {
+        "n": [{"$count": "n"}],
+        "top": [{"$sort": {"key": -1, "_id": 1}}, {"$limit": 2}, {"$project": {"_id": 1}}],
+    }}];
+    let mut highest: Vec<i32> = (0..3000).filter(|i| (i * 7919) % 1000 == 999).collect();
+    highest.truncate(2);
+    assert_eq!(
+        aggregate(&db, facet, false).await.unwrap(),
+        vec![
+            doc! {"n": [{"n": 3000}], "top": highest.iter().map(|id| doc! {"_id": *id}).collect::<Vec<_>>()}
+        ]
+    );
+    // The document it builds may hold internalQueryFacetMaxOutputDocSizeBytes, disk or not.
+    set_parameter(
+        &server,
+        "internalQueryFacetMaxOutputDocSizeBytes",
+        LIMIT_BYTES,
+    )
+    .await;
+    let (code, name, message) = command_error(
+        aggregate(
+            &db,
+            vec![doc! {"$facet": {"all": [{"$project": {"pad": 1}}]}}],
+            true,
+        )
+        .await,
+    );
+    assert_eq!((code, name.as_str()), (4031700, "Location4031700"));
+    // (Only 292 carries the "PlanExecutor error during aggregation" context here.)
+    assert!(
+        message.starts_with("document constructed by $facet is ")
+            && message.ends_with(&format!(
+                " bytes, which exceeds the limit of {LIMIT_BYTES} bytes"
+            )),
+        "{message}"
+    );
+
+    // $densify's partitions (jstests/aggregation/sources/densify/memory_limit.js).
+    set_parameter(&server, "internalDocumentSourceDensifyMaxMemoryBytes", 1000).await;
+    let long = ",".repeat(100);
+    let parts = db.collection::<Document>("parts");
+    parts
+        .insert_many((0..10).map(|i| doc! {"_id": i, "val": i, "part": format!("{long}{i}")}))
+        .await
+        .unwrap();
+    let (code, _, message) = command_error(
+        db.run_command(doc! {"aggregate": "parts", "pipeline": [{"$densify": {"field": "val", "partitionByFields": ["part"], "range": {"step": 1, "bounds": "partition"}}}], "cursor": {}})
+            .await,
+    );
+    assert_eq!(code, 6007200);
+    assert_eq!(message, "$densify exceeded memory limit of 1000");
     assert_eq!(spill_files(&server), 0);
     server.stop().await;
 }

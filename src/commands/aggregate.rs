@@ -102,6 +102,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             sorter::sort_exceeded_message(usize::try_from(max_sort_bytes).unwrap_or(usize::MAX)),
         ),
         group_max_bytes: usize::try_from(ctx.state.params.max_group_bytes()).unwrap_or(usize::MAX),
+        stages: ctx.state.params.stage_limits(),
     };
     let mut run = pipeline.start(&context, &buffers);
     match (pipeline.source(), &collection) {
@@ -403,7 +404,8 @@ async fn join(
                 let output = run_nested(ctx, branch, documents.clone(), context, buffers).await?;
                 results.push((name.as_str(), output));
             }
-            vec![Facet::assemble(results).map_err(during_aggregation)?]
+            let max_bytes = buffers.stage_limits().facet_max_output_bytes;
+            vec![Facet::assemble(results, max_bytes).map_err(during_aggregation)?]
         }
     })
 }

@@ -43,7 +43,7 @@ pub use merge::{MergeSpec, MergeWrite};
 pub use optimize::reorder as reorder_stages;
 pub use run::{
     BatchOrigin, BufferPurpose, Buffers, DocumentBuffer, DocumentStream, Foreign, ForeignBatch,
-    PipelineRun, PulledRun, Step,
+    PipelineRun, PulledRun, StageLimits, Step,
 };
 
 use bson::{Bson, DateTime, Document};
@@ -1119,6 +1119,45 @@ pub(crate) mod fixtures {
             None => input,
         };
         pipeline.run(input, &context())
+    }
+
+    /// The buffers an aggregate command gets: blocking sorts within `sort_max_bytes`, the stages'
+    /// own `limits`, spilling under `dir` if `allow_disk_use`.
+    pub fn command_buffers(
+        dir: &std::path::Path,
+        sort_max_bytes: usize,
+        allow_disk_use: bool,
+        limits: StageLimits,
+    ) -> crate::sorter::PipelineBuffers {
+        crate::sorter::PipelineBuffers {
+            sort: crate::sorter::SortLimits {
+                max_memory_bytes: sort_max_bytes,
+                allow_disk_use,
+                spill_dir: dir.to_path_buf(),
+                exceeded_message: crate::sorter::sort_exceeded_message(sort_max_bytes),
+                deadline: crate::limits::Deadline::none(),
+            },
+            group_max_bytes: usize::MAX,
+            stages: limits,
+        }
+    }
+
+    /// Parses and runs `stages` as an aggregate command does, its blocking stages holding
+    /// their documents in `buffers`.
+    pub fn run_in(
+        stages: Vec<Document>,
+        input: Vec<Document>,
+        buffers: &dyn Buffers,
+    ) -> CommandResult<Vec<Document>> {
+        let pipeline = Pipeline::parse(&stages)?;
+        let context = context();
+        let mut run = pipeline.start(&context, buffers);
+        for document in input {
+            if pipeline.admits(&document, &context)? {
+                run.push(document)?;
+            }
+        }
+        run.finish_without_reads()?.collect()
     }
 
     #[track_caller]

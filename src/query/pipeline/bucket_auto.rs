@@ -7,20 +7,29 @@
 //! bucket's `_id.max` is the next bucket's `_id.min` (exclusive), except the last bucket's,
 //! which is its largest value (inclusive). Without `output` each bucket counts its documents.
 //! With `granularity`, values must be non-negative numbers and boundaries are rounded to the
-//! series (see [`super::granularity`]).
+//! series (see [`super::granularity`]). `output`'s initializers see an empty document.
+//!
+//! Memory, as mongod's: the runner sorts the input by `groupBy` value in a buffer bounded by
+//! `internalDocumentSourceBucketAutoMaxMemoryBytes` (spilling with disk use, else 292 with the
+//! sorter's message), counting it; [`Buckets`] then fills the buckets in one pass over the sorted
+//! stream, holding only the accumulators of the bucket being filled.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
 use super::expr::Expr;
 use super::granularity::Granularity;
-use super::group::Group;
-use super::PipelineContext;
+use super::group::{AccumulatorState, Group};
+use super::{DocumentStream, PipelineContext};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::Deadline;
+use crate::query::collation::CollationChoice;
 use crate::query::compare::compare_values_with;
 use crate::query::display::{type_name, value_string};
 use crate::query::numeric::Number;
+use crate::query::sort::KeyOrder;
 
 /// A parsed `$bucketAuto`.
 #[derive(Clone, Debug)]
@@ -80,13 +89,6 @@ fn is_group_by(value: &Bson) -> bool {
             .is_some_and(|key| key.starts_with('$')),
         _ => false,
     }
-}
-
-/// One bucket while it fills: its bounds and the documents it holds.
-struct Bucket<'d> {
-    min: Bson,
-    max: Bson,
-    documents: Vec<&'d Document>,
 }
 
 impl BucketAuto {
@@ -211,86 +213,207 @@ impl BucketAuto {
         Ok(key)
     }
 
+    /// How the runner orders this stage's buffer: by `groupBy` value under `collation` (equal
+    /// values in input order, which the buffer keeps).
+    pub(crate) fn key_order(&self, collation: &CollationChoice) -> KeyOrder {
+        let collation = collation.clone();
+        Arc::new(move |a: &[Bson], b: &[Bson]| match (a.first(), b.first()) {
+            (Some(a), Some(b)) => compare_values_with(a, b, collation.as_deref()),
+            _ => Ordering::Equal,
+        })
+    }
+
+    /// What the runner buffers of `document`: its sort key and an entry holding the `groupBy`
+    /// value beside the document (the buffer hands back entries, not keys).
+    pub(crate) fn entry(
+        &self,
+        document: Document,
+        context: &PipelineContext,
+    ) -> CommandResult<(Vec<Bson>, Document)> {
+        let key = self.key(&document, context)?;
+        Ok((vec![key.clone()], doc! {"k": key, "d": document}))
+    }
+
+    /// The buckets over `sorted` (the buffer's entries in `groupBy` order, `count` of them),
+    /// one at a time, each folded as its documents are read.
+    pub(crate) fn buckets(
+        &self,
+        sorted: DocumentStream,
+        count: u64,
+        context: PipelineContext,
+        deadline: Deadline,
+    ) -> Buckets {
+        let approximate_size = ((count as f64 / self.buckets as f64).round() as u64).max(1);
+        Buckets {
+            stage: self.clone(),
+            input: sorted,
+            context,
+            deadline,
+            approximate_size,
+            made: 0,
+            peeked: None,
+            previous_max: None,
+            failed: false,
+        }
+    }
+
+    /// The stage over documents in memory.
     pub(crate) fn run(
         &self,
         input: Vec<Document>,
         context: &PipelineContext,
     ) -> CommandResult<Vec<Document>> {
         let collation = context.collation.as_deref();
+        let count = input.len() as u64;
         let mut keyed = Vec::with_capacity(input.len());
         for document in input {
-            keyed.push((self.key(&document, context)?, document));
+            keyed.push(self.entry(document, context)?);
         }
         // Stable: equal values keep their input order.
-        keyed.sort_by(|(a, _), (b, _)| compare_values_with(a, b, collation));
+        keyed.sort_by(|(a, _), (b, _)| compare_values_with(&a[0], &b[0], collation));
+        let sorted: DocumentStream = Box::new(keyed.into_iter().map(|(_, entry)| Ok(entry)));
+        self.buckets(sorted, count, context.clone(), Deadline::none())
+            .collect()
+    }
+}
+
+/// `$bucketAuto`'s output while it is read: mongod's one pass over the sorted input, knowing how
+/// many documents there are. Only the bucket being filled is held (its accumulators).
+pub(crate) struct Buckets {
+    stage: BucketAuto,
+    input: DocumentStream,
+    context: PipelineContext,
+    deadline: Deadline,
+    /// `round(n / buckets)`, at least 1.
+    approximate_size: u64,
+    /// Buckets made so far.
+    made: usize,
+    /// The next entry, read ahead.
+    peeked: Option<(Bson, Document)>,
+    /// The previous bucket's maximum (the next one's minimum, with a granularity).
+    previous_max: Option<Bson>,
+    failed: bool,
+}
+
+impl Buckets {
+    fn read(&mut self) -> CommandResult<Option<(Bson, Document)>> {
+        if let Some(entry) = self.peeked.take() {
+            return Ok(Some(entry));
+        }
+        let Some(entry) = self.input.next() else {
+            return Ok(None);
+        };
+        self.deadline.check()?;
+        let mut entry = entry?;
+        let corrupt = || CommandError::internal("a buffered $bucketAuto entry is malformed");
+        let key = entry.remove("k").ok_or_else(corrupt)?;
+        let Some(Bson::Document(document)) = entry.remove("d") else {
+            return Err(corrupt());
+        };
+        Ok(Some((key, document)))
+    }
+
+    fn peek(&mut self) -> CommandResult<Option<&Bson>> {
+        if self.peeked.is_none() {
+            self.peeked = self.read()?;
+        }
+        Ok(self.peeked.as_ref().map(|(key, _)| key))
+    }
+
+    fn add(&self, states: &mut [AccumulatorState], document: &Document) -> CommandResult<()> {
+        // mongod evaluates `output`'s initializers against an empty document: a bucket has no
+        // single group key.
+        self.stage
+            .output
+            .accumulate(states, &Bson::Null, document, &self.context)
+    }
+
+    fn next_bucket(&mut self) -> CommandResult<Option<Document>> {
+        if self.made >= self.stage.buckets {
+            return Ok(None);
+        }
+        let Some((first, document)) = self.read()? else {
+            return Ok(None);
+        };
+        self.made += 1;
+        let collation = self.context.collation.clone();
+        let collation = collation.as_deref();
         let equal = |a: &Bson, b: &Bson| compare_values_with(a, b, collation) == Ordering::Equal;
-        let approximate_size = ((keyed.len() as f64 / self.buckets as f64).round() as usize).max(1);
-        let mut output = Vec::new();
-        let mut entries = keyed.iter().peekable();
-        let mut previous_max: Option<Bson> = None;
-        for number in 1..=self.buckets {
-            let Some((first, document)) = entries.next() else {
+        let granularity = self.stage.granularity.clone();
+        let mut min = first.clone();
+        if let Some(granularity) = &granularity {
+            min = match self.previous_max.take() {
+                Some(max) => max,
+                None => granularity.round_down(&first)?,
+            };
+        }
+        let mut max = first;
+        let mut states = self.stage.output.new_states();
+        self.add(&mut states, &document)?;
+        let mut size = 1;
+        let last_bucket = self.made == self.stage.buckets;
+        while size < self.approximate_size || last_bucket {
+            let Some((key, document)) = self.read()? else {
                 break;
             };
-            let mut bucket = Bucket {
-                min: first.clone(),
-                max: first.clone(),
-                documents: vec![document],
-            };
-            if let Some(granularity) = &self.granularity {
-                bucket.min = match previous_max.take() {
-                    Some(max) => max,
-                    None => granularity.round_down(first)?,
-                };
-            }
-            let last_bucket = number == self.buckets;
-            while bucket.documents.len() < approximate_size || last_bucket {
-                let Some((key, document)) = entries.next() else {
-                    break;
-                };
-                bucket.max = key.clone();
-                bucket.documents.push(document);
-            }
-            // Equal values stay in this bucket (and, with a granularity, values below its
-            // rounded-up bound).
-            let bound = match &self.granularity {
-                Some(granularity) => Some(granularity.round_up(&bucket.max)?),
-                None => None,
-            };
-            while let Some((key, document)) = entries.next_if(|(key, _)| {
-                equal(&bucket.max, key)
+            self.add(&mut states, &document)?;
+            max = key;
+            size += 1;
+        }
+        // Equal values stay in this bucket (and, with a granularity, values below its
+        // rounded-up bound).
+        let bound = match &granularity {
+            Some(granularity) => Some(granularity.round_up(&max)?),
+            None => None,
+        };
+        loop {
+            let joins = self.peek()?.is_some_and(|key| {
+                equal(&max, key)
                     || bound.as_ref().is_some_and(|bound| {
                         compare_values_with(bound, key, collation) == Ordering::Greater
                     })
-            }) {
-                bucket.max = key.clone();
-                bucket.documents.push(document);
+            });
+            if !joins {
+                break;
             }
-            let next_min = entries.peek().map(|(key, _)| key);
-            bucket.max = match (&self.granularity, bound) {
-                (Some(granularity), Some(bound)) => match next_min {
-                    // A bucket whose rounded bound is zero ends where the next one starts.
-                    Some(next) if Number::from_bson(&bound).is_some_and(|n| n.to_f64() == 0.0) => {
-                        granularity.round_down(next)?
-                    }
-                    _ => bound,
-                },
-                _ => next_min.cloned().unwrap_or(bucket.max),
+            let Some((key, document)) = self.read()? else {
+                break;
             };
-            previous_max = Some(bucket.max.clone());
-            output.push(self.fold(bucket, context)?);
+            self.add(&mut states, &document)?;
+            max = key;
         }
-        Ok(output)
+        let next_min = self.peek()?.cloned();
+        let max = match (&granularity, bound) {
+            (Some(granularity), Some(bound)) => match &next_min {
+                // A bucket whose rounded bound is zero ends where the next one starts.
+                Some(next) if Number::from_bson(&bound).is_some_and(|n| n.to_f64() == 0.0) => {
+                    granularity.round_down(next)?
+                }
+                _ => bound,
+            },
+            _ => next_min.unwrap_or(max),
+        };
+        self.previous_max = Some(max.clone());
+        let output = self
+            .stage
+            .output
+            .output(Bson::Document(doc! {"min": min, "max": max}), states)?;
+        // `$push` of `$$ROOT` nests its input: the next stage must again see bounded documents.
+        super::check_built_depth(&output)?;
+        Ok(Some(output))
     }
+}
 
-    fn fold(&self, bucket: Bucket<'_>, context: &PipelineContext) -> CommandResult<Document> {
-        let mut states = self.output.new_states();
-        let key = Bson::Document(doc! {"min": bucket.min, "max": bucket.max});
-        for document in bucket.documents {
-            self.output
-                .accumulate(&mut states, &key, document, context)?;
+impl Iterator for Buckets {
+    type Item = CommandResult<Document>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
         }
-        self.output.output(key, states)
+        let next = self.next_bucket().transpose();
+        self.failed = matches!(next, Some(Err(_)));
+        next
     }
 }
 
@@ -298,7 +421,9 @@ impl BucketAuto {
 mod tests {
     use bson::{doc, Bson, Document};
 
-    use super::super::fixtures::{parse_error, run, run_ok};
+    use super::super::fixtures::{command_buffers, parse_error, run, run_in, run_ok};
+    use super::super::StageLimits;
+    use crate::error::ErrorCode;
 
     fn artwork() -> Vec<Document> {
         // The manual's `artwork` collection.
@@ -318,40 +443,108 @@ mod tests {
         Bson::Decimal128(text.parse().expect("decimal"))
     }
 
-    #[test]
-    fn the_manuals_price_buckets() {
-        let out = run_ok(
-            vec![doc! {"$bucketAuto": {"groupBy": "$price", "buckets": 4}}],
-            artwork(),
-        );
-        assert_eq!(
-            out,
+    /// The manual's price example: its stage and its answer.
+    fn price_buckets() -> (Document, Vec<Document>) {
+        (
+            doc! {"$bucketAuto": {"groupBy": "$price", "buckets": 4}},
             vec![
                 doc! {"_id": {"min": dec("76.04"), "max": dec("159.00")}, "count": 2},
                 doc! {"_id": {"min": dec("159.00"), "max": dec("199.99")}, "count": 2},
                 doc! {"_id": {"min": dec("199.99"), "max": dec("385.00")}, "count": 2},
                 doc! {"_id": {"min": dec("385.00"), "max": dec("483.00")}, "count": 2},
-            ]
-        );
+            ],
+        )
     }
 
-    #[test]
-    fn the_manuals_output_and_year_example() {
-        // Missing years group as null and come first.
-        let out = run_ok(
-            vec![doc! {"$bucketAuto": {
+    /// The manual's `output` example over years: missing years group as null and come first.
+    fn year_buckets() -> (Document, Vec<Document>) {
+        (
+            doc! {"$bucketAuto": {
                 "groupBy": "$year", "buckets": 3,
                 "output": {"count": {"$sum": 1}, "years": {"$push": "$year"}}
-            }}],
-            artwork(),
-        );
-        assert_eq!(
-            out,
+            }},
             vec![
                 doc! {"_id": {"min": Bson::Null, "max": 1913}, "count": 3, "years": [1902]},
                 doc! {"_id": {"min": 1913, "max": 1926}, "count": 3, "years": [1913, 1918, 1925]},
                 doc! {"_id": {"min": 1926, "max": 1931}, "count": 2, "years": [1926, 1931]},
+            ],
+        )
+    }
+
+    #[test]
+    fn the_manuals_price_buckets() {
+        let (stage, expected) = price_buckets();
+        assert_eq!(run_ok(vec![stage], artwork()), expected);
+    }
+
+    #[test]
+    fn the_manuals_output_and_year_example() {
+        let (stage, expected) = year_buckets();
+        assert_eq!(run_ok(vec![stage], artwork()), expected);
+    }
+
+    fn bucket_auto_limit(max_bytes: usize) -> StageLimits {
+        StageLimits {
+            bucket_auto_max_bytes: max_bytes,
+            ..StageLimits::UNBOUNDED
+        }
+    }
+
+    #[test]
+    fn past_its_memory_limit_without_disk_use_it_fails_with_the_sorters_error() {
+        // document_source_bucket_auto.cpp sorts its input through mongod's Sorter, limited by
+        // internalDocumentSourceBucketAutoMaxMemoryBytes; without disk use the sorter's spill()
+        // refuses with sorter.cpp's code and message.
+        let dir = tempfile::tempdir().unwrap();
+        let (stage, expected) = price_buckets();
+        let buffers = command_buffers(dir.path(), usize::MAX, false, bucket_auto_limit(1000));
+        let error = run_in(vec![stage.clone()], artwork(), &buffers).expect_err("over 1000 bytes");
+        assert_eq!(
+            error.code,
+            ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed
+        );
+        assert_eq!(
+            error.errmsg,
+            "Sort exceeded memory limit of 1000 bytes, but did not opt in to external sorting."
+        );
+        // The limit is the stage's own: a blocking sort's does not apply to it.
+        let buffers = command_buffers(dir.path(), 1000, false, bucket_auto_limit(usize::MAX));
+        assert_eq!(run_in(vec![stage], artwork(), &buffers).unwrap(), expected);
+    }
+
+    #[test]
+    fn with_disk_use_it_spills_and_answers_as_the_manual_does() {
+        let dir = tempfile::tempdir().unwrap();
+        // 200 bytes: every document is a spilled run of its own (without disk use, an error).
+        let refused = command_buffers(dir.path(), usize::MAX, false, bucket_auto_limit(200));
+        let spilling = command_buffers(dir.path(), usize::MAX, true, bucket_auto_limit(200));
+        for (stage, expected) in [price_buckets(), year_buckets()] {
+            let error = run_in(vec![stage.clone()], artwork(), &refused).expect_err("spills");
+            assert_eq!(error.code.code(), 292);
+            assert_eq!(run_in(vec![stage], artwork(), &spilling).unwrap(), expected);
+        }
+        // document_source_bucket_auto_test.cpp, ShouldBeAbleToCorrectlySpillToDisk: a limit of
+        // 1000 bytes, four documents with 1000-byte strings, two buckets.
+        let large = "x".repeat(1000);
+        let input: Vec<Document> = (0..4).map(|a| doc! {"a": a, "largeStr": &large}).collect();
+        let spilling = command_buffers(dir.path(), usize::MAX, true, bucket_auto_limit(1000));
+        let out = run_in(
+            vec![doc! {"$bucketAuto": {"groupBy": "$a", "buckets": 2}}],
+            input,
+            &spilling,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                doc! {"_id": {"min": 0, "max": 2}, "count": 2},
+                doc! {"_id": {"min": 2, "max": 3}, "count": 2},
             ]
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "runs deleted"
         );
     }
 

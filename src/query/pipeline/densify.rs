@@ -18,22 +18,30 @@
 //! - Output follows the sort; for `"full"` with partitions and for explicit bounds the
 //!   documents a partition still needs after its last document come at the end, partition by
 //!   partition in first-seen order (mongod leaves that order unspecified).
+//!
+//! Memory, as mongod's: the sort is a `$sort` (the runner's sort buffer: its limit, spilling,
+//! its 292); [`Densified`] then reads the sorted input once, generating documents one at a time,
+//! and holds only the table of partitions (fields and last value), bounded by
+//! `internalDocumentSourceDensifyMaxMemoryBytes` (6007200; it does not spill).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bson::{Bson, Document};
 
 use super::expr::{add_numbers, number_bson, TimeUnit};
 use super::fields::validate_output_path;
 use super::lookup::comparison_key;
-use super::PipelineContext;
+use super::{DocumentStream, PipelineContext};
+use crate::bsonutil::encoded_size;
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::collation::Collation;
+use crate::query::collation::{Collation, CollationChoice};
 use crate::query::compare::compare_values_with;
 use crate::query::display::type_name;
 use crate::query::numeric::Number;
 use crate::query::path;
+use crate::query::sort::KeyOrder;
 
 /// mongod's `internalQueryMaxAllowedDensifyDocs`.
 const MAX_GENERATED: usize = 500_000;
@@ -303,7 +311,9 @@ impl Densify {
         Ok(partition)
     }
 
-    fn sort_key(&self, document: &Document) -> Vec<Bson> {
+    /// The key of the `$sort` mongod puts before the stage: the partition fields (not for
+    /// `"full"`), then the field.
+    pub(crate) fn sort_key(&self, document: &Document) -> Vec<Bson> {
         let partitions = match self.bounds {
             Bounds::Full => &[][..],
             _ => &self.partition_fields[..],
@@ -319,6 +329,39 @@ impl Densify {
             .collect()
     }
 
+    /// The order of [`Densify::sort_key`]s under `collation` (ascending on every part).
+    pub(crate) fn key_order(&self, collation: &CollationChoice) -> KeyOrder {
+        let collation = collation.clone();
+        Arc::new(move |a: &[Bson], b: &[Bson]| compare_keys(a, b, collation.as_deref()))
+    }
+
+    /// The stage's output over `sorted` (its input in [`Densify::sort_key`] order), made as it
+    /// is read; the table of partitions may hold `max_table_bytes`.
+    pub(crate) fn densified(
+        &self,
+        sorted: DocumentStream,
+        context: PipelineContext,
+        max_table_bytes: usize,
+    ) -> Densified {
+        Densified {
+            densify: self.clone(),
+            input: sorted,
+            collation: context.collation,
+            max_table_bytes,
+            table_bytes: 0,
+            partitions: Vec::new(),
+            slots: HashMap::new(),
+            generated: 0,
+            global_min: None,
+            global_max: None,
+            filling: None,
+            held: None,
+            ending: None,
+            done: false,
+        }
+    }
+
+    /// The stage over documents in memory.
     pub(crate) fn run(
         &self,
         input: Vec<Document>,
@@ -330,68 +373,9 @@ impl Densify {
             .map(|document| (self.sort_key(&document), document))
             .collect();
         keyed.sort_by(|(a, _), (b, _)| compare_keys(a, b, collation));
-        let mut run = Generation {
-            densify: self,
-            output: Vec::with_capacity(keyed.len()),
-            generated: 0,
-            partitions: Vec::new(),
-            slots: HashMap::new(),
-        };
-        let mut global_min: Option<Bson> = None;
-        let mut global_max: Option<Bson> = None;
-        for (_, document) in keyed {
-            let Some(value) = self.value(&document)? else {
-                run.output.push(document);
-                continue;
-            };
-            let partition = self.partition_of(&document)?;
-            let slot = run.partition_slot(&partition, collation);
-            let last = run.partitions[slot].1.clone();
-            match &self.bounds {
-                Bounds::Full => {
-                    let start = global_min.get_or_insert_with(|| value.clone()).clone();
-                    global_max = Some(value.clone());
-                    // A partition's sequence starts at the input's first value.
-                    run.fill(slot, last, Some(&start), &value, &partition)?;
-                }
-                Bounds::Partition => {
-                    if last.is_none() {
-                        run.partitions[slot].1 = Some(value.clone());
-                    } else {
-                        run.fill(slot, last, None, &value, &partition)?;
-                    }
-                }
-                Bounds::Explicit(bounds) => {
-                    let (lower, upper) = &**bounds;
-                    if compare(&value, lower) != Ordering::Less {
-                        let limit = if compare(&value, upper) == Ordering::Less {
-                            &value
-                        } else {
-                            upper
-                        };
-                        run.fill(slot, last, Some(lower), limit, &partition)?;
-                    }
-                }
-            }
-            run.output.push(document);
-        }
-        // What each partition still lacks after its last document.
-        let (start, end, end_included) = match (&self.bounds, global_min, global_max) {
-            (Bounds::Full, Some(min), Some(max)) if !self.partition_fields.is_empty() => {
-                (Some(min), max, true)
-            }
-            (Bounds::Explicit(bounds), _, _) => (Some(bounds.0.clone()), bounds.1.clone(), false),
-            _ => return Ok(run.output),
-        };
-        if run.partitions.is_empty() && self.partition_fields.is_empty() {
-            // Explicit bounds over no documents: the whole range.
-            run.partitions.push((Document::new(), None));
-        }
-        for slot in 0..run.partitions.len() {
-            let (partition, last) = run.partitions[slot].clone();
-            run.fill_to_end(slot, last, start.as_ref(), &end, end_included, &partition)?;
-        }
-        Ok(run.output)
+        let sorted: DocumentStream = Box::new(keyed.into_iter().map(|(_, document)| Ok(document)));
+        self.densified(sorted, context.clone(), usize::MAX)
+            .collect()
     }
 }
 
@@ -403,29 +387,180 @@ fn compare_keys(a: &[Bson], b: &[Bson], collation: Option<&Collation>) -> Orderi
         .unwrap_or(Ordering::Equal)
 }
 
-/// One run's output and, per partition, the last sequence value it reached.
-struct Generation<'d> {
-    densify: &'d Densify,
-    output: Vec<Document>,
-    generated: usize,
+/// mongod's `$densify` error when its table of partitions outgrows
+/// `internalDocumentSourceDensifyMaxMemoryBytes`.
+fn table_too_large(max_bytes: usize) -> CommandError {
+    failed(
+        ErrorCode::Location6007200,
+        format!("$densify exceeded memory limit of {max_bytes}"),
+    )
+}
+
+/// Bytes a partition's last value is taken to hold in the table (a number or a date).
+const TABLE_VALUE_BYTES: usize = 32;
+
+/// Documents being generated for one partition: sequence values from `next` up to `limit`
+/// (included when `inclusive`). With `settle`, a sequence that lands exactly on `limit` makes it
+/// the partition's last value (a document there moves the sequence on).
+struct Fill {
+    slot: usize,
+    next: Bson,
+    limit: Bson,
+    inclusive: bool,
+    settle: bool,
+}
+
+/// After the input: what partitions still need up to `end`, partition by partition.
+struct Ending {
+    start: Option<Bson>,
+    end: Bson,
+    included: bool,
+    slot: usize,
+}
+
+/// `$densify`'s output while it is read: the sorted input with the generated documents in place,
+/// one at a time. It holds one input document, one partition's generation state, and the table
+/// of partitions (their fields and last sequence values, bounded by `max_table_bytes`).
+pub(crate) struct Densified {
+    densify: Densify,
+    input: DocumentStream,
+    collation: CollationChoice,
+    max_table_bytes: usize,
+    table_bytes: usize,
     /// Each partition's fields and last sequence value, in first-seen order.
     partitions: Vec<(Document, Option<Bson>)>,
     /// Partition positions by comparison key.
     slots: HashMap<Vec<u8>, usize>,
+    generated: usize,
+    /// The first and last values of the whole input (`"full"`).
+    global_min: Option<Bson>,
+    global_max: Option<Bson>,
+    filling: Option<Fill>,
+    /// The input document that follows the documents being generated.
+    held: Option<Document>,
+    ending: Option<Ending>,
+    /// Finished, or failed.
+    done: bool,
 }
 
-impl Generation<'_> {
-    fn partition_slot(&mut self, partition: &Document, collation: Option<&Collation>) -> usize {
-        let key = comparison_key(&Bson::Document(partition.clone()), collation);
-        let next = self.partitions.len();
-        let slot = *self.slots.entry(key).or_insert(next);
-        if slot == next {
-            self.partitions.push((partition.clone(), None));
+impl Densified {
+    fn partition_slot(&mut self, partition: &Document) -> CommandResult<usize> {
+        let key = comparison_key(
+            &Bson::Document(partition.clone()),
+            self.collation.as_deref(),
+        );
+        if let Some(slot) = self.slots.get(&key) {
+            return Ok(*slot);
         }
-        slot
+        self.table_bytes = self
+            .table_bytes
+            .saturating_add(key.len() + encoded_size(partition) + TABLE_VALUE_BYTES);
+        if self.table_bytes > self.max_table_bytes {
+            return Err(table_too_large(self.max_table_bytes));
+        }
+        let slot = self.partitions.len();
+        self.slots.insert(key, slot);
+        self.partitions.push((partition.clone(), None));
+        Ok(slot)
     }
 
-    fn emit(&mut self, partition: &Document, value: Bson) -> CommandResult<()> {
+    /// The generation for `slot` from the first sequence value after `last` (or `start` when
+    /// the partition has none yet) up to `limit`.
+    fn fill(
+        &self,
+        slot: usize,
+        start: Option<&Bson>,
+        limit: Bson,
+        inclusive: bool,
+        settle: bool,
+    ) -> Option<Fill> {
+        let next = match (self.partitions[slot].1.as_ref(), start) {
+            (Some(last), Some(start)) => {
+                let next = self.densify.next(last);
+                if compare(&next, start) == Ordering::Less {
+                    start.clone()
+                } else {
+                    next
+                }
+            }
+            (Some(last), None) => self.densify.next(last),
+            (None, start) => start?.clone(),
+        };
+        Some(Fill {
+            slot,
+            next,
+            limit,
+            inclusive,
+            settle,
+        })
+    }
+
+    /// Takes one input document: what it needs generated before it, then itself.
+    fn take(&mut self, document: Document) -> CommandResult<()> {
+        let Some(value) = self.densify.value(&document)? else {
+            // Null or missing: passes through untouched.
+            self.held = Some(document);
+            return Ok(());
+        };
+        let partition = self.densify.partition_of(&document)?;
+        let slot = self.partition_slot(&partition)?;
+        self.filling = match &self.densify.bounds {
+            Bounds::Full => {
+                let start = self.global_min.get_or_insert_with(|| value.clone()).clone();
+                self.global_max = Some(value.clone());
+                // A partition's sequence starts at the input's first value.
+                self.fill(slot, Some(&start), value, false, true)
+            }
+            Bounds::Partition if self.partitions[slot].1.is_none() => {
+                self.partitions[slot].1 = Some(value);
+                None
+            }
+            Bounds::Partition => self.fill(slot, None, value, false, true),
+            Bounds::Explicit(bounds) => {
+                let (lower, upper) = &**bounds;
+                if compare(&value, lower) == Ordering::Less {
+                    None
+                } else {
+                    let limit = if compare(&value, upper) == Ordering::Less {
+                        value
+                    } else {
+                        upper.clone()
+                    };
+                    self.fill(slot, Some(lower), limit, false, true)
+                }
+            }
+        };
+        self.held = Some(document);
+        Ok(())
+    }
+
+    /// What each partition still lacks after its last document, or `None`.
+    fn ending(&mut self) -> Option<Ending> {
+        let (start, end, included) =
+            match (&self.densify.bounds, &self.global_min, &self.global_max) {
+                (Bounds::Full, Some(min), Some(max))
+                    if !self.densify.partition_fields.is_empty() =>
+                {
+                    (Some(min.clone()), max.clone(), true)
+                }
+                (Bounds::Explicit(bounds), _, _) => {
+                    (Some(bounds.0.clone()), bounds.1.clone(), false)
+                }
+                _ => return None,
+            };
+        if self.partitions.is_empty() && self.densify.partition_fields.is_empty() {
+            // Explicit bounds over no documents: the whole range.
+            self.partitions.push((Document::new(), None));
+        }
+        Some(Ending {
+            start,
+            end,
+            included,
+            slot: 0,
+        })
+    }
+
+    fn emit(&mut self, slot: usize, value: Bson) -> CommandResult<Document> {
         self.generated += 1;
         if self.generated > MAX_GENERATED {
             return Err(failed(
@@ -438,73 +573,68 @@ impl Generation<'_> {
                 ),
             ));
         }
-        let mut document = partition.clone();
+        let mut document = self.partitions[slot].0.clone();
         path::set_path(&mut document, &self.densify.field, value)?;
-        self.output.push(document);
-        Ok(())
+        Ok(document)
     }
 
-    /// The first sequence value after `last` (or `start` when the partition has none yet).
-    fn first_after(&self, last: Option<Bson>, start: Option<&Bson>) -> Option<Bson> {
-        match (last, start) {
-            (Some(last), Some(start)) => {
-                let next = self.densify.next(&last);
-                Some(if compare(&next, start) == Ordering::Less {
-                    start.clone()
-                } else {
-                    next
-                })
-            }
-            (Some(last), None) => Some(self.densify.next(&last)),
-            (None, start) => start.cloned(),
-        }
-    }
-
-    /// Generates the sequence values from after the partition's last one up to (not
-    /// including) `value`; a document at the next sequence value moves the sequence on.
-    fn fill(
-        &mut self,
-        slot: usize,
-        last: Option<Bson>,
-        start: Option<&Bson>,
-        value: &Bson,
-        partition: &Document,
-    ) -> CommandResult<()> {
-        let Some(mut next) = self.first_after(last, start) else {
-            return Ok(());
-        };
-        while compare(&next, value) == Ordering::Less {
-            self.emit(partition, next.clone())?;
-            self.partitions[slot].1 = Some(next.clone());
-            next = self.densify.next(&next);
-        }
-        if compare(&next, value) == Ordering::Equal {
-            self.partitions[slot].1 = Some(value.clone());
-        }
-        Ok(())
-    }
-
-    fn fill_to_end(
-        &mut self,
-        slot: usize,
-        last: Option<Bson>,
-        start: Option<&Bson>,
-        end: &Bson,
-        end_included: bool,
-        partition: &Document,
-    ) -> CommandResult<()> {
-        let Some(mut next) = self.first_after(last, start) else {
-            return Ok(());
-        };
+    fn next_document(&mut self) -> CommandResult<Option<Document>> {
         loop {
-            let order = compare(&next, end);
-            if order == Ordering::Greater || (order == Ordering::Equal && !end_included) {
-                return Ok(());
+            if let Some(mut fill) = self.filling.take() {
+                let order = compare(&fill.next, &fill.limit);
+                if order == Ordering::Less || (order == Ordering::Equal && fill.inclusive) {
+                    let value = fill.next;
+                    fill.next = self.densify.next(&value);
+                    self.partitions[fill.slot].1 = Some(value.clone());
+                    let slot = fill.slot;
+                    self.filling = Some(fill);
+                    return self.emit(slot, value).map(Some);
+                }
+                if fill.settle && order == Ordering::Equal {
+                    self.partitions[fill.slot].1 = Some(fill.limit);
+                }
+                continue;
             }
-            self.emit(partition, next.clone())?;
-            self.partitions[slot].1 = Some(next.clone());
-            next = self.densify.next(&next);
+            if let Some(document) = self.held.take() {
+                return Ok(Some(document));
+            }
+            if let Some(mut ending) = self.ending.take() {
+                if ending.slot >= self.partitions.len() {
+                    return Ok(None);
+                }
+                let slot = ending.slot;
+                ending.slot += 1;
+                self.filling = self.fill(
+                    slot,
+                    ending.start.as_ref(),
+                    ending.end.clone(),
+                    ending.included,
+                    false,
+                );
+                self.ending = Some(ending);
+                continue;
+            }
+            match self.input.next() {
+                Some(document) => self.take(document?)?,
+                None => match self.ending() {
+                    Some(ending) => self.ending = Some(ending),
+                    None => return Ok(None),
+                },
+            }
         }
+    }
+}
+
+impl Iterator for Densified {
+    type Item = CommandResult<Document>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let next = self.next_document().transpose();
+        self.done = !matches!(next, Some(Ok(_)));
+        next
     }
 }
 
@@ -512,7 +642,9 @@ impl Generation<'_> {
 mod tests {
     use bson::{doc, Bson, Document};
 
-    use super::super::fixtures::{parse_error, run, run_ok};
+    use super::super::fixtures::{command_buffers, parse_error, run, run_in, run_ok};
+    use super::super::StageLimits;
+    use crate::error::ErrorCode;
 
     fn values(documents: &[Document], field: &str) -> Vec<Bson> {
         documents
@@ -590,6 +722,59 @@ mod tests {
         assert_eq!(
             values(&out, "altitude"),
             ints(&[600, 750, 800, 950, 1000, 1200, 1400, 1600, 1250, 1450, 1650, 1700])
+        );
+    }
+
+    #[test]
+    fn the_partition_table_is_bounded_with_mongods_error() {
+        // jstests/aggregation/sources/densify/memory_limit.js: with
+        // internalDocumentSourceDensifyMaxMemoryBytes at 1000, ten partitions named by
+        // 100-comma strings fail with 6007200 (DocumentSourceInternalDensify's message) ...
+        let dir = tempfile::tempdir().unwrap();
+        let limits = StageLimits {
+            densify_max_bytes: 1000,
+            ..StageLimits::UNBOUNDED
+        };
+        let buffers = command_buffers(dir.path(), usize::MAX, false, limits);
+        let long = ",".repeat(100);
+        let stage = doc! {"$densify": {"field": "val", "partitionByFields": ["part"], "range": {"step": 1, "bounds": "partition"}}};
+        let input: Vec<Document> = (0..10)
+            .map(|i| doc! {"_id": i, "val": i, "part": format!("{long}{i}")})
+            .collect();
+        let error = run_in(vec![stage.clone()], input, &buffers).expect_err("over 1000 bytes");
+        assert_eq!(error.code, ErrorCode::Location6007200);
+        assert_eq!(error.errmsg, "$densify exceeded memory limit of 1000");
+        // ... and succeed when no document needs densifying (none has the field).
+        let input: Vec<Document> = (0..10)
+            .map(|i| doc! {"_id": i, "otherVal": i, "part": format!("{long}{i}")})
+            .collect();
+        assert_eq!(run_in(vec![stage], input, &buffers).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn the_sort_before_densify_is_a_sort_with_its_limit() {
+        // mongod desugars $densify into a $sort and $_internalDensify
+        // (document_source_densify.cpp): the sort's limit, error and spilling apply.
+        let dir = tempfile::tempdir().unwrap();
+        let input: Vec<Document> = (0..20)
+            .map(|i| doc! {"x": i * 3, "pad": "p".repeat(100)})
+            .collect();
+        let stage = doc! {"$densify": {"field": "x", "range": {"step": 1, "bounds": "full"}}};
+        let refused = command_buffers(dir.path(), 1000, false, StageLimits::UNBOUNDED);
+        let error = run_in(vec![stage.clone()], input.clone(), &refused).expect_err("sorts");
+        assert_eq!(
+            error.code,
+            ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed
+        );
+        assert!(error
+            .errmsg
+            .starts_with("Sort exceeded memory limit of 1000 bytes"));
+        let spilling = command_buffers(dir.path(), 1000, true, StageLimits::UNBOUNDED);
+        let out = run_in(vec![stage.clone()], input.clone(), &spilling).unwrap();
+        assert_eq!(out, run_ok(vec![stage], input));
+        assert_eq!(
+            values(&out, "x"),
+            (0..58).map(Bson::Int32).collect::<Vec<_>>()
         );
     }
 

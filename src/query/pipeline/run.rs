@@ -1,8 +1,10 @@
 //! Running a parsed pipeline one document at a time. Streaming stages (`$match`, `$project`,
 //! `$addFields`, `$unset`, `$unwind`, `$replaceRoot`, `$skip`, `$limit`) pass each document on;
-//! blocking stages (`$sort`, `$group`, `$count`...) hold what they need in buffers the caller
-//! provides ([`Buffers`]), so the caller bounds their memory and may spill them to disk; the
-//! output is itself such a buffer. Stages that read another collection (`$lookup`,
+//! blocking stages (`$sort`, `$group`, `$count`, `$sample`, `$bucketAuto`, `$densify`...) hold
+//! what they need in buffers the caller provides ([`Buffers`]), so the caller bounds their memory
+//! and may spill them to disk; the output is itself such a buffer. `$sample` keeps only its
+//! `size` documents of smallest random key; `$facet` tees its input into one nested run per
+//! branch; the stages' own limits ([`StageLimits`]) are mongod's knobs. Stages that read another collection (`$lookup`,
 //! `$graphLookup`, `$unionWith`) hand their input to the caller in batches while the input is
 //! still coming ([`PipelineRun::step`]), so a join never holds more than a batch. A pipeline
 //! with no blocking stage can instead be pulled by its reader ([`PulledRun`]). A `$sort` directly
@@ -51,6 +53,33 @@ pub enum BufferPurpose {
     GroupSpill,
     /// The pipeline's output, waiting for the cursor.
     Output,
+    /// `$bucketAuto`'s input by `groupBy` value (mongod's sorter, with its own memory limit).
+    BucketAuto,
+}
+
+/// The memory limits of stages that bound what they hold themselves (mongod's knobs of the same
+/// names); `usize::MAX` is unbounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StageLimits {
+    /// `internalDocumentSourceBucketAutoMaxMemoryBytes`: the buffer of
+    /// [`BufferPurpose::BucketAuto`] (the caller applies it).
+    pub bucket_auto_max_bytes: usize,
+    /// `internalDocumentSourceDensifyMaxMemoryBytes`: `$densify`'s table of partitions.
+    pub densify_max_bytes: usize,
+    /// `internalQueryFacetBufferSizeBytes`: the input `$facet` buffers before its branches read
+    /// it (a batch size, never an error).
+    pub facet_buffer_bytes: usize,
+    /// `internalQueryFacetMaxOutputDocSizeBytes`: the document `$facet` builds.
+    pub facet_max_output_bytes: usize,
+}
+
+impl StageLimits {
+    pub const UNBOUNDED: StageLimits = StageLimits {
+        bucket_auto_max_bytes: usize::MAX,
+        densify_max_bytes: usize::MAX,
+        facet_buffer_bytes: usize::MAX,
+        facet_max_output_bytes: usize::MAX,
+    };
 }
 
 /// Where a run keeps what blocking stages hold.
@@ -70,6 +99,10 @@ pub trait Buffers: Sync {
             super::window::DEFAULT_MAX_MEMORY_BYTES,
             self.group_memory().1,
         )
+    }
+    /// The limits of `$bucketAuto`, `$densify` and `$facet`.
+    fn stage_limits(&self) -> StageLimits {
+        StageLimits::UNBOUNDED
     }
     fn deadline(&self) -> Deadline;
 }
@@ -155,12 +188,22 @@ enum Sink<'p> {
         field: &'p str,
         count: u64,
     },
-    /// `$facet`, `$sample`, `$bucketAuto`, `$densify`: every input document, handed to the
-    /// stage at the end.
-    Collect {
-        stage: &'p Stage,
+    /// `$sample`: the `size` documents of smallest random key.
+    Sample(Box<dyn DocumentBuffer>),
+    /// `$bucketAuto`: every input document with its `groupBy` value, in value order, and how
+    /// many there are.
+    BucketAuto {
+        stage: &'p super::bucket_auto::BucketAuto,
+        buffer: Box<dyn DocumentBuffer>,
+        count: u64,
+    },
+    /// `$densify`: every input document in the order of the `$sort` mongod puts before it.
+    Densify {
+        stage: &'p super::densify::Densify,
         buffer: Box<dyn DocumentBuffer>,
     },
+    /// `$facet` (whose branches read no other collection): one run per branch.
+    Facet(Box<super::facet::FacetRun<'p>>),
     /// `$lookup`, `$graphLookup`, `$unionWith`: input documents in batches the caller combines
     /// with the other collection's (a `$unionWith` passes its input on as it comes and adds the
     /// other collection's documents at the end).
@@ -286,7 +329,7 @@ impl Pipeline {
         let mut phases = Vec::new();
         let mut first = 0;
         loop {
-            let (phase, next) = phase(&self.stages, first, buffers, &context.collation);
+            let (phase, next) = phase(&self.stages, first, buffers, context);
             let output = matches!(phase.sink, Sink::Output(_));
             phases.push(phase);
             if output {
@@ -338,13 +381,7 @@ impl Pipeline {
             run.push(document)?;
             run.next_without_reads()?;
         }
-        run.end_input()?;
-        match run.next_without_reads()? {
-            Some(output) => output.collect(),
-            None => Err(CommandError::internal(
-                "a pipeline run wants input after its end",
-            )),
-        }
+        run.finish_without_reads()?.collect()
     }
 }
 
@@ -362,9 +399,10 @@ pub(super) fn foreign_read_not_here() -> CommandError {
 fn phase<'p>(
     stages: &'p [Stage],
     first: usize,
-    buffers: &dyn Buffers,
-    collation: &CollationChoice,
+    buffers: &'p dyn Buffers,
+    context: &PipelineContext,
 ) -> (Phase<'p>, usize) {
+    let collation = &context.collation;
     let rest = &stages[first..];
     let blocking = rest.iter().position(is_blocking);
     let streaming = &rest[..blocking.unwrap_or(rest.len())];
@@ -405,13 +443,29 @@ fn phase<'p>(
             },
             at + 1,
         ),
-        Some((
-            stage @ (Stage::Facet(_) | Stage::Sample(_) | Stage::BucketAuto(_) | Stage::Densify(_)),
-            at,
-        )) => (
-            Sink::Collect {
+        Some((Stage::Facet(facet), at)) => {
+            (Sink::Facet(Box::new(facet.start(context, buffers))), at + 1)
+        }
+        Some((Stage::Sample(size), at)) => (
+            Sink::Sample(buffers.buffer(
+                BufferPurpose::Sort,
+                super::facet::sample_order(),
+                Some(usize::try_from(*size).unwrap_or(usize::MAX)),
+            )),
+            at + 1,
+        ),
+        Some((Stage::BucketAuto(stage), at)) => (
+            Sink::BucketAuto {
                 stage,
-                buffer: buffers.buffer(BufferPurpose::Sort, input_order(), None),
+                buffer: buffers.buffer(BufferPurpose::BucketAuto, stage.key_order(collation), None),
+                count: 0,
+            },
+            at + 1,
+        ),
+        Some((Stage::Densify(stage), at)) => (
+            Sink::Densify {
+                stage,
+                buffer: buffers.buffer(BufferPurpose::Sort, stage.key_order(collation), None),
             },
             at + 1,
         ),
@@ -560,6 +614,13 @@ impl<'p> PipelineRun<'p> {
         Ok(())
     }
 
+    /// Ends the input of a run that reads no other collection, and its output.
+    pub(crate) fn finish_without_reads(mut self) -> CommandResult<DocumentStream> {
+        self.end_input()?;
+        self.next_without_reads()?
+            .ok_or_else(|| CommandError::internal("a pipeline run wants input after its end"))
+    }
+
     /// [`PipelineRun::step`] for a run that cannot read other collections: the output once the
     /// input has ended, `None` while it needs more.
     fn next_without_reads(&mut self) -> CommandResult<Option<DocumentStream>> {
@@ -672,15 +733,23 @@ impl<'p> PipelineRun<'p> {
                     })
                 }))
             }
-            Sink::Collect { stage, buffer } => {
-                let documents = buffer.finish()?.collect::<CommandResult<Vec<_>>>()?;
-                Box::new(
-                    stage
-                        .run_checked(documents, &self.context)?
-                        .into_iter()
-                        .map(Ok),
-                )
-            }
+            Sink::Sample(buffer) => buffer.finish()?,
+            Sink::BucketAuto {
+                stage,
+                buffer,
+                count,
+            } => Box::new(stage.buckets(
+                buffer.finish()?,
+                count,
+                self.context.clone(),
+                self.buffers.deadline(),
+            )),
+            Sink::Densify { stage, buffer } => Box::new(stage.densified(
+                buffer.finish()?,
+                self.context.clone(),
+                self.buffers.stage_limits().densify_max_bytes,
+            )),
+            Sink::Facet(run) => Box::new(std::iter::once(run.finish())),
             Sink::Group { table, spill } => {
                 let groups: DocumentStream = match spill {
                     Some(buffer) => Box::new(SpilledGroups::new(*table, buffer.finish()?)?),
@@ -896,9 +965,19 @@ fn sink_push(
 ) -> CommandResult<()> {
     match sink {
         Sink::Sort { spec, buffer } => buffer.push(spec.sort_key(&document), document),
-        Sink::Collect { buffer, .. } | Sink::FacetJoin { buffer, .. } => {
-            buffer.push(Vec::new(), document)
+        Sink::FacetJoin { buffer, .. } => buffer.push(Vec::new(), document),
+        Sink::Sample(buffer) => buffer.push(super::facet::sample_key(), document),
+        Sink::BucketAuto {
+            stage,
+            buffer,
+            count,
+        } => {
+            let (key, entry) = stage.entry(document, context)?;
+            *count += 1;
+            buffer.push(key, entry)
         }
+        Sink::Densify { stage, buffer } => buffer.push(stage.sort_key(&document), document),
+        Sink::Facet(run) => run.push(document),
         Sink::Join { batch, bytes, .. } => {
             *bytes += crate::bsonutil::encoded_size(&document);
             batch.push(document);
