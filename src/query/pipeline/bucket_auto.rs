@@ -284,11 +284,11 @@ impl BucketAuto {
     }
 
     fn fold(&self, bucket: Bucket<'_>, context: &PipelineContext) -> CommandResult<Document> {
-        let mut states = self.output.new_states();
+        // mongod evaluates each initializer against an empty document: a bucket has no key.
+        let mut states = self.output.new_states(&Document::new(), context)?;
         let key = Bson::Document(doc! {"min": bucket.min, "max": bucket.max});
         for document in bucket.documents {
-            self.output
-                .accumulate(&mut states, &key, document, context)?;
+            self.output.accumulate(&mut states, document, context)?;
         }
         self.output.output(key, states)
     }
