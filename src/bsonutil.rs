@@ -71,7 +71,8 @@ pub fn encoded_size(document: &Document) -> usize {
         + 1
 }
 
-fn value_size(value: &Bson) -> usize {
+/// The encoded BSON size of a value alone (what follows an element's type byte and name).
+pub fn value_size(value: &Bson) -> usize {
     let string = |text: &str| 4 + text.len() + 1;
     match value {
         Bson::Double(_) | Bson::Int64(_) | Bson::DateTime(_) | Bson::Timestamp(_) => 8,

@@ -497,6 +497,10 @@ error_codes! {
     Location5423901 = 5423901,
     Location5423902 = 5423902,
     Location6050106 = 6050106,
+    Location10487000 = 10487000,
+    Location10487001 = 10487001,
+    Location10487004 = 10487004,
+    Location9522905 = 9522905,
     // Array, object, math, misc and quantile expressions.
     Location40075 = 40075,
     Location40076 = 40076,

@@ -325,7 +325,7 @@ impl Buckets {
         // single group key.
         self.stage
             .output
-            .accumulate(states, &Bson::Null, document, &self.context)
+            .accumulate(states, document, &self.context)
     }
 
     fn next_bucket(&mut self) -> CommandResult<Option<Document>> {
@@ -348,7 +348,11 @@ impl Buckets {
             };
         }
         let mut max = first;
-        let mut states = self.stage.output.new_states();
+        // mongod evaluates each initializer against an empty document: a bucket has no key.
+        let mut states = self
+            .stage
+            .output
+            .new_states(&Document::new(), &self.context)?;
         self.add(&mut states, &document)?;
         let mut size = 1;
         let last_bucket = self.made == self.stage.buckets;

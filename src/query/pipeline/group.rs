@@ -1,8 +1,9 @@
 //! `$group`: grouping documents by an `_id` expression and folding each group through
 //! accumulators (`$sum`, `$avg`, `$min`, `$max`, `$first`, `$last`, `$push`, `$addToSet`,
 //! `$count`, `$mergeObjects`, `$stdDevPop`, `$stdDevSamp`, `$firstN`, `$lastN`, `$minN`,
-//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`, `$median`, `$percentile`). The accumulator
-//! states are shared with the expressions of those names.
+//! `$maxN`, `$top`, `$bottom`, `$topN`, `$bottomN`, `$median`, `$percentile`, `$concatArrays`,
+//! `$setUnion`). The accumulator states are shared with the expressions and window functions of
+//! those names.
 //!
 //! Invariants:
 //! - Group keys are equal exactly when [`values_equal`] says so (so `1`, `1.0` and
@@ -13,11 +14,18 @@
 //!   double-double summation), and any decimal makes the result decimal.
 //! - `$min`/`$max` ignore null, undefined and missing; `$push`/`$addToSet` ignore missing.
 //! - `$stdDevPop`/`$stdDevSamp` take numbers only (Welford's running mean and squared
-//!   deviations, as mongod), null without enough of them; the `n` of `$firstN`/`$lastN`/
-//!   `$minN`/`$maxN` is a constant positive integer checked at parse time (mongod's 57879xx);
+//!   deviations, as mongod), null without enough of them.
+//! - The `n` of `$firstN`/`$lastN`/`$minN`/`$maxN`/`$topN`/`$bottomN` (and `$accumulator`'s
+//!   `initArgs`) is evaluated when a group starts, against the group key's fields
+//!   ([`key_fields`]), as mongod's `startNewGroup`; a bad `n` fails then (57879xx).
 //!   `$firstN`/`$lastN` keep missing values as null, `$minN`/`$maxN` skip null and missing and
 //!   answer in ascending / descending order.
-//! - Nothing here fails on data except `$mergeObjects` on a non-document (40400).
+//! - `$concatArrays`/`$setUnion` skip missing values and refuse anything but an array (14);
+//!   `$setUnion` answers its distinct values in BSON order under the collation (mongod's `$group`
+//!   leaves the order unspecified; its window function answers this order). Each holds at most
+//!   100 MiB of values (146, mongod's `internalQueryMaxConcatArraysBytes` /
+//!   `internalQueryMaxSetUnionBytes`).
+//! - Nothing else fails on data except `$mergeObjects` on a non-document (40400).
 
 use std::cmp::Ordering;
 use std::collections::hash_map::DefaultHasher;
@@ -31,6 +39,7 @@ use super::expr::{
     accumulator_argument, add_numbers, compare_optional, divide_decimal, is_nullish,
     merge_object_into, number_bson, parse_quantile_spec, quantile_result, Expr, Samples, Value,
 };
+use crate::bsonutil::value_size;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{Collation, CollationChoice};
 use crate::query::compare::{compare_values_with, values_equal_with};
@@ -38,8 +47,8 @@ use crate::query::numeric::{Decimal, Number};
 use crate::query::pipeline::PipelineContext;
 
 use super::group_js::{parse_js_accumulator, JsAccumulator};
-use super::group_n::constant_n;
 pub(crate) use super::group_n::parse_n_accumulator;
+use super::group_n::{key_fields, n_value};
 
 /// The accumulators this server implements (besides `$accumulator`, see [`FieldOp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,25 +81,42 @@ pub(crate) enum AccumulatorOp {
     Quantile {
         median: bool,
     },
+    ConcatArrays,
+    SetUnion,
 }
 
-/// What one `$group` field folds with: a built-in accumulator, or `$accumulator` (whose
-/// argument is `accumulateArgs`).
+/// What one `$group` field folds with: a built-in accumulator, one with an `n` (its `n`
+/// expression, evaluated when a group starts), or `$accumulator` (whose argument is
+/// `accumulateArgs`).
 #[derive(Clone, Debug)]
 enum FieldOp {
     Builtin(AccumulatorOp),
+    /// `$firstN $lastN $minN $maxN $topN $bottomN` (`$top`/`$bottom`: `n` is 1); the op's own `n`
+    /// is a placeholder.
+    WithN(AccumulatorOp, Expr),
     Js(Arc<JsAccumulator>),
 }
 
 impl FieldOp {
-    fn new_state(&self) -> AccumulatorState {
-        match self {
+    /// A new group's state. `key_fields` is what the initializers (`n`, `initArgs`) read: the
+    /// group key's fields in `$group` ([`key_fields`]), an empty document in `$bucketAuto`.
+    fn new_state(
+        &self,
+        key_fields: &Document,
+        context: &PipelineContext,
+    ) -> CommandResult<AccumulatorState> {
+        Ok(match self {
             FieldOp::Builtin(op) => AccumulatorState::new(*op),
+            FieldOp::WithN(op, n) => {
+                let n = n_value(&n.evaluate_in(key_fields, context)?)?;
+                AccumulatorState::new(op.with_n(n))
+            }
             FieldOp::Js(accumulator) => AccumulatorState::Js {
                 accumulator: accumulator.clone(),
+                init_args: accumulator.init_args(key_fields, context)?,
                 state: None,
             },
-        }
+        })
     }
 }
 
@@ -117,10 +143,38 @@ impl AccumulatorOp {
             "$lastN" => AccumulatorOp::LastN(0),
             "$minN" => AccumulatorOp::MinN(0),
             "$maxN" => AccumulatorOp::MaxN(0),
+            "$concatArrays" => AccumulatorOp::ConcatArrays,
+            "$setUnion" => AccumulatorOp::SetUnion,
             _ => return None,
         })
     }
+
+    /// The op with `n` (for the N ops, `$top`/`$bottom`/`$topN`/`$bottomN`; others unchanged).
+    pub(crate) fn with_n(self, n: usize) -> AccumulatorOp {
+        match self {
+            AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
+            AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
+            AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
+            AccumulatorOp::MaxN(_) => AccumulatorOp::MaxN(n),
+            AccumulatorOp::TopBottom {
+                bottom,
+                single,
+                descending,
+                ..
+            } => AccumulatorOp::TopBottom {
+                n,
+                bottom,
+                single,
+                descending,
+            },
+            other => other,
+        }
+    }
 }
+
+/// Most bytes of values one `$concatArrays` or `$setUnion` holds (mongod's
+/// `internalQueryMaxConcatArraysBytes` and `internalQueryMaxSetUnionBytes` defaults).
+const MAX_ARRAY_ACCUMULATOR_BYTES: usize = 100 * 1024 * 1024;
 
 /// mongod's `DoubleDoubleSummation` reduced to a compensated (Neumaier) sum.
 #[derive(Clone, Copy, Debug, Default)]
@@ -302,10 +356,22 @@ pub(crate) enum AccumulatorState {
         ps: Vec<f64>,
         samples: Samples,
     },
-    /// `$accumulator`: the JavaScript state, `None` before the group's first document.
+    /// `$accumulator`: `initArgs` as evaluated when the group started, and the JavaScript
+    /// state, `None` before the group's first document.
     Js {
         accumulator: Arc<JsAccumulator>,
+        init_args: Value,
         state: Option<Bson>,
+    },
+    /// `$concatArrays`: the elements of every array, in arrival order, and their size.
+    ConcatArrays {
+        values: Vec<Bson>,
+        bytes: usize,
+    },
+    /// `$setUnion`: the distinct elements in BSON order (under the collation), and their size.
+    SetUnion {
+        values: Vec<Bson>,
+        bytes: usize,
     },
 }
 
@@ -354,6 +420,14 @@ impl AccumulatorState {
                 median,
                 ps: Vec::new(),
                 samples: Samples::default(),
+            },
+            AccumulatorOp::ConcatArrays => AccumulatorState::ConcatArrays {
+                values: Vec::new(),
+                bytes: 0,
+            },
+            AccumulatorOp::SetUnion => AccumulatorState::SetUnion {
+                values: Vec::new(),
+                bytes: 0,
             },
         }
     }
@@ -456,7 +530,33 @@ impl AccumulatorState {
                     }
                 }
             }
-            AccumulatorState::Js { accumulator, state } => accumulator.add(state, value)?,
+            AccumulatorState::Js {
+                accumulator,
+                init_args,
+                state,
+            } => accumulator.add(state, init_args, value)?,
+            AccumulatorState::ConcatArrays { values, bytes } => {
+                let Some(elements) = array_input("$concatArrays", value)? else {
+                    return Ok(());
+                };
+                *bytes = bytes.saturating_add(elements.iter().map(value_size).sum());
+                check_array_bytes("$concatArrays", *bytes)?;
+                values.extend(elements);
+            }
+            AccumulatorState::SetUnion { values, bytes } => {
+                let Some(elements) = array_input("$setUnion", value)? else {
+                    return Ok(());
+                };
+                for element in elements {
+                    let at = values
+                        .binary_search_by(|kept| compare_values_with(kept, &element, collation));
+                    if let Err(at) = at {
+                        *bytes = bytes.saturating_add(value_size(&element));
+                        check_array_bytes("$setUnion", *bytes)?;
+                        values.insert(at, element);
+                    }
+                }
+            }
             AccumulatorState::TopBottom {
                 n,
                 bottom,
@@ -490,7 +590,9 @@ impl AccumulatorState {
     /// The accumulated result, where computing it can fail (`$accumulator`'s `finalize`).
     pub(crate) fn try_finish(self) -> CommandResult<Value> {
         match self {
-            AccumulatorState::Js { accumulator, state } => accumulator.finish(state),
+            AccumulatorState::Js {
+                accumulator, state, ..
+            } => accumulator.finish(state),
             other => Ok(other.finish()),
         }
     }
@@ -508,9 +610,10 @@ impl AccumulatorState {
             }
             AccumulatorState::First(first) => first.flatten(),
             AccumulatorState::Last(last) => last,
-            AccumulatorState::Push(values) | AccumulatorState::AddToSet(values) => {
-                Some(Bson::Array(values))
-            }
+            AccumulatorState::Push(values)
+            | AccumulatorState::AddToSet(values)
+            | AccumulatorState::ConcatArrays { values, .. }
+            | AccumulatorState::SetUnion { values, .. } => Some(Bson::Array(values)),
             AccumulatorState::Count(count) => {
                 Some(i32::try_from(count).map_or(Bson::Int64(count), Bson::Int32))
             }
@@ -548,6 +651,34 @@ impl AccumulatorState {
             }
         }
     }
+}
+
+/// The elements `$concatArrays`/`$setUnion` take from one value: none when it is missing, an
+/// array's elements, else mongod's TypeMismatch.
+fn array_input(operator: &str, value: Value) -> CommandResult<Option<Vec<Bson>>> {
+    match value {
+        None => Ok(None),
+        Some(Bson::Array(elements)) => Ok(Some(elements)),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "{operator} requires array inputs, but input {} is of type {}",
+            crate::query::display::value_string(&other),
+            crate::query::display::type_name(&other)
+        ))),
+    }
+}
+
+/// mongod's ExceededMemoryLimit (146) for a `$concatArrays`/`$setUnion` over its limit.
+fn check_array_bytes(operator: &str, bytes: usize) -> CommandResult<()> {
+    if bytes > MAX_ARRAY_ACCUMULATOR_BYTES {
+        return Err(CommandError::new(
+            ErrorCode::ExceededMemoryLimit,
+            format!(
+                "{operator} used too much memory and cannot spill to disk. Memory limit: \
+                 {MAX_ARRAY_ACCUMULATOR_BYTES} bytes"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The sort key and output of one `$top`-family argument (`{output, sortFields}`): a missing
@@ -615,11 +746,12 @@ fn compare_sort_keys(
 }
 
 /// `$top`/`$bottom` (`{sortBy, output}`) and `$topN`/`$bottomN` (`{n, sortBy, output}`): the op
-/// and its argument expression, `{output, sortFields: ["$field", ...]}` (mongod's rewrite).
+/// (its `n` still 0), the `n` expression (1 for `$top`/`$bottom`) and the argument expression,
+/// `{output, sortFields: ["$field", ...]}` (mongod's rewrite).
 pub(crate) fn parse_top_bottom(
     operator: &str,
     operand: &Bson,
-) -> CommandResult<(AccumulatorOp, Expr)> {
+) -> CommandResult<(AccumulatorOp, Expr, Expr)> {
     let single = matches!(operator, "$top" | "$bottom");
     let bottom = operator.starts_with("$bottom");
     let Bson::Document(arguments) = operand else {
@@ -646,8 +778,8 @@ pub(crate) fn parse_top_bottom(
         }
     }
     let n = match (single, n) {
-        (true, _) => 1,
-        (false, Some(n)) => constant_n(operator, n)?,
+        (true, _) => Expr::Literal(Bson::Int32(1)),
+        (false, Some(n)) => Expr::parse(n)?,
         (false, None) => {
             return Err(group_error(
                 ErrorCode::Location5788003,
@@ -689,12 +821,12 @@ pub(crate) fn parse_top_bottom(
     argument.insert("output", output.clone());
     argument.insert("sortFields", sort_fields);
     let op = AccumulatorOp::TopBottom {
-        n,
+        n: 0,
         bottom,
         single,
         descending,
     };
-    Ok((op, Expr::parse(&Bson::Document(argument))?))
+    Ok((op, n, Expr::parse(&Bson::Document(argument))?))
 }
 
 /// A parsed `$group` stage.
@@ -714,7 +846,8 @@ impl Group {
     pub(crate) fn is_constant(&self) -> bool {
         matches!(self.id, Expr::Literal(_))
             && self.fields.iter().all(|(_, op, argument)| {
-                matches!(argument, Expr::Literal(_)) && matches!(op, FieldOp::Builtin(_))
+                matches!(argument, Expr::Literal(_))
+                    && matches!(op, FieldOp::Builtin(_) | FieldOp::WithN(..))
             })
     }
 
@@ -776,8 +909,8 @@ impl Group {
                 continue;
             }
             if matches!(operator.as_str(), "$top" | "$bottom" | "$topN" | "$bottomN") {
-                let (op, argument) = parse_top_bottom(operator, operand)?;
-                fields.push((name.clone(), FieldOp::Builtin(op), argument));
+                let (op, n, argument) = parse_top_bottom(operator, operand)?;
+                fields.push((name.clone(), FieldOp::WithN(op, n), argument));
                 continue;
             }
             if operator == "$accumulator" {
@@ -812,8 +945,8 @@ impl Group {
                     | AccumulatorOp::MinN(_)
                     | AccumulatorOp::MaxN(_)
             ) {
-                let (op, input) = parse_n_accumulator(operator, op, operand)?;
-                fields.push((name.clone(), FieldOp::Builtin(op), input));
+                let (op, n, input) = parse_n_accumulator(operator, op, operand)?;
+                fields.push((name.clone(), FieldOp::WithN(op, n), input));
                 continue;
             }
             if matches!(operand, Bson::Array(_)) {
@@ -859,17 +992,17 @@ impl Group {
             return Ok(Vec::new());
         }
         let empty = Document::new();
-        let mut output = Document::new();
-        output.insert(
-            "_id",
-            self.id.evaluate_in(&empty, context)?.unwrap_or(Bson::Null),
-        );
-        for (name, op, expr) in &self.fields {
+        let key = self.id.evaluate_in(&empty, context)?.unwrap_or(Bson::Null);
+        let mut states = self.new_states(&key_fields(&key), context)?;
+        for ((_, _, expr), state) in self.fields.iter().zip(states.iter_mut()) {
             let value = expr.evaluate_in(&empty, context)?;
-            let mut state = op.new_state();
             for _ in 0..count {
                 state.add(value.clone(), context.collation.as_deref())?;
             }
+        }
+        let mut output = Document::new();
+        output.insert("_id", key);
+        for ((name, _, _), state) in self.fields.iter().zip(states) {
             output.insert(name.clone(), state.finish().unwrap_or(Bson::Null));
         }
         Ok(vec![output])
@@ -883,7 +1016,7 @@ impl Group {
         let mut table = GroupTable::new(self.clone(), context.collation.clone());
         for document in &input {
             let (key, values) = self.evaluate(document, context)?;
-            table.add(key, values)?;
+            table.add(key, values, context)?;
         }
         table.finish().into_iter().collect()
     }
@@ -901,46 +1034,37 @@ impl Group {
         let values = self
             .fields
             .iter()
-            .map(|(_, op, expr)| Self::argument(op, expr, &key, document, context))
+            .map(|(_, _, expr)| expr.evaluate_in(document, context))
             .collect::<CommandResult<Vec<_>>>()?;
         Ok((key, values))
     }
 
-    /// What `document` (in the group of `key`) contributes to one accumulator.
-    fn argument(
-        op: &FieldOp,
-        expr: &Expr,
-        key: &Bson,
-        document: &Document,
-        context: &PipelineContext,
-    ) -> CommandResult<Value> {
-        match op {
-            FieldOp::Js(accumulator) => accumulator.argument(expr, key, document, context),
-            _ => expr.evaluate_in(document, context),
-        }
-    }
-
-    /// Folds `document`'s accumulator arguments into `states`, the states of the group of `key`.
+    /// Folds `document`'s accumulator arguments into `states`.
     pub(crate) fn accumulate(
         &self,
         states: &mut [AccumulatorState],
-        key: &Bson,
         document: &Document,
         context: &PipelineContext,
     ) -> CommandResult<()> {
-        for ((_, op, expr), state) in self.fields.iter().zip(states.iter_mut()) {
+        for ((_, _, expr), state) in self.fields.iter().zip(states.iter_mut()) {
             state.add(
-                Self::argument(op, expr, key, document, context)?,
+                expr.evaluate_in(document, context)?,
                 context.collation.as_deref(),
             )?;
         }
         Ok(())
     }
 
-    pub(crate) fn new_states(&self) -> Vec<AccumulatorState> {
+    /// The states of a group that starts now, its initializers (`n`, `initArgs`) evaluated
+    /// against `key_fields` ([`FieldOp::new_state`]).
+    pub(crate) fn new_states(
+        &self,
+        key_fields: &Document,
+        context: &PipelineContext,
+    ) -> CommandResult<Vec<AccumulatorState>> {
         self.fields
             .iter()
-            .map(|(_, op, _)| op.new_state())
+            .map(|(_, op, _)| op.new_state(key_fields, context))
             .collect()
     }
 
@@ -1021,15 +1145,22 @@ impl GroupTable {
         })
     }
 
-    /// Folds one document's accumulator arguments into the group of `key`, creating it if new.
-    pub(crate) fn add(&mut self, key: Bson, values: Vec<Value>) -> CommandResult<()> {
+    /// Folds one document's accumulator arguments into the group of `key`, creating it if new
+    /// (its initializers evaluated in `context`).
+    pub(crate) fn add(
+        &mut self,
+        key: Bson,
+        values: Vec<Value>,
+        context: &PipelineContext,
+    ) -> CommandResult<()> {
         let hash = key_hash(&key, self.collation.as_deref());
         let index = match self.position(&key, hash) {
             Some(index) => index,
             None => {
+                let states = self.group.new_states(&key_fields(&key), context)?;
                 self.memory_bytes += value_bytes(&Some(key.clone())) + GROUP_OVERHEAD_BYTES;
                 self.keys.push(key);
-                self.states.push(Some(self.group.new_states()));
+                self.states.push(Some(states));
                 self.buckets
                     .entry(hash)
                     .or_default()
@@ -1041,7 +1172,11 @@ impl GroupTable {
             if matches!(
                 op,
                 FieldOp::Builtin(
-                    AccumulatorOp::Push | AccumulatorOp::AddToSet | AccumulatorOp::MergeObjects
+                    AccumulatorOp::Push
+                        | AccumulatorOp::AddToSet
+                        | AccumulatorOp::MergeObjects
+                        | AccumulatorOp::ConcatArrays
+                        | AccumulatorOp::SetUnion
                 ) | FieldOp::Js(_)
             ) {
                 self.memory_bytes += value_bytes(value);
@@ -1063,11 +1198,15 @@ impl GroupTable {
         &mut self,
         key: Bson,
         arguments: impl IntoIterator<Item = Vec<Value>>,
+        context: &PipelineContext,
     ) -> CommandResult<Document> {
         let held = self
             .position(&key, key_hash(&key, self.collation.as_deref()))
             .and_then(|index| self.states[index].take());
-        let mut states = held.unwrap_or_else(|| self.group.new_states());
+        let mut states = match held {
+            Some(states) => states,
+            None => self.group.new_states(&key_fields(&key), context)?,
+        };
         for values in arguments {
             add_all(&mut states, values, self.collation.as_deref())?;
         }
@@ -1276,6 +1415,7 @@ mod tests {
 
     #[test]
     fn n_accumulators_refuse_bad_arguments_with_mongods_codes() {
+        // The shape of the arguments is checked when the stage is parsed.
         let code = |accumulator: Document| {
             run(
                 vec![doc! {"$group": {"_id": Bson::Null, "out": accumulator}}],
@@ -1295,18 +1435,373 @@ mod tests {
             ErrorCode::Location5787906
         );
         assert_eq!(code(doc! {"$firstN": {"n": 2}}), ErrorCode::Location5787907);
+        // `n` is evaluated when a group starts (mongod's `startNewGroup`): over no documents no
+        // group starts and nothing fails; over one, first_n_last_n.js's codes.
+        for n in [
+            Bson::String("string".into()),
+            Bson::Double(3.2),
+            Bson::Int32(-1),
+        ] {
+            let pipeline = vec![
+                doc! {"$group": {"_id": Bson::Null, "out": {"$lastN": {"input": "$a", "n": n}}}},
+            ];
+            assert_eq!(run(pipeline, vec![]).expect("no group starts"), vec![]);
+        }
+        let run_code = |accumulator: Document| {
+            run(
+                vec![doc! {"$group": {"_id": {"st": "$state"}, "out": accumulator}}],
+                vec![doc! {"state": "AZ", "sales": 10, "n": 3}],
+            )
+            .expect_err("refused")
+        };
+        let cases: Vec<(Document, ErrorCode)> = vec![
+            (
+                doc! {"$firstN": {"input": "$sales", "n": "string"}},
+                ErrorCode::Location5787902,
+            ),
+            (
+                doc! {"$firstN": {"input": "$sales", "n": 3.2}},
+                ErrorCode::Location5787903,
+            ),
+            (
+                doc! {"$firstN": {"input": "$sales", "n": -1}},
+                ErrorCode::Location5787908,
+            ),
+            (
+                doc! {"$firstN": {"input": "$sales", "n": decimal("9223372036854775808")}},
+                ErrorCode::Location5787903,
+            ),
+            (
+                doc! {"$topN": {"output": "$sales", "sortBy": {"sales": 1}, "n": 0}},
+                ErrorCode::Location5787908,
+            ),
+            // A field outside the group key reads as missing.
+            (
+                doc! {"$maxN": {"input": "$sales", "n": "$n"}},
+                ErrorCode::Location5787902,
+            ),
+        ];
+        for (accumulator, code) in cases {
+            let error = run_code(accumulator.clone());
+            assert_eq!(error.code, code, "{accumulator}: {}", error.errmsg);
+        }
         assert_eq!(
-            code(doc! {"$lastN": {"input": "$a", "n": "2"}}),
-            ErrorCode::Location5787902
+            run_code(doc! {"$maxN": {"input": "$sales", "n": "$n"}}).errmsg,
+            "Value for 'n' must be of integral type, but found MISSING"
+        );
+    }
+
+    #[test]
+    fn n_accumulators_compute_n_from_the_group_key() {
+        // The reference pages' "n computed from the group key" examples over `gamescores`:
+        // three for G1, one for G2.
+        let n = || bson::bson!({"$cond": {"if": {"$eq": ["$gameId", "G2"]}, "then": 1, "else": 3}});
+        let cases: Vec<(Document, Bson, Bson)> = vec![
+            (
+                doc! {"$firstN": {"input": "$score", "n": n()}},
+                bson::bson!([31, 33, 99]),
+                bson::bson!([10]),
+            ),
+            (
+                doc! {"$lastN": {"input": "$score", "n": n()}},
+                bson::bson!([33, 99, 1]),
+                bson::bson!([80]),
+            ),
+            (
+                doc! {"$maxN": {"input": ["$score", "$playerId"], "n": n()}},
+                bson::bson!([[99, "PlayerC"], [33, "PlayerB"], [31, "PlayerA"]]),
+                bson::bson!([[80, "PlayerD"]]),
+            ),
+            (
+                doc! {"$minN": {"input": ["$score", "$playerId"], "n": n()}},
+                bson::bson!([[1, "PlayerD"], [31, "PlayerA"], [33, "PlayerB"]]),
+                bson::bson!([[10, "PlayerA"]]),
+            ),
+            (
+                doc! {"$topN": {"output": ["$playerId", "$score"], "sortBy": {"score": -1}, "n": n()}},
+                bson::bson!([["PlayerC", 99], ["PlayerB", 33], ["PlayerA", 31]]),
+                bson::bson!([["PlayerD", 80]]),
+            ),
+            (
+                doc! {"$bottomN": {"output": ["$playerId", "$score"], "sortBy": {"score": -1}, "n": n()}},
+                bson::bson!([["PlayerB", 33], ["PlayerA", 31], ["PlayerD", 1]]),
+                bson::bson!([["PlayerA", 10]]),
+            ),
+        ];
+        for (accumulator, g1, g2) in cases {
+            let output = run(
+                vec![
+                    doc! {"$group": {"_id": {"gameId": "$gameId"}, "gamescores": accumulator.clone()}},
+                    doc! {"$sort": {"_id.gameId": 1}},
+                ],
+                gamescores(),
+            )
+            .expect("runs");
+            assert_eq!(
+                output,
+                vec![
+                    doc! {"_id": {"gameId": "G1"}, "gamescores": g1},
+                    doc! {"_id": {"gameId": "G2"}, "gamescores": g2},
+                ],
+                "{accumulator}"
+            );
+        }
+        // first_n_last_n.js: a key that is a field holding a document is read the same way;
+        // a key that is not a document leaves `n` nothing to read.
+        let keyed = gamescores()
+            .into_iter()
+            .map(|mut score| {
+                let game = score.get_str("gameId").unwrap_or_default().to_string();
+                score.insert("game", doc! {"gameId": game});
+                score
+            })
+            .collect::<Vec<_>>();
+        let output = run(
+            vec![
+                doc! {"$group": {"_id": "$game", "scores": {"$firstN": {"input": "$score", "n": n()}}}},
+                doc! {"$sort": {"_id.gameId": 1}},
+            ],
+            keyed,
+        )
+        .expect("runs");
+        assert_eq!(
+            output,
+            vec![
+                doc! {"_id": {"gameId": "G1"}, "scores": [31, 33, 99]},
+                doc! {"_id": {"gameId": "G2"}, "scores": [10]},
+            ]
+        );
+        let error = run(
+            vec![doc! {"$group": {"_id": "$gameId", "scores": {"$firstN": {"input": "$score", "n": "$gameId"}}}}],
+            gamescores(),
+        )
+        .expect_err("a scalar key has no fields");
+        assert_eq!(error.code, ErrorCode::Location5787902);
+        // `$bucketAuto` evaluates `n` against an empty document (mongod's
+        // document_source_bucket_auto.cpp): its `{min, max}` key is not read.
+        let error = run(
+            vec![doc! {"$bucketAuto": {"groupBy": "$score", "buckets": 1,
+            "output": {"scores": {"$firstN": {"input": "$score", "n": "$min"}}}}}],
+            gamescores(),
+        )
+        .expect_err("a bucket has no key");
+        assert_eq!(error.code, ErrorCode::Location5787902);
+    }
+
+    #[test]
+    fn a_group_first_seen_after_spilling_takes_n_from_its_key() {
+        // A spilled `$group` folds a group the table never held from its arguments alone: its
+        // states start from the key as the table's do.
+        let group = Group::parse(&Bson::Document(doc! {"_id": {"gameId": "$gameId"}, "s":
+        {"$firstN": {"input": "$score", "n": {"$cond": [{"$eq": ["$gameId", "G2"]}, 1, 3]}}}}))
+        .expect("parses");
+        let context = super::super::fixtures::context();
+        let mut table = GroupTable::new(group, context.collation.clone());
+        let arguments = [10, 14, 66]
+            .into_iter()
+            .map(|score| vec![Some(Bson::Int32(score))]);
+        let output = table
+            .fold_rest(Bson::Document(doc! {"gameId": "G2"}), arguments, &context)
+            .expect("folds");
+        assert_eq!(output, doc! {"_id": {"gameId": "G2"}, "s": [10]});
+    }
+
+    /// concat_arrays.js's books.
+    fn books() -> Vec<Document> {
+        vec![
+            doc! {"_id": 0, "author": "Adrian", "publisher": "Pub1", "books": ["Adrian Book 0", "Adrian Book 1"]},
+            doc! {"_id": 1, "author": "Militsa", "publisher": "Pub1", "books": ["Militsa Book 0"]},
+            doc! {"_id": 2, "author": "Hana", "publisher": "Pub1", "books": ["Hana Book 0", "Hana Book 1"]},
+            doc! {"_id": 3, "author": "Ben", "publisher": "Pub2", "books": [["Ben Series 0 Book 0", "Ben Series 0 Book 1"], ["Ben Series 1 Book 0"], "Ben Book 4"]},
+            doc! {"_id": 4, "author": "Nick", "publisher": "Pub3", "books": ["Smile :)"]},
+            doc! {"_id": 5, "author": "Santiago", "publisher": "Pub3"},
+            doc! {"_id": 6, "author": "Matt", "publisher": "Pub3", "books": ["Happy!"]},
+        ]
+    }
+
+    #[test]
+    fn concat_arrays_accumulator_follows_mongods_tests() {
+        let concat = |ids: &[i32], sort: i32| {
+            run(
+                vec![
+                    doc! {"$match": {"_id": {"$in": ids.to_vec()}}},
+                    doc! {"$sort": {"_id": sort}},
+                    doc! {"$group": {"_id": Bson::Null, "allBooks": {"$concatArrays": "$books"}}},
+                ],
+                books(),
+            )
+            .expect("runs")
+        };
+        // Arrival order, each array's order kept.
+        assert_eq!(
+            concat(&[0, 1, 2], 1),
+            vec![
+                doc! {"_id": Bson::Null, "allBooks": ["Adrian Book 0", "Adrian Book 1", "Militsa Book 0", "Hana Book 0", "Hana Book 1"]}
+            ]
         );
         assert_eq!(
-            code(doc! {"$lastN": {"input": "$a", "n": 2.5}}),
-            ErrorCode::Location5787903
+            concat(&[0, 1, 2], -1),
+            vec![
+                doc! {"_id": Bson::Null, "allBooks": ["Hana Book 0", "Hana Book 1", "Militsa Book 0", "Adrian Book 0", "Adrian Book 1"]}
+            ]
+        );
+        // Nested arrays stay arrays; a missing field adds nothing.
+        assert_eq!(
+            concat(&[1, 3], 1),
+            vec![
+                doc! {"_id": Bson::Null, "allBooks": ["Militsa Book 0", ["Ben Series 0 Book 0", "Ben Series 0 Book 1"], ["Ben Series 1 Book 0"], "Ben Book 4"]}
+            ]
         );
         assert_eq!(
-            code(doc! {"$minN": {"input": "$a", "n": 0}}),
-            ErrorCode::Location5787908
+            concat(&[4, 5, 6], 1),
+            vec![doc! {"_id": Bson::Null, "allBooks": ["Smile :)", "Happy!"]}]
         );
+        let by_publisher = run(
+            vec![
+                doc! {"$match": {"_id": {"$in": [0, 1, 3]}}},
+                doc! {"$group": {"_id": "$publisher", "booksByPublisher": {"$concatArrays": "$books"}}},
+                doc! {"$sort": {"_id": 1}},
+            ],
+            books(),
+        )
+        .expect("runs");
+        assert_eq!(
+            by_publisher,
+            vec![
+                doc! {"_id": "Pub1", "booksByPublisher": ["Adrian Book 0", "Adrian Book 1", "Militsa Book 0"]},
+                doc! {"_id": "Pub2", "booksByPublisher": [["Ben Series 0 Book 0", "Ben Series 0 Book 1"], ["Ben Series 1 Book 0"], "Ben Book 4"]},
+            ]
+        );
+    }
+
+    #[test]
+    fn set_union_accumulator_follows_mongods_tests() {
+        // set_union.js compares after `$sortArray`; this server answers in BSON order already.
+        let union = |arrays: Vec<Bson>| {
+            let input = arrays
+                .into_iter()
+                .map(|vals| doc! {"vals": vals})
+                .collect::<Vec<_>>();
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "n": {"$setUnion": "$vals"}}}],
+                input,
+            )
+            .expect("runs")[0]
+                .get("n")
+                .cloned()
+        };
+        let cases: Vec<(Vec<Bson>, Bson)> = vec![
+            (
+                vec![bson::bson!([1, 2, 3]), bson::bson!([4, 5, 6])],
+                bson::bson!([1, 2, 3, 4, 5, 6]),
+            ),
+            (
+                vec![
+                    bson::bson!([1, 2, 3]),
+                    bson::bson!([2, 3, 4]),
+                    bson::bson!([3, 4, 5, 6]),
+                ],
+                bson::bson!([1, 2, 3, 4, 5, 6]),
+            ),
+            (
+                vec![bson::bson!([1, 1, 2, 2, 3, 3])],
+                bson::bson!([1, 2, 3]),
+            ),
+            (
+                vec![
+                    bson::bson!([["nested"], 1, 2]),
+                    bson::bson!([3, 4, ["nested"]]),
+                    bson::bson!([4, ["nested", "extra"]]),
+                ],
+                bson::bson!([1, 2, 3, 4, ["nested"], ["nested", "extra"]]),
+            ),
+            // Documents differing in field order are distinct.
+            (
+                vec![
+                    bson::bson!([{"a": 1, "b": 2}]),
+                    bson::bson!([{"b": 2, "a": 1}]),
+                    bson::bson!([{"a": 1, "b": 2}]),
+                ],
+                bson::bson!([{"a": 1, "b": 2}, {"b": 2, "a": 1}]),
+            ),
+        ];
+        for (arrays, expected) in cases {
+            assert_eq!(union(arrays.clone()), Some(expected), "{arrays:?}");
+        }
+        let by_publisher = run(
+            vec![
+                doc! {"$match": {"_id": {"$in": [0, 1, 4, 5, 6]}}},
+                doc! {"$group": {"_id": "$publisher", "books": {"$setUnion": "$books"}}},
+                doc! {"$sort": {"_id": 1}},
+            ],
+            books(),
+        )
+        .expect("runs");
+        assert_eq!(
+            by_publisher,
+            vec![
+                doc! {"_id": "Pub1", "books": ["Adrian Book 0", "Adrian Book 1", "Militsa Book 0"]},
+                doc! {"_id": "Pub3", "books": ["Happy!", "Smile :)"]},
+            ]
+        );
+    }
+
+    #[test]
+    fn array_accumulators_refuse_what_is_not_an_array() {
+        // concat_arrays.js / set_union.js: numbers, strings, objects and null are TypeMismatch.
+        for operator in ["$concatArrays", "$setUnion"] {
+            for value in [
+                Bson::Int32(1),
+                Bson::String("string".into()),
+                Bson::Document(doc! {"object": "object"}),
+                Bson::Null,
+            ] {
+                let error = run(
+                    vec![doc! {"$group": {"_id": Bson::Null, "v": {operator: "$vals"}}}],
+                    vec![doc! {"vals": value.clone()}],
+                )
+                .expect_err("refused");
+                assert_eq!(error.code, ErrorCode::TypeMismatch, "{operator} {value}");
+            }
+        }
+        let error = run(
+            vec![doc! {"$group": {"_id": Bson::Null, "v": {"$concatArrays": "$vals"}}}],
+            vec![doc! {"vals": "a"}],
+        )
+        .expect_err("refused");
+        assert_eq!(
+            error.errmsg,
+            "$concatArrays requires array inputs, but input \"a\" is of type string"
+        );
+        // An array operand is the unary-operator error every accumulator gives.
+        assert_eq!(
+            run(
+                vec![doc! {"$group": {"_id": Bson::Null, "v": {"$setUnion": ["$a", "$b"]}}}],
+                vec![]
+            )
+            .expect_err("refused")
+            .code,
+            ErrorCode::Location40237
+        );
+    }
+
+    #[test]
+    fn array_accumulators_are_bounded_like_mongods() {
+        // 146 past internalQueryMaxConcatArraysBytes / internalQueryMaxSetUnionBytes (100 MiB).
+        let big = Bson::String("x".repeat(1024 * 1024));
+        for op in [AccumulatorOp::ConcatArrays, AccumulatorOp::SetUnion] {
+            let mut state = AccumulatorState::new(op);
+            let mut outcome = Ok(());
+            for index in 0..101 {
+                let element = Bson::Array(vec![Bson::String(format!("{index}")), big.clone()]);
+                outcome = state.add(Some(Bson::Array(vec![element])), None);
+                if outcome.is_err() {
+                    break;
+                }
+            }
+            let error = outcome.expect_err("over the limit");
+            assert_eq!(error.code, ErrorCode::ExceededMemoryLimit, "{op:?}");
+        }
     }
 
     #[test]

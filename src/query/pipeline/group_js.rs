@@ -5,9 +5,11 @@
 //! Invariants:
 //! - `init`, `accumulate`, `merge` and `finalize` are constant strings or Code; `merge` is
 //!   required (as mongod's parser does) but never called: one node never merges partial states.
-//! - `initArgs` is evaluated against the group key when it is a document (so `"$city"` reads
-//!   the key's `city`), against an empty document otherwise (mongod's `expandId`);
-//!   `accumulateArgs` against each document. Both must evaluate to arrays, checked when used (4544711, 4544712).
+//! - `initArgs` is evaluated once, when a group starts, against what the group's initializers
+//!   read (`group_n::key_fields`: in `$group` the key when it is a document, so `"$city"` reads
+//!   the key's `city`, else an empty document, mongod's `expandId`; in `$bucketAuto` an empty
+//!   document); `accumulateArgs` against each document. Both must evaluate to arrays, checked
+//!   when used (4544711, 4544712).
 //! - The group's state starts as `init(...initArgs)` at its first document, becomes
 //!   `accumulate(state, ...accumulateArgs)` for each document, and the group's value is
 //!   `finalize(state)`, or the state when there is no `finalize`. Groups are never empty.
@@ -139,43 +141,29 @@ pub(crate) fn parse_js_accumulator(operand: &Bson) -> CommandResult<(Arc<JsAccum
 }
 
 impl JsAccumulator {
-    /// What one document contributes: `{init: initArgs, args: accumulateArgs}` (either missing
-    /// when its expression is). `initArgs` is only used at the group's first document.
-    pub(crate) fn argument(
+    /// `initArgs` evaluated against `key_fields` when a group starts (missing when it is).
+    pub(crate) fn init_args(
         &self,
-        accumulate_args: &Expr,
-        key: &Bson,
-        document: &Document,
+        key_fields: &Document,
         context: &PipelineContext,
     ) -> CommandResult<Value> {
-        let mut argument = Document::new();
-        let empty = Document::new();
-        let key_fields = match key {
-            Bson::Document(fields) => fields,
-            _ => &empty,
-        };
-        if let Some(init) = self.init_args.evaluate_in(key_fields, context)? {
-            argument.insert("init", init);
-        }
-        if let Some(args) = accumulate_args.evaluate_in(document, context)? {
-            argument.insert("args", args);
-        }
-        Ok(Some(Bson::Document(argument)))
+        self.init_args.evaluate_in(key_fields, context)
     }
 
-    /// Folds one document's argument (from [`JsAccumulator::argument`]) into `state`, starting
-    /// the state with `init` at the group's first document.
-    pub(crate) fn add(&self, state: &mut Option<Bson>, argument: Value) -> CommandResult<()> {
+    /// Folds one document's `accumulateArgs` into `state`, starting the state with
+    /// `init(...init_args)` at the group's first document.
+    pub(crate) fn add(
+        &self,
+        state: &mut Option<Bson>,
+        init_args: &Value,
+        accumulate_args: Value,
+    ) -> CommandResult<()> {
         crate::js::check_enabled(ErrorCode::Location31264, crate::js::DISABLED_MESSAGE)?;
-        let argument = match argument {
-            Some(Bson::Document(argument)) => argument,
-            _ => Document::new(),
-        };
         let current = match state.take() {
             Some(current) => current,
             None => {
                 let init_args = array_argument(
-                    argument.get("init"),
+                    init_args.as_ref(),
                     ErrorCode::Location4544711,
                     "$accumulator initArgs must evaluate to an array",
                 )?;
@@ -184,7 +172,7 @@ impl JsAccumulator {
         };
         let mut arguments = vec![current];
         arguments.extend(array_argument(
-            argument.get("args"),
+            accumulate_args.as_ref(),
             ErrorCode::Location4544712,
             "$accumulator accumulateArgs must evaluate to an array",
         )?);

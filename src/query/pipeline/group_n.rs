@@ -1,42 +1,58 @@
-//! The `n` of the N accumulators and expressions (`$firstN`, `$lastN`, `$minN`, `$maxN`): their
-//! `{input, n}` arguments (5787801/5787900 not an object, 5787901 unknown, 5787906/5787907
-//! missing) and the check of `n` (5787902/5787903/5787908), shared by `$group` (a constant `n`)
-//! and the expressions (`n` evaluated per document).
+//! The `n` of the N accumulators and expressions (`$firstN`, `$lastN`, `$minN`, `$maxN`, and of
+//! `$topN`/`$bottomN`): their `{input, n}` arguments (5787801/5787900 not an object, 5787901
+//! unknown, 5787906/5787907 missing), the check of an evaluated `n` (5787902/5787903/5787908),
+//! and the document an accumulator's initializer reads.
+//!
+//! Where `n` is evaluated is mongod's: in `$group` when a group starts, against the group key's
+//! fields ([`key_fields`], mongod's `expandId`), so `n` may depend on `_id` and a field outside
+//! the key reads as missing (5787902); in `$bucketAuto` against an empty document; in
+//! `$setWindowFields` it must be a constant (checked at parse time); in the expressions, per
+//! document. Nothing here evaluates anything but `n`.
 
-use bson::Bson;
+use std::borrow::Cow;
 
-use super::expr::Expr;
+use bson::{Bson, Document};
+
+use super::expr::{Expr, Value};
 use super::group::AccumulatorOp;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::value_string;
 use crate::query::numeric::Number;
 
-/// `n` of an N (or `$topN`/`$bottomN`) accumulator: a constant positive integer (mongod's
+/// What an accumulator's initializer (`n`, `$accumulator`'s `initArgs`) reads in `$group`: the
+/// group key when it is a document (a `{gameId: "$gameId"}` key gives `{gameId: ...}`, so
+/// `"$gameId"` reads it), else an empty document (mongod's `expandId`).
+pub(crate) fn key_fields(key: &Bson) -> Cow<'_, Document> {
+    match key {
+        Bson::Document(fields) => Cow::Borrowed(fields),
+        _ => Cow::Owned(Document::new()),
+    }
+}
+
+/// `n` of an N (or `$topN`/`$bottomN`) window function: a constant positive integer (mongod's
 /// 5787902/5787903/5787908).
-pub(super) fn constant_n(operator: &str, n: &Bson) -> CommandResult<usize> {
-    let n = match Expr::parse(n)?.evaluate_constant(bson::DateTime::now()) {
-        Ok(value) => value.unwrap_or(Bson::Null),
-        Err(error) if error.code == ErrorCode::Location4890500 => {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                format!("tideway supports only a constant 'n' in {operator}"),
-            ))
-        }
-        Err(error) => return Err(error),
-    };
-    n_value(&n)
+pub(super) fn constant_n(operator: &str, n: &Expr) -> CommandResult<usize> {
+    match n.evaluate_constant(bson::DateTime::now()) {
+        Ok(value) => n_value(&value),
+        Err(error) if error.code == ErrorCode::Location4890500 => Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            format!("tideway supports only a constant 'n' in the window function {operator}"),
+        )),
+        Err(error) => Err(error),
+    }
 }
 
 /// Checks an evaluated `n` of an N accumulator or expression: a positive integral number
-/// (mongod's 5787902 not a number, 5787903 not integral, 5787908 not positive).
-pub(crate) fn n_value(n: &Bson) -> CommandResult<usize> {
-    let not_integral = || {
-        format!(
-            "Value for 'n' must be of integral type, but found {}",
-            value_string(n)
-        )
-    };
-    let number = Number::from_bson(n)
+/// (mongod's `AccumulatorN::validateN`: 5787902 not a number, missing included, 5787903 not
+/// integral or beyond a long, 5787908 not positive).
+pub(crate) fn n_value(n: &Value) -> CommandResult<usize> {
+    let shown = n
+        .as_ref()
+        .map_or_else(|| "MISSING".to_string(), value_string);
+    let not_integral = || format!("Value for 'n' must be of integral type, but found {shown}");
+    let number = n
+        .as_ref()
+        .and_then(Number::from_bson)
         .ok_or_else(|| CommandError::new(ErrorCode::Location5787902, not_integral()))?;
     let count = number
         .to_exact_i64()
@@ -58,16 +74,6 @@ pub(crate) fn n_operator(name: &str) -> Option<AccumulatorOp> {
         | AccumulatorOp::MinN(_)
         | AccumulatorOp::MaxN(_)) => Some(op),
         _ => None,
-    }
-}
-
-/// `op` (an N accumulator) with its `n`.
-pub(crate) fn with_n(op: AccumulatorOp, n: usize) -> AccumulatorOp {
-    match op {
-        AccumulatorOp::FirstN(_) => AccumulatorOp::FirstN(n),
-        AccumulatorOp::LastN(_) => AccumulatorOp::LastN(n),
-        AccumulatorOp::MinN(_) => AccumulatorOp::MinN(n),
-        _ => AccumulatorOp::MaxN(n),
     }
 }
 
@@ -112,14 +118,67 @@ pub(crate) fn n_arguments<'a>(
     Ok((n, input))
 }
 
-/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` as accumulators: the input expression,
-/// and `op` with its `n`, a constant positive integer.
+/// The arguments of `$firstN`/`$lastN`/`$minN`/`$maxN` as accumulators: `op` (its `n` still 0),
+/// the `n` expression and the input expression.
 pub(crate) fn parse_n_accumulator(
     operator: &str,
     op: AccumulatorOp,
     operand: &Bson,
-) -> CommandResult<(AccumulatorOp, Expr)> {
+) -> CommandResult<(AccumulatorOp, Expr, Expr)> {
     let (n, input) = n_arguments(operator, op, operand)?;
-    let n = constant_n(operator, n)?;
-    Ok((with_n(op, n), Expr::parse(input)?))
+    Ok((op, Expr::parse(n)?, Expr::parse(input)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn n_is_a_positive_integral_number_of_at_most_a_long() {
+        let decimal = |text: &str| Some(Bson::Decimal128(text.parse().expect("a decimal")));
+        // first_n_last_n.js: the largest long is a valid `n`, one more is not integral.
+        assert_eq!(
+            n_value(&decimal("9223372036854775807")).ok(),
+            Some(usize::try_from(i64::MAX).unwrap_or(usize::MAX))
+        );
+        let cases: Vec<(Value, ErrorCode, &str)> = vec![
+            (
+                decimal("9223372036854775808"),
+                ErrorCode::Location5787903,
+                "",
+            ),
+            (
+                Some(Bson::String("string".into())),
+                ErrorCode::Location5787902,
+                "Value for 'n' must be of integral type, but found \"string\"",
+            ),
+            (
+                None,
+                ErrorCode::Location5787902,
+                "Value for 'n' must be of integral type, but found MISSING",
+            ),
+            (Some(Bson::Double(3.2)), ErrorCode::Location5787903, ""),
+            (
+                Some(Bson::Int32(-1)),
+                ErrorCode::Location5787908,
+                "'n' must be greater than 0, found -1",
+            ),
+        ];
+        for (n, code, message) in cases {
+            let error = n_value(&n).expect_err("refused");
+            assert_eq!(error.code, code, "{n:?}");
+            if !message.is_empty() {
+                assert_eq!(error.errmsg, message);
+            }
+        }
+        assert_eq!(n_value(&Some(Bson::Double(3.0))).ok(), Some(3));
+    }
+
+    #[test]
+    fn initializers_read_a_document_key_and_nothing_else() {
+        let key = Bson::Document(bson::doc! {"gameId": "G2"});
+        assert_eq!(key_fields(&key).get_str("gameId").ok(), Some("G2"));
+        assert!(key_fields(&Bson::String("G2".into())).is_empty());
+        assert!(key_fields(&Bson::Null).is_empty());
+    }
 }

@@ -752,7 +752,11 @@ impl<'p> PipelineRun<'p> {
             Sink::Facet(run) => Box::new(std::iter::once(run.finish())),
             Sink::Group { table, spill } => {
                 let groups: DocumentStream = match spill {
-                    Some(buffer) => Box::new(SpilledGroups::new(*table, buffer.finish()?)?),
+                    Some(buffer) => Box::new(SpilledGroups::new(
+                        *table,
+                        buffer.finish()?,
+                        self.context.clone(),
+                    )?),
                     None => Box::new(table.finish().into_iter()),
                 };
                 // `$push` of `$$ROOT` nests its input: the next stage must again see
@@ -1000,7 +1004,7 @@ fn sink_push(
                 // Once spilling, every document goes to disk; the table no longer grows.
                 return spill.push(vec![key.clone()], spilled_arguments(key, values));
             }
-            table.add(key, values)?;
+            table.add(key, values, context)?;
             let (max_bytes, may_spill) = buffers.group_memory();
             if table.memory_bytes() > max_bytes {
                 if !may_spill {
@@ -1052,13 +1056,19 @@ fn read_spilled(document: Document) -> CommandResult<(Bson, Vec<super::expr::Val
 struct SpilledGroups {
     table: Option<GroupTable>,
     stream: DocumentStream,
+    /// What a group's initializers (`n`, `initArgs`) are evaluated in.
+    context: PipelineContext,
     /// The first arguments of the next spilled group, read ahead.
     pending: Option<(Bson, Vec<super::expr::Value>)>,
     held: Option<std::vec::IntoIter<CommandResult<Document>>>,
 }
 
 impl SpilledGroups {
-    fn new(table: GroupTable, mut stream: DocumentStream) -> CommandResult<SpilledGroups> {
+    fn new(
+        table: GroupTable,
+        mut stream: DocumentStream,
+        context: PipelineContext,
+    ) -> CommandResult<SpilledGroups> {
         let pending = match stream.next() {
             Some(document) => Some(read_spilled(document?)?),
             None => None,
@@ -1066,6 +1076,7 @@ impl SpilledGroups {
         Ok(SpilledGroups {
             table: Some(table),
             stream,
+            context,
             pending,
             held: None,
         })
@@ -1100,7 +1111,7 @@ impl SpilledGroups {
             arguments.push(values);
         }
         match &mut self.table {
-            Some(table) => table.fold_rest(key, arguments).map(Some),
+            Some(table) => table.fold_rest(key, arguments, &self.context).map(Some),
             None => Err(crate::error::CommandError::internal("$group table gone")),
         }
     }

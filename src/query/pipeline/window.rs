@@ -14,7 +14,8 @@
 //!   Partition keys compare under the run's collation.
 //! - Every output field is computed against the documents as they came in (no output sees
 //!   another output), then all are set; a missing result removes the field.
-//! - Nothing is evaluated at parse time except constants (bounds, `$shift`'s `default`, `n`).
+//! - Nothing is evaluated at parse time except constants (bounds, `$shift`'s `default`, `n`,
+//!   `$minMaxScaler`'s `min`/`max`).
 
 mod functions;
 mod spec;

@@ -10,7 +10,7 @@
 use bson::Bson;
 
 use super::super::group::{AccumulatorOp, AccumulatorState};
-use super::super::group_n::{n_arguments, n_operator, n_value, with_n};
+use super::super::group_n::{n_arguments, n_operator, n_value};
 use super::string_search::index_argument;
 use super::variables::with_variable;
 use super::{evaluate, fail, is_nullish, parse, value_type_name, Expr, Scope, Value, Vars};
@@ -529,12 +529,11 @@ pub(super) fn evaluate_array_n(
     input: &Expr,
     vars: &mut Vars,
 ) -> CommandResult<Value> {
-    let n = evaluate(n, vars)?.unwrap_or(Bson::Null);
-    let n = n_value(&n)?;
+    let n = n_value(&evaluate(n, vars)?)?;
     let Some(Bson::Array(elements)) = evaluate(input, vars)? else {
         return Err(fail(ErrorCode::Location5788200, "Input must be an array"));
     };
-    let mut state = AccumulatorState::new(with_n(op, n));
+    let mut state = AccumulatorState::new(op.with_n(n));
     for element in elements {
         state.add(Some(element), vars.collation)?;
     }

@@ -241,12 +241,12 @@ fn document_window(
 
 /// Folds each document's window: computed once when every window is the same, incrementally when
 /// every window starts at the partition's first document and grows, otherwise anew per document.
-fn fold_windows<S: Clone>(
+fn fold_windows<S: Clone, R: Clone>(
     windows: &[Option<(usize, usize)>],
     new: impl Fn() -> S,
     mut add: impl FnMut(&mut S, usize) -> CommandResult<()>,
-    finish: impl Fn(S) -> CommandResult<Value>,
-) -> CommandResult<Vec<Value>> {
+    finish: impl Fn(S) -> CommandResult<R>,
+) -> CommandResult<Vec<R>> {
     let mut results = Vec::with_capacity(windows.len());
     if let Some(first) = windows.first() {
         if windows.iter().all(|window| window == first) {
@@ -401,8 +401,133 @@ impl Function {
                     .collect())
             }
             Function::LinearFill(input) => linear_fill(partition, input),
+            Function::MinMaxScaler {
+                input,
+                output_range,
+                window,
+            } => min_max_scaler(partition, input, output_range, window),
         }
     }
+}
+
+/// The lowest and highest numbers of a window, and the type of its first value that is not a
+/// number (missing included).
+#[derive(Clone, Default)]
+struct Extremes {
+    bounds: Option<(Bson, Bson)>,
+    not_numeric: Option<&'static str>,
+}
+
+impl Extremes {
+    fn add(&mut self, value: &Value) {
+        let Some(value) = value
+            .as_ref()
+            .filter(|value| Number::from_bson(value).is_some())
+        else {
+            self.not_numeric = self.not_numeric.or(Some(value_type(value)));
+            return;
+        };
+        self.bounds = Some(match self.bounds.take() {
+            None => (value.clone(), value.clone()),
+            Some((low, high)) => (
+                if compare_values(value, &low) == Ordering::Less {
+                    value.clone()
+                } else {
+                    low
+                },
+                if compare_values(value, &high) == Ordering::Greater {
+                    value.clone()
+                } else {
+                    high
+                },
+            ),
+        });
+    }
+}
+
+/// mongod's `typeName`, `missing` for a missing value.
+fn value_type(value: &Value) -> &'static str {
+    value.as_ref().map_or("missing", type_name)
+}
+
+/// `$minMaxScaler`: `((x - min(X)) / (max(X) - min(X))) * (max - min) + min` over each document's
+/// window X, `min` when the window's values are all equal (mongod's `min_max_scaler`).
+///
+/// Errors follow mongod's executors: a window starting at the partition's first document takes
+/// every value in, and any that is not a number fails (10487001, 10487004 for a range window);
+/// a sliding window checks the current value (10487000), then that its lowest and highest are
+/// numbers (9522905).
+fn min_max_scaler(
+    partition: &Partition<'_>,
+    input: &Expr,
+    (min, max): &(Bson, Bson),
+    window: &Window,
+) -> CommandResult<Vec<Value>> {
+    let values = partition.evaluate_all(input)?;
+    let not_numeric = |code: ErrorCode, value: &Value| {
+        fail(
+            code,
+            format!(
+                "'input' argument to $minMaxScaler must evaluate to a numeric type, got: {}",
+                value_type(value)
+            ),
+        )
+    };
+    if window.left_unbounded() {
+        if let Some(value) = values
+            .iter()
+            .find(|value| value.as_ref().and_then(Number::from_bson).is_none())
+        {
+            let code = if window.is_range() {
+                ErrorCode::Location10487004
+            } else {
+                ErrorCode::Location10487001
+            };
+            return Err(not_numeric(code, value));
+        }
+    }
+    let windows = partition.windows(window)?;
+    let extremes = fold_windows(
+        &windows,
+        Extremes::default,
+        |state, index| {
+            state.add(&values[index]);
+            Ok(())
+        },
+        Ok,
+    )?;
+    let range = evaluate_subtract(Some(max.clone()), Some(min.clone()))?;
+    let mut output = Vec::with_capacity(values.len());
+    for (value, extremes) in values.iter().zip(extremes) {
+        if value.as_ref().and_then(Number::from_bson).is_none() {
+            return Err(not_numeric(ErrorCode::Location10487000, value));
+        }
+        if extremes.not_numeric.is_some() {
+            return Err(fail(
+                ErrorCode::Location9522905,
+                "All provided arguments to min_max_scaler::computeResult must be numeric Value \
+                 types.",
+            ));
+        }
+        let Some((low, high)) = extremes.bounds else {
+            return Err(CommandError::internal(
+                "There must always be documents in the current window for $minMaxScaler",
+            ));
+        };
+        if compare_values(&low, &high) == Ordering::Equal {
+            output.push(Some(min.clone()));
+            continue;
+        }
+        let unscaled = evaluate_divide(
+            evaluate_subtract(value.clone(), Some(low.clone()))?,
+            evaluate_subtract(Some(high), Some(low))?,
+        )?;
+        output.push(evaluate_add(vec![
+            evaluate_multiply(vec![unscaled, range.clone()])?,
+            Some(min.clone()),
+        ])?);
+    }
+    Ok(output)
 }
 
 /// `$rank` (ties share the rank of their first, the next distinct value skips), `$denseRank` (no

@@ -1,7 +1,8 @@
 //! The window functions' specifications: each function's arguments and `window` bounds, parsed
 //! with mongod's rules, codes and messages (`window_function_expression`, `window_bounds`,
-//! `window_function_shift`); nothing here is evaluated except constants (bounds, `$shift`'s
-//! `default`, `n`). Execution lives in [`super::functions`].
+//! `window_function_shift`, `MinMaxScalerSpec`); nothing here is evaluated except constants
+//! (bounds, `$shift`'s `default`, `n`, `$minMaxScaler`'s `min`/`max`). Execution lives in
+//! [`super::functions`].
 
 use std::cmp::Ordering;
 
@@ -17,9 +18,10 @@ use crate::query::pipeline::expr::{
 };
 use crate::query::pipeline::fail;
 use crate::query::pipeline::group::{parse_n_accumulator, parse_top_bottom, AccumulatorOp};
+use crate::query::pipeline::group_n::constant_n;
 use crate::query::sort::{Direction, SortSpec};
 
-/// Every window function mongod has; those without a parse arm here are NotImplemented.
+/// Every window function mongod has.
 const KNOWN_FUNCTIONS: &[&str] = &[
     "$addToSet",
     "$avg",
@@ -45,7 +47,7 @@ const KNOWN_FUNCTIONS: &[&str] = &[
     "$median",
     "$mergeObjects",
     "$min",
-    "$minMaxScalar",
+    "$minMaxScaler",
     "$minN",
     "$percentile",
     "$push",
@@ -58,9 +60,6 @@ const KNOWN_FUNCTIONS: &[&str] = &[
     "$top",
     "$topN",
 ];
-
-/// Window functions mongod has and this server does not.
-const UNIMPLEMENTED_FUNCTIONS: &[&str] = &["$concatArrays", "$minMaxScalar", "$setUnion"];
 
 /// One end of a `documents` window.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -113,6 +112,23 @@ fn integral_int(value: &Bson) -> Option<i64> {
 }
 
 impl Window {
+    /// Whether the window starts at the partition's first document (mongod's non-removable
+    /// windows).
+    pub(super) fn left_unbounded(&self) -> bool {
+        matches!(
+            self,
+            Window::Documents(Bound::Unbounded, _)
+                | Window::Range {
+                    lower: RangeBound::Unbounded,
+                    ..
+                }
+        )
+    }
+
+    pub(super) fn is_range(&self) -> bool {
+        matches!(self, Window::Range { .. })
+    }
+
     fn parse(spec: &Bson, sort_by: Option<&SortSpec>) -> CommandResult<Window> {
         let Bson::Document(spec) = spec else {
             return Err(parse_error("'window' field must be an object"));
@@ -324,6 +340,13 @@ pub(super) enum Function {
     },
     Locf(Expr),
     LinearFill(Expr),
+    /// `$minMaxScaler`: the input scaled from the window's [min, max] into `output_range`'s
+    /// (numbers; the window always holds the current document).
+    MinMaxScaler {
+        input: Expr,
+        output_range: Box<(Bson, Bson)>,
+        window: Window,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -446,12 +469,6 @@ impl Function {
         if !KNOWN_FUNCTIONS.contains(&name) {
             return Err(parse_error(format!("Unrecognized window function, {name}")));
         }
-        if UNIMPLEMENTED_FUNCTIONS.contains(&name) {
-            return Err(fail(
-                ErrorCode::NotImplemented,
-                format!("window function {name} is not supported by this server"),
-            ));
-        }
         match name {
             "$rank" | "$denseRank" | "$documentNumber" => {
                 if spec.len() != 1 {
@@ -483,6 +500,7 @@ impl Function {
                 }))
             }
             "$shift" => parse_shift(spec, sort_by),
+            "$minMaxScaler" => parse_min_max_scaler(spec, sort_by),
             "$expMovingAvg" => parse_exp_moving_avg(spec, sort_by),
             "$derivative" => {
                 let (input, unit_millis, window) = parse_with_unit(spec, name, sort_by)?;
@@ -571,12 +589,12 @@ impl Function {
                 let (argument, window) = split_spec(spec, name, |field| {
                     format!("{name} got unexpected argument: {field}")
                 })?;
-                let (op, input) = match AccumulatorOp::from_name(name) {
+                let (op, n, input) = match AccumulatorOp::from_name(name) {
                     Some(op) => parse_n_accumulator(name, op, argument)?,
                     None => parse_top_bottom(name, argument)?,
                 };
                 Ok(Function::Accumulator {
-                    op,
+                    op: op.with_n(constant_n(name, &n)?),
                     input,
                     window: parse_window(window, sort_by)?,
                 })
@@ -715,4 +733,118 @@ fn parse_exp_moving_avg(spec: &Document, sort_by: Option<&SortSpec>) -> CommandR
         )));
     };
     Ok(Function::ExpMovingAvg { input, alpha })
+}
+
+/// `$minMaxScaler`: mongod's `MinMaxScalerSpec` IDL (`{$minMaxScaler: {input, min, max},
+/// window}`; 40415 unknown field, 40414 missing `input`, 14 not an object), then the window,
+/// which must hold the current document (a lower bound above 0 or an upper one below 0 is
+/// FailedToParse), then `min`/`max`: both or neither, constant numbers, `min` < `max` (default
+/// 0 and 1).
+fn parse_min_max_scaler(spec: &Document, sort_by: Option<&SortSpec>) -> CommandResult<Function> {
+    const NAME: &str = "$minMaxScaler";
+    const ROOT: &str = "root";
+    const ARGUMENTS: &str = "root.$minMaxScaler";
+    let (mut arguments, mut window) = (None, None);
+    for (field, value) in spec {
+        match (field.as_str(), value) {
+            (NAME, Bson::Document(fields)) => {
+                let (mut input, mut min, mut max) = (None, None, None);
+                for (argument, value) in fields {
+                    match argument.as_str() {
+                        "input" => input = Some(value),
+                        "min" => min = Some(value),
+                        "max" => max = Some(value),
+                        other => return Err(CommandError::idl_unknown_field(ARGUMENTS, other)),
+                    }
+                }
+                let input =
+                    input.ok_or_else(|| CommandError::idl_missing_field(ARGUMENTS, "input"))?;
+                arguments = Some((input, min, max));
+            }
+            ("window", Bson::Document(_)) => window = Some(value),
+            (NAME | "window", other) => {
+                return Err(CommandError::idl_wrong_type(
+                    ROOT,
+                    field,
+                    type_name(other),
+                    "object",
+                ))
+            }
+            (other, _) => return Err(CommandError::idl_unknown_field(ROOT, other)),
+        }
+    }
+    let (input, min, max) = arguments.ok_or_else(|| CommandError::idl_missing_field(ROOT, NAME))?;
+    let window = parse_window(window, sort_by)?;
+    let (lower, upper) = match &window {
+        Window::Documents(lower, upper) => {
+            let offset = |bound: &Bound| match bound {
+                Bound::Offset(offset) => Some(*offset as f64),
+                _ => None,
+            };
+            (offset(lower), offset(upper))
+        }
+        Window::Range { lower, upper, .. } => {
+            let delta = |bound: &RangeBound| match bound {
+                RangeBound::Delta(delta) => Number::from_bson(delta).map(Number::to_f64),
+                _ => None,
+            };
+            (delta(lower), delta(upper))
+        }
+    };
+    const WHY: &str = "(the current doc), as $minMaxScaler must ensure that the current document \
+                       being processed is always within the configured window.";
+    if let Some(lower) = lower.filter(|lower| *lower > 0.0) {
+        return Err(parse_error(format!(
+            "Lower specified bound cannot be greater than 0 {WHY} Lower specified bound = \
+             {lower:.6}"
+        )));
+    }
+    if let Some(upper) = upper.filter(|upper| *upper < 0.0) {
+        return Err(parse_error(format!(
+            "Upper specified bound cannot be less than 0 {WHY} Upper specified bound = \
+             {upper:.6}"
+        )));
+    }
+    let input = Expr::parse(input)?;
+    let constant = |name: &str, value: &Bson| -> CommandResult<Bson> {
+        let value = match Expr::parse(value)?.evaluate_constant(DateTime::now()) {
+            Ok(value) => value,
+            Err(error) if error.code == ErrorCode::Location4890500 => {
+                return Err(parse_error(format!(
+                    "'{name}' argument to $minMaxScaler must be a constant"
+                )))
+            }
+            Err(error) => return Err(error),
+        };
+        value
+            .filter(|value| Number::from_bson(value).is_some())
+            .ok_or_else(|| {
+                parse_error(format!(
+                    "'{name}' argument to $minMaxScaler must be a numeric type"
+                ))
+            })
+    };
+    let (min, max) = match (min, max) {
+        (None, None) => (Bson::Int32(0), Bson::Int32(1)),
+        (Some(min), Some(max)) => {
+            let (min, max) = (constant("min", min)?, constant("max", max)?);
+            if compare_values(&min, &max) != Ordering::Less {
+                return Err(parse_error(
+                    "the 'max' must be strictly greater than 'min', as arguments to $minMaxScaler",
+                ));
+            }
+            (min, max)
+        }
+        _ => {
+            return Err(parse_error(
+                "Only one of 'min' and 'max' were specified as an argument to $minMaxScaler. \
+                 Neither or both must be specified",
+            ))
+        }
+    };
+    Ok(Function::MinMaxScaler {
+        input,
+        output_range: Box::new((min, max)),
+        window,
+    })
 }

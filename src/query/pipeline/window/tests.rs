@@ -951,3 +951,515 @@ fn median_and_percentile_over_windows_follow_the_manual() {
         assert_eq!(value, Some(bson::bson!([62.0, 67.0])));
     }
 }
+
+/// concat_arrays.js's books.
+fn book_data() -> Vec<Document> {
+    vec![
+        doc! {"_id": 0, "author": "Hana", "publisher": "Pub1", "books": ["Hana Book 0", "Hana Book 1"]},
+        doc! {"_id": 1, "author": "Militsa", "publisher": "Pub1", "books": ["Militsa Book 0"]},
+        doc! {"_id": 2, "author": "Ben", "publisher": "Pub2", "books": ["Ben Book 0", "Ben Book 1", "Ben Book 2"]},
+        doc! {"_id": 3, "author": "Adrian", "publisher": "Pub1", "books": ["Adrian Book 0"]},
+    ]
+}
+
+/// Runs `stages` then sorts by `_id`; the `_id` and `field` of each output document.
+fn by_id(stages: Vec<Document>, input: Vec<Document>, field: &str) -> Vec<(Bson, Option<Bson>)> {
+    let mut stages = stages;
+    stages.push(doc! {"$sort": {"_id": 1}});
+    run_ok(stages, input)
+        .into_iter()
+        .map(|document| {
+            (
+                document.get("_id").cloned().unwrap_or(Bson::Null),
+                document.get(field).cloned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn concat_arrays_and_set_union_windows_follow_mongods_tests() {
+    let books = |list: &[&str]| Bson::from(list.iter().map(|b| Bson::from(*b)).collect::<Vec<_>>());
+    // concat_arrays.js: each partition's arrays in sort order, then a sliding window.
+    let whole = by_id(
+        vec![
+            doc! {"$match": {"_id": {"$in": [0, 1, 2]}}},
+            doc! {"$setWindowFields": {"partitionBy": "$publisher", "sortBy": {"_id": 1},
+            "output": {"booksFromPublisher": {"$concatArrays": "$books"}}}},
+        ],
+        book_data(),
+        "booksFromPublisher",
+    );
+    let pub1 = books(&["Hana Book 0", "Hana Book 1", "Militsa Book 0"]);
+    let pub2 = books(&["Ben Book 0", "Ben Book 1", "Ben Book 2"]);
+    assert_exact(whole, vec![(0, pub1.clone()), (1, pub1), (2, pub2.clone())]);
+    let adjacent = by_id(
+        vec![
+            doc! {"$setWindowFields": {"partitionBy": "$publisher", "sortBy": {"_id": 1},
+            "output": {"adjacent": {"$concatArrays": "$books", "window": {"documents": [-1, 0]}}}}},
+        ],
+        book_data(),
+        "adjacent",
+    );
+    assert_exact(
+        adjacent,
+        vec![
+            (0, books(&["Hana Book 0", "Hana Book 1"])),
+            (1, books(&["Hana Book 0", "Hana Book 1", "Militsa Book 0"])),
+            (2, pub2),
+            (3, books(&["Militsa Book 0", "Adrian Book 0"])),
+        ],
+    );
+    // set_union.js: no duplicates, and removal from a sliding window keeps a value another
+    // document of the window still holds.
+    let vals = [
+        bson::bson!([1, 2, 3]),
+        bson::bson!([2, 3, 4]),
+        bson::bson!([2, 3, 4]),
+        bson::bson!([5, 6]),
+        bson::bson!([]),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(id, vals)| doc! {"_id": id as i32, "notAnArray": "a", "vals": vals})
+    .collect::<Vec<_>>();
+    let all = bson::bson!([1, 2, 3, 4, 5, 6]);
+    assert_exact(
+        window(
+            doc! {"sortBy": {"_id": 1}, "output": {"v": {"$setUnion": "$vals"}}},
+            vals.clone(),
+            "v",
+        ),
+        (0..5).map(|id| (id, all.clone())).collect(),
+    );
+    assert_exact(
+        window(
+            doc! {"sortBy": {"_id": 1}, "output": {"v": {"$setUnion": "$vals", "window": {"documents": [-1, 0]}}}},
+            vals.clone(),
+            "v",
+        ),
+        vec![
+            (0, bson::bson!([1, 2, 3])),
+            (1, bson::bson!([1, 2, 3, 4])),
+            (2, bson::bson!([2, 3, 4])),
+            (3, bson::bson!([2, 3, 4, 5, 6])),
+            (4, bson::bson!([5, 6])),
+        ],
+    );
+    // An empty window is an empty array (mongod's default value for both).
+    for function in ["$concatArrays", "$setUnion"] {
+        let output = window(
+            doc! {"sortBy": {"_id": 1}, "output": {"v": {function: "$vals", "window": {"documents": [1, 1]}}}},
+            vals.clone(),
+            "v",
+        );
+        assert_eq!(output[4].1, Some(bson::bson!([])), "{function}");
+    }
+    // Anything but an array (or missing) is TypeMismatch.
+    for (function, field, input) in [
+        ("$concatArrays", "$publisher", book_data()),
+        ("$setUnion", "$notAnArray", vals),
+    ] {
+        let error = run(
+            vec![doc! {"$setWindowFields": {"output": {"willFail": {function: field}}}}],
+            input,
+        )
+        .expect_err("refused");
+        assert_eq!(error.code, ErrorCode::TypeMismatch, "{function}");
+    }
+}
+
+/// min_max_scaler_output_values.js's documents.
+fn scaler_input() -> Vec<Document> {
+    [
+        (1, -3, 8, "A"),
+        (2, 10, 4, "B"),
+        (3, 3, -2, "A"),
+        (4, 2, 3, "B"),
+        (5, -6, 6, "A"),
+        (6, 0, -8, "B"),
+        (7, 4, 10, "A"),
+    ]
+    .into_iter()
+    .map(|(id, x, y, partition)| doc! {"_id": id, "x": x, "y": y, "partition": partition})
+    .collect()
+}
+
+/// `partitionBy`, `sortBy`, the `$minMaxScaler` argument, `window`, the value for `_id` 1..=7.
+type ScalerCase = (Option<&'static str>, Document, Bson, Option<Bson>, [f64; 7]);
+
+#[test]
+fn min_max_scaler_follows_the_manual_and_mongods_tests() {
+    // The manual's example (with the `{input}` form: mongod's IDL takes only an object).
+    let manual: Vec<Document> = [(1, 1), (2, 5), (3, 13), (4, 21)]
+        .into_iter()
+        .map(|(id, a)| doc! {"_id": id, "a": a})
+        .collect();
+    let spec = doc! {"sortBy": {"a": 1}, "output": {
+    "scaled": {"$minMaxScaler": {"input": "$a"}},
+    "scaledTo100": {"$minMaxScaler": {"input": "$a", "min": 0, "max": 100}}}};
+    assert_close(
+        window(spec.clone(), manual.clone(), "scaled"),
+        vec![(1, 0.0), (2, 0.2), (3, 0.6), (4, 1.0)],
+    );
+    assert_close(
+        window(spec, manual, "scaledTo100"),
+        vec![(1, 0.0), (2, 20.0), (3, 60.0), (4, 100.0)],
+    );
+    // min_max_scaler_output_values.js.
+    let unbounded = [
+        3.0 / 16.0,
+        1.0,
+        9.0 / 16.0,
+        0.5,
+        0.0,
+        6.0 / 16.0,
+        10.0 / 16.0,
+    ];
+    let x = || bson::bson!({"input": "$x"});
+    let cases: Vec<ScalerCase> = vec![
+        (None, doc! {"_id": 1}, x(), None, unbounded),
+        (
+            None,
+            doc! {"y": -1},
+            x(),
+            Some(bson::bson!({"documents": ["unbounded", "unbounded"]})),
+            unbounded,
+        ),
+        (
+            None,
+            doc! {"y": 1},
+            x(),
+            Some(bson::bson!({"range": ["unbounded", "unbounded"]})),
+            unbounded,
+        ),
+        (
+            None,
+            doc! {"_id": 1},
+            x(),
+            Some(bson::bson!({"documents": ["unbounded", "current"]})),
+            [
+                0.0,
+                1.0,
+                6.0 / 13.0,
+                5.0 / 13.0,
+                0.0,
+                6.0 / 16.0,
+                10.0 / 16.0,
+            ],
+        ),
+        (
+            None,
+            doc! {"_id": -1},
+            x(),
+            Some(bson::bson!({"documents": ["unbounded", 1]})),
+            [3.0 / 16.0, 1.0, 9.0 / 16.0, 0.8, 0.0, 0.6, 1.0],
+        ),
+        (
+            None,
+            doc! {"_id": 1},
+            bson::bson!({"input": "$x", "min": 10000, "max": 20000}),
+            Some(bson::bson!({"documents": ["unbounded", 1]})),
+            [
+                10000.0,
+                20000.0,
+                190_000.0 / 13.0,
+                15000.0,
+                10000.0,
+                13750.0,
+                16250.0,
+            ],
+        ),
+        (
+            None,
+            doc! {"_id": 1},
+            bson::bson!({"input": {"$add": ["$x", "$y"]}}),
+            Some(bson::bson!({"documents": ["unbounded", 2]})),
+            [
+                4.0 / 13.0,
+                1.0,
+                1.0 / 14.0,
+                13.0 / 22.0,
+                8.0 / 22.0,
+                0.0,
+                1.0,
+            ],
+        ),
+        (
+            None,
+            doc! {"y": 1},
+            bson::bson!({"input": {"$const": 1}}),
+            Some(bson::bson!({"documents": ["unbounded", 1]})),
+            [0.0; 7],
+        ),
+        (
+            Some("$partition"),
+            doc! {"_id": 1},
+            x(),
+            Some(bson::bson!({"documents": ["unbounded", 1]})),
+            [0.0, 1.0, 1.0, 0.2, 0.0, 0.0, 1.0],
+        ),
+        (
+            None,
+            doc! {"y": 1},
+            x(),
+            Some(bson::bson!({"range": ["unbounded", 5]})),
+            [3.0 / 16.0, 1.0, 1.0, 0.5, 0.0, 0.0, 10.0 / 16.0],
+        ),
+        (
+            Some("$partition"),
+            doc! {"y": 1},
+            x(),
+            Some(bson::bson!({"range": ["unbounded", 2]})),
+            [0.3, 1.0, 0.0, 0.2, 0.0, 0.0, 1.0],
+        ),
+        (
+            None,
+            doc! {"y": -1},
+            x(),
+            Some(bson::bson!({"documents": ["current", "current"]})),
+            [0.0; 7],
+        ),
+        (
+            None,
+            doc! {"_id": -1},
+            x(),
+            Some(bson::bson!({"documents": [-1, "unbounded"]})),
+            [0.0, 1.0, 6.0 / 13.0, 0.5, 0.0, 3.0 / 8.0, 5.0 / 8.0],
+        ),
+        (
+            None,
+            doc! {"y": -1},
+            x(),
+            Some(bson::bson!({"documents": ["current", "unbounded"]})),
+            [3.0 / 16.0, 1.0, 1.0, 2.0 / 3.0, 0.0, 0.0, 5.0 / 8.0],
+        ),
+        (
+            None,
+            doc! {"_id": 1},
+            x(),
+            Some(bson::bson!({"documents": [-2, 2]})),
+            [0.0, 1.0, 9.0 / 16.0, 0.5, 0.0, 0.6, 1.0],
+        ),
+        (
+            None,
+            doc! {"y": 1},
+            bson::bson!({"input": "$x", "min": 10000, "max": 20000}),
+            Some(bson::bson!({"documents": ["current", "unbounded"]})),
+            [
+                10000.0, 20000.0, 15625.0, 15000.0, 10000.0, 13750.0, 10000.0,
+            ],
+        ),
+        (
+            Some("$partition"),
+            doc! {"_id": 1},
+            x(),
+            Some(bson::bson!({"documents": [-1, 2]})),
+            [3.0 / 9.0, 1.0, 0.9, 0.2, 0.0, 0.0, 1.0],
+        ),
+        (
+            None,
+            doc! {"_id": 1},
+            x(),
+            Some(bson::bson!({"range": ["current", 2]})),
+            [0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0],
+        ),
+        (
+            None,
+            doc! {"y": 1},
+            x(),
+            Some(bson::bson!({"range": [-5, 5]})),
+            [3.0 / 16.0, 1.0, 1.0, 0.5, 0.0, 0.0, 1.0],
+        ),
+        (
+            Some("$partition"),
+            doc! {"y": 1},
+            x(),
+            Some(bson::bson!({"range": [-3, 4]})),
+            [0.3, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+        ),
+    ];
+    for (partition_by, sort_by, arguments, bounds, expected) in cases {
+        let mut function = doc! {"$minMaxScaler": arguments};
+        if let Some(bounds) = bounds {
+            function.insert("window", bounds);
+        }
+        let mut spec = doc! {"sortBy": sort_by, "output": {"relativeXValue": function}};
+        if let Some(partition_by) = partition_by {
+            spec.insert("partitionBy", partition_by);
+        }
+        let mut output = window(spec.clone(), scaler_input(), "relativeXValue");
+        output.sort_by_key(|(id, _)| id.as_i32());
+        let values: Vec<f64> = output
+            .iter()
+            .map(|(_, value)| {
+                value
+                    .as_ref()
+                    .and_then(crate::query::numeric::Number::from_bson)
+                    .map(crate::query::numeric::Number::to_f64)
+                    .expect("a number")
+            })
+            .collect();
+        for (id, (value, expected)) in values.iter().zip(expected).enumerate() {
+            assert!(
+                (value - expected).abs() < 1e-9,
+                "{spec}: _id {}: {value} != {expected}",
+                id + 1
+            );
+        }
+    }
+    // All values equal: the output is `min` itself.
+    let equal = window(
+        doc! {"sortBy": {"_id": 1}, "output": {"v": {"$minMaxScaler": {"input": 7, "min": -1, "max": 1}}}},
+        scaler_input(),
+        "v",
+    );
+    assert!(equal
+        .iter()
+        .all(|(_, value)| value == &Some(Bson::Int32(-1))));
+}
+
+#[test]
+fn min_max_scaler_refuses_what_mongod_refuses() {
+    // min_max_scaler_parsing.js, and mongod's IDL for the function's shape.
+    let parse_cases: Vec<(Document, ErrorCode)> = vec![
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "hello": "world"}, "window": {"documents": ["current", "unbounded"]}},
+            ErrorCode::Location40415,
+        ),
+        (
+            doc! {"$minMaxScaler": {"min": 0, "max": 10}, "window": {"documents": ["current", "unbounded"]}},
+            ErrorCode::Location40414,
+        ),
+        (doc! {"$minMaxScaler": "$x"}, ErrorCode::TypeMismatch),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": 1},
+            ErrorCode::TypeMismatch,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "foo": 1},
+            ErrorCode::Location40415,
+        ),
+        (
+            doc! {"$minMaxScalar": {"input": "$x"}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": "hello", "max": 10}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": 1, "max": "hi"}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": 0}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "max": 10}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": 10, "max": 10}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": 11, "max": 10}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": {"$multiply": [1, 20]}, "max": {"$divide": [20, 2]}}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": {"$multiply": [1, "$x"]}, "max": {"$divide": [20, 2]}}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x", "min": {"$multiply": [1, 1]}, "max": {"$divide": [20, "$x"]}}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": {"documents": [1, "unbounded"]}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": {"documents": [-2, -1]}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": {"documents": ["unbounded", -1]}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": {"range": [1.5, "unbounded"]}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": {"range": [-1.5, -0.5]}},
+            ErrorCode::FailedToParse,
+        ),
+        (
+            doc! {"$minMaxScaler": {"input": "$x"}, "window": {"range": ["unbounded", -0.5]}},
+            ErrorCode::FailedToParse,
+        ),
+    ];
+    for (function, code) in parse_cases {
+        let error = parse_error(vec![
+            doc! {"$setWindowFields": {"sortBy": {"_id": 1}, "output": {"relativeXValue": function.clone()}}},
+        ]);
+        assert_eq!(error.code, code, "{function}: {}", error.errmsg);
+    }
+    let error = parse_error(vec![
+        doc! {"$setWindowFields": {"sortBy": {"_id": 1}, "output": {"v":
+        {"$minMaxScaler": {"input": "$x"}, "window": {"documents": [1, "unbounded"]}}}}},
+    ]);
+    assert_eq!(
+        error.errmsg,
+        "Lower specified bound cannot be greater than 0 (the current doc), as $minMaxScaler must \
+         ensure that the current document being processed is always within the configured \
+         window. Lower specified bound = 1.000000"
+    );
+    // The input must be a number: mongod's codes for each executor.
+    let run_cases: Vec<(Bson, Vec<Document>, ErrorCode, &str)> = vec![
+        (
+            bson::bson!({"documents": ["unbounded", "unbounded"]}),
+            vec![doc! {"_id": 1, "x": 1}, doc! {"_id": 2, "x": "a"}],
+            ErrorCode::Location10487001,
+            "'input' argument to $minMaxScaler must evaluate to a numeric type, got: string",
+        ),
+        (
+            bson::bson!({"range": ["unbounded", "current"]}),
+            vec![doc! {"_id": 1, "x": 1}, doc! {"_id": 2}],
+            ErrorCode::Location10487004,
+            "'input' argument to $minMaxScaler must evaluate to a numeric type, got: missing",
+        ),
+        (
+            bson::bson!({"documents": [-1, 0]}),
+            vec![doc! {"_id": 1, "x": 1}, doc! {"_id": 2, "x": Bson::Null}],
+            ErrorCode::Location10487000,
+            "'input' argument to $minMaxScaler must evaluate to a numeric type, got: null",
+        ),
+        (
+            bson::bson!({"documents": [0, 1]}),
+            vec![doc! {"_id": 1, "x": 1}, doc! {"_id": 2, "x": "a"}],
+            ErrorCode::Location9522905,
+            "",
+        ),
+    ];
+    for (bounds, input, code, message) in run_cases {
+        let error = run(
+            vec![
+                doc! {"$setWindowFields": {"sortBy": {"_id": 1}, "output": {"v":
+                {"$minMaxScaler": {"input": "$x"}, "window": bounds.clone()}}}},
+            ],
+            input,
+        )
+        .expect_err("refused");
+        assert_eq!(error.code, code, "{bounds}: {}", error.errmsg);
+        if !message.is_empty() {
+            assert_eq!(error.errmsg, message);
+        }
+    }
+}
