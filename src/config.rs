@@ -1,11 +1,21 @@
-//! Every knob of the server in one struct, read from the command line or `TIDEWAY_*` environment
-//! variables. Flag names follow mongod's where mongod has one (`--port`, `--bind_ip`, `--dbpath`,
-//! `--maxConns`, `--setParameter`, `--slowms`, `--profile`). Nothing here has side effects: `Config` is plain data.
+//! Every knob of the server in one struct, read from the command line, `TIDEWAY_*` environment
+//! variables and a mongod-format YAML configuration file (`--config`, see `file`). Flag names
+//! follow mongod's where mongod has one (`--port`, `--bind_ip`, `--dbpath`, `--maxConns`,
+//! `--setParameter`, `--slowms`, `--profile`, `--config`/`-f`, `--outputConfig`).
+//! Precedence, per setting: command-line flag, then environment variable, then the file, then the
+//! default (mongod: a flag beats the file). `Config` is plain data; `load_from` reads the file it
+//! names and has no other side effect.
 
+pub mod file;
+
+use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+
+use crate::error::CommandError;
 
 /// Where data lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -106,6 +116,25 @@ pub struct Config {
     /// Server parameter at startup, as name=value (repeatable).
     #[arg(long = "setParameter", value_name = "NAME=VALUE")]
     pub set_parameter: Vec<String>,
+
+    /// A YAML configuration file in mongod's format (`net.port`, `storage.dbPath`, …); flags and
+    /// TIDEWAY_* variables override what it sets.
+    #[arg(long, short = 'f', env = "TIDEWAY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Print the effective configuration as a YAML configuration file and exit.
+    #[arg(long = "outputConfig")]
+    pub output_config: bool,
+}
+
+/// Why the process's configuration could not be built.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The command line or an environment variable (also `--help` and `--version`, which clap
+    /// prints before it exits).
+    CommandLine(clap::Error),
+    /// The configuration file: unreadable, not YAML, or a key or value refused.
+    File(CommandError),
 }
 
 impl Default for Config {
@@ -116,6 +145,96 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The configuration of this process: its command line, environment and `--config` file.
+    pub fn load() -> Result<Config, LoadError> {
+        Config::load_from(std::env::args_os())
+    }
+
+    /// The configuration for `args` (the program name first) and the process's environment; a
+    /// setting the file sets applies where neither a flag nor a variable set it.
+    pub fn load_from<I, T>(args: I) -> Result<Config, LoadError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let matches = Config::command()
+            .try_get_matches_from(args)
+            .map_err(LoadError::CommandLine)?;
+        let mut config = Config::from_arg_matches(&matches).map_err(LoadError::CommandLine)?;
+        if let Some(path) = &config.config {
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                LoadError::File(CommandError::bad_value(format!(
+                    "Error reading config file {}: {error}",
+                    path.display()
+                )))
+            })?;
+            let settings = file::parse(&text).map_err(LoadError::File)?;
+            config.apply_file(settings, |id| set_explicitly(&matches, id));
+        }
+        Ok(config)
+    }
+
+    /// Takes each setting of the file whose flag `explicit` says was not given (on the command
+    /// line or through its variable). `systemLog.verbosity` yields to `-v` and `--log-level`
+    /// alike; `setParameter` entries yield, name by name, to `--setParameter` (and
+    /// `enableTestCommands` to `--enableTestCommands`).
+    pub fn apply_file(&mut self, settings: file::FileSettings, explicit: impl Fn(&str) -> bool) {
+        fn take<T>(field: &mut T, value: Option<T>, flag_given: bool) {
+            if let (Some(value), false) = (value, flag_given) {
+                *field = value;
+            }
+        }
+        take(&mut self.port, settings.port, explicit("port"));
+        take(&mut self.bind_ip, settings.bind_ip, explicit("bind_ip"));
+        take(
+            &mut self.max_conns,
+            settings.max_conns,
+            explicit("max_conns"),
+        );
+        take(&mut self.dbpath, settings.dbpath, explicit("dbpath"));
+        take(&mut self.storage, settings.storage, explicit("storage"));
+        take(
+            &mut self.syncdelay_ms,
+            settings.syncdelay_ms.map(Some),
+            explicit("syncdelay_ms"),
+        );
+        take(
+            &mut self.verbose,
+            settings.verbosity,
+            explicit("verbose") || explicit("log_level"),
+        );
+        take(&mut self.slowms, settings.slowms, explicit("slowms"));
+        take(&mut self.profile, settings.profile, explicit("profile"));
+        take(
+            &mut self.noscripting,
+            settings.javascript_enabled.map(|enabled| !enabled),
+            explicit("noscripting"),
+        );
+        let from_command_line: Vec<&str> = self
+            .set_parameter
+            .iter()
+            .filter_map(|assignment| assignment.split_once('=').map(|(name, _)| name))
+            .collect();
+        let test_commands_flag = explicit("enable_test_commands");
+        let mut parameters: Vec<String> = settings
+            .set_parameter
+            .into_iter()
+            .filter(|(name, _)| {
+                let overridden = from_command_line.contains(&name.as_str())
+                    || (test_commands_flag && name == "enableTestCommands");
+                !overridden
+            })
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        parameters.append(&mut self.set_parameter);
+        self.set_parameter = parameters;
+    }
+
+    /// The effective configuration as a mongod YAML configuration file (`--outputConfig`).
+    pub fn to_yaml(&self) -> String {
+        file::render(self)
+    }
+
     /// Every address to listen on: each `--bind_ip` entry resolved, with `--port`.
     pub fn listen_addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
         let mut addrs = Vec::new();
@@ -154,6 +273,14 @@ impl Config {
             _ => "trace",
         }
     }
+}
+
+/// Whether the command line or an environment variable gave the argument `id` (not its default).
+fn set_explicitly(matches: &ArgMatches, id: &str) -> bool {
+    matches!(
+        matches.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
 }
 
 #[cfg(test)]
@@ -205,5 +332,153 @@ mod tests {
         assert!(!noscripting.js_limits().enabled);
         let alias = Config::parse_from(["tideway", "--max-conns", "7"]);
         assert_eq!(alias.max_conns, 7);
+    }
+
+    /// A configuration file in a fresh directory, and its path.
+    fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tideway.conf");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    fn load(args: &[&str]) -> Result<Config, LoadError> {
+        Config::load_from(std::iter::once("tideway").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn a_flag_beats_the_file_and_the_file_beats_the_default() {
+        let (_dir, path) = config_file(
+            "net:\n  port: 27100\n  bindIpAll: true\noperationProfiling:\n  mode: all\n  slowOpThresholdMs: 300\nsecurity:\n  javascriptEnabled: false\nstorage:\n  engine: memory\nsetParameter:\n  ttlMonitorSleepSecs: 7\n  allowDiskUseByDefault: false\n",
+        );
+        let path = path.to_str().unwrap();
+        let config = load(&[
+            "-f",
+            path,
+            "--port",
+            "27200",
+            "--setParameter",
+            "ttlMonitorSleepSecs=9",
+        ])
+        .unwrap();
+        assert_eq!(config.port, 27200, "the flag");
+        assert_eq!(config.bind_ip, vec!["0.0.0.0"], "the file");
+        assert_eq!(config.slowms, 300);
+        assert_eq!(config.profile, 2);
+        assert_eq!(config.storage, StorageKind::Memory);
+        assert!(!config.js_limits().enabled);
+        assert_eq!(config.max_conns, 10_000, "the default");
+        assert_eq!(
+            config.set_parameter,
+            vec!["allowDiskUseByDefault=false", "ttlMonitorSleepSecs=9"]
+        );
+        let parameters = crate::params::Parameters::from_config(&config).unwrap();
+        assert_eq!(parameters.ttl_monitor_sleep_secs(), 9);
+        assert!(!parameters.allow_disk_use_by_default());
+        let long = load(&["--config", path]).unwrap();
+        assert_eq!(long.port, 27100);
+        assert_eq!(long.config.as_deref(), Some(std::path::Path::new(path)));
+    }
+
+    #[test]
+    fn a_variable_beats_the_file() {
+        // What `load_from` passes for a setting given through its TIDEWAY_* variable: explicit.
+        let settings = file::parse(
+            "net:\n  port: 27100\noperationProfiling:\n  slowOpThresholdMs: 300\nsecurity:\n  javascriptEnabled: true\nsetParameter:\n  enableTestCommands: true\n  ttlMonitorEnabled: false\n",
+        )
+        .unwrap();
+        let mut config = Config::parse_from(["tideway", "--slowms", "5", "--noscripting"]);
+        config.apply_file(settings, |id| {
+            ["slowms", "noscripting", "enable_test_commands"].contains(&id)
+        });
+        assert_eq!(config.slowms, 5);
+        assert!(config.noscripting);
+        assert_eq!(config.port, 27100);
+        assert_eq!(config.set_parameter, vec!["ttlMonitorEnabled=false"]);
+    }
+
+    #[test]
+    fn file_verbosity_yields_to_v_and_log_level() {
+        let (_dir, path) = config_file("systemLog:\n  verbosity: 2\n");
+        let path = path.to_str().unwrap();
+        assert_eq!(load(&["-f", path]).unwrap().log_filter(), "trace");
+        assert_eq!(load(&["-f", path, "-v"]).unwrap().log_filter(), "debug");
+        assert_eq!(
+            load(&["-f", path, "--log-level", "warn"])
+                .unwrap()
+                .log_filter(),
+            "warn"
+        );
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_used_stops_loading() {
+        let missing = load(&["-f", "/nonexistent/tideway.conf"]).unwrap_err();
+        let LoadError::File(error) = missing else {
+            panic!("{missing:?}")
+        };
+        assert!(
+            error.errmsg.contains("/nonexistent/tideway.conf"),
+            "{error:?}"
+        );
+        let (_dir, path) = config_file("replication:\n  replSetName: rs0\n");
+        let refused = load(&["-f", path.to_str().unwrap(), "--port", "1"]).unwrap_err();
+        let LoadError::File(error) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(
+            error.errmsg.contains("replication.replSetName"),
+            "{error:?}"
+        );
+        assert!(matches!(
+            load(&["--config"]),
+            Err(LoadError::CommandLine(_))
+        ));
+    }
+
+    #[test]
+    fn output_config_reads_back_as_the_same_configuration() {
+        let config = Config::parse_from([
+            "tideway",
+            "--port",
+            "27300",
+            "--bind_ip",
+            "127.0.0.1,::1",
+            "--dbpath",
+            "/tmp/tideway data",
+            "--storage",
+            "memory",
+            "--syncdelay-ms",
+            "50",
+            "--maxConns",
+            "42",
+            "-v",
+            "--slowms",
+            "12",
+            "--profile",
+            "1",
+            "--noscripting",
+            "--enableTestCommands",
+            "--setParameter",
+            "ttlMonitorSleepSecs=3",
+        ]);
+        let yaml = config.to_yaml();
+        let mut reloaded = Config::default();
+        reloaded.apply_file(file::parse(&yaml).unwrap(), |_| false);
+        assert_eq!(reloaded.port, 27300);
+        assert_eq!(reloaded.bind_ip, vec!["127.0.0.1", "::1"]);
+        assert_eq!(reloaded.dbpath, PathBuf::from("/tmp/tideway data"));
+        assert_eq!(reloaded.storage, StorageKind::Memory);
+        assert_eq!(reloaded.syncdelay_ms, Some(50));
+        assert_eq!(reloaded.max_conns, 42);
+        assert_eq!(reloaded.verbose, 1);
+        assert_eq!(reloaded.slowms, 12);
+        assert_eq!(reloaded.profile, 1);
+        assert!(reloaded.noscripting);
+        assert_eq!(
+            reloaded.set_parameter,
+            vec!["enableTestCommands=true", "ttlMonitorSleepSecs=3"]
+        );
+        assert_eq!(reloaded.to_yaml(), yaml);
     }
 }

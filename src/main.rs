@@ -1,4 +1,5 @@
-//! The `tideway` binary: parse the command line, set up logging, serve until SIGINT or SIGTERM.
+//! The `tideway` binary: read the configuration (command line, environment, `--config` file), set
+//! up logging, serve until SIGINT or SIGTERM.
 
 use std::process::ExitCode;
 
@@ -7,7 +8,6 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -15,12 +15,25 @@ use tracing_subscriber::{EnvFilter, Layer};
 use std::sync::Arc;
 
 use tideway::clock::SystemClock;
-use tideway::config::LogFormat;
+use tideway::config::{LoadError, LogFormat};
 use tideway::state::open_storage;
 use tideway::{Config, Server, ServerState};
 
 fn main() -> ExitCode {
-    let config = Config::parse();
+    let config = match Config::load() {
+        Ok(config) => config,
+        Err(LoadError::CommandLine(error)) => error.exit(),
+        Err(LoadError::File(error)) => {
+            // As mongod refuses bad options: the reason, a hint, exit code 2 (EXIT_BADOPTIONS).
+            eprintln!("{}", error.errmsg);
+            eprintln!("try 'tideway --help' for more information");
+            return ExitCode::from(2);
+        }
+    };
+    if config.output_config {
+        print!("{}", config.to_yaml());
+        return ExitCode::SUCCESS;
+    }
     init_logging(&config);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -217,8 +217,36 @@ fn spec(name: &str) -> Option<&'static ParameterSpec> {
     PARAMETERS.iter().find(|p| p.name == name)
 }
 
+/// How `name` is applied at startup, with mongod's refusals (`--setParameter` and a configuration
+/// file's `setParameter` section alike): an unknown name, or one not settable at startup.
+fn startup_setter(name: &str) -> CommandResult<fn(&Parameters, &str) -> CommandResult<()>> {
+    spec(name)
+        .ok_or_else(|| {
+            CommandError::bad_value(format!("Illegal --setParameter parameter: \"{name}\""))
+        })?
+        .set_at_startup
+        .ok_or_else(|| {
+            CommandError::bad_value(format!(
+                "Cannot use --setParameter to set \"{name}\" at startup"
+            ))
+        })
+}
+
+/// Whether `name=value` would be accepted at startup, checked on a scratch set of parameters, so a
+/// configuration file is refused while it is read (mongod's `Bad value for parameter` wording).
+pub fn check_startup_parameter(name: &str, value: &str) -> CommandResult<()> {
+    let setter = startup_setter(name)?;
+    setter(&Parameters::default(), value).map_err(|error| {
+        CommandError::bad_value(format!(
+            "Bad value for parameter \"{name}\": {}",
+            error.errmsg
+        ))
+    })
+}
+
 impl Parameters {
-    /// The parameters from `--enableTestCommands` and every `--setParameter name=value`.
+    /// The parameters from `--enableTestCommands` and every `--setParameter name=value`, in order
+    /// (a later assignment of the same name wins).
     pub fn from_config(config: &Config) -> CommandResult<Parameters> {
         let parameters = Parameters::default();
         parameters
@@ -226,25 +254,9 @@ impl Parameters {
             .store(config.enable_test_commands, Ordering::Relaxed);
         for assignment in &config.set_parameter {
             let (name, value) = assignment.split_once('=').ok_or_else(|| {
-                CommandError::bad_value(format!(
-                    "--setParameter expects name=value, got '{assignment}'"
-                ))
+                CommandError::bad_value(format!("Illegal option assignment: \"{assignment}\""))
             })?;
-            let setter = spec(name)
-                .ok_or_else(|| {
-                    CommandError::new(
-                        ErrorCode::InvalidOptions,
-                        format!("Unknown --setParameter '{name}'"),
-                    )
-                })?
-                .set_at_startup
-                .ok_or_else(|| {
-                    CommandError::new(
-                        ErrorCode::InvalidOptions,
-                        format!("Cannot use --setParameter to set '{name}' at startup"),
-                    )
-                })?;
-            setter(&parameters, value)?;
+            startup_setter(name)?(&parameters, value)?;
         }
         Ok(parameters)
     }

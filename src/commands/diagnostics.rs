@@ -299,16 +299,22 @@ fn get_cmd_line_opts(ctx: &CommandContext, _body: &Document) -> CommandResult {
         StorageKind::Disk => "disk",
         StorageKind::Memory => "memory",
     };
-    Ok(doc! {
-        "argv": argv,
-        "parsed": {
-            "net": {"port": i32::from(config.port), "bindIp": config.bind_ip.join(","), "maxIncomingConnections": config.max_conns as i64},
-            "storage": {"dbPath": config.dbpath.to_string_lossy().into_owned(), "engine": engine},
-            "systemLog": {"verbosity": i32::from(config.verbose)},
-            "operationProfiling": operation_profiling(config),
-            "setParameter": set_parameter,
-        },
-    })
+    let mut parsed = Document::new();
+    if let Some(path) = &config.config {
+        parsed.insert("config", path.to_string_lossy().into_owned());
+    }
+    parsed.extend(doc! {
+        "net": {"port": i32::from(config.port), "bindIp": config.bind_ip.join(","), "maxIncomingConnections": config.max_conns as i64},
+        "storage": {"dbPath": config.dbpath.to_string_lossy().into_owned(), "engine": engine},
+        "systemLog": {"verbosity": i32::from(config.verbose)},
+        "operationProfiling": operation_profiling(config),
+        "setParameter": set_parameter,
+    });
+    if config.noscripting {
+        // mongod's name for `--noscripting`.
+        parsed.insert("security", doc! {"javascriptEnabled": false});
+    }
+    Ok(doc! {"argv": argv, "parsed": parsed})
 }
 
 /// mongod's `operationProfiling` options: the threshold, and the mode when `--profile` set one.
