@@ -240,6 +240,7 @@ async fn advance(
     // The other collection's documents of the `$unionWith` whose input has ended (one at a
     // time: phases close in order).
     let mut feed: Option<UnionFeed> = None;
+    let mut whole_reads = WholeReads::default();
     loop {
         match run.step().map_err(during_aggregation)? {
             Step::Input => return Ok(None),
@@ -252,7 +253,7 @@ async fn advance(
                     feed = Some(UnionFeed::open(ctx, union, &context, run.buffers()).await?);
                     continue;
                 }
-                let joined = join(ctx, batch, &context, run.buffers()).await?;
+                let joined = join(ctx, batch, &context, run.buffers(), &mut whole_reads).await?;
                 run.joined(origin, joined);
             }
             Step::Feed(origin) => {
@@ -269,6 +270,54 @@ async fn advance(
             }
         }
     }
+}
+
+/// How many stored foreign documents per local key a `$lookup` batch reads whole rather than
+/// probe the index for each key: one index probe costs about as much as reading this many
+/// documents in a collection scan (bench/README.md, `$lookup` join).
+const WHOLE_READ_DOCUMENTS_PER_KEY: u64 = 64;
+/// The largest foreign collection (stored bytes) a run keeps once read whole, for its later
+/// batches: the blocking sort's default memory limit.
+const WHOLE_READ_CACHE_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Foreign collections a run has read whole, by the `$lookup` that read them, for its later
+/// batches (the documents visible when first read, as a snapshot for the command).
+#[derive(Default)]
+struct WholeReads(std::collections::HashMap<usize, Arc<Vec<Document>>>);
+
+/// The foreign documents a `$lookup` batch may join: an `$in` read of its keys through the
+/// planner when they are few next to the foreign collection, else the whole collection (kept
+/// for the batches after when it is small enough).
+async fn lookup_foreign(
+    ctx: &CommandContext<'_>,
+    lookup: &crate::query::pipeline::lookup::Lookup,
+    documents: &[Document],
+    collation: &CollationChoice,
+    whole_reads: &mut WholeReads,
+) -> CommandResult<Arc<Vec<Document>>> {
+    let identity = std::ptr::from_ref(lookup) as usize;
+    if let Some(foreign) = whole_reads.0.get(&identity) {
+        return Ok(Arc::clone(foreign));
+    }
+    let ns = Namespace::new(ctx.db, lookup.from.as_str());
+    validate_namespace(&ns)?;
+    let stats = match ctx.state.storage.stats(&ns).await {
+        Ok(stats) => Some(stats),
+        Err(crate::storage::StorageError::NamespaceNotFound(_)) => None,
+        Err(error) => return Err(error.into()),
+    };
+    let stored = stats.as_ref().map_or(0, |stats| stats.count);
+    if let Some(keys) = lookup.foreign_keys(documents) {
+        if (keys.len() as u64).saturating_mul(WHOLE_READ_DOCUMENTS_PER_KEY) < stored {
+            let filter = lookup.foreign_filter(keys);
+            return Ok(Arc::new(read_namespace(ctx, &ns, filter, collation).await?));
+        }
+    }
+    let foreign = Arc::new(read_namespace(ctx, &ns, Document::new(), collation).await?);
+    if stats.is_some_and(|stats| stats.data_size <= WHOLE_READ_CACHE_BYTES) {
+        whole_reads.0.insert(identity, Arc::clone(&foreign));
+    }
+    Ok(foreign)
 }
 
 /// Documents a `$unionWith` hands its run at a time.
@@ -350,13 +399,13 @@ async fn join(
     batch: ForeignBatch<'_>,
     context: &PipelineContext,
     buffers: &dyn Buffers,
+    whole_reads: &mut WholeReads,
 ) -> CommandResult<Vec<Document>> {
     let collation = context.collation.clone();
     let documents = batch.documents;
     Ok(match batch.read {
         Foreign::Lookup(lookup) => {
-            let filter = lookup.foreign_filter(&documents);
-            let foreign = read_collection(ctx, &lookup.from, filter, &collation).await?;
+            let foreign = lookup_foreign(ctx, lookup, &documents, &collation, whole_reads).await?;
             if lookup.nested_reads() {
                 // The sub-pipeline reads too: run it per document, serving its reads here.
                 let candidates = lookup.candidates(&foreign, context);

@@ -4,10 +4,10 @@
 //! `$unionWith` (parsing).
 //!
 //! Invariants:
-//! - The runner pauses at a `$lookup` with every input document of the stage collected; the
-//!   caller (which can read storage) fetches the foreign documents matching
-//!   [`Lookup::foreign_filter`] of them, through the planner and with expired documents hidden,
-//!   and resumes with [`Lookup::join`]. One read serves the whole batch.
+//! - The runner hands a `$lookup`'s input to the caller in batches; the caller (which can read
+//!   storage) fetches the foreign documents matching [`Lookup::foreign_keys`] of a batch (or
+//!   all of them), through the planner and with expired documents hidden, and hands back
+//!   [`Lookup::join`]. One read serves a whole batch.
 //! - Matching is the query language's: a local value (each element of a local array; null for a
 //!   missing field) equals a foreign value (or an element of a foreign array) under the run's
 //!   collation, and null matches null and missing. Joined documents keep the order the read
@@ -236,28 +236,36 @@ impl Lookup {
         }
     }
 
-    /// The filter on the foreign collection that finds every document `documents` join with
-    /// (a superset: [`Lookup::join`] matches exactly): `{foreignField: {$in: [values]}}`, or
-    /// every document when there are more than [`MAX_IN_VALUES`] distinct values, where one
-    /// read of the collection beats that many index probes and an `$in` that large.
-    pub fn foreign_filter(&self, documents: &[Document]) -> Document {
-        let Some((local_field, foreign_field)) = &self.equality else {
-            return Document::new();
-        };
+    /// The distinct local values of `documents` a foreign document must equal to join one of
+    /// them: the keys of an `{foreignField: {$in: keys}}` read ([`Lookup::foreign_filter`]), or
+    /// `None` when every foreign document may join (no equality, or more than
+    /// [`MAX_IN_VALUES`] distinct values, where one read of the collection beats that many
+    /// index probes).
+    pub fn foreign_keys(&self, documents: &[Document]) -> Option<Vec<Bson>> {
+        let (local_field, _) = self.equality.as_ref()?;
         let mut seen = std::collections::HashSet::new();
         let mut values: Vec<Bson> = Vec::new();
         for document in documents {
             for value in Lookup::local_values(local_field, document) {
                 if seen.insert(encoded(&value)) {
                     if values.len() == MAX_IN_VALUES {
-                        return Document::new();
+                        return None;
                     }
                     values.push(value);
                 }
             }
         }
-        // A regex value in `$in` also matches strings by pattern: a superset too.
-        doc! {foreign_field.as_str(): {"$in": values}}
+        Some(values)
+    }
+
+    /// The filter on the foreign collection that finds every document joining with the local
+    /// `keys` ([`Lookup::foreign_keys`]; a superset: [`Lookup::join`] matches exactly, and a
+    /// regex value in `$in` also matches strings by pattern).
+    pub fn foreign_filter(&self, keys: Vec<Bson>) -> Document {
+        match &self.equality {
+            Some((_, foreign_field)) => doc! {foreign_field.as_str(): {"$in": keys}},
+            None => Document::new(),
+        }
     }
 
     /// Each of `documents` with `as` set to the `foreign` documents it matches (equal on the
