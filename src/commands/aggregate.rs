@@ -24,7 +24,7 @@ use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
-use crate::query::pipeline::lookup::UnionWith;
+use crate::query::pipeline::lookup::{Candidates, Lookup, UnionWith};
 use crate::query::pipeline::{
     Buffers, CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, ForeignBatch, MergeSpec,
     MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
@@ -280,21 +280,22 @@ const WHOLE_READ_DOCUMENTS_PER_KEY: u64 = 64;
 /// batches: the blocking sort's default memory limit.
 const WHOLE_READ_CACHE_BYTES: u64 = 100 * 1024 * 1024;
 
-/// Foreign collections a run has read whole, by the `$lookup` that read them, for its later
-/// batches (the documents visible when first read, as a snapshot for the command).
+/// Foreign collections a run has read whole, by the `$lookup` that read them, indexed for its
+/// later batches (the documents visible when first read, as a snapshot for the command).
 #[derive(Default)]
-struct WholeReads(std::collections::HashMap<usize, Arc<Vec<Document>>>);
+struct WholeReads(std::collections::HashMap<usize, Arc<Candidates>>);
 
-/// The foreign documents a `$lookup` batch may join: an `$in` read of its keys through the
-/// planner when they are few next to the foreign collection, else the whole collection (kept
-/// for the batches after when it is small enough).
-async fn lookup_foreign(
+/// The foreign documents a `$lookup` batch may join, indexed by their `foreignField` values: an
+/// `$in` read of its keys through the planner when they are few next to the foreign
+/// collection, else the whole collection (kept for the batches after when it is small enough).
+async fn lookup_candidates(
     ctx: &CommandContext<'_>,
-    lookup: &crate::query::pipeline::lookup::Lookup,
+    lookup: &Lookup,
     documents: &[Document],
-    collation: &CollationChoice,
+    context: &PipelineContext,
     whole_reads: &mut WholeReads,
-) -> CommandResult<Arc<Vec<Document>>> {
+) -> CommandResult<Arc<Candidates>> {
+    let collation = &context.collation;
     let identity = std::ptr::from_ref(lookup) as usize;
     if let Some(foreign) = whole_reads.0.get(&identity) {
         return Ok(Arc::clone(foreign));
@@ -310,14 +311,16 @@ async fn lookup_foreign(
     if let Some(keys) = lookup.foreign_keys(documents) {
         if (keys.len() as u64).saturating_mul(WHOLE_READ_DOCUMENTS_PER_KEY) < stored {
             let filter = lookup.foreign_filter(keys);
-            return Ok(Arc::new(read_namespace(ctx, &ns, filter, collation).await?));
+            let foreign = read_namespace(ctx, &ns, filter, collation).await?;
+            return Ok(Arc::new(lookup.candidates(foreign, context)));
         }
     }
-    let foreign = Arc::new(read_namespace(ctx, &ns, Document::new(), collation).await?);
+    let foreign = read_namespace(ctx, &ns, Document::new(), collation).await?;
+    let candidates = Arc::new(lookup.candidates(foreign, context));
     if stats.is_some_and(|stats| stats.data_size <= WHOLE_READ_CACHE_BYTES) {
-        whole_reads.0.insert(identity, Arc::clone(&foreign));
+        whole_reads.0.insert(identity, Arc::clone(&candidates));
     }
-    Ok(foreign)
+    Ok(candidates)
 }
 
 /// Documents a `$unionWith` hands its run at a time.
@@ -405,10 +408,10 @@ async fn join(
     let documents = batch.documents;
     Ok(match batch.read {
         Foreign::Lookup(lookup) => {
-            let foreign = lookup_foreign(ctx, lookup, &documents, &collation, whole_reads).await?;
+            let candidates =
+                lookup_candidates(ctx, lookup, &documents, context, whole_reads).await?;
             if lookup.nested_reads() {
                 // The sub-pipeline reads too: run it per document, serving its reads here.
-                let candidates = lookup.candidates(&foreign, context);
                 let mut joined = Vec::with_capacity(documents.len());
                 for mut document in documents {
                     let pipeline = lookup
@@ -424,7 +427,7 @@ async fn join(
                 joined
             } else {
                 lookup
-                    .join(documents, &foreign, context)
+                    .join(documents, &candidates, context)
                     .map_err(during_aggregation)?
             }
         }

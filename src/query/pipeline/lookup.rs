@@ -268,15 +268,15 @@ impl Lookup {
         }
     }
 
-    /// Each of `documents` with `as` set to the `foreign` documents it matches (equal on the
-    /// fields, and then through the sub-pipeline with the document's `let` values).
+    /// Each of `documents` with `as` set to the foreign documents it matches among
+    /// `candidates` (equal on the fields, and then through the sub-pipeline with the document's
+    /// `let` values).
     pub fn join(
         &self,
         documents: Vec<Document>,
-        foreign: &[Document],
+        candidates: &Candidates,
         context: &PipelineContext,
     ) -> CommandResult<Vec<Document>> {
-        let candidates = self.candidates(foreign, context);
         let mut joined = Vec::with_capacity(documents.len());
         for mut document in documents {
             let matched = candidates.of(&document);
@@ -301,17 +301,13 @@ impl Lookup {
 
     /// What each input document is matched against: the foreign documents equal on the
     /// fields, or all of them.
-    pub fn candidates<'f>(
-        &'f self,
-        foreign: &'f [Document],
-        context: &'f PipelineContext,
-    ) -> Candidates<'f> {
-        let collation = context.collation.as_deref();
+    pub fn candidates(&self, foreign: Vec<Document>, context: &PipelineContext) -> Candidates {
+        let collation = context.collation.clone();
         Candidates {
             equal: self.equality.as_ref().map(|(local_field, foreign_field)| {
                 (
-                    local_field.as_str(),
-                    ForeignIndex::new(foreign, foreign_field, collation),
+                    local_field.clone(),
+                    ForeignIndex::new(&foreign, foreign_field, collation.as_deref()),
                 )
             }),
             foreign,
@@ -343,22 +339,23 @@ impl Lookup {
 }
 
 /// The foreign documents of one `$lookup` read, indexed by `foreignField` when it has one.
-pub struct Candidates<'f> {
-    equal: Option<(&'f str, ForeignIndex)>,
-    foreign: &'f [Document],
-    collation: Option<&'f Collation>,
+pub struct Candidates {
+    /// The local field and the foreign documents by their `foreignField` values.
+    equal: Option<(String, ForeignIndex)>,
+    foreign: Vec<Document>,
+    collation: crate::query::collation::CollationChoice,
 }
 
-impl Candidates<'_> {
+impl Candidates {
     /// The foreign documents `document` joins with, in read order.
     pub fn of(&self, document: &Document) -> Vec<Document> {
         match &self.equal {
             Some((local_field, index)) => index.matching(
-                self.foreign,
+                &self.foreign,
                 &Lookup::local_values(local_field, document),
-                self.collation,
+                self.collation.as_deref(),
             ),
-            None => self.foreign.to_vec(),
+            None => self.foreign.clone(),
         }
     }
 }
