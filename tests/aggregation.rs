@@ -1196,6 +1196,20 @@ async fn lookups_join_large_inputs_batch_by_batch_in_order() {
     );
     // The profiled read counts the orders read (one join batch and a page) and the item reads.
     assert!(examined_by(&db, "lookup then limit").await < 2000);
+
+    // Seven items for up to seven keys per batch: each batch would read them all, so the run
+    // reads them once and keeps them for its three batches: 2500 orders and 7 items examined.
+    db.run_command(doc! {"profile": 2}).await.unwrap();
+    db.run_command(doc! {
+        "aggregate": "c",
+        "pipeline": [lookup("it")],
+        "cursor": {},
+        "comment": "whole read kept",
+    })
+    .await
+    .unwrap();
+    db.run_command(doc! {"profile": 0}).await.unwrap();
+    assert_eq!(examined_by(&db, "whole read kept").await, 2507);
 }
 
 #[tokio::test]

@@ -104,7 +104,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
         group_max_bytes: usize::try_from(ctx.state.params.max_group_bytes()).unwrap_or(usize::MAX),
         stages: ctx.state.params.stage_limits(),
     };
-    let mut run = pipeline.start(&context, &buffers);
+    let mut run = Served::new(pipeline.start(&context, &buffers));
     match (pipeline.source(), &collection) {
         (Some(SourceStage::Documents), _) => {}
         (Some(SourceStage::CollStats(request)), Some(ns)) => {
@@ -173,7 +173,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             let enough = query.wanted.filter(|_| planned.plan.provides_sort);
             let mut stream = planned.stream;
             let mut read = 0;
-            while enough.is_none_or(|enough| read < enough) && !run.saturated() {
+            while enough.is_none_or(|enough| read < enough) && !run.run.saturated() {
                 let Some(record) = stream.next(storage).await? else {
                     break;
                 };
@@ -206,13 +206,28 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
     Ok(Reply::cursor(0, &cursor_ns, Vec::new(), true))
 }
 
+/// A run, and what serving its reads keeps from batch to batch.
+struct Served<'p> {
+    run: PipelineRun<'p>,
+    whole_reads: WholeReads,
+}
+
+impl<'p> Served<'p> {
+    fn new(run: PipelineRun<'p>) -> Served<'p> {
+        Served {
+            run,
+            whole_reads: WholeReads::default(),
+        }
+    }
+}
+
 /// Passes one input document into `run` and serves the batches it then has to join.
 async fn feed(
     ctx: &CommandContext<'_>,
-    run: &mut PipelineRun<'_>,
+    run: &mut Served<'_>,
     document: Document,
 ) -> CommandResult<()> {
-    run.push(document).map_err(during_aggregation)?;
+    run.run.push(document).map_err(during_aggregation)?;
     match advance(ctx, run).await? {
         None => Ok(()),
         Some(_) => Err(CommandError::internal(
@@ -222,11 +237,8 @@ async fn feed(
 }
 
 /// Ends `run`'s input and serves what it needs until its output.
-async fn finish(
-    ctx: &CommandContext<'_>,
-    run: &mut PipelineRun<'_>,
-) -> CommandResult<DocumentStream> {
-    run.end_input().map_err(during_aggregation)?;
+async fn finish(ctx: &CommandContext<'_>, run: &mut Served<'_>) -> CommandResult<DocumentStream> {
+    run.run.end_input().map_err(during_aggregation)?;
     advance(ctx, run)
         .await?
         .ok_or_else(|| CommandError::internal("a pipeline run wants input after its end"))
@@ -235,12 +247,12 @@ async fn finish(
 /// Serves what `run` needs until it needs more input (`None`) or has its output.
 async fn advance(
     ctx: &CommandContext<'_>,
-    run: &mut PipelineRun<'_>,
+    served: &mut Served<'_>,
 ) -> CommandResult<Option<DocumentStream>> {
+    let Served { run, whole_reads } = served;
     // The other collection's documents of the `$unionWith` whose input has ended (one at a
     // time: phases close in order).
     let mut feed: Option<UnionFeed> = None;
-    let mut whole_reads = WholeReads::default();
     loop {
         match run.step().map_err(during_aggregation)? {
             Step::Input => return Ok(None),
@@ -253,7 +265,7 @@ async fn advance(
                     feed = Some(UnionFeed::open(ctx, union, &context, run.buffers()).await?);
                     continue;
                 }
-                let joined = join(ctx, batch, &context, run.buffers(), &mut whole_reads).await?;
+                let joined = join(ctx, batch, &context, run.buffers(), whole_reads).await?;
                 run.joined(origin, joined);
             }
             Step::Feed(origin) => {
@@ -355,7 +367,7 @@ impl UnionFeed {
             return Ok(UnionFeed::Read(Box::new(stream)));
         };
         let mut read = UnionFeed::Read(Box::new(stream));
-        let mut run = pipeline.start(context, buffers);
+        let mut run = Served::new(pipeline.start(context, buffers));
         loop {
             let chunk = read.next_chunk(ctx).await?;
             if chunk.is_empty() {
@@ -472,7 +484,7 @@ async fn run_nested(
     context: &PipelineContext,
     buffers: &dyn Buffers,
 ) -> CommandResult<Vec<Document>> {
-    let mut run = pipeline.start(context, buffers);
+    let mut run = Served::new(pipeline.start(context, buffers));
     for document in documents {
         if pipeline
             .admits(&document, context)
