@@ -11,6 +11,9 @@
 //!   index nothing expires by these rules and `ttl` is ignored.
 //! - A MongoDB TTL index expires a document at `earliest Date at the path + expireAfterSeconds`;
 //!   non-Date values, missing fields and documents outside `partialFilterExpression` never expire.
+//! - A clustered collection's `expireAfterSeconds` is a TTL index on `_id` (the clustered index,
+//!   `_id_`): a document whose `_id` is a Date expires at `_id + expireAfterSeconds`; any other
+//!   `_id` never expires.
 //! - When several policies apply, the earliest expiry wins.
 //!
 //! No I/O, no clocks: callers pass `now_ms`.
@@ -22,6 +25,7 @@ use bson::{Bson, Document, RawBsonRef, RawDocument};
 use crate::bsonutil::decode_fields;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::{document_string, type_name};
+use crate::query::numeric::safe_number_long;
 use crate::query::{lookup_values, Filter};
 use crate::storage::{CollectionMeta, IndexSpec, RawRecord, Record, RecordPredicate, TtlClass};
 
@@ -95,14 +99,15 @@ pub enum CosmosDefault {
 pub struct FieldTtl {
     pub index_name: String,
     pub path: String,
-    pub expire_after_seconds: i32,
+    /// Int32 range for a TTL index; a clustered collection's may use int64.
+    pub expire_after_seconds: i64,
     pub partial: Option<Filter>,
 }
 
 impl FieldTtl {
     /// Documents whose earliest date is at or before this instant are expired at `now_ms`.
     pub fn date_cutoff_ms(&self, now_ms: i64) -> i64 {
-        now_ms.saturating_sub(i64::from(self.expire_after_seconds).saturating_mul(1000))
+        now_ms.saturating_sub(self.expire_after_seconds.saturating_mul(1000))
     }
 
     fn expire_at_ms(&self, document: &Document) -> Option<i64> {
@@ -124,7 +129,7 @@ impl FieldTtl {
     }
 
     fn after_date(&self, date_ms: i64) -> i64 {
-        after_seconds(date_ms, i64::from(self.expire_after_seconds))
+        after_seconds(date_ms, self.expire_after_seconds)
     }
 
     /// [`FieldTtl::expire_at_ms`] of a stored document, decoding no more of it than needed: a
@@ -174,13 +179,22 @@ impl TtlPolicies {
                 policies.fields.push(FieldTtl {
                     index_name: index.name.clone(),
                     path: path.clone(),
-                    expire_after_seconds: seconds,
+                    expire_after_seconds: i64::from(seconds),
                     partial: index
                         .partial_filter
                         .as_ref()
                         .and_then(|filter| Filter::parse(filter).ok()),
                 });
             }
+        }
+        if let Some(seconds) = clustered_expire_after(&meta.options) {
+            // The clustered index is the `_id_` index: documents are stored in `_id` order.
+            policies.fields.push(FieldTtl {
+                index_name: IndexSpec::ID_INDEX_NAME.to_string(),
+                path: "_id".to_string(),
+                expire_after_seconds: seconds,
+                partial: None,
+            });
         }
         policies
     }
@@ -356,22 +370,99 @@ pub fn parse_field_expire_after(value: &Bson, spec: &Document) -> CommandResult<
     Ok(number.trunc() as i32)
 }
 
-/// Validates `collMod`'s `index.expireAfterSeconds` for a field index with mongod's rules: numeric
-/// (else 14), not negative (else 72); values past int32 are stored as 2147483647, fractions truncated.
+/// Validates `collMod`'s `index.expireAfterSeconds` for a field index as mongod does: coll_mod.idl
+/// reads it as `safeInt` (`BSONElement::safeNumberInt`: any numeric type, NaN as 0, doubles
+/// truncated, Decimal128 rounded half to even, clamped to int32; anything else 14), then
+/// `validateExpireAfterSeconds` refuses a negative result (72). So `-0.5` is 0 and NaN is 0.
+/// (`null` never reaches here: mongod's IDL parser takes it as an absent field.)
 pub fn parse_collmod_expire_after(value: &Bson) -> CommandResult<i32> {
-    let Some(number) = crate::bsonutil::as_f64(value).filter(|n| !n.is_nan()) else {
+    let Some(number) = safe_number_long(value) else {
         return Err(CommandError::type_mismatch(format!(
             "BSON field 'collMod.index.expireAfterSeconds' is the wrong type '{}', expected types '[long, int, decimal, double]'",
             type_name(value)
         )));
     };
-    if number < 0.0 {
+    let seconds = number.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+    if seconds < 0 {
+        return Err(negative_expire_after());
+    }
+    Ok(seconds)
+}
+
+fn negative_expire_after() -> CommandError {
+    CommandError::new(
+        ErrorCode::InvalidOptions,
+        "TTL index 'expireAfterSeconds' option cannot be less than 0",
+    )
+}
+
+/// The TTL of a clustered collection, from its stored options: `expireAfterSeconds` next to a
+/// `clusteredIndex` (stored as Int64 once validated).
+pub fn clustered_expire_after(options: &Document) -> Option<i64> {
+    if !matches!(options.get("clusteredIndex"), Some(Bson::Document(_))) {
+        return None;
+    }
+    match options.get("expireAfterSeconds") {
+        Some(Bson::Int64(seconds)) if *seconds >= 0 => Some(*seconds),
+        Some(Bson::Int32(seconds)) if *seconds >= 0 => Some(i64::from(*seconds)),
+        _ => None,
+    }
+}
+
+/// Validates a clustered collection's `expireAfterSeconds` (`create`, top-level `collMod`) as
+/// mongod does: create.idl and coll_mod.idl read it as `safeInt64` (`safeNumberLong`), then
+/// `validateExpireAfterSeconds(…, kClusteredTTLIndex)` refuses a negative value and one whose
+/// milliseconds overflow or exceed the time since the epoch at `now_ms` (72 both).
+pub fn parse_clustered_expire_after(value: &Bson, now_ms: i64) -> CommandResult<i64> {
+    let Some(seconds) = safe_number_long(value) else {
+        return Err(CommandError::type_mismatch(format!(
+            "BSON field 'create.expireAfterSeconds' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            type_name(value)
+        )));
+    };
+    if seconds < 0 {
+        return Err(negative_expire_after());
+    }
+    if seconds > i64::MAX / 1000 || seconds * 1000 > now_ms {
         return Err(CommandError::new(
             ErrorCode::InvalidOptions,
-            "TTL index 'expireAfterSeconds' option cannot be less than 0",
+            "TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number",
         ));
     }
-    Ok(number.min(f64::from(i32::MAX)).trunc() as i32)
+    Ok(seconds)
+}
+
+/// A top-level `collMod` `expireAfterSeconds` of a clustered collection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusteredTtlChange {
+    /// `"off"`: documents no longer expire by their `_id`.
+    Off,
+    Seconds(i64),
+}
+
+/// Parses `collMod`'s top-level `expireAfterSeconds` as coll_mod.idl's `variant: [string,
+/// safeInt64]`: the string `"off"` (another string is 72), or a number validated as in
+/// [`parse_clustered_expire_after`]; any other type is 14.
+pub fn parse_collmod_clustered_expire_after(
+    value: &Bson,
+    now_ms: i64,
+) -> CommandResult<ClusteredTtlChange> {
+    match value {
+        Bson::String(off) if off == "off" => Ok(ClusteredTtlChange::Off),
+        Bson::String(other) => Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            format!(
+                "Invalid string value for the 'clusteredIndex::expireAfterSeconds' option. Got: '{other}'. Accepted value is 'off'"
+            ),
+        )),
+        other if safe_number_long(other).is_some() => {
+            parse_clustered_expire_after(other, now_ms).map(ClusteredTtlChange::Seconds)
+        }
+        other => Err(CommandError::type_mismatch(format!(
+            "BSON field 'collMod.expireAfterSeconds' is the wrong type '{}', expected types '[string, long, int, decimal, double]'",
+            type_name(other)
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -512,7 +603,7 @@ mod tests {
             fields: vec![FieldTtl {
                 index_name: format!("{path}_1"),
                 path: path.into(),
-                expire_after_seconds: seconds,
+                expire_after_seconds: i64::from(seconds),
                 partial: partial.map(|p| Filter::parse(&p).unwrap()),
             }],
         }
@@ -642,6 +733,95 @@ mod tests {
                 .code,
             ErrorCode::TypeMismatch
         );
+    }
+
+    /// coll_mod.idl `safeInt` (bsonelement.h `safeNumberInt`) then `validateExpireAfterSeconds`.
+    #[test]
+    fn collmod_expire_after_reads_safe_int() {
+        let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+        for (value, expected) in [
+            (decimal("2.5"), 2),
+            (decimal("3.5"), 4),
+            (decimal("-0.5"), 0),
+            (decimal("NaN"), 0),
+            (decimal("1E+40"), i32::MAX),
+            (Bson::Double(-0.5), 0),
+            (Bson::Double(f64::NAN), 0),
+            (Bson::Double(f64::INFINITY), i32::MAX),
+        ] {
+            assert_eq!(parse_collmod_expire_after(&value), Ok(expected), "{value}");
+        }
+        for bad in [decimal("-0.51"), decimal("-Infinity"), Bson::Double(-1.0)] {
+            assert_eq!(
+                parse_collmod_expire_after(&bad).unwrap_err().code,
+                ErrorCode::InvalidOptions,
+                "{bad}"
+            );
+        }
+    }
+
+    /// index_key_validate.cpp `validateExpireAfterSeconds(…, kClusteredTTLIndex)`; coll_mod.cpp's
+    /// `"off"` and its string error.
+    #[test]
+    fn clustered_expire_after_validation() {
+        let now = T0;
+        assert_eq!(parse_clustered_expire_after(&Bson::Int64(5), now), Ok(5));
+        assert_eq!(parse_clustered_expire_after(&Bson::Double(5.9), now), Ok(5));
+        assert_eq!(
+            parse_clustered_expire_after(&Bson::Int64(now / 1000), now),
+            Ok(now / 1000)
+        );
+        for bad in [
+            Bson::Int64(-1),
+            Bson::Int64(now / 1000 + 1),
+            Bson::Int64(i64::MAX),
+        ] {
+            assert_eq!(
+                parse_clustered_expire_after(&bad, now).unwrap_err().code,
+                ErrorCode::InvalidOptions,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_collmod_clustered_expire_after(&Bson::from("off"), now),
+            Ok(ClusteredTtlChange::Off)
+        );
+        assert_eq!(
+            parse_collmod_clustered_expire_after(&Bson::from("on"), now)
+                .unwrap_err()
+                .errmsg,
+            "Invalid string value for the 'clusteredIndex::expireAfterSeconds' option. Got: 'on'. Accepted value is 'off'"
+        );
+        assert_eq!(
+            parse_collmod_clustered_expire_after(&Bson::Boolean(true), now)
+                .unwrap_err()
+                .code,
+            ErrorCode::TypeMismatch
+        );
+    }
+
+    #[test]
+    fn a_clustered_ttl_expires_date_ids_only() {
+        let options = doc! {"clusteredIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_", "unique": true}, "expireAfterSeconds": 10_i64};
+        assert_eq!(clustered_expire_after(&options), Some(10));
+        assert_eq!(
+            clustered_expire_after(&doc! {"expireAfterSeconds": 10_i64}),
+            None
+        );
+        let policies = TtlPolicies {
+            cosmos: None,
+            fields: vec![FieldTtl {
+                index_name: IndexSpec::ID_INDEX_NAME.into(),
+                path: "_id".into(),
+                expire_after_seconds: 10,
+                partial: None,
+            }],
+        };
+        let dated = record(doc! {"_id": bson::DateTime::from_millis(T0)}, T0);
+        assert!(!policies.is_expired(&dated, T0 + 9_999));
+        assert!(policies.is_expired(&dated, T0 + 10_000));
+        let named = record(doc! {"_id": "x"}, T0);
+        assert!(!policies.is_expired(&named, i64::MAX));
     }
 
     #[test]

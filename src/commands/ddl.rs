@@ -10,6 +10,7 @@ use crate::commands::args::{
     collection_namespace, optional_bool, optional_document, validate_database_name,
     validate_writable_namespace, wrong_type,
 };
+use crate::commands::clustered;
 use crate::commands::find::buffered_cursor;
 use crate::dispatch::{command_fields, CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
@@ -98,13 +99,15 @@ const SUPPORTED_CREATE_OPTIONS: &[&str] = &[
 async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     validate_writable_namespace(&ns)?;
+    // Options are validated before anything else (whatever their order in the command).
+    let clustered = clustered::validate_create(body, ctx.state.clock.now_ms())?;
     let mut options = Document::new();
     for (name, value) in command_fields(body) {
-        if name == "expireAfterSeconds" {
-            return Err(CommandError::new(
-                ErrorCode::InvalidOptions,
-                "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
-            ));
+        if name == clustered::CLUSTERED_INDEX || name == clustered::EXPIRE_AFTER_SECONDS {
+            if let Some(clustered) = &clustered {
+                clustered::stored_options(clustered, &mut options);
+            }
+            continue;
         }
         if name == "collation" {
             let collation = match value {
@@ -220,13 +223,17 @@ fn uuid_binary(uuid: [u8; 16]) -> Binary {
 }
 
 fn collection_entry(meta: &CollectionMeta) -> Document {
-    doc! {
+    let mut entry = doc! {
         "name": meta.ns.coll.as_str(),
         "type": "collection",
         "options": meta.options.clone(),
         "info": {"readOnly": false, "uuid": uuid_binary(meta.uuid)},
-        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
+    };
+    // A clustered collection has no separate `_id` index: mongod lists no `idIndex`.
+    if !clustered::is_clustered(meta) {
+        entry.insert("idIndex", doc! {"v": 2, "key": {"_id": 1}, "name": "_id_"});
     }
+    entry
 }
 
 async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {

@@ -6,6 +6,7 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{collection_namespace, validate_writable_namespace, wrong_type};
+use crate::commands::clustered;
 use crate::commands::find::buffered_cursor;
 use crate::commands::index_kinds::{self, TEXT_OPTIONS};
 use crate::dispatch::{CommandContext, CommandSpec};
@@ -15,7 +16,7 @@ use crate::query::display::document_string;
 use crate::query::Filter;
 use crate::reaper;
 use crate::storage::keycodec::Direction;
-use crate::storage::{IndexKind, IndexSpec, Namespace};
+use crate::storage::{CollectionMeta, IndexKind, IndexSpec, Namespace};
 use crate::ttl;
 use crate::wire::Reply;
 
@@ -523,7 +524,7 @@ async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     let specs = meta
         .indexes
         .iter()
-        .map(|index| index.spec.clone())
+        .map(|index| clustered::listed_spec(&meta, index))
         .collect();
     buffered_cursor(
         ctx,
@@ -558,6 +559,7 @@ async fn remove_indexes(
             format!("ns not found {ns}"),
         ));
     };
+    clustered::check_drop_indexes(&meta, body.get("index"))?;
     let count = meta.indexes.len() as i32;
     let find_by_name = |name: &str| -> CommandResult<String> {
         if name == IndexSpec::ID_INDEX_NAME {
@@ -666,7 +668,8 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
 
 async fn coll_mod(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
-    let changes_ttl = matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
+    let changes_ttl = body.contains_key(clustered::EXPIRE_AFTER_SECONDS)
+        || matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
     reaper::change_policies(
         ctx.state,
         &ns,
@@ -682,8 +685,8 @@ async fn modify_collection(
     ns: &Namespace,
 ) -> CommandResult {
     let ns = ns.clone();
-    if let Some((option, _)) =
-        crate::dispatch::command_fields(body).find(|(field, _)| *field != "index")
+    if let Some((option, _)) = crate::dispatch::command_fields(body)
+        .find(|(field, _)| !["index", clustered::EXPIRE_AFTER_SECONDS].contains(&field.as_str()))
     {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
@@ -697,12 +700,29 @@ async fn modify_collection(
             format!("ns does not exist: {ns}"),
         ));
     };
-    let Some(change) = body.get("index") else {
-        return Ok(Document::new());
+    let clustered_ttl = clustered::parse_coll_mod(&meta, body, ctx.state.clock.now_ms())?;
+    let reply = match body.get("index") {
+        Some(change) => modify_index(ctx, &ns, &meta, change).await?,
+        None => Document::new(),
     };
+    if let Some(change) = clustered_ttl {
+        clustered::apply_coll_mod(storage, &meta, change).await?;
+    }
+    Ok(reply)
+}
+
+/// `collMod`'s `index` change.
+async fn modify_index(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+    meta: &CollectionMeta,
+    change: &Bson,
+) -> CommandResult {
+    let storage = ctx.state.storage.as_ref();
     let Bson::Document(change) = change else {
         return Err(wrong_type("collMod", "index", change, "object"));
     };
+    clustered::check_hide_index(meta, change)?;
     let index = match (change.get("name"), change.get("keyPattern")) {
         (Some(Bson::String(name)), _) => meta.index_named(name).ok_or_else(|| {
             CommandError::new(
@@ -729,8 +749,14 @@ async fn modify_collection(
             "tideway's collMod does not convert indexes to unique",
         ));
     }
-    let expire_after = change.get("expireAfterSeconds");
-    let hidden = change.get("hidden");
+    // mongod's IDL parser takes a null (or undefined) field as absent.
+    let present = |field: &str| {
+        change
+            .get(field)
+            .filter(|value| !matches!(value, Bson::Null | Bson::Undefined))
+    };
+    let expire_after = present("expireAfterSeconds");
+    let hidden = present("hidden");
     if expire_after.is_none() && hidden.is_none() {
         return Err(CommandError::new(
             ErrorCode::InvalidOptions,
@@ -745,13 +771,12 @@ async fn modify_collection(
             .get("expireAfterSeconds")
             .and_then(crate::bsonutil::as_f64)
             .map(|old| old as i64);
-        if old != Some(i64::from(new)) {
-            if let Some(old) = old {
-                reply.insert("expireAfterSeconds_old", old);
-            }
-            reply.insert("expireAfterSeconds_new", i64::from(new));
-            spec.insert("expireAfterSeconds", new);
+        // coll_mod_index.cpp replies with both even when the value does not change.
+        if let Some(old) = old {
+            reply.insert("expireAfterSeconds_old", old);
         }
+        reply.insert("expireAfterSeconds_new", i64::from(new));
+        spec.insert("expireAfterSeconds", new);
     }
     if let Some(value) = hidden {
         let Bson::Boolean(new) = value else {
@@ -772,7 +797,7 @@ async fn modify_collection(
         }
     }
     if spec != index.spec {
-        storage.update_index_spec(&ns, &index.name, spec).await?;
+        storage.update_index_spec(ns, &index.name, spec).await?;
     }
     Ok(reply)
 }

@@ -6,6 +6,7 @@ mod admin;
 pub(crate) mod aggregate;
 pub mod args;
 mod bulk_write;
+pub mod clustered;
 pub(crate) mod crud;
 pub mod ddl;
 mod diagnostics;

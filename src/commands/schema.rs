@@ -557,7 +557,7 @@ const COLL_MOD: Args = Args {
         refused("pipeline", Array),
         refused("recordPreImages", SafeBool),
         refused("changeStreamPreAndPostImages", Object),
-        refused("expireAfterSeconds", Any),
+        arg("expireAfterSeconds", Any),
         refused("timeseries", Object),
         refused("dryRun", SafeBool),
         refused("collectionUUID", Any),

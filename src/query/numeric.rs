@@ -186,6 +186,45 @@ impl Decimal {
         }
     }
 
+    /// Rounds to the nearest integer, ties to even (Decimal128's default `toLong` rounding);
+    /// `None` for NaN, infinities and values outside i64.
+    pub(crate) fn to_i64_half_even(self) -> Option<i64> {
+        let Decimal::Finite {
+            negative,
+            coefficient,
+            exponent,
+        } = self
+        else {
+            return None;
+        };
+        if exponent >= 0 {
+            return self.to_i64_truncated();
+        }
+        let scale = exponent.unsigned_abs();
+        // A coefficient below 10^34 is less than half of 10^38: such values round to 0.
+        let magnitude = if scale > 38 {
+            0
+        } else {
+            let unit = pow10(scale);
+            let (quotient, remainder) = (coefficient / unit, coefficient % unit);
+            let half = unit / 2;
+            if remainder > half || (remainder == half && quotient % 2 == 1) {
+                quotient + 1
+            } else {
+                quotient
+            }
+        };
+        if negative {
+            if magnitude == u128::from(i64::MIN.unsigned_abs()) {
+                Some(i64::MIN)
+            } else {
+                i64::try_from(magnitude).ok().map(|m| -m)
+            }
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+    }
+
     /// Encodes into bson's Decimal128 through its string form; `None` if out of range.
     pub(crate) fn to_decimal128(self) -> Option<Decimal128> {
         let text = match self {
@@ -685,6 +724,33 @@ impl Number {
 /// 2^63 as a double: the smallest double that does not fit in an i64.
 const I64_LIMIT_AS_F64: f64 = 9_223_372_036_854_775_808.0;
 
+/// mongod's `BSONElement::safeNumberLong`: any numeric type as an i64, NaN as 0, values past
+/// either end of i64 clamped to it, doubles truncated toward zero and Decimal128 rounded half to
+/// even (`Decimal128::toLong`'s default); `None` for non-numbers.
+pub(crate) fn safe_number_long(value: &Bson) -> Option<i64> {
+    match value {
+        Bson::Int32(v) => Some(i64::from(*v)),
+        Bson::Int64(v) => Some(*v),
+        Bson::Double(v) if v.is_nan() => Some(0),
+        // 2^63 as a double: every double at or above it is past i64::MAX.
+        Bson::Double(v) if *v >= 9_223_372_036_854_775_808.0 => Some(i64::MAX),
+        Bson::Double(v) if *v < i64::MIN as f64 => Some(i64::MIN),
+        Bson::Double(v) => Some(*v as i64),
+        Bson::Decimal128(v) => {
+            let decimal = Decimal::from_decimal128(v);
+            Some(match decimal {
+                Decimal::NaN => 0,
+                _ if decimal.total_cmp(Decimal::from_i64(i64::MAX)) == Ordering::Greater => {
+                    i64::MAX
+                }
+                _ if decimal.total_cmp(Decimal::from_i64(i64::MIN)) == Ordering::Less => i64::MIN,
+                _ => decimal.to_i64_half_even().unwrap_or(0),
+            })
+        }
+        _ => None,
+    }
+}
+
 fn truncate_f64_to_i64(value: f64) -> Option<i64> {
     if !(-I64_LIMIT_AS_F64..I64_LIMIT_AS_F64).contains(&value) {
         return None;
@@ -976,5 +1042,30 @@ mod tests {
             panic!("decimal sum expected");
         };
         assert_eq!(sum.total_cmp(Decimal::from_i64(5)), Ordering::Equal);
+    }
+
+    /// bsonelement.h `safeNumberLong`: NaN → 0, clamped, doubles truncated, decimals half-even.
+    #[test]
+    fn safe_number_long_matches_mongod() {
+        let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+        for (value, expected) in [
+            (Bson::Double(f64::NAN), Some(0)),
+            (Bson::Double(-0.5), Some(0)),
+            (Bson::Double(2.9), Some(2)),
+            (Bson::Double(1e300), Some(i64::MAX)),
+            (Bson::Double(-1e300), Some(i64::MIN)),
+            (decimal("NaN"), Some(0)),
+            (decimal("0.5"), Some(0)),
+            (decimal("1.5"), Some(2)),
+            (decimal("2.5"), Some(2)),
+            (decimal("-2.5"), Some(-2)),
+            (decimal("-2.51"), Some(-3)),
+            (decimal("1E+30"), Some(i64::MAX)),
+            (decimal("-Infinity"), Some(i64::MIN)),
+            (decimal("1E-50"), Some(0)),
+            (Bson::from("1"), None),
+        ] {
+            assert_eq!(safe_number_long(&value), expected, "{value}");
+        }
     }
 }

@@ -461,8 +461,8 @@ pub enum ReapSource {
         order: ExpiryOrder,
         range: TimeRange,
     },
-    /// One secondary index over a range of encoded keys (as one range of [`ScanSource::Index`]);
-    /// never `_id_`, which cannot be a TTL index.
+    /// One index over a range of encoded keys (as one range of [`ScanSource::Index`]); `_id_`
+    /// reads the documents by `_id` (the TTL of a clustered collection).
     Index { name: String, range: KeyRange },
 }
 

@@ -369,6 +369,8 @@ pub(super) enum EntryId {
     Expiry,
     /// Index tables.
     Index { unique: bool },
+    /// The data table (the `_id_` index): the key is the `_id` key.
+    Data,
 }
 
 impl EntryId {
@@ -376,6 +378,7 @@ impl EntryId {
         match self {
             EntryId::Expiry => expiry_entry_id(key),
             EntryId::Index { unique } => entry_id(key, value, unique),
+            EntryId::Data => Ok(key),
         }
     }
 }
@@ -401,6 +404,13 @@ pub(super) fn source_table(
             entry.expiry_table(*order),
             expiry_range(*range),
             EntryId::Expiry,
+            true,
+        ),
+        // `_id_` is the data table itself, keyed by `_id` (a clustered collection's TTL).
+        ReapSource::Index { name, range } if name == IndexSpec::ID_INDEX_NAME => (
+            entry.data_table.clone(),
+            stored_range(range.clone()),
+            EntryId::Data,
             true,
         ),
         ReapSource::Index { name, range } => {
