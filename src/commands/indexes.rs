@@ -17,6 +17,7 @@ use crate::reaper;
 use crate::storage::keycodec::Direction;
 use crate::storage::{IndexKind, IndexSpec, Namespace};
 use crate::ttl;
+use crate::validation;
 use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -682,8 +683,8 @@ async fn modify_collection(
     ns: &Namespace,
 ) -> CommandResult {
     let ns = ns.clone();
-    if let Some((option, _)) =
-        crate::dispatch::command_fields(body).find(|(field, _)| *field != "index")
+    if let Some((option, _)) = crate::dispatch::command_fields(body)
+        .find(|(field, _)| *field != "index" && !validation::OPTIONS.contains(&field.as_str()))
     {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
@@ -697,7 +698,21 @@ async fn modify_collection(
             format!("ns does not exist: {ns}"),
         ));
     };
+    // Validation settings: checked, then stored in the collection's options.
+    let mut options = meta.options.clone();
+    for (name, value) in crate::dispatch::command_fields(body) {
+        if validation::OPTIONS.contains(&name.as_str()) {
+            match validation::check_option("collMod", &ns, name, value)? {
+                Some(stored) => options.insert(name.clone(), stored),
+                None => options.remove(name),
+            };
+        }
+    }
+    let changes_options = options != meta.options;
     let Some(change) = body.get("index") else {
+        if changes_options {
+            storage.set_collection_options(&ns, options).await?;
+        }
         return Ok(Document::new());
     };
     let Bson::Document(change) = change else {
@@ -770,6 +785,10 @@ async fn modify_collection(
                 spec.remove("hidden");
             }
         }
+    }
+    // Stored only once every part of the command is known to be valid.
+    if changes_options {
+        storage.set_collection_options(&ns, options).await?;
     }
     if spec != index.spec {
         storage.update_index_spec(&ns, &index.name, spec).await?;
