@@ -68,6 +68,7 @@ error_codes! {
     WriteConflict = 112,
     CommandNotSupported = 115,
     ExceededMemoryLimit = 146,
+    DocumentValidationFailure = 121,
     IncompatibleCollationVersion = 161,
     InvalidPipelineOperator = 168,
     CannotIndexParallelArrays = 171,

@@ -29,6 +29,7 @@ pub mod storage;
 #[cfg(test)]
 mod testrng;
 pub mod ttl;
+pub mod validation;
 pub mod wire;
 
 pub use config::Config;

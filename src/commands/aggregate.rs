@@ -532,8 +532,9 @@ pub(crate) async fn write_out(
                 storage.create_indexes(&temp, indexes).await?;
             }
         }
-        let writer =
-            WriteContext::open(ctx, &temp, write_options(ctx, body)?, variables.clone()).await?;
+        let writer = WriteContext::open(ctx, &temp, write_options(ctx, body)?, variables.clone())
+            .await?
+            .bypassing_validation(crate::validation::bypass_requested(body));
         let mut batch: Vec<Document> = Vec::with_capacity(OUT_BATCH);
         let mut output = output.peekable();
         while let Some(document) = output.next() {
@@ -612,7 +613,9 @@ pub(crate) async fn write_merge(
         ordered: false,
         ..write_options(ctx, body)?
     };
-    let writer = WriteContext::open(ctx, &target_ns, options, variables.clone()).await?;
+    let writer = WriteContext::open(ctx, &target_ns, options, variables.clone())
+        .await?
+        .bypassing_validation(crate::validation::bypass_requested(body));
     let mut first_error: Option<CommandError> = None;
     let mut inserts: Vec<Document> = Vec::new();
     let mut output = output.peekable();

@@ -82,6 +82,7 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
         namespaces: &namespaces,
         options,
         variables,
+        bypass_validation: crate::validation::bypass_requested(body),
         writer: None,
         results: Results::new(errors_only),
     };
@@ -468,6 +469,8 @@ struct Run<'c, 'n> {
     options: WriteOptions,
     /// The command's `let` variables.
     variables: CommandVariables,
+    /// `bypassDocumentValidation`: every writer skips document validation.
+    bypass_validation: bool,
     /// The open writer and its `nsInfo` index; one at a time, so one policy gate at a time.
     writer: Option<(usize, WriteContext<'c>)>,
     results: Results,
@@ -530,7 +533,8 @@ impl<'c> Run<'c, '_> {
                 self.options,
                 self.variables.clone(),
             )
-            .await?;
+            .await?
+            .bypassing_validation(self.bypass_validation);
             self.writer = Some((ns, writer));
         }
         match &self.writer {

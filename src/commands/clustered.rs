@@ -15,7 +15,7 @@ use bson::{doc, Bson, Document};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::{document_string, type_name};
 use crate::query::numeric::safe_number_long;
-use crate::storage::{CollectionMeta, IndexSpec, Storage};
+use crate::storage::{CollectionMeta, IndexSpec};
 use crate::ttl::{self, ClusteredTtlChange};
 
 pub const CLUSTERED_INDEX: &str = "clusteredIndex";
@@ -318,14 +318,9 @@ pub fn parse_coll_mod(
     ttl::parse_collmod_clustered_expire_after(value, now_ms).map(Some)
 }
 
-/// Applies a validated top-level `expireAfterSeconds` change: one catalog update of the
-/// collection's options (`"off"` removes the setting), nothing when it is already so.
-pub async fn apply_coll_mod(
-    storage: &dyn Storage,
-    meta: &CollectionMeta,
-    change: ClusteredTtlChange,
-) -> CommandResult<()> {
-    let mut options = meta.options.clone();
+/// Applies a validated top-level `expireAfterSeconds` change to the collection options the
+/// caller stores (`"off"` removes the setting).
+pub fn apply_coll_mod(options: &mut Document, change: ClusteredTtlChange) {
     match change {
         ClusteredTtlChange::Off => {
             options.remove(EXPIRE_AFTER_SECONDS);
@@ -334,8 +329,4 @@ pub async fn apply_coll_mod(
             options.insert(EXPIRE_AFTER_SECONDS, seconds);
         }
     }
-    if options != meta.options {
-        storage.set_collection_options(&meta.ns, options).await?;
-    }
-    Ok(())
 }

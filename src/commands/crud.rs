@@ -8,6 +8,10 @@
 //! TTL: writes only ever match visible documents; every written document gets its last-write time
 //! and TTL class from `ttl`; a client may not set `_ts`; and an expired document that still holds
 //! an `_id` or unique key is replaced atomically instead of blocking an insert or upsert.
+//!
+//! Validation: `WriteContext` is the one path every written document takes (also for
+//! `bulkWrite`, `$out` and `$merge`); it checks each against the collection's validator
+//! (`validation::CollectionValidator`) unless the command bypasses validation.
 
 use std::sync::Arc;
 
@@ -34,6 +38,7 @@ use crate::storage::{
     Namespace, Record, Storage, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 use crate::ttl;
+use crate::validation::{self, CollectionValidator};
 use crate::wire::MAX_BSON_OBJECT_SIZE;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -190,6 +195,9 @@ pub(crate) struct WriteContext<'a> {
     options: WriteOptions,
     /// The command's `let` variables.
     variables: CommandVariables,
+    /// The collection's validator as the command sees it; `None` without one, when it checks
+    /// nothing, or when the command bypasses validation.
+    validator: Option<Arc<CollectionValidator>>,
 }
 
 /// What became of one document an update matched.
@@ -208,7 +216,8 @@ impl<'a> WriteContext<'a> {
         validate_writable_namespace(&ns)?;
         let options = write_options(ctx, body)?;
         let variables = let_variables(ctx, body)?;
-        WriteContext::open(ctx, &ns, options, variables).await
+        let writer = WriteContext::open(ctx, &ns, options, variables).await?;
+        Ok(writer.bypassing_validation(validation::bypass_requested(body)))
     }
 
     /// The writer of `ns` (a namespace already checked to be writable), seen now, for a command
@@ -220,12 +229,32 @@ impl<'a> WriteContext<'a> {
         variables: CommandVariables,
     ) -> CommandResult<WriteContext<'a>> {
         let view = ctx.state.view(ns).await?;
+        let validator = CollectionValidator::of(view.meta.as_ref())?;
         Ok(WriteContext {
             ctx,
             view,
             options,
             variables,
+            validator,
         })
+    }
+
+    /// The same writer, skipping document validation when `bypass` (the command's
+    /// `bypassDocumentValidation`).
+    pub(crate) fn bypassing_validation(mut self, bypass: bool) -> Self {
+        if bypass {
+            self.validator = None;
+        }
+        self
+    }
+
+    /// Checks a document about to be written against the collection's validator; `replaced`
+    /// is the document an update replaces.
+    fn validate(&self, document: &Document, replaced: Option<&Document>) -> CommandResult<()> {
+        match &self.validator {
+            Some(validator) => validator.check(document, replaced),
+            None => Ok(()),
+        }
     }
 
     /// Whether the collection existed when this writer was opened (a writer opened before a
@@ -250,8 +279,10 @@ impl<'a> WriteContext<'a> {
         }
     }
 
-    fn insert_op(&self, doc: Document) -> WriteOp {
-        WriteOp::Insert {
+    /// The insert of `doc`, once it passes validation.
+    fn insert_op(&self, doc: Document) -> CommandResult<WriteOp> {
+        self.validate(&doc, None)?;
+        Ok(WriteOp::Insert {
             meta: self.meta(&doc),
             doc,
             supersede: self
@@ -259,7 +290,7 @@ impl<'a> WriteContext<'a> {
                 .visibility
                 .policies
                 .expired_predicate(self.now_ms()),
-        }
+        })
     }
 
     /// A stored document, if it is still there, visible and matching `filter`.
@@ -317,6 +348,7 @@ impl<'a> WriteContext<'a> {
                 return Ok(Updated::Unchanged(document));
             }
             check_storable(&document, StorageWrite::Update)?;
+            self.validate(&document, Some(record.doc.document()))?;
             let id = document_id(&record.doc);
             let op = WriteOp::Replace {
                 id: id.clone(),
@@ -383,7 +415,7 @@ impl<'a> WriteContext<'a> {
         )?;
         check_id(&document_id(&document))?;
         check_storable(&document, StorageWrite::Update)?;
-        match self.write_one(self.insert_op(document.clone())).await {
+        match self.write_one(self.insert_op(document.clone())?).await {
             Ok(_) => Ok(Some(document)),
             Err(StorageError::DuplicateKey { index, .. })
                 if index == "_id_" && filter.id_equality().is_some() =>
@@ -495,8 +527,8 @@ pub(crate) async fn insert_documents(
     let mut run: Vec<(usize, WriteOp)> = Vec::new();
     let mut stopped = false;
     for (index, document) in documents.iter().enumerate() {
-        match prepare_for_insert(document) {
-            Ok(doc) => run.push((index, writer.insert_op(doc))),
+        match prepare_for_insert(document).and_then(|doc| writer.insert_op(doc)) {
+            Ok(op) => run.push((index, op)),
             Err(error) => {
                 if writer.options.ordered {
                     // Documents before the invalid one are still written; the batch stops at the

@@ -120,6 +120,12 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
             continue;
         }
+        if crate::validation::OPTIONS.contains(&name.as_str()) {
+            if let Some(stored) = crate::validation::check_option("create", &ns, name, value)? {
+                options.insert(name.clone(), stored);
+            }
+            continue;
+        }
         if !SUPPORTED_CREATE_OPTIONS.contains(&name.as_str()) {
             return Err(CommandError::new(
                 ErrorCode::NotImplemented,

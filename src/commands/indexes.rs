@@ -18,6 +18,7 @@ use crate::reaper;
 use crate::storage::keycodec::Direction;
 use crate::storage::{CollectionMeta, IndexKind, IndexSpec, Namespace};
 use crate::ttl;
+use crate::validation;
 use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -685,9 +686,10 @@ async fn modify_collection(
     ns: &Namespace,
 ) -> CommandResult {
     let ns = ns.clone();
-    if let Some((option, _)) = crate::dispatch::command_fields(body)
-        .find(|(field, _)| !["index", clustered::EXPIRE_AFTER_SECONDS].contains(&field.as_str()))
-    {
+    if let Some((option, _)) = crate::dispatch::command_fields(body).find(|(field, _)| {
+        !["index", clustered::EXPIRE_AFTER_SECONDS].contains(&field.as_str())
+            && !validation::OPTIONS.contains(&field.as_str())
+    }) {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
             format!("tideway's collMod supports only index changes, not '{option}'"),
@@ -700,13 +702,26 @@ async fn modify_collection(
             format!("ns does not exist: {ns}"),
         ));
     };
-    let clustered_ttl = clustered::parse_coll_mod(&meta, body, ctx.state.clock.now_ms())?;
+    // Collection options (validation settings, a clustered TTL): checked, then stored once the
+    // whole command is known to be valid.
+    let mut options = meta.options.clone();
+    for (name, value) in crate::dispatch::command_fields(body) {
+        if validation::OPTIONS.contains(&name.as_str()) {
+            match validation::check_option("collMod", &ns, name, value)? {
+                Some(stored) => options.insert(name.clone(), stored),
+                None => options.remove(name),
+            };
+        }
+    }
+    if let Some(change) = clustered::parse_coll_mod(&meta, body, ctx.state.clock.now_ms())? {
+        clustered::apply_coll_mod(&mut options, change);
+    }
     let reply = match body.get("index") {
         Some(change) => modify_index(ctx, &ns, &meta, change).await?,
         None => Document::new(),
     };
-    if let Some(change) = clustered_ttl {
-        clustered::apply_coll_mod(storage, &meta, change).await?;
+    if options != meta.options {
+        storage.set_collection_options(&ns, options).await?;
     }
     Ok(reply)
 }

@@ -88,8 +88,8 @@ impl ArgType {
 pub enum Use {
     /// The handler honours it.
     Honoured,
-    /// Accepted and without effect, as on a standalone mongod (e.g. `bypassDocumentValidation`
-    /// without validators, shard and replication internals).
+    /// Accepted and without effect, as on a standalone mongod (e.g. shard and replication
+    /// internals).
     NoOp,
     /// Not implemented: present with any value other than null, false or `{}`, it is refused.
     Refused,
@@ -165,7 +165,7 @@ macro_rules! write_command_fields {
         &[
             $($field,)*
             arg("ordered", Bool),
-            no_op("bypassDocumentValidation", SafeBool),
+            arg("bypassDocumentValidation", SafeBool),
             refused("runtimeConstants", Object),
             no_op("stmtId", Int),
             no_op("stmtIds", Array),
@@ -270,7 +270,7 @@ const AGGREGATE: Args = Args {
         arg("explain", Any),
         arg("allowDiskUse", OptionalBool),
         arg("cursor", Object),
-        no_op("bypassDocumentValidation", SafeBool),
+        arg("bypassDocumentValidation", SafeBool),
         arg("collation", Object),
         arg("hint", Any),
         arg("let", Object),
@@ -359,7 +359,7 @@ const FIND_AND_MODIFY: Args = Args {
         arg("upsert", SafeBool),
         arg("new", SafeBool),
         no_op("stmtId", Int),
-        no_op("bypassDocumentValidation", SafeBool),
+        arg("bypassDocumentValidation", SafeBool),
         arg("let", Object),
         refused("runtimeConstants", Object),
         refused("encryptionInformation", Object),
@@ -439,7 +439,7 @@ const BULK_WRITE: Args = Args {
         ),
         required("nsInfo", ArgType::Entries(&BULK_WRITE_NS_INFO)),
         arg("cursor", Object),
-        no_op("bypassDocumentValidation", SafeBool),
+        arg("bypassDocumentValidation", SafeBool),
         arg("ordered", Bool),
         // mongos's per-op statement ids (retryable writes, which a standalone never runs).
         refused("stmtIds", Array),
@@ -550,9 +550,9 @@ const COLL_MOD: Args = Args {
     strict: true,
     fields: &[
         arg("index", Object),
-        refused("validator", Object),
-        refused("validationLevel", Str),
-        refused("validationAction", Str),
+        arg("validator", Object),
+        arg("validationLevel", Str),
+        arg("validationAction", Str),
         refused("viewOn", Str),
         refused("pipeline", Array),
         refused("recordPreImages", SafeBool),

@@ -43,7 +43,15 @@ impl JsonSchema {
     pub fn matches(&self, document: &Document) -> bool {
         self.root.matches_document(document)
     }
+
+    /// Why `document` fails the schema, as mongod's document validation error describes it
+    /// (`{operatorName: "$jsonSchema", title?, description?, schemaRulesNotSatisfied}`).
+    pub fn failure_details(&self, document: &Document) -> Document {
+        details::schema_failure(&self.root, document)
+    }
 }
+
+mod details;
 
 #[derive(Clone, Debug)]
 enum Additional {
@@ -97,6 +105,8 @@ struct Schema {
     any_of: Vec<Schema>,
     one_of: Vec<Schema>,
     not: Option<Box<Schema>>,
+    /// The subschema as given: `specifiedAs`, `title` and `description` in validation errors.
+    source: Document,
 }
 
 fn failed_to_parse(message: impl Into<String>) -> CommandError {
@@ -114,7 +124,10 @@ impl Schema {
                 "Cannot specify both $jsonSchema keywords 'type' and 'bsonType'",
             ));
         }
-        let mut parsed = Schema::default();
+        let mut parsed = Schema {
+            source: schema.clone(),
+            ..Schema::default()
+        };
         for (keyword, value) in schema {
             match keyword.as_str() {
                 "type" => parsed.types = Some(parse_types(keyword, value, json_type)?),
