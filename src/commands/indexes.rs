@@ -481,6 +481,17 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
             "createdCollectionAutomatically": false,
         });
     }
+    let is_capped = storage
+        .collection(&ns)
+        .await?
+        .is_some_and(|meta| meta.capped().is_some());
+    if is_capped
+        && to_create
+            .iter()
+            .any(|spec| spec.spec.contains_key("expireAfterSeconds"))
+    {
+        return Err(crate::capped::ttl_index_refused());
+    }
     if before + to_create.len() > MAX_INDEXES {
         return Err(CommandError::new(
             ErrorCode::CannotCreateIndex,
@@ -682,8 +693,8 @@ async fn modify_collection(
     ns: &Namespace,
 ) -> CommandResult {
     let ns = ns.clone();
-    if let Some((option, _)) =
-        crate::dispatch::command_fields(body).find(|(field, _)| *field != "index")
+    if let Some((option, _)) = crate::dispatch::command_fields(body)
+        .find(|(field, _)| !matches!(field.as_str(), "index" | "cappedSize" | "cappedMax"))
     {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
@@ -697,6 +708,13 @@ async fn modify_collection(
             format!("ns does not exist: {ns}"),
         ));
     };
+    let makes_ttl = matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
+    if makes_ttl && meta.capped().is_some() {
+        return Err(crate::capped::ttl_coll_mod_refused());
+    }
+    if let Some(options) = crate::capped::coll_mod_options(&meta, body)? {
+        storage.set_collection_options(&ns, options).await?;
+    }
     let Some(change) = body.get("index") else {
         return Ok(Document::new());
     };
