@@ -89,6 +89,11 @@ pub struct Cursor {
     /// The query's filter, which the projection consults: the score of its `$text` search for
     /// `{$meta: "textScore"}`, and the array position it matched for a positional `a.$`.
     pub filter: Option<std::sync::Arc<crate::query::Filter>>,
+    /// A tailable cursor (capped collections): not closed when it reaches the end; each batch
+    /// reads on from where the last one ended.
+    pub tailable: bool,
+    /// With `tailable`: a getMore that finds nothing waits for inserts (`awaitData`).
+    pub await_data: bool,
 }
 
 impl Cursor {
@@ -109,6 +114,8 @@ impl Cursor {
             last_used_ms: 0,
             originating_command: None,
             filter: None,
+            tailable: false,
+            await_data: false,
         }
     }
 
@@ -133,7 +140,10 @@ impl Cursor {
         during: &str,
     ) -> CommandResult<(Vec<RawDocumentBuf>, bool)> {
         match &mut self.source {
-            CursorSource::Stream(stream) => stream.set_visibility(visibility.clone()),
+            CursorSource::Stream(stream) => {
+                stream.set_visibility(visibility.clone());
+                stream.resume_tail();
+            }
             CursorSource::Pipeline(pulled) => pulled.input.set_visibility(visibility.clone()),
             _ => {}
         }
@@ -198,15 +208,16 @@ impl Cursor {
             *remaining = remaining.saturating_sub(batch.len() as u64);
         }
         let exhausted = self.remaining == Some(0)
-            || match &mut self.source {
-                CursorSource::Stream(stream) => !stream.has_more(storage).await?,
-                // Records left may expire before the next getMore, which then returns an empty
-                // final batch: valid for any MongoDB cursor.
-                CursorSource::Buffered(records) => records.is_empty(),
-                CursorSource::Sorted(sorted) => sorted.is_empty(),
-                CursorSource::Documents(documents) => documents.peek().is_none(),
-                CursorSource::Pipeline(pulled) => !pulled.has_more(storage).await?,
-            };
+            || !self.tailable
+                && match &mut self.source {
+                    CursorSource::Stream(stream) => !stream.has_more(storage).await?,
+                    // Records left may expire before the next getMore, which then returns an empty
+                    // final batch: valid for any MongoDB cursor.
+                    CursorSource::Buffered(records) => records.is_empty(),
+                    CursorSource::Sorted(sorted) => sorted.is_empty(),
+                    CursorSource::Documents(documents) => documents.peek().is_none(),
+                    CursorSource::Pipeline(pulled) => !pulled.has_more(storage).await?,
+                };
         Ok((batch, exhausted))
     }
 }

@@ -413,6 +413,9 @@ async fn run_handler(
     op: &crate::ops::Op,
 ) -> CommandResult<Reply> {
     let max_time_ms = max_time_ms(body)?;
+    // A getMore's `maxTimeMS` is how long an `awaitData` cursor waits for documents (its
+    // handler honours it), not a limit on the command.
+    let max_time_ms = max_time_ms.filter(|_| spec.name != "getMore");
     let deadline = max_time_ms.map_or(Deadline::none(), |limit| {
         Deadline::at(Instant::now() + std::time::Duration::from_millis(limit))
     });

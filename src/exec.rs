@@ -211,6 +211,11 @@ pub struct DocStream {
     check_filter: bool,
     /// Index scans read covered (`ScanRequest::covered`).
     covered: bool,
+    /// A tailable read (capped collection scans): reaching the end keeps the scan and
+    /// remembers where it ended, so [`DocStream::resume_tail`] reads what arrived since.
+    tailable: bool,
+    /// The storage position of the last entry a tailable read reached.
+    tail_after: Option<Vec<u8>>,
 }
 
 /// The state of a sort merge: one stream per branch, each in `sort` order, and the next record
@@ -322,6 +327,21 @@ impl DocStream {
             merge,
             check_filter: true,
             covered: false,
+            tailable: false,
+            tail_after: None,
+        }
+    }
+
+    /// Makes a collection scan tailable (see `tailable`).
+    pub fn make_tailable(&mut self) {
+        self.tailable = true;
+    }
+
+    /// A tailable stream that reached its end reads on from there (documents inserted since).
+    pub fn resume_tail(&mut self) {
+        if self.tailable && self.exhausted && self.buffer.is_empty() && !self.scans.is_empty() {
+            self.exhausted = false;
+            self.resume_after = self.tail_after.clone();
         }
     }
 
@@ -494,9 +514,17 @@ impl DocStream {
             self.stats.keys_examined += page.keys_examined;
             self.stats.docs_examined += page.docs_examined;
             self.resume_after = page.resume;
+            if self.tailable && page.last.is_some() {
+                self.tail_after = page.last;
+            }
             if self.resume_after.is_none() {
-                self.scans.pop_front();
-                self.exhausted = self.scans.is_empty();
+                if self.tailable {
+                    // The scan stays: `resume_tail` continues it after `tail_after`.
+                    self.exhausted = true;
+                } else {
+                    self.scans.pop_front();
+                    self.exhausted = self.scans.is_empty();
+                }
             }
             page.records
         } else {

@@ -5,6 +5,7 @@
 //! See docs/architecture.md for the module map and invariants.
 
 pub mod bsonutil;
+pub mod capped;
 pub mod clock;
 pub mod commands;
 pub mod config;

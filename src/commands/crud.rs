@@ -311,10 +311,20 @@ impl<'a> WriteContext<'a> {
         &self,
         ops: Vec<WriteOp>,
     ) -> CommandResult<Vec<Result<WriteOutcome, StorageError>>> {
-        Ok(self
+        let results = self
             .storage()
             .write(&self.view.ns, ops, self.options)
-            .await?)
+            .await?;
+        // `awaitData` cursors on a capped collection wait for its inserts.
+        if self
+            .view
+            .meta
+            .as_ref()
+            .is_some_and(|meta| meta.capped().is_some())
+        {
+            crate::capped::INSERTED.notify_waiters();
+        }
+        Ok(results)
     }
 
     /// One operation as its own batch.

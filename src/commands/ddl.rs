@@ -99,10 +99,14 @@ const SUPPORTED_CREATE_OPTIONS: &[&str] = &[
 async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     validate_writable_namespace(&ns)?;
-    // Options are validated before anything else (whatever their order in the command).
+    // Options are validated before anything else (whatever their order in the command): the
+    // clustered index, then the capped options in mongod's order (`capped`, `size`, `max`).
     let clustered = clustered::validate_create(body, ctx.state.clock.now_ms())?;
-    let mut options = Document::new();
+    let mut options = crate::capped::create_options(body)?.unwrap_or_default();
     for (name, value) in command_fields(body) {
+        if matches!(name.as_str(), "capped" | "size" | "max") {
+            continue;
+        }
         if name == clustered::CLUSTERED_INDEX || name == clustered::EXPIRE_AFTER_SECONDS {
             if let Some(clustered) = &clustered {
                 clustered::stored_options(clustered, &mut options);
@@ -431,19 +435,22 @@ pub async fn storage_stats(
         index_sizes.insert(name.clone(), scaled(*size));
     }
     let avg_obj_size = stats.data_size.checked_div(stats.count).unwrap_or(0) as i64;
-    Ok(doc! {
+    let mut reply = doc! {
         "ns": meta.ns.to_string(),
         "size": scaled(stats.data_size),
         "count": stats.count as i64,
         "avgObjSize": avg_obj_size,
         "storageSize": scaled(stats.storage_size),
         "freeStorageSize": 0_i64,
-        "capped": false,
+    };
+    reply.extend(crate::capped::stats_fields(meta, scale));
+    reply.extend(doc! {
         "nindexes": meta.indexes.len() as i32,
         "indexBuilds": [],
         "totalIndexSize": scaled(total_index_size(&stats)),
         "totalSize": scaled(stats.storage_size + total_index_size(&stats)),
         "indexSizes": index_sizes,
         "scaleFactor": scale,
-    })
+    });
+    Ok(reply)
 }

@@ -141,6 +141,16 @@ fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<Sor
         .map(|sort| sort.filter(|sort| !sort.is_empty()))
 }
 
+/// `Some(reverse)` for a sort that is exactly `{$natural: 1 | -1}`.
+fn natural_sort_direction(sort: &Document) -> Option<bool> {
+    match sort.iter().next() {
+        Some((key, direction)) if sort.len() == 1 && key == "$natural" => {
+            crate::bsonutil::as_f64(direction).map(|direction| direction < 0.0)
+        }
+        _ => None,
+    }
+}
+
 /// The `$meta` names a read's projection may use: tideway's TTL metadata and the text score.
 const PROJECTION_META: &[&str] = &[
     crate::ttl::META_LAST_MODIFIED,
@@ -181,10 +191,30 @@ pub fn parse_projection(
 }
 
 fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()> {
-    if optional_bool(ctx, body, "tailable")? == Some(true) {
-        return Err(CommandError::bad_value(
-            "error processing query: tailable cursor requested on non capped collection",
+    let tailable = optional_bool(ctx, body, "tailable")? == Some(true);
+    if optional_bool(ctx, body, "awaitData")? == Some(true) && !tailable {
+        // tailable_mode.cpp
+        return Err(CommandError::new(
+            ErrorCode::FailedToParse,
+            "Cannot set 'awaitData' without also setting 'tailable'",
         ));
+    }
+    if tailable {
+        // query_request_helper.cpp
+        let natural_sort = match optional_document(ctx, body, "sort")? {
+            None => true,
+            Some(sort) => sort.is_empty() || sort == &doc! {"$natural": 1},
+        };
+        if !natural_sort {
+            return Err(CommandError::bad_value(
+                "cannot use tailable option with a sort other than {$natural: 1}",
+            ));
+        }
+        if optional_bool(ctx, body, "singleBatch")? == Some(true) {
+            return Err(CommandError::bad_value(
+                "cannot use tailable option with the 'singleBatch' option",
+            ));
+        }
     }
     for option in ["min", "max", "returnKey", "showRecordId"] {
         if body
@@ -240,18 +270,38 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     let storage = ctx.state.storage.as_ref();
     let view = ctx.state.view(&ns).await?;
     check_hint(&ns, view.meta.as_ref(), body)?;
+    let tailable = optional_bool(ctx, body, "tailable")? == Some(true);
+    if tailable && view.meta.as_ref().and_then(|meta| meta.capped()).is_none() {
+        return Err(crate::capped::tailable_refused());
+    }
+    // A capped collection's natural order is insertion order, not `_id` order: `{$natural: ±1}`
+    // is a collection scan in that direction.
+    let natural_scan = view
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.capped())
+        .and_then(|_| natural_sort_direction(optional_document(ctx, body, "sort").ok()??));
+    let sort = sort.filter(|_| natural_scan.is_none());
     let (filter, sort) = collated(ctx.name, body, &view, filter, sort)?;
     let query = Query {
         filter,
         sort: sort.clone(),
         wanted: limit.map(|limit| skip.saturating_add(limit)),
-        hint: planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+        // A tailable cursor follows insertion order: a forward collection scan.
+        hint: match (tailable, natural_scan) {
+            (true, _) => planner::Hint::Natural { reverse: false },
+            (false, Some(reverse)) => planner::Hint::Natural { reverse },
+            (false, None) => planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
+        },
         needed_fields: projection
             .as_ref()
             .and_then(Projection::included_top_level_fields),
     };
     let planned = view.plan(storage, &ctx.state.plan_cache, &query).await?;
     let (summary, mut stream) = PlanSummary::split(planned, &query);
+    if tailable {
+        stream.make_tailable();
+    }
     ctx.op.set_plan_summary(summary.plan.summary());
     let mut drained = None;
     let source = match sort.as_ref().filter(|_| !summary.plan.provides_sort) {
@@ -297,6 +347,8 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     };
     let mut cursor = Cursor::new(ns.to_string(), Some(ns), source, projection, limit);
     cursor.filter = Some(query.filter.clone());
+    cursor.tailable = tailable;
+    cursor.await_data = tailable && optional_bool(ctx, body, "awaitData")? == Some(true);
     Ok(FindRun {
         cursor,
         view,
@@ -358,7 +410,21 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         |view| view.visibility.clone(),
     );
     let before = cursor.scan_stats();
-    let (batch, exhausted) = cursor
+    let await_ms = match crate::commands::args::optional_i64(ctx, body, "maxTimeMS")? {
+        // mongod: getmore_cmd.cpp
+        Some(_) if !cursor.await_data => {
+            ctx.state.cursors.checkin(id, cursor, now_ms);
+            return Err(CommandError::bad_value(
+                "cannot set maxTimeMS on getMore command for a non-awaitData cursor",
+            ));
+        }
+        Some(ms) if ms > 0 => ms as u64,
+        _ => crate::capped::DEFAULT_AWAIT_MS,
+    };
+    // Registered before reading, so an insert between the read and the wait still wakes it.
+    let mut inserted = std::pin::pin!(crate::capped::INSERTED.notified());
+    inserted.as_mut().enable();
+    let mut read = cursor
         .next_batch(
             storage,
             batch_size,
@@ -366,6 +432,28 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             "Executor error during getMore",
         )
         .await?;
+    if cursor.await_data {
+        let until = tokio::time::Instant::now() + std::time::Duration::from_millis(await_ms);
+        while read.0.is_empty() && !read.1 {
+            if tokio::time::timeout_at(until, inserted.as_mut())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            inserted.set(crate::capped::INSERTED.notified());
+            inserted.as_mut().enable();
+            read = cursor
+                .next_batch(
+                    storage,
+                    batch_size,
+                    &visibility,
+                    "Executor error during getMore",
+                )
+                .await?;
+        }
+    }
+    let (batch, exhausted) = read;
     report_examined(ctx, before, cursor.scan_stats());
     ctx.op
         .set_get_more_batch(id, batch.len(), exhausted, &cursor.originating_command);

@@ -483,6 +483,17 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
             "createdCollectionAutomatically": false,
         });
     }
+    let is_capped = storage
+        .collection(&ns)
+        .await?
+        .is_some_and(|meta| meta.capped().is_some());
+    if is_capped
+        && to_create
+            .iter()
+            .any(|spec| spec.spec.contains_key("expireAfterSeconds"))
+    {
+        return Err(crate::capped::ttl_index_refused());
+    }
     if before + to_create.len() > MAX_INDEXES {
         return Err(CommandError::new(
             ErrorCode::CannotCreateIndex,
@@ -687,7 +698,13 @@ async fn modify_collection(
 ) -> CommandResult {
     let ns = ns.clone();
     if let Some((option, _)) = crate::dispatch::command_fields(body).find(|(field, _)| {
-        !["index", clustered::EXPIRE_AFTER_SECONDS].contains(&field.as_str())
+        ![
+            "index",
+            "cappedSize",
+            "cappedMax",
+            clustered::EXPIRE_AFTER_SECONDS,
+        ]
+        .contains(&field.as_str())
             && !validation::OPTIONS.contains(&field.as_str())
     }) {
         return Err(CommandError::new(
@@ -702,8 +719,12 @@ async fn modify_collection(
             format!("ns does not exist: {ns}"),
         ));
     };
-    // Collection options (validation settings, a clustered TTL): checked, then stored once the
-    // whole command is known to be valid.
+    let makes_ttl = matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
+    if makes_ttl && meta.capped().is_some() {
+        return Err(crate::capped::ttl_coll_mod_refused());
+    }
+    // Collection options (validation settings, capped limits, a clustered TTL): checked, then
+    // stored once the whole command is known to be valid.
     let mut options = meta.options.clone();
     for (name, value) in crate::dispatch::command_fields(body) {
         if validation::OPTIONS.contains(&name.as_str()) {
@@ -713,6 +734,7 @@ async fn modify_collection(
             };
         }
     }
+    crate::capped::apply_coll_mod(&meta, body, &mut options)?;
     if let Some(change) = clustered::parse_coll_mod(&meta, body, ctx.state.clock.now_ms())? {
         clustered::apply_coll_mod(&mut options, change);
     }

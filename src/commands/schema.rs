@@ -197,7 +197,7 @@ const FIND: Args = Args {
         arg("tailable", OptionalBool),
         no_op("oplogReplay", Any),
         arg("noCursorTimeout", OptionalBool),
-        refused("awaitData", OptionalBool),
+        arg("awaitData", OptionalBool),
         no_op("allowPartialResults", OptionalBool),
         arg("let", Object),
         no_op("readOnce", OptionalBool),
@@ -561,8 +561,8 @@ const COLL_MOD: Args = Args {
         refused("timeseries", Object),
         refused("dryRun", SafeBool),
         refused("collectionUUID", Any),
-        refused("cappedSize", Number),
-        refused("cappedMax", Number),
+        arg("cappedSize", Number),
+        arg("cappedMax", Number),
     ],
 };
 

@@ -96,6 +96,12 @@ impl CollectionMeta {
         }
     }
 
+    /// The capped collection's limits (`options.capped`, `size`, `max` as `create` stored
+    /// them, see `crate::capped`); `None` for other collections.
+    pub fn capped(&self) -> Option<CappedLimits> {
+        crate::capped::limits(&self.options)
+    }
+
     pub fn index_named(&self, name: &str) -> Option<&Arc<IndexSpec>> {
         self.indexes.iter().find(|index| index.name == name)
     }
@@ -110,6 +116,15 @@ impl CollectionMeta {
             .iter()
             .find(|index| &index.key_pattern() == key)
     }
+}
+
+/// What a capped collection holds at most: after each insert the engine deletes the oldest
+/// documents (insertion order) while the sum of the documents' BSON sizes exceeds `max_bytes`
+/// or their number exceeds `max_docs`, in the same atomic operation; never the inserted one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CappedLimits {
+    pub max_bytes: u64,
+    pub max_docs: Option<u64>,
 }
 
 /// An index definition. `spec` is the full document `listIndexes` returns
@@ -421,7 +436,8 @@ pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 /// Where a scan reads from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ScanSource {
-    /// Every document, in `_id` key order.
+    /// Every document in natural order: `_id` key order, except in a capped collection
+    /// (`CollectionMeta::capped`), where it is insertion order.
     Collection,
     /// Entries of one index whose key falls in any of `ranges` (byte ranges over encoded index
     /// keys, see `keycodec`), in index order. A document appears once per matching entry
@@ -494,6 +510,9 @@ pub struct ScanPage {
     /// Stored documents read (fetched by an index scan, or visited by a collection scan),
     /// hidden ones included.
     pub docs_examined: u64,
+    /// The position of the last entry the page visited, whether or not more follow: a
+    /// tailable cursor resumes after it once new documents arrive (`None` if none was visited).
+    pub last: Option<Vec<u8>>,
 }
 
 /// What [`Storage::count_entries`] found, from one snapshot.
@@ -558,6 +577,9 @@ pub enum StorageError {
     /// mongod's code and message.
     #[error("{message}")]
     CannotIndex { code: ErrorCode, message: String },
+    /// A document larger than its capped collection's size (mongod: 2 BadValue).
+    #[error("object to insert exceeds cappedMaxSize")]
+    ExceedsCappedSize,
 }
 
 impl From<StorageError> for CommandError {
@@ -573,6 +595,7 @@ impl From<StorageError> for CommandError {
             StorageError::OutOfDiskSpace(_) => ErrorCode::OutOfDiskSpace,
             StorageError::Io(_) | StorageError::Corrupt(_) => ErrorCode::InternalError,
             StorageError::CannotIndex { code, .. } => *code,
+            StorageError::ExceedsCappedSize => ErrorCode::BadValue,
         };
         let command_error = CommandError::new(code, error.to_string());
         match error {

@@ -18,19 +18,19 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use super::catalog::{id_index_spec, CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
     bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
-    index_table_name, io, raw_record, record_header, record_with_document, set_record_header,
-    CATALOG, SIZES,
+    index_table_name, io, natural_position_table_name, natural_table_name, raw_record,
+    record_header, record_with_document, set_record_header, CATALOG, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
 use crate::storage::{
-    CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
+    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
     StorageResult, WriteMeta, WriteOp, WriteOutcome,
 };
 
@@ -743,6 +743,20 @@ pub(super) struct CollectionTables<'t, 'e> {
     pub keyer: StoredKeyer<'e>,
     /// Indexes in which a document written by this job has several keys (not yet flagged).
     became_multikey: Vec<u64>,
+    /// A capped collection's insertion order and limits.
+    pub natural: Option<Natural<'t>>,
+}
+
+/// A capped collection's `n.`/`np.` tables (see `format.rs`) and what rollover needs.
+pub(super) struct Natural<'t> {
+    limits: CappedLimits,
+    /// insertion number → `_id` key.
+    order: BytesTable<'t>,
+    /// `_id` key → insertion number.
+    positions: BytesTable<'t>,
+    /// The data table's stored value bytes when the job began (the job's change is in
+    /// `CollectionTables::data_size`).
+    stored_value_bytes: u64,
 }
 
 impl<'t, 'e> CollectionTables<'t, 'e> {
@@ -760,7 +774,22 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 })
             })
             .collect::<StorageResult<Vec<_>>>()?;
+        let natural = match entry.meta.capped() {
+            Some(limits) => Some(Natural {
+                limits,
+                order: open(&natural_table_name(entry.id))?,
+                positions: open(&natural_position_table_name(entry.id))?,
+                stored_value_bytes: txn
+                    .open_table(SIZES)
+                    .map_err(io)?
+                    .get(entry.data_table.as_str())
+                    .map_err(io)?
+                    .map_or(0, |sizes| sizes.value().1),
+            }),
+            None => None,
+        };
         Ok(CollectionTables {
+            natural,
             keyer: StoredKeyer::new(entry),
             became_multikey: Vec::new(),
             entry,
@@ -783,8 +812,9 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             indexes,
             keyer: _,
             became_multikey,
+            natural,
         } = self;
-        drop((data, last_write, own_expiry));
+        drop((data, last_write, own_expiry, natural));
         data_size.save(txn, &entry.data_table)?;
         for index in indexes {
             let IndexTable { index, table, size } = index;
@@ -903,10 +933,66 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             }
         }
         self.set_expiry(removal.meta, id_key, false)?;
+        self.remove_natural(id_key)?;
         if self.data.remove(id_key).map_err(io)?.is_some() {
             self.data_size.sub(id_key.len(), removal.record_len);
         }
         Ok(())
+    }
+
+    /// Files a capped collection's newly inserted document last in insertion order.
+    fn add_natural(&mut self, id_key: &[u8], number: u64) -> StorageResult<()> {
+        if let Some(natural) = &mut self.natural {
+            let position = number.to_be_bytes();
+            natural.order.insert(&position[..], id_key).map_err(io)?;
+            natural
+                .positions
+                .insert(id_key, &position[..])
+                .map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a capped collection's document from insertion order.
+    pub fn remove_natural(&mut self, id_key: &[u8]) -> StorageResult<()> {
+        if let Some(natural) = &mut self.natural {
+            let position = natural.positions.remove(id_key).map_err(io)?;
+            if let Some(position) = position.map(|position| position.value().to_vec()) {
+                natural.order.remove(position.as_slice()).map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the oldest documents of a capped collection while it holds more than its limits
+    /// allow, never `inserted` (the document just written): mongod's capped deletes, in the
+    /// inserting operation.
+    fn roll_over(&mut self, inserted: &[u8]) -> StorageResult<()> {
+        let Some(natural) = &self.natural else {
+            return Ok(());
+        };
+        let (limits, stored) = (natural.limits, natural.stored_value_bytes);
+        loop {
+            let docs = self.data.len().map_err(io)?;
+            let value_bytes = stored.saturating_add_signed(self.data_size.value_bytes);
+            let bytes = value_bytes.saturating_sub(docs * RECORD_HEADER_LEN as u64);
+            if bytes <= limits.max_bytes && limits.max_docs.is_none_or(|max| docs <= max) {
+                return Ok(());
+            }
+            let Some(natural) = &self.natural else {
+                return Ok(());
+            };
+            let oldest = match natural.order.first().map_err(io)? {
+                Some((_, id_key)) => id_key.value().to_vec(),
+                None => return Ok(()),
+            };
+            if oldest == inserted {
+                return Ok(());
+            }
+            let record = self.current(&oldest, None)?;
+            let removal = self.plan_removal(&oldest, &record)?;
+            self.remove(&removal)?;
+        }
     }
 
     /// Resolves a conflict with the stored document `owner`: it joins `superseded` if `supersede`
@@ -959,6 +1045,12 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 meta,
                 supersede,
             } => {
+                if let Some(natural) = &self.natural {
+                    let bson_bytes = (record.len() - RECORD_HEADER_LEN) as u64;
+                    if bson_bytes > natural.limits.max_bytes {
+                        return Err(StorageError::ExceedsCappedSize);
+                    }
+                }
                 let mut superseded = Vec::new();
                 if self.data.get(id_key.as_slice()).map_err(io)?.is_some() {
                     self.resolve_conflict(&id_key, supersede.as_ref(), &mut superseded, || {
@@ -986,6 +1078,9 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 self.put_record(&id_key, &record, None)?;
                 self.move_index_entries(&id_key, None, &new_keys)?;
                 self.set_expiry(meta, &id_key, true)?;
+                // Revisions only grow: the insert's revision is its insertion number.
+                self.add_natural(&id_key, rev)?;
+                self.roll_over(&id_key)?;
                 Ok(WriteOutcome::Inserted { rev, superseded })
             }
             PreparedOp::Replace {

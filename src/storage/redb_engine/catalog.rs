@@ -21,7 +21,8 @@ use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
 use super::format::{
-    corrupt, data_table_name, decoded_document, expiry_table_name, index_table_name, raw_record,
+    corrupt, data_table_name, decoded_document, expiry_table_name, index_table_name,
+    natural_position_table_name, natural_table_name, raw_record,
 };
 use crate::bsonutil::decode_fields;
 use crate::query::collation::Collation;
@@ -253,6 +254,8 @@ impl CollectionEntry {
             self.data_table.clone(),
             self.expiry_table(ExpiryOrder::LastWrite),
             self.expiry_table(ExpiryOrder::OwnExpiry),
+            natural_table_name(self.id),
+            natural_position_table_name(self.id),
         ]
         .into_iter()
         .chain(self.indexes.iter().map(|index| index.table.clone()))
@@ -457,7 +460,7 @@ mod tests {
         assert_eq!(decoded.data_table, "d.3");
         assert_eq!(
             decoded.table_names(),
-            vec!["d.3", "lw.3", "ox.3", "i.7"],
+            vec!["d.3", "lw.3", "ox.3", "n.3", "np.3", "i.7"],
             "every table, so drops remove them all"
         );
         assert!(!decoded.indexes[0].maintained());

@@ -27,6 +27,11 @@
 //! - `ox.<collection id>`: one entry per `TtlClass::Own` record: order-preserving i64
 //!   `expire_at_ms` ++ encoded `_id` → empty. `Never` records are in neither expiry table.
 //!
+//! - `n.<collection id>` (capped collections only): u64 BE insertion number (the revision the
+//!   insert took, so numbers only grow) → encoded `_id`: natural order. `np.<collection id>`:
+//!   encoded `_id` → its u64 BE insertion number, to find the entry when the document goes.
+//!
+//! Invariant: in a capped collection, `n.` and `np.` hold exactly one entry per document.
 //! Invariant: the expiry tables hold exactly the entries the data table's headers imply
 //! ([`expiry_position`]); writes keep them in step within the same transaction.
 //!
@@ -85,6 +90,16 @@ pub(super) fn data_table_name(collection_id: u64) -> String {
 
 pub(super) fn index_table_name(index_id: u64) -> String {
     format!("i.{index_id}")
+}
+
+/// `n.<id>`: a capped collection's documents in insertion order.
+pub(super) fn natural_table_name(collection_id: u64) -> String {
+    format!("n.{collection_id}")
+}
+
+/// `np.<id>`: each capped document's position in `n.<id>`.
+pub(super) fn natural_position_table_name(collection_id: u64) -> String {
+    format!("np.{collection_id}")
 }
 
 /// `lw.<id>` or `ox.<id>`.

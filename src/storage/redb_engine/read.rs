@@ -20,8 +20,8 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, ordered_i64,
-    raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, natural_table_name,
+    ordered_i64, raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
@@ -162,7 +162,16 @@ pub(super) fn scan(
         },
         None => None,
     };
-    let scanned = index_table.as_ref().unwrap_or(&data);
+    // A capped collection's natural order is insertion order: its `n.` table, whose values
+    // are `_id` keys.
+    let natural = match (&index, reads_index, entry.meta.capped()) {
+        (None, false, Some(_)) => match open_table(&txn, &natural_table_name(entry.id))? {
+            Some(table) => Some(table),
+            None => return Ok(empty),
+        },
+        _ => None,
+    };
+    let scanned = index_table.as_ref().or(natural.as_ref()).unwrap_or(&data);
     let hide = request.hide.as_ref();
     let key_filter = request.key_filter.as_ref();
     let covering =
@@ -186,6 +195,7 @@ pub(super) fn scan(
                 }
             }
             let mut record = match index {
+                None if natural.is_some() => fetch(&data, value, hide)?,
                 None => unless_hidden(value, hide)?,
                 Some(index) => fetch(&data, entry_id(key, value, index.unique())?, hide)?,
             };
@@ -282,6 +292,7 @@ fn page(
                 // There is at least one more entry.
                 return Ok(ScanPage {
                     records,
+                    last: last_key.clone(),
                     resume: last_key,
                     keys_examined: if reads_index { visited as u64 } else { 0 },
                     docs_examined,
@@ -304,6 +315,7 @@ fn page(
     Ok(ScanPage {
         records,
         resume: None,
+        last: last_key,
         keys_examined: if reads_index { visited as u64 } else { 0 },
         docs_examined,
     })

@@ -218,6 +218,7 @@ pub(super) fn apply(batch: &mut Batch, ns: &Namespace, plan: ReapPlan) -> Storag
         taken[*position] = true;
         let doomed = &plan.doomed[*position];
         tables.data_size.sub(doomed.id_key.len(), doomed.record_len);
+        tables.remove_natural(&doomed.id_key)?;
     }
     if keys_valid {
         for (index, run) in tables.indexes.iter_mut().zip(&plan.index_runs) {
