@@ -18,6 +18,7 @@ mod map_reduce;
 pub mod operations;
 pub mod schema;
 mod sessions;
+pub mod views;
 
 use crate::dispatch::CommandSpec;
 

@@ -553,8 +553,9 @@ const COLL_MOD: Args = Args {
         refused("validator", Object),
         refused("validationLevel", Str),
         refused("validationAction", Str),
-        refused("viewOn", Str),
-        refused("pipeline", Array),
+        // A view's definition (`commands::views`).
+        arg("viewOn", Str),
+        arg("pipeline", Array),
         refused("recordPreImages", SafeBool),
         refused("changeStreamPreAndPostImages", Object),
         refused("expireAfterSeconds", Any),
