@@ -431,7 +431,8 @@ async fn run_handler(
     let work = crate::js::scoped(
         state.config.js_limits(),
         ctx.deadline,
-        (spec.handler)(&ctx, body),
+        // A command naming a view is served by `commands::views`, any other by its handler.
+        crate::commands::views::run(&ctx, spec, body),
     );
     let time_limit = async {
         match max_time_ms {

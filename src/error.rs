@@ -71,6 +71,11 @@ error_codes! {
     DocumentValidationFailure = 121,
     IncompatibleCollationVersion = 161,
     InvalidPipelineOperator = 168,
+    // Views (commands::views).
+    GraphContainsCycle = 93,
+    CommandNotSupportedOnView = 166,
+    OptionNotSupportedOnView = 167,
+    ViewDepthLimitExceeded = 279,
     CannotIndexParallelArrays = 171,
     NotImplemented = 238,
     InvalidIndexSpecificationOption = 197,

@@ -125,7 +125,7 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("dropIndexes", doc! {"dropIndexes": "c"}, Error(40414, "BSON field 'dropIndexes.index' is missing but a required field")),
         ("dropIndexes", doc! {"dropIndexes": "c", "index": "*", "foo": 1}, Code(40415)),
         ("collMod", doc! {"collMod": "c", "foo": 1}, Error(40415, "BSON field 'collMod.foo' is an unknown field.")),
-        ("collMod", doc! {"collMod": "c", "viewOn": "d"}, Code(238)),
+        ("collMod", doc! {"collMod": "c", "viewOn": "d"}, Code(72)),
         ("collMod", doc! {"collMod": "c", "validationLevel": 5}, Error(14, "BSON field 'collMod.validationLevel' is the wrong type 'int', expected type 'string'")),
         ("collMod", doc! {"collMod": "c", "validationAction": "bogus"}, Error(2, "Enumeration value 'bogus' for field 'collMod.validationAction' is not a valid value.")),
         ("renameCollection", doc! {"renameCollection": "v.c"}, Error(40414, "BSON field 'renameCollection.to' is missing but a required field")),

@@ -46,6 +46,17 @@ pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
 }];
 
 async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
+    aggregate_as(ctx, body, None).await
+}
+
+/// `aggregate` over the collection `body` names, its cursor under `cursor_ns` when given (a read
+/// through a view: `commands::views` resolves it to its source collection and full pipeline, and
+/// the cursor keeps the view's name, as mongod's does).
+pub(crate) async fn aggregate_as(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    cursor_ns: Option<&Namespace>,
+) -> CommandResult<Reply> {
     let collection = match body.get("aggregate") {
         Some(Bson::String(coll)) => {
             let ns = Namespace::new(ctx.db, coll.as_str());
@@ -128,6 +139,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
             ))
         }
         (None, Some(ns)) => {
+            let reply_ns = cursor_ns.unwrap_or(ns);
             let storage = ctx.state.storage.as_ref();
             let view = ctx.state.view(ns).await?;
             check_hint(ns, view.meta.as_ref(), body)?;
@@ -142,7 +154,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                     .await?
                     .map_or(0, |stats| stats.count);
                 let output = pipeline.run_counted(visible, &context)?;
-                return buffered_cursor(ctx, body, ns.to_string(), output).await;
+                return buffered_cursor(ctx, body, reply_ns.to_string(), output).await;
             }
             // Documents flow through the pipeline as they are read: only blocking stages hold
             // any, within their limits.
@@ -154,7 +166,7 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                     count_from_keys(ctx, &view, &planned.plan, &query.filter).await?
                 {
                     let output = pipeline.run_counted(count, &context)?;
-                    return buffered_cursor(ctx, body, ns.to_string(), output).await;
+                    return buffered_cursor(ctx, body, reply_ns.to_string(), output).await;
                 }
             }
             ctx.op.set_plan_summary(planned.plan.summary());
@@ -166,7 +178,15 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
                     input: planned.stream,
                     run: PulledRun::new(Arc::clone(&pipeline), sorted, context)?,
                 };
-                return pulled_pipeline_cursor(ctx, body, ns, pulled, &view.visibility).await;
+                return pulled_pipeline_cursor(
+                    ctx,
+                    body,
+                    reply_ns.to_string(),
+                    ns,
+                    pulled,
+                    &view.visibility,
+                )
+                .await;
             }
             // A read in the order of a leading `$sort` followed by `$limit n` can stop after n
             // documents: they are the first n the sort would keep.
@@ -192,9 +212,10 @@ async fn aggregate(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<R
         }
     };
     let output = finish(ctx, &mut run).await?;
-    let cursor_ns = match &collection {
-        Some(ns) => ns.to_string(),
-        None => format!("{}.$cmd.aggregate", ctx.db),
+    let cursor_ns = match (cursor_ns, &collection) {
+        (Some(view), _) => view.to_string(),
+        (None, Some(ns)) => ns.to_string(),
+        (None, None) => format!("{}.$cmd.aggregate", ctx.db),
     };
     match pipeline.out() {
         None => return stream_cursor(ctx, body, cursor_ns, output).await,

@@ -252,11 +252,17 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
     let filter =
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
     let mut entries = Vec::new();
-    for meta in ctx.state.storage.list_collections(ctx.db).await? {
-        let entry = collection_entry(&meta);
+    let collections = ctx.state.storage.list_collections(ctx.db).await?;
+    let views = crate::commands::views::list(ctx, ctx.db).await?;
+    let all = collections.iter().map(collection_entry).chain(
+        views
+            .iter()
+            .map(crate::commands::views::ViewDefinition::list_entry),
+    );
+    for entry in all {
         if filter.matches(&entry) {
             entries.push(if name_only {
-                doc! {"name": meta.ns.coll, "type": "collection"}
+                doc! {"name": entry.get("name").cloned().unwrap_or(Bson::Null), "type": entry.get("type").cloned().unwrap_or(Bson::Null)}
             } else {
                 entry
             });
@@ -392,7 +398,7 @@ async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     Ok(doc! {
         "db": ctx.db,
         "collections": collections.len() as i64,
-        "views": 0_i64,
+        "views": crate::commands::views::list(ctx, ctx.db).await?.len() as i64,
         "objects": objects as i64,
         "avgObjSize": avg_obj_size,
         "dataSize": scaled(data_size),

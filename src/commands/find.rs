@@ -771,16 +771,17 @@ async fn computed_cursor(
 
 /// A cursor over a pipeline with no blocking stage, run as batches are asked for over the
 /// documents of `ns` still to be read, which `visibility` judges now and each `getMore`
-/// judges again.
+/// judges again; named `cursor_ns` (`ns`, or the view read through).
 pub async fn pulled_pipeline_cursor(
     ctx: &CommandContext<'_>,
     body: &Document,
+    cursor_ns: String,
     ns: &Namespace,
     pulled: PulledPipeline,
     visibility: &Visibility,
 ) -> CommandResult<Reply> {
     let source = CursorSource::Pipeline(Box::new(pulled));
-    let cursor = Cursor::new(ns.to_string(), Some(ns.clone()), source, None, None);
+    let cursor = Cursor::new(cursor_ns, Some(ns.clone()), source, None, None);
     open_cursor(ctx, cursor, visibility, command_batch_options(ctx, body)?).await
 }
 

@@ -19,6 +19,7 @@ mod map_reduce;
 pub mod operations;
 pub mod schema;
 mod sessions;
+pub mod views;
 
 use crate::dispatch::CommandSpec;
 

@@ -553,8 +553,9 @@ const COLL_MOD: Args = Args {
         arg("validator", Object),
         arg("validationLevel", Str),
         arg("validationAction", Str),
-        refused("viewOn", Str),
-        refused("pipeline", Array),
+        // A view's definition (`commands::views`).
+        arg("viewOn", Str),
+        arg("pipeline", Array),
         refused("recordPreImages", SafeBool),
         refused("changeStreamPreAndPostImages", Object),
         arg("expireAfterSeconds", Any),
