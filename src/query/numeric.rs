@@ -175,15 +175,7 @@ impl Decimal {
                 coefficient / pow10(scale)
             }
         };
-        if negative {
-            if magnitude == u128::from(i64::MIN.unsigned_abs()) {
-                Some(i64::MIN)
-            } else {
-                i64::try_from(magnitude).ok().map(|m| -m)
-            }
-        } else {
-            i64::try_from(magnitude).ok()
-        }
+        signed_i64(negative, magnitude)
     }
 
     /// Rounds to the nearest integer, ties to even (Decimal128's default `toLong` rounding);
@@ -214,15 +206,7 @@ impl Decimal {
                 quotient
             }
         };
-        if negative {
-            if magnitude == u128::from(i64::MIN.unsigned_abs()) {
-                Some(i64::MIN)
-            } else {
-                i64::try_from(magnitude).ok().map(|m| -m)
-            }
-        } else {
-            i64::try_from(magnitude).ok()
-        }
+        signed_i64(negative, magnitude)
     }
 
     /// Encodes into bson's Decimal128 through its string form; `None` if out of range.
@@ -866,6 +850,19 @@ pub(crate) fn zero_like(template: Number) -> Number {
         Number::Int64(_) => Number::Int64(0),
         Number::Double(_) => Number::Double(0.0),
         Number::Decimal(_) => Number::Decimal(Decimal::from_i64(0)),
+    }
+}
+
+/// The i64 of `magnitude` with a sign, `None` outside i64's range.
+fn signed_i64(negative: bool, magnitude: u128) -> Option<i64> {
+    if negative {
+        if magnitude == u128::from(i64::MIN.unsigned_abs()) {
+            Some(i64::MIN)
+        } else {
+            i64::try_from(magnitude).ok().map(|m| -m)
+        }
+    } else {
+        i64::try_from(magnitude).ok()
     }
 }
 
