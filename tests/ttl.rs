@@ -25,15 +25,7 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Fixture {
-        let clock = Arc::new(ManualClock::new(T0));
-        let config = tideway::Config {
-            set_parameter: vec![
-                "enableTestCommands=1".into(),
-                "ttlMonitorEnabled=false".into(),
-            ],
-            ..common::test_config()
-        };
-        let server = TestServer::start_with_clock(config, clock.clone()).await;
+        let (server, clock) = TestServer::start_at(T0).await;
         let db = server.client().database("ttl");
         let coll = db.collection::<Document>("c");
         Fixture {

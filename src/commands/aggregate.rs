@@ -26,8 +26,8 @@ use crate::planner::{self, Query};
 use crate::query::collation::CollationChoice;
 use crate::query::pipeline::lookup::{Candidates, Lookup, UnionWith};
 use crate::query::pipeline::{
-    Buffers, CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign, ForeignBatch, MergeSpec,
-    MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
+    BatchOrigin, Buffers, CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign,
+    ForeignBatch, MergeSpec, MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
 };
 use crate::query::variables::with_command_variables;
 use crate::query::variables::CommandVariables;
@@ -313,10 +313,11 @@ const WHOLE_READ_DOCUMENTS_PER_KEY: u64 = 64;
 /// batches: the blocking sort's default memory limit.
 const WHOLE_READ_CACHE_BYTES: u64 = 100 * 1024 * 1024;
 
-/// Foreign collections a run has read whole, by the `$lookup` that read them, indexed for its
-/// later batches (the documents visible when first read, as a snapshot for the command).
+/// Foreign collections a run has read whole, by the `$lookup` (its batches' origin) that read
+/// them, indexed for its later batches (the documents visible when first read, as a snapshot
+/// for the command).
 #[derive(Default)]
-struct WholeReads(std::collections::HashMap<usize, Arc<Candidates>>);
+struct WholeReads(std::collections::HashMap<BatchOrigin, Arc<Candidates>>);
 
 /// The foreign documents a `$lookup` batch may join, indexed by their `foreignField` values: an
 /// `$in` read of its keys through the planner when they are few next to the foreign
@@ -324,13 +325,13 @@ struct WholeReads(std::collections::HashMap<usize, Arc<Candidates>>);
 async fn lookup_candidates(
     ctx: &CommandContext<'_>,
     lookup: &Lookup,
+    origin: BatchOrigin,
     documents: &[Document],
     context: &PipelineContext,
     whole_reads: &mut WholeReads,
 ) -> CommandResult<Arc<Candidates>> {
     let collation = &context.collation;
-    let identity = std::ptr::from_ref(lookup) as usize;
-    if let Some(foreign) = whole_reads.0.get(&identity) {
+    if let Some(foreign) = whole_reads.0.get(&origin) {
         return Ok(Arc::clone(foreign));
     }
     let ns = Namespace::new(ctx.db, lookup.from.as_str());
@@ -351,7 +352,7 @@ async fn lookup_candidates(
     let foreign = read_namespace(ctx, &ns, Document::new(), collation).await?;
     let candidates = Arc::new(lookup.candidates(foreign, context));
     if stats.is_some_and(|stats| stats.data_size <= WHOLE_READ_CACHE_BYTES) {
-        whole_reads.0.insert(identity, Arc::clone(&candidates));
+        whole_reads.0.insert(origin, Arc::clone(&candidates));
     }
     Ok(candidates)
 }
@@ -442,7 +443,8 @@ async fn join(
     Ok(match batch.read {
         Foreign::Lookup(lookup) => {
             let candidates =
-                lookup_candidates(ctx, lookup, &documents, context, whole_reads).await?;
+                lookup_candidates(ctx, lookup, batch.origin, &documents, context, whole_reads)
+                    .await?;
             if lookup.nested_reads() {
                 // The sub-pipeline reads too: run it per document, serving its reads here.
                 let mut joined = Vec::with_capacity(documents.len());

@@ -398,18 +398,6 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         ));
     }
     bump(&ctx.state.stats.opcounters.getmore, 1);
-    let storage = ctx.state.storage.as_ref();
-    // Visibility is decided now, with the collection's current policies, not when the cursor
-    // opened; the view holds the collection's policy gate until the batch is read.
-    let view = match &cursor.collection {
-        Some(ns) => Some(ctx.state.view(ns).await?),
-        None => None,
-    };
-    let visibility = view.as_ref().map_or_else(
-        || Visibility::everything(now_ms),
-        |view| view.visibility.clone(),
-    );
-    let before = cursor.scan_stats();
     let await_ms = match crate::commands::args::optional_i64(ctx, body, "maxTimeMS")? {
         // mongod: getmore_cmd.cpp
         Some(_) if !cursor.await_data => {
@@ -421,17 +409,11 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         Some(ms) if ms > 0 => ms as u64,
         _ => crate::capped::DEFAULT_AWAIT_MS,
     };
+    let before = cursor.scan_stats();
     // Registered before reading, so an insert between the read and the wait still wakes it.
     let mut inserted = std::pin::pin!(crate::capped::INSERTED.notified());
     inserted.as_mut().enable();
-    let mut read = cursor
-        .next_batch(
-            storage,
-            batch_size,
-            &visibility,
-            "Executor error during getMore",
-        )
-        .await?;
+    let mut read = read_more(ctx, &mut cursor, batch_size).await?;
     if cursor.await_data {
         let until = tokio::time::Instant::now() + std::time::Duration::from_millis(await_ms);
         while read.0.is_empty() && !read.1 {
@@ -443,21 +425,13 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             }
             inserted.set(crate::capped::INSERTED.notified());
             inserted.as_mut().enable();
-            read = cursor
-                .next_batch(
-                    storage,
-                    batch_size,
-                    &visibility,
-                    "Executor error during getMore",
-                )
-                .await?;
+            read = read_more(ctx, &mut cursor, batch_size).await?;
         }
     }
     let (batch, exhausted) = read;
     report_examined(ctx, before, cursor.scan_stats());
     ctx.op
         .set_get_more_batch(id, batch.len(), exhausted, &cursor.originating_command);
-    drop(view);
     let ns = cursor.ns.clone();
     let reply_id = if exhausted {
         0
@@ -468,6 +442,32 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         id
     };
     Ok(Reply::cursor(reply_id, &ns, batch, false))
+}
+
+/// One `getMore` batch of `cursor`. Visibility is decided now, with the collection's current
+/// policies, not when the cursor opened; the view holds the collection's policy gate only while
+/// the batch is read, never across an `awaitData` wait.
+async fn read_more(
+    ctx: &CommandContext<'_>,
+    cursor: &mut Cursor,
+    batch_size: Option<u64>,
+) -> CommandResult<(Vec<bson::RawDocumentBuf>, bool)> {
+    let view = match &cursor.collection {
+        Some(ns) => Some(ctx.state.view(ns).await?),
+        None => None,
+    };
+    let visibility = view.as_ref().map_or_else(
+        || Visibility::everything(ctx.state.clock.now_ms()),
+        |view| view.visibility.clone(),
+    );
+    cursor
+        .next_batch(
+            ctx.state.storage.as_ref(),
+            batch_size,
+            &visibility,
+            "Executor error during getMore",
+        )
+        .await
 }
 
 async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {

@@ -45,6 +45,22 @@ impl TestServer {
         TestServer::start_with_clock(config, clock).await
     }
 
+    /// A server whose clock the test moves (`clock.advance_ms`), starting at `t0`, with test
+    /// commands on and the TTL monitor off: expiry shows on reads, deletion only when the test
+    /// asks for a pass.
+    pub async fn start_at(t0: i64) -> (TestServer, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(t0));
+        let config = Config {
+            set_parameter: vec![
+                "enableTestCommands=1".into(),
+                "ttlMonitorEnabled=false".into(),
+            ],
+            ..test_config()
+        };
+        let server = TestServer::start_with_clock(config, clock.clone()).await;
+        (server, clock)
+    }
+
     pub async fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> TestServer {
         let storage = tideway::state::open_storage(&config).expect("storage opens");
         TestServer::start_with_storage(config, clock, storage).await

@@ -305,8 +305,8 @@ pub struct ForeignBatch<'p> {
     pub origin: BatchOrigin,
 }
 
-/// Which phase a [`ForeignBatch`] came from.
-#[derive(Clone, Copy, Debug)]
+/// Which phase a [`ForeignBatch`] came from (in one run, it names the stage).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BatchOrigin(usize);
 
 /// A stage that reads another collection.
