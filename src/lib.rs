@@ -29,6 +29,7 @@ pub mod state;
 pub mod storage;
 #[cfg(test)]
 mod testrng;
+pub mod timeseries;
 pub mod ttl;
 pub mod validation;
 pub mod wire;

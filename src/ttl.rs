@@ -14,6 +14,9 @@
 //! - A clustered collection's `expireAfterSeconds` is a TTL index on `_id` (the clustered index,
 //!   `_id_`): a document whose `_id` is a Date expires at `_id + expireAfterSeconds`; any other
 //!   `_id` never expires.
+//! - A time-series collection's `expireAfterSeconds` is a TTL on its time field, through its
+//!   internal time index (`timeseries::TIME_INDEX_NAME`): each measurement expires at its own
+//!   time + `expireAfterSeconds` (mongod waits for a whole bucket to expire).
 //! - When several policies apply, the earliest expiry wins.
 //!
 //! No I/O, no clocks: callers pass `now_ms`.
@@ -192,6 +195,17 @@ impl TtlPolicies {
             policies.fields.push(FieldTtl {
                 index_name: IndexSpec::ID_INDEX_NAME.to_string(),
                 path: "_id".to_string(),
+                expire_after_seconds: seconds,
+                partial: None,
+            });
+        }
+        if let (Some(timeseries), Some(seconds)) = (
+            crate::timeseries::of(&meta.options),
+            collection_expire_after(&meta.options),
+        ) {
+            policies.fields.push(FieldTtl {
+                index_name: crate::timeseries::TIME_INDEX_NAME.to_string(),
+                path: timeseries.time_field,
                 expire_after_seconds: seconds,
                 partial: None,
             });
@@ -402,6 +416,11 @@ pub fn clustered_expire_after(options: &Document) -> Option<i64> {
     if !matches!(options.get("clusteredIndex"), Some(Bson::Document(_))) {
         return None;
     }
+    collection_expire_after(options)
+}
+
+/// A collection-level `expireAfterSeconds` (clustered or time-series) as stored.
+fn collection_expire_after(options: &Document) -> Option<i64> {
     match options.get("expireAfterSeconds") {
         Some(Bson::Int64(seconds)) if *seconds >= 0 => Some(*seconds),
         Some(Bson::Int32(seconds)) if *seconds >= 0 => Some(i64::from(*seconds)),

@@ -28,7 +28,7 @@ async fn collections_are_created_implicitly_and_explicitly() {
     );
     assert_eq!((conflict.0, conflict.1.as_str()), (48, "NamespaceExists"));
     let unsupported = command_error(
-        db.run_command(doc! {"create": "series", "timeseries": {"timeField": "t"}})
+        db.run_command(doc! {"create": "secret", "encryptedFields": {"fields": []}})
             .await,
     );
     assert_eq!(unsupported.0, 238);

@@ -544,7 +544,9 @@ pub(crate) async fn write_out(
         .as_ref()
         .map(|meta| meta.options.clone())
         .unwrap_or_default();
-    storage.create_collection(&temp, options).await?;
+    storage
+        .create_collection(&temp, options, Vec::new())
+        .await?;
     let written = async {
         if let Some(meta) = &existing {
             let indexes: Vec<_> = meta.indexes[1..]
@@ -607,6 +609,16 @@ pub(crate) async fn write_merge(
     validate_writable_namespace(&target_ns)?;
     let storage = ctx.state.storage.as_ref();
     let existing = storage.collection(&target_ns).await?;
+    // A time series has no unique index (not even on `_id`) for `on` to use: 51183 as mongod.
+    if existing
+        .as_ref()
+        .is_some_and(crate::timeseries::is_timeseries)
+    {
+        return Err(CommandError::new(
+            ErrorCode::Location51183,
+            "Cannot find index to verify that join fields will be unique",
+        ));
+    }
     if let Some(on) = merge.explicit_on() {
         let supported = match &existing {
             None => on == ["_id"],
@@ -627,7 +639,10 @@ pub(crate) async fn write_merge(
         }
     }
     if existing.is_none() {
-        match storage.create_collection(&target_ns, Document::new()).await {
+        match storage
+            .create_collection(&target_ns, Document::new(), Vec::new())
+            .await
+        {
             Ok(_) | Err(crate::storage::StorageError::NamespaceExists(_)) => {}
             Err(error) => return Err(error.into()),
         }

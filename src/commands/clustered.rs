@@ -300,7 +300,7 @@ pub fn check_hide_index(meta: &CollectionMeta, change: &Document) -> CommandResu
 }
 
 /// Validates `collMod`'s top-level `expireAfterSeconds` for `meta` (72 unless the collection is
-/// clustered by `_id`); `None` when the field is absent (or null, as mongod's IDL reads it).
+/// clustered by `_id` or a time series, whose buckets mongod clusters); `None` when the field is absent (or null, as mongod's IDL reads it).
 pub fn parse_coll_mod(
     meta: &CollectionMeta,
     body: &Document,
@@ -309,7 +309,7 @@ pub fn parse_coll_mod(
     let Some(value) = present(body, EXPIRE_AFTER_SECONDS) else {
         return Ok(None);
     };
-    if !is_clustered(meta) {
+    if !is_clustered(meta) && !crate::timeseries::is_timeseries(meta) {
         return Err(CommandError::new(
             ErrorCode::InvalidOptions,
             "'expireAfterSeconds' option is only supported on collections clustered by _id",

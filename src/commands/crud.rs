@@ -37,6 +37,7 @@ use crate::state::bump;
 use crate::storage::{
     Namespace, Record, Storage, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
+use crate::timeseries::{self, Timeseries};
 use crate::ttl;
 use crate::validation::{self, CollectionValidator};
 use crate::wire::MAX_BSON_OBJECT_SIZE;
@@ -198,6 +199,9 @@ pub(crate) struct WriteContext<'a> {
     /// The collection's validator as the command sees it; `None` without one, when it checks
     /// nothing, or when the command bypasses validation.
     validator: Option<Arc<CollectionValidator>>,
+    /// A time-series collection's settings: every written measurement is checked and laid out
+    /// by them, whatever the command bypasses.
+    timeseries: Option<Timeseries>,
 }
 
 /// What became of one document an update matched.
@@ -230,12 +234,17 @@ impl<'a> WriteContext<'a> {
     ) -> CommandResult<WriteContext<'a>> {
         let view = ctx.state.view(ns).await?;
         let validator = CollectionValidator::of(view.meta.as_ref())?;
+        let timeseries = view
+            .meta
+            .as_ref()
+            .and_then(|meta| timeseries::of(&meta.options));
         Ok(WriteContext {
             ctx,
             view,
             options,
             variables,
             validator,
+            timeseries,
         })
     }
 
@@ -248,13 +257,18 @@ impl<'a> WriteContext<'a> {
         self
     }
 
-    /// Checks a document about to be written against the collection's validator; `replaced`
-    /// is the document an update replaces.
-    fn validate(&self, document: &Document, replaced: Option<&Document>) -> CommandResult<()> {
-        match &self.validator {
-            Some(validator) => validator.check(document, replaced),
-            None => Ok(()),
+    /// A document about to be written, as it will be stored: a time-series measurement checked
+    /// and laid out (`timeseries::measurement`), then checked against the collection's
+    /// validator; `replaced` is the document an update replaces.
+    fn checked(&self, document: Document, replaced: Option<&Document>) -> CommandResult<Document> {
+        let document = match &self.timeseries {
+            Some(timeseries) => timeseries::measurement(timeseries, document)?,
+            None => document,
+        };
+        if let Some(validator) = &self.validator {
+            validator.check(&document, replaced)?;
         }
+        Ok(document)
     }
 
     /// Whether the collection existed when this writer was opened (a writer opened before a
@@ -279,10 +293,14 @@ impl<'a> WriteContext<'a> {
         }
     }
 
-    /// The insert of `doc`, once it passes validation.
+    /// The insert of `doc`, once it passes the checks (`checked`).
     fn insert_op(&self, doc: Document) -> CommandResult<WriteOp> {
-        self.validate(&doc, None)?;
-        Ok(WriteOp::Insert {
+        Ok(self.insert_of(self.checked(doc, None)?))
+    }
+
+    /// The insert of a checked document.
+    fn insert_of(&self, doc: Document) -> WriteOp {
+        WriteOp::Insert {
             meta: self.meta(&doc),
             doc,
             supersede: self
@@ -290,7 +308,7 @@ impl<'a> WriteContext<'a> {
                 .visibility
                 .policies
                 .expired_predicate(self.now_ms()),
-        })
+        }
     }
 
     /// A stored document, if it is still there, visible and matching `filter`.
@@ -358,7 +376,7 @@ impl<'a> WriteContext<'a> {
                 return Ok(Updated::Unchanged(document));
             }
             check_storable(&document, StorageWrite::Update)?;
-            self.validate(&document, Some(record.doc.document()))?;
+            let document = self.checked(document, Some(record.doc.document()))?;
             let id = document_id(&record.doc);
             let op = WriteOp::Replace {
                 id: id.clone(),
@@ -425,7 +443,8 @@ impl<'a> WriteContext<'a> {
         )?;
         check_id(&document_id(&document))?;
         check_storable(&document, StorageWrite::Update)?;
-        match self.write_one(self.insert_op(document.clone())?).await {
+        let document = self.checked(document, None)?;
+        match self.write_one(self.insert_of(document.clone())).await {
             Ok(_) => Ok(Some(document)),
             Err(StorageError::DuplicateKey { index, .. })
                 if index == "_id_" && filter.id_equality().is_some() =>

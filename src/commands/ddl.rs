@@ -18,6 +18,7 @@ use crate::exec::CollectionView;
 use crate::query::collation::Collation;
 use crate::query::Filter;
 use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
+use crate::timeseries;
 use crate::wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -99,13 +100,31 @@ const SUPPORTED_CREATE_OPTIONS: &[&str] = &[
 async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     validate_writable_namespace(&ns)?;
-    // Options are validated before anything else (whatever their order in the command): the
-    // clustered index, then the capped options in mongod's order (`capped`, `size`, `max`).
-    let clustered = clustered::validate_create(body, ctx.state.clock.now_ms())?;
+    // Options are validated before anything else (whatever their order in the command): a
+    // time series, the clustered index, then the capped options in mongod's order (`capped`,
+    // `size`, `max`).
+    let now_ms = ctx.state.clock.now_ms();
+    let timeseries = timeseries::validate_create(&ns, body, now_ms)?;
+    let clustered = match timeseries {
+        Some(_) => None,
+        None => clustered::validate_create(body, now_ms)?,
+    };
     let mut options = crate::capped::create_options(body)?.unwrap_or_default();
     for (name, value) in command_fields(body) {
         if matches!(name.as_str(), "capped" | "size" | "max") {
             continue;
+        }
+        if let Some(timeseries) = &timeseries {
+            if name == timeseries::OPTION {
+                options.insert(name.clone(), timeseries.spec.clone());
+                continue;
+            }
+            if name == clustered::EXPIRE_AFTER_SECONDS {
+                if let Some(seconds) = timeseries.expire_after_seconds {
+                    options.insert(name.clone(), seconds);
+                }
+                continue;
+            }
         }
         if name == clustered::CLUSTERED_INDEX || name == clustered::EXPIRE_AFTER_SECONDS {
             if let Some(clustered) = &clustered {
@@ -139,14 +158,23 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         options.insert(name.clone(), value.clone());
     }
     let storage = ctx.state.storage.as_ref();
-    match storage.create_collection(&ns, options.clone()).await {
+    let indexes = timeseries::of(&options)
+        .map(|timeseries| timeseries::initial_indexes(&timeseries))
+        .unwrap_or_default();
+    match storage
+        .create_collection(&ns, options.clone(), indexes)
+        .await
+    {
         Ok(_) => Ok(Document::new()),
         Err(StorageError::NamespaceExists(_)) => match storage.collection(&ns).await? {
             Some(existing) if existing.options == options => Ok(Document::new()),
-            _ => Err(CommandError::new(
-                ErrorCode::NamespaceExists,
-                format!("Collection {ns} already exists."),
-            )),
+            existing => Err(match (existing, timeseries) {
+                (Some(existing), Some(_)) => timeseries::exists_differently(&existing, &options),
+                _ => CommandError::new(
+                    ErrorCode::NamespaceExists,
+                    format!("Collection {ns} already exists."),
+                ),
+            }),
         },
         Err(error) => Err(error.into()),
     }
@@ -233,6 +261,9 @@ fn uuid_binary(uuid: [u8; 16]) -> Binary {
 }
 
 fn collection_entry(meta: &CollectionMeta) -> Document {
+    if timeseries::is_timeseries(meta) {
+        return timeseries::list_entry(meta);
+    }
     let mut entry = doc! {
         "name": meta.ns.coll.as_str(),
         "type": "collection",
@@ -311,6 +342,16 @@ async fn rename_collection(ctx: &CommandContext<'_>, body: &Document) -> Command
         ));
     }
     let storage = ctx.state.storage.as_ref();
+    if storage
+        .collection(&from)
+        .await?
+        .is_some_and(|meta| timeseries::is_timeseries(&meta))
+    {
+        return Err(CommandError::new(
+            ErrorCode::IllegalOperation,
+            "Renaming a timeseries collection is not allowed",
+        ));
+    }
     match storage.rename_collection(&from, &to, drop_target).await {
         Ok(()) => {}
         Err(StorageError::NamespaceNotFound(_)) => {

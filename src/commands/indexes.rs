@@ -17,6 +17,7 @@ use crate::query::Filter;
 use crate::reaper;
 use crate::storage::keycodec::Direction;
 use crate::storage::{CollectionMeta, IndexKind, IndexSpec, Namespace};
+use crate::timeseries;
 use crate::ttl;
 use crate::validation;
 use crate::wire::Reply;
@@ -444,12 +445,20 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
     let default_collation = existing
         .as_ref()
         .map_or(Ok(None), |meta| meta.default_collation())?;
+    let existing = existing.map(timeseries::client_meta);
+    let timeseries = existing
+        .as_ref()
+        .and_then(|meta| timeseries::of(&meta.options));
     let mut requested = Vec::new();
     for raw in raw_specs {
         let Bson::Document(raw) = raw else {
             return Err(wrong_type("createIndexes", "indexes", raw, "object"));
         };
-        requested.push(parse_index_spec(raw, &default_collation)?);
+        let spec = parse_index_spec(raw, &default_collation)?;
+        if let Some(timeseries) = &timeseries {
+            timeseries::check_index(timeseries, raw, &spec)?;
+        }
+        requested.push(spec);
     }
     let created_collection = existing.is_none();
     let existing_indexes: Vec<IndexSpec> = existing.map_or_else(
@@ -503,7 +512,7 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
             ),
         ));
     }
-    let meta = storage.create_indexes(&ns, to_create).await?;
+    let meta = timeseries::client_meta(storage.create_indexes(&ns, to_create).await?);
     Ok(doc! {
         "numIndexesBefore": before as i32,
         "numIndexesAfter": meta.indexes.len() as i32,
@@ -533,6 +542,7 @@ async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             format!("ns does not exist: {ns}"),
         ));
     };
+    let meta = timeseries::client_meta(meta);
     let specs = meta
         .indexes
         .iter()
@@ -571,6 +581,7 @@ async fn remove_indexes(
             format!("ns not found {ns}"),
         ));
     };
+    let meta = timeseries::client_meta(meta);
     clustered::check_drop_indexes(&meta, body.get("index"))?;
     let count = meta.indexes.len() as i32;
     let find_by_name = |name: &str| -> CommandResult<String> {
@@ -703,6 +714,7 @@ async fn modify_collection(
             "cappedSize",
             "cappedMax",
             clustered::EXPIRE_AFTER_SECONDS,
+            timeseries::OPTION,
         ]
         .contains(&field.as_str())
             && !validation::OPTIONS.contains(&field.as_str())
@@ -719,6 +731,8 @@ async fn modify_collection(
             format!("ns does not exist: {ns}"),
         ));
     };
+    timeseries::check_coll_mod(&meta, body)?;
+    let meta = timeseries::client_meta(meta);
     let makes_ttl = matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
     if makes_ttl && meta.capped().is_some() {
         return Err(crate::capped::ttl_coll_mod_refused());
@@ -738,6 +752,7 @@ async fn modify_collection(
     if let Some(change) = clustered::parse_coll_mod(&meta, body, ctx.state.clock.now_ms())? {
         clustered::apply_coll_mod(&mut options, change);
     }
+    timeseries::apply_coll_mod(&mut options, body)?;
     let reply = match body.get("index") {
         Some(change) => modify_index(ctx, &ns, &meta, change).await?,
         None => Document::new(),

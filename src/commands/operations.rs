@@ -277,7 +277,10 @@ async fn create_profile_collection(ctx: &CommandContext<'_>, db: &str) -> Comman
     if storage.collection(&ns).await?.is_some() {
         return Ok(());
     }
-    match storage.create_collection(&ns, Document::new()).await {
+    match storage
+        .create_collection(&ns, Document::new(), Vec::new())
+        .await
+    {
         Ok(_) | Err(StorageError::NamespaceExists(_)) => Ok(()),
         Err(error) => Err(error.into()),
     }

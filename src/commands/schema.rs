@@ -559,7 +559,7 @@ const COLL_MOD: Args = Args {
         refused("recordPreImages", SafeBool),
         refused("changeStreamPreAndPostImages", Object),
         arg("expireAfterSeconds", Any),
-        refused("timeseries", Object),
+        arg("timeseries", Object),
         refused("dryRun", SafeBool),
         refused("collectionUUID", Any),
         arg("cappedSize", Number),

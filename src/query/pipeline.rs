@@ -177,7 +177,7 @@ impl OutTarget {
                         ("timeseries", _) => {
                             return Err(fail(
                                 ErrorCode::NotImplemented,
-                                "tideway has no time-series collections ($out timeseries)",
+                                "tideway does not support $out's timeseries option (creating a time series through $out)",
                             ))
                         }
                         ("db" | "coll", other) => {

@@ -358,7 +358,7 @@ pub async fn catalog(storage: &dyn Storage) {
     assert_eq!(storage.collection(&a).await.unwrap(), None);
 
     let meta = storage
-        .create_collection(&b, doc! {"capped": false})
+        .create_collection(&b, doc! {"capped": false}, Vec::new())
         .await
         .unwrap();
     assert_eq!(meta.ns, b);
@@ -372,12 +372,12 @@ pub async fn catalog(storage: &dyn Storage) {
     assert_ne!(meta.uuid, [0; 16]);
     assert_eq!(storage.collection(&b).await.unwrap(), Some(meta.clone()));
     assert!(matches!(
-        storage.create_collection(&b, Document::new()).await,
+        storage.create_collection(&b, Document::new(), Vec::new()).await,
         Err(StorageError::NamespaceExists(ns)) if ns == b
     ));
 
     let meta_a = storage
-        .create_collection(&a, Document::new())
+        .create_collection(&a, Document::new(), Vec::new())
         .await
         .unwrap();
     assert_ne!(meta_a.uuid, meta.uuid, "uuids are unique");
@@ -480,7 +480,7 @@ pub async fn catalog(storage: &dyn Storage) {
     assert!(!storage.drop_collection(&moved).await.unwrap());
     assert_eq!(storage.get(&moved, &Bson::Int32(1)).await.unwrap(), None);
     let recreated = storage
-        .create_collection(&moved, Document::new())
+        .create_collection(&moved, Document::new(), Vec::new())
         .await
         .unwrap();
     assert_eq!(
@@ -495,7 +495,7 @@ pub async fn catalog(storage: &dyn Storage) {
 
     // Drop database.
     storage
-        .create_collection(&a, Document::new())
+        .create_collection(&a, Document::new(), Vec::new())
         .await
         .unwrap();
     write_ok(storage, &b, vec![insert(doc! {"_id": 1})]).await;
@@ -1447,7 +1447,7 @@ pub async fn stats(storage: &dyn Storage) {
         Err(StorageError::NamespaceNotFound(_))
     ));
     storage
-        .create_collection(&ns, Document::new())
+        .create_collection(&ns, Document::new(), Vec::new())
         .await
         .unwrap();
     let empty = storage.stats(&ns).await.unwrap();

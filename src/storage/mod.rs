@@ -630,11 +630,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Collections of `db`, sorted by name.
     async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>>;
     async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>>;
-    /// Creates the collection (with the `_id_` index); `NamespaceExists` if it exists.
+    /// Creates the collection with the `_id_` index and `indexes` (empty and complete), in one
+    /// atomic step; `NamespaceExists` if it exists.
     async fn create_collection(
         &self,
         ns: &Namespace,
         options: Document,
+        indexes: Vec<IndexSpec>,
     ) -> StorageResult<CollectionMeta>;
     /// Drops the collection and its indexes; `false` if it did not exist.
     async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool>;

@@ -202,11 +202,23 @@ pub(super) fn create_collection(
     batch: &mut Batch,
     ns: &Namespace,
     options: Document,
+    indexes: Vec<IndexSpec>,
 ) -> StorageResult<CollectionMeta> {
     if existing(batch, ns).is_some() {
         return Err(StorageError::NamespaceExists(ns.clone()));
     }
-    Ok(new_collection(batch, ns, options)?.meta.clone())
+    let entry = new_collection(batch, ns, options)?;
+    if indexes.is_empty() {
+        return Ok(entry.meta.clone());
+    }
+    let mut updated = (*entry).clone();
+    for spec in indexes {
+        validate_key_pattern(&spec)?;
+        // The collection is empty: every index is complete as soon as it exists.
+        register_index(batch, &mut updated, IndexKeyer::new(spec)?, false)?;
+    }
+    updated.sync_index_specs();
+    Ok(put_entry(batch, updated)?.meta.clone())
 }
 
 pub(super) fn drop_collection(batch: &mut Batch, ns: &Namespace) -> StorageResult<bool> {
@@ -296,6 +308,29 @@ fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
     Ok(())
 }
 
+/// Adds an index to `entry` (its table created, unless catalog-only), `building` or complete;
+/// returns its id. The caller syncs the specs and stores the entry.
+fn register_index(
+    batch: &mut Batch,
+    entry: &mut CollectionEntry,
+    keyer: IndexKeyer,
+    building: bool,
+) -> StorageResult<u64> {
+    let id = batch.counters.take_index_id();
+    let table = index_table_name(id);
+    if !keyer.spec().catalog_only {
+        batch.txn.open_table(bytes_table(&table)).map_err(io)?;
+    }
+    entry.indexes.push(IndexEntry {
+        id,
+        table,
+        keyer,
+        multikey: false,
+        building,
+    });
+    Ok(id)
+}
+
 /// The first step of `create_indexes`: validates the specs and registers the new indexes, the
 /// catalog-only ones finished, the others empty and building (see [`IndexEntry::building`]), so
 /// that every write from now on maintains them. Returns the ids of the indexes to build.
@@ -328,20 +363,11 @@ pub(super) fn begin_index_build(
     let mut updated = (*entry).clone();
     let mut building = Vec::new();
     for keyer in keyers {
-        let id = batch.counters.take_index_id();
-        let table = index_table_name(id);
         let catalog_only = keyer.spec().catalog_only;
+        let id = register_index(batch, &mut updated, keyer, !catalog_only)?;
         if !catalog_only {
-            batch.txn.open_table(bytes_table(&table)).map_err(io)?;
             building.push(id);
         }
-        updated.indexes.push(IndexEntry {
-            id,
-            table,
-            keyer,
-            multikey: false,
-            building: !catalog_only,
-        });
     }
     updated.sync_index_specs();
     put_entry(batch, updated)?;

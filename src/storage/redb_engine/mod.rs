@@ -427,10 +427,11 @@ impl Storage for RedbStorage {
         &self,
         ns: &Namespace,
         options: Document,
+        indexes: Vec<IndexSpec>,
     ) -> StorageResult<CollectionMeta> {
         let ns = ns.clone();
         self.submit(DDL, 0, move |batch| {
-            apply::create_collection(batch, &ns, options)
+            apply::create_collection(batch, &ns, options, indexes)
         })
         .await
     }

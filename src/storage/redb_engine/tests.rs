@@ -62,7 +62,11 @@ async fn everything_persists_across_reopen() {
     let (meta, rev) = {
         let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
         storage
-            .create_collection(&coll, doc! {"validator": {"a": {"$exists": true}}})
+            .create_collection(
+                &coll,
+                doc! {"validator": {"a": {"$exists": true}}},
+                Vec::new(),
+            )
             .await
             .unwrap();
         storage
@@ -93,7 +97,7 @@ async fn everything_persists_across_reopen() {
             panic!("insert outcome");
         };
         storage
-            .create_collection(&ns("other"), Document::new())
+            .create_collection(&ns("other"), Document::new(), Vec::new())
             .await
             .unwrap();
         storage.drop_collection(&ns("other")).await.unwrap();
@@ -387,7 +391,7 @@ async fn concurrent_writes_share_commits() {
     let storage = Arc::new(RedbStorage::open(dir.path(), Durability::Durable).unwrap());
     let coll = ns("group");
     storage
-        .create_collection(&coll, Document::new())
+        .create_collection(&coll, Document::new(), Vec::new())
         .await
         .unwrap();
     let before = storage.commit_count();
@@ -1028,7 +1032,7 @@ async fn failed_commit_answers_the_error_publishes_nothing_and_recovers() {
     fail_sync.store(true, Ordering::SeqCst);
     let failed = ns("failed");
     let error = storage
-        .create_collection(&failed, Document::new())
+        .create_collection(&failed, Document::new(), Vec::new())
         .await
         .unwrap_err();
     assert!(matches!(error, StorageError::Io(_)), "{error:?}");
@@ -1185,7 +1189,7 @@ async fn write_through_a_full_disk(storage: &RedbStorage, disk: &Disk) -> BTreeM
         .unwrap_err();
     assert_out_of_disk_space(&error);
     let error = storage
-        .create_collection(&ns("disk_full_other"), Document::new())
+        .create_collection(&ns("disk_full_other"), Document::new(), Vec::new())
         .await
         .unwrap_err();
     assert_out_of_disk_space(&error);
@@ -1220,7 +1224,7 @@ async fn write_through_a_full_disk(storage: &RedbStorage, disk: &Disk) -> BTreeM
     acknowledged.insert(5, big_document(5));
     acknowledged.remove(&6);
     storage
-        .create_collection(&ns("disk_full_other"), Document::new())
+        .create_collection(&ns("disk_full_other"), Document::new(), Vec::new())
         .await
         .unwrap();
     assert_holds_exactly(storage, &coll, &acknowledged).await;
