@@ -445,6 +445,7 @@ error_codes! {
     Location51074 = 51074,
     Location51075 = 51075,
     Location4890500 = 4890500,
+    Location4660800 = 4660800,
     Location5107200 = 5107200,
     Location5787801 = 5787801,
     Location5787900 = 5787900,

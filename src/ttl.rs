@@ -30,7 +30,9 @@ use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::display::{document_string, type_name};
 use crate::query::numeric::safe_number_long;
 use crate::query::{lookup_values, Filter};
-use crate::storage::{CollectionMeta, IndexSpec, RawRecord, Record, RecordPredicate, TtlClass};
+use crate::storage::{
+    CollectionMeta, IndexKind, IndexSpec, RawRecord, Record, RecordPredicate, TtlClass,
+};
 
 /// The server-maintained last-modified field (Unix seconds), exposed only through `$meta`.
 pub const TS_FIELD: &str = "_ts";
@@ -174,6 +176,12 @@ impl TtlPolicies {
             let Some(value) = index.spec.get("expireAfterSeconds") else {
                 continue;
             };
+            // mongod's TTL monitor skips special indexes ("special index can't be used as a
+            // TTL index, skipping TTL job"): a hashed, text or wildcard index may carry
+            // `expireAfterSeconds` and is listed with it, but expires nothing.
+            if index.kind() != IndexKind::Ordered {
+                continue;
+            }
             if is_ts_index_key(index) {
                 policies.cosmos = parse_cosmos_default(value).ok();
             } else if let ([(path, _)], Some(seconds)) =

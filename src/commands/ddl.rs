@@ -10,8 +10,8 @@ use crate::commands::args::{
     collection_namespace, optional_bool, optional_document, validate_database_name,
     validate_writable_namespace, wrong_type,
 };
-use crate::commands::clustered;
 use crate::commands::find::buffered_cursor;
+use crate::commands::{clustered, collection_defaults};
 use crate::dispatch::{command_fields, CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::CollectionView;
@@ -89,13 +89,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// `create` options tideway stores and honours (or that have no effect on a standalone).
-const SUPPORTED_CREATE_OPTIONS: &[&str] = &[
-    "idIndex",
-    "storageEngine",
-    "indexOptionDefaults",
-    "autoIndexId",
-    "flags",
-];
+const SUPPORTED_CREATE_OPTIONS: &[&str] = &["idIndex", "autoIndexId", "flags"];
 
 async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
@@ -145,6 +139,13 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         }
         if crate::validation::OPTIONS.contains(&name.as_str()) {
             if let Some(stored) = crate::validation::check_option("create", &ns, name, value)? {
+                options.insert(name.clone(), stored);
+            }
+            continue;
+        }
+        if collection_defaults::CREATE_OPTIONS.contains(&name.as_str()) {
+            let engine = ctx.state.storage.engine_name();
+            if let Some(stored) = collection_defaults::check_option(&ns, name, value, engine)? {
                 options.insert(name.clone(), stored);
             }
             continue;

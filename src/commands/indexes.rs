@@ -6,9 +6,9 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{collection_namespace, validate_writable_namespace, wrong_type};
-use crate::commands::clustered;
 use crate::commands::find::buffered_cursor;
 use crate::commands::index_kinds::{self, TEXT_OPTIONS};
+use crate::commands::{clustered, collection_defaults};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::query::collation::{Collation, CollationChoice};
@@ -226,7 +226,7 @@ fn parse_index_spec(
         };
         return Err(spec_error(raw, &why));
     }
-    let expire_after = ttl_option(raw, &key)?;
+    let expire_after = ttl_option(raw, &key, key_pattern, kind)?;
     let collation = match raw.get("collation") {
         None => default_collation.clone(),
         Some(Bson::Document(spec)) => Collation::parse(spec)?,
@@ -346,11 +346,25 @@ fn parse_index_spec(
 
 /// The `expireAfterSeconds` to store for a requested index, if any, by the rules in `ttl`: on
 /// `{_ts: 1}` it is the Cosmos collection default (and `_ts` may be indexed no other way, since it
-/// is server metadata); on any other single field it makes a MongoDB TTL index.
-fn ttl_option(raw: &Document, key: &[(String, Direction)]) -> CommandResult<Option<i32>> {
+/// is server metadata); on any other single field it makes a MongoDB TTL index. As mongod's
+/// `validateIndexSpecTTL`, "single field" counts the key pattern as the client wrote it
+/// (`user_key`), so `{a: "hashed"}` and `{a: "text"}` take the option (the TTL rules then give
+/// them no policy, as mongod's TTL monitor skips special indexes) and `{a: 1, b: "hashed"}` does not.
+fn ttl_option(
+    raw: &Document,
+    key: &[(String, Direction)],
+    user_key: &Document,
+    kind: IndexKind,
+) -> CommandResult<Option<i32>> {
     let value = raw.get("expireAfterSeconds");
     let on_ts = key.iter().any(|(field, _)| field == ttl::TS_FIELD);
-    match (value, on_ts, key.len()) {
+    let fields = if kind == IndexKind::Ordered || !on_ts {
+        user_key.len()
+    } else {
+        // `_ts` in a special index is refused below, as any other `_ts` index but `{_ts: 1}`.
+        usize::MAX
+    };
+    match (value, on_ts, fields) {
         (Some(value), true, 1) => Ok(Some(match ttl::parse_cosmos_default(value)? {
             ttl::CosmosDefault::Seconds(seconds) => seconds,
             ttl::CosmosDefault::NoDefault => -1,
@@ -656,17 +670,6 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
     if index.is_id_index() {
         return Err(invalid("the _id field does not support TTL indexes"));
     }
-    let kind = match index.kind() {
-        IndexKind::Ordered => None,
-        IndexKind::Hashed => Some("hashed"),
-        IndexKind::Wildcard => Some("wildcard"),
-        IndexKind::Text => Some("text"),
-    };
-    if let Some(kind) = kind {
-        return Err(invalid(&format!(
-            "Index type '{kind}' cannot be a TTL index"
-        )));
-    }
     if ttl::is_ts_index_key(index) {
         return match ttl::parse_cosmos_default(value) {
             Ok(ttl::CosmosDefault::Seconds(seconds)) => Ok(seconds),
@@ -674,7 +677,10 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
             Err(error) => Err(invalid(&error.errmsg)),
         };
     }
-    if index.key.len() > 1 {
+    // mongod's collMod counts the stored key pattern's fields and nothing else: a single-field
+    // hashed or wildcard index becomes a TTL index the TTL monitor skips (see
+    // `ttl::TtlPolicies::from_meta`); a text index's stored key `{_fts, _ftsx}` has two.
+    if index.key_pattern().len() > 1 {
         return Err(invalid(
             "TTL indexes are single-field indexes, compound indexes do not support TTL",
         ));
@@ -718,6 +724,7 @@ async fn modify_collection(
         ]
         .contains(&field.as_str())
             && !validation::OPTIONS.contains(&field.as_str())
+            && !collection_defaults::COLL_MOD_OPTIONS.contains(&field.as_str())
     }) {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
@@ -743,6 +750,16 @@ async fn modify_collection(
     for (name, value) in crate::dispatch::command_fields(body) {
         if validation::OPTIONS.contains(&name.as_str()) {
             match validation::check_option("collMod", &ns, name, value)? {
+                Some(stored) => options.insert(name.clone(), stored),
+                None => options.remove(name),
+            };
+        }
+        // A null option is an absent one (mongod's IDL parser).
+        if collection_defaults::COLL_MOD_OPTIONS.contains(&name.as_str())
+            && matches!(value, Bson::Document(_))
+        {
+            let engine = storage.engine_name();
+            match collection_defaults::check_option(&ns, name, value, engine)? {
                 Some(stored) => options.insert(name.clone(), stored),
                 None => options.remove(name),
             };

@@ -7,6 +7,7 @@ pub(crate) mod aggregate;
 pub mod args;
 mod bulk_write;
 pub mod clustered;
+pub mod collection_defaults;
 pub(crate) mod crud;
 pub mod ddl;
 mod diagnostics;

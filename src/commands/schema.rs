@@ -42,6 +42,8 @@ pub enum ArgType {
     /// An array of documents of several kinds, each described by the fields of the kind its first
     /// field names (`bulkWrite`'s `ops`: `insert`, `update`, `delete`).
     Variant(&'static [(&'static str, &'static Args)]),
+    /// A document described by its own fields (an IDL struct: `create.indexOptionDefaults`).
+    Struct(&'static Args),
 }
 
 impl ArgType {
@@ -59,7 +61,7 @@ impl ArgType {
             ArgType::Long => matches!(value, Bson::Int64(_)),
             ArgType::Double => matches!(value, Bson::Double(_)),
             ArgType::Str => matches!(value, Bson::String(_)),
-            ArgType::Object => matches!(value, Bson::Document(_)),
+            ArgType::Object | ArgType::Struct(_) => matches!(value, Bson::Document(_)),
             ArgType::Array | ArgType::Entries(_) | ArgType::Variant(_) => {
                 matches!(value, Bson::Array(_))
             }
@@ -77,7 +79,7 @@ impl ArgType {
             ArgType::Long => "expected type 'long'",
             ArgType::Double => "expected type 'double'",
             ArgType::Str => "expected type 'string'",
-            ArgType::Object => "expected type 'object'",
+            ArgType::Object | ArgType::Struct(_) => "expected type 'object'",
             ArgType::Array | ArgType::Entries(_) | ArgType::Variant(_) => "expected type 'array'",
         }
     }
@@ -451,6 +453,18 @@ const BULK_WRITE: Args = Args {
     ],
 };
 
+/// mongod's `IndexOptionDefaults` (collection_options.idl).
+const INDEX_OPTION_DEFAULTS: Args = Args {
+    strict: true,
+    fields: &[arg("storageEngine", Object)],
+};
+
+/// mongod's `ChangeStreamPreAndPostImagesOptions` (change_stream_pre_and_post_images.idl).
+const CHANGE_STREAM_PRE_AND_POST_IMAGES: Args = Args {
+    strict: true,
+    fields: &[required("enabled", Bool)],
+};
+
 const CREATE: Args = Args {
     strict: true,
     // The handler refuses the collection kinds tideway lacks with mongod's or its own errors.
@@ -464,11 +478,17 @@ const CREATE: Args = Args {
         arg("validator", Object),
         arg("validationLevel", Str),
         arg("validationAction", Str),
-        arg("indexOptionDefaults", Object),
+        arg(
+            "indexOptionDefaults",
+            ArgType::Struct(&INDEX_OPTION_DEFAULTS),
+        ),
         arg("viewOn", Str),
         arg("pipeline", Array),
         arg("collation", Object),
-        arg("changeStreamPreAndPostImages", Object),
+        arg(
+            "changeStreamPreAndPostImages",
+            ArgType::Struct(&CHANGE_STREAM_PRE_AND_POST_IMAGES),
+        ),
         arg("timeseries", Object),
         arg("clusteredIndex", Any),
         arg("expireAfterSeconds", Number),
@@ -557,7 +577,10 @@ const COLL_MOD: Args = Args {
         arg("viewOn", Str),
         arg("pipeline", Array),
         refused("recordPreImages", SafeBool),
-        refused("changeStreamPreAndPostImages", Object),
+        arg(
+            "changeStreamPreAndPostImages",
+            ArgType::Struct(&CHANGE_STREAM_PRE_AND_POST_IMAGES),
+        ),
         arg("expireAfterSeconds", Any),
         arg("timeseries", Object),
         refused("dryRun", SafeBool),
@@ -741,6 +764,14 @@ fn validate_fields<'d>(
                 format!("tideway does not support the {context} option '{name}'"),
             ));
         }
+        if let (Bson::Document(inner), ArgType::Struct(inner_args)) = (value, arg.ty) {
+            validate_fields(
+                &format!("{context}.{name}"),
+                inner_args,
+                inner.iter(),
+                inner,
+            )?;
+        }
         if let Bson::Array(entries) = value {
             match arg.ty {
                 ArgType::Entries(entry_args) => {
@@ -820,6 +851,7 @@ mod tests {
             ArgType::Str => Bson::String("x".into()),
             ArgType::Array => Bson::Array(vec![Bson::Int32(1)]),
             ArgType::Entries(args) => Bson::Array(vec![Bson::Document(required_fields(args))]),
+            ArgType::Struct(args) => Bson::Document(required_fields(args)),
             ArgType::Variant(kinds) => Bson::Array(
                 kinds
                     .iter()

@@ -82,7 +82,7 @@ pub fn check_option(
             if validator.is_empty() {
                 return Ok(None);
             }
-            parse_validator(ns, validator)?;
+            parse_validator(command, ns, validator)?;
             Ok(Some(value.clone()))
         }
         ("validationLevel", Bson::String(level)) => {
@@ -108,7 +108,10 @@ pub fn check_option(
 
 /// A validator as mongod's `Collection::parseValidator` accepts it: not on system collections
 /// or internal databases, no `$where`, `$text` or geo proximity, and a well-formed filter.
-fn parse_validator(ns: &Namespace, validator: &Document) -> CommandResult<Filter> {
+/// `collMod` reports a validator that does not parse as mongod's `Collection::parseValidator`
+/// does (`Parsing of collection validator failed :: caused by :: …`); `create` parses it
+/// directly (`DatabaseImpl::userCreateNS`) and reports the parser's error as it is.
+fn parse_validator(command: &str, ns: &Namespace, validator: &Document) -> CommandResult<Filter> {
     if ns.coll.starts_with("system.") {
         return Err(CommandError::new(
             ErrorCode::InvalidOptions,
@@ -124,8 +127,47 @@ fn parse_validator(ns: &Namespace, validator: &Document) -> CommandResult<Filter
             ),
         ));
     }
-    refuse_special_operators(validator)?;
-    Filter::parse(validator)
+    let parsed = refuse_special_operators(validator)
+        .and_then(|()| refuse_javascript_expressions(validator))
+        .and_then(|()| Filter::parse(validator));
+    match command {
+        "collMod" => parsed.map_err(|error| error.caused("Parsing of collection validator failed")),
+        _ => parsed,
+    }
+}
+
+/// `$function` inside a validator's `$expr`, refused as mongod's expression parser refuses it
+/// when it parses a collection validator (`ExpressionFunction::parse`: 4660800 `$function
+/// cannot be used inside a validator.`). (`$accumulator` is an accumulator, never an
+/// expression, and `$where` is refused above.) `$literal` operands are data, not parsed.
+/// Iterative over the validator's nesting.
+fn refuse_javascript_expressions(validator: &Document) -> CommandResult<()> {
+    // (value, inside an `$expr`)
+    let mut pending: Vec<(&Bson, bool)> = validator
+        .iter()
+        .map(|(key, value)| (value, key == "$expr"))
+        .collect();
+    while let Some((value, in_expr)) = pending.pop() {
+        match value {
+            Bson::Document(document) => {
+                for (key, value) in document {
+                    if in_expr && key == "$function" {
+                        return Err(CommandError::new(
+                            ErrorCode::Location4660800,
+                            "$function cannot be used inside a validator.",
+                        ));
+                    }
+                    if in_expr && key == "$literal" {
+                        continue;
+                    }
+                    pending.push((value, in_expr || key == "$expr"));
+                }
+            }
+            Bson::Array(values) => pending.extend(values.iter().map(|value| (value, in_expr))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// `$where` and `$text` anywhere a top-level operator may stand (the filter's root and the
