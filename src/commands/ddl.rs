@@ -310,6 +310,7 @@ async fn rename_collection(ctx: &CommandContext<'_>, body: &Document) -> Command
             "Can't rename a collection to itself",
         ));
     }
+    crate::commands::views::check_rename(ctx, &from, &to).await?;
     let storage = ctx.state.storage.as_ref();
     match storage.rename_collection(&from, &to, drop_target).await {
         Ok(()) => {}
