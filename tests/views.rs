@@ -426,3 +426,505 @@ async fn an_expired_document_is_never_seen_through_a_view() {
         .unwrap();
     assert_eq!(next, &Vec::<Bson>::new());
 }
+
+/// views_aggregation.js's cities and views.
+async fn with_cities(server: &TestServer) -> Database {
+    let db = server.client().database("views_aggregation");
+    db.collection::<Document>("coll")
+        .insert_many(vec![
+            doc! {"_id": "New York", "state": "NY", "pop": 7},
+            doc! {"_id": "Newark", "state": "NJ", "pop": 3},
+            doc! {"_id": "Palo Alto", "state": "CA", "pop": 10},
+            doc! {"_id": "San Francisco", "state": "CA", "pop": 4},
+            doc! {"_id": "Trenton", "state": "NJ", "pop": 5},
+        ])
+        .await
+        .unwrap();
+    for command in [
+        doc! {"create": "emptyPipelineView", "viewOn": "coll"},
+        doc! {"create": "identityView", "viewOn": "coll", "pipeline": [{"$match": {}}]},
+        doc! {"create": "noIdView", "viewOn": "coll", "pipeline": [{"$project": {"_id": 0, "state": 1, "pop": 1}}]},
+        doc! {"create": "popSortedView", "viewOn": "identityView",
+        "pipeline": [{"$match": {"pop": {"$gte": 0}}}, {"$sort": {"pop": 1}}]},
+        doc! {"create": "viewWithLookupInside", "viewOn": "coll", "pipeline": [
+            {"$lookup": {"from": "identityView", "localField": "_id", "foreignField": "_id", "as": "matched"}},
+            {"$unwind": "$matched"},
+            {"$project": {"_id": 1, "matchedId": "$matched._id"}},
+        ]},
+    ] {
+        run(&db, command).await;
+    }
+    db
+}
+
+async fn aggregate(db: &Database, coll: &str, pipeline: Vec<Document>) -> Vec<Document> {
+    db.collection::<Document>(coll)
+        .aggregate(pipeline)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn lookup_and_graph_lookup_read_views() {
+    // views_aggregation.js, testLookupAndGraphLookup.
+    let server = TestServer::start().await;
+    let db = with_cities(&server).await;
+    let new_york = vec![doc! {"_id": "New York", "matchedId": "New York"}];
+    let found = aggregate(&db, "coll", vec![
+        doc! {"$match": {"_id": "New York"}},
+        doc! {"$lookup": {"from": "identityView", "localField": "_id", "foreignField": "_id", "as": "matched"}},
+        doc! {"$unwind": "$matched"},
+        doc! {"$project": {"_id": 1, "matchedId": "$matched._id"}},
+    ])
+    .await;
+    assert_eq!(found, new_york);
+    let found = aggregate(
+        &db,
+        "coll",
+        vec![
+            doc! {"$match": {"_id": "New York"}},
+            doc! {"$graphLookup": {"from": "identityView", "startWith": "$_id",
+            "connectFromField": "_id", "connectToField": "_id", "as": "matched"}},
+            doc! {"$unwind": "$matched"},
+            doc! {"$project": {"_id": 1, "matchedId": "$matched._id"}},
+        ],
+    )
+    .await;
+    assert_eq!(found, new_york);
+    // A view whose pipeline itself looks up a view.
+    let both = vec![doc! {"_id": "New York", "matchedId1": "New York", "matchedId2": "New York"}];
+    let found = aggregate(&db, "coll", vec![
+        doc! {"$match": {"_id": "New York"}},
+        doc! {"$lookup": {"from": "viewWithLookupInside", "localField": "_id", "foreignField": "matchedId", "as": "matched"}},
+        doc! {"$unwind": "$matched"},
+        doc! {"$project": {"_id": 1, "matchedId1": "$matched._id", "matchedId2": "$matched.matchedId"}},
+    ])
+    .await;
+    assert_eq!(found, both);
+    let graph_pipeline = vec![
+        doc! {"$match": {"_id": "New York"}},
+        doc! {"$graphLookup": {"from": "viewWithLookupInside", "startWith": "$_id",
+        "connectFromField": "_id", "connectToField": "matchedId", "as": "matched"}},
+        doc! {"$unwind": "$matched"},
+        doc! {"$project": {"_id": 1, "matchedId1": "$matched._id", "matchedId2": "$matched.matchedId"}},
+    ];
+    assert_eq!(aggregate(&db, "coll", graph_pipeline.clone()).await, both);
+    // The pipeline form, with a view on a view (sorted by its pipeline) looked up inside.
+    let found = aggregate(
+        &db,
+        "coll",
+        vec![
+            doc! {"$match": {"_id": "Trenton"}},
+            doc! {"$project": {"state": 1}},
+            doc! {"$lookup": {"from": "identityView", "as": "lookup1", "pipeline": [
+                {"$match": {"_id": "Trenton"}},
+                {"$project": {"state": 1}},
+                {"$lookup": {"from": "popSortedView", "as": "lookup2", "pipeline": []}},
+            ]}},
+        ],
+    )
+    .await;
+    assert_eq!(
+        found,
+        vec![doc! {"_id": "Trenton", "state": "NJ", "lookup1": [{
+        "_id": "Trenton", "state": "NJ", "lookup2": [
+            {"_id": "Newark", "state": "NJ", "pop": 3},
+            {"_id": "San Francisco", "state": "CA", "pop": 4},
+            {"_id": "Trenton", "state": "NJ", "pop": 5},
+            {"_id": "New York", "state": "NY", "pop": 7},
+            {"_id": "Palo Alto", "state": "CA", "pop": 10},
+        ]}]}]
+    );
+    // In a $facet branch.
+    let found = aggregate(
+        &db,
+        "coll",
+        vec![doc! {"$facet": {"nested": graph_pipeline
+        .into_iter()
+        .map(Bson::Document)
+        .collect::<Vec<_>>()}}],
+    )
+    .await;
+    assert_eq!(
+        found,
+        vec![doc! {"nested": both.into_iter().map(Bson::Document).collect::<Vec<_>>()}]
+    );
+}
+
+#[tokio::test]
+async fn union_with_reads_views() {
+    // views_aggregation.js, testUnionReadFromView and testUnionInViewDefinition.
+    let server = TestServer::start().await;
+    let db = with_cities(&server).await;
+    let count = |pipeline: Vec<Document>| {
+        let db = db.clone();
+        async move { aggregate(&db, "coll", pipeline).await.len() }
+    };
+    assert_eq!(count(vec![]).await, 5);
+    assert_eq!(
+        count(vec![doc! {"$unionWith": "emptyPipelineView"}]).await,
+        10
+    );
+    assert_eq!(count(vec![doc! {"$unionWith": "identityView"}]).await, 10);
+    assert_eq!(
+        count(vec![doc! {"$unionWith": {"coll": "noIdView", "pipeline": [{"$match": {"_id": {"$exists": false}}}]}}]).await,
+        10
+    );
+    assert_eq!(
+        count(vec![doc! {"$unionWith": {"coll": "identityView", "pipeline": [{"$match": {"_id": "New York"}}]}}]).await,
+        6
+    );
+    // The view's own stages run before the stage's pipeline: popSortedView's order is kept.
+    let found = aggregate(
+        &db,
+        "coll",
+        vec![
+            doc! {"$match": {"_id": "none"}},
+            doc! {"$unionWith": {"coll": "popSortedView", "pipeline": [{"$project": {"_id": 1}}]}},
+        ],
+    )
+    .await;
+    assert_eq!(
+        found,
+        vec![
+            doc! {"_id": "Newark"},
+            doc! {"_id": "San Francisco"},
+            doc! {"_id": "Trenton"},
+            doc! {"_id": "New York"},
+            doc! {"_id": "Palo Alto"},
+        ]
+    );
+    // A view defined with a $unionWith.
+    db.collection::<Document>("secondCollection")
+        .insert_many(aggregate(&db, "coll", vec![]).await)
+        .await
+        .unwrap();
+    run(&db, doc! {"create": "unionView", "viewOn": "coll", "pipeline": [{"$unionWith": "secondCollection"}]}).await;
+    let found = run(&db, doc! {"find": "unionView"}).await;
+    assert_eq!(first_batch(&found).len(), 10);
+    let grouped = aggregate(
+        &db,
+        "unionView",
+        vec![doc! {"$group": {"_id": "$_id"}}, doc! {"$sort": {"_id": 1}}],
+    )
+    .await;
+    assert_eq!(
+        grouped,
+        vec![
+            doc! {"_id": "New York"},
+            doc! {"_id": "Newark"},
+            doc! {"_id": "Palo Alto"},
+            doc! {"_id": "San Francisco"},
+            doc! {"_id": "Trenton"},
+        ]
+    );
+}
+
+#[tokio::test]
+async fn views_read_by_a_pipeline_must_share_its_collation() {
+    // views_collation.js: every view a pipeline reads has the pipeline's collation (mongod's
+    // collatorCompatibleWithPipeline, 167 "Cannot override default collation of view <ns>").
+    let server = TestServer::start().await;
+    let db = server.client().database("views_collation");
+    for command in [
+        doc! {"create": "simpleCollection"},
+        doc! {"create": "ukCollection", "collation": {"locale": "uk"}},
+        doc! {"create": "filCollection", "collation": {"locale": "fil"}},
+        doc! {"create": "simpleView", "viewOn": "ukCollection"},
+        doc! {"create": "filView", "viewOn": "ukCollection", "collation": {"locale": "fil"}},
+    ] {
+        run(&db, command).await;
+    }
+    let lookup_simple = doc! {"$lookup": {"from": "simpleView", "localField": "x", "foreignField": "x", "as": "result"}};
+    let nested_simple = doc! {"$lookup": {"from": "simpleCollection", "as": "result",
+    "pipeline": [{"$lookup": {"from": "simpleView", "localField": "x", "foreignField": "x", "as": "inner_result"}}]}};
+    let graph_simple = doc! {"$graphLookup": {"from": "simpleView", "startWith": "$_id",
+    "connectFromField": "_id", "connectToField": "matchedId", "as": "matched"}};
+    let lookup_fil = doc! {"$lookup": {"from": "filView", "localField": "x", "foreignField": "x", "as": "result"}};
+    let graph_fil = doc! {"$graphLookup": {"from": "filView", "startWith": "$_id",
+    "connectFromField": "_id", "connectToField": "matchedId", "as": "matched"}};
+    let aggregate = |coll: &str, stage: &Document, collation: Option<&str>| {
+        let mut command = doc! {"aggregate": coll, "pipeline": [stage.clone()], "cursor": {}};
+        if let Some(locale) = collation {
+            command.insert("collation", doc! {"locale": locale});
+        }
+        command
+    };
+    for command in [
+        aggregate("simpleCollection", &lookup_simple, None),
+        aggregate("simpleCollection", &nested_simple, None),
+        aggregate("simpleCollection", &graph_simple, None),
+        aggregate("ukCollection", &lookup_simple, Some("simple")),
+        aggregate("ukCollection", &graph_simple, Some("simple")),
+        aggregate("filCollection", &lookup_fil, None),
+        aggregate("filCollection", &graph_fil, None),
+        aggregate("ukCollection", &lookup_fil, Some("fil")),
+    ] {
+        run(&db, command).await;
+    }
+    for (command, view) in [
+        (
+            aggregate("simpleCollection", &lookup_simple, Some("en")),
+            "simpleView",
+        ),
+        (
+            aggregate("simpleCollection", &nested_simple, Some("en")),
+            "simpleView",
+        ),
+        (
+            aggregate("simpleCollection", &graph_simple, Some("zh")),
+            "simpleView",
+        ),
+        (aggregate("simpleCollection", &lookup_fil, None), "filView"),
+        (aggregate("simpleCollection", &graph_fil, None), "filView"),
+        (
+            aggregate("filCollection", &lookup_fil, Some("zh")),
+            "filView",
+        ),
+        (aggregate("filView", &lookup_simple, None), "simpleView"),
+        (aggregate("simpleView", &lookup_fil, None), "filView"),
+    ] {
+        let (code, _, message) = command_error(db.run_command(command.clone()).await);
+        assert_eq!(code, 167, "{command}");
+        assert_eq!(
+            message,
+            format!("Cannot override default collation of view views_collation.{view}")
+        );
+    }
+    // A view cannot read a view of another collation.
+    let (code, _, _) = command_error(
+        db.run_command(doc! {"create": "zhView", "viewOn": "simpleCollection",
+        "pipeline": [lookup_fil.clone()], "collation": {"locale": "zh"}})
+            .await,
+    );
+    assert_eq!(code, 167);
+    run(
+        &db,
+        doc! {"create": "esView", "viewOn": "simpleCollection", "collation": {"locale": "es"}},
+    )
+    .await;
+    let (code, _, _) = command_error(
+        db.run_command(doc! {"collMod": "esView", "viewOn": "simpleCollection", "pipeline": [lookup_simple.clone()]})
+            .await,
+    );
+    assert_eq!(code, 167);
+    // Nor itself (view_graph.cpp: the pipeline's namespaces are edges of the graph).
+    let (code, name, _) = command_error(
+        db.run_command(doc! {"create": "selfLookup", "viewOn": "simpleCollection",
+            "pipeline": [{"$lookup": {"from": "selfLookup", "localField": "x", "foreignField": "x", "as": "r"}}]})
+            .await,
+    );
+    assert_eq!((code, name.as_str()), (93, "GraphContainsCycle"));
+}
+
+#[tokio::test]
+async fn an_expiring_collection_read_through_a_view_by_lookup_never_yields_an_expired_document() {
+    let (server, clock) = TestServer::start_at(1_700_000_000_000).await;
+    let db = server.client().database("ttlviewjoins");
+    // Every document of `stock` expires 10 s after its last write (docs/ttl.md), but "kept".
+    run(&db, doc! {"createIndexes": "stock", "indexes": [{"key": {"_ts": 1}, "name": "_ts_1", "expireAfterSeconds": 10}]}).await;
+    db.collection::<Document>("stock")
+        .insert_many(vec![
+            doc! {"_id": "doomed", "sku": "a", "next": "kept"},
+            doc! {"_id": "kept", "sku": "a", "ttl": -1},
+        ])
+        .await
+        .unwrap();
+    db.collection::<Document>("orders")
+        .insert_one(doc! {"_id": 1, "sku": "a", "first": "doomed"})
+        .await
+        .unwrap();
+    run(&db, doc! {"create": "inStock", "viewOn": "stock", "pipeline": [{"$project": {"sku": 1, "next": 1}}]}).await;
+    let joined = |pipeline: Vec<Document>| {
+        let db = db.clone();
+        async move {
+            aggregate(&db, "orders", pipeline)
+                .await
+                .into_iter()
+                .map(|document| {
+                    let ids = |field: &str| -> Vec<String> {
+                        let mut ids: Vec<String> = document
+                            .get_array(field)
+                            .map(|found| {
+                                found
+                                    .iter()
+                                    .filter_map(Bson::as_document)
+                                    .map(|d| d.get_str("_id").unwrap().to_owned())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        ids.sort();
+                        ids
+                    };
+                    (ids("byField"), ids("byPipeline"), ids("graph"))
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let pipeline = vec![
+        doc! {"$lookup": {"from": "inStock", "localField": "sku", "foreignField": "sku", "as": "byField"}},
+        doc! {"$lookup": {"from": "inStock", "let": {"sku": "$sku"}, "as": "byPipeline",
+        "pipeline": [{"$match": {"$expr": {"$eq": ["$sku", "$$sku"]}}}]}},
+        doc! {"$graphLookup": {"from": "inStock", "startWith": "$first",
+        "connectFromField": "next", "connectToField": "_id", "as": "graph"}},
+    ];
+    let union = vec![
+        doc! {"$unionWith": "inStock"},
+        doc! {"$project": {"_id": 1}},
+    ];
+    let both = vec!["doomed".to_owned(), "kept".to_owned()];
+    clock.advance_ms(10_000 - 1);
+    assert_eq!(
+        joined(pipeline.clone()).await,
+        vec![(both.clone(), both.clone(), both.clone())]
+    );
+    assert_eq!(aggregate(&db, "orders", union.clone()).await.len(), 3);
+    // At the expiry instant, before any reaper pass: gone from every join through the view.
+    clock.advance_ms(1);
+    let kept = vec!["kept".to_owned()];
+    assert_eq!(
+        joined(pipeline).await,
+        vec![(kept.clone(), kept, Vec::new())]
+    );
+    assert_eq!(
+        aggregate(&db, "orders", union).await,
+        vec![doc! {"_id": 1}, doc! {"_id": "kept"}]
+    );
+}
+
+#[tokio::test]
+async fn out_merge_rename_and_bulk_write_refuse_views() {
+    let server = TestServer::start().await;
+    let db = with_students(&server).await;
+    let not_a_collection = "Namespace views.firstYears is a view, not a collection";
+    // views_aggregation.js, testAggStagesWritingToViews: $out and $merge into a view → 166.
+    for stage in [
+        doc! {"$out": "firstYears"},
+        doc! {"$merge": {"into": "firstYears"}},
+        doc! {"$merge": {"into": "firstYears", "whenMatched": "replace", "whenNotMatched": "insert"}},
+        doc! {"$merge": {"into": {"db": "views", "coll": "firstYears"}, "whenMatched": "keepExisting"}},
+    ] {
+        let command = doc! {"aggregate": "students", "pipeline": [stage], "cursor": {}};
+        let (code, name, message) = command_error(db.run_command(command.clone()).await);
+        assert_eq!(
+            (code, name.as_str()),
+            (166, "CommandNotSupportedOnView"),
+            "{command}"
+        );
+        assert_eq!(message, not_a_collection);
+    }
+    // rename_collection.cpp checkSourceAndTargetNamespaces (views_all_commands.js codes).
+    let admin = server.client().database("admin");
+    let (code, _, message) = command_error(
+        admin
+            .run_command(doc! {"renameCollection": "views.firstYears", "to": "views.other"})
+            .await,
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (166, "cannot rename view: views.firstYears")
+    );
+    for drop_target in [false, true] {
+        let (code, name, message) = command_error(
+            admin
+                .run_command(doc! {"renameCollection": "views.students", "to": "views.firstYears", "dropTarget": drop_target})
+                .await,
+        );
+        assert_eq!((code, name.as_str()), (48, "NamespaceExists"));
+        assert_eq!(
+            message,
+            "a view already exists with that name: views.firstYears"
+        );
+    }
+    // bulkWrite: an op on a view fails alone with 166 (ordered: the ops after it wait).
+    let reply = run(
+        &admin,
+        doc! {"bulkWrite": 1, "ordered": false, "nsInfo": [{"ns": "views.firstYears"}, {"ns": "views.students"}],
+        "ops": [
+            {"insert": 0, "document": {"x": 1}},
+            {"insert": 1, "document": {"x": 1}},
+            {"update": 0, "filter": {}, "updateMods": {"$set": {"x": 2}}},
+            {"delete": 0, "filter": {}},
+        ]},
+    )
+    .await;
+    assert_eq!(reply.get_i32("nErrors").unwrap(), 3, "{reply}");
+    assert_eq!(reply.get_i32("nInserted").unwrap(), 1);
+    let results = first_batch(&reply);
+    for index in [0, 2, 3] {
+        assert_eq!(results[index].get_i32("code").unwrap(), 166, "{reply}");
+        assert_eq!(results[index].get_str("errmsg").unwrap(), not_a_collection);
+    }
+    let reply = run(
+        &admin,
+        doc! {"bulkWrite": 1, "nsInfo": [{"ns": "views.firstYears"}, {"ns": "views.students"}],
+        "ops": [{"insert": 0, "document": {"x": 1}}, {"insert": 1, "document": {"x": 1}}]},
+    )
+    .await;
+    assert_eq!(reply.get_i32("nErrors").unwrap(), 1, "{reply}");
+    assert_eq!(reply.get_i32("nInserted").unwrap(), 0);
+    assert_eq!(first_batch(&reply).len(), 1);
+    // Nothing replaced the view.
+    assert_eq!(
+        run(&db, doc! {"count": "firstYears"})
+            .await
+            .get_i32("n")
+            .unwrap(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn explain_through_a_view_at_every_verbosity() {
+    // views_aggregation.js, testExplainOnView.
+    let server = TestServer::start().await;
+    let db = with_cities(&server).await;
+    let explain = |verbosity: &str| {
+        doc! {"explain": {"aggregate": "popSortedView", "pipeline": [{"$limit": 1}, {"$match": {"pop": 3}}], "cursor": {}},
+        "verbosity": verbosity}
+    };
+    for verbosity in ["queryPlanner", "executionStats", "allPlansExecution"] {
+        let reply = run(&db, explain(verbosity)).await;
+        let cursor = reply.get_array("stages").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_document("$cursor")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            cursor
+                .get_document("queryPlanner")
+                .unwrap()
+                .get_str("namespace")
+                .unwrap(),
+            "views_aggregation.coll"
+        );
+        match verbosity {
+            "queryPlanner" => assert!(!cursor.contains_key("executionStats"), "{reply}"),
+            _ => {
+                let stats = cursor.get_document("executionStats").unwrap();
+                assert_eq!(
+                    stats.contains_key("allPlansExecution"),
+                    verbosity == "allPlansExecution",
+                    "{reply}"
+                );
+            }
+        }
+    }
+    // The aggregate's own explain: true is the queryPlanner explain.
+    let reply = run(
+        &db,
+        doc! {"aggregate": "popSortedView", "pipeline": [{"$limit": 1}], "explain": true},
+    )
+    .await;
+    let cursor = reply.get_array("stages").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("$cursor")
+        .unwrap()
+        .clone();
+    assert!(!cursor.contains_key("executionStats"));
+}

@@ -82,9 +82,13 @@ pub(crate) async fn aggregate_as(
     };
     let stages = pipeline_stages(body)?;
     if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
-        return crate::commands::explain::explain_aggregate_command(ctx, body)
-            .await
-            .map(Reply::from);
+        return crate::commands::explain::explain_aggregate_command(
+            ctx,
+            body,
+            crate::commands::explain::Verbosity::QueryPlanner,
+        )
+        .await
+        .map(Reply::from);
     }
     if optional_document(ctx, body, "cursor")?.is_none() {
         return Err(CommandError::new(
@@ -105,6 +109,7 @@ pub(crate) async fn aggregate_as(
         now: bson::DateTime::from_millis(now_ms),
         collation: collation_for("aggregate", body, collection_meta.as_ref())?,
     };
+    crate::commands::views::check_involved_views(ctx, &stages, &context.collation).await?;
     let max_sort_bytes = ctx.state.params.max_blocking_sort_bytes();
     let buffers = PipelineBuffers {
         sort: ctx.blocking_limits(
@@ -325,17 +330,31 @@ struct WholeReads(std::collections::HashMap<BatchOrigin, Arc<Candidates>>);
 async fn lookup_candidates(
     ctx: &CommandContext<'_>,
     lookup: &Lookup,
-    origin: BatchOrigin,
-    documents: &[Document],
+    batch: (BatchOrigin, &[Document]),
     context: &PipelineContext,
+    buffers: &dyn Buffers,
     whole_reads: &mut WholeReads,
 ) -> CommandResult<Arc<Candidates>> {
+    let (origin, documents) = batch;
     let collation = &context.collation;
     if let Some(foreign) = whole_reads.0.get(&origin) {
         return Ok(Arc::clone(foreign));
     }
     let ns = Namespace::new(ctx.db, lookup.from.as_str());
     validate_namespace(&ns)?;
+    if let Some(view) = crate::commands::views::source_of(ctx, &ns).await? {
+        // A view: its whole output, joined as a collection's documents are (kept for the
+        // batches after when small enough, as a whole read of a collection is).
+        let foreign = Box::pin(view_output(ctx, &view, context, buffers))
+            .await?
+            .collect::<CommandResult<Vec<_>>>()?;
+        let bytes: usize = foreign.iter().map(crate::bsonutil::encoded_size).sum();
+        let candidates = Arc::new(lookup.candidates(foreign, context));
+        if bytes as u64 <= WHOLE_READ_CACHE_BYTES {
+            whole_reads.0.insert(origin, Arc::clone(&candidates));
+        }
+        return Ok(candidates);
+    }
     let stats = match ctx.state.storage.stats(&ns).await {
         Ok(stats) => Some(stats),
         Err(crate::storage::StorageError::NamespaceNotFound(_)) => None,
@@ -378,6 +397,16 @@ impl UnionFeed {
     ) -> CommandResult<UnionFeed> {
         let ns = Namespace::new(ctx.db, union.coll.as_str());
         validate_namespace(&ns)?;
+        if let Some(view) = crate::commands::views::source_of(ctx, &ns).await? {
+            // A view: its pipeline's output, then the stage's own pipeline over it.
+            let output = UnionFeed::Computed(view_output(ctx, &view, context, buffers).await?);
+            return match &union.pipeline {
+                None => Ok(output),
+                Some(pipeline) => {
+                    UnionFeed::through(output, ctx, pipeline, false, context, buffers).await
+                }
+            };
+        }
         let filter = union
             .pipeline
             .as_ref()
@@ -385,18 +414,37 @@ impl UnionFeed {
             .cloned()
             .unwrap_or_default();
         let stream = plan_read(ctx, &ns, filter, &context.collation).await?;
-        let Some(pipeline) = &union.pipeline else {
-            return Ok(UnionFeed::Read(Box::new(stream)));
-        };
-        let mut read = UnionFeed::Read(Box::new(stream));
+        let read = UnionFeed::Read(Box::new(stream));
+        match &union.pipeline {
+            None => Ok(read),
+            Some(pipeline) => UnionFeed::through(read, ctx, pipeline, true, context, buffers).await,
+        }
+    }
+
+    /// `pipeline` run over these documents (held by the run's buffers, which spill); `filtered`
+    /// when its leading `$match` was the read's filter already.
+    async fn through(
+        mut self,
+        ctx: &CommandContext<'_>,
+        pipeline: &Pipeline,
+        filtered: bool,
+        context: &PipelineContext,
+        buffers: &dyn Buffers,
+    ) -> CommandResult<UnionFeed> {
         let mut run = Served::new(pipeline.start(context, buffers));
         loop {
-            let chunk = read.next_chunk(ctx).await?;
+            let chunk = self.next_chunk(ctx).await?;
             if chunk.is_empty() {
                 break;
             }
             for document in chunk {
-                Box::pin(feed(ctx, &mut run, document)).await?;
+                if filtered
+                    || pipeline
+                        .admits(&document, context)
+                        .map_err(during_aggregation)?
+                {
+                    Box::pin(feed(ctx, &mut run, document)).await?;
+                }
             }
         }
         Ok(UnionFeed::Computed(Box::pin(finish(ctx, &mut run)).await?))
@@ -442,9 +490,15 @@ async fn join(
     let documents = batch.documents;
     Ok(match batch.read {
         Foreign::Lookup(lookup) => {
-            let candidates =
-                lookup_candidates(ctx, lookup, batch.origin, &documents, context, whole_reads)
-                    .await?;
+            let candidates = lookup_candidates(
+                ctx,
+                lookup,
+                (batch.origin, &documents),
+                context,
+                buffers,
+                whole_reads,
+            )
+            .await?;
             if lookup.nested_reads() {
                 // The sub-pipeline reads too: run it per document, serving its reads here.
                 let mut joined = Vec::with_capacity(documents.len());
@@ -467,13 +521,27 @@ async fn join(
             }
         }
         Foreign::GraphLookup(graph) => {
+            // A view is read once for the batch; each depth then matches its output.
+            let ns = Namespace::new(ctx.db, graph.from.as_str());
+            validate_namespace(&ns)?;
+            let view_documents = match crate::commands::views::source_of(ctx, &ns).await? {
+                Some(view) => Some(
+                    Box::pin(view_output(ctx, &view, context, buffers))
+                        .await?
+                        .collect::<CommandResult<Vec<_>>>()?,
+                ),
+                None => None,
+            };
             let mut joined = Vec::with_capacity(documents.len());
             for document in documents {
                 let mut search = graph
                     .search(document, context)
                     .map_err(during_aggregation)?;
                 while let Some(filter) = search.next_filter() {
-                    let found = read_collection(ctx, &graph.from, filter, &collation).await?;
+                    let found = match &view_documents {
+                        Some(output) => matching(output, &filter, &collation)?,
+                        None => read_namespace(ctx, &ns, filter, &collation).await?,
+                    };
                     search.visit(found).map_err(during_aggregation)?;
                 }
                 joined.push(search.finish().map_err(during_aggregation)?);
@@ -537,6 +605,7 @@ pub(crate) async fn write_out(
     let db = target.db.as_deref().unwrap_or(ctx.db);
     let target_ns = Namespace::new(db, target.coll.as_str());
     validate_writable_namespace(&target_ns)?;
+    crate::commands::views::refuse_write_target(ctx, &target_ns).await?;
     let storage = ctx.state.storage.as_ref();
     let existing = storage.collection(&target_ns).await?;
     let temp = Namespace::new(db, format!("tmp.agg_out.{}", uuid::Uuid::new_v4().simple()));
@@ -607,6 +676,7 @@ pub(crate) async fn write_merge(
     let db = merge.db.as_deref().unwrap_or(ctx.db);
     let target_ns = Namespace::new(db, merge.coll.as_str());
     validate_writable_namespace(&target_ns)?;
+    crate::commands::views::refuse_write_target(ctx, &target_ns).await?;
     let storage = ctx.state.storage.as_ref();
     let existing = storage.collection(&target_ns).await?;
     // A time series has no unique index (not even on `_id`) for `on` to use: 51183 as mongod.
@@ -711,18 +781,41 @@ fn no_matching_document() -> CommandError {
     )
 }
 
-/// The documents of collection `name` (in the command's database) matching `filter`, for a
-/// stage that reads another collection: one planned read (an index serves `$lookup`'s
-/// `foreignField`), under the run's collation, expired documents hidden.
-async fn read_collection(
+/// The output of view `view` read as another collection by a stage of a run (mongod's resolved
+/// view: its pipeline over its source collection, the pipeline's leading `$match` being the
+/// read's filter, so expired documents stay hidden), under the run's collation (the view's:
+/// `views::check_involved_views` checked it before the run) and in the run's buffers.
+async fn view_output(
     ctx: &CommandContext<'_>,
-    name: &str,
-    filter: Document,
+    view: &crate::commands::views::ResolvedView,
+    context: &PipelineContext,
+    buffers: &dyn Buffers,
+) -> CommandResult<DocumentStream> {
+    let pipeline = Pipeline::parse(&view.pipeline)?;
+    let filter = pipeline.leading_match().cloned().unwrap_or_default();
+    let stream = plan_read(ctx, &view.source, filter, &context.collation).await?;
+    let read = UnionFeed::Read(Box::new(stream));
+    match read.through(ctx, &pipeline, true, context, buffers).await? {
+        UnionFeed::Computed(output) => Ok(output),
+        UnionFeed::Read(_) => Err(CommandError::internal("a view's output was not computed")),
+    }
+}
+
+/// The documents of `documents` matching `filter` under `collation` (a `$graphLookup` depth over
+/// a view's output).
+fn matching(
+    documents: &[Document],
+    filter: &Document,
     collation: &CollationChoice,
 ) -> CommandResult<Vec<Document>> {
-    let ns = Namespace::new(ctx.db, name);
-    validate_namespace(&ns)?;
-    read_namespace(ctx, &ns, filter, collation).await
+    let filter = Filter::parse(filter)?;
+    let mut found = Vec::new();
+    for document in documents {
+        if filter.try_matches_collated(document, collation.as_deref())? {
+            found.push(document.clone());
+        }
+    }
+    Ok(found)
 }
 
 /// The documents of `ns` matching `filter`: one planned read under `collation`, expired

@@ -446,6 +446,18 @@ impl Results {
     }
 }
 
+/// An op's error when its namespace is a view (mongod's 166 for the op, not the command); the
+/// outer error is a failed look-up.
+async fn refuse_view(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+) -> CommandResult<Result<(), CommandError>> {
+    match crate::commands::views::refuse_write_target(ctx, ns).await {
+        Err(error) if error.code == ErrorCode::CommandNotSupportedOnView => Ok(Err(error)),
+        other => other.map(Ok),
+    }
+}
+
 fn idx_value(idx: usize) -> i32 {
     i32::try_from(idx).unwrap_or(i32::MAX)
 }
@@ -549,6 +561,14 @@ impl<'c> Run<'c, '_> {
             return Ok(true);
         }
         let ordered = self.options.ordered;
+        if let Err(error) = refuse_view(self.ctx, &self.namespaces[ns].0).await? {
+            // Each insert fails alone, as mongod's (ordered: the first, and the rest wait).
+            let attempted = if ordered { 1 } else { inserts.len() };
+            for (idx, _) in &inserts[..attempted] {
+                self.results.error(*idx, &error, false);
+            }
+            return Ok(!ordered);
+        }
         let documents: Vec<&Document> = inserts.iter().map(|(_, document)| *document).collect();
         let outcome = insert_documents(self.writer(ns).await?, &documents).await?;
         // Ordered, the group stops at its first error: the inserts after it were not attempted.
@@ -579,7 +599,10 @@ impl<'c> Run<'c, '_> {
     ) -> CommandResult<bool> {
         let outcome = match statement {
             Ok(statement) => match validate_writable_namespace(&self.namespaces[ns].0) {
-                Ok(()) => apply_update_statement(self.writer(ns).await?, statement).await,
+                Ok(()) => match refuse_view(self.ctx, &self.namespaces[ns].0).await? {
+                    Ok(()) => apply_update_statement(self.writer(ns).await?, statement).await,
+                    Err(error) => Err(error),
+                },
                 Err(error) => Err(error),
             },
             Err(error) => Err(error.clone()),
@@ -606,7 +629,10 @@ impl<'c> Run<'c, '_> {
     /// Runs a delete op; whether the command goes on.
     async fn delete(&mut self, idx: usize, ns: usize, statement: &Document) -> CommandResult<bool> {
         let outcome = match validate_writable_namespace(&self.namespaces[ns].0) {
-            Ok(()) => apply_delete_statement(self.writer(ns).await?, statement).await,
+            Ok(()) => match refuse_view(self.ctx, &self.namespaces[ns].0).await? {
+                Ok(()) => apply_delete_statement(self.writer(ns).await?, statement).await,
+                Err(error) => Err(error),
+            },
             Err(error) => Err(error),
         };
         match outcome {

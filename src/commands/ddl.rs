@@ -342,6 +342,7 @@ async fn rename_collection(ctx: &CommandContext<'_>, body: &Document) -> Command
             "Can't rename a collection to itself",
         ));
     }
+    crate::commands::views::check_rename(ctx, &from, &to).await?;
     let storage = ctx.state.storage.as_ref();
     if storage
         .collection(&from)

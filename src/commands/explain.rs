@@ -43,13 +43,13 @@ pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
 }];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Verbosity {
+pub enum Verbosity {
     QueryPlanner,
     ExecutionStats,
     AllPlansExecution,
 }
 
-fn verbosity(body: &Document) -> CommandResult<Verbosity> {
+pub fn verbosity(body: &Document) -> CommandResult<Verbosity> {
     match body.get("verbosity") {
         None => Ok(Verbosity::AllPlansExecution),
         Some(Bson::String(name)) => match name.as_str() {
@@ -115,9 +115,14 @@ async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     Ok(reply)
 }
 
-/// `explain: true` on `aggregate` itself: the `queryPlanner` explain.
-pub async fn explain_aggregate_command(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let mut reply = explain_aggregate(ctx, body, Verbosity::QueryPlanner).await?;
+/// The explain of aggregate `body` at `verbosity` (`explain: true` on `aggregate` itself is the
+/// `queryPlanner` explain; a read through a view explains its aggregate at the verbosity asked).
+pub async fn explain_aggregate_command(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    verbosity: Verbosity,
+) -> CommandResult {
+    let mut reply = explain_aggregate(ctx, body, verbosity).await?;
     let mut command = body.clone();
     command.remove("$db");
     reply.insert("command", command);

@@ -511,6 +511,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> Co
     };
     validate_pipeline(&view)?;
     validate_graph(ctx, &view).await?;
+    validate_involved(ctx, &view).await?;
     store(ctx, &view, false).await
 }
 
@@ -548,6 +549,7 @@ async fn coll_mod(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> 
     };
     validate_pipeline(&view)?;
     validate_graph(ctx, &view).await?;
+    validate_involved(ctx, &view).await?;
     store(ctx, &view, true).await
 }
 
@@ -881,12 +883,216 @@ async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Opt
     let Some(view) = lookup(ctx, &ns).await? else {
         return Ok(None);
     };
+    let verbosity = crate::commands::explain::verbosity(body)?;
     let resolved = resolve(ctx, view.clone()).await?;
     let mut rewritten = aggregate_body(name, inner, &view, &resolved)?;
     rewritten.remove("cursor");
     rewritten.remove("$db");
     let ctx = ctx.renamed("aggregate");
-    crate::commands::explain::explain_aggregate_command(&ctx, &rewritten)
+    crate::commands::explain::explain_aggregate_command(&ctx, &rewritten, verbosity)
         .await
         .map(|reply| Some(reply.into()))
+}
+
+/// The names of the collections (or views) `stages` read besides their own: `$lookup`'s and
+/// `$graphLookup`'s `from`, `$unionWith`'s `coll`, through `$lookup` and `$unionWith`
+/// sub-pipelines and `$facet` branches (mongod's `LiteParsedPipeline::getInvolvedNamespaces`).
+/// Iterative: a client's nesting never deepens the stack.
+pub fn involved_names(stages: &[Document]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut pending: Vec<&Document> = stages.iter().rev().collect();
+    while let Some(stage) = pending.pop() {
+        let Some((name, spec)) = stage.iter().next() else {
+            continue;
+        };
+        match (name.as_str(), spec) {
+            ("$lookup", Bson::Document(spec)) => {
+                if let Ok(from) = spec.get_str("from") {
+                    names.push(from.to_owned());
+                }
+                pending.extend(stage_documents(spec.get("pipeline")).into_iter().rev());
+            }
+            ("$graphLookup", Bson::Document(spec)) => {
+                if let Ok(from) = spec.get_str("from") {
+                    names.push(from.to_owned());
+                }
+            }
+            ("$unionWith", Bson::String(coll)) => names.push(coll.clone()),
+            ("$unionWith", Bson::Document(spec)) => {
+                if let Ok(coll) = spec.get_str("coll") {
+                    names.push(coll.to_owned());
+                }
+                pending.extend(stage_documents(spec.get("pipeline")).into_iter().rev());
+            }
+            ("$facet", Bson::Document(branches)) => {
+                for branch in branches.values().collect::<Vec<_>>().into_iter().rev() {
+                    pending.extend(stage_documents(Some(branch)).into_iter().rev());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// The stage documents of a sub-pipeline value (anything else holds none).
+fn stage_documents(value: Option<&Bson>) -> Vec<&Document> {
+    match value {
+        Some(Bson::Array(stages)) => stages.iter().filter_map(Bson::as_document).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every view a read of `roots` (names in database `db`) reaches, each once: the views named,
+/// the views they are defined on and the views their pipelines read, transitively (mongod's
+/// view graph, whose edges are `viewOn` and the involved namespaces). `pending` stands for its
+/// namespace's stored definition (a view being created or modified). A path that comes back to
+/// a view on it is 93 GraphContainsCycle; one longer than [`MAX_VIEW_DEPTH`] views is 279.
+async fn reached_views(
+    ctx: &CommandContext<'_>,
+    db: &str,
+    roots: Vec<String>,
+    pending: Option<&ViewDefinition>,
+) -> CommandResult<Vec<ViewDefinition>> {
+    let mut reached = Vec::new();
+    let mut explored = std::collections::HashSet::new();
+    // The path from the roots: each view with the names it still has to follow.
+    let mut path: Vec<(Option<ViewDefinition>, Vec<String>)> = vec![(None, roots)];
+    while let Some((_, next)) = path.last_mut() {
+        let Some(name) = next.pop() else {
+            if let Some((Some(view), _)) = path.pop() {
+                explored.insert(view.ns.coll.clone());
+            }
+            continue;
+        };
+        if explored.contains(&name) {
+            continue;
+        }
+        let on_path = |(view, _): &(Option<ViewDefinition>, Vec<String>)| {
+            view.as_ref().is_some_and(|view| view.ns.coll == name)
+        };
+        if path.iter().any(on_path) {
+            let mut chain: Vec<String> = path
+                .iter()
+                .filter_map(|(view, _)| view.as_ref().map(|view| view.ns.to_string()))
+                .collect();
+            chain.push(format!("{db}.{name}"));
+            return Err(CommandError::new(
+                ErrorCode::GraphContainsCycle,
+                format!("View cycle detected: {}", chain.join(" => ")),
+            ));
+        }
+        let ns = Namespace::new(db, name.as_str());
+        let view = match pending.filter(|pending| pending.ns == ns) {
+            Some(pending) => Some(pending.clone()),
+            None => lookup(ctx, &ns).await?,
+        };
+        let Some(view) = view else {
+            explored.insert(name);
+            continue;
+        };
+        if path.len() > MAX_VIEW_DEPTH {
+            return Err(depth_exceeded());
+        }
+        let mut follow = involved_names(&view.pipeline);
+        follow.push(view.view_on.clone());
+        reached.push(view.clone());
+        path.push((Some(view), follow));
+    }
+    Ok(reached)
+}
+
+/// Checks, before an aggregate over `stages` runs under `collation`, that every view it reads
+/// (as a `$lookup`/`$graphLookup`/`$unionWith` source, at any depth) has that collation as its
+/// default (mongod's `collatorCompatibleWithPipeline`: 167 otherwise), and that following them
+/// ends (279).
+pub async fn check_involved_views(
+    ctx: &CommandContext<'_>,
+    stages: &[Document],
+    collation: &crate::query::collation::CollationChoice,
+) -> CommandResult<()> {
+    let names = involved_names(stages);
+    if names.is_empty() {
+        return Ok(());
+    }
+    let run_collation = collation.as_ref().map(|collation| collation.spec().clone());
+    let views = reached_views(ctx, ctx.db, names, None)
+        .await
+        .map_err(|error| match error.code {
+            ErrorCode::GraphContainsCycle => depth_exceeded(),
+            _ => error,
+        })?;
+    match views.iter().find(|view| view.collation != run_collation) {
+        Some(view) => Err(CommandError::new(
+            ErrorCode::OptionNotSupportedOnView,
+            format!("Cannot override default collation of view {}", view.ns),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks that the views `view`'s pipeline reads close no cycle through `view` and share its
+/// collation (mongod's `ViewGraph::insertAndValidate` over the pipeline's involved namespaces).
+async fn validate_involved(ctx: &CommandContext<'_>, view: &ViewDefinition) -> CommandResult<()> {
+    let names = involved_names(&view.pipeline);
+    if names.is_empty() {
+        return Ok(());
+    }
+    let reached = reached_views(ctx, &view.ns.db, names, Some(view)).await?;
+    match reached
+        .iter()
+        .find(|other| other.collation != view.collation)
+    {
+        Some(other) => Err(CommandError::new(
+            ErrorCode::OptionNotSupportedOnView,
+            format!(
+                "View {} has conflicting collation with view {}",
+                view.ns, other.ns
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The view `name` of the command's database resolved to its collection, when it is a view: what
+/// a stage reading it as another collection (`$lookup`, `$graphLookup`, `$unionWith`) runs.
+pub async fn source_of(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+) -> CommandResult<Option<ResolvedView>> {
+    match lookup(ctx, ns).await? {
+        Some(view) => resolve(ctx, view).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Refuses a write into `ns` when it is a view (`$out`, `$merge`, `bulkWrite`: mongod's 166).
+pub async fn refuse_write_target(ctx: &CommandContext<'_>, ns: &Namespace) -> CommandResult<()> {
+    match lookup(ctx, ns).await? {
+        Some(_) => Err(not_a_collection(ns)),
+        None => Ok(()),
+    }
+}
+
+/// `renameCollection`'s view checks, as mongod's `checkSourceAndTargetNamespaces`: a view is not
+/// renamed (166), and a collection is not renamed over a view (48, `dropTarget` or not).
+pub async fn check_rename(
+    ctx: &CommandContext<'_>,
+    from: &Namespace,
+    to: &Namespace,
+) -> CommandResult<()> {
+    if lookup(ctx, from).await?.is_some() {
+        return Err(CommandError::new(
+            ErrorCode::CommandNotSupportedOnView,
+            format!("cannot rename view: {from}"),
+        ));
+    }
+    let source_exists = ctx.state.storage.collection(from).await?.is_some();
+    if source_exists && lookup(ctx, to).await?.is_some() {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceExists,
+            format!("a view already exists with that name: {to}"),
+        ));
+    }
+    Ok(())
 }
