@@ -206,6 +206,23 @@ pub fn tailable_refused() -> CommandError {
     )
 }
 
+/// A collection scan of a capped collection whose position (`position`, an insertion number as
+/// storage keys it: 8 bytes big-endian) was rolled over or deleted between two reads (136,
+/// `collection_scan.cpp`): a tailable cursor that had reached the end and finds its last record
+/// gone, or any scan restored after its position went.
+pub fn position_lost(position: &[u8], tailable_at_end: bool) -> CommandError {
+    let record_id = <[u8; 8]>::try_from(position).map_or(0, u64::from_be_bytes);
+    let what = if tailable_at_end {
+        "failure to restore tailable cursor position"
+    } else {
+        "position in capped collection being deleted"
+    };
+    CommandError::new(
+        ErrorCode::CappedPositionLost,
+        format!("CollectionScan died due to {what}. Last seen record id: RecordId({record_id})"),
+    )
+}
+
 /// How long an `awaitData` getMore waits without `maxTimeMS`: mongod's 1 second.
 pub const DEFAULT_AWAIT_MS: u64 = 1000;
 

@@ -142,6 +142,9 @@ impl Cursor {
         match &mut self.source {
             CursorSource::Stream(stream) => {
                 stream.set_visibility(visibility.clone());
+                // Each batch continues from the last document handed out, or fails with 136
+                // when a capped collection rolled over it.
+                stream.restore();
                 stream.resume_tail();
             }
             CursorSource::Pipeline(pulled) => pulled.input.set_visibility(visibility.clone()),

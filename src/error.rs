@@ -74,6 +74,8 @@ error_codes! {
     // Views (commands::views).
     GraphContainsCycle = 93,
     CommandNotSupportedOnView = 166,
+    // Capped collections (capped.rs, exec.rs).
+    CappedPositionLost = 136,
     OptionNotSupportedOnView = 167,
     ViewDepthLimitExceeded = 279,
     CannotIndexParallelArrays = 171,

@@ -216,6 +216,18 @@ pub struct DocStream {
     tailable: bool,
     /// The storage position of the last entry a tailable read reached.
     tail_after: Option<Vec<u8>>,
+    /// Collection scans of a capped collection: the position of each buffered record, in step
+    /// with `buffer` (empty for every other read).
+    positions: VecDeque<Vec<u8>>,
+    /// Collection scans of a capped collection: the position of the last record handed out,
+    /// where [`DocStream::restore`] resumes.
+    last_returned: Option<Vec<u8>>,
+    /// The next page resumes a tailable read that had reached its end (`resume_tail`), which
+    /// mongod reports differently when the position is gone.
+    resuming_tail: bool,
+    /// A finished collection scan, kept while records it read ahead are buffered, so
+    /// [`DocStream::restore`] can read them again.
+    finished_scan: Option<ScanStep>,
 }
 
 /// The state of a sort merge: one stream per branch, each in `sort` order, and the next record
@@ -329,6 +341,10 @@ impl DocStream {
             covered: false,
             tailable: false,
             tail_after: None,
+            positions: VecDeque::new(),
+            last_returned: None,
+            resuming_tail: false,
+            finished_scan: None,
         }
     }
 
@@ -342,7 +358,30 @@ impl DocStream {
         if self.tailable && self.exhausted && self.buffer.is_empty() && !self.scans.is_empty() {
             self.exhausted = false;
             self.resume_after = self.tail_after.clone();
+            self.resuming_tail = self.resume_after.is_some();
         }
+    }
+
+    /// Continues a collection scan of a capped collection from the last record handed out, as
+    /// mongod restores its cursor for each `getMore`: records read ahead are dropped and read
+    /// again, so a position that was rolled over (or deleted) since is noticed by the next page
+    /// (136 CappedPositionLost) instead of the scan going on from a later document. Does nothing
+    /// for other reads, or when nothing is read ahead.
+    pub fn restore(&mut self) {
+        if self.positions.is_empty() {
+            return;
+        }
+        if self.scans.is_empty() {
+            match self.finished_scan.take() {
+                Some(step) => self.scans.push_back(step),
+                None => return,
+            }
+        }
+        self.buffer.clear();
+        self.positions.clear();
+        self.resume_after = self.last_returned.clone();
+        self.exhausted = false;
+        self.resuming_tail = false;
     }
 
     /// Reads index entries covered (`ScanRequest::covered`): records hold only the index's
@@ -432,6 +471,9 @@ impl DocStream {
         }
         loop {
             if let Some(record) = self.buffer.pop_front() {
+                if let Some(position) = self.positions.pop_front() {
+                    self.last_returned = Some(position);
+                }
                 if self.visibility.is_visible(&record) {
                     self.stats.returned += 1;
                     return Ok(Some(record));
@@ -487,6 +529,7 @@ impl DocStream {
         if self.exhausted {
             return Ok(());
         }
+        let mut positions = Vec::new();
         let records = if let Some(id) = self.point.take() {
             self.exhausted = true;
             let record = storage.get(&self.ns, &id).await?;
@@ -497,6 +540,8 @@ impl DocStream {
             // Reads served from cache never return Pending; yielding once per page keeps long
             // scans fair to other requests and lets `maxTimeMS` interrupt them.
             tokio::task::yield_now().await;
+            let resumed_from = self.resume_after.clone();
+            let resuming_tail = std::mem::take(&mut self.resuming_tail);
             let page = storage
                 .scan(
                     &self.ns,
@@ -511,6 +556,12 @@ impl DocStream {
                     },
                 )
                 .await?;
+            if page.position_lost {
+                return Err(crate::capped::position_lost(
+                    resumed_from.as_deref().unwrap_or_default(),
+                    resuming_tail,
+                ));
+            }
             self.stats.keys_examined += page.keys_examined;
             self.stats.docs_examined += page.docs_examined;
             self.resume_after = page.resume;
@@ -522,19 +573,28 @@ impl DocStream {
                     // The scan stays: `resume_tail` continues it after `tail_after`.
                     self.exhausted = true;
                 } else {
-                    self.scans.pop_front();
+                    let finished = self.scans.pop_front();
+                    self.finished_scan =
+                        finished.filter(|step| matches!(step.source, ScanSource::Collection));
                     self.exhausted = self.scans.is_empty();
                 }
             }
+            positions = page.positions;
             page.records
         } else {
             self.exhausted = true;
             Vec::new()
         };
+        let mut positions = positions.into_iter();
         for record in records {
+            let position = positions.next();
             if !self.visibility.is_visible(&record)
                 || (self.check_filter && !self.filter.try_matches(&record.doc)?)
             {
+                // Passed over: with nothing read ahead before it, the scan's position is past it.
+                if position.is_some() && self.buffer.is_empty() {
+                    self.last_returned = position;
+                }
                 continue;
             }
             if let Some(produced) = &mut self.produced {
@@ -544,6 +604,7 @@ impl DocStream {
                 }
             }
             self.buffer.push_back(record);
+            self.positions.extend(position);
         }
         Ok(())
     }

@@ -769,6 +769,19 @@ async fn other_commands_on_a_time_series() {
         .await;
     assert_eq!(code, 2, "measurements without a time are refused");
     assert_eq!(f.visible("m").await, [2; 4], "and the target is unchanged");
+    // A time series is a view in mongod's catalog: neither converts to capped (166).
+    assert_eq!(
+        f.fails(doc! {"convertToCapped": "m", "size": 100_000})
+            .await
+            .0,
+        166
+    );
+    assert_eq!(
+        f.fails(doc! {"cloneCollectionAsCapped": "m", "toCollection": "c", "size": 100_000})
+            .await
+            .0,
+        166
+    );
     f.run(doc! {"drop": "m"}).await;
     assert!(f
         .run(doc! {"listCollections": 1, "filter": {"name": "m"}})

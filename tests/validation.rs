@@ -131,6 +131,11 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("renameCollection", doc! {"renameCollection": "v.c"}, Error(40414, "BSON field 'renameCollection.to' is missing but a required field")),
         ("renameCollection", doc! {"renameCollection": "v.c", "to": "v.d", "foo": 1}, Code(40415)),
         ("renameCollection", doc! {"renameCollection": "v.c", "to": 5}, Code(14)),
+        // collection_to_capped.cpp: BasicCommands without an IDL (unknown fields are ignored).
+        ("convertToCapped", doc! {"convertToCapped": "c"}, Error(72, "Capped collection size must be greater than zero")),
+        ("convertToCapped", doc! {"convertToCapped": "nosuch", "size": 4096, "foo": 1}, Code(26)),
+        ("cloneCollectionAsCapped", doc! {"cloneCollectionAsCapped": "c", "size": 4096}, Error(14, "'toCollection' must be of type String")),
+        ("cloneCollectionAsCapped", doc! {"cloneCollectionAsCapped": "c", "toCollection": "d", "size": -1}, Code(72)),
         // statistics and diagnostics
         ("dbStats", doc! {"dbStats": 1, "scale": 0}, Error(51024, "BSON field 'dbStats.scale' value must be >= 1, actual value '0'")),
         ("dbStats", doc! {"dbStats": 1, "foo": 1}, Error(40415, "BSON field 'dbStats.foo' is an unknown field.")),

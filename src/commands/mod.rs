@@ -6,6 +6,7 @@ mod admin;
 pub(crate) mod aggregate;
 pub mod args;
 mod bulk_write;
+mod capped_convert;
 pub mod clustered;
 pub mod collection_defaults;
 pub(crate) mod crud;
@@ -35,6 +36,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         crud::COMMANDS,
         bulk_write::COMMANDS,
         ddl::COMMANDS,
+        capped_convert::COMMANDS,
         indexes::COMMANDS,
         admin::COMMANDS,
         aggregate::COMMANDS,

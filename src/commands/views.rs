@@ -52,6 +52,8 @@ const REFUSED_ON_VIEWS: &[&str] = &[
     "listIndexes",
     "collStats",
     "mapReduce",
+    "convertToCapped",
+    "cloneCollectionAsCapped",
 ];
 
 /// One view definition, as stored in `system.views`.

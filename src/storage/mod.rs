@@ -513,6 +513,13 @@ pub struct ScanPage {
     /// The position of the last entry the page visited, whether or not more follow: a
     /// tailable cursor resumes after it once new documents arrive (`None` if none was visited).
     pub last: Option<Vec<u8>>,
+    /// Collection scans of a capped collection only: the position of each record, in step with
+    /// `records` (empty for every other scan).
+    pub positions: Vec<Vec<u8>>,
+    /// Collection scans of a capped collection only: `resume_after` names a position whose
+    /// document is gone (rolled over or deleted); the page is empty and the scan cannot go on
+    /// (mongod's CappedPositionLost).
+    pub position_lost: bool,
 }
 
 /// What [`Storage::count_entries`] found, from one snapshot.

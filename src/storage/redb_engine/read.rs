@@ -171,6 +171,17 @@ pub(super) fn scan(
         },
         _ => None,
     };
+    // A capped scan resumes exactly where it stopped or not at all: if the entry it stopped at
+    // is gone (rolled over, deleted), documents would be skipped unseen (mongod's
+    // CappedPositionLost; the reader decides what to answer).
+    if let (Some(natural), Some(resume)) = (&natural, request.resume_after.as_deref()) {
+        if natural.get(resume).map_err(io)?.is_none() {
+            return Ok(ScanPage {
+                position_lost: true,
+                ..empty
+            });
+        }
+    }
     let scanned = index_table.as_ref().or(natural.as_ref()).unwrap_or(&data);
     let hide = request.hide.as_ref();
     let key_filter = request.key_filter.as_ref();
@@ -183,6 +194,7 @@ pub(super) fn scan(
         request.reverse,
         request.limit,
         reads_index,
+        natural.is_some(),
         |key, value| {
             if key_filter.is_some_and(|filter| !filter.holds(key)) {
                 return Ok(Visit::Skipped);
@@ -253,7 +265,9 @@ fn unless_hidden(record: &[u8], hide: Option<&RecordPredicate>) -> StorageResult
 /// One page of `scanned` over stored-key `ranges` (in scan order, already stored ranges),
 /// strictly after `resume`; `visit` maps a (key, value) entry to its record. `resume` in the
 /// result is the last entry's key when more may follow. `reads_index`: entries are index keys
-/// (counted as keys examined), not documents.
+/// (counted as keys examined), not documents. `with_positions`: the page lists the key of each
+/// record it holds (`ScanPage::positions`).
+#[allow(clippy::too_many_arguments)]
 fn page(
     scanned: &BytesReadTable,
     mut ranges: Vec<KeyRange>,
@@ -261,6 +275,7 @@ fn page(
     reverse: bool,
     limit: usize,
     reads_index: bool,
+    with_positions: bool,
     visit: impl Fn(&[u8], &[u8]) -> StorageResult<Visit>,
 ) -> StorageResult<ScanPage> {
     let limit = limit.max(1);
@@ -270,6 +285,7 @@ fn page(
         ranges.reverse();
     }
     let mut records = Vec::new();
+    let mut positions = Vec::new();
     let mut visited = 0;
     let mut docs_examined = 0;
     let mut last_key: Option<Vec<u8>> = None;
@@ -296,6 +312,8 @@ fn page(
                     resume: last_key,
                     keys_examined: if reads_index { visited as u64 } else { 0 },
                     docs_examined,
+                    positions,
+                    position_lost: false,
                 });
             }
             visited += 1;
@@ -304,6 +322,9 @@ fn page(
             match visit(key, value.value())? {
                 Visit::Read(record) => {
                     docs_examined += 1;
+                    if with_positions && record.is_some() {
+                        positions.push(key.to_vec());
+                    }
                     records.extend(record);
                 }
                 Visit::Covered(record) => records.push(record),
@@ -318,6 +339,8 @@ fn page(
         last: last_key,
         keys_examined: if reads_index { visited as u64 } else { 0 },
         docs_examined,
+        positions,
+        position_lost: false,
     })
 }
 
@@ -370,6 +393,7 @@ pub(super) fn expiry_scan(
         false,
         limit,
         true,
+        false,
         |key, _| fetch(&data, expiry_entry_id(key)?, None).map(Visit::Read),
     )
 }

@@ -1,0 +1,291 @@
+//! `convertToCapped` and `cloneCollectionAsCapped`: a capped copy of a collection, as mongod's
+//! `capped_utils.cpp` makes it. The copy is a new collection with the source's options plus
+//! `capped: true` and the given `size` (kept in `CollectionMeta.options` like `create`'s), only
+//! the `_id` index, and the source's visible documents inserted in natural order through the
+//! normal insert path, so the engine's rollover removes the oldest while they exceed the cap
+//! (what is left is the newest documents that fit). `convertToCapped` builds the copy under a
+//! temporary name and renames it over the source (`dropTarget`).
+//!
+//! Invariants: expired documents are never copied (each chunk is read under the source's
+//! current visibility); TTL indexes never carry over (no secondary index does, and capped
+//! collections refuse TTL); the documents are not validated (mongod disables validation for the
+//! copy); a failed copy drops what it built, so the target is made whole or not at all. Not
+//! atomic against concurrent writes: a write to the source while it is copied may or may not be
+//! in the copy, and for `convertToCapped` one that lands after its chunk was read is lost with
+//! the source when the rename replaces it (mongod holds the collection exclusively instead).
+//! The rename itself is one storage transaction. Must not: hold two collections' policy gates at
+//! once (the source is read and the copy written in alternating chunks).
+
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use crate::async_handler;
+use crate::commands::args::{validate_writable_namespace, write_options};
+use crate::commands::crud::{insert_documents, WriteContext};
+use crate::dispatch::{CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::exec::DocStream;
+use crate::planner::Access;
+use crate::query::variables::CommandVariables;
+use crate::query::Filter;
+use crate::storage::{CollectionMeta, Namespace};
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "convertToCapped",
+        aliases: &[],
+        help: "{ convertToCapped:<fromCollectionName>, size:<sizeInBytes> }",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(convert_to_capped),
+    },
+    CommandSpec {
+        name: "cloneCollectionAsCapped",
+        aliases: &[],
+        help: "{ cloneCollectionAsCapped:<fromName>, toCollection:<toName>, size:<sizeInBytes> }",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(clone_collection_as_capped),
+    },
+];
+
+/// Documents read from the source, then inserted into the copy, per step.
+const COPY_CHUNK: usize = 1000;
+
+/// `size` as both commands read it (`safeNumberLong`; absent or not a number is 0): at least 1,
+/// else 72 (`collection_to_capped.cpp`).
+fn requested_size(body: &Document) -> CommandResult<i64> {
+    let size = match body.get("size") {
+        Some(Bson::Int32(value)) => i64::from(*value),
+        Some(Bson::Int64(value)) => *value,
+        Some(other) => crate::bsonutil::as_f64(other).map_or(0, |value| {
+            if value.is_nan() {
+                0
+            } else {
+                // `as` saturates, as `safeNumberLong` does.
+                value as i64
+            }
+        }),
+        None => 0,
+    };
+    if size <= 0 {
+        return Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            "Capped collection size must be greater than zero",
+        ));
+    }
+    Ok(size)
+}
+
+/// A collection name argument: a string (else 14, `'<field>' must be of type String`) that is a
+/// valid collection name (else 73, `Invalid <which> collection name: <name>`).
+fn collection_name<'a>(body: &'a Document, field: &str, which: &str) -> CommandResult<&'a str> {
+    let Some(Bson::String(name)) = body.get(field) else {
+        return Err(CommandError::type_mismatch(format!(
+            "'{field}' must be of type String"
+        )));
+    };
+    if name.is_empty() || name.contains('\0') || name.starts_with('.') || name.contains('$') {
+        return Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("Invalid {which} collection name: {name}"),
+        ));
+    }
+    Ok(name)
+}
+
+/// `temp: true` asks for a collection dropped at the next restart, which tideway does not have.
+fn refuse_temp(body: &Document) -> CommandResult<()> {
+    if body.get("temp").is_some_and(crate::bsonutil::is_truthy) {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support the collection option 'temp'",
+        ));
+    }
+    Ok(())
+}
+
+async fn clone_collection_as_capped(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let from = collection_name(body, "cloneCollectionAsCapped", "source")?;
+    let to = collection_name(body, "toCollection", "target")?;
+    let size = requested_size(body)?;
+    refuse_temp(body)?;
+    let from = Namespace::new(ctx.db, from);
+    let to = Namespace::new(ctx.db, to);
+    validate_writable_namespace(&to)?;
+    // A view as the source is refused before the handler runs (`commands::views`).
+    if crate::commands::views::lookup(ctx, &to).await?.is_some() {
+        return Err(crate::commands::views::not_a_collection(&to));
+    }
+    let source = source_collection(ctx, &from).await?;
+    if ctx.state.storage.collection(&to).await?.is_some() {
+        return Err(CommandError::new(
+            ErrorCode::NamespaceExists,
+            format!(
+                "cloneCollectionAsCapped failed - destination collection {to} already exists. source collection: {from}"
+            ),
+        ));
+    }
+    clone_as_capped(ctx, body, &source, &to, size).await?;
+    Ok(Document::new())
+}
+
+async fn convert_to_capped(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let ns = crate::commands::args::collection_namespace(ctx, body)?;
+    validate_writable_namespace(&ns)?;
+    let size = requested_size(body)?;
+    // A view is refused before the handler runs (`commands::views`).
+    let source = source_collection(ctx, &ns).await?;
+    // mongod's `tmp%%%%%.convertToCapped.<coll>`: five random characters.
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let temp = Namespace::new(
+        ctx.db,
+        format!("tmp{}.convertToCapped.{}", &suffix[..5], ns.coll),
+    );
+    clone_as_capped(ctx, body, &source, &temp, size).await?;
+    if let Err(error) = ctx.state.storage.rename_collection(&temp, &ns, true).await {
+        let _ = ctx.state.storage.drop_collection(&temp).await;
+        return Err(error.into());
+    }
+    let renamed = ns.to_string();
+    ctx.state
+        .cursors
+        .kill_where(|cursor_ns| cursor_ns == renamed);
+    Ok(Document::new())
+}
+
+/// The source collection, or 26 when there is none; a time series is refused as a view (166),
+/// which its namespace is in mongod.
+async fn source_collection(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+) -> CommandResult<CollectionMeta> {
+    let meta = ctx.state.storage.collection(ns).await?.ok_or_else(|| {
+        CommandError::new(
+            ErrorCode::NamespaceNotFound,
+            format!("source collection {ns} does not exist"),
+        )
+    })?;
+    if crate::timeseries::is_timeseries(&meta) {
+        return Err(crate::commands::views::not_a_collection(ns));
+    }
+    Ok(meta)
+}
+
+/// The options of the capped copy of `source`: its own (validator, collation, ... and `max`
+/// when it is capped already) with `capped: true` and `size`, checked and rounded as `create`
+/// does them (2 past 1 PB, `collection_options.cpp`).
+fn copy_options(source: &CollectionMeta, size: i64) -> CommandResult<Document> {
+    if crate::commands::clustered::is_clustered(source) {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support capped clustered collections",
+        ));
+    }
+    if size > crate::capped::MAX_SIZE_BYTES {
+        return Err(CommandError::bad_value("size cannot exceed 1 PB"));
+    }
+    let mut options = source.options.clone();
+    let mut capped = doc! {"capped": true, "size": size};
+    if let Some(max) = options.get("max").filter(|_| source.capped().is_some()) {
+        capped.insert("max", max.clone());
+    }
+    let checked = crate::capped::create_options(&capped)?.unwrap_or_default();
+    options.remove("max");
+    for (name, value) in checked {
+        options.insert(name, value);
+    }
+    Ok(options)
+}
+
+/// Creates `target` as the capped copy of `source` and copies the documents; on failure the
+/// target is dropped again.
+async fn clone_as_capped(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    source: &CollectionMeta,
+    target: &Namespace,
+    size: i64,
+) -> CommandResult<()> {
+    let options = copy_options(source, size)?;
+    let storage = ctx.state.storage.as_ref();
+    storage
+        .create_collection(target, options, Vec::new())
+        .await?;
+    let copied = copy_documents(ctx, body, &source.ns, target).await;
+    if copied.is_err() {
+        // Best effort: the error the client sees is the copy's, not the cleanup's.
+        let _ = storage.drop_collection(target).await;
+    }
+    copied
+}
+
+/// Copies the visible documents of `source` into `target` in natural order, a chunk at a time:
+/// each chunk is read under the source's policy gate at the time of reading, then inserted
+/// under the target's (never both at once).
+async fn copy_documents(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    source: &Namespace,
+    target: &Namespace,
+) -> CommandResult<()> {
+    let storage = ctx.state.storage.as_ref();
+    let options = write_options(ctx, body)?;
+    let every = Arc::new(Filter::parse(&Document::new())?);
+    let mut stream: Option<DocStream> = None;
+    loop {
+        ctx.deadline.check()?;
+        let chunk = {
+            let view = ctx.state.view(source).await?;
+            let stream = stream.get_or_insert_with(|| {
+                DocStream::new(
+                    source.clone(),
+                    every.clone(),
+                    &Access::CollScan { reverse: false },
+                    view.visibility.clone(),
+                )
+            });
+            stream.set_visibility(view.visibility.clone());
+            stream.restore();
+            let mut chunk = Vec::with_capacity(COPY_CHUNK);
+            while chunk.len() < COPY_CHUNK {
+                match stream.next(storage).await? {
+                    Some(record) => chunk.push(record.doc.into_document()),
+                    None => break,
+                }
+            }
+            chunk
+        };
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let variables = CommandVariables::at(bson::DateTime::from_millis(ctx.state.clock.now_ms()));
+        // mongod copies with document validation disabled.
+        let writer = WriteContext::open(ctx, target, options, variables)
+            .await?
+            .bypassing_validation(true);
+        let documents: Vec<&Document> = chunk.iter().collect();
+        let outcome = insert_documents(&writer, &documents).await?;
+        if let Some((_, error)) = outcome.errors.into_iter().next() {
+            return Err(error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_is_read_as_safe_number_long() {
+        let code = |body: Document| requested_size(&body).unwrap_err().code;
+        assert_eq!(code(doc! {}), ErrorCode::InvalidOptions);
+        assert_eq!(code(doc! {"size": 0}), ErrorCode::InvalidOptions);
+        assert_eq!(code(doc! {"size": -5}), ErrorCode::InvalidOptions);
+        assert_eq!(code(doc! {"size": "1000"}), ErrorCode::InvalidOptions);
+        assert_eq!(code(doc! {"size": 0.5}), ErrorCode::InvalidOptions);
+        assert_eq!(requested_size(&doc! {"size": 1000.9}).unwrap(), 1000);
+        assert_eq!(requested_size(&doc! {"size": 5.3e21}).unwrap(), i64::MAX);
+    }
+}
