@@ -194,16 +194,39 @@ pub fn validate_create(
 struct ParsedOptions {
     time_field: String,
     meta_field: Option<String>,
+    bucketing: Bucketing,
+}
+
+/// The bucketing fields of a `timeseries` option as given (`create`'s and `collMod`'s).
+#[derive(Default)]
+struct Bucketing {
     granularity: Option<Granularity>,
     rounding: Option<i32>,
     max_span: Option<i32>,
 }
 
+impl Bucketing {
+    /// Reads `field` (under IDL context `context`) when it is a bucketing field; false for
+    /// any other field.
+    fn read(&mut self, context: &str, field: &str, value: &Bson) -> CommandResult<bool> {
+        match field {
+            "granularity" => {
+                let name = string_field(context, field, value)?;
+                self.granularity = Some(Granularity::parse(context, &name)?);
+            }
+            "bucketRoundingSeconds" => self.rounding = Some(bucket_seconds(context, field, value)?),
+            "bucketMaxSpanSeconds" => self.max_span = Some(bucket_seconds(context, field, value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 impl ParsedOptions {
     fn parse(raw: &Document) -> CommandResult<ParsedOptions> {
         const CONTEXT: &str = "create.timeseries";
-        let (mut time_field, mut meta_field, mut granularity) = (None, None, None);
-        let (mut rounding, mut max_span) = (None, None);
+        let (mut time_field, mut meta_field) = (None, None);
+        let mut bucketing = Bucketing::default();
         for (field, value) in raw {
             if matches!(value, Bson::Null | Bson::Undefined) {
                 continue;
@@ -211,14 +234,7 @@ impl ParsedOptions {
             match field.as_str() {
                 "timeField" => time_field = Some(string_field(CONTEXT, field, value)?),
                 "metaField" => meta_field = Some(string_field(CONTEXT, field, value)?),
-                "granularity" => {
-                    granularity = Some(Granularity::parse(
-                        CONTEXT,
-                        &string_field(CONTEXT, field, value)?,
-                    )?)
-                }
-                "bucketRoundingSeconds" => rounding = Some(bucket_seconds(CONTEXT, field, value)?),
-                "bucketMaxSpanSeconds" => max_span = Some(bucket_seconds(CONTEXT, field, value)?),
+                _ if bucketing.read(CONTEXT, field, value)? => {}
                 _ => return Err(CommandError::idl_unknown_field(CONTEXT, field)),
             }
         }
@@ -226,9 +242,7 @@ impl ParsedOptions {
             time_field: time_field
                 .ok_or_else(|| CommandError::idl_missing_field(CONTEXT, "timeField"))?,
             meta_field,
-            granularity,
-            rounding,
-            max_span,
+            bucketing,
         })
     }
 
@@ -239,13 +253,15 @@ impl ParsedOptions {
         if let Some(meta_field) = &self.meta_field {
             spec.insert("metaField", meta_field.as_str());
         }
-        let custom = self.rounding.is_some() || self.max_span.is_some();
-        match self.granularity {
-            Some(granularity) => {
-                check_granularity_alone(granularity, self.rounding, self.max_span)?
-            }
+        let custom = self.bucketing.rounding.is_some() || self.bucketing.max_span.is_some();
+        match self.bucketing.granularity {
+            Some(granularity) => check_granularity_alone(
+                granularity,
+                self.bucketing.rounding,
+                self.bucketing.max_span,
+            )?,
             None if custom => {
-                let (rounding, max_span) = equal_pair(self.rounding, self.max_span).ok_or_else(|| {
+                let (rounding, max_span) = equal_pair(self.bucketing.rounding, self.bucketing.max_span).ok_or_else(|| {
                     CommandError::new(
                         ErrorCode::InvalidOptions,
                         "Time-series 'bucketRoundingSeconds' must be equal to 'bucketMaxSpanSeconds'",
@@ -257,7 +273,7 @@ impl ParsedOptions {
             }
             None => {}
         }
-        let granularity = self.granularity.unwrap_or(Granularity::Seconds);
+        let granularity = self.bucketing.granularity.unwrap_or(Granularity::Seconds);
         spec.insert("granularity", granularity.name());
         spec.insert("bucketMaxSpanSeconds", granularity.max_span_seconds());
         Ok(spec)
@@ -565,23 +581,20 @@ pub fn apply_coll_mod(options: &mut Document, body: &Document) -> CommandResult<
     let Ok(current) = options.get_document(OPTION) else {
         return Ok(());
     };
-    let (mut target_granularity, mut rounding, mut max_span) = (None, None, None);
+    let mut bucketing = Bucketing::default();
     for (field, value) in change {
         if matches!(value, Bson::Null | Bson::Undefined) {
             continue;
         }
-        match field.as_str() {
-            "granularity" => {
-                target_granularity = Some(Granularity::parse(
-                    CONTEXT,
-                    &string_field(CONTEXT, field, value)?,
-                )?)
-            }
-            "bucketRoundingSeconds" => rounding = Some(bucket_seconds(CONTEXT, field, value)?),
-            "bucketMaxSpanSeconds" => max_span = Some(bucket_seconds(CONTEXT, field, value)?),
-            _ => return Err(CommandError::idl_unknown_field(CONTEXT, field)),
+        if !bucketing.read(CONTEXT, field, value)? {
+            return Err(CommandError::idl_unknown_field(CONTEXT, field));
         }
     }
+    let Bucketing {
+        granularity: target_granularity,
+        rounding,
+        max_span,
+    } = bucketing;
     let invalid = |message: &str| Err(CommandError::new(ErrorCode::InvalidOptions, message));
     let current_granularity = current
         .get_str("granularity")
