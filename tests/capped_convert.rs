@@ -394,3 +394,32 @@ async fn rolled_over_position_fails_the_get_more_with_capped_position_lost() {
     let reply = run(&db, doc! {"getMore": survivor, "collection": "ring"}).await;
     assert_eq!(next_batch_ids(&reply), vec![4, 5]);
 }
+
+/// mongod holds the collection exclusively while converting it; tideway holds its policy gate:
+/// a write that races the conversion either reaches the source before the copy reads it or
+/// waits and lands in the capped collection, and is never lost with the replaced source.
+#[tokio::test]
+async fn writes_racing_a_conversion_are_never_lost() {
+    let server = TestServer::start().await;
+    let db = server.client().database("race");
+    let coll = db.collection::<Document>("c");
+    let initial: Vec<Document> = (0..20_000).map(|i| doc! {"_id": i, "pad": "x"}).collect();
+    coll.insert_many(initial).await.unwrap();
+    let writer = {
+        let coll = coll.clone();
+        tokio::spawn(async move {
+            for i in 100_000..100_200 {
+                coll.insert_one(doc! {"_id": i}).await.unwrap();
+            }
+        })
+    };
+    run(&db, doc! {"convertToCapped": "c", "size": 100_000_000}).await;
+    writer.await.unwrap();
+    let counted = run(&db, doc! {"count": "c"}).await;
+    assert_eq!(
+        counted.get_i32("n").unwrap(),
+        20_200,
+        "every acknowledged write is there"
+    );
+    assert!(options_of(&db, "c").await.get_bool("capped").unwrap());
+}

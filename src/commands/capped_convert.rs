@@ -1,20 +1,19 @@
 //! `convertToCapped` and `cloneCollectionAsCapped`: a capped copy of a collection, as mongod's
 //! `capped_utils.cpp` makes it. The copy is a new collection with the source's options plus
 //! `capped: true` and the given `size` (kept in `CollectionMeta.options` like `create`'s), only
-//! the `_id` index, and the source's visible documents inserted in natural order through the
-//! normal insert path, so the engine's rollover removes the oldest while they exceed the cap
-//! (what is left is the newest documents that fit). `convertToCapped` builds the copy under a
-//! temporary name and renames it over the source (`dropTarget`).
+//! the `_id` index, and the source's visible documents inserted in natural order, so the engine's
+//! rollover removes the oldest while they exceed the cap (what is left is the newest documents
+//! that fit). `convertToCapped` builds the copy under a temporary name and renames it over the
+//! source (`dropTarget`).
 //!
-//! Invariants: expired documents are never copied (each chunk is read under the source's
-//! current visibility); TTL indexes never carry over (no secondary index does, and capped
-//! collections refuse TTL); the documents are not validated (mongod disables validation for the
-//! copy); a failed copy drops what it built, so the target is made whole or not at all. Not
-//! atomic against concurrent writes: a write to the source while it is copied may or may not be
-//! in the copy, and for `convertToCapped` one that lands after its chunk was read is lost with
-//! the source when the rename replaces it (mongod holds the collection exclusively instead).
-//! The rename itself is one storage transaction. Must not: hold two collections' policy gates at
-//! once (the source is read and the copy written in alternating chunks).
+//! Invariants: the source's policy gate is held exclusively from before the first read until
+//! after the rename, as mongod holds the collection exclusively: no write reaches the source
+//! meanwhile (writers wait), so none is lost when the copy replaces it. The copy is read and
+//! written straight through storage, taking no other gate (gates are striped: another could be
+//! this one). Expired documents are never copied (the source's visibility at the start); TTL
+//! indexes never carry over (no secondary index does, and capped collections refuse TTL); the
+//! documents are not validated (mongod disables validation for the copy); a failed copy drops
+//! what it built, so the target is made whole or not at all.
 
 use std::sync::Arc;
 
@@ -22,14 +21,13 @@ use bson::{doc, Bson, Document};
 
 use crate::async_handler;
 use crate::commands::args::{validate_writable_namespace, write_options};
-use crate::commands::crud::{insert_documents, WriteContext};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::DocStream;
+use crate::exec::{DocStream, Visibility};
 use crate::planner::Access;
-use crate::query::variables::CommandVariables;
 use crate::query::Filter;
-use crate::storage::{CollectionMeta, Namespace};
+use crate::storage::{CollectionMeta, Namespace, WriteMeta, WriteOp, WriteOptions};
+use crate::ttl;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -127,6 +125,7 @@ async fn clone_collection_as_capped(ctx: &CommandContext<'_>, body: &Document) -
             ),
         ));
     }
+    let _exclusive = ctx.state.policy_gates.exclusive(&from).await;
     clone_as_capped(ctx, body, &source, &to, size).await?;
     Ok(Document::new())
 }
@@ -143,6 +142,7 @@ async fn convert_to_capped(ctx: &CommandContext<'_>, body: &Document) -> Command
         ctx.db,
         format!("tmp{}.convertToCapped.{}", &suffix[..5], ns.coll),
     );
+    let _exclusive = ctx.state.policy_gates.exclusive(&ns).await;
     clone_as_capped(ctx, body, &source, &temp, size).await?;
     if let Err(error) = ctx.state.storage.rename_collection(&temp, &ns, true).await {
         let _ = ctx.state.storage.drop_collection(&temp).await;
@@ -221,9 +221,9 @@ async fn clone_as_capped(
     copied
 }
 
-/// Copies the visible documents of `source` into `target` in natural order, a chunk at a time:
-/// each chunk is read under the source's policy gate at the time of reading, then inserted
-/// under the target's (never both at once).
+/// Copies the visible documents of `source` into `target` in natural order, a chunk at a time,
+/// straight through storage. The caller holds the source's gate exclusively, so visibility is
+/// taken once, from the policies and the time at the start.
 async fn copy_documents(
     ctx: &CommandContext<'_>,
     body: &Document,
@@ -231,44 +231,43 @@ async fn copy_documents(
     target: &Namespace,
 ) -> CommandResult<()> {
     let storage = ctx.state.storage.as_ref();
-    let options = write_options(ctx, body)?;
+    let options = WriteOptions {
+        ordered: true,
+        ..write_options(ctx, body)?
+    };
+    let now_ms = ctx.state.clock.now_ms();
+    let visibility = Visibility::for_meta(storage.collection(source).await?.as_ref(), now_ms);
     let every = Arc::new(Filter::parse(&Document::new())?);
-    let mut stream: Option<DocStream> = None;
+    let mut stream = DocStream::new(
+        source.clone(),
+        every,
+        &Access::CollScan { reverse: false },
+        visibility,
+    );
     loop {
         ctx.deadline.check()?;
-        let chunk = {
-            let view = ctx.state.view(source).await?;
-            let stream = stream.get_or_insert_with(|| {
-                DocStream::new(
-                    source.clone(),
-                    every.clone(),
-                    &Access::CollScan { reverse: false },
-                    view.visibility.clone(),
-                )
-            });
-            stream.set_visibility(view.visibility.clone());
-            stream.restore();
-            let mut chunk = Vec::with_capacity(COPY_CHUNK);
-            while chunk.len() < COPY_CHUNK {
-                match stream.next(storage).await? {
-                    Some(record) => chunk.push(record.doc.into_document()),
-                    None => break,
+        let mut chunk = Vec::with_capacity(COPY_CHUNK);
+        while chunk.len() < COPY_CHUNK {
+            match stream.next(storage).await? {
+                Some(record) => {
+                    let doc = record.doc.into_document();
+                    chunk.push(WriteOp::Insert {
+                        meta: WriteMeta {
+                            last_write_ms: now_ms,
+                            ttl: ttl::ttl_class(&doc, now_ms),
+                        },
+                        doc,
+                        supersede: None,
+                    });
                 }
+                None => break,
             }
-            chunk
-        };
+        }
         if chunk.is_empty() {
             return Ok(());
         }
-        let variables = CommandVariables::at(bson::DateTime::from_millis(ctx.state.clock.now_ms()));
-        // mongod copies with document validation disabled.
-        let writer = WriteContext::open(ctx, target, options, variables)
-            .await?
-            .bypassing_validation(true);
-        let documents: Vec<&Document> = chunk.iter().collect();
-        let outcome = insert_documents(&writer, &documents).await?;
-        if let Some((_, error)) = outcome.errors.into_iter().next() {
-            return Err(error);
+        for result in storage.write(target, chunk, options).await? {
+            result?;
         }
     }
 }
