@@ -631,6 +631,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The latest time [`Storage::record_time`] had recorded when the engine opened (0 if none):
     /// the floor of the server clock after a restart.
     fn time_high_water_ms(&self) -> i64;
+    /// The newest cluster time a committed write took (`Timestamp {time: 0, increment: 0}`
+    /// before the first write). Every write operation takes its own, greater than every earlier
+    /// one (seconds from the wall clock, never going back; the increment counts within a second),
+    /// in commit order, and it survives restarts.
+    fn cluster_time(&self) -> bson::Timestamp;
     /// Records `now_ms` as a moment the server has reported (kept if later than what is recorded),
     /// as a background write: durable within a second.
     async fn record_time(&self, now_ms: i64) -> StorageResult<()>;

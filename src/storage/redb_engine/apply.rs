@@ -623,6 +623,9 @@ pub(super) fn write(
             },
         };
         let failed = result.is_err();
+        if !failed {
+            batch.counters.take_timestamp();
+        }
         results.push(result);
         if failed && ordered {
             break;

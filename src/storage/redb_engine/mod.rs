@@ -50,8 +50,9 @@ use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
 use self::database::{DbSlot, Source};
 use self::format::{
-    io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
-    META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER, OLDEST_READABLE_FORMAT_VERSION, SIZES,
+    io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_LAST_TIMESTAMP,
+    META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER,
+    OLDEST_READABLE_FORMAT_VERSION, SIZES,
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
@@ -165,6 +166,7 @@ impl RedbStorage {
             db: DbSlot::new(db, source),
             catalog: RwLock::new(Arc::new(catalog)),
             commits: AtomicU64::new(0),
+            cluster_time: AtomicU64::new(counters.last_timestamp),
         });
         let (jobs, receiver) = mpsc::channel();
         let writer = Writer::new(shared.clone(), counters, durability);
@@ -343,13 +345,17 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
                 )))
             }
         }
-        let counter = |name: &str| -> StorageResult<u64> {
-            Ok(meta.get(name).map_err(io)?.map_or(1, |value| value.value()))
+        let stored = |name: &str, absent: u64| -> StorageResult<u64> {
+            Ok(meta
+                .get(name)
+                .map_err(io)?
+                .map_or(absent, |value| value.value()))
         };
         Counters {
-            next_rev: counter(META_NEXT_REV)?,
-            next_collection_id: counter(META_NEXT_COLLECTION_ID)?,
-            next_index_id: counter(META_NEXT_INDEX_ID)?,
+            next_rev: stored(META_NEXT_REV, 1)?,
+            next_collection_id: stored(META_NEXT_COLLECTION_ID, 1)?,
+            next_index_id: stored(META_NEXT_INDEX_ID, 1)?,
+            last_timestamp: stored(META_LAST_TIMESTAMP, 0)?,
         }
     };
     // Create the fixed tables so readers always find them.
@@ -540,6 +546,14 @@ impl Storage for RedbStorage {
 
     fn time_high_water_ms(&self) -> i64 {
         self.time_high_water_ms
+    }
+
+    fn cluster_time(&self) -> bson::Timestamp {
+        let packed = self.shared.cluster_time.load(Ordering::Acquire);
+        bson::Timestamp {
+            time: (packed >> 32) as u32,
+            increment: packed as u32,
+        }
     }
 
     async fn record_time(&self, now_ms: i64) -> StorageResult<()> {

@@ -255,6 +255,9 @@ pub(super) fn apply(batch: &mut Batch, ns: &Namespace, plan: ReapPlan) -> Storag
         remove_sorted(table, &keys, run.dense, |_, _| {})?;
     }
     tables.save_sizes(&batch.txn)?;
+    for _ in &records {
+        batch.counters.take_timestamp();
+    }
     Ok(records.len() as u64)
 }
 

@@ -1456,3 +1456,41 @@ async fn an_interrupted_index_build_is_dropped_at_open() {
     .await;
     assert_eq!(found.len(), 20);
 }
+
+#[tokio::test]
+async fn every_write_takes_a_greater_cluster_time_which_survives_reopen() {
+    let dir = TempDir::new().unwrap();
+    let after_writes = {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        assert_eq!(
+            storage.cluster_time(),
+            bson::Timestamp {
+                time: 0,
+                increment: 0
+            }
+        );
+        let mut seen = Vec::new();
+        for id in 0..5 {
+            write_ok(&storage, &ns("c"), vec![insert(doc! {"_id": id})]).await;
+            seen.push(storage.cluster_time());
+        }
+        write_ok(
+            &storage,
+            &ns("c"),
+            vec![insert(doc! {"_id": 10}), insert(doc! {"_id": 11})],
+        )
+        .await;
+        seen.push(storage.cluster_time());
+        let packed = |t: &bson::Timestamp| (u64::from(t.time) << 32) | u64::from(t.increment);
+        assert!(
+            seen.windows(2)
+                .all(|pair| packed(&pair[0]) < packed(&pair[1])),
+            "{seen:?}"
+        );
+        // A batch of two writes took two times.
+        assert!(packed(&seen[5]) >= packed(&seen[4]) + 2);
+        seen[5]
+    };
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(storage.cluster_time(), after_writes);
+}
