@@ -468,6 +468,18 @@ pub struct ScanRequest {
     pub covered: bool,
 }
 
+/// A session record to store with a write ([`Storage::write_recorded`]): built from the
+/// operations' results, `None` to store nothing.
+pub type RecordSession =
+    Box<dyn FnOnce(&[StorageResult<WriteOutcome>]) -> Option<SessionRecord> + Send>;
+
+/// What [`Storage::write_recorded`] stores: a document under a caller-chosen key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    pub key: Vec<u8>,
+    pub value: Document,
+}
+
 /// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it
 /// that has expired.
 #[derive(Clone, Debug, PartialEq)]
@@ -725,6 +737,20 @@ pub trait Storage: Send + Sync + fmt::Debug {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
+    /// [`Storage::write`], and in the same atomic commit stores the session record `record`
+    /// builds from the operations' results (replacing any record under its key; nothing is
+    /// stored when it returns `None`). `record` runs on the writer thread: it must be fast and
+    /// must not block or call back into storage. Retryable writes keep their outcome this way,
+    /// so a write and the proof that it happened are never separated by a crash.
+    async fn write_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: RecordSession,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
+    /// The session record stored under `key` ([`Storage::write_recorded`]), if any.
+    async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>>;
     /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
     /// they point to for which `expired` holds, with all its index and expiry entries, as one
     /// atomic background write (see [`WriteOptions::background`]). A document is judged as read

@@ -71,6 +71,8 @@ pub(super) const ENTRY_OVERHEAD_BYTES: u64 = 8;
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(super) const CATALOG: TableDefinition<u64, &[u8]> = TableDefinition::new("catalog");
 pub(super) const SIZES: TableDefinition<&str, (u64, u64)> = TableDefinition::new("sizes");
+/// Session records (`Storage::write_recorded`): caller key → BSON document.
+pub(super) const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
 
 pub(super) const META_FORMAT_VERSION: &str = "format_version";
 pub(super) const META_NEXT_REV: &str = "next_rev";

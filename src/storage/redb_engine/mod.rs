@@ -57,8 +57,8 @@ use self::format::{
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
     CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
-    ReapRequest, ReapSource, Record, ScanPage, ScanRequest, Storage, StorageError, StorageResult,
-    WriteOp, WriteOptions, WriteOutcome,
+    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Storage, StorageError,
+    StorageResult, WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -640,6 +640,31 @@ impl Storage for RedbStorage {
             apply::write(batch, &ns, ops, options.ordered)
         })
         .await
+    }
+
+    async fn write_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: RecordSession,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
+        let bytes = ops.iter().map(PreparedOp::bytes).sum();
+        let ns = ns.clone();
+        self.submit(options, bytes, move |batch| {
+            let results = apply::write(batch, &ns, ops, options.ordered)?;
+            if let Some(session) = record(&results) {
+                apply::put_session_record(batch, &session)?;
+            }
+            Ok(results)
+        })
+        .await
+    }
+
+    async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
+        self.read(|| async { read::session_record(&self.shared, key) })
+            .await
     }
 
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {

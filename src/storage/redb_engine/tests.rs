@@ -1494,3 +1494,52 @@ async fn every_write_takes_a_greater_cluster_time_which_survives_reopen() {
     let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
     assert_eq!(storage.cluster_time(), after_writes);
 }
+
+#[tokio::test]
+async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
+    use crate::storage::SessionRecord;
+    let dir = TempDir::new().unwrap();
+    {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        let results = storage
+            .write_recorded(
+                &ns("c"),
+                vec![insert(doc! {"_id": 1}), insert(doc! {"_id": 1})],
+                WriteOptions {
+                    ordered: false,
+                    ..ORDERED
+                },
+                Box::new(|results| {
+                    let done = results.iter().filter(|result| result.is_ok()).count();
+                    Some(SessionRecord {
+                        key: b"session-a".to_vec(),
+                        value: doc! {"txnNumber": 7_i64, "n": done as i32},
+                    })
+                }),
+            )
+            .await
+            .unwrap();
+        assert!(results[0].is_ok() && results[1].is_err());
+        storage
+            .write_recorded(
+                &ns("c"),
+                vec![insert(doc! {"_id": 2})],
+                ORDERED,
+                Box::new(|_| None),
+            )
+            .await
+            .unwrap();
+        assert_eq!(storage.session_record(b"session-b").await.unwrap(), None);
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(
+        storage.session_record(b"session-a").await.unwrap(),
+        Some(doc! {"txnNumber": 7_i64, "n": 1})
+    );
+    assert_eq!(
+        scan_all(&storage, &ns("c"), ScanSource::Collection, false, 10)
+            .await
+            .len(),
+        2
+    );
+}
