@@ -31,6 +31,7 @@ pub mod conformance;
 pub mod hashed;
 pub mod indexkeys;
 pub mod keycodec;
+pub mod oplog;
 pub mod redb_engine;
 pub mod stored_doc;
 pub mod textkeys;
@@ -381,12 +382,15 @@ pub enum WriteOp {
     },
     /// Replaces the document with `_id == id` if its revision is still `expected_rev`; `doc` has the
     /// same `_id`. `WriteConflict` if the revision changed or the document no longer exists.
+    /// `replacement`: the client replaced the document whole (the oplog logs it as a
+    /// replacement, not as an update's diff).
     Replace {
         id: Bson,
         expected_rev: u64,
         doc: Document,
         meta: WriteMeta,
         supersede: Option<RecordPredicate>,
+        replacement: bool,
     },
     /// Deletes the document with `_id == id`, if its revision is still `expected_rev` (when given).
     /// `WriteConflict` if the revision changed or no such document exists.
@@ -494,6 +498,36 @@ pub enum ReapSource {
     Index { name: String, range: KeyRange },
 }
 
+/// A caller-supplied rule giving a stored record's expiry instant (ms since the epoch), if it has
+/// one: the oplog's entry for a reaped document says when it expired. Same rules as
+/// [`RecordPredicate`]. Compares by identity.
+#[derive(Clone)]
+pub struct RecordInstant(Arc<RecordInstantRule>);
+
+type RecordInstantRule = dyn Fn(&RawRecord<'_>) -> Option<i64> + Send + Sync;
+
+impl RecordInstant {
+    pub fn new(rule: impl Fn(&RawRecord<'_>) -> Option<i64> + Send + Sync + 'static) -> Self {
+        RecordInstant(Arc::new(rule))
+    }
+
+    pub fn of(&self, record: &RawRecord<'_>) -> Option<i64> {
+        (self.0)(record)
+    }
+}
+
+impl fmt::Debug for RecordInstant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<record instant>")
+    }
+}
+
+impl PartialEq for RecordInstant {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReapRequest {
     pub source: ReapSource,
@@ -503,6 +537,8 @@ pub struct ReapRequest {
     pub limit: usize,
     /// Which of the candidates to delete, judged on their current state.
     pub expired: RecordPredicate,
+    /// When each deleted document expired, for its oplog entry (`None`: not recorded).
+    pub expire_at: Option<RecordInstant>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

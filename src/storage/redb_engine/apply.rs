@@ -24,15 +24,16 @@ use super::catalog::{id_index_spec, CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
     bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
     index_table_name, io, natural_position_table_name, natural_table_name, raw_record,
-    record_header, record_with_document, set_record_header, CATALOG, RECORD_HEADER_LEN, SESSIONS,
-    SIZES,
+    record_document, record_header, record_with_document, set_record_header, CATALOG,
+    RECORD_HEADER_LEN, SESSIONS, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
+use crate::storage::oplog::{self, Change, EntryTime};
 use crate::storage::{
     CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate,
-    SessionRecord, StorageError, StorageResult, WriteMeta, WriteOp, WriteOutcome,
+    SessionRecord, StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
 };
 
 pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -55,8 +56,10 @@ pub(super) enum PreparedOp {
         record: Vec<u8>,
         meta: WriteMeta,
         supersede: Option<RecordPredicate>,
+        replacement: bool,
     },
     Delete {
+        id: Bson,
         id_key: Vec<u8>,
         expected_rev: Option<u64>,
     },
@@ -93,6 +96,7 @@ impl PreparedOp {
                 doc,
                 meta,
                 supersede,
+                replacement,
             } => {
                 let id_key = encode_id(&id);
                 if doc.get("_id").map(encode_id).as_ref() != Some(&id_key) {
@@ -108,12 +112,14 @@ impl PreparedOp {
                         record,
                         meta,
                         supersede,
+                        replacement,
                     },
                     Err(error) => PreparedOp::Invalid(error),
                 }
             }
             WriteOp::Delete { id, expected_rev } => PreparedOp::Delete {
                 id_key: encode_id(&id),
+                id,
                 expected_rev,
             },
         }
@@ -608,12 +614,23 @@ pub(super) fn write(
         }
         None => None,
     };
+    let oplog = oplog::is_logged(ns)
+        .then(|| existing(batch, &oplog::oplog_namespace()))
+        .flatten();
     let mut tables = match &entry {
         Some(entry) => Some(CollectionTables::open(&batch.txn, entry)?),
         None => None,
     };
+    let mut oplog_tables = match &oplog {
+        Some(oplog) => Some(CollectionTables::open(&batch.txn, oplog)?),
+        None => None,
+    };
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
+        let logged = match (&oplog_tables, tables.as_ref()) {
+            (Some(_), Some(tables)) => Logged::of(&op, tables)?,
+            _ => None,
+        };
         let result = match (op, tables.as_mut()) {
             (PreparedOp::Invalid(error), _) => Err(error),
             // Without a collection there is nothing to replace or delete.
@@ -625,13 +642,21 @@ pub(super) fn write(
         };
         let failed = result.is_err();
         if !failed {
-            batch.counters.take_timestamp();
+            let ts = batch.counters.take_timestamp();
+            if let (Some(oplog_tables), Some(logged)) = (oplog_tables.as_mut(), logged) {
+                let uuid = entry.as_ref().map(|entry| entry.meta.uuid);
+                let change = logged.change();
+                append_entry(oplog_tables, ns, uuid, change, ts, &mut batch.counters)?;
+            }
         }
         results.push(result);
         if failed && ordered {
             break;
         }
     }
+    oplog_tables
+        .map(|oplog_tables| oplog_tables.save_sizes(&batch.txn))
+        .transpose()?;
     let became_multikey = tables
         .map(|tables| tables.save_sizes(&batch.txn))
         .transpose()?
@@ -645,6 +670,81 @@ pub(super) fn write(
         put_entry(batch, updated)?;
     }
     Ok(results)
+}
+
+/// What the oplog records of one operation, taken before the operation runs (an update needs
+/// the document it changes).
+enum Logged {
+    Insert(Document),
+    Update { before: Document, after: Document },
+    Replace(Document),
+    Delete(Bson),
+}
+
+impl Logged {
+    fn of(op: &PreparedOp, tables: &CollectionTables<'_, '_>) -> StorageResult<Option<Logged>> {
+        Ok(match op {
+            PreparedOp::Insert { doc, .. } => Some(Logged::Insert(doc.clone())),
+            PreparedOp::Replace {
+                doc,
+                replacement: true,
+                ..
+            } => Some(Logged::Replace(doc.clone())),
+            PreparedOp::Replace { id_key, doc, .. } => {
+                match tables.data.get(id_key.as_slice()).map_err(io)? {
+                    Some(record) => Some(Logged::Update {
+                        before: record_document(record.value())?.into_document(),
+                        after: doc.clone(),
+                    }),
+                    None => None,
+                }
+            }
+            PreparedOp::Delete { id, .. } => Some(Logged::Delete(id.clone())),
+            PreparedOp::Invalid(_) => None,
+        })
+    }
+
+    fn change(&self) -> Change<'_> {
+        match self {
+            Logged::Insert(document) => Change::Insert(document),
+            Logged::Update { before, after } => Change::Update { before, after },
+            Logged::Replace(document) => Change::Replace(document),
+            Logged::Delete(id) => Change::Delete {
+                id: id.clone(),
+                expired_at_ms: None,
+            },
+        }
+    }
+}
+
+/// Appends the oplog entry of `change` on `ns` at cluster time `ts` (the capped oplog rolls
+/// over). An entry that cannot be written fails the whole commit group: a write must never
+/// commit without its entry.
+pub(super) fn append_entry(
+    oplog_tables: &mut CollectionTables<'_, '_>,
+    ns: &Namespace,
+    uuid: Option<[u8; 16]>,
+    change: Change<'_>,
+    ts: u64,
+    counters: &mut Counters,
+) -> StorageResult<()> {
+    let time = EntryTime::now(ts);
+    let entry = oplog::entry(ns, uuid, change, time);
+    let op = PreparedOp::prepare(WriteOp::Insert {
+        doc: entry,
+        meta: WriteMeta {
+            last_write_ms: time.wall_ms,
+            ttl: TtlClass::Never,
+        },
+        supersede: None,
+    });
+    oplog_tables
+        .apply(op, counters)
+        .map(|_| ())
+        .map_err(|error| match error {
+            error @ (StorageError::Io(_) | StorageError::OutOfDiskSpace(_)) => error,
+            other => StorageError::Io(format!("appending to the oplog: {other}")),
+        })
 }
 
 /// Stores a session record (`Storage::write_recorded`), replacing any under its key.
@@ -1133,6 +1233,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 mut record,
                 meta,
                 supersede,
+                ..
             } => {
                 let old_record = self.current(&id_key, Some(expected_rev))?;
                 let old_meta = record_header(&old_record)?.meta;
@@ -1161,6 +1262,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             PreparedOp::Delete {
                 id_key,
                 expected_rev,
+                ..
             } => {
                 let old_record = self.current(&id_key, expected_rev)?;
                 let removal = self.plan_removal(&id_key, &old_record)?;

@@ -31,6 +31,10 @@ const ORDERED: WriteOptions = WriteOptions {
     background: false,
 };
 
+fn ns_in(db: &str, coll: &str) -> Namespace {
+    Namespace::new(db, coll)
+}
+
 fn ns(coll: &str) -> Namespace {
     Namespace::new("enginetest", coll)
 }
@@ -1292,6 +1296,7 @@ async fn reaping_spares_documents_rewritten_after_planning() {
     )
     .await;
     let request = |resume_after: Option<Vec<u8>>| ReapRequest {
+        expire_at: None,
         source: ReapSource::Expiry {
             order: ExpiryOrder::LastWrite,
             range: (Bound::Unbounded, Bound::Included(10)),
@@ -1542,4 +1547,117 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
             .len(),
         2
     );
+}
+
+#[tokio::test]
+async fn with_an_oplog_every_write_and_expiry_appends_an_entry_in_the_same_commit() {
+    use crate::storage::oplog::oplog_namespace;
+    use crate::storage::{ReapRequest, ReapSource, RecordInstant, WriteOp};
+    let storage = RedbStorage::in_memory().unwrap();
+    storage
+        .create_collection(
+            &oplog_namespace(),
+            doc! {"capped": true, "size": 1_048_576},
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    let coll = ns("c");
+    let outcomes = write_ok(
+        &storage,
+        &coll,
+        vec![
+            insert(doc! {"_id": 1, "a": 1}),
+            insert(doc! {"_id": 2, "a": 2}),
+        ],
+    )
+    .await;
+    let rev = |outcome: &WriteOutcome| match outcome {
+        WriteOutcome::Inserted { rev, .. } | WriteOutcome::Replaced { rev, .. } => *rev,
+        WriteOutcome::Deleted => 0,
+    };
+    let update = WriteOp::Replace {
+        id: Bson::Int32(1),
+        expected_rev: rev(&outcomes[0]),
+        doc: doc! {"_id": 1, "a": 5, "b": true},
+        meta: conformance::META,
+        supersede: None,
+        replacement: false,
+    };
+    write_ok(&storage, &coll, vec![update, delete(2, None)]).await;
+    // A write to `local` is not logged.
+    write_ok(
+        &storage,
+        &ns_in("local", "other"),
+        vec![insert(doc! {"_id": 1})],
+    )
+    .await;
+    // The reaper's deletion is an expiry entry with the instant it reports.
+    let page = storage
+        .reap(
+            &coll,
+            ReapRequest {
+                source: ReapSource::Index {
+                    name: "_id_".into(),
+                    range: (Bound::Unbounded, Bound::Unbounded),
+                },
+                resume_after: None,
+                limit: 10,
+                expired: RecordPredicate::new(|_| true),
+                expire_at: Some(RecordInstant::new(|_| Some(42_000))),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.deleted, 1);
+    let entries: Vec<Document> = scan_all(
+        &storage,
+        &oplog_namespace(),
+        ScanSource::Collection,
+        false,
+        100,
+    )
+    .await
+    .into_iter()
+    .map(|record| record.doc.into_document())
+    .collect();
+    let ops: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|entry| (entry.get_str("op").unwrap(), entry.get_str("ns").unwrap()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("i", "enginetest.c"),
+            ("i", "enginetest.c"),
+            ("u", "enginetest.c"),
+            ("d", "enginetest.c"),
+            ("d", "enginetest.c"),
+        ]
+    );
+    assert_eq!(
+        entries[2].get_document("o").unwrap(),
+        &doc! {"$v": 2, "diff": {"u": {"a": 5}, "i": {"b": true}}}
+    );
+    assert_eq!(entries[2].get_document("o2").unwrap(), &doc! {"_id": 1});
+    assert!(!entries[3].contains_key("expired"));
+    assert_eq!(entries[4].get_bool("expired"), Ok(true));
+    assert_eq!(
+        entries[4]
+            .get_datetime("expireAt")
+            .unwrap()
+            .timestamp_millis(),
+        42_000
+    );
+    let times: Vec<bson::Timestamp> = entries
+        .iter()
+        .map(|entry| entry.get_timestamp("ts").unwrap())
+        .collect();
+    assert!(times
+        .windows(2)
+        .all(|pair| (pair[0].time, pair[0].increment) < (pair[1].time, pair[1].increment)));
+    assert!(entries
+        .iter()
+        .all(|entry| entry.get("_id") == entry.get("ts")));
+    assert_eq!(storage.cluster_time(), *times.last().unwrap());
 }
