@@ -169,15 +169,42 @@ fn new_collection(
     options: Document,
 ) -> StorageResult<Arc<CollectionEntry>> {
     let id = batch.counters.take_collection_id();
-    let entry = CollectionEntry::new(
-        id,
-        ns.clone(),
-        uuid::Uuid::new_v4().into_bytes(),
-        options,
-        id_index_spec(),
-        Vec::new(),
-    );
-    put_entry(batch, entry)
+    let uuid = uuid::Uuid::new_v4().into_bytes();
+    let mut command = doc! {"create": ns.coll.as_str()};
+    command.extend(options.clone());
+    command.insert("idIndex", id_index_spec().spec);
+    let entry = CollectionEntry::new(id, ns.clone(), uuid, options, id_index_spec(), Vec::new());
+    let entry = put_entry(batch, entry)?;
+    log_command(batch, ns, Some(uuid), command)?;
+    Ok(entry)
+}
+
+/// Takes a cluster time for a catalog command on `ns` and, when the oplog exists and `ns` is
+/// logged, appends its `c` entry (mongod's command document).
+fn log_command(
+    batch: &mut Batch,
+    ns: &Namespace,
+    uuid: Option<[u8; 16]>,
+    command: Document,
+) -> StorageResult<()> {
+    let ts = batch.counters.take_timestamp();
+    if !oplog::is_logged(ns) {
+        return Ok(());
+    }
+    let Some(oplog) = existing(batch, &oplog::oplog_namespace()) else {
+        return Ok(());
+    };
+    let mut tables = CollectionTables::open(&batch.txn, &oplog)?;
+    append_entry(
+        &mut tables,
+        ns,
+        uuid,
+        Change::Command(command),
+        ts,
+        &mut batch.counters,
+    )?;
+    tables.save_sizes(&batch.txn)?;
+    Ok(())
 }
 
 /// Deletes a table and its size counters.
@@ -233,6 +260,12 @@ pub(super) fn drop_collection(batch: &mut Batch, ns: &Namespace) -> StorageResul
         return Ok(false);
     };
     remove_collection(batch, &entry)?;
+    log_command(
+        batch,
+        ns,
+        Some(entry.meta.uuid),
+        doc! {"drop": ns.coll.as_str()},
+    )?;
     Ok(true)
 }
 
@@ -244,8 +277,18 @@ pub(super) fn drop_database(batch: &mut Batch, db: &str) -> StorageResult<()> {
         .filter(|entry| entry.meta.ns.db == db)
         .cloned()
         .collect();
-    for entry in entries {
-        remove_collection(batch, &entry)?;
+    for entry in &entries {
+        remove_collection(batch, entry)?;
+        let ns = &entry.meta.ns;
+        log_command(
+            batch,
+            ns,
+            Some(entry.meta.uuid),
+            doc! {"drop": ns.coll.as_str()},
+        )?;
+    }
+    if let Some(entry) = entries.first() {
+        log_command(batch, &entry.meta.ns, None, doc! {"dropDatabase": 1})?;
     }
     Ok(())
 }
@@ -264,13 +307,28 @@ pub(super) fn rename_collection(
     if target.is_some() && !drop_target {
         return Err(StorageError::NamespaceExists(to.clone()));
     }
-    if let Some(target) = target {
-        remove_collection(batch, &target)?;
+    if let Some(target) = &target {
+        remove_collection(batch, target)?;
     }
     let mut renamed = (*entry).clone();
     renamed.meta.ns = to.clone();
     batch.catalog_mut().collections.remove(from);
     put_entry(batch, renamed)?;
+    let mut command = doc! {
+        "renameCollection": from.to_string(),
+        "to": to.to_string(),
+        "stayTemp": false,
+    };
+    if let Some(target) = &target {
+        command.insert(
+            "dropTarget",
+            Bson::Binary(bson::Binary {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: target.meta.uuid.to_vec(),
+            }),
+        );
+    }
+    log_command(batch, from, Some(entry.meta.uuid), command)?;
     Ok(())
 }
 
@@ -280,8 +338,12 @@ pub(super) fn set_collection_options(
     options: Document,
 ) -> StorageResult<()> {
     let mut entry = (*require(batch, ns)?).clone();
+    let mut command = doc! {"collMod": ns.coll.as_str()};
+    command.extend(options.clone());
     entry.meta.options = options;
+    let uuid = entry.meta.uuid;
     put_entry(batch, entry)?;
+    log_command(batch, ns, Some(uuid), command)?;
     Ok(())
 }
 
@@ -486,13 +548,21 @@ pub(super) fn finish_index_build(
     ids: &[u64],
 ) -> StorageResult<CollectionMeta> {
     let mut updated = (*require(batch, ns)?).clone();
+    let mut commands = Vec::new();
     for index in &mut updated.indexes {
         if ids.contains(&index.id) {
             index.building = false;
+            let mut command = doc! {"createIndexes": ns.coll.as_str()};
+            command.extend(index.spec().spec.clone());
+            commands.push(command);
         }
     }
     updated.sync_index_specs();
-    Ok(put_entry(batch, updated)?.meta.clone())
+    let meta = put_entry(batch, updated)?.meta.clone();
+    for command in commands {
+        log_command(batch, ns, Some(meta.uuid), command)?;
+    }
+    Ok(meta)
 }
 
 /// Undoes a failed build: the building indexes `ids` are dropped with their entries.
@@ -571,6 +641,10 @@ pub(super) fn drop_indexes(
         .retain(|index| !names.contains(&index.spec().name));
     updated.sync_index_specs();
     put_entry(batch, updated)?;
+    for name in names {
+        let command = doc! {"dropIndexes": ns.coll.as_str(), "index": name.as_str()};
+        log_command(batch, ns, Some(entry.meta.uuid), command)?;
+    }
     Ok(())
 }
 

@@ -1628,6 +1628,7 @@ async fn with_an_oplog_every_write_and_expiry_appends_an_entry_in_the_same_commi
     assert_eq!(
         ops,
         [
+            ("c", "enginetest.$cmd"),
             ("i", "enginetest.c"),
             ("i", "enginetest.c"),
             ("u", "enginetest.c"),
@@ -1635,6 +1636,12 @@ async fn with_an_oplog_every_write_and_expiry_appends_an_entry_in_the_same_commi
             ("d", "enginetest.c"),
         ]
     );
+    // The implicit creation is logged as mongod logs `create`.
+    assert_eq!(
+        entries[0].get_document("o").unwrap(),
+        &doc! {"create": "c", "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
+    );
+    let entries = &entries[1..];
     assert_eq!(
         entries[2].get_document("o").unwrap(),
         &doc! {"$v": 2, "diff": {"u": {"a": 5}, "i": {"b": true}}}
