@@ -95,6 +95,11 @@ pub struct Config {
     #[arg(long, env = "TIDEWAY_PROFILE", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=2))]
     pub profile: i32,
 
+    /// Size of the oplog (`local.oplog.rs`) in megabytes, as mongod's `--oplogSize`: with it the
+    /// server keeps an oplog, which change streams read.
+    #[arg(long = "oplogSize", env = "TIDEWAY_OPLOG_SIZE_MB", value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub oplog_size_mb: Option<u64>,
+
     /// Enable test-only commands (e.g. advanceClock); same as --setParameter enableTestCommands=1.
     #[arg(long = "enableTestCommands", env = "TIDEWAY_ENABLE_TEST_COMMANDS")]
     pub enable_test_commands: bool,

@@ -6,6 +6,7 @@
 
 pub mod bsonutil;
 pub mod capped;
+pub mod changes;
 pub mod clock;
 pub mod commands;
 pub mod config;

@@ -166,6 +166,7 @@ impl Reaper {
         let Some(expired) = policies.expired_predicate(now_ms) else {
             return Ok(0);
         };
+        let expire_at = policies.expiry_instant();
         let mut deleted = 0;
         for source in candidate_sources(policies, meta, now_ms) {
             let mut resume_after = None;
@@ -175,6 +176,7 @@ impl Reaper {
                     resume_after,
                     limit: BATCH_SIZE,
                     expired: expired.clone(),
+                    expire_at: Some(expire_at.clone()),
                 };
                 let page = storage.reap(&meta.ns, request).await?;
                 if page.deleted > 0 {

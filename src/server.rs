@@ -48,6 +48,11 @@ impl Server {
     /// Serves until `shutdown` completes, then waits for every connection to finish its current
     /// request.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        // The oplog exists before the first write can happen, or the server does not serve.
+        if let Err(error) = crate::changes::ensure_oplog(&self.state).await {
+            tracing::error!(%error, "cannot create the oplog (local.oplog.rs); not serving");
+            return;
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         // Every connection task holds a sender; `recv` returns `None` once all have finished.
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);

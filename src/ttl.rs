@@ -31,7 +31,8 @@ use crate::query::display::{document_string, type_name};
 use crate::query::numeric::safe_number_long;
 use crate::query::{lookup_values, Filter};
 use crate::storage::{
-    CollectionMeta, IndexKind, IndexSpec, RawRecord, Record, RecordPredicate, TtlClass,
+    CollectionMeta, IndexKind, IndexSpec, RawRecord, Record, RecordInstant, RecordPredicate,
+    TtlClass,
 };
 
 /// The server-maintained last-modified field (Unix seconds), exposed only through `$meta`.
@@ -290,6 +291,13 @@ impl TtlPolicies {
                 .stored_expire_at_ms(record)
                 .is_some_and(|expire_at| expire_at <= now_ms)
         }))
+    }
+
+    /// [`TtlPolicies::stored_expire_at_ms`] as a rule storage evaluates on the records it reaps
+    /// (the instant the oplog's expiry entries report).
+    pub fn expiry_instant(self: &Arc<Self>) -> RecordInstant {
+        let policies = Arc::clone(self);
+        RecordInstant::new(move |record: &RawRecord<'_>| policies.stored_expire_at_ms(record))
     }
 
     /// The value of a projection `{f: {$meta: name}}` for `record`.

@@ -889,6 +889,7 @@ async fn reaper_spares_a_document_rewritten_after_it_was_read() {
         .unwrap();
     // A client rewrites the document between the reaper's scan and its delete.
     let rewrite = tideway::storage::WriteOp::Replace {
+        replacement: true,
         id: Bson::from("doomed"),
         expected_rev: stale.rev,
         doc: doc! {"_id": "doomed", "k": 1, "rewritten": true},

@@ -58,13 +58,20 @@ pub fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
     Ok(())
 }
 
-/// Like [`validate_namespace`], and refuses `system.*` collections for writes, as mongod does.
+/// Like [`validate_namespace`], and refuses `system.*` collections for writes, as mongod does,
+/// and the oplog (only the engine writes it; mongod's `userAllowedWriteNS` with replication on).
 pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
     validate_namespace(ns)?;
     if ns.coll.starts_with("system.") {
         return Err(CommandError::new(
             ErrorCode::InvalidNamespace,
             format!("Invalid system namespace: {ns}"),
+        ));
+    }
+    if *ns == crate::storage::oplog::oplog_namespace() {
+        return Err(CommandError::new(
+            ErrorCode::InvalidNamespace,
+            format!("cannot write to {ns}"),
         ));
     }
     Ok(())

@@ -379,6 +379,7 @@ impl<'a> WriteContext<'a> {
             let document = self.checked(document, Some(record.doc.document()))?;
             let id = document_id(&record.doc);
             let op = WriteOp::Replace {
+                replacement: update.is_replacement(),
                 id: id.clone(),
                 expected_rev: record.rev,
                 meta: self.meta(&document),

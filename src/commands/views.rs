@@ -440,6 +440,7 @@ async fn store(
                 ));
             };
             WriteOp::Replace {
+                replacement: true,
                 id,
                 expected_rev: current.rev,
                 doc: view.to_stored(),

@@ -16,7 +16,7 @@ use super::{
     TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 
-const META: WriteMeta = WriteMeta {
+pub const META: WriteMeta = WriteMeta {
     last_write_ms: 1_700_000_000_000,
     ttl: TtlClass::Default,
 };
@@ -75,6 +75,7 @@ pub fn replace_with(
     supersede: Option<RecordPredicate>,
 ) -> WriteOp {
     WriteOp::Replace {
+        replacement: true,
         id: id.into(),
         expected_rev,
         doc,
@@ -2246,6 +2247,7 @@ pub async fn reap_all(
             .reap(
                 ns,
                 ReapRequest {
+                    expire_at: None,
                     source: source.clone(),
                     resume_after: resume_after.take(),
                     limit,
@@ -2447,6 +2449,7 @@ pub async fn reaping(storage: &dyn Storage) {
         .reap(
             &missing,
             ReapRequest {
+                expire_at: None,
                 source: last_write(i64::MAX),
                 resume_after: None,
                 limit: 10,

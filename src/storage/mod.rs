@@ -31,6 +31,7 @@ pub mod conformance;
 pub mod hashed;
 pub mod indexkeys;
 pub mod keycodec;
+pub mod oplog;
 pub mod redb_engine;
 pub mod stored_doc;
 pub mod textkeys;
@@ -381,12 +382,15 @@ pub enum WriteOp {
     },
     /// Replaces the document with `_id == id` if its revision is still `expected_rev`; `doc` has the
     /// same `_id`. `WriteConflict` if the revision changed or the document no longer exists.
+    /// `replacement`: the client replaced the document whole (the oplog logs it as a
+    /// replacement, not as an update's diff).
     Replace {
         id: Bson,
         expected_rev: u64,
         doc: Document,
         meta: WriteMeta,
         supersede: Option<RecordPredicate>,
+        replacement: bool,
     },
     /// Deletes the document with `_id == id`, if its revision is still `expected_rev` (when given).
     /// `WriteConflict` if the revision changed or no such document exists.
@@ -468,6 +472,18 @@ pub struct ScanRequest {
     pub covered: bool,
 }
 
+/// A session record to store with a write ([`Storage::write_recorded`]): built from the
+/// operations' results, `None` to store nothing.
+pub type RecordSession =
+    Box<dyn FnOnce(&[StorageResult<WriteOutcome>]) -> Option<SessionRecord> + Send>;
+
+/// What [`Storage::write_recorded`] stores: a document under a caller-chosen key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    pub key: Vec<u8>,
+    pub value: Document,
+}
+
 /// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it
 /// that has expired.
 #[derive(Clone, Debug, PartialEq)]
@@ -482,6 +498,36 @@ pub enum ReapSource {
     Index { name: String, range: KeyRange },
 }
 
+/// A caller-supplied rule giving a stored record's expiry instant (ms since the epoch), if it has
+/// one: the oplog's entry for a reaped document says when it expired. Same rules as
+/// [`RecordPredicate`]. Compares by identity.
+#[derive(Clone)]
+pub struct RecordInstant(Arc<RecordInstantRule>);
+
+type RecordInstantRule = dyn Fn(&RawRecord<'_>) -> Option<i64> + Send + Sync;
+
+impl RecordInstant {
+    pub fn new(rule: impl Fn(&RawRecord<'_>) -> Option<i64> + Send + Sync + 'static) -> Self {
+        RecordInstant(Arc::new(rule))
+    }
+
+    pub fn of(&self, record: &RawRecord<'_>) -> Option<i64> {
+        (self.0)(record)
+    }
+}
+
+impl fmt::Debug for RecordInstant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<record instant>")
+    }
+}
+
+impl PartialEq for RecordInstant {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReapRequest {
     pub source: ReapSource,
@@ -491,6 +537,8 @@ pub struct ReapRequest {
     pub limit: usize,
     /// Which of the candidates to delete, judged on their current state.
     pub expired: RecordPredicate,
+    /// When each deleted document expired, for its oplog entry (`None`: not recorded).
+    pub expire_at: Option<RecordInstant>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -631,6 +679,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The latest time [`Storage::record_time`] had recorded when the engine opened (0 if none):
     /// the floor of the server clock after a restart.
     fn time_high_water_ms(&self) -> i64;
+    /// The newest cluster time a committed write took (`Timestamp {time: 0, increment: 0}`
+    /// before the first write). Every write operation takes its own, greater than every earlier
+    /// one (seconds from the wall clock, never going back; the increment counts within a second),
+    /// in commit order, and it survives restarts.
+    fn cluster_time(&self) -> bson::Timestamp;
     /// Records `now_ms` as a moment the server has reported (kept if later than what is recorded),
     /// as a background write: durable within a second.
     async fn record_time(&self, now_ms: i64) -> StorageResult<()>;
@@ -720,6 +773,20 @@ pub trait Storage: Send + Sync + fmt::Debug {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
+    /// [`Storage::write`], and in the same atomic commit stores the session record `record`
+    /// builds from the operations' results (replacing any record under its key; nothing is
+    /// stored when it returns `None`). `record` runs on the writer thread: it must be fast and
+    /// must not block or call back into storage. Retryable writes keep their outcome this way,
+    /// so a write and the proof that it happened are never separated by a crash.
+    async fn write_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: RecordSession,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
+    /// The session record stored under `key` ([`Storage::write_recorded`]), if any.
+    async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>>;
     /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
     /// they point to for which `expired` holds, with all its index and expiry entries, as one
     /// atomic background write (see [`WriteOptions::background`]). A document is judged as read

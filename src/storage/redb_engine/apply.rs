@@ -24,14 +24,16 @@ use super::catalog::{id_index_spec, CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
     bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
     index_table_name, io, natural_position_table_name, natural_table_name, raw_record,
-    record_header, record_with_document, set_record_header, CATALOG, RECORD_HEADER_LEN, SIZES,
+    record_document, record_header, record_with_document, set_record_header, CATALOG,
+    RECORD_HEADER_LEN, SESSIONS, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
+use crate::storage::oplog::{self, Change, EntryTime};
 use crate::storage::{
-    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
-    StorageResult, WriteMeta, WriteOp, WriteOutcome,
+    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate,
+    SessionRecord, StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
 };
 
 pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -54,8 +56,10 @@ pub(super) enum PreparedOp {
         record: Vec<u8>,
         meta: WriteMeta,
         supersede: Option<RecordPredicate>,
+        replacement: bool,
     },
     Delete {
+        id: Bson,
         id_key: Vec<u8>,
         expected_rev: Option<u64>,
     },
@@ -92,6 +96,7 @@ impl PreparedOp {
                 doc,
                 meta,
                 supersede,
+                replacement,
             } => {
                 let id_key = encode_id(&id);
                 if doc.get("_id").map(encode_id).as_ref() != Some(&id_key) {
@@ -107,12 +112,14 @@ impl PreparedOp {
                         record,
                         meta,
                         supersede,
+                        replacement,
                     },
                     Err(error) => PreparedOp::Invalid(error),
                 }
             }
             WriteOp::Delete { id, expected_rev } => PreparedOp::Delete {
                 id_key: encode_id(&id),
+                id,
                 expected_rev,
             },
         }
@@ -162,15 +169,42 @@ fn new_collection(
     options: Document,
 ) -> StorageResult<Arc<CollectionEntry>> {
     let id = batch.counters.take_collection_id();
-    let entry = CollectionEntry::new(
-        id,
-        ns.clone(),
-        uuid::Uuid::new_v4().into_bytes(),
-        options,
-        id_index_spec(),
-        Vec::new(),
-    );
-    put_entry(batch, entry)
+    let uuid = uuid::Uuid::new_v4().into_bytes();
+    let mut command = doc! {"create": ns.coll.as_str()};
+    command.extend(options.clone());
+    command.insert("idIndex", id_index_spec().spec);
+    let entry = CollectionEntry::new(id, ns.clone(), uuid, options, id_index_spec(), Vec::new());
+    let entry = put_entry(batch, entry)?;
+    log_command(batch, ns, Some(uuid), command)?;
+    Ok(entry)
+}
+
+/// Takes a cluster time for a catalog command on `ns` and, when the oplog exists and `ns` is
+/// logged, appends its `c` entry (mongod's command document).
+fn log_command(
+    batch: &mut Batch,
+    ns: &Namespace,
+    uuid: Option<[u8; 16]>,
+    command: Document,
+) -> StorageResult<()> {
+    let ts = batch.counters.take_timestamp();
+    if !oplog::is_logged(ns) {
+        return Ok(());
+    }
+    let Some(oplog) = existing(batch, &oplog::oplog_namespace()) else {
+        return Ok(());
+    };
+    let mut tables = CollectionTables::open(&batch.txn, &oplog)?;
+    append_entry(
+        &mut tables,
+        ns,
+        uuid,
+        Change::Command(command),
+        ts,
+        &mut batch.counters,
+    )?;
+    tables.save_sizes(&batch.txn)?;
+    Ok(())
 }
 
 /// Deletes a table and its size counters.
@@ -226,6 +260,12 @@ pub(super) fn drop_collection(batch: &mut Batch, ns: &Namespace) -> StorageResul
         return Ok(false);
     };
     remove_collection(batch, &entry)?;
+    log_command(
+        batch,
+        ns,
+        Some(entry.meta.uuid),
+        doc! {"drop": ns.coll.as_str()},
+    )?;
     Ok(true)
 }
 
@@ -237,8 +277,18 @@ pub(super) fn drop_database(batch: &mut Batch, db: &str) -> StorageResult<()> {
         .filter(|entry| entry.meta.ns.db == db)
         .cloned()
         .collect();
-    for entry in entries {
-        remove_collection(batch, &entry)?;
+    for entry in &entries {
+        remove_collection(batch, entry)?;
+        let ns = &entry.meta.ns;
+        log_command(
+            batch,
+            ns,
+            Some(entry.meta.uuid),
+            doc! {"drop": ns.coll.as_str()},
+        )?;
+    }
+    if let Some(entry) = entries.first() {
+        log_command(batch, &entry.meta.ns, None, doc! {"dropDatabase": 1})?;
     }
     Ok(())
 }
@@ -257,13 +307,28 @@ pub(super) fn rename_collection(
     if target.is_some() && !drop_target {
         return Err(StorageError::NamespaceExists(to.clone()));
     }
-    if let Some(target) = target {
-        remove_collection(batch, &target)?;
+    if let Some(target) = &target {
+        remove_collection(batch, target)?;
     }
     let mut renamed = (*entry).clone();
     renamed.meta.ns = to.clone();
     batch.catalog_mut().collections.remove(from);
     put_entry(batch, renamed)?;
+    let mut command = doc! {
+        "renameCollection": from.to_string(),
+        "to": to.to_string(),
+        "stayTemp": false,
+    };
+    if let Some(target) = &target {
+        command.insert(
+            "dropTarget",
+            Bson::Binary(bson::Binary {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: target.meta.uuid.to_vec(),
+            }),
+        );
+    }
+    log_command(batch, from, Some(entry.meta.uuid), command)?;
     Ok(())
 }
 
@@ -273,8 +338,12 @@ pub(super) fn set_collection_options(
     options: Document,
 ) -> StorageResult<()> {
     let mut entry = (*require(batch, ns)?).clone();
+    let mut command = doc! {"collMod": ns.coll.as_str()};
+    command.extend(options.clone());
     entry.meta.options = options;
+    let uuid = entry.meta.uuid;
     put_entry(batch, entry)?;
+    log_command(batch, ns, Some(uuid), command)?;
     Ok(())
 }
 
@@ -479,13 +548,21 @@ pub(super) fn finish_index_build(
     ids: &[u64],
 ) -> StorageResult<CollectionMeta> {
     let mut updated = (*require(batch, ns)?).clone();
+    let mut commands = Vec::new();
     for index in &mut updated.indexes {
         if ids.contains(&index.id) {
             index.building = false;
+            let mut command = doc! {"createIndexes": ns.coll.as_str()};
+            command.extend(index.spec().spec.clone());
+            commands.push(command);
         }
     }
     updated.sync_index_specs();
-    Ok(put_entry(batch, updated)?.meta.clone())
+    let meta = put_entry(batch, updated)?.meta.clone();
+    for command in commands {
+        log_command(batch, ns, Some(meta.uuid), command)?;
+    }
+    Ok(meta)
 }
 
 /// Undoes a failed build: the building indexes `ids` are dropped with their entries.
@@ -564,6 +641,10 @@ pub(super) fn drop_indexes(
         .retain(|index| !names.contains(&index.spec().name));
     updated.sync_index_specs();
     put_entry(batch, updated)?;
+    for name in names {
+        let command = doc! {"dropIndexes": ns.coll.as_str(), "index": name.as_str()};
+        log_command(batch, ns, Some(entry.meta.uuid), command)?;
+    }
     Ok(())
 }
 
@@ -607,12 +688,23 @@ pub(super) fn write(
         }
         None => None,
     };
+    let oplog = oplog::is_logged(ns)
+        .then(|| existing(batch, &oplog::oplog_namespace()))
+        .flatten();
     let mut tables = match &entry {
         Some(entry) => Some(CollectionTables::open(&batch.txn, entry)?),
         None => None,
     };
+    let mut oplog_tables = match &oplog {
+        Some(oplog) => Some(CollectionTables::open(&batch.txn, oplog)?),
+        None => None,
+    };
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
+        let logged = match (&oplog_tables, tables.as_ref()) {
+            (Some(_), Some(tables)) => Logged::of(&op, tables)?,
+            _ => None,
+        };
         let result = match (op, tables.as_mut()) {
             (PreparedOp::Invalid(error), _) => Err(error),
             // Without a collection there is nothing to replace or delete.
@@ -623,11 +715,22 @@ pub(super) fn write(
             },
         };
         let failed = result.is_err();
+        if !failed {
+            let ts = batch.counters.take_timestamp();
+            if let (Some(oplog_tables), Some(logged)) = (oplog_tables.as_mut(), logged) {
+                let uuid = entry.as_ref().map(|entry| entry.meta.uuid);
+                let change = logged.change();
+                append_entry(oplog_tables, ns, uuid, change, ts, &mut batch.counters)?;
+            }
+        }
         results.push(result);
         if failed && ordered {
             break;
         }
     }
+    oplog_tables
+        .map(|oplog_tables| oplog_tables.save_sizes(&batch.txn))
+        .transpose()?;
     let became_multikey = tables
         .map(|tables| tables.save_sizes(&batch.txn))
         .transpose()?
@@ -641,6 +744,94 @@ pub(super) fn write(
         put_entry(batch, updated)?;
     }
     Ok(results)
+}
+
+/// What the oplog records of one operation, taken before the operation runs (an update needs
+/// the document it changes).
+enum Logged {
+    Insert(Document),
+    Update { before: Document, after: Document },
+    Replace(Document),
+    Delete(Bson),
+}
+
+impl Logged {
+    fn of(op: &PreparedOp, tables: &CollectionTables<'_, '_>) -> StorageResult<Option<Logged>> {
+        Ok(match op {
+            PreparedOp::Insert { doc, .. } => Some(Logged::Insert(doc.clone())),
+            PreparedOp::Replace {
+                doc,
+                replacement: true,
+                ..
+            } => Some(Logged::Replace(doc.clone())),
+            PreparedOp::Replace { id_key, doc, .. } => {
+                match tables.data.get(id_key.as_slice()).map_err(io)? {
+                    Some(record) => Some(Logged::Update {
+                        before: record_document(record.value())?.into_document(),
+                        after: doc.clone(),
+                    }),
+                    None => None,
+                }
+            }
+            PreparedOp::Delete { id, .. } => Some(Logged::Delete(id.clone())),
+            PreparedOp::Invalid(_) => None,
+        })
+    }
+
+    fn change(&self) -> Change<'_> {
+        match self {
+            Logged::Insert(document) => Change::Insert(document),
+            Logged::Update { before, after } => Change::Update { before, after },
+            Logged::Replace(document) => Change::Replace(document),
+            Logged::Delete(id) => Change::Delete {
+                id: id.clone(),
+                expired_at_ms: None,
+            },
+        }
+    }
+}
+
+/// Appends the oplog entry of `change` on `ns` at cluster time `ts` (the capped oplog rolls
+/// over). An entry that cannot be written fails the whole commit group: a write must never
+/// commit without its entry.
+pub(super) fn append_entry(
+    oplog_tables: &mut CollectionTables<'_, '_>,
+    ns: &Namespace,
+    uuid: Option<[u8; 16]>,
+    change: Change<'_>,
+    ts: u64,
+    counters: &mut Counters,
+) -> StorageResult<()> {
+    let time = EntryTime::now(ts);
+    let entry = oplog::entry(ns, uuid, change, time);
+    let op = PreparedOp::prepare(WriteOp::Insert {
+        doc: entry,
+        meta: WriteMeta {
+            last_write_ms: time.wall_ms,
+            ttl: TtlClass::Never,
+        },
+        supersede: None,
+    });
+    oplog_tables
+        .apply(op, counters)
+        .map(|_| ())
+        .map_err(|error| match error {
+            error @ (StorageError::Io(_) | StorageError::OutOfDiskSpace(_)) => error,
+            other => StorageError::Io(format!("appending to the oplog: {other}")),
+        })
+}
+
+/// Stores a session record (`Storage::write_recorded`), replacing any under its key.
+pub(super) fn put_session_record(batch: &mut Batch, record: &SessionRecord) -> StorageResult<()> {
+    let value = bson::to_vec(&record.value)
+        .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))?;
+    batch
+        .txn
+        .open_table(SESSIONS)
+        .map_err(io)?
+        .insert(record.key.as_slice(), value.as_slice())
+        .map_err(io)?;
+    Ok(())
 }
 
 /// Signed change of a table's byte counters.
@@ -1116,6 +1307,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
                 mut record,
                 meta,
                 supersede,
+                ..
             } => {
                 let old_record = self.current(&id_key, Some(expected_rev))?;
                 let old_meta = record_header(&old_record)?.meta;
@@ -1144,6 +1336,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             PreparedOp::Delete {
                 id_key,
                 expected_rev,
+                ..
             } => {
                 let old_record = self.current(&id_key, expected_rev)?;
                 let removal = self.plan_removal(&id_key, &old_record)?;

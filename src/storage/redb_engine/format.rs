@@ -71,11 +71,16 @@ pub(super) const ENTRY_OVERHEAD_BYTES: u64 = 8;
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(super) const CATALOG: TableDefinition<u64, &[u8]> = TableDefinition::new("catalog");
 pub(super) const SIZES: TableDefinition<&str, (u64, u64)> = TableDefinition::new("sizes");
+/// Session records (`Storage::write_recorded`): caller key → BSON document.
+pub(super) const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
 
 pub(super) const META_FORMAT_VERSION: &str = "format_version";
 pub(super) const META_NEXT_REV: &str = "next_rev";
 pub(super) const META_NEXT_COLLECTION_ID: &str = "next_collection_id";
 pub(super) const META_NEXT_INDEX_ID: &str = "next_index_id";
+/// The newest cluster time a write took ([`crate::storage::Storage::cluster_time`]), as
+/// `seconds << 32 | increment`.
+pub(super) const META_LAST_TIMESTAMP: &str = "last_timestamp";
 /// The latest server time recorded ([`crate::storage::Storage::record_time`]), in ms.
 pub(super) const META_TIME_HIGH_WATER: &str = "time_high_water_ms";
 

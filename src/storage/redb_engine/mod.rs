@@ -50,14 +50,15 @@ use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
 use self::database::{DbSlot, Source};
 use self::format::{
-    io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_NEXT_COLLECTION_ID,
-    META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER, OLDEST_READABLE_FORMAT_VERSION, SIZES,
+    io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_LAST_TIMESTAMP,
+    META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER,
+    OLDEST_READABLE_FORMAT_VERSION, SIZES,
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
     CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
-    ReapRequest, ReapSource, Record, ScanPage, ScanRequest, Storage, StorageError, StorageResult,
-    WriteOp, WriteOptions, WriteOutcome,
+    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Storage, StorageError,
+    StorageResult, WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -165,6 +166,7 @@ impl RedbStorage {
             db: DbSlot::new(db, source),
             catalog: RwLock::new(Arc::new(catalog)),
             commits: AtomicU64::new(0),
+            cluster_time: AtomicU64::new(counters.last_timestamp),
         });
         let (jobs, receiver) = mpsc::channel();
         let writer = Writer::new(shared.clone(), counters, durability);
@@ -343,13 +345,17 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
                 )))
             }
         }
-        let counter = |name: &str| -> StorageResult<u64> {
-            Ok(meta.get(name).map_err(io)?.map_or(1, |value| value.value()))
+        let stored = |name: &str, absent: u64| -> StorageResult<u64> {
+            Ok(meta
+                .get(name)
+                .map_err(io)?
+                .map_or(absent, |value| value.value()))
         };
         Counters {
-            next_rev: counter(META_NEXT_REV)?,
-            next_collection_id: counter(META_NEXT_COLLECTION_ID)?,
-            next_index_id: counter(META_NEXT_INDEX_ID)?,
+            next_rev: stored(META_NEXT_REV, 1)?,
+            next_collection_id: stored(META_NEXT_COLLECTION_ID, 1)?,
+            next_index_id: stored(META_NEXT_INDEX_ID, 1)?,
+            last_timestamp: stored(META_LAST_TIMESTAMP, 0)?,
         }
     };
     // Create the fixed tables so readers always find them.
@@ -542,6 +548,14 @@ impl Storage for RedbStorage {
         self.time_high_water_ms
     }
 
+    fn cluster_time(&self) -> bson::Timestamp {
+        let packed = self.shared.cluster_time.load(Ordering::Acquire);
+        bson::Timestamp {
+            time: (packed >> 32) as u32,
+            increment: packed as u32,
+        }
+    }
+
     async fn record_time(&self, now_ms: i64) -> StorageResult<()> {
         let options = WriteOptions {
             ordered: true,
@@ -626,6 +640,31 @@ impl Storage for RedbStorage {
             apply::write(batch, &ns, ops, options.ordered)
         })
         .await
+    }
+
+    async fn write_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: RecordSession,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
+        let bytes = ops.iter().map(PreparedOp::bytes).sum();
+        let ns = ns.clone();
+        self.submit(options, bytes, move |batch| {
+            let results = apply::write(batch, &ns, ops, options.ordered)?;
+            if let Some(session) = record(&results) {
+                apply::put_session_record(batch, &session)?;
+            }
+            Ok(results)
+        })
+        .await
+    }
+
+    async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
+        self.read(|| async { read::session_record(&self.shared, key) })
+            .await
     }
 
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {

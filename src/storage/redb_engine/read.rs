@@ -16,12 +16,13 @@
 
 use std::ops::Bound;
 
+use bson::Document;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
     bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, natural_table_name,
-    ordered_i64, raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    ordered_i64, raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SESSIONS, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
@@ -70,6 +71,22 @@ pub(super) fn get(
     record
         .map(|record| decode_record(record.value()))
         .transpose()
+}
+
+/// The session record under `key` (`Storage::session_record`).
+pub(super) fn session_record(shared: &Shared, key: &[u8]) -> StorageResult<Option<Document>> {
+    let txn = begin(shared)?;
+    let table = match txn.open_table(SESSIONS) {
+        Ok(table) => table,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(error) => return Err(io(error)),
+    };
+    let Some(value) = table.get(key).map_err(io)? else {
+        return Ok(None);
+    };
+    bson::from_slice(value.value())
+        .map(Some)
+        .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))
 }
 
 /// A contract range as a range over stored keys: lower bound Included or Unbounded, upper bound

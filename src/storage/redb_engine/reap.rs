@@ -18,14 +18,15 @@
 
 use redb::ReadableTable;
 
-use super::apply::{BytesTable, CollectionTables};
+use super::apply::{append_entry, BytesTable, CollectionTables};
 use super::catalog::StoredKeyer;
 use super::format::{entry_key, expiry_key, expiry_position, io, raw_record, record_header};
 use super::read::{
     after_resume, as_slices, begin, is_empty, open_table, source_table, BytesReadTable,
 };
 use super::writer::{Batch, Shared};
-use crate::storage::{ExpiryOrder, Namespace, ReapRequest, StorageResult};
+use crate::storage::oplog::{self, Change};
+use crate::storage::{ExpiryOrder, Namespace, ReapRequest, RecordInstant, StorageResult};
 
 /// Runs of fewer keys are always removed key by key.
 const MIN_RUN: usize = 8;
@@ -46,6 +47,8 @@ pub(super) struct ReapPlan {
     expiry_runs: [KeyRun; 2],
     /// Where the next batch starts, if the source may have more entries in range.
     pub resume: Option<Vec<u8>>,
+    /// When each document expired, for its oplog entry.
+    expire_at: Option<RecordInstant>,
 }
 
 impl ReapPlan {
@@ -191,6 +194,7 @@ pub(super) fn plan(
         index_runs,
         expiry_runs,
         resume,
+        expire_at: request.expire_at.clone(),
     }))
 }
 
@@ -210,9 +214,22 @@ pub(super) fn apply(batch: &mut Batch, ns: &Namespace, plan: ReapPlan) -> Storag
         // Dropped (and perhaps recreated) since.
         return Ok(0);
     }
+    let oplog = oplog::is_logged(ns)
+        .then(|| {
+            batch
+                .catalog()
+                .collections
+                .get(&oplog::oplog_namespace())
+                .cloned()
+        })
+        .flatten();
     let mut tables = CollectionTables::open(&batch.txn, &entry)?;
     let keys_valid = tables.keyer.index_ids() == plan.index_ids;
-    let records = tables.take_unchanged(&plan.doomed, plan.data_dense, !keys_valid)?;
+    let records = tables.take_unchanged(
+        &plan.doomed,
+        plan.data_dense,
+        !keys_valid || oplog.is_some(),
+    )?;
     let mut taken = vec![false; plan.doomed.len()];
     for (position, _) in &records {
         taken[*position] = true;
@@ -255,6 +272,39 @@ pub(super) fn apply(batch: &mut Batch, ns: &Namespace, plan: ReapPlan) -> Storag
         remove_sorted(table, &keys, run.dense, |_, _| {})?;
     }
     tables.save_sizes(&batch.txn)?;
+    let mut oplog_tables = match &oplog {
+        Some(oplog) => Some(CollectionTables::open(&batch.txn, oplog)?),
+        None => None,
+    };
+    for (_, record) in &records {
+        let ts = batch.counters.take_timestamp();
+        let (Some(oplog_tables), Some(record)) = (oplog_tables.as_mut(), record) else {
+            continue;
+        };
+        let raw = raw_record(record)?;
+        let id = raw
+            .doc
+            .get("_id")
+            .ok()
+            .flatten()
+            .and_then(|id| id.to_raw_bson().try_into().ok())
+            .unwrap_or(bson::Bson::Null);
+        let change = Change::Delete {
+            id,
+            expired_at_ms: plan.expire_at.as_ref().and_then(|rule| rule.of(&raw)),
+        };
+        append_entry(
+            oplog_tables,
+            ns,
+            Some(entry.meta.uuid),
+            change,
+            ts,
+            &mut batch.counters,
+        )?;
+    }
+    oplog_tables
+        .map(|oplog_tables| oplog_tables.save_sizes(&batch.txn))
+        .transpose()?;
     Ok(records.len() as u64)
 }
 

@@ -31,6 +31,10 @@ const ORDERED: WriteOptions = WriteOptions {
     background: false,
 };
 
+fn ns_in(db: &str, coll: &str) -> Namespace {
+    Namespace::new(db, coll)
+}
+
 fn ns(coll: &str) -> Namespace {
     Namespace::new("enginetest", coll)
 }
@@ -1292,6 +1296,7 @@ async fn reaping_spares_documents_rewritten_after_planning() {
     )
     .await;
     let request = |resume_after: Option<Vec<u8>>| ReapRequest {
+        expire_at: None,
         source: ReapSource::Expiry {
             order: ExpiryOrder::LastWrite,
             range: (Bound::Unbounded, Bound::Included(10)),
@@ -1455,4 +1460,211 @@ async fn an_interrupted_index_build_is_dropped_at_open() {
     )
     .await;
     assert_eq!(found.len(), 20);
+}
+
+#[tokio::test]
+async fn every_write_takes_a_greater_cluster_time_which_survives_reopen() {
+    let dir = TempDir::new().unwrap();
+    let after_writes = {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        assert_eq!(
+            storage.cluster_time(),
+            bson::Timestamp {
+                time: 0,
+                increment: 0
+            }
+        );
+        let mut seen = Vec::new();
+        for id in 0..5 {
+            write_ok(&storage, &ns("c"), vec![insert(doc! {"_id": id})]).await;
+            seen.push(storage.cluster_time());
+        }
+        write_ok(
+            &storage,
+            &ns("c"),
+            vec![insert(doc! {"_id": 10}), insert(doc! {"_id": 11})],
+        )
+        .await;
+        seen.push(storage.cluster_time());
+        let packed = |t: &bson::Timestamp| (u64::from(t.time) << 32) | u64::from(t.increment);
+        assert!(
+            seen.windows(2)
+                .all(|pair| packed(&pair[0]) < packed(&pair[1])),
+            "{seen:?}"
+        );
+        // A batch of two writes took two times.
+        assert!(packed(&seen[5]) >= packed(&seen[4]) + 2);
+        seen[5]
+    };
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(storage.cluster_time(), after_writes);
+}
+
+#[tokio::test]
+async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
+    use crate::storage::SessionRecord;
+    let dir = TempDir::new().unwrap();
+    {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        let results = storage
+            .write_recorded(
+                &ns("c"),
+                vec![insert(doc! {"_id": 1}), insert(doc! {"_id": 1})],
+                WriteOptions {
+                    ordered: false,
+                    ..ORDERED
+                },
+                Box::new(|results| {
+                    let done = results.iter().filter(|result| result.is_ok()).count();
+                    Some(SessionRecord {
+                        key: b"session-a".to_vec(),
+                        value: doc! {"txnNumber": 7_i64, "n": done as i32},
+                    })
+                }),
+            )
+            .await
+            .unwrap();
+        assert!(results[0].is_ok() && results[1].is_err());
+        storage
+            .write_recorded(
+                &ns("c"),
+                vec![insert(doc! {"_id": 2})],
+                ORDERED,
+                Box::new(|_| None),
+            )
+            .await
+            .unwrap();
+        assert_eq!(storage.session_record(b"session-b").await.unwrap(), None);
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(
+        storage.session_record(b"session-a").await.unwrap(),
+        Some(doc! {"txnNumber": 7_i64, "n": 1})
+    );
+    assert_eq!(
+        scan_all(&storage, &ns("c"), ScanSource::Collection, false, 10)
+            .await
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn with_an_oplog_every_write_and_expiry_appends_an_entry_in_the_same_commit() {
+    use crate::storage::oplog::oplog_namespace;
+    use crate::storage::{ReapRequest, ReapSource, RecordInstant, WriteOp};
+    let storage = RedbStorage::in_memory().unwrap();
+    storage
+        .create_collection(
+            &oplog_namespace(),
+            doc! {"capped": true, "size": 1_048_576},
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    let coll = ns("c");
+    let outcomes = write_ok(
+        &storage,
+        &coll,
+        vec![
+            insert(doc! {"_id": 1, "a": 1}),
+            insert(doc! {"_id": 2, "a": 2}),
+        ],
+    )
+    .await;
+    let rev = |outcome: &WriteOutcome| match outcome {
+        WriteOutcome::Inserted { rev, .. } | WriteOutcome::Replaced { rev, .. } => *rev,
+        WriteOutcome::Deleted => 0,
+    };
+    let update = WriteOp::Replace {
+        id: Bson::Int32(1),
+        expected_rev: rev(&outcomes[0]),
+        doc: doc! {"_id": 1, "a": 5, "b": true},
+        meta: conformance::META,
+        supersede: None,
+        replacement: false,
+    };
+    write_ok(&storage, &coll, vec![update, delete(2, None)]).await;
+    // A write to `local` is not logged.
+    write_ok(
+        &storage,
+        &ns_in("local", "other"),
+        vec![insert(doc! {"_id": 1})],
+    )
+    .await;
+    // The reaper's deletion is an expiry entry with the instant it reports.
+    let page = storage
+        .reap(
+            &coll,
+            ReapRequest {
+                source: ReapSource::Index {
+                    name: "_id_".into(),
+                    range: (Bound::Unbounded, Bound::Unbounded),
+                },
+                resume_after: None,
+                limit: 10,
+                expired: RecordPredicate::new(|_| true),
+                expire_at: Some(RecordInstant::new(|_| Some(42_000))),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.deleted, 1);
+    let entries: Vec<Document> = scan_all(
+        &storage,
+        &oplog_namespace(),
+        ScanSource::Collection,
+        false,
+        100,
+    )
+    .await
+    .into_iter()
+    .map(|record| record.doc.into_document())
+    .collect();
+    let ops: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|entry| (entry.get_str("op").unwrap(), entry.get_str("ns").unwrap()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("c", "enginetest.$cmd"),
+            ("i", "enginetest.c"),
+            ("i", "enginetest.c"),
+            ("u", "enginetest.c"),
+            ("d", "enginetest.c"),
+            ("d", "enginetest.c"),
+        ]
+    );
+    // The implicit creation is logged as mongod logs `create`.
+    assert_eq!(
+        entries[0].get_document("o").unwrap(),
+        &doc! {"create": "c", "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
+    );
+    let entries = &entries[1..];
+    assert_eq!(
+        entries[2].get_document("o").unwrap(),
+        &doc! {"$v": 2, "diff": {"u": {"a": 5}, "i": {"b": true}}}
+    );
+    assert_eq!(entries[2].get_document("o2").unwrap(), &doc! {"_id": 1});
+    assert!(!entries[3].contains_key("expired"));
+    assert_eq!(entries[4].get_bool("expired"), Ok(true));
+    assert_eq!(
+        entries[4]
+            .get_datetime("expireAt")
+            .unwrap()
+            .timestamp_millis(),
+        42_000
+    );
+    let times: Vec<bson::Timestamp> = entries
+        .iter()
+        .map(|entry| entry.get_timestamp("ts").unwrap())
+        .collect();
+    assert!(times
+        .windows(2)
+        .all(|pair| (pair[0].time, pair[0].increment) < (pair[1].time, pair[1].increment)));
+    assert!(entries
+        .iter()
+        .all(|entry| entry.get("_id") == entry.get("ts")));
+    assert_eq!(storage.cluster_time(), *times.last().unwrap());
 }

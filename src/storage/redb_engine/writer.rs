@@ -50,7 +50,9 @@ use redb::WriteTransaction;
 
 use super::catalog::Catalog;
 use super::database::{BeginError, DbSlot};
-use super::format::{io, META, META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV};
+use super::format::{
+    io, META, META_LAST_TIMESTAMP, META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV,
+};
 use crate::storage::{StorageError, StorageResult};
 
 /// Most jobs committed together.
@@ -75,6 +77,8 @@ pub(super) struct Shared {
     pub catalog: RwLock<Arc<Catalog>>,
     /// Write transactions committed (for tests and metrics).
     pub commits: AtomicU64,
+    /// The newest cluster time a committed write took (`seconds << 32 | increment`).
+    pub cluster_time: AtomicU64,
 }
 
 impl Shared {
@@ -93,12 +97,14 @@ impl Shared {
     }
 }
 
-/// Id counters, persisted in `meta` with every commit.
+/// Id counters and the cluster time, persisted in `meta` with every commit.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Counters {
     pub next_rev: u64,
     pub next_collection_id: u64,
     pub next_index_id: u64,
+    /// The newest cluster time handed out (`seconds << 32 | increment`; 0 before the first).
+    pub last_timestamp: u64,
 }
 
 impl Counters {
@@ -120,8 +126,26 @@ impl Counters {
         id
     }
 
+    /// The next cluster time: the wall clock's second (never going back), the increment
+    /// counting within it, so times only grow, in commit order.
+    pub fn take_timestamp(&mut self) -> u64 {
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs())
+            .min(u64::from(u32::MAX));
+        let last_secs = self.last_timestamp >> 32;
+        self.last_timestamp = if now_secs > last_secs {
+            now_secs << 32 | 1
+        } else {
+            self.last_timestamp + 1
+        };
+        self.last_timestamp
+    }
+
     fn save(&self, txn: &WriteTransaction) -> StorageResult<()> {
         let mut meta = txn.open_table(META).map_err(io)?;
+        meta.insert(META_LAST_TIMESTAMP, self.last_timestamp)
+            .map_err(io)?;
         meta.insert(META_NEXT_REV, self.next_rev).map_err(io)?;
         meta.insert(META_NEXT_COLLECTION_ID, self.next_collection_id)
             .map_err(io)?;
@@ -399,6 +423,9 @@ impl Writer {
         let committed = outcome.is_ok();
         if committed {
             self.shared.commits.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .cluster_time
+                .store(counters.last_timestamp, Ordering::Release);
             self.shared.publish(catalog);
             self.failure = None;
         } else if let Err(error) = &outcome {

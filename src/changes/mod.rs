@@ -1,0 +1,41 @@
+//! The oplog as the server keeps it: `local.oplog.rs`, a capped collection of the size
+//! `--oplogSize` asks for, created at startup; storage appends one entry per write in the same
+//! commit (`storage::oplog`). Change streams read it.
+//!
+//! Invariants: the oplog exists only when configured (a standalone without it has none, and
+//! `$changeStream` answers as a standalone mongod); an existing oplog is kept as it is across
+//! restarts (a different `--oplogSize` does not resize it, as mongod's `--oplogSize` only sizes
+//! a new oplog).
+
+use bson::doc;
+
+use crate::state::ServerState;
+use crate::storage::oplog::oplog_namespace;
+use crate::storage::{StorageError, StorageResult};
+
+/// Creates the oplog if the configuration asks for one and it does not exist yet.
+pub async fn ensure_oplog(state: &ServerState) -> StorageResult<()> {
+    let Some(megabytes) = state.config.oplog_size_mb else {
+        return Ok(());
+    };
+    let ns = oplog_namespace();
+    let bytes = i64::try_from(megabytes.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+    let options = doc! {"capped": true, "size": bytes};
+    match state
+        .storage
+        .create_collection(&ns, options, Vec::new())
+        .await
+    {
+        Ok(_) | Err(StorageError::NamespaceExists(_)) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether the server keeps an oplog (so change streams can be opened).
+pub async fn has_oplog(state: &ServerState) -> StorageResult<bool> {
+    Ok(state
+        .storage
+        .collection(&oplog_namespace())
+        .await?
+        .is_some())
+}

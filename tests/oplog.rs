@@ -1,0 +1,106 @@
+//! The oplog through the driver: with `--oplogSize` the server keeps `local.oplog.rs`, readable
+//! with `find` as mongod's (entry fields as src/mongo/db/repl/oplog_entry.idl names them), one
+//! entry per written document in commit order, catalog commands as `c` entries, and clients may
+//! not write to it (jstests/replsets/no_oplog_writes… : 73 InvalidNamespace).
+
+mod common;
+
+use bson::{doc, Bson, Document};
+use common::{command_error, first_batch, test_config, TestServer};
+use tideway::Config;
+
+#[tokio::test]
+async fn every_write_is_an_oplog_entry_readable_with_find() {
+    let server = TestServer::start_with(Config {
+        oplog_size_mb: Some(16),
+        ..test_config()
+    })
+    .await;
+    let client = server.client();
+    let db = client.database("app");
+    db.run_command(
+        doc! {"insert": "users", "documents": [{"_id": 1, "name": "a"}, {"_id": 2, "name": "b"}]},
+    )
+    .await
+    .unwrap();
+    db.run_command(doc! {"update": "users", "updates": [{"q": {"_id": 1}, "u": {"$set": {"name": "z"}, "$unset": {"none": 1}}}]})
+        .await
+        .unwrap();
+    db.run_command(doc! {"update": "users", "updates": [{"q": {"_id": 2}, "u": {"name": "y"}}]})
+        .await
+        .unwrap();
+    db.run_command(doc! {"delete": "users", "deletes": [{"q": {"_id": 2}, "limit": 1}]})
+        .await
+        .unwrap();
+    db.run_command(doc! {"drop": "users"}).await.unwrap();
+    let local = client.database("local");
+    let reply = local
+        .run_command(
+            doc! {"find": "oplog.rs", "filter": {"ns": {"$in": ["app.users", "app.$cmd"]}}},
+        )
+        .await
+        .unwrap();
+    let entries = first_batch(&reply);
+    let summary: Vec<(String, Document)> = entries
+        .iter()
+        .map(|entry| {
+            (
+                entry.get_str("op").unwrap().to_string(),
+                entry.get_document("o").unwrap().clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                "c".into(),
+                doc! {"create": "users", "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
+            ),
+            ("i".into(), doc! {"_id": 1, "name": "a"}),
+            ("i".into(), doc! {"_id": 2, "name": "b"}),
+            ("u".into(), doc! {"$v": 2, "diff": {"u": {"name": "z"}}}),
+            ("u".into(), doc! {"_id": 2, "name": "y"}),
+            ("d".into(), doc! {"_id": 2}),
+            ("c".into(), doc! {"drop": "users"}),
+        ]
+    );
+    for entry in &entries {
+        assert!(
+            matches!(entry.get("ts"), Some(Bson::Timestamp(_))),
+            "{entry}"
+        );
+        assert!(
+            matches!(entry.get("wall"), Some(Bson::DateTime(_))),
+            "{entry}"
+        );
+        assert_eq!(entry.get_i64("t"), Ok(1));
+    }
+    assert_eq!(entries[3].get_document("o2").unwrap(), &doc! {"_id": 1});
+    let (code, _, message) = command_error(
+        local
+            .run_command(doc! {"insert": "oplog.rs", "documents": [{"op": "n"}]})
+            .await,
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (73, "cannot write to local.oplog.rs")
+    );
+}
+
+#[tokio::test]
+async fn without_an_oplog_size_there_is_no_oplog() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    client
+        .database("app")
+        .run_command(doc! {"insert": "users", "documents": [{"_id": 1}]})
+        .await
+        .unwrap();
+    let names = client
+        .database("local")
+        .list_collection_names()
+        .await
+        .unwrap();
+    assert!(!names.contains(&"oplog.rs".to_string()), "{names:?}");
+}
