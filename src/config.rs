@@ -122,6 +122,11 @@ pub struct Config {
     #[arg(long, short = 'f', env = "TIDEWAY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Run as the primary of a one-member replica set of this name (mongod's `--replSet`;
+    /// `replication.replSetName` in the file). Standalone without it.
+    #[arg(long = "replSet", env = "TIDEWAY_REPL_SET", value_name = "NAME", value_parser = crate::repl::parse_set_name)]
+    pub repl_set: Option<String>,
+
     /// Print the effective configuration as a YAML configuration file and exit.
     #[arg(long = "outputConfig")]
     pub output_config: bool,
@@ -192,6 +197,11 @@ impl Config {
             explicit("max_conns"),
         );
         take(&mut self.dbpath, settings.dbpath, explicit("dbpath"));
+        take(
+            &mut self.repl_set,
+            settings.repl_set.map(Some),
+            explicit("repl_set"),
+        );
         take(&mut self.storage, settings.storage, explicit("storage"));
         take(
             &mut self.syncdelay_ms,
@@ -421,13 +431,13 @@ mod tests {
             error.errmsg.contains("/nonexistent/tideway.conf"),
             "{error:?}"
         );
-        let (_dir, path) = config_file("replication:\n  replSetName: rs0\n");
+        let (_dir, path) = config_file("replication:\n  oplogSizeMB: 10\n");
         let refused = load(&["-f", path.to_str().unwrap(), "--port", "1"]).unwrap_err();
         let LoadError::File(error) = refused else {
             panic!("{refused:?}")
         };
         assert!(
-            error.errmsg.contains("replication.replSetName"),
+            error.errmsg.contains("replication.oplogSizeMB"),
             "{error:?}"
         );
         assert!(matches!(
@@ -461,6 +471,8 @@ mod tests {
             "--enableTestCommands",
             "--setParameter",
             "ttlMonitorSleepSecs=3",
+            "--replSet",
+            "rs0",
         ]);
         let yaml = config.to_yaml();
         let mut reloaded = Config::default();
@@ -479,6 +491,7 @@ mod tests {
             reloaded.set_parameter,
             vec!["enableTestCommands=true", "ttlMonitorSleepSecs=3"]
         );
+        assert_eq!(reloaded.repl_set.as_deref(), Some("rs0"));
         assert_eq!(reloaded.to_yaml(), yaml);
     }
 }

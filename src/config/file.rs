@@ -2,7 +2,7 @@
 //! tideway reads, the `Config` field each one sets, and the refusals. Every key is honoured or
 //! refused at startup with a message naming it; none is ignored:
 //! - keys no mongod knows: `Unrecognized option: <key>`, as mongod (2 BadValue);
-//! - mongod keys tideway does not implement (`replication.*`, `security.authorization`,
+//! - mongod keys tideway does not implement (`replication.*` but `replSetName`, `security.authorization`,
 //!   `net.tls.*`, `storage.wiredTiger.*`, …, the `MONGOD_KEYS` table): 238 NotImplemented;
 //! - values mongod would refuse, with mongod's wording where it has one.
 //!
@@ -45,6 +45,8 @@ pub struct FileSettings {
     pub javascript_enabled: Option<bool>,
     /// `setParameter`, in file order, each already checked as `--setParameter` checks it.
     pub set_parameter: Vec<(String, String)>,
+    /// `replication.replSetName` (`--replSet`): one-node replica-set mode.
+    pub repl_set: Option<String>,
 }
 
 /// mongod's documented configuration-file keys that tideway does not implement (MongoDB 8.0's
@@ -142,7 +144,6 @@ const MONGOD_KEYS: &[&str] = &[
     "operationProfiling.slowOpSampleRate",
     "operationProfiling.filter",
     "replication.oplogSizeMB",
-    "replication.replSetName",
     "replication.enableMajorityReadConcern",
     "replication.localPingThresholdMs",
     "sharding.clusterRole",
@@ -274,6 +275,9 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
                 settings.javascript_enabled = Some(boolean(&key, value)?);
             }
             "setParameter" => settings.set_parameter = set_parameters(value)?,
+            "replication.replSetName" => {
+                settings.repl_set = Some(crate::repl::check_set_name(&value_text(&key, value)?)?);
+            }
             _ => return Err(refusal(&key)),
         }
     }
@@ -469,6 +473,11 @@ pub fn render(config: &Config) -> String {
     if !parameters.is_empty() {
         root.insert(text_node("setParameter"), Yaml::Hash(parameters));
     }
+    if let Some(name) = &config.repl_set {
+        let mut replication = Hash::new();
+        replication.insert(text_node("replSetName"), text_node(name));
+        root.insert(text_node("replication"), Yaml::Hash(replication));
+    }
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = YamlEmitter::new(&mut out).dump(&Yaml::Hash(root));
@@ -505,6 +514,8 @@ security:
 setParameter:
    ttlMonitorSleepSecs: 5
    enableTestCommands: true
+replication:
+   replSetName: rs0
 ";
 
     fn refusal_of(text: &str) -> CommandError {
@@ -531,6 +542,7 @@ setParameter:
                     ("ttlMonitorSleepSecs".to_owned(), "5".to_owned()),
                     ("enableTestCommands".to_owned(), "true".to_owned()),
                 ],
+                repl_set: Some("rs0".to_owned()),
             }
         );
     }
@@ -597,8 +609,8 @@ setParameter:
     fn mongod_keys_tideway_lacks_are_refused_by_name() {
         for (text, key) in [
             (
-                "replication:\n  replSetName: rs0\n",
-                "replication.replSetName",
+                "replication:\n  enableMajorityReadConcern: false\n",
+                "replication.enableMajorityReadConcern",
             ),
             (
                 "security:\n  authorization: enabled\n",
