@@ -698,6 +698,8 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "killSessions" | "killAllSessions" | "startSession" | "buildInfo" | "listCommands"
         | "whatsmyuri" | "serverStatus" | "getParameter" | "setParameter" | "advanceClock"
         | "runTtlPass" | "currentOp" | "killOp" | "sleep" => &LOOSE,
+        // Replica-set mode (`repl::commands`): their fields are read loosely, as mongod.
+        "replSetInitiate" | "replSetGetStatus" | "replSetGetConfig" | "replSetStepDown" => &LOOSE,
         _ => return None,
     })
 }
