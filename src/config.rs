@@ -95,8 +95,9 @@ pub struct Config {
     #[arg(long, env = "TIDEWAY_PROFILE", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=2))]
     pub profile: i32,
 
-    /// Size of the oplog (`local.oplog.rs`) in megabytes, as mongod's `--oplogSize`: with it the
-    /// server keeps an oplog, which change streams read.
+    /// Size of the oplog (`local.oplog.rs`) in megabytes, as mongod's `--oplogSize`. The server
+    /// keeps an oplog (which change streams read) in replica-set mode, of this size or
+    /// `DEFAULT_OPLOG_SIZE_MB`, and also with this option alone.
     #[arg(long = "oplogSize", env = "TIDEWAY_OPLOG_SIZE_MB", value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub oplog_size_mb: Option<u64>,
 
@@ -127,6 +128,11 @@ pub struct Config {
     #[arg(long, short = 'f', env = "TIDEWAY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Run as the primary of a one-member replica set of this name (mongod's `--replSet`;
+    /// `replication.replSetName` in the file). Standalone without it.
+    #[arg(long = "replSet", env = "TIDEWAY_REPL_SET", value_name = "NAME", value_parser = crate::repl::parse_set_name)]
+    pub repl_set: Option<String>,
+
     /// Print the effective configuration as a YAML configuration file and exit.
     #[arg(long = "outputConfig")]
     pub output_config: bool,
@@ -149,7 +155,17 @@ impl Default for Config {
     }
 }
 
+/// The oplog size of replica-set mode without `--oplogSize` (mongod: 5% of the disk, at least
+/// 990 MB; tideway's capped oplog only holds what was written, so a fixed bound suffices).
+pub const DEFAULT_OPLOG_SIZE_MB: u64 = 1024;
+
 impl Config {
+    /// How large an oplog the server keeps, if any (see `oplog_size_mb`).
+    pub fn oplog_size_mb(&self) -> Option<u64> {
+        self.oplog_size_mb
+            .or(self.repl_set.as_ref().map(|_| DEFAULT_OPLOG_SIZE_MB))
+    }
+
     /// The configuration of this process: its command line, environment and `--config` file.
     pub fn load() -> Result<Config, LoadError> {
         Config::load_from(std::env::args_os())
@@ -197,6 +213,16 @@ impl Config {
             explicit("max_conns"),
         );
         take(&mut self.dbpath, settings.dbpath, explicit("dbpath"));
+        take(
+            &mut self.repl_set,
+            settings.repl_set.map(Some),
+            explicit("repl_set"),
+        );
+        take(
+            &mut self.oplog_size_mb,
+            settings.oplog_size_mb.map(Some),
+            explicit("oplog_size_mb"),
+        );
         take(&mut self.storage, settings.storage, explicit("storage"));
         take(
             &mut self.syncdelay_ms,
@@ -426,13 +452,15 @@ mod tests {
             error.errmsg.contains("/nonexistent/tideway.conf"),
             "{error:?}"
         );
-        let (_dir, path) = config_file("replication:\n  replSetName: rs0\n");
+        let (_dir, path) = config_file("replication:\n  enableMajorityReadConcern: true\n");
         let refused = load(&["-f", path.to_str().unwrap(), "--port", "1"]).unwrap_err();
         let LoadError::File(error) = refused else {
             panic!("{refused:?}")
         };
         assert!(
-            error.errmsg.contains("replication.replSetName"),
+            error
+                .errmsg
+                .contains("replication.enableMajorityReadConcern"),
             "{error:?}"
         );
         assert!(matches!(
@@ -466,6 +494,8 @@ mod tests {
             "--enableTestCommands",
             "--setParameter",
             "ttlMonitorSleepSecs=3",
+            "--replSet",
+            "rs0",
         ]);
         let yaml = config.to_yaml();
         let mut reloaded = Config::default();
@@ -484,6 +514,7 @@ mod tests {
             reloaded.set_parameter,
             vec!["enableTestCommands=true", "ttlMonitorSleepSecs=3"]
         );
+        assert_eq!(reloaded.repl_set.as_deref(), Some("rs0"));
         assert_eq!(reloaded.to_yaml(), yaml);
     }
 }

@@ -284,7 +284,7 @@ pub async fn dispatch(
     let span = tracing::debug_span!("command", name, conn = client.connection_id);
     let (result, finished) = run(state, client, body, name).instrument(span).await;
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    let reply = match result {
+    let mut reply = match result {
         Ok(mut reply) => {
             reply.append_ok();
             tracing::debug!(name, elapsed_ms, "command succeeded");
@@ -300,6 +300,8 @@ pub async fn dispatch(
             Reply::from(error.to_reply())
         }
     };
+    // Replica-set mode: every reply gossips the cluster time.
+    crate::repl::decorate_reply(state, &mut reply);
     if elapsed_ms >= state.profiler.slowms() {
         tracing::info!(name, elapsed_ms, conn = client.connection_id, "Slow query");
     }
@@ -385,15 +387,7 @@ fn checked_spec(
             format!("{} may only be run against the admin database.", spec.name),
         ));
     }
-    if ["txnNumber", "startTransaction", "autocommit"]
-        .iter()
-        .any(|field| body.contains_key(field))
-    {
-        return Err(CommandError::new(
-            ErrorCode::IllegalOperation,
-            "Transaction numbers are only allowed on a replica set member or mongos",
-        ));
-    }
+    crate::repl::check_session_options(state, spec.name, body)?;
     if !OWN_OPCOUNTER.contains(&spec.name) {
         bump(&state.stats.opcounters.command, 1);
     }
@@ -431,8 +425,12 @@ async fn run_handler(
     let work = crate::js::scoped(
         state.config.js_limits(),
         ctx.deadline,
-        // A command naming a view is served by `commands::views`, any other by its handler.
-        crate::commands::views::run(&ctx, spec, body),
+        Box::pin(async {
+            // Replica-set mode: `readConcern` (`afterClusterTime` may wait) before the command.
+            crate::repl::check_read_concern(state, body, ctx.deadline).await?;
+            // A command naming a view is served by `commands::views`, any other by its handler.
+            crate::commands::views::run(&ctx, spec, body).await
+        }),
     );
     let time_limit = async {
         match max_time_ms {

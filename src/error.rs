@@ -92,6 +92,12 @@ error_codes! {
     QueryExceededMemoryLimitNoDiskUseAllowed = 292,
     UnsupportedOpQueryCommand = 352,
     NotWritablePrimary = 10107,
+    // Replica-set mode and retryable writes (repl, commands::retryable).
+    AlreadyInitialized = 23,
+    NoReplicationEnabled = 76,
+    TransactionTooOld = 225,
+    ExceededTimeLimit = 262,
+    NotARetryableWriteCommand = 50768,
     BSONObjectTooLarge = 10334,
     DuplicateKey = 11000,
     MergeStageNoMatchingDocument = 13113,

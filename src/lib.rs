@@ -24,6 +24,7 @@ pub mod planner;
 pub mod profiler;
 pub mod query;
 pub mod reaper;
+pub mod repl;
 pub mod server;
 pub mod sorter;
 pub mod state;

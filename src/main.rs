@@ -68,6 +68,10 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if let Err(error) = server.start_replication().await {
+            tracing::error!(error = %error.errmsg, "cannot start the replica set");
+            return ExitCode::FAILURE;
+        }
         server.run(shutdown_signal()).await;
         ExitCode::SUCCESS
     })

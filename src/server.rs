@@ -41,6 +41,13 @@ impl Server {
             .collect()
     }
 
+    /// Replica-set mode (`--replSet`): loads or initiates the set with this server's listener
+    /// as its member (`repl::start`); to be called before [`Server::run`]. Nothing on a
+    /// standalone server.
+    pub async fn start_replication(&self) -> crate::error::CommandResult<()> {
+        crate::repl::start(&self.state, &self.local_addrs()).await
+    }
+
     pub fn state(&self) -> &Arc<ServerState> {
         &self.state
     }
@@ -83,6 +90,9 @@ impl Server {
         shutdown.await;
         tracing::info!("shutting down: no new connections, finishing requests in flight");
         let _ = stop_tx.send(true);
+        if let Some(repl) = &self.state.repl {
+            repl.stop_waiting();
+        }
         for accept_loop in accept_loops {
             let _ = accept_loop.await;
         }

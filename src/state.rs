@@ -43,6 +43,8 @@ pub struct ServerState {
     pub hostname: String,
     /// Lines `getLog: "startupWarnings"` returns, rendered once at startup.
     pub startup_warnings: Vec<String>,
+    /// Replica-set mode (`--replSet`), `None` on a standalone server.
+    pub repl: Option<crate::repl::ReplSet>,
     next_connection_id: AtomicI32,
 }
 
@@ -107,6 +109,7 @@ impl ServerState {
     ) -> CommandResult<Arc<ServerState>> {
         let params = Parameters::from_config(&config)?;
         let startup_warnings = startup_warnings(&config);
+        let repl = config.repl_set.clone().map(crate::repl::ReplSet::new);
         // Never earlier than any moment the server reported before a restart.
         let clock = Arc::new(ServerClock::new(clock, storage.time_high_water_ms()));
         let spill_dir = match config.storage {
@@ -146,6 +149,7 @@ impl ServerState {
             stats: Stats::default(),
             hostname: hostname(),
             startup_warnings,
+            repl,
             next_connection_id: AtomicI32::new(1),
         }))
     }

@@ -104,3 +104,35 @@ async fn without_an_oplog_size_there_is_no_oplog() {
         .unwrap();
     assert!(!names.contains(&"oplog.rs".to_string()), "{names:?}");
 }
+
+/// Replica-set mode keeps an oplog (of `DEFAULT_OPLOG_SIZE_MB` without `--oplogSize`), as a
+/// replica-set member's: every write is in it.
+#[tokio::test]
+async fn replica_set_mode_keeps_an_oplog() {
+    let server = TestServer::start_with(Config {
+        repl_set: Some("rs0".to_owned()),
+        ..test_config()
+    })
+    .await;
+    let client = server.client();
+    client
+        .database("app")
+        .run_command(doc! {"insert": "users", "documents": [{"_id": 1}]})
+        .await
+        .unwrap();
+    let reply = client
+        .database("local")
+        .run_command(doc! {"find": "oplog.rs", "filter": {"op": "i", "ns": "app.users"}})
+        .await
+        .unwrap();
+    assert_eq!(first_batch(&reply).len(), 1);
+    let stats = client
+        .database("local")
+        .run_command(doc! {"collStats": "oplog.rs"})
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.get("maxSize").and_then(Bson::as_i64),
+        Some(tideway::config::DEFAULT_OPLOG_SIZE_MB as i64 * 1024 * 1024)
+    );
+}

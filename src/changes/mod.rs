@@ -1,5 +1,6 @@
 //! The oplog as the server keeps it: `local.oplog.rs`, a capped collection of the size
-//! `--oplogSize` asks for, created at startup; storage appends one entry per write in the same
+//! `--oplogSize` asks for (`config::DEFAULT_OPLOG_SIZE_MB` in replica-set mode without it),
+//! created at startup; storage appends one entry per write in the same
 //! commit (`storage::oplog`). Change streams read it.
 //!
 //! Invariants: the oplog exists only when configured (a standalone without it has none, and
@@ -15,7 +16,7 @@ use crate::storage::{StorageError, StorageResult};
 
 /// Creates the oplog if the configuration asks for one and it does not exist yet.
 pub async fn ensure_oplog(state: &ServerState) -> StorageResult<()> {
-    let Some(megabytes) = state.config.oplog_size_mb else {
+    let Some(megabytes) = state.config.oplog_size_mb() else {
         return Ok(());
     };
     let ns = oplog_namespace();

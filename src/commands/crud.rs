@@ -24,6 +24,7 @@ use crate::commands::args::{
     optional_document, validate_writable_namespace, write_options, wrong_type,
 };
 use crate::commands::find::parse_projection;
+use crate::commands::retryable::{self, RetryableWrite, StatementKind};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::exec::{self, document_id, CollectionView};
@@ -35,7 +36,8 @@ use crate::query::variables::{with_command_variables, CommandVariables};
 use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
 use crate::storage::{
-    Namespace, Record, Storage, StorageError, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    Namespace, Record, RecordSession, Storage, StorageError, WriteMeta, WriteOp, WriteOptions,
+    WriteOutcome,
 };
 use crate::timeseries::{self, Timeseries};
 use crate::ttl;
@@ -202,6 +204,9 @@ pub(crate) struct WriteContext<'a> {
     /// A time-series collection's settings: every written measurement is checked and laid out
     /// by them, whatever the command bypasses.
     timeseries: Option<Timeseries>,
+    /// The retryable write this writer's statements belong to: each write commits its
+    /// statement's record with it (`commands::retryable`).
+    retry: Option<Arc<RetryableWrite>>,
 }
 
 /// What became of one document an update matched.
@@ -245,7 +250,14 @@ impl<'a> WriteContext<'a> {
             variables,
             validator,
             timeseries,
+            retry: None,
         })
+    }
+
+    /// The same writer, recording its statements' writes in `retry`'s session.
+    pub(crate) fn retrying(mut self, retry: Option<Arc<RetryableWrite>>) -> Self {
+        self.retry = retry;
+        self
     }
 
     /// The same writer, skipping document validation when `bypass` (the command's
@@ -324,15 +336,25 @@ impl<'a> WriteContext<'a> {
         }
     }
 
-    /// Writes `ops` in order; per operation, success or the error to report.
+    /// Writes `ops` in order, committing `record` (a retryable write's session record) with
+    /// them; per operation, success or the error to report.
     async fn write(
         &self,
         ops: Vec<WriteOp>,
+        record: Option<RecordSession>,
     ) -> CommandResult<Vec<Result<WriteOutcome, StorageError>>> {
-        let results = self
-            .storage()
-            .write(&self.view.ns, ops, self.options)
-            .await?;
+        let results = match record {
+            Some(record) => {
+                self.storage()
+                    .write_recorded(&self.view.ns, ops, self.options, record)
+                    .await?
+            }
+            None => {
+                self.storage()
+                    .write(&self.view.ns, ops, self.options)
+                    .await?
+            }
+        };
         // `awaitData` cursors on a capped collection wait for its inserts.
         if self
             .view
@@ -345,17 +367,32 @@ impl<'a> WriteContext<'a> {
         Ok(results)
     }
 
-    /// One operation as its own batch.
-    async fn write_one(&self, op: WriteOp) -> Result<WriteOutcome, StorageError> {
+    /// One operation as its own batch (`before`: the document it replaces or deletes), with
+    /// the record of the retryable write's current statement.
+    async fn write_one(
+        &self,
+        op: WriteOp,
+        before: Option<&Document>,
+    ) -> Result<WriteOutcome, StorageError> {
         let options = WriteOptions {
             ordered: true,
             ..self.options
         };
-        self.storage()
-            .write(&self.view.ns, vec![op], options)
-            .await?
-            .pop()
-            .unwrap_or(Err(StorageError::Io("storage returned no result".into())))
+        let record = self
+            .retry
+            .as_ref()
+            .and_then(|retry| retry.record_for(&op, before));
+        let ns = &self.view.ns;
+        match record {
+            Some(record) => {
+                self.storage()
+                    .write_recorded(ns, vec![op], options, record)
+                    .await?
+            }
+            None => self.storage().write(ns, vec![op], options).await?,
+        }
+        .pop()
+        .unwrap_or(Err(StorageError::Io("storage returned no result".into())))
     }
 
     /// Applies `update` to the matched `record`, retrying on write conflicts.
@@ -390,7 +427,7 @@ impl<'a> WriteContext<'a> {
                     .policies
                     .expired_predicate(self.now_ms()),
             };
-            match self.write_one(op).await {
+            match self.write_one(op, Some(record.doc.document())).await {
                 Ok(_) => return Ok(Updated::Modified(document)),
                 Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
                     Some(fresh) => record = fresh,
@@ -415,7 +452,7 @@ impl<'a> WriteContext<'a> {
                 id: id.clone(),
                 expected_rev: Some(record.rev),
             };
-            match self.write_one(op).await {
+            match self.write_one(op, Some(record.doc.document())).await {
                 Ok(_) => return Ok(Some(record.doc.into_document())),
                 Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
                     Some(fresh) => record = fresh,
@@ -445,7 +482,7 @@ impl<'a> WriteContext<'a> {
         check_id(&document_id(&document))?;
         check_storable(&document, StorageWrite::Update)?;
         let document = self.checked(document, None)?;
-        match self.write_one(self.insert_of(document.clone())).await {
+        match self.write_one(self.insert_of(document.clone()), None).await {
             Ok(_) => Ok(Some(document)),
             Err(StorageError::DuplicateKey { index, .. })
                 if index == "_id_" && filter.id_equality().is_some() =>
@@ -527,15 +564,35 @@ impl<'a> WriteContext<'a> {
 }
 
 async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let writer = WriteContext::load(ctx, body).await?;
+    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let documents = batch(ctx, body, "documents")?;
-    let outcome = insert_documents(&writer, &documents).await?;
+    // A retry inserts only the documents whose statements did not run; positions map back.
+    let (positions, pending): (Vec<usize>, Vec<&Document>) = documents
+        .iter()
+        .enumerate()
+        .filter(|(position, _)| {
+            retry
+                .as_ref()
+                .is_none_or(|retry| retry.executed(retry.stmt_id(*position)).is_none())
+        })
+        .map(|(position, document)| (position, *document))
+        .unzip();
+    if let Some(retry) = &retry {
+        retry.set_insert_positions(&positions);
+    }
+    let outcome = insert_documents(&writer, &pending).await?;
     let errors = outcome
         .errors
         .iter()
-        .map(|(index, error)| write_error(*index, error))
+        .map(|(index, error)| write_error(positions[*index], error))
         .collect();
-    Ok(batch_reply(outcome.inserted, errors, Document::new()))
+    let inserted = outcome.inserted + (documents.len() - pending.len());
+    let mut reply = batch_reply(inserted, errors, Document::new());
+    if let Some(retry) = &retry {
+        retry.finish(&mut reply);
+    }
+    Ok(reply)
 }
 
 /// What inserting a batch did: how many documents were written, and the failures by position in
@@ -597,7 +654,15 @@ async fn write_run(
         return Ok((0, Vec::new()));
     }
     let (indexes, ops): (Vec<usize>, Vec<WriteOp>) = run.into_iter().unzip();
-    let results = writer.write(ops).await?;
+    let record = writer.retry.as_ref().map(|retry| {
+        retry.record_inserts(
+            indexes
+                .iter()
+                .map(|index| retry.insert_stmt_id(*index))
+                .collect(),
+        )
+    });
+    let results = writer.write(ops, record).await?;
     let mut succeeded = 0;
     let mut errors = Vec::new();
     for (index, result) in indexes.into_iter().zip(results) {
@@ -614,6 +679,23 @@ pub(crate) struct StatementOutcome {
     pub(crate) matched: usize,
     pub(crate) modified: usize,
     pub(crate) upserted_id: Option<Bson>,
+}
+
+impl StatementOutcome {
+    /// The outcome a retryable write recorded for the statement (`commands::retryable`).
+    fn recorded(entry: &Document) -> StatementOutcome {
+        let count = |field: &str| {
+            entry
+                .get(field)
+                .and_then(crate::bsonutil::as_f64)
+                .map_or(0, |n| n as usize)
+        };
+        StatementOutcome {
+            matched: count("n"),
+            modified: count("nModified"),
+            upserted_id: entry.get("upserted").cloned(),
+        }
+    }
 }
 
 /// The update of a statement (`u`, `update`: a document or a pipeline; `None` when absent) with
@@ -756,7 +838,8 @@ async fn run_update_statement(
 }
 
 async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let writer = WriteContext::load(ctx, body).await?;
+    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let statements = batch(ctx, body, "updates")?;
     let (mut matched, mut modified) = (0, 0);
     let mut upserted = Vec::new();
@@ -764,7 +847,21 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     for (index, statement) in statements.into_iter().enumerate() {
         // mongod refuses this combination for the whole command, not as a write error.
         check_sort_with_multi(statement)?;
-        match apply_update_statement(&writer, statement).await {
+        let result = match &retry {
+            Some(retry) => {
+                let stmt_id = retry.stmt_id(index);
+                if statement.get("multi") == Some(&Bson::Boolean(true)) {
+                    Err(retryable::refuse_multi("multi=true"))
+                } else if let Some(entry) = retry.executed(stmt_id) {
+                    Ok(StatementOutcome::recorded(&entry))
+                } else {
+                    retry.start_statement(stmt_id, StatementKind::Update);
+                    apply_update_statement(&writer, statement).await
+                }
+            }
+            None => apply_update_statement(&writer, statement).await,
+        };
+        match result {
             Ok(outcome) => {
                 matched += outcome.matched;
                 modified += outcome.modified;
@@ -784,7 +881,11 @@ async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     if !upserted.is_empty() {
         extra.insert("upserted", upserted);
     }
-    Ok(batch_reply(matched, errors, extra))
+    let mut reply = batch_reply(matched, errors, extra);
+    if let Some(retry) = &retry {
+        retry.finish(&mut reply);
+    }
+    Ok(reply)
 }
 
 /// Runs one delete statement and counts it (`serverStatus.opcounters`, the running op).
@@ -845,12 +946,28 @@ async fn run_delete_statement(
 }
 
 async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let writer = WriteContext::load(ctx, body).await?;
+    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let statements = batch(ctx, body, "deletes")?;
     let mut deleted = 0;
     let mut errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {
-        match apply_delete_statement(&writer, statement).await {
+        let result = match &retry {
+            Some(retry) => {
+                let stmt_id = retry.stmt_id(index);
+                let limit = statement.get("limit").and_then(crate::bsonutil::as_f64);
+                if limit == Some(0.0) {
+                    Err(retryable::refuse_multi("limit=0"))
+                } else if let Some(entry) = retry.executed(stmt_id) {
+                    Ok(StatementOutcome::recorded(&entry).matched)
+                } else {
+                    retry.start_statement(stmt_id, StatementKind::Delete);
+                    apply_delete_statement(&writer, statement).await
+                }
+            }
+            None => apply_delete_statement(&writer, statement).await,
+        };
+        match result {
             Ok(n) => deleted += n,
             Err(error) => {
                 errors.push(write_error(index, &error));
@@ -860,11 +977,16 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
-    Ok(batch_reply(deleted, errors, Document::new()))
+    let mut reply = batch_reply(deleted, errors, Document::new());
+    if let Some(retry) = &retry {
+        retry.finish(&mut reply);
+    }
+    Ok(reply)
 }
 
 async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let writer = WriteContext::load(ctx, body).await?;
+    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let (filter, collation) =
         writer.statement_filter("findAndModify", body, "query", &writer.variables)?;
     let sort = optional_document(ctx, body, "sort")?
@@ -908,6 +1030,19 @@ async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             )
             .map_err(|error| error.caused("Plan executor error during findAndModify"))
     };
+    if let Some(retry) = &retry {
+        let stmt_id = retry.stmt_id(0);
+        if let Some(mut entry) = retry.executed(stmt_id) {
+            // The image the first attempt returned, under this command's projection (as mongod).
+            if let Ok(image) = entry.get_document("value") {
+                let projected = project(image.clone())?;
+                entry.insert("value", projected);
+            }
+            retry.finish(&mut entry);
+            return Ok(entry);
+        }
+        retry.start_statement(stmt_id, StatementKind::FindAndModify { return_new });
+    }
     for _ in 0..MAX_WRITE_CONFLICT_RETRIES {
         let first = writer.first_match(&query).await?;
         match (first, &update) {

@@ -1,6 +1,8 @@
 //! The connection handshake and server identity: `hello`, `isMaster`/`ismaster`, `buildInfo`/
 //! `buildinfo`. Replies describe a healthy standalone (never `setName`, never `topologyVersion`, so
-//! drivers poll instead of streaming, and never enable retryable writes or transactions).
+//! drivers poll instead of streaming, and never enable retryable writes or transactions), or in
+//! replica-set mode the primary of a one-member set (the fields `repl::hello_fields` adds; an
+//! awaitable hello waits `maxAwaitTimeMS` since the topology never changes).
 
 use std::sync::atomic::Ordering;
 
@@ -8,8 +10,8 @@ use bson::{doc, Bson, Document};
 
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::sync_handler;
 use crate::wire::{Compressor, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE};
+use crate::{async_handler, sync_handler};
 
 /// The MongoDB release whose wire behaviour tideway implements (maxWireVersion 25: drivers send
 /// `bulkWrite` and a statement's `sort` from 8.0 on).
@@ -25,7 +27,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         help: "Describes this server to a client: a writable standalone, its limits and wire versions.",
         admin_only: false,
         test_only: false,
-        handler: sync_handler!(hello),
+        handler: async_handler!(hello),
     },
     CommandSpec {
         name: "isMaster",
@@ -33,7 +35,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         help: "Legacy form of hello (answers `ismaster` instead of `isWritablePrimary`).",
         admin_only: false,
         test_only: false,
-        handler: sync_handler!(hello),
+        handler: async_handler!(hello),
     },
     CommandSpec {
         name: "buildInfo",
@@ -45,7 +47,11 @@ pub const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-fn hello(ctx: &CommandContext, body: &Document) -> CommandResult {
+async fn hello(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    // An awaitable hello from a driver's streaming monitor (replica-set mode only).
+    if let (Some(wait), Some(repl)) = (crate::repl::hello_wait(ctx.state, body)?, &ctx.state.repl) {
+        repl.await_topology_change(wait).await;
+    }
     if body.contains_key("client") && ctx.client.metadata_received.swap(true, Ordering::Relaxed) {
         return Err(CommandError::new(
             ErrorCode::ClientMetadataCannotBeMutated,
@@ -76,6 +82,9 @@ fn hello(ctx: &CommandContext, body: &Document) -> CommandResult {
         "ismaster"
     };
     reply.insert(writable_field, true);
+    if let Some(fields) = crate::repl::hello_fields(ctx.state) {
+        reply.extend(fields);
+    }
     reply.insert("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE);
     reply.insert("maxMessageSizeBytes", MAX_MESSAGE_SIZE_BYTES);
     reply.insert("maxWriteBatchSize", MAX_WRITE_BATCH_SIZE);

@@ -19,6 +19,7 @@ mod index_kinds;
 pub mod indexes;
 mod map_reduce;
 pub mod operations;
+pub mod retryable;
 pub mod schema;
 mod sessions;
 pub mod views;
@@ -42,6 +43,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         aggregate::COMMANDS,
         map_reduce::COMMANDS,
         explain::COMMANDS,
+        crate::repl::commands::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -700,6 +700,8 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         | "runTtlPass" | "currentOp" | "killOp" | "sleep" => &LOOSE,
         // mongod's `collection_to_capped.cpp` commands read their fields by hand and ignore others.
         "convertToCapped" | "cloneCollectionAsCapped" => &LOOSE,
+        // Replica-set mode (`repl::commands`): their fields are read loosely, as mongod.
+        "replSetInitiate" | "replSetGetStatus" | "replSetGetConfig" | "replSetStepDown" => &LOOSE,
         _ => return None,
     })
 }

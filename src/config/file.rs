@@ -2,7 +2,7 @@
 //! tideway reads, the `Config` field each one sets, and the refusals. Every key is honoured or
 //! refused at startup with a message naming it; none is ignored:
 //! - keys no mongod knows: `Unrecognized option: <key>`, as mongod (2 BadValue);
-//! - mongod keys tideway does not implement (`replication.*`, `security.authorization`,
+//! - mongod keys tideway does not implement (`replication.*` but `replSetName` and `oplogSizeMB`, `security.authorization`,
 //!   `net.tls.*`, `storage.wiredTiger.*`, …, the `MONGOD_KEYS` table): 238 NotImplemented;
 //! - values mongod would refuse, with mongod's wording where it has one.
 //!
@@ -45,6 +45,10 @@ pub struct FileSettings {
     pub javascript_enabled: Option<bool>,
     /// `setParameter`, in file order, each already checked as `--setParameter` checks it.
     pub set_parameter: Vec<(String, String)>,
+    /// `replication.replSetName` (`--replSet`): one-node replica-set mode.
+    pub repl_set: Option<String>,
+    /// `replication.oplogSizeMB` (`--oplogSize`).
+    pub oplog_size_mb: Option<u64>,
 }
 
 /// mongod's documented configuration-file keys that tideway does not implement (MongoDB 8.0's
@@ -141,8 +145,6 @@ const MONGOD_KEYS: &[&str] = &[
     "storage.inMemory.engineConfig.inMemorySizeGB",
     "operationProfiling.slowOpSampleRate",
     "operationProfiling.filter",
-    "replication.oplogSizeMB",
-    "replication.replSetName",
     "replication.enableMajorityReadConcern",
     "replication.localPingThresholdMs",
     "sharding.clusterRole",
@@ -274,6 +276,22 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
                 settings.javascript_enabled = Some(boolean(&key, value)?);
             }
             "setParameter" => settings.set_parameter = set_parameters(value)?,
+            "replication.replSetName" => {
+                settings.repl_set = Some(crate::repl::check_set_name(&value_text(&key, value)?)?);
+            }
+            "replication.oplogSizeMB" => {
+                let megabytes = int(&key, value)?;
+                settings.oplog_size_mb = Some(
+                    u64::try_from(megabytes)
+                        .ok()
+                        .filter(|megabytes| (1..=1_048_576).contains(megabytes))
+                        .ok_or_else(|| {
+                            CommandError::bad_value(format!(
+                                "replication.oplogSizeMB must be between 1 and 1048576, got {megabytes}"
+                            ))
+                        })?,
+                );
+            }
             _ => return Err(refusal(&key)),
         }
     }
@@ -469,6 +487,16 @@ pub fn render(config: &Config) -> String {
     if !parameters.is_empty() {
         root.insert(text_node("setParameter"), Yaml::Hash(parameters));
     }
+    let mut replication = Hash::new();
+    if let Some(name) = &config.repl_set {
+        replication.insert(text_node("replSetName"), text_node(name));
+    }
+    if let Some(megabytes) = config.oplog_size_mb {
+        replication.insert(text_node("oplogSizeMB"), Yaml::Integer(megabytes as i64));
+    }
+    if !replication.is_empty() {
+        root.insert(text_node("replication"), Yaml::Hash(replication));
+    }
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = YamlEmitter::new(&mut out).dump(&Yaml::Hash(root));
@@ -505,6 +533,9 @@ security:
 setParameter:
    ttlMonitorSleepSecs: 5
    enableTestCommands: true
+replication:
+   replSetName: rs0
+   oplogSizeMB: 64
 ";
 
     fn refusal_of(text: &str) -> CommandError {
@@ -531,6 +562,8 @@ setParameter:
                     ("ttlMonitorSleepSecs".to_owned(), "5".to_owned()),
                     ("enableTestCommands".to_owned(), "true".to_owned()),
                 ],
+                repl_set: Some("rs0".to_owned()),
+                oplog_size_mb: Some(64),
             }
         );
     }
@@ -597,8 +630,8 @@ setParameter:
     fn mongod_keys_tideway_lacks_are_refused_by_name() {
         for (text, key) in [
             (
-                "replication:\n  replSetName: rs0\n",
-                "replication.replSetName",
+                "replication:\n  enableMajorityReadConcern: false\n",
+                "replication.enableMajorityReadConcern",
             ),
             (
                 "security:\n  authorization: enabled\n",

@@ -49,6 +49,20 @@ impl Reply {
         }
     }
 
+    /// Appends `key: value` after the fields already there (`$clusterTime` after `ok`).
+    pub fn append(&mut self, key: &str, value: bson::Bson) {
+        match self {
+            Reply::Document(document) => {
+                document.insert(key, value);
+            }
+            Reply::Raw(raw) => {
+                if let Ok(value) = RawBson::try_from(value) {
+                    raw.append(key, value);
+                }
+            }
+        }
+    }
+
     /// The encoded reply; `Err` only for a built document bson cannot encode.
     pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
         match self {

@@ -171,13 +171,14 @@ free_port() {
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# start_server [EXTRA_ARGS...]: a memory server on a free port (extra arguments: e.g. --replSet).
 start_server() {
   local attempt i
   for attempt in 1 2 3; do
     PORT="$(free_port)"
     # NO_COLOR: the pretty log format colours its output even into a file.
-    NO_COLOR=1 "$TIDEWAY_BIN" --storage memory --bind_ip 127.0.0.1 --port "$PORT" --enableTestCommands \
-      >"$SERVER_LOG" 2>&1 &
+    NO_COLOR=1 "$TIDEWAY_BIN" --storage memory --bind_ip 127.0.0.1 --port "$PORT" --enableTestCommands "$@" \
+      >>"$SERVER_LOG" 2>&1 &
     SERVER_PID=$!
     for ((i = 0; i < START_TIMEOUT * 10; i++)); do
       if ! kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -257,6 +258,30 @@ if ((shutdown_status == 0)); then
   passed=$((passed + 1))
 else
   echo "FAIL server/graceful_shutdown (exit status $shutdown_status after SIGTERM, expected 0)"
+  failed=$((failed + 1))
+fi
+
+# Replica-set mode: a second server started with --replSet (docs/architecture.md).
+echo "== replset"
+start_server --replSet rs0 || die "could not start the --replSet server"
+run_check replset "$VENV/bin/python" "$HERE/check_replset.py" "$PORT"
+MONGOSH_HOME="$RUN_DIR/mongosh-home" HOME="$RUN_DIR/mongosh-home" run_check replset-mongosh \
+  "$NODE_DIR/node_modules/.bin/mongosh" "mongodb://127.0.0.1:$PORT/?directConnection=true" \
+  --quiet --norc --eval "
+    const admin = db.getSiblingDB('admin');
+    const status = rs.status();
+    print(status.ok === 1 && status.set === 'rs0' && status.members[0].stateStr === 'PRIMARY'
+      ? 'PASS replset/mongosh_rs_status' : 'FAIL replset/mongosh_rs_status ' + tojson(status));
+    const initiate = admin.runCommand({replSetInitiate: {}});
+    print(initiate.code === 23 ? 'PASS replset/mongosh_rs_initiate_already_initialized'
+      : 'FAIL replset/mongosh_rs_initiate_already_initialized ' + tojson(initiate));"
+replset_status=0
+stop_server || replset_status=$?
+if ((replset_status == 0)); then
+  echo "PASS server/replset_graceful_shutdown"
+  passed=$((passed + 1))
+else
+  echo "FAIL server/replset_graceful_shutdown (exit status $replset_status after SIGTERM)"
   failed=$((failed + 1))
 fi
 

@@ -76,6 +76,10 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let server = Server::with_listeners(state.clone(), vec![listener]);
+        server
+            .start_replication()
+            .await
+            .expect("the replica set starts");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async {
             let _ = stopped.await;

@@ -1,0 +1,313 @@
+//! Retryable writes (replica-set mode): `insert`, `update`, `delete` and `findAndModify` carrying
+//! `lsid` + `txnNumber`. As mongod's `config.transactions`, every statement that wrote is recorded
+//! under its session, in the same storage commit as its write
+//! ([`crate::storage::Storage::write_recorded`]): `{txnNumber, statements: {<stmtId>: <its
+//! reply part>}}`. A retry of the same `txnNumber` answers recorded statements from the record
+//! (listing them in `retriedStmtIds`) and runs the others; an older `txnNumber` is 225
+//! TransactionTooOld. A statement that wrote nothing (no match, a write error) leaves no record
+//! and runs again when retried, as in mongod.
+//!
+//! Invariants: commands of one session run one at a time (a per-session lock held for the
+//! whole command), so a retry never overlaps its first attempt; statement ids are the
+//! command's `stmtId` (default 0) plus the statement's position, as mongod numbers them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bson::spec::BinarySubtype;
+use bson::{doc, Bson, Document};
+
+use crate::dispatch::CommandContext;
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::storage::{RecordSession, SessionRecord, WriteOp, WriteOutcome};
+
+/// Sessions that ran retryable writes since the start: their newest `txnNumber` (a command
+/// that wrote nothing leaves no record, but still makes older numbers too old) and their lock.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    slots: Mutex<HashMap<Vec<u8>, SessionSlot>>,
+}
+
+/// One session's newest `txnNumber`, locked for the whole of each of its retryable writes.
+type SessionSlot = Arc<tokio::sync::Mutex<Option<i64>>>;
+
+/// What kind of statement a write belongs to: decides the reply part recorded for it (inserts
+/// record through [`RetryableWrite::record_inserts`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum StatementKind {
+    Update,
+    Delete,
+    FindAndModify { return_new: bool },
+}
+
+/// A retryable write command in progress.
+pub(crate) struct RetryableWrite {
+    key: Vec<u8>,
+    txn_number: i64,
+    first_stmt_id: i32,
+    /// The statements recorded under this `txnNumber`, those of this command included as they
+    /// commit (by stmtId as text).
+    recorded: Arc<Mutex<Document>>,
+    retried: Mutex<Vec<i32>>,
+    /// The statement whose writes go through now.
+    current: Mutex<Option<(i32, StatementKind)>>,
+    /// An insert's statement positions, by position among the documents it writes (a retry
+    /// writes only those that did not run).
+    insert_positions: Mutex<Vec<usize>>,
+    _session: tokio::sync::OwnedMutexGuard<Option<i64>>,
+}
+
+/// sha256 of no bytes: the `uid` part of a session id without authentication, as mongod shows it.
+const NO_USER_UID: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+impl RetryableWrite {
+    /// The retryable write `body` asks for (`txnNumber` in replica-set mode; dispatch refused it
+    /// elsewhere), or `None`.
+    pub(crate) async fn begin(
+        ctx: &CommandContext<'_>,
+        body: &Document,
+    ) -> CommandResult<Option<RetryableWrite>> {
+        let (Some(repl), Some(txn_number)) = (&ctx.state.repl, body.get("txnNumber")) else {
+            return Ok(None);
+        };
+        let txn_number = match txn_number {
+            Bson::Int64(number) => *number,
+            Bson::Int32(number) => i64::from(*number),
+            other => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'OperationSessionInfo.txnNumber' is the wrong type '{}', expected type 'long'",
+                    crate::query::display::type_name(other)
+                )))
+            }
+        };
+        if txn_number < 0 {
+            return Err(CommandError::bad_value(format!(
+                "TxnNumber cannot be negative, got {txn_number}"
+            )));
+        }
+        let (key, shown) = session_key(body)?;
+        let first_stmt_id = match body.get("stmtId") {
+            None => 0,
+            Some(Bson::Int32(id)) => *id,
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'stmtId' is the wrong type '{}', expected type 'int'",
+                    crate::query::display::type_name(other)
+                )))
+            }
+        };
+        let slot = {
+            let mut slots = repl
+                .sessions
+                .slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slots.entry(key.clone()).or_default().clone()
+        };
+        let mut session = slot.lock_owned().await;
+        let stored = ctx.state.storage.session_record(&key).await?;
+        let stored_txn = stored
+            .as_ref()
+            .and_then(|record| record.get_i64("txnNumber").ok());
+        let newest = session.max(stored_txn);
+        if let Some(newest) = newest.filter(|newest| *newest > txn_number) {
+            return Err(CommandError::new(
+                ErrorCode::TransactionTooOld,
+                format!("Retryable write with txnNumber {txn_number} is prohibited on session {shown} because a newer retryable write with txnNumber {newest} has already started on this session."),
+            ));
+        }
+        *session = Some(txn_number);
+        let recorded = match stored {
+            Some(record) if stored_txn == Some(txn_number) => record
+                .get_document("statements")
+                .cloned()
+                .unwrap_or_default(),
+            _ => Document::new(),
+        };
+        Ok(Some(RetryableWrite {
+            key,
+            txn_number,
+            first_stmt_id,
+            recorded: Arc::new(Mutex::new(recorded)),
+            retried: Mutex::new(Vec::new()),
+            current: Mutex::new(None),
+            insert_positions: Mutex::new(Vec::new()),
+            _session: session,
+        }))
+    }
+
+    /// The statement id of the statement at `position` in the command.
+    pub(crate) fn stmt_id(&self, position: usize) -> i32 {
+        self.first_stmt_id
+            .saturating_add(i32::try_from(position).unwrap_or(i32::MAX))
+    }
+
+    /// The documents an insert writes are the statements at `positions`.
+    pub(crate) fn set_insert_positions(&self, positions: &[usize]) {
+        *lock(&self.insert_positions) = positions.to_vec();
+    }
+
+    /// The statement id of the `index`th document an insert writes.
+    pub(crate) fn insert_stmt_id(&self, index: usize) -> i32 {
+        let position = lock(&self.insert_positions)
+            .get(index)
+            .copied()
+            .unwrap_or(index);
+        self.stmt_id(position)
+    }
+
+    /// The recorded reply part of statement `stmt_id`, if it ran under this `txnNumber`
+    /// (noted for `retriedStmtIds`).
+    pub(crate) fn executed(&self, stmt_id: i32) -> Option<Document> {
+        let entry = lock(&self.recorded)
+            .get_document(stmt_id.to_string())
+            .ok()
+            .cloned()?;
+        lock(&self.retried).push(stmt_id);
+        Some(entry)
+    }
+
+    /// Writes from now on belong to statement `stmt_id` of `kind`.
+    pub(crate) fn start_statement(&self, stmt_id: i32, kind: StatementKind) {
+        *lock(&self.current) = Some((stmt_id, kind));
+    }
+
+    /// The record to commit with a write of `op` (`before`: the document it replaces or
+    /// deletes) by the current statement.
+    pub(crate) fn record_for(
+        &self,
+        op: &WriteOp,
+        before: Option<&Document>,
+    ) -> Option<RecordSession> {
+        let (stmt_id, kind) = (*lock(&self.current))?;
+        let entry = statement_entry(kind, op, before)?;
+        Some(self.recorder(vec![Some((stmt_id, entry))]))
+    }
+
+    /// The record to commit with a batch of inserts whose statement ids are `stmt_ids`.
+    pub(crate) fn record_inserts(&self, stmt_ids: Vec<i32>) -> RecordSession {
+        self.recorder(
+            stmt_ids
+                .into_iter()
+                .map(|id| Some((id, doc! {"n": 1})))
+                .collect(),
+        )
+    }
+
+    /// A record builder: the entries of the operations that succeed join the session's record.
+    fn recorder(&self, entries: Vec<Option<(i32, Document)>>) -> RecordSession {
+        let recorded = self.recorded.clone();
+        let key = self.key.clone();
+        let txn_number = self.txn_number;
+        Box::new(
+            move |results: &[crate::storage::StorageResult<WriteOutcome>]| {
+                let mut statements = lock(&recorded);
+                let mut added = false;
+                for (entry, result) in entries.into_iter().zip(results) {
+                    if let (Some((stmt_id, entry)), Ok(_)) = (entry, result) {
+                        statements.insert(stmt_id.to_string(), entry);
+                        added = true;
+                    }
+                }
+                added.then(|| SessionRecord {
+                    key,
+                    value: doc! {"txnNumber": txn_number, "statements": statements.clone()},
+                })
+            },
+        )
+    }
+
+    /// Adds `retriedStmtIds` to a reply when some statement was answered from the record.
+    pub(crate) fn finish(&self, reply: &mut Document) {
+        let retried = lock(&self.retried);
+        if !retried.is_empty() {
+            reply.insert("retriedStmtIds", retried.clone());
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The reply part a statement's write earns.
+fn statement_entry(
+    kind: StatementKind,
+    op: &WriteOp,
+    before: Option<&Document>,
+) -> Option<Document> {
+    let id_of = |doc: &Document| doc.get("_id").cloned().unwrap_or(Bson::Null);
+    match (kind, op) {
+        (StatementKind::Delete, WriteOp::Delete { .. }) => Some(doc! {"n": 1}),
+        (StatementKind::Update, WriteOp::Replace { .. }) => Some(doc! {"n": 1, "nModified": 1}),
+        (StatementKind::Update, WriteOp::Insert { doc, .. }) => {
+            Some(doc! {"n": 1, "nModified": 0, "upserted": id_of(doc)})
+        }
+        (StatementKind::FindAndModify { .. }, WriteOp::Delete { .. }) => {
+            Some(doc! {"lastErrorObject": {"n": 1}, "value": before?.clone()})
+        }
+        (StatementKind::FindAndModify { return_new }, WriteOp::Replace { doc, .. }) => {
+            let value = if return_new {
+                doc.clone()
+            } else {
+                before?.clone()
+            };
+            Some(doc! {"lastErrorObject": {"n": 1, "updatedExisting": true}, "value": value})
+        }
+        (StatementKind::FindAndModify { return_new }, WriteOp::Insert { doc, .. }) => {
+            let value = if return_new {
+                Bson::Document(doc.clone())
+            } else {
+                Bson::Null
+            };
+            Some(doc! {
+                "lastErrorObject": {"n": 1, "updatedExisting": false, "upserted": id_of(doc)},
+                "value": value,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The session's key in storage (`lsid.id`'s bytes, then `lsid.uid`'s if any) and how mongod
+/// shows the session in messages.
+fn session_key(body: &Document) -> CommandResult<(Vec<u8>, String)> {
+    let lsid = body.get_document("lsid").map_err(|_| {
+        CommandError::new(
+            ErrorCode::InvalidOptions,
+            "Transaction number requires a session ID to also be specified",
+        )
+    })?;
+    let id = match lsid.get("id") {
+        Some(Bson::Binary(binary)) if binary.subtype == BinarySubtype::Uuid => binary.bytes.clone(),
+        _ => {
+            return Err(CommandError::bad_value(
+                "lsid.id must be a UUID (BinData subtype 4)",
+            ))
+        }
+    };
+    let shown_id = bson::Uuid::from_bytes(id.clone().try_into().unwrap_or([0; 16])).to_string();
+    let mut key = id;
+    let uid = match lsid.get("uid") {
+        Some(Bson::Binary(binary)) => {
+            key.extend_from_slice(&binary.bytes);
+            binary
+                .bytes
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect()
+        }
+        _ => NO_USER_UID.to_owned(),
+    };
+    Ok((key, format!("{shown_id} - {uid}")))
+}
+
+/// mongod's refusal of statements that may write many documents under a retryable write.
+pub(crate) fn refuse_multi(what: &str) -> CommandError {
+    CommandError::new(
+        ErrorCode::InvalidOptions,
+        format!("Cannot use (or request) retryable writes with {what}"),
+    )
+}

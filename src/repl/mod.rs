@@ -1,0 +1,551 @@
+//! One-node replica-set mode (`--replSet <name>`): this server is the primary of a set whose only
+//! member it is. Owns the set's identity and configuration (`local.system.replset`, written on
+//! first start and kept across restarts), the replica-set fields of `hello`, the cluster time every
+//! reply gossips (`$clusterTime`, `operationTime`), the session options a command may carry
+//! (`txnNumber` for retryable writes; multi-document transactions refused), and `readConcern`.
+//!
+//! Invariants:
+//! - Standalone (no `--replSet`) is unchanged: no replica-set field in `hello`, no cluster time in
+//!   replies, `txnNumber` refused with 20 as on a standalone mongod.
+//! - The cluster time is storage's ([`crate::storage::Storage::cluster_time`]): it only moves when
+//!   a write commits, so `operationTime` never goes back, and a read after a write sees a time at
+//!   least the write's. [`cluster_time`] is the one place deciding what is reported before the
+//!   first write ever (the wall clock's second, increment 0, as a fresh mongod).
+//! - There is no election, no other member and no key: `$clusterTime` is unsigned (hash of 20 zero
+//!   bytes, keyId 0, as mongod without auth) and a client's gossiped `$clusterTime` is accepted
+//!   without a signature check (it does not move this server's clock).
+//!
+//! Must not: write anything but its configuration document; know storage engines.
+
+pub mod commands;
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bson::oid::ObjectId;
+use bson::spec::BinarySubtype;
+use bson::{doc, Binary, Bson, Document, Timestamp};
+
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::limits::Deadline;
+use crate::state::ServerState;
+use crate::storage::{
+    Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
+};
+use crate::wire::Reply;
+
+/// Where mongod keeps the set's configuration.
+pub fn config_namespace() -> Namespace {
+    Namespace::new("local", "system.replset")
+}
+
+/// The term of this node's (only) election: the set never holds another.
+pub const TERM: i64 = 1;
+
+/// `--replSet`'s value checked as mongod checks it (a set name; mongod also accepts
+/// `name/seed,seed` seed lists, which a one-node set has no use for).
+pub fn check_set_name(name: &str) -> CommandResult<String> {
+    if name.is_empty() {
+        return Err(CommandError::bad_value("replSet set name may not be empty"));
+    }
+    if name.contains('/') {
+        return Err(CommandError::bad_value(format!(
+            "tideway's replica set has one member: --replSet takes a set name without a seed list, got '{name}'"
+        )));
+    }
+    Ok(name.to_owned())
+}
+
+/// [`check_set_name`] for clap.
+pub fn parse_set_name(name: &str) -> Result<String, String> {
+    check_set_name(name).map_err(|error| error.errmsg)
+}
+
+/// The replica-set side of a server started with `--replSet`.
+#[derive(Debug)]
+pub struct ReplSet {
+    pub name: String,
+    /// `topologyVersion.processId`: one per process, as mongod.
+    pub process_id: ObjectId,
+    /// Set once the listener is known ([`start`]).
+    member: OnceLock<Member>,
+    /// Retryable-write sessions (see `commands::retryable`).
+    pub sessions: crate::commands::retryable::Sessions,
+    /// Set at shutdown: awaitable `hello`s answer at once instead of holding their connection.
+    stopping: tokio::sync::watch::Sender<bool>,
+}
+
+/// This node as the set knows it once started.
+#[derive(Clone, Debug)]
+struct Member {
+    /// `host:port` clients reach it at.
+    host: String,
+    /// The stored configuration document.
+    config: Document,
+    /// When this node became primary (its start).
+    election_date: bson::DateTime,
+    election_time: Timestamp,
+}
+
+impl ReplSet {
+    pub fn new(name: String) -> ReplSet {
+        ReplSet {
+            name,
+            process_id: ObjectId::new(),
+            member: OnceLock::new(),
+            sessions: crate::commands::retryable::Sessions::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// The server is shutting down: awaitable `hello`s stop waiting.
+    pub fn stop_waiting(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Waits `wait`, or less if the server shuts down meanwhile.
+    pub async fn await_topology_change(&self, wait: Duration) {
+        let mut stopping = self.stopping.subscribe();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = stopping.wait_for(|stopping| *stopping) => {}
+        }
+    }
+
+    fn member(&self) -> CommandResult<&Member> {
+        self.member.get().ok_or_else(|| {
+            CommandError::new(
+                ErrorCode::NotWritablePrimary,
+                "the replica set has not started yet",
+            )
+        })
+    }
+
+    pub fn host(&self) -> Option<&str> {
+        self.member.get().map(|member| member.host.as_str())
+    }
+}
+
+/// The host name clients use for the listener at `addr`: an unspecified address (0.0.0.0, ::) is
+/// reached as 127.0.0.1.
+pub fn host_of(addr: &SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        format!("127.0.0.1:{}", addr.port())
+    } else {
+        addr.to_string()
+    }
+}
+
+/// Starts replica-set mode on the first listener `addrs` holds: loads the configuration stored in
+/// `local.system.replset`, or initiates the set (stores a one-member configuration) on first
+/// start. A dbpath initiated under another set name is refused (the caller stops the server).
+/// The member's host follows the listener: a restart on another port rewrites it (version + 1).
+/// Does nothing on a standalone server or when already started.
+pub async fn start(state: &ServerState, addrs: &[SocketAddr]) -> CommandResult<()> {
+    let Some(repl) = &state.repl else {
+        return Ok(());
+    };
+    if repl.member.get().is_some() {
+        return Ok(());
+    }
+    let host = addrs
+        .first()
+        .map_or_else(|| format!("127.0.0.1:{}", state.config.port), host_of);
+    let ns = config_namespace();
+    let page = state
+        .storage
+        .scan(
+            &ns,
+            ScanRequest {
+                source: ScanSource::Collection,
+                resume_after: None,
+                reverse: false,
+                limit: 2,
+                hide: None,
+                key_filter: None,
+                covered: false,
+            },
+        )
+        .await?;
+    let meta = WriteMeta {
+        last_write_ms: state.clock.now_ms(),
+        ttl: TtlClass::Never,
+    };
+    let config = match page.records.into_iter().next() {
+        Some(record) => {
+            let mut stored = record.doc.document().clone();
+            let stored_name = stored.get_str("_id").unwrap_or_default().to_owned();
+            if stored_name != repl.name {
+                return Err(CommandError::bad_value(format!(
+                    "Local replica set configuration document reports set name of {stored_name}, but command line reports {}",
+                    repl.name
+                )));
+            }
+            if stored_member_host(&stored) != Some(host.as_str()) {
+                tracing::warn!(%host, "the replica set member's host changed: rewriting the configuration");
+                let version = stored.get_i32("version").unwrap_or(1) + 1;
+                stored.insert("version", version);
+                stored.insert("members", vec![Bson::Document(member_document(&host))]);
+                let op = WriteOp::Replace {
+                    replacement: true,
+                    id: Bson::String(repl.name.clone()),
+                    expected_rev: record.rev,
+                    doc: stored.clone(),
+                    meta,
+                    supersede: None,
+                };
+                write_config(state, op).await?;
+            }
+            stored
+        }
+        None => {
+            let config = initial_config(&repl.name, &host);
+            tracing::info!(set = %repl.name, %host, "initiating the one-member replica set");
+            let op = WriteOp::Insert {
+                doc: config.clone(),
+                meta,
+                supersede: None,
+            };
+            write_config(state, op).await?;
+            config
+        }
+    };
+    let _ = repl.member.set(Member {
+        host,
+        config,
+        election_date: state.clock.now(),
+        election_time: cluster_time(state),
+    });
+    Ok(())
+}
+
+async fn write_config(state: &ServerState, op: WriteOp) -> CommandResult<()> {
+    let options = WriteOptions {
+        ordered: true,
+        force_durable: true,
+        background: false,
+    };
+    for result in state
+        .storage
+        .write(&config_namespace(), vec![op], options)
+        .await?
+    {
+        result?;
+    }
+    Ok(())
+}
+
+fn stored_member_host(config: &Document) -> Option<&str> {
+    config
+        .get_array("members")
+        .ok()?
+        .first()?
+        .as_document()?
+        .get_str("host")
+        .ok()
+}
+
+fn member_document(host: &str) -> Document {
+    doc! {
+        "_id": 0,
+        "host": host,
+        "arbiterOnly": false,
+        "buildIndexes": true,
+        "hidden": false,
+        "priority": 1.0,
+        "tags": {},
+        "secondaryDelaySecs": 0_i64,
+        "votes": 1,
+    }
+}
+
+/// The configuration `rs.initiate()` without arguments stores on mongod (one member, defaults).
+fn initial_config(name: &str, host: &str) -> Document {
+    doc! {
+        "_id": name,
+        "version": 1,
+        "term": TERM,
+        "members": [member_document(host)],
+        "protocolVersion": 1_i64,
+        "writeConcernMajorityJournalDefault": true,
+        "settings": {
+            "chainingAllowed": true,
+            "heartbeatIntervalMillis": 2000,
+            "heartbeatTimeoutSecs": 10,
+            "electionTimeoutMillis": 10000,
+            "catchUpTimeoutMillis": -1,
+            "catchUpTakeoverDelayMillis": 30000,
+            "getLastErrorModes": {},
+            "getLastErrorDefaults": {"w": 1, "wtimeout": 0},
+            "replicaSetId": ObjectId::new(),
+        },
+    }
+}
+
+/// The cluster time to report now: the newest write's, or before any write the wall clock's
+/// second with increment 0 (what a fresh mongod reports; below any time a write will take).
+pub fn cluster_time(state: &ServerState) -> Timestamp {
+    let time = state.storage.cluster_time();
+    if time.time != 0 || time.increment != 0 {
+        return time;
+    }
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    Timestamp {
+        time: u32::try_from(seconds).unwrap_or(u32::MAX),
+        increment: 0,
+    }
+}
+
+fn timestamp_date(time: Timestamp) -> bson::DateTime {
+    bson::DateTime::from_millis(i64::from(time.time) * 1000)
+}
+
+/// `electionId` of term `term`: mongod's `OID::fromTerm`, `7fffffff` then the term.
+pub fn election_id(term: i64) -> ObjectId {
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&0x7fff_ffffu32.to_be_bytes());
+    bytes[4..].copy_from_slice(&term.to_be_bytes());
+    ObjectId::from_bytes(bytes)
+}
+
+/// `{ts, t}`.
+fn optime(time: Timestamp) -> Document {
+    doc! {"ts": time, "t": TERM}
+}
+
+/// Appends `$clusterTime` and `operationTime` to a reply (success or error) in replica-set mode.
+pub fn decorate_reply(state: &ServerState, reply: &mut Reply) {
+    if state.repl.is_none() {
+        return;
+    }
+    let time = cluster_time(state);
+    let gossip = doc! {
+        "clusterTime": time,
+        "signature": {
+            "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] },
+            "keyId": 0_i64,
+        },
+    };
+    reply.append("$clusterTime", Bson::Document(gossip));
+    reply.append("operationTime", Bson::Timestamp(time));
+}
+
+/// The replica-set fields of `hello` (after the standalone ones it shares), or nothing on a
+/// standalone server.
+pub fn hello_fields(state: &ServerState) -> Option<Document> {
+    let repl = state.repl.as_ref()?;
+    let member = repl.member.get()?;
+    let time = cluster_time(state);
+    let date = timestamp_date(time);
+    let version = member.config.get_i32("version").unwrap_or(1);
+    Some(doc! {
+        "topologyVersion": topology_version(repl),
+        "hosts": [member.host.as_str()],
+        "setName": repl.name.as_str(),
+        "setVersion": version,
+        "secondary": false,
+        "primary": member.host.as_str(),
+        "me": member.host.as_str(),
+        "electionId": election_id(TERM),
+        "lastWrite": {
+            "opTime": optime(time),
+            "lastWriteDate": date,
+            "majorityOpTime": optime(time),
+            "majorityWriteDate": date,
+        },
+    })
+}
+
+/// `topologyVersion`: the counter never moves (the topology of a one-node set never changes).
+pub fn topology_version(repl: &ReplSet) -> Document {
+    doc! {"processId": repl.process_id, "counter": 0_i64}
+}
+
+/// How long an awaitable `hello` waits: it may return at once only when the client's
+/// `topologyVersion` is not this process's current one; otherwise it waits `maxAwaitTimeMS`
+/// (the topology never changes, so the wait always runs out). `None`: answer at once.
+pub fn hello_wait(state: &ServerState, body: &Document) -> CommandResult<Option<Duration>> {
+    let Some(repl) = &state.repl else {
+        return Ok(None);
+    };
+    let (Some(Bson::Document(client_version)), Some(max_await)) =
+        (body.get("topologyVersion"), body.get("maxAwaitTimeMS"))
+    else {
+        return Ok(None);
+    };
+    let max_await_ms = crate::bsonutil::as_f64(max_await)
+        .filter(|ms| *ms >= 0.0)
+        .ok_or_else(|| CommandError::bad_value("maxAwaitTimeMS must be a non-negative integer"))?;
+    let current = client_version.get("processId") == Some(&Bson::ObjectId(repl.process_id))
+        && crate::bsonutil::as_f64(client_version.get("counter").unwrap_or(&Bson::Null))
+            == Some(0.0);
+    if !current {
+        return Ok(None);
+    }
+    Ok(Some(Duration::from_millis(max_await_ms as u64)))
+}
+
+/// The commands that may carry `txnNumber` outside a transaction (mongod's retryable writes;
+/// `bulkWrite` is not one here yet).
+const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify"];
+
+/// Checks a command's session options (`txnNumber`, `startTransaction`, `autocommit`): refused
+/// on a standalone server (20, as mongod); in replica-set mode `txnNumber` is accepted on the
+/// retryable writes, multi-document transactions are refused (238).
+pub fn check_session_options(
+    state: &ServerState,
+    command: &str,
+    body: &Document,
+) -> CommandResult<()> {
+    let transaction_fields = ["txnNumber", "startTransaction", "autocommit"];
+    if !transaction_fields
+        .iter()
+        .any(|field| body.contains_key(field))
+    {
+        return Ok(());
+    }
+    if state.repl.is_none() {
+        return Err(CommandError::new(
+            ErrorCode::IllegalOperation,
+            "Transaction numbers are only allowed on a replica set member or mongos",
+        ));
+    }
+    if body.contains_key("startTransaction") || body.contains_key("autocommit") {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support multi-document transactions yet",
+        ));
+    }
+    if command == "bulkWrite" {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support retryable writes (txnNumber) on bulkWrite yet",
+        ));
+    }
+    if !RETRYABLE_COMMANDS.contains(&command) {
+        return Err(CommandError::new(
+            ErrorCode::NotARetryableWriteCommand,
+            format!("txnNumber may only be provided for multi-document transactions and retryable write commands. autocommit:false was not provided, and {command} is not a retryable write command."),
+        ));
+    }
+    Ok(())
+}
+
+/// How often a read waiting for `afterClusterTime` looks at the cluster time again.
+const AFTER_CLUSTER_TIME_POLL: Duration = Duration::from_millis(10);
+/// How long a read waits at most for a write to take the cluster time to its `afterClusterTime`
+/// (less if its `maxTimeMS` ends first): a later time can only come from a write in flight.
+const AFTER_CLUSTER_TIME_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// `readConcern` in replica-set mode: `local`, `majority`, `available` and `linearizable` read
+/// what is committed (one node: every committed write is majority-committed); `snapshot` is
+/// refused; `afterClusterTime` waits (until the command's `maxTimeMS`) for a write to take the
+/// cluster time that far (at most [`AFTER_CLUSTER_TIME_MAX_WAIT`], `maxTimeMS` also applying),
+/// then fails as mongod does for a time past its cluster time.
+pub async fn check_read_concern(
+    state: &ServerState,
+    body: &Document,
+    deadline: Deadline,
+) -> CommandResult<()> {
+    if state.repl.is_none() {
+        return Ok(());
+    }
+    let Some(read_concern) = body.get("readConcern") else {
+        return Ok(());
+    };
+    let Bson::Document(read_concern) = read_concern else {
+        return Err(CommandError::type_mismatch(format!(
+            "BSON field 'readConcern' is the wrong type '{}', expected type 'object'",
+            crate::query::display::type_name(read_concern)
+        )));
+    };
+    match read_concern.get("level") {
+        None | Some(Bson::Null) => {}
+        Some(Bson::String(level))
+            if ["local", "majority", "available", "linearizable"].contains(&level.as_str()) => {}
+        Some(Bson::String(level)) if level == "snapshot" => {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway does not support readConcern level snapshot",
+            ))
+        }
+        Some(Bson::String(level)) => {
+            return Err(CommandError::bad_value(format!(
+                "Enumeration value '{level}' for field 'readConcern.level' is not a valid value."
+            )))
+        }
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'readConcern.level' is the wrong type '{}', expected type 'string'",
+                crate::query::display::type_name(other)
+            )))
+        }
+    }
+    let after = match read_concern.get("afterClusterTime") {
+        None => return Ok(()),
+        Some(Bson::Timestamp(after)) => *after,
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'readConcern.afterClusterTime' is the wrong type '{}', expected type 'timestamp'",
+                crate::query::display::type_name(other)
+            )))
+        }
+    };
+    let give_up = std::time::Instant::now() + AFTER_CLUSTER_TIME_MAX_WAIT;
+    loop {
+        let current = cluster_time(state);
+        if (after.time, after.increment) <= (current.time, current.increment) {
+            return Ok(());
+        }
+        deadline.check()?;
+        if std::time::Instant::now() >= give_up {
+            return Err(CommandError::new(
+                ErrorCode::InvalidOptions,
+                format!(
+                    "readConcern afterClusterTime value must not be greater than the current clusterTime. Requested clusterTime: {}; current clusterTime: {}",
+                    show_timestamp(after),
+                    show_timestamp(current)
+                ),
+            ));
+        }
+        tokio::time::sleep(AFTER_CLUSTER_TIME_POLL).await;
+    }
+}
+
+/// A timestamp as mongod's `Timestamp::toString`.
+fn show_timestamp(time: Timestamp) -> String {
+    format!("Timestamp({}, {})", time.time, time.increment)
+}
+
+/// The pieces of the status and configuration replies `commands` builds.
+impl ReplSet {
+    fn status_member(&self, state: &ServerState) -> CommandResult<Document> {
+        let member = self.member()?;
+        let time = cluster_time(state);
+        let uptime = state.started.elapsed().as_secs() as i64;
+        Ok(doc! {
+            "_id": 0,
+            "name": member.host.as_str(),
+            "health": 1.0,
+            "state": 1,
+            "stateStr": "PRIMARY",
+            "uptime": uptime,
+            "optime": optime(time),
+            "optimeDate": timestamp_date(time),
+            "lastAppliedWallTime": timestamp_date(time),
+            "lastDurableWallTime": timestamp_date(time),
+            "syncSourceHost": "",
+            "syncSourceId": -1,
+            "infoMessage": "",
+            "electionTime": member.election_time,
+            "electionDate": member.election_date,
+            "configVersion": member.config.get_i32("version").unwrap_or(1),
+            "configTerm": TERM,
+            "self": true,
+            "lastHeartbeatMessage": "",
+        })
+    }
+}
