@@ -244,7 +244,7 @@ mod tests {
         );
         assert_eq!(expired.get_str("op").unwrap(), "d");
         assert_eq!(expired.get_document("o").unwrap(), &doc! {"_id": 1});
-        assert_eq!(expired.get_bool("expired").unwrap(), true);
+        assert!(expired.get_bool("expired").unwrap());
         let command = entry(&ns, None, Change::Command(doc! {"drop": "users"}), time);
         assert_eq!(command.get_str("ns").unwrap(), "app.$cmd");
     }
