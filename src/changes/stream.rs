@@ -92,7 +92,9 @@ pub struct ChangeStream {
     /// The entry at this `ts` already delivered its event (the stream resumed after it); it
     /// still owes its invalidate, if it makes one.
     delivered_at: Option<Timestamp>,
-    /// The stages after `$changeStream`, over each event.
+    /// The stages after `$changeStream`, over each event: the leading `$match` (which
+    /// `Pipeline::parse` hoists out of the stages) and the run of the rest.
+    leading_filter: Option<Arc<crate::query::Filter>>,
     run: PulledRun,
     /// An invalidate was handed out: the stream is over.
     invalidated: bool,
@@ -120,7 +122,7 @@ pub async fn open(
     };
     let spec = Spec::parse(spec)?;
     let scope = scope_of(ctx.db, collection, spec.all_changes_for_cluster)?;
-    let run = following_stages(ctx, &stages[1..])?;
+    let (leading_filter, run) = following_stages(ctx, &stages[1..])?;
     let (from, delivered_at) = start(ctx, &spec).await?;
     let mut stream = ChangeStream {
         scope,
@@ -129,6 +131,7 @@ pub async fn open(
         show_expanded: spec.show_expanded,
         from,
         delivered_at,
+        leading_filter,
         run,
         invalidated: false,
     };
@@ -355,7 +358,10 @@ fn scope_of(db: &str, collection: Option<Namespace>, all: bool) -> CommandResult
 }
 
 /// The stages after `$changeStream`: only those mongod allows there.
-fn following_stages(ctx: &CommandContext<'_>, stages: &[Document]) -> CommandResult<PulledRun> {
+fn following_stages(
+    ctx: &CommandContext<'_>,
+    stages: &[Document],
+) -> CommandResult<(Option<Arc<crate::query::Filter>>, PulledRun)> {
     for stage in stages {
         let name = stage.keys().next().map_or("", String::as_str);
         if name == "$changeStream" {
@@ -373,7 +379,8 @@ fn following_stages(ctx: &CommandContext<'_>, stages: &[Document]) -> CommandRes
     }
     let pipeline = Arc::new(Pipeline::parse(stages)?);
     let context = PipelineContext::at(bson::DateTime::from_millis(ctx.state.clock.now_ms()));
-    PulledRun::new(pipeline, 0, context)
+    let leading_filter = pipeline.leading_filter().cloned().map(Arc::new);
+    Ok((leading_filter, PulledRun::new(pipeline, 0, context)?))
 }
 
 /// Where the stream starts reading, and the entry whose event a resume token delivered.
@@ -475,6 +482,13 @@ impl ChangeStream {
                         self.invalidated = true;
                     }
                     let token = ResumeToken { ts, mark };
+                    if self
+                        .leading_filter
+                        .as_ref()
+                        .is_some_and(|filter| !filter.matches(&event))
+                    {
+                        continue;
+                    }
                     if let Some(output) = self.run.push(event)? {
                         check_token_kept(&output, token)?;
                         batch.push(output);
