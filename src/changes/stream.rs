@@ -623,13 +623,14 @@ impl ChangeStream {
                             invalidates = matches!(self.scope, Scope::Collection(_));
                         }
                     }
-                    "dropDatabase" if !matches!(self.scope, Scope::Collection(_)) => {
-                        if self.scope.sees(db, "") {
-                            let mut event = header("dropDatabase", Mark::Event);
-                            event.insert("ns", doc! {"db": db});
-                            events.push((event, Mark::Event));
-                            invalidates = matches!(self.scope, Scope::Database(_));
-                        }
+                    "dropDatabase"
+                        if !matches!(self.scope, Scope::Collection(_))
+                            && self.scope.sees(db, "") =>
+                    {
+                        let mut event = header("dropDatabase", Mark::Event);
+                        event.insert("ns", doc! {"db": db});
+                        events.push((event, Mark::Event));
+                        invalidates = matches!(self.scope, Scope::Database(_));
                     }
                     "create" | "createIndexes" | "dropIndexes" | "collMod"
                         if self.show_expanded && self.scope.sees(db, target) =>
