@@ -94,6 +94,9 @@ pub struct Cursor {
     pub tailable: bool,
     /// With `tailable`: a getMore that finds nothing waits for inserts (`awaitData`).
     pub await_data: bool,
+    /// A change stream's cursor (`changes::stream`): its getMores are served there, and
+    /// dropping or renaming the watched collection does not kill it (the stream reports it).
+    pub change_stream: Option<Box<crate::changes::ChangeStream>>,
 }
 
 impl Cursor {
@@ -116,6 +119,7 @@ impl Cursor {
             filter: None,
             tailable: false,
             await_data: false,
+            change_stream: None,
         }
     }
 
@@ -319,7 +323,8 @@ impl CursorRegistry {
 
     /// Removes every cursor whose namespace satisfies `pred` (collections dropped or renamed).
     pub fn kill_where(&self, pred: impl Fn(&str) -> bool) {
-        self.lock().retain(|_, cursor| !pred(&cursor.ns));
+        self.lock()
+            .retain(|_, cursor| cursor.change_stream.is_some() || !pred(&cursor.ns));
     }
 
     /// Drops cursors idle for longer than the timeout; returns how many.

@@ -8,6 +8,11 @@
 //! restarts (a different `--oplogSize` does not resize it, as mongod's `--oplogSize` only sizes
 //! a new oplog).
 
+pub mod stream;
+pub mod token;
+
+pub use stream::{get_more, open, ChangeStream};
+
 use bson::doc;
 
 use crate::state::ServerState;

@@ -81,6 +81,13 @@ pub(crate) async fn aggregate_as(
         }
     };
     let stages = pipeline_stages(body)?;
+    if stages
+        .first()
+        .is_some_and(|stage| stage.contains_key("$changeStream"))
+        && cursor_ns.is_none()
+    {
+        return crate::changes::open(ctx, body, collection, &stages).await;
+    }
     if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
         return crate::commands::explain::explain_aggregate_command(
             ctx,

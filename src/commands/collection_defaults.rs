@@ -13,7 +13,8 @@
 //! refuses an unregistered engine. mongod hands `indexOptionDefaults.storageEngine` to its engine
 //! when it creates an index's table and never adds it to index specs, so `listIndexes` does not
 //! show it here either. `changeStreamPreAndPostImages` is stored and listed as on a standalone
-//! mongod; change streams themselves are not implemented yet (40573), so nothing reads it.
+//! mongod; the storage engine reads it to keep pre- and post-images in oplog entries
+//! (`changes::stream` serves them).
 //! No I/O.
 
 use bson::{doc, Bson, Document};

@@ -398,6 +398,9 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         ));
     }
     bump(&ctx.state.stats.opcounters.getmore, 1);
+    if cursor.change_stream.is_some() {
+        return crate::changes::get_more(ctx, id, cursor, batch_size, body).await;
+    }
     let await_ms = match crate::commands::args::optional_i64(ctx, body, "maxTimeMS")? {
         // mongod: getmore_cmd.cpp
         Some(_) if !cursor.await_data => {

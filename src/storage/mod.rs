@@ -684,6 +684,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// one (seconds from the wall clock, never going back; the increment counts within a second),
     /// in commit order, and it survives restarts.
     fn cluster_time(&self) -> bson::Timestamp;
+    /// Notified (`notify_waiters`) after every commit while the oplog exists, once its entries
+    /// are readable: register (`Notified::enable`) before reading, then wait.
+    fn oplog_appended(&self) -> &tokio::sync::Notify;
     /// Records `now_ms` as a moment the server has reported (kept if later than what is recorded),
     /// as a background write: durable within a second.
     async fn record_time(&self, now_ms: i64) -> StorageResult<()>;

@@ -131,6 +131,37 @@ pub fn entry(
     entry
 }
 
+/// The documents before and after a write, kept in its `u`/`d` entry when the collection has
+/// `changeStreamPreAndPostImages: {enabled: true}` (mongod keeps them in
+/// `config.system.preimages`; tideway keeps them in the entry, as `preImage` and `postImage`,
+/// so they live exactly as long as the entry does).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Images {
+    pub before: Option<Document>,
+    pub after: Option<Document>,
+}
+
+/// Whether a collection's options ask for pre- and post-images.
+pub fn wants_images(options: &Document) -> bool {
+    options
+        .get_document("changeStreamPreAndPostImages")
+        .is_ok_and(|images| images.get_bool("enabled") == Ok(true))
+}
+
+/// Adds `images` to `entry` (before its `_id`, which stays last).
+pub fn add_images(entry: &mut Document, images: Images) {
+    let id = entry.remove("_id");
+    if let Some(before) = images.before {
+        entry.insert("preImage", before);
+    }
+    if let Some(after) = images.after {
+        entry.insert("postImage", after);
+    }
+    if let Some(id) = id {
+        entry.insert("_id", id);
+    }
+}
+
 /// mongod's `$v: 2` update diff from `before` to `after`: `d` (removed fields, `false`), `u`
 /// (changed fields' new values), `i` (added fields) and `s<field>` (a diff of a sub-document
 /// both sides hold). Arrays and other values are replaced whole. Depth is bounded by the

@@ -30,7 +30,7 @@ use super::format::{
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
-use crate::storage::oplog::{self, Change, EntryTime};
+use crate::storage::oplog::{self, Change, EntryTime, Images};
 use crate::storage::{
     CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate,
     SessionRecord, StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
@@ -200,6 +200,7 @@ fn log_command(
         ns,
         uuid,
         Change::Command(command),
+        None,
         ts,
         &mut batch.counters,
     )?;
@@ -699,10 +700,13 @@ pub(super) fn write(
         Some(oplog) => Some(CollectionTables::open(&batch.txn, oplog)?),
         None => None,
     };
+    let images = entry
+        .as_ref()
+        .is_some_and(|entry| oplog::wants_images(&entry.meta.options));
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         let logged = match (&oplog_tables, tables.as_ref()) {
-            (Some(_), Some(tables)) => Logged::of(&op, tables)?,
+            (Some(_), Some(tables)) => Logged::of(&op, tables, images)?,
             _ => None,
         };
         let result = match (op, tables.as_mut()) {
@@ -720,7 +724,16 @@ pub(super) fn write(
             if let (Some(oplog_tables), Some(logged)) = (oplog_tables.as_mut(), logged) {
                 let uuid = entry.as_ref().map(|entry| entry.meta.uuid);
                 let change = logged.change();
-                append_entry(oplog_tables, ns, uuid, change, ts, &mut batch.counters)?;
+                let images = logged.images();
+                append_entry(
+                    oplog_tables,
+                    ns,
+                    uuid,
+                    change,
+                    images,
+                    ts,
+                    &mut batch.counters,
+                )?;
             }
         }
         results.push(result);
@@ -747,33 +760,59 @@ pub(super) fn write(
 }
 
 /// What the oplog records of one operation, taken before the operation runs (an update needs
-/// the document it changes).
+/// the document it changes; with images asked for, every update, replacement and delete reads
+/// the document it replaces or deletes).
 enum Logged {
     Insert(Document),
-    Update { before: Document, after: Document },
-    Replace(Document),
-    Delete(Bson),
+    Update {
+        before: Document,
+        after: Document,
+        images: bool,
+    },
+    Replace {
+        before: Option<Document>,
+        after: Document,
+    },
+    Delete {
+        id: Bson,
+        before: Option<Document>,
+    },
 }
 
 impl Logged {
-    fn of(op: &PreparedOp, tables: &CollectionTables<'_, '_>) -> StorageResult<Option<Logged>> {
+    fn of(
+        op: &PreparedOp,
+        tables: &CollectionTables<'_, '_>,
+        images: bool,
+    ) -> StorageResult<Option<Logged>> {
+        let current = |id_key: &[u8]| -> StorageResult<Option<Document>> {
+            match tables.data.get(id_key).map_err(io)? {
+                Some(record) => Ok(Some(record_document(record.value())?.into_document())),
+                None => Ok(None),
+            }
+        };
         Ok(match op {
             PreparedOp::Insert { doc, .. } => Some(Logged::Insert(doc.clone())),
             PreparedOp::Replace {
+                id_key,
                 doc,
                 replacement: true,
                 ..
-            } => Some(Logged::Replace(doc.clone())),
+            } => Some(Logged::Replace {
+                before: if images { current(id_key)? } else { None },
+                after: doc.clone(),
+            }),
             PreparedOp::Replace { id_key, doc, .. } => {
-                match tables.data.get(id_key.as_slice()).map_err(io)? {
-                    Some(record) => Some(Logged::Update {
-                        before: record_document(record.value())?.into_document(),
-                        after: doc.clone(),
-                    }),
-                    None => None,
-                }
+                current(id_key)?.map(|before| Logged::Update {
+                    before,
+                    after: doc.clone(),
+                    images,
+                })
             }
-            PreparedOp::Delete { id, .. } => Some(Logged::Delete(id.clone())),
+            PreparedOp::Delete { id, id_key, .. } => Some(Logged::Delete {
+                id: id.clone(),
+                before: if images { current(id_key)? } else { None },
+            }),
             PreparedOp::Invalid(_) => None,
         })
     }
@@ -781,12 +820,35 @@ impl Logged {
     fn change(&self) -> Change<'_> {
         match self {
             Logged::Insert(document) => Change::Insert(document),
-            Logged::Update { before, after } => Change::Update { before, after },
-            Logged::Replace(document) => Change::Replace(document),
-            Logged::Delete(id) => Change::Delete {
+            Logged::Update { before, after, .. } => Change::Update { before, after },
+            Logged::Replace { after, .. } => Change::Replace(after),
+            Logged::Delete { id, .. } => Change::Delete {
                 id: id.clone(),
                 expired_at_ms: None,
             },
+        }
+    }
+
+    /// The images the entry keeps (none unless the collection asks for them).
+    fn images(&self) -> Option<Images> {
+        match self {
+            Logged::Insert(_) | Logged::Update { images: false, .. } => None,
+            Logged::Update { before, after, .. } => Some(Images {
+                before: Some(before.clone()),
+                after: Some(after.clone()),
+            }),
+            Logged::Replace {
+                before: Some(before),
+                after,
+            } => Some(Images {
+                before: Some(before.clone()),
+                after: Some(after.clone()),
+            }),
+            Logged::Replace { before: None, .. } => None,
+            Logged::Delete { before, .. } => before.clone().map(|before| Images {
+                before: Some(before),
+                after: None,
+            }),
         }
     }
 }
@@ -799,11 +861,15 @@ pub(super) fn append_entry(
     ns: &Namespace,
     uuid: Option<[u8; 16]>,
     change: Change<'_>,
+    images: Option<Images>,
     ts: u64,
     counters: &mut Counters,
 ) -> StorageResult<()> {
     let time = EntryTime::now(ts);
-    let entry = oplog::entry(ns, uuid, change, time);
+    let mut entry = oplog::entry(ns, uuid, change, time);
+    if let Some(images) = images {
+        oplog::add_images(&mut entry, images);
+    }
     let op = PreparedOp::prepare(WriteOp::Insert {
         doc: entry,
         meta: WriteMeta {

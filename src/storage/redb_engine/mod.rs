@@ -167,6 +167,7 @@ impl RedbStorage {
             catalog: RwLock::new(Arc::new(catalog)),
             commits: AtomicU64::new(0),
             cluster_time: AtomicU64::new(counters.last_timestamp),
+            oplog_appended: tokio::sync::Notify::new(),
         });
         let (jobs, receiver) = mpsc::channel();
         let writer = Writer::new(shared.clone(), counters, durability);
@@ -546,6 +547,10 @@ impl Storage for RedbStorage {
 
     fn time_high_water_ms(&self) -> i64 {
         self.time_high_water_ms
+    }
+
+    fn oplog_appended(&self) -> &tokio::sync::Notify {
+        &self.shared.oplog_appended
     }
 
     fn cluster_time(&self) -> bson::Timestamp {

@@ -293,11 +293,18 @@ pub(super) fn apply(batch: &mut Batch, ns: &Namespace, plan: ReapPlan) -> Storag
             id,
             expired_at_ms: plan.expire_at.as_ref().and_then(|rule| rule.of(&raw)),
         };
+        let images = crate::storage::oplog::wants_images(&entry.meta.options).then(|| {
+            crate::storage::oplog::Images {
+                before: bson::Document::try_from(raw.doc).ok(),
+                after: None,
+            }
+        });
         append_entry(
             oplog_tables,
             ns,
             Some(entry.meta.uuid),
             change,
+            images,
             ts,
             &mut batch.counters,
         )?;

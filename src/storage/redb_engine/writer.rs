@@ -79,6 +79,9 @@ pub(super) struct Shared {
     pub commits: AtomicU64,
     /// The newest cluster time a committed write took (`seconds << 32 | increment`).
     pub cluster_time: AtomicU64,
+    /// Woken after every commit while the oplog exists (`Storage::oplog_appended`): change
+    /// streams waiting for entries read on.
+    pub oplog_appended: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -426,7 +429,13 @@ impl Writer {
             self.shared
                 .cluster_time
                 .store(counters.last_timestamp, Ordering::Release);
+            let logs = catalog
+                .collections
+                .contains_key(&crate::storage::oplog::oplog_namespace());
             self.shared.publish(catalog);
+            if logs {
+                self.shared.oplog_appended.notify_waiters();
+            }
             self.failure = None;
         } else if let Err(error) = &outcome {
             // Before answering: the next request then finds the database reopened.
