@@ -135,8 +135,8 @@ fn refused_config_files_stop_startup_naming_the_key() {
     for (text, expected) in [
         ("net:\n  bogus: 1\n", "Unrecognized option: net.bogus"),
         (
-            "replication:\n  replSetName: rs0\n",
-            "replication.replSetName",
+            "replication:\n  enableMajorityReadConcern: true\n",
+            "replication.enableMajorityReadConcern",
         ),
         (
             "security:\n  authorization: enabled\n",
