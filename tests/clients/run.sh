@@ -265,6 +265,7 @@ fi
 echo "== replset"
 start_server --replSet rs0 || die "could not start the --replSet server"
 run_check replset "$VENV/bin/python" "$HERE/check_replset.py" "$PORT"
+TIDEWAY_CLIENTS_NODE_DIR="$NODE_DIR" run_check node-replset node "$HERE/check_node_replset.mjs" "$PORT"
 MONGOSH_HOME="$RUN_DIR/mongosh-home" HOME="$RUN_DIR/mongosh-home" run_check replset-mongosh \
   "$NODE_DIR/node_modules/.bin/mongosh" "mongodb://127.0.0.1:$PORT/?directConnection=true" \
   --quiet --norc --eval "
