@@ -135,6 +135,11 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("convertToCapped", doc! {"convertToCapped": "c"}, Error(72, "Capped collection size must be greater than zero")),
         ("convertToCapped", doc! {"convertToCapped": "nosuch", "size": 4096, "foo": 1}, Code(26)),
         ("cloneCollectionAsCapped", doc! {"cloneCollectionAsCapped": "c", "size": 4096}, Error(14, "'toCollection' must be of type String")),
+        // replication commands on a standalone (repl_set_commands.cpp): 76 NoReplicationEnabled
+        ("replSetInitiate", doc! {"replSetInitiate": {}}, Error(76, "This node was not started with replication enabled.")),
+        ("replSetGetStatus", doc! {"replSetGetStatus": 1, "foo": 1}, Error(76, "not running with --replSet")),
+        ("replSetGetConfig", doc! {"replSetGetConfig": 1}, Error(76, "not running with --replSet")),
+        ("replSetStepDown", doc! {"replSetStepDown": 60}, Error(76, "not running with --replSet")),
         ("cloneCollectionAsCapped", doc! {"cloneCollectionAsCapped": "c", "toCollection": "d", "size": -1}, Code(72)),
         // statistics and diagnostics
         ("dbStats", doc! {"dbStats": 1, "scale": 0}, Error(51024, "BSON field 'dbStats.scale' value must be >= 1, actual value '0'")),
@@ -189,7 +194,8 @@ fn database(command: &str) -> &'static str {
     match command {
         "renameCollection" | "hostInfo" | "getCmdLineOpts" | "getLog" | "getParameter"
         | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" | "currentOp"
-        | "killOp" | "sleep" | "bulkWrite" => "admin",
+        | "killOp" | "sleep" | "bulkWrite" | "replSetInitiate" | "replSetGetStatus"
+        | "replSetGetConfig" | "replSetStepDown" => "admin",
         _ => "v",
     }
 }
