@@ -395,3 +395,125 @@ async fn resume_across_a_restart_from_a_saved_token() {
     assert_eq!(event.get_document("documentKey").unwrap(), &doc! {"_id": 2});
     process.terminate();
 }
+
+/// The manual's rename and dropDatabase events: a collection stream sees `rename` (with `to`)
+/// and then `invalidate`; a database stream sees each collection's `drop`, `dropDatabase`, then
+/// `invalidate`.
+#[tokio::test]
+async fn rename_and_drop_database_invalidate_their_streams() {
+    let server = start().await;
+    let client = server.client();
+    let db = client.database("moving");
+    let coll: Collection<Document> = db.collection("old");
+    coll.insert_one(doc! {"_id": 0}).await.unwrap();
+    let mut stream = coll.watch().await.unwrap().with_type::<Document>();
+    client
+        .database("admin")
+        .run_command(doc! {"renameCollection": "moving.old", "to": "moving.new"})
+        .await
+        .unwrap();
+    assert_eq!(
+        stable(next(&mut stream).await),
+        doc! {"operationType": "rename", "ns": {"db": "moving", "coll": "old"}, "to": {"db": "moving", "coll": "new"}}
+    );
+    assert_eq!(
+        next(&mut stream).await.get_str("operationType").unwrap(),
+        "invalidate"
+    );
+
+    let mut database_stream = db.watch().await.unwrap().with_type::<Document>();
+    db.drop().await.unwrap();
+    assert_eq!(
+        stable(next(&mut database_stream).await),
+        doc! {"operationType": "drop", "ns": {"db": "moving", "coll": "new"}}
+    );
+    assert_eq!(
+        stable(next(&mut database_stream).await),
+        doc! {"operationType": "dropDatabase", "ns": {"db": "moving"}}
+    );
+    assert_eq!(
+        next(&mut database_stream)
+            .await
+            .get_str("operationType")
+            .unwrap(),
+        "invalidate"
+    );
+    server.stop().await;
+}
+
+/// `startAtOperationTime` starts at the given cluster time, inclusive (the manual: "the change
+/// stream will return changes that occurred at or after the specified timestamp").
+#[tokio::test]
+async fn start_at_operation_time_is_inclusive() {
+    let server = start().await;
+    let client = server.client();
+    let coll: Collection<Document> = client.database("app").collection("timed");
+    coll.insert_one(doc! {"_id": "before"}).await.unwrap();
+    coll.insert_one(doc! {"_id": "at"}).await.unwrap();
+    let entry = client
+        .database("local")
+        .run_command(doc! {"find": "oplog.rs", "filter": {"op": "i", "o._id": "at"}})
+        .await
+        .unwrap();
+    let at = common::first_batch(&entry)[0].get_timestamp("ts").unwrap();
+    let mut stream = coll
+        .watch()
+        .start_at_operation_time(at)
+        .await
+        .unwrap()
+        .with_type::<Document>();
+    coll.insert_one(doc! {"_id": "after"}).await.unwrap();
+    let first = next(&mut stream).await;
+    assert_eq!(
+        first.get_document("documentKey").unwrap(),
+        &doc! {"_id": "at"}
+    );
+    assert_eq!(first.get_timestamp("clusterTime").unwrap(), at);
+    let second = next(&mut stream).await;
+    assert_eq!(
+        second.get_document("documentKey").unwrap(),
+        &doc! {"_id": "after"}
+    );
+    server.stop().await;
+}
+
+/// `showExpandedEvents` adds the DDL events (the manual's create and createIndexes events,
+/// with `collectionUUID` and `operationDescription`).
+#[tokio::test]
+async fn expanded_events_report_create_and_create_indexes() {
+    let server = start().await;
+    let db = server.client().database("ddl");
+    let mut stream = db
+        .watch()
+        .show_expanded_events(true)
+        .await
+        .unwrap()
+        .with_type::<Document>();
+    db.create_collection("made").await.unwrap();
+    db.collection::<Document>("made")
+        .create_index(mongodb::IndexModel::builder().keys(doc! {"a": 1}).build())
+        .await
+        .unwrap();
+    let created = next(&mut stream).await;
+    assert_eq!(created.get_str("operationType").unwrap(), "create");
+    assert_eq!(
+        created.get_document("ns").unwrap(),
+        &doc! {"db": "ddl", "coll": "made"}
+    );
+    assert!(
+        matches!(created.get("collectionUUID"), Some(Bson::Binary(_))),
+        "{created}"
+    );
+    let indexed = next(&mut stream).await;
+    assert_eq!(indexed.get_str("operationType").unwrap(), "createIndexes");
+    let indexes = indexed
+        .get_document("operationDescription")
+        .unwrap()
+        .get_array("indexes")
+        .unwrap();
+    assert_eq!(
+        indexes[0].as_document().unwrap().get_str("name").unwrap(),
+        "a_1"
+    );
+    server.stop().await;
+}
