@@ -260,14 +260,16 @@ pub(super) fn drop_collection(batch: &mut Batch, ns: &Namespace) -> StorageResul
     let Some(entry) = existing(batch, ns) else {
         return Ok(false);
     };
-    remove_collection(batch, &entry)?;
-    log_command(
-        batch,
-        ns,
-        Some(entry.meta.uuid),
-        doc! {"drop": ns.coll.as_str()},
-    )?;
+    drop_logged(batch, &entry)?;
     Ok(true)
+}
+
+/// Removes a collection and logs its `drop`.
+fn drop_logged(batch: &mut Batch, entry: &CollectionEntry) -> StorageResult<()> {
+    remove_collection(batch, entry)?;
+    let ns = &entry.meta.ns;
+    let command = doc! {"drop": ns.coll.as_str()};
+    log_command(batch, ns, Some(entry.meta.uuid), command)
 }
 
 pub(super) fn drop_database(batch: &mut Batch, db: &str) -> StorageResult<()> {
@@ -279,14 +281,7 @@ pub(super) fn drop_database(batch: &mut Batch, db: &str) -> StorageResult<()> {
         .cloned()
         .collect();
     for entry in &entries {
-        remove_collection(batch, entry)?;
-        let ns = &entry.meta.ns;
-        log_command(
-            batch,
-            ns,
-            Some(entry.meta.uuid),
-            doc! {"drop": ns.coll.as_str()},
-        )?;
+        drop_logged(batch, entry)?;
     }
     if let Some(entry) = entries.first() {
         log_command(batch, &entry.meta.ns, None, doc! {"dropDatabase": 1})?;

@@ -638,13 +638,8 @@ impl Storage for RedbStorage {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
-        let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
-        let bytes = ops.iter().map(PreparedOp::bytes).sum();
-        let ns = ns.clone();
-        self.submit(options, bytes, move |batch| {
-            apply::write(batch, &ns, ops, options.ordered)
-        })
-        .await
+        self.write_recorded(ns, ops, options, Box::new(|_| None))
+            .await
     }
 
     async fn write_recorded(
