@@ -427,7 +427,7 @@ async fn run_handler(
         ctx.deadline,
         Box::pin(async {
             // Replica-set mode: `readConcern` (`afterClusterTime` may wait) before the command.
-            crate::repl::check_read_concern(state, body, ctx.deadline).await?;
+            crate::repl::check_read_concern(state, body)?;
             // A command naming a view is served by `commands::views`, any other by its handler.
             crate::commands::views::run(&ctx, spec, body).await
         }),

@@ -483,6 +483,24 @@ pub fn check_index(timeseries: &Timeseries, raw: &Document, spec: &IndexSpec) ->
 }
 
 impl Timeseries {
+    /// Whether `document` already has a Date at the time field and the stored layout (time
+    /// first, meta second when present, `_id` last): an updated measurement usually does, and
+    /// is then stored without being rebuilt.
+    fn is_laid_out(&self, document: &Document) -> bool {
+        let mut fields = document.iter();
+        let time_first =
+            matches!(fields.next(), Some((name, Bson::DateTime(_))) if *name == self.time_field);
+        let meta_second = match &self.meta_field {
+            Some(meta) if document.contains_key(meta) => {
+                matches!(fields.next(), Some((name, _)) if name == meta)
+            }
+            _ => true,
+        };
+        let id_last = !document.contains_key("_id")
+            || document.keys().last().is_some_and(|name| name == "_id");
+        time_first && meta_second && id_last
+    }
+
     /// Whether `path` is the meta field or inside it.
     fn is_meta_path(&self, path: &str) -> bool {
         self.meta_field.as_deref().is_some_and(|meta| {
@@ -514,6 +532,9 @@ impl Timeseries {
 /// other fields in their order and `_id` last, as the manual's examples show them (mongod's own
 /// order past the meta field follows a hash map).
 pub fn measurement(timeseries: &Timeseries, mut document: Document) -> CommandResult<Document> {
+    if timeseries.is_laid_out(&document) {
+        return Ok(document);
+    }
     let time = match document.remove(&timeseries.time_field) {
         Some(Bson::DateTime(time)) => time,
         _ => {
@@ -797,6 +818,16 @@ mod tests {
         assert_eq!(
             measurement(&timeseries, doc! {"_id": 1, "v": 2, "m": "a", "t": now}).unwrap(),
             doc! {"t": now, "m": "a", "v": 2, "_id": 1}
+        );
+        // Already laid out: kept as it is; `_id` out of place: moved last.
+        let laid_out = doc! {"t": now, "m": "a", "v": 2, "_id": 1};
+        assert_eq!(
+            measurement(&timeseries, laid_out.clone()).unwrap(),
+            laid_out
+        );
+        assert_eq!(
+            measurement(&timeseries, doc! {"t": now, "m": "a", "_id": 1, "v": 2}).unwrap(),
+            laid_out
         );
         for bad in [
             doc! {},

@@ -264,6 +264,14 @@ async fn tailable_await_data_cursor_receives_later_inserts() {
     run(&db, doc! {"create": "feed", "capped": true, "size": 100000}).await;
     let coll = db.collection::<Document>("feed");
     coll.insert_one(doc! {"x": 0}).await.unwrap();
+    // query_request_helper.cpp compares the sort with `{$natural: 1}` numerically.
+    for one in [Bson::Double(1.0), Bson::Int64(1)] {
+        run(
+            &db,
+            doc! {"find": "feed", "tailable": true, "sort": {"$natural": one}},
+        )
+        .await;
+    }
     let options = FindOptions::builder()
         .cursor_type(CursorType::TailableAwait)
         .max_await_time(Duration::from_secs(5))

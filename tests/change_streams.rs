@@ -517,3 +517,31 @@ async fn expanded_events_report_create_and_create_indexes() {
     );
     server.stop().await;
 }
+
+/// A backlog larger than a reply may hold is served over several batches, each within the
+/// 16 MiB batch bound (`Cursor::next_batch`'s), never one reply past the wire limit.
+#[tokio::test]
+async fn a_large_backlog_comes_in_bounded_batches() {
+    let server = TestServer::start_with(Config {
+        oplog_size_mb: Some(256),
+        ..test_config()
+    })
+    .await;
+    let coll: Collection<Document> = server.client().database("app").collection("large");
+    let mut stream = coll.watch().await.unwrap().with_type::<Document>();
+    let pad = "x".repeat(1024 * 1024);
+    for chunk in 0..6 {
+        let documents: Vec<Document> = (0..10)
+            .map(|i| doc! {"_id": chunk * 10 + i, "pad": pad.as_str()})
+            .collect();
+        coll.insert_many(documents).await.unwrap();
+    }
+    for expected in 0..60 {
+        let event = next(&mut stream).await;
+        assert_eq!(
+            event.get_document("documentKey").unwrap(),
+            &doc! {"_id": expected}
+        );
+    }
+    server.stop().await;
+}

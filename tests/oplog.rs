@@ -136,3 +136,27 @@ async fn replica_set_mode_keeps_an_oplog() {
         Some(tideway::config::DEFAULT_OPLOG_SIZE_MB as i64 * 1024 * 1024)
     );
 }
+
+/// mongod's oplog takes an entry of any size: a write larger than the whole oplog is recorded
+/// (alone, the older entries rolled over) instead of failing.
+#[tokio::test]
+async fn a_write_larger_than_the_oplog_is_still_logged() {
+    let server = TestServer::start_with(Config {
+        oplog_size_mb: Some(1),
+        ..test_config()
+    })
+    .await;
+    let client = server.client();
+    let big = "x".repeat(2 * 1024 * 1024);
+    client
+        .database("app")
+        .run_command(doc! {"insert": "big", "documents": [{"_id": 1, "pad": big}]})
+        .await
+        .expect("the write succeeds");
+    let reply = client
+        .database("local")
+        .run_command(doc! {"find": "oplog.rs", "filter": {"op": "i", "ns": "app.big"}, "projection": {"o._id": 1}})
+        .await
+        .unwrap();
+    assert_eq!(first_batch(&reply).len(), 1);
+}

@@ -9,62 +9,23 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use bson::{doc, Bson, Document};
-use common::{command_error, first_batch, TestServer};
-use mongodb::Database;
-use tideway::clock::{Clock, ManualClock};
+use common::{command_error, first_batch};
 
 /// 2021-05-18T00:00:00Z, the first measurement of the manual's `weather` example.
 const T0: i64 = 1_621_296_000_000;
 const HOUR: i64 = 3_600_000;
 
-struct Fixture {
-    _server: TestServer,
-    clock: Arc<ManualClock>,
-    db: Database,
-}
+/// The manual-clock fixture, with this file's helpers.
+type Fixture = common::ClockedDb;
 
 impl Fixture {
     async fn start() -> Fixture {
-        let (server, clock) = TestServer::start_at(T0).await;
-        let db = server.client().database("ts");
-        Fixture {
-            _server: server,
-            clock,
-            db,
-        }
-    }
-
-    fn at(&self, ms_after_t0: i64) {
-        let target = T0 + ms_after_t0;
-        let now = self.clock.now_ms();
-        assert!(target >= now, "the clock only moves forward");
-        self.clock.advance_ms(target - now);
-    }
-
-    async fn run(&self, command: Document) -> Document {
-        self.db
-            .run_command(command.clone())
-            .await
-            .unwrap_or_else(|error| panic!("{command} fails: {error}"))
+        Fixture::open(T0, "ts").await
     }
 
     async fn fails(&self, command: Document) -> (i32, String) {
-        let (code, _, message) = command_error(self.db.run_command(command).await);
-        (code, message)
-    }
-
-    async fn collection_entry(&self, name: &str) -> Document {
-        let reply = self
-            .run(doc! {"listCollections": 1, "filter": {"name": name}})
-            .await;
-        first_batch(&reply).remove(0)
-    }
-
-    async fn indexes(&self, name: &str) -> Vec<Document> {
-        first_batch(&self.run(doc! {"listIndexes": name}).await)
+        self.error(command).await
     }
 
     async fn find(&self, coll: &str, filter: Document) -> Vec<Document> {
@@ -96,17 +57,6 @@ impl Fixture {
             .unwrap()
             .len();
         [found, count, aggregated, distinct]
-    }
-
-    async fn ttl_pass(&self) -> i64 {
-        self.db
-            .client()
-            .database("admin")
-            .run_command(doc! {"runTtlPass": 1})
-            .await
-            .unwrap()
-            .get_i64("deleted")
-            .unwrap()
     }
 }
 

@@ -461,7 +461,13 @@ impl ChangeStream {
         let mut batch = Vec::new();
         let mut last_token = None;
         let mut read_all = false;
-        while (batch.len() as u64) < max && !self.invalidated {
+        // As `Cursor::next_batch`: whole entries until the batch holds `MAX_BATCH_BYTES`, so a
+        // backlog of large events is served over several replies, each within the wire limit.
+        let mut bytes = 0;
+        let full = |batch: &Vec<Document>, bytes: usize| {
+            (batch.len() as u64) >= max || bytes >= crate::cursor::MAX_BATCH_BYTES
+        };
+        while !full(&batch, bytes) && !self.invalidated {
             let page = storage
                 .scan(&oplog_namespace(), scan_from(self.from, PAGE_ENTRIES))
                 .await?;
@@ -470,7 +476,7 @@ impl ChangeStream {
                 break;
             }
             for record in page.records {
-                if (batch.len() as u64) >= max || self.invalidated {
+                if full(&batch, bytes) || self.invalidated {
                     break;
                 }
                 let entry = record.doc.into_document();
@@ -491,6 +497,7 @@ impl ChangeStream {
                     }
                     if let Some(output) = self.run.push(event)? {
                         check_token_kept(&output, token)?;
+                        bytes += crate::bsonutil::encoded_size(&output);
                         batch.push(output);
                         last_token = Some(token);
                     }

@@ -54,19 +54,10 @@ const COPY_CHUNK: usize = 1000;
 /// `size` as both commands read it (`safeNumberLong`; absent or not a number is 0): at least 1,
 /// else 72 (`collection_to_capped.cpp`).
 fn requested_size(body: &Document) -> CommandResult<i64> {
-    let size = match body.get("size") {
-        Some(Bson::Int32(value)) => i64::from(*value),
-        Some(Bson::Int64(value)) => *value,
-        Some(other) => crate::bsonutil::as_f64(other).map_or(0, |value| {
-            if value.is_nan() {
-                0
-            } else {
-                // `as` saturates, as `safeNumberLong` does.
-                value as i64
-            }
-        }),
-        None => 0,
-    };
+    let size = body
+        .get("size")
+        .and_then(crate::query::numeric::safe_number_long)
+        .unwrap_or(0);
     if size <= 0 {
         return Err(CommandError::new(
             ErrorCode::InvalidOptions,
@@ -286,5 +277,9 @@ mod tests {
         assert_eq!(code(doc! {"size": 0.5}), ErrorCode::InvalidOptions);
         assert_eq!(requested_size(&doc! {"size": 1000.9}).unwrap(), 1000);
         assert_eq!(requested_size(&doc! {"size": 5.3e21}).unwrap(), i64::MAX);
+        // Decimal128 is rounded half to even, as `safeNumberLong` (`Decimal128::toLong`).
+        let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+        assert_eq!(requested_size(&doc! {"size": decimal("0.6")}).unwrap(), 1);
+        assert_eq!(requested_size(&doc! {"size": decimal("2.5")}).unwrap(), 2);
     }
 }

@@ -203,7 +203,8 @@ fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()
         // query_request_helper.cpp
         let natural_sort = match optional_document(ctx, body, "sort")? {
             None => true,
-            Some(sort) => sort.is_empty() || sort == &doc! {"$natural": 1},
+            // `{$natural: 1}` in any numeric type (mongod compares it numerically).
+            Some(sort) => sort.is_empty() || natural_sort_direction(sort) == Some(false),
         };
         if !natural_sort {
             return Err(CommandError::bad_value(

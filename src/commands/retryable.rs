@@ -28,6 +28,10 @@ pub struct Sessions {
     slots: Mutex<HashMap<Vec<u8>, SessionSlot>>,
 }
 
+/// Slots kept before the idle ones are dropped (each a key and a lock: the map stays small however
+/// many sessions come and go).
+const MAX_IDLE_SLOTS: usize = 10_000;
+
 /// One session's newest `txnNumber`, locked for the whole of each of its retryable writes.
 type SessionSlot = Arc<tokio::sync::Mutex<Option<i64>>>;
 
@@ -97,11 +101,13 @@ impl RetryableWrite {
             }
         };
         let slot = {
-            let mut slots = repl
-                .sessions
-                .slots
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut slots = lock(&repl.sessions.slots);
+            if slots.len() >= MAX_IDLE_SLOTS {
+                // Only slots no command holds are dropped: their newest txnNumber is in the
+                // stored record whenever a statement wrote, and a statement that wrote nothing
+                // may run again harmlessly.
+                slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+            }
             slots.entry(key.clone()).or_default().clone()
         };
         let mut session = slot.lock_owned().await;

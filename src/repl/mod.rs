@@ -28,7 +28,6 @@ use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document, Timestamp};
 
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::limits::Deadline;
 use crate::state::ServerState;
 use crate::storage::{
     Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
@@ -434,22 +433,12 @@ pub fn check_session_options(
     Ok(())
 }
 
-/// How often a read waiting for `afterClusterTime` looks at the cluster time again.
-const AFTER_CLUSTER_TIME_POLL: Duration = Duration::from_millis(10);
-/// How long a read waits at most for a write to take the cluster time to its `afterClusterTime`
-/// (less if its `maxTimeMS` ends first): a later time can only come from a write in flight.
-const AFTER_CLUSTER_TIME_MAX_WAIT: Duration = Duration::from_secs(1);
-
 /// `readConcern` in replica-set mode: `local`, `majority`, `available` and `linearizable` read
 /// what is committed (one node: every committed write is majority-committed); `snapshot` is
-/// refused; `afterClusterTime` waits (until the command's `maxTimeMS`) for a write to take the
-/// cluster time that far (at most [`AFTER_CLUSTER_TIME_MAX_WAIT`], `maxTimeMS` also applying),
-/// then fails as mongod does for a time past its cluster time.
-pub async fn check_read_concern(
-    state: &ServerState,
-    body: &Document,
-    deadline: Deadline,
-) -> CommandResult<()> {
+/// refused; an `afterClusterTime` past the cluster time fails at once, as mongod answers it: every
+/// time this server reports (`operationTime`, `$clusterTime`) is one a committed write already
+/// took, so a later one cannot come from it and waiting would not help.
+pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult<()> {
     if state.repl.is_none() {
         return Ok(());
     }
@@ -494,25 +483,18 @@ pub async fn check_read_concern(
             )))
         }
     };
-    let give_up = std::time::Instant::now() + AFTER_CLUSTER_TIME_MAX_WAIT;
-    loop {
-        let current = cluster_time(state);
-        if (after.time, after.increment) <= (current.time, current.increment) {
-            return Ok(());
-        }
-        deadline.check()?;
-        if std::time::Instant::now() >= give_up {
-            return Err(CommandError::new(
-                ErrorCode::InvalidOptions,
-                format!(
-                    "readConcern afterClusterTime value must not be greater than the current clusterTime. Requested clusterTime: {}; current clusterTime: {}",
-                    show_timestamp(after),
-                    show_timestamp(current)
-                ),
-            ));
-        }
-        tokio::time::sleep(AFTER_CLUSTER_TIME_POLL).await;
+    let current = cluster_time(state);
+    if (after.time, after.increment) <= (current.time, current.increment) {
+        return Ok(());
     }
+    Err(CommandError::new(
+        ErrorCode::InvalidOptions,
+        format!(
+            "readConcern afterClusterTime value must not be greater than the current clusterTime. Requested clusterTime: {}; current clusterTime: {}",
+            show_timestamp(after),
+            show_timestamp(current)
+        ),
+    ))
 }
 
 /// A timestamp as mongod's `Timestamp::toString`.

@@ -203,3 +203,72 @@ impl Rng {
         items[self.below(items.len())].clone()
     }
 }
+
+/// One database of a server on a manual clock (see [`TestServer::start_at`]), for tests that move
+/// time: commands that must succeed, errors as (code, message), listings, and TTL passes.
+pub struct ClockedDb {
+    _server: TestServer,
+    pub clock: Arc<ManualClock>,
+    pub db: mongodb::Database,
+    t0: i64,
+}
+
+impl ClockedDb {
+    /// A server whose clock starts at `t0`, and its database `name`.
+    pub async fn open(t0: i64, name: &str) -> ClockedDb {
+        let (server, clock) = TestServer::start_at(t0).await;
+        let db = server.client().database(name);
+        ClockedDb {
+            _server: server,
+            clock,
+            db,
+            t0,
+        }
+    }
+
+    /// Moves the clock to `t0 + ms_after_t0` (never backwards).
+    pub fn at(&self, ms_after_t0: i64) {
+        let target = self.t0 + ms_after_t0;
+        let now = self.clock.now_ms();
+        assert!(target >= now, "the clock only moves forward");
+        self.clock.advance_ms(target - now);
+    }
+
+    /// Runs `command`, which must succeed.
+    pub async fn run(&self, command: bson::Document) -> bson::Document {
+        self.db
+            .run_command(command.clone())
+            .await
+            .unwrap_or_else(|error| panic!("{command} fails: {error}"))
+    }
+
+    /// Runs `command`, which must fail with a command error: its code and message.
+    pub async fn error(&self, command: bson::Document) -> (i32, String) {
+        let (code, _, message) = command_error(self.db.run_command(command).await);
+        (code, message)
+    }
+
+    /// The `listCollections` entry of collection `name`.
+    pub async fn collection_entry(&self, name: &str) -> bson::Document {
+        let reply = self
+            .run(bson::doc! {"listCollections": 1, "filter": {"name": name}})
+            .await;
+        first_batch(&reply).remove(0)
+    }
+
+    pub async fn indexes(&self, name: &str) -> Vec<bson::Document> {
+        first_batch(&self.run(bson::doc! {"listIndexes": name}).await)
+    }
+
+    /// One TTL pass (`runTtlPass`): the documents it deleted.
+    pub async fn ttl_pass(&self) -> i64 {
+        self.db
+            .client()
+            .database("admin")
+            .run_command(bson::doc! {"runTtlPass": 1})
+            .await
+            .expect("runTtlPass succeeds")
+            .get_i64("deleted")
+            .expect("a deleted count")
+    }
+}

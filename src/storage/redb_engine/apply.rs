@@ -848,6 +848,10 @@ impl Logged {
     }
 }
 
+fn is_oplog(ns: &Namespace) -> bool {
+    ns.db == oplog::LOCAL_DB && ns.coll == oplog::OPLOG_COLLECTION
+}
+
 /// Appends the oplog entry of `change` on `ns` at cluster time `ts` (the capped oplog rolls
 /// over). An entry that cannot be written fails the whole commit group: a write must never
 /// commit without its entry.
@@ -1325,7 +1329,9 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             } => {
                 if let Some(natural) = &self.natural {
                     let bson_bytes = (record.len() - RECORD_HEADER_LEN) as u64;
-                    if bson_bytes > natural.limits.max_bytes {
+                    // The oplog takes every entry, however large (as mongod's): refusing one
+                    // would fail the write it records. Rollover still keeps the newest.
+                    if bson_bytes > natural.limits.max_bytes && !is_oplog(&self.entry.meta.ns) {
                         return Err(StorageError::ExceedsCappedSize);
                     }
                 }
