@@ -91,6 +91,9 @@ pub struct CommandContext<'a> {
     /// layer report what they do through its setters (`set_plan_summary`, `add_examined`,
     /// `set_nreturned`, `add_inserted`, ...).
     pub op: &'a crate::ops::Op,
+    /// The multi-document transaction the command is a statement of: it reads and writes
+    /// through the transaction's storage and at its time.
+    pub txn: Option<&'a Arc<crate::txn::TxnStorage>>,
 }
 
 impl<'a> CommandContext<'a> {
@@ -104,6 +107,53 @@ impl<'a> CommandContext<'a> {
             name,
             deadline: self.deadline,
             op: self.op,
+            txn: self.txn,
+        }
+    }
+
+    /// The storage the command reads and writes: the server's, or inside a transaction the
+    /// transaction's.
+    pub fn storage(&self) -> &'a dyn crate::storage::Storage {
+        match self.txn {
+            Some(txn) => txn.as_ref(),
+            None => self.state.storage.as_ref(),
+        }
+    }
+
+    /// The clock the command reads: the server's, or inside a transaction the instant its
+    /// snapshot was taken.
+    pub fn clock(&self) -> &'a dyn crate::clock::Clock {
+        match self.txn {
+            Some(txn) => txn.clock.as_ref(),
+            None => self.state.clock.as_ref(),
+        }
+    }
+
+    /// `ns` as the command sees it now (see [`crate::exec::CollectionView::open`]). Inside a
+    /// transaction, waiting for a collection another operation holds exclusively is bounded by
+    /// `maxTransactionLockRequestTimeoutMillis` (then `LockTimeout`).
+    pub async fn view(
+        &self,
+        ns: &crate::storage::Namespace,
+    ) -> CommandResult<crate::exec::CollectionView> {
+        let open = crate::exec::CollectionView::open(
+            &self.state.policy_gates,
+            self.storage(),
+            self.clock(),
+            ns,
+        );
+        let limit_ms = self.state.params.max_transaction_lock_request_timeout_ms();
+        match (self.txn, u64::try_from(limit_ms)) {
+            (Some(_), Ok(limit_ms)) => {
+                match tokio::time::timeout(std::time::Duration::from_millis(limit_ms), open).await {
+                    Ok(view) => Ok(view?),
+                    Err(_) => Err(CommandError::new(
+                        ErrorCode::LockTimeout,
+                        format!("Unable to acquire IX lock on '{ns}' within {limit_ms}ms."),
+                    )),
+                }
+            }
+            _ => Ok(open.await?),
         }
     }
 
@@ -413,6 +463,11 @@ async fn run_handler(
     let deadline = max_time_ms.map_or(Deadline::none(), |limit| {
         Deadline::at(Instant::now() + std::time::Duration::from_millis(limit))
     });
+    // A statement of a multi-document transaction runs inside it (replica-set mode).
+    let statement = match &state.repl {
+        Some(repl) => repl.transactions.enter(state, spec.name, body).await?,
+        None => None,
+    };
     let ctx = CommandContext {
         state,
         client,
@@ -420,6 +475,7 @@ async fn run_handler(
         name: spec.name,
         deadline: deadline.with_kill_switch(op.kill_switch()),
         op,
+        txn: statement.as_ref().map(|statement| &statement.storage),
     };
     // Server-side JavaScript the handler runs sees the switch, the budgets and this deadline.
     let work = crate::js::scoped(
@@ -438,11 +494,15 @@ async fn run_handler(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
+    let result = tokio::select! {
         biased;
         result = work => result,
         () = op.killed() => Err(Deadline::interrupted()),
         () = time_limit => Err(Deadline::exceeded()),
+    };
+    match (statement, &state.repl) {
+        (Some(statement), Some(repl)) => repl.transactions.leave(statement, result),
+        _ => result,
     }
 }
 

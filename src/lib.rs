@@ -33,6 +33,7 @@ pub mod storage;
 mod testrng;
 pub mod timeseries;
 pub mod ttl;
+pub mod txn;
 pub mod validation;
 pub mod wire;
 

@@ -2,7 +2,7 @@
 //! read it and whether it may be set at startup. Values live in atomics so readers never lock.
 //! Invariant: `getParameter` reports the value the server is actually using.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use bson::{doc, Bson, Document};
 
@@ -25,6 +25,8 @@ pub struct Parameters {
     facet_buffer_bytes: AtomicU64,
     max_facet_output_bytes: AtomicU64,
     map_reduce_single_reduce_optimization: AtomicBool,
+    transaction_lifetime_limit_secs: AtomicI64,
+    max_transaction_lock_request_timeout_ms: AtomicI64,
 }
 
 impl Default for Parameters {
@@ -41,6 +43,8 @@ impl Default for Parameters {
             facet_buffer_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
             max_facet_output_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
             map_reduce_single_reduce_optimization: AtomicBool::new(false),
+            transaction_lifetime_limit_secs: AtomicI64::new(60),
+            max_transaction_lock_request_timeout_ms: AtomicI64::new(5),
         }
     }
 }
@@ -73,7 +77,31 @@ macro_rules! bytes_parameter {
     };
 }
 
+/// A 32-bit integer parameter no lower than `$min`, settable at startup and at runtime.
+macro_rules! int_parameter {
+    ($name:literal, $field:ident, $min:literal) => {
+        ParameterSpec {
+            name: $name,
+            get: |p| Bson::Int32(p.$field.load(Ordering::Relaxed) as i32),
+            set_at_startup: Some(|p, value| {
+                store_int(&p.$field, $name, $min, &Bson::String(value.into()))
+            }),
+            set_at_runtime: Some(|p, value| store_int(&p.$field, $name, $min, value)),
+        }
+    };
+}
+
 const PARAMETERS: &[ParameterSpec] = &[
+    int_parameter!(
+        "transactionLifetimeLimitSeconds",
+        transaction_lifetime_limit_secs,
+        1
+    ),
+    int_parameter!(
+        "maxTransactionLockRequestTimeoutMillis",
+        max_transaction_lock_request_timeout_ms,
+        -1
+    ),
     ParameterSpec {
         name: "enableTestCommands",
         get: |p| Bson::Boolean(p.test_commands_enabled()),
@@ -184,6 +212,27 @@ fn runtime_bool(name: &str, value: &Bson) -> CommandResult<bool> {
                 CommandError::bad_value(format!("{name} must be a boolean, got {other}"))
             }),
     }
+}
+
+/// A whole number in `[min, i32::MAX]`, from a number or (at startup) its decimal text (mongod's
+/// message for a value below the bound).
+fn store_int(slot: &AtomicI64, name: &str, min: i64, value: &Bson) -> CommandResult<()> {
+    let number = match value {
+        Bson::String(text) => text.parse::<f64>().ok(),
+        other => crate::bsonutil::as_f64(other),
+    };
+    let Some(number) = number.filter(|number| number.fract() == 0.0) else {
+        return Err(CommandError::bad_value(format!(
+            "{name} must be a whole number, got {value}"
+        )));
+    };
+    if number < min as f64 || number > f64::from(i32::MAX) {
+        return Err(CommandError::bad_value(format!(
+            "Invalid value for parameter {name}: {number} is not greater than or equal to {min}"
+        )));
+    }
+    slot.store(number as i64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// A positive byte count, from a number or (at startup) its decimal text.
@@ -299,6 +348,19 @@ impl Parameters {
             facet_buffer_bytes: bytes(&self.facet_buffer_bytes),
             facet_max_output_bytes: bytes(&self.max_facet_output_bytes),
         }
+    }
+
+    /// How long a transaction may run before the server aborts it (mongod's
+    /// `transactionLifetimeLimitSeconds`).
+    pub fn transaction_lifetime_limit_secs(&self) -> i64 {
+        self.transaction_lifetime_limit_secs.load(Ordering::Relaxed)
+    }
+
+    /// How long a transaction's statement waits for a collection another operation holds
+    /// exclusively before failing with `LockTimeout` (negative: as long as the statement may).
+    pub fn max_transaction_lock_request_timeout_ms(&self) -> i64 {
+        self.max_transaction_lock_request_timeout_ms
+            .load(Ordering::Relaxed)
     }
 
     pub fn ttl_monitor_sleep_secs(&self) -> u64 {

@@ -70,6 +70,10 @@ impl Server {
             stop_rx.clone(),
         ));
         let time_keeper = tokio::spawn(record_time(self.state.clone(), stop_rx.clone()));
+        let transaction_limit = tokio::spawn(crate::txn::abort_expired_transactions(
+            self.state.clone(),
+            stop_rx.clone(),
+        ));
         for addr in self.local_addrs() {
             tracing::info!(%addr, "Waiting for connections");
         }
@@ -100,6 +104,7 @@ impl Server {
         let _ = cursor_reaper.await;
         let _ = ttl_reaper.await;
         let _ = time_keeper.await;
+        let _ = transaction_limit.await;
         tracing::info!("shutdown complete");
     }
 }

@@ -140,6 +140,9 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("replSetGetStatus", doc! {"replSetGetStatus": 1, "foo": 1}, Error(76, "not running with --replSet")),
         ("replSetGetConfig", doc! {"replSetGetConfig": 1}, Error(76, "not running with --replSet")),
         ("replSetStepDown", doc! {"replSetStepDown": 60}, Error(76, "not running with --replSet")),
+        ("commitTransaction", doc! {"commitTransaction": 1, "foo": 1}, Error(40415, "BSON field 'commitTransaction.foo' is an unknown field.")),
+        ("commitTransaction", doc! {"commitTransaction": 1}, Error(125, "commitTransaction must be run within a transaction")),
+        ("abortTransaction", doc! {"abortTransaction": 1, "recoveryToken": 1}, Error(14, "BSON field 'abortTransaction.recoveryToken' is the wrong type 'int', expected type 'object'")),
         ("cloneCollectionAsCapped", doc! {"cloneCollectionAsCapped": "c", "toCollection": "d", "size": -1}, Code(72)),
         // statistics and diagnostics
         ("dbStats", doc! {"dbStats": 1, "scale": 0}, Error(51024, "BSON field 'dbStats.scale' value must be >= 1, actual value '0'")),
@@ -195,7 +198,9 @@ fn database(command: &str) -> &'static str {
         "renameCollection" | "hostInfo" | "getCmdLineOpts" | "getLog" | "getParameter"
         | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" | "currentOp"
         | "killOp" | "sleep" | "bulkWrite" | "replSetInitiate" | "replSetGetStatus"
-        | "replSetGetConfig" | "replSetStepDown" => "admin",
+        | "replSetGetConfig" | "replSetStepDown" | "commitTransaction" | "abortTransaction" => {
+            "admin"
+        }
         _ => "v",
     }
 }

@@ -547,11 +547,15 @@ impl ChangeStream {
         let o = entry.get_document("o").cloned().unwrap_or_default();
         let mut events = Vec::new();
         let header = |operation: &str, mark: Mark| {
-            let mut event = doc! {
-                "_id": ResumeToken { ts, mark }.to_document(),
-                "operationType": operation,
-                "clusterTime": ts,
-            };
+            // A transaction's events name it first, as mongod's do.
+            let mut event = Document::new();
+            if let (Some(txn_number), Some(lsid)) = (entry.get("txnNumber"), entry.get("lsid")) {
+                event.insert("txnNumber", txn_number.clone());
+                event.insert("lsid", lsid.clone());
+            }
+            event.insert("_id", ResumeToken { ts, mark }.to_document());
+            event.insert("operationType", operation);
+            event.insert("clusterTime", ts);
             if let Ok(wall) = entry.get_datetime("wall") {
                 event.insert("wallTime", *wall);
             }

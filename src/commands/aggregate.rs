@@ -108,10 +108,10 @@ pub(crate) async fn aggregate_as(
         Pipeline::parse(&stages)
     })?);
     let collection_meta = match &collection {
-        Some(ns) => ctx.state.storage.collection(ns).await?,
+        Some(ns) => ctx.storage().collection(ns).await?,
         None => None,
     };
-    let now_ms = ctx.state.clock.now_ms();
+    let now_ms = ctx.clock().now_ms();
     let context = PipelineContext {
         now: bson::DateTime::from_millis(now_ms),
         collation: collation_for("aggregate", body, collection_meta.as_ref())?,
@@ -152,8 +152,8 @@ pub(crate) async fn aggregate_as(
         }
         (None, Some(ns)) => {
             let reply_ns = cursor_ns.unwrap_or(ns);
-            let storage = ctx.state.storage.as_ref();
-            let view = ctx.state.view(ns).await?;
+            let storage = ctx.storage();
+            let view = ctx.view(ns).await?;
             check_hint(ns, view.meta.as_ref(), body)?;
             let filter = pipeline
                 .leading_filter()
@@ -362,7 +362,7 @@ async fn lookup_candidates(
         }
         return Ok(candidates);
     }
-    let stats = match ctx.state.storage.stats(&ns).await {
+    let stats = match ctx.storage().stats(&ns).await {
         Ok(stats) => Some(stats),
         Err(crate::storage::StorageError::NamespaceNotFound(_)) => None,
         Err(error) => return Err(error.into()),
@@ -462,7 +462,7 @@ impl UnionFeed {
         let mut chunk = Vec::new();
         match self {
             UnionFeed::Read(stream) => {
-                let storage = ctx.state.storage.as_ref();
+                let storage = ctx.storage();
                 while chunk.len() < UNION_CHUNK {
                     let Some(record) = stream.next(storage).await? else {
                         let stats = stream.stats();
@@ -613,7 +613,7 @@ pub(crate) async fn write_out(
     let target_ns = Namespace::new(db, target.coll.as_str());
     validate_writable_namespace(&target_ns)?;
     crate::commands::views::refuse_write_target(ctx, &target_ns).await?;
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let existing = storage.collection(&target_ns).await?;
     let temp = Namespace::new(db, format!("tmp.agg_out.{}", uuid::Uuid::new_v4().simple()));
     let options = existing
@@ -684,7 +684,7 @@ pub(crate) async fn write_merge(
     let target_ns = Namespace::new(db, merge.coll.as_str());
     validate_writable_namespace(&target_ns)?;
     crate::commands::views::refuse_write_target(ctx, &target_ns).await?;
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let existing = storage.collection(&target_ns).await?;
     // A time series has no unique index (not even on `_id`) for `on` to use: 51183 as mongod.
     if existing
@@ -833,7 +833,7 @@ pub(crate) async fn read_namespace(
     filter: Document,
     collation: &CollationChoice,
 ) -> CommandResult<Vec<Document>> {
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let mut stream = plan_read(ctx, ns, filter, collation).await?;
     let mut foreign = Vec::new();
     while let Some(record) = stream.next(storage).await? {
@@ -856,9 +856,9 @@ async fn plan_read(
 ) -> CommandResult<crate::exec::DocStream> {
     let filter = Filter::parse(&filter)?.with_collation(collation.clone());
     let query = Query::filter(Arc::new(filter));
-    let view = ctx.state.view(ns).await?;
+    let view = ctx.view(ns).await?;
     let planned = view
-        .plan(ctx.state.storage.as_ref(), &ctx.state.plan_cache, &query)
+        .plan(ctx.storage(), &ctx.state.plan_cache, &query)
         .await?;
     Ok(planned.stream)
 }
@@ -888,7 +888,7 @@ async fn coll_stats_source(
         "host": format!("{}:{}", ctx.state.hostname, ctx.state.config.port),
         "localTime": ctx.state.clock.now(),
     };
-    let view = ctx.state.view(ns).await?;
+    let view = ctx.view(ns).await?;
     if let Some(options) = &request.storage_stats {
         if view.meta.is_none() {
             return Err(CommandError::new(ErrorCode::NamespaceNotFound, format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{ns}] not found.")));

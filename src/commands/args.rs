@@ -126,7 +126,7 @@ pub fn required<'a, T>(
 
 /// The command's `let` variables, evaluated at the command's time (none when it has no `let`).
 pub fn let_variables(ctx: &CommandContext, body: &Document) -> CommandResult<CommandVariables> {
-    let at_now = CommandVariables::at(bson::DateTime::from_millis(ctx.state.clock.now_ms()));
+    let at_now = CommandVariables::at(bson::DateTime::from_millis(ctx.clock().now_ms()));
     match optional_document(ctx, body, "let")? {
         None => Ok(at_now),
         Some(spec) => at_now.with(spec),

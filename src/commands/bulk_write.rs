@@ -107,7 +107,7 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
             single_batch: false,
             no_timeout: false,
         };
-        let visibility = Visibility::everything(ctx.state.clock.now_ms());
+        let visibility = Visibility::everything(ctx.clock().now_ms());
         open_cursor(ctx, cursor, &visibility, options).await?
     };
     for (name, count) in [

@@ -108,7 +108,7 @@ async fn clone_collection_as_capped(ctx: &CommandContext<'_>, body: &Document) -
         return Err(crate::commands::views::not_a_collection(&to));
     }
     let source = source_collection(ctx, &from).await?;
-    if ctx.state.storage.collection(&to).await?.is_some() {
+    if ctx.storage().collection(&to).await?.is_some() {
         return Err(CommandError::new(
             ErrorCode::NamespaceExists,
             format!(
@@ -135,8 +135,8 @@ async fn convert_to_capped(ctx: &CommandContext<'_>, body: &Document) -> Command
     );
     let _exclusive = ctx.state.policy_gates.exclusive(&ns).await;
     clone_as_capped(ctx, body, &source, &temp, size).await?;
-    if let Err(error) = ctx.state.storage.rename_collection(&temp, &ns, true).await {
-        let _ = ctx.state.storage.drop_collection(&temp).await;
+    if let Err(error) = ctx.storage().rename_collection(&temp, &ns, true).await {
+        let _ = ctx.storage().drop_collection(&temp).await;
         return Err(error.into());
     }
     let renamed = ns.to_string();
@@ -152,7 +152,7 @@ async fn source_collection(
     ctx: &CommandContext<'_>,
     ns: &Namespace,
 ) -> CommandResult<CollectionMeta> {
-    let meta = ctx.state.storage.collection(ns).await?.ok_or_else(|| {
+    let meta = ctx.storage().collection(ns).await?.ok_or_else(|| {
         CommandError::new(
             ErrorCode::NamespaceNotFound,
             format!("source collection {ns} does not exist"),
@@ -200,7 +200,7 @@ async fn clone_as_capped(
     size: i64,
 ) -> CommandResult<()> {
     let options = copy_options(source, size)?;
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     storage
         .create_collection(target, options, Vec::new())
         .await?;
@@ -221,7 +221,7 @@ async fn copy_documents(
     source: &Namespace,
     target: &Namespace,
 ) -> CommandResult<()> {
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let options = WriteOptions {
         ordered: true,
         ..write_options(ctx, body)?

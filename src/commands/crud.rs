@@ -237,7 +237,7 @@ impl<'a> WriteContext<'a> {
         options: WriteOptions,
         variables: CommandVariables,
     ) -> CommandResult<WriteContext<'a>> {
-        let view = ctx.state.view(ns).await?;
+        let view = ctx.view(ns).await?;
         let validator = CollectionValidator::of(view.meta.as_ref())?;
         let timeseries = view
             .meta
@@ -290,7 +290,7 @@ impl<'a> WriteContext<'a> {
     }
 
     fn storage(&self) -> &'a dyn Storage {
-        self.ctx.state.storage.as_ref()
+        self.ctx.storage()
     }
 
     fn now_ms(&self) -> i64 {

@@ -144,7 +144,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             continue;
         }
         if collection_defaults::CREATE_OPTIONS.contains(&name.as_str()) {
-            let engine = ctx.state.storage.engine_name();
+            let engine = ctx.storage().engine_name();
             if let Some(stored) = collection_defaults::check_option(&ns, name, value, engine)? {
                 options.insert(name.clone(), stored);
             }
@@ -158,7 +158,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         }
         options.insert(name.clone(), value.clone());
     }
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let indexes = timeseries::of(&options)
         .map(|timeseries| timeseries::initial_indexes(&timeseries))
         .unwrap_or_default();
@@ -184,7 +184,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     crate::commands::operations::check_profile_drop(ctx, &ns)?;
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let Some(meta) = storage.collection(&ns).await? else {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,
@@ -218,7 +218,7 @@ async fn drop_database(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
         }
     }
     validate_database_name(ctx.db)?;
-    ctx.state.storage.drop_database(ctx.db).await?;
+    ctx.storage().drop_database(ctx.db).await?;
     // As mongod: the database's profiling settings go with it.
     ctx.state.profiler.clear(ctx.db);
     let prefix = format!("{}.", ctx.db);
@@ -234,7 +234,7 @@ async fn list_databases(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
     let mut databases = Vec::new();
     let mut total_size: i64 = 0;
-    for (name, size) in ctx.state.storage.list_databases().await? {
+    for (name, size) in ctx.storage().list_databases().await? {
         let entry = doc! {"name": name.as_str(), "sizeOnDisk": size as i64, "empty": size == 0};
         if !filter.matches(&entry) {
             continue;
@@ -284,7 +284,7 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
     let filter =
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
     let mut entries = Vec::new();
-    let collections = ctx.state.storage.list_collections(ctx.db).await?;
+    let collections = ctx.storage().list_collections(ctx.db).await?;
     let views = crate::commands::views::list(ctx, ctx.db).await?;
     let all = collections.iter().map(collection_entry).chain(
         views
@@ -343,7 +343,7 @@ async fn rename_collection(ctx: &CommandContext<'_>, body: &Document) -> Command
         ));
     }
     crate::commands::views::check_rename(ctx, &from, &to).await?;
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     if storage
         .collection(&from)
         .await?
@@ -398,7 +398,7 @@ pub async fn visible_stats(
     let Some(meta) = &view.meta else {
         return Ok(None);
     };
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let mut stats = storage.stats(&meta.ns).await?;
     let policies = &view.visibility.policies;
     if !policies.is_empty() {
@@ -417,12 +417,12 @@ fn total_index_size(stats: &CollectionStats) -> u64 {
 async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     validate_database_name(ctx.db)?;
     let scale = scale(ctx, body)?;
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let collections = storage.list_collections(ctx.db).await?;
     let (mut objects, mut data_size, mut storage_size, mut indexes, mut index_size) =
         (0u64, 0u64, 0u64, 0usize, 0u64);
     for meta in &collections {
-        let view = ctx.state.view(&meta.ns).await?;
+        let view = ctx.view(&meta.ns).await?;
         let Some(stats) = visible_stats(ctx, &view).await? else {
             continue;
         };
@@ -456,7 +456,7 @@ async fn db_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn coll_stats(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     let scale = scale(ctx, body)?;
-    let view = ctx.state.view(&ns).await?;
+    let view = ctx.view(&ns).await?;
     if view.meta.is_none() {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,

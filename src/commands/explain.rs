@@ -324,7 +324,7 @@ async fn explain_find(
     if verbosity == Verbosity::QueryPlanner {
         return Ok(explain_reply(planner, None));
     }
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let mut returned = 0u64;
     loop {
         let (batch, exhausted) = run

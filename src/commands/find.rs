@@ -83,7 +83,7 @@ pub async fn open_cursor(
     options: BatchOptions,
 ) -> CommandResult<Reply> {
     let first_batch_size = options.batch_size.unwrap_or(DEFAULT_FIRST_BATCH);
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let before = cursor.scan_stats();
     let (batch, exhausted) = if first_batch_size == 0 && !options.single_batch {
         (Vec::new(), false)
@@ -268,8 +268,8 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         single_batch: optional_bool(ctx, body, "singleBatch")?.unwrap_or(false),
         no_timeout: optional_bool(ctx, body, "noCursorTimeout")?.unwrap_or(false),
     };
-    let storage = ctx.state.storage.as_ref();
-    let view = ctx.state.view(&ns).await?;
+    let storage = ctx.storage();
+    let view = ctx.view(&ns).await?;
     check_hint(&ns, view.meta.as_ref(), body)?;
     let tailable = optional_bool(ctx, body, "tailable")? == Some(true);
     if tailable && view.meta.as_ref().and_then(|meta| meta.capped()).is_none() {
@@ -382,7 +382,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
     };
     let coll = required("getMore", body, "collection", "string", Bson::as_str)?;
     let batch_size = optional_non_negative(ctx, body, "batchSize")?.filter(|size| *size > 0);
-    let now_ms = ctx.state.clock.now_ms();
+    let now_ms = ctx.clock().now_ms();
     let requested_ns = format!("{}.{coll}", ctx.db);
     let mut cursor = ctx.state.cursors.checkout(id, now_ms).ok_or_else(|| {
         CommandError::new(
@@ -457,16 +457,16 @@ async fn read_more(
     batch_size: Option<u64>,
 ) -> CommandResult<(Vec<bson::RawDocumentBuf>, bool)> {
     let view = match &cursor.collection {
-        Some(ns) => Some(ctx.state.view(ns).await?),
+        Some(ns) => Some(ctx.view(ns).await?),
         None => None,
     };
     let visibility = view.as_ref().map_or_else(
-        || Visibility::everything(ctx.state.clock.now_ms()),
+        || Visibility::everything(ctx.clock().now_ms()),
         |view| view.visibility.clone(),
     );
     cursor
         .next_batch(
-            ctx.state.storage.as_ref(),
+            ctx.storage(),
             batch_size,
             &visibility,
             "Executor error during getMore",
@@ -528,7 +528,7 @@ pub async fn read_target(
     sort: Option<SortSpec>,
     wanted: Option<u64>,
 ) -> CommandResult<(CollectionView, Query)> {
-    let view = ctx.state.view(ns).await?;
+    let view = ctx.view(ns).await?;
     check_hint(ns, view.meta.as_ref(), options)?;
     let (filter, sort) = collated(ctx.name, options, &view, filter, sort)?;
     let query = Query {
@@ -576,7 +576,7 @@ pub async fn matches_in(
     query: &Query,
     count_only: bool,
 ) -> CommandResult<PlannedMatches> {
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let planned = view.plan(storage, &ctx.state.plan_cache, query).await?;
     let (summary, mut stream) = PlanSummary::split(planned, query);
     ctx.op.set_plan_summary(summary.plan.summary());
@@ -641,7 +641,7 @@ pub async fn count_from_keys(
             range: range.clone(),
         })
         .collect();
-    let counted = ctx.state.storage.count_entries(&view.ns, sources).await?;
+    let counted = ctx.storage().count_entries(&view.ns, sources).await?;
     ctx.op.set_plan_summary(format!(
         "COUNT_SCAN {}",
         planner::key_pattern_summary(&scan.index)
@@ -703,8 +703,7 @@ pub async fn distinct_read(
         .as_ref()
         .and_then(|meta| planner::distinct_scan(meta, &query.filter, key, &query.hint));
     if let Some(scan) = scan {
-        let (mut values, stats) =
-            exec::distinct_values(ctx.state.storage.as_ref(), &view, &scan, key).await?;
+        let (mut values, stats) = exec::distinct_values(ctx.storage(), &view, &scan, key).await?;
         ctx.op.set_plan_summary(format!(
             "DISTINCT_SCAN {}",
             planner::key_pattern_summary(&scan.index)
@@ -769,7 +768,7 @@ async fn computed_cursor(
     source: CursorSource,
 ) -> CommandResult<Reply> {
     let cursor = Cursor::new(cursor_ns, None, source, None, None);
-    let visibility = Visibility::everything(ctx.state.clock.now_ms());
+    let visibility = Visibility::everything(ctx.clock().now_ms());
     open_cursor(ctx, cursor, &visibility, command_batch_options(ctx, body)?).await
 }
 

@@ -454,7 +454,7 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
             "Must specify at least one index to create",
         ));
     }
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let existing = storage.collection(&ns).await?;
     let default_collation = existing
         .as_ref()
@@ -550,7 +550,7 @@ pub fn id_index_spec() -> IndexSpec {
 
 async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     let ns = collection_namespace(ctx, body)?;
-    let Some(meta) = ctx.state.storage.collection(&ns).await? else {
+    let Some(meta) = ctx.storage().collection(&ns).await? else {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,
             format!("ns does not exist: {ns}"),
@@ -588,7 +588,7 @@ async fn remove_indexes(
     ns: &Namespace,
 ) -> CommandResult {
     let ns = ns.clone();
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let Some(meta) = storage.collection(&ns).await? else {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,
@@ -731,7 +731,7 @@ async fn modify_collection(
             format!("tideway's collMod supports only index changes, not '{option}'"),
         ));
     }
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let Some(meta) = storage.collection(&ns).await? else {
         return Err(CommandError::new(
             ErrorCode::NamespaceNotFound,
@@ -787,7 +787,7 @@ async fn modify_index(
     meta: &CollectionMeta,
     change: &Bson,
 ) -> CommandResult {
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let Bson::Document(change) = change else {
         return Err(wrong_type("collMod", "index", change, "object"));
     };

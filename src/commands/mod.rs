@@ -44,6 +44,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         map_reduce::COMMANDS,
         explain::COMMANDS,
         crate::repl::commands::COMMANDS,
+        crate::txn::COMMANDS,
     ]
     .into_iter()
     .flatten()

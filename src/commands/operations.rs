@@ -273,7 +273,7 @@ async fn profile(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 /// tideway's is bounded by the profiler instead).
 async fn create_profile_collection(ctx: &CommandContext<'_>, db: &str) -> CommandResult<()> {
     let ns = Namespace::new(db, PROFILE_COLLECTION);
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     if storage.collection(&ns).await?.is_some() {
         return Ok(());
     }

@@ -74,6 +74,10 @@ impl RetryableWrite {
         let (Some(repl), Some(txn_number)) = (&ctx.state.repl, body.get("txnNumber")) else {
             return Ok(None);
         };
+        // A statement of a multi-document transaction: `crate::txn` owns its txnNumber.
+        if body.contains_key("autocommit") {
+            return Ok(None);
+        }
         let txn_number = match txn_number {
             Bson::Int64(number) => *number,
             Bson::Int32(number) => i64::from(*number),
@@ -279,7 +283,7 @@ fn statement_entry(
 
 /// The session's key in storage (`lsid.id`'s bytes, then `lsid.uid`'s if any) and how mongod
 /// shows the session in messages.
-fn session_key(body: &Document) -> CommandResult<(Vec<u8>, String)> {
+pub(crate) fn session_key(body: &Document) -> CommandResult<(Vec<u8>, String)> {
     let lsid = body.get_document("lsid").map_err(|_| {
         CommandError::new(
             ErrorCode::InvalidOptions,

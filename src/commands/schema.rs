@@ -503,6 +503,22 @@ const DROP: Args = Args {
     fields: &[refused("collectionUUID", Any)],
 };
 
+/// `commitTransaction`/`abortTransaction` (txn_cmds.idl): a `recoveryToken` (for mongos, accepted
+/// and ignored by a replica set, as mongod); a commit's `commitTimestamp` is for prepared
+/// transactions, which a one-node set never has.
+const COMMIT_TRANSACTION: Args = Args {
+    strict: true,
+    fields: &[
+        no_op("recoveryToken", Object),
+        refused("commitTimestamp", Any),
+    ],
+};
+
+const ABORT_TRANSACTION: Args = Args {
+    strict: true,
+    fields: &[no_op("recoveryToken", Object)],
+};
+
 const NO_FIELDS: Args = Args {
     strict: true,
     fields: &[],
@@ -702,6 +718,8 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "convertToCapped" | "cloneCollectionAsCapped" => &LOOSE,
         // Replica-set mode (`repl::commands`): their fields are read loosely, as mongod.
         "replSetInitiate" | "replSetGetStatus" | "replSetGetConfig" | "replSetStepDown" => &LOOSE,
+        "commitTransaction" => &COMMIT_TRANSACTION,
+        "abortTransaction" => &ABORT_TRANSACTION,
         _ => return None,
     })
 }

@@ -1,8 +1,8 @@
 //! Logical sessions: `startSession`, `endSessions`, `killSessions`, `killAllSessions`,
-//! `refreshSessions`. tideway is a standalone without transactions or retryable writes, so a session
-//! carries no server-side state: ids are minted on request and ending or refreshing one has nothing to
-//! release, exactly as mongod answers for sessions it holds no records for. Arguments are still
-//! type-checked, so a malformed call gets mongod's error.
+//! `refreshSessions`. Ids are minted on request; the server state of a session is its retryable
+//! writes' record and its transaction (replica-set mode): `killSessions`/`killAllSessions` abort
+//! the transaction, `endSessions` leaves it to its lifetime limit as mongod does (drivers abort
+//! it first). Arguments are type-checked, so a malformed call gets mongod's error.
 
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
@@ -33,10 +33,10 @@ pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "killSessions",
         aliases: &[],
-        help: "Kills the listed sessions.",
+        help: "Kills the listed sessions (aborting their transactions).",
         admin_only: false,
         test_only: false,
-        handler: sync_handler!(session_list),
+        handler: crate::async_handler!(kill_sessions),
     },
     CommandSpec {
         name: "refreshSessions",
@@ -52,7 +52,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         help: "Kills every session of the listed users (all sessions for an empty list).",
         admin_only: false,
         test_only: false,
-        handler: sync_handler!(session_list),
+        handler: crate::async_handler!(kill_sessions),
     },
 ];
 
@@ -62,6 +62,30 @@ fn start_session(_ctx: &CommandContext, _body: &Document) -> CommandResult {
         bytes: uuid::Uuid::new_v4().as_bytes().to_vec(),
     };
     Ok(doc! {"id": {"id": id}, "timeoutMinutes": LOGICAL_SESSION_TIMEOUT_MINUTES})
+}
+
+/// `killSessions` and `killAllSessions`: abort the sessions' running transactions (mongod's
+/// `killSessionsAbortUnpreparedTransactions`). `killAllSessions` names users, and without
+/// authentication every session belongs to the one unauthenticated user: it kills them all.
+async fn kill_sessions(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    session_list(ctx, body)?;
+    let Some(repl) = &ctx.state.repl else {
+        return Ok(Document::new());
+    };
+    let Ok(entries) = body.get_array(ctx.name) else {
+        return Ok(Document::new());
+    };
+    if ctx.name == "killAllSessions" {
+        repl.transactions.abort_all().await;
+        return Ok(Document::new());
+    }
+    let mut keys = Vec::new();
+    for entry in entries.iter().filter_map(Bson::as_document) {
+        let (key, _) = crate::commands::retryable::session_key(&doc! {"lsid": entry.clone()})?;
+        keys.push(key);
+    }
+    repl.transactions.abort_sessions(&keys).await;
+    Ok(Document::new())
 }
 
 /// The four commands whose argument is an array of documents (session ids or users).

@@ -148,7 +148,7 @@ pub async fn lookup(
     if ns.coll.starts_with("system.") || ns.coll.contains('$') {
         return Ok(None);
     }
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let Some(record) = storage
         .get(&views_namespace(&ns.db), &Bson::String(ns.to_string()))
         .await?
@@ -419,7 +419,7 @@ async fn store(
     view: &ViewDefinition,
     replace: bool,
 ) -> CommandResult<()> {
-    let storage = ctx.state.storage.as_ref();
+    let storage = ctx.storage();
     let ns = views_namespace(&view.ns.db);
     let meta = WriteMeta {
         last_write_ms: ctx.state.clock.now_ms(),
@@ -492,8 +492,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> Co
         }
     }
     let _catalog = CATALOG_LOCK.lock().await;
-    let exists =
-        ctx.state.storage.collection(ns).await?.is_some() || lookup(ctx, ns).await?.is_some();
+    let exists = ctx.storage().collection(ns).await?.is_some() || lookup(ctx, ns).await?.is_some();
     if exists {
         return Err(CommandError::new(
             ErrorCode::NamespaceExists,
@@ -523,7 +522,7 @@ async fn coll_mod(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> 
     let (view_on, pipeline) = definition_fields("collMod", body)?;
     let _catalog = CATALOG_LOCK.lock().await;
     let Some(current) = lookup(ctx, ns).await? else {
-        if ctx.state.storage.collection(ns).await?.is_some() {
+        if ctx.storage().collection(ns).await?.is_some() {
             let option = if view_on.is_some() {
                 "viewOn"
             } else {
@@ -569,7 +568,7 @@ async fn drop(ctx: &CommandContext<'_>, view: &ViewDefinition) -> CommandResult<
         background: false,
     };
     let ns = views_namespace(&view.ns.db);
-    for result in ctx.state.storage.write(&ns, vec![op], options).await? {
+    for result in ctx.storage().write(&ns, vec![op], options).await? {
         result?;
     }
     let dropped = view.ns.to_string();
@@ -1090,7 +1089,7 @@ pub async fn check_rename(
             format!("cannot rename view: {from}"),
         ));
     }
-    let source_exists = ctx.state.storage.collection(from).await?.is_some();
+    let source_exists = ctx.storage().collection(from).await?.is_some();
     if source_exists && lookup(ctx, to).await?.is_some() {
         return Err(CommandError::new(
             ErrorCode::NamespaceExists,

@@ -71,6 +71,8 @@ pub struct ReplSet {
     member: OnceLock<Member>,
     /// Retryable-write sessions (see `commands::retryable`).
     pub sessions: crate::commands::retryable::Sessions,
+    /// Multi-document transactions (see `crate::txn`).
+    pub transactions: crate::txn::Transactions,
     /// Set at shutdown: awaitable `hello`s answer at once instead of holding their connection.
     stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -94,6 +96,7 @@ impl ReplSet {
             process_id: ObjectId::new(),
             member: OnceLock::new(),
             sessions: crate::commands::retryable::Sessions::default(),
+            transactions: crate::txn::Transactions::default(),
             stopping: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -413,10 +416,8 @@ pub fn check_session_options(
         ));
     }
     if body.contains_key("startTransaction") || body.contains_key("autocommit") {
-        return Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway does not support multi-document transactions yet",
-        ));
+        // Multi-document transactions: `crate::txn` checks the rest.
+        return Ok(());
     }
     if command == "bulkWrite" {
         return Err(CommandError::new(
@@ -431,6 +432,46 @@ pub fn check_session_options(
         ));
     }
     Ok(())
+}
+
+/// The `writeConcernError` a one-member set answers for `body`'s `writeConcern` after doing the
+/// write (`w: "majority"`, `w: 0` and `w: 1` are satisfied by this node; more nodes cannot be;
+/// a named mode does not exist in its configuration); a malformed concern is the command's
+/// error.
+pub fn write_concern_error(body: &Document) -> CommandResult<Option<Document>> {
+    let concern = match body.get("writeConcern") {
+        None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::Document(concern)) => concern,
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
+                crate::query::display::type_name(other)
+            )))
+        }
+    };
+    Ok(match concern.get("w") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::String(mode)) if mode == "majority" => None,
+        Some(Bson::String(mode)) => Some(doc! {
+            "code": ErrorCode::UnknownReplWriteConcern.code(),
+            "codeName": ErrorCode::UnknownReplWriteConcern.name(),
+            "errmsg": format!("No write concern mode named '{mode}' found in replica set configuration"),
+        }),
+        Some(number) => match crate::bsonutil::as_f64(number) {
+            Some(nodes) if (0.0..=1.0).contains(&nodes) => None,
+            Some(_) => Some(doc! {
+                "code": ErrorCode::UnsatisfiableWriteConcern.code(),
+                "codeName": ErrorCode::UnsatisfiableWriteConcern.name(),
+                "errmsg": "Not enough data-bearing nodes",
+            }),
+            None => {
+                return Err(CommandError::new(
+                    ErrorCode::FailedToParse,
+                    "w has to be a number or a string",
+                ))
+            }
+        },
+    })
 }
 
 /// `readConcern` in replica-set mode: `local`, `majority`, `available` and `linearizable` read
@@ -455,6 +496,9 @@ pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult
         None | Some(Bson::Null) => {}
         Some(Bson::String(level))
             if ["local", "majority", "available", "linearizable"].contains(&level.as_str()) => {}
+        Some(Bson::String(level))
+            if level == "snapshot"
+                && body.get("startTransaction") == Some(&Bson::Boolean(true)) => {}
         Some(Bson::String(level)) if level == "snapshot" => {
             return Err(CommandError::new(
                 ErrorCode::NotImplemented,

@@ -667,6 +667,42 @@ impl From<StorageError> for CommandError {
 
 pub type StorageResult<T> = Result<T, StorageError>;
 
+/// A consistent read-only view of every collection as of one commit, held until dropped (what a
+/// multi-document transaction reads). Its catalog and its documents describe the same commit;
+/// later writes never show through it.
+#[async_trait]
+pub trait Snapshot: Send + Sync + fmt::Debug {
+    /// Collections of `db` as of the snapshot, sorted by name.
+    fn list_collections(&self, db: &str) -> Vec<CollectionMeta>;
+    fn collection(&self, ns: &Namespace) -> Option<CollectionMeta>;
+    async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>>;
+    async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage>;
+    async fn count_entries(
+        &self,
+        ns: &Namespace,
+        sources: Vec<ReapSource>,
+    ) -> StorageResult<EntryCount>;
+    async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats>;
+}
+
+/// A multi-document transaction's writes, committed by [`Storage::commit_transaction`] as one
+/// atomic step.
+#[derive(Debug, Default)]
+pub struct TransactionCommit {
+    /// Collections to create first (options, indexes); one that exists by now is a
+    /// `WriteConflict`.
+    pub creates: Vec<(Namespace, Document, Vec<IndexSpec>)>,
+    /// Per collection, its operations in order, and a rule for stale documents: a `Replace` or
+    /// `Delete` whose current document it holds for is a `WriteConflict` (documents that expired
+    /// since the transaction read them).
+    pub writes: Vec<(Namespace, Vec<WriteOp>, Option<RecordPredicate>)>,
+    /// Fields every oplog entry of the commit carries (`lsid`, `txnNumber`).
+    pub session: Document,
+    /// Stored with the commit ([`Storage::write_recorded`]).
+    pub record: Option<SessionRecord>,
+    pub force_durable: bool,
+}
+
 /// The storage contract. See the module documentation for the invariants.
 #[async_trait]
 pub trait Storage: Send + Sync + fmt::Debug {
@@ -790,6 +826,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
     /// The session record stored under `key` ([`Storage::write_recorded`]), if any.
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>>;
+    /// A snapshot of everything committed now.
+    async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>>;
+    /// Applies `commit` all or nothing: the first operation that fails (`WriteConflict`,
+    /// `DuplicateKey`, ...) fails the whole commit with its error and nothing of it is stored.
+    /// Committed alone (never grouped with other writes), so its failure costs no one else.
+    async fn commit_transaction(&self, commit: TransactionCommit) -> StorageResult<()>;
     /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
     /// they point to for which `expired` holds, with all its index and expiry entries, as one
     /// atomic background write (see [`WriteOptions::background`]). A document is judged as read

@@ -73,11 +73,13 @@ pub enum Change<'a> {
     Command(Document),
 }
 
-/// The entry for `change` on `ns` (collection uuid `uuid`, when it has one) at `time`.
+/// The entry for `change` on `ns` (collection uuid `uuid`, when it has one) at `time`; a
+/// transaction's entries also carry its `session` fields (`lsid`, `txnNumber`).
 pub fn entry(
     ns: &Namespace,
     uuid: Option<[u8; 16]>,
     change: Change<'_>,
+    session: Option<&Document>,
     time: EntryTime,
 ) -> Document {
     let (op, ns_name) = match &change {
@@ -118,6 +120,9 @@ pub fn entry(
         Change::Command(command) => {
             entry.insert("o", command);
         }
+    }
+    if let Some(session) = session {
+        entry.extend(session.clone());
     }
     entry.insert("ts", time.ts);
     entry.insert("t", 1_i64);
@@ -259,7 +264,13 @@ mod tests {
     fn entries_have_mongods_shape() {
         let ns = Namespace::new("app", "users");
         let time = at(100, 3);
-        let inserted = entry(&ns, None, Change::Insert(&doc! {"_id": 1, "a": 1}), time);
+        let inserted = entry(
+            &ns,
+            None,
+            Change::Insert(&doc! {"_id": 1, "a": 1}),
+            None,
+            time,
+        );
         assert_eq!(
             inserted,
             doc! {"op": "i", "ns": "app.users", "o": {"_id": 1, "a": 1}, "ts": time.ts, "t": 1_i64, "v": 2_i64, "wall": bson::DateTime::from_millis(100_000), "_id": time.ts}
@@ -271,12 +282,19 @@ mod tests {
                 id: Bson::Int32(1),
                 expired_at_ms: Some(99_000),
             },
+            None,
             time,
         );
         assert_eq!(expired.get_str("op").unwrap(), "d");
         assert_eq!(expired.get_document("o").unwrap(), &doc! {"_id": 1});
         assert!(expired.get_bool("expired").unwrap());
-        let command = entry(&ns, None, Change::Command(doc! {"drop": "users"}), time);
+        let command = entry(
+            &ns,
+            None,
+            Change::Command(doc! {"drop": "users"}),
+            None,
+            time,
+        );
         assert_eq!(command.get_str("ns").unwrap(), "app.$cmd");
     }
 

@@ -197,9 +197,9 @@ fn log_command(
     let mut tables = CollectionTables::open(&batch.txn, &oplog)?;
     append_entry(
         &mut tables,
-        ns,
-        uuid,
+        (ns, uuid),
         Change::Command(command),
+        None,
         None,
         ts,
         &mut batch.counters,
@@ -671,11 +671,14 @@ pub(super) fn update_index_spec(
 
 // ---- document writes ----
 
+/// Applies `ops` to `ns`; each oplog entry also carries the fields of `session` (a
+/// transaction's `lsid` and `txnNumber`).
 pub(super) fn write(
     batch: &mut Batch,
     ns: &Namespace,
     ops: Vec<PreparedOp>,
     ordered: bool,
+    session: Option<&Document>,
 ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
     let entry = match existing(batch, ns) {
         Some(entry) => Some(entry),
@@ -722,10 +725,10 @@ pub(super) fn write(
                 let images = logged.images();
                 append_entry(
                     oplog_tables,
-                    ns,
-                    uuid,
+                    (ns, uuid),
                     change,
                     images,
+                    session,
                     ts,
                     &mut batch.counters,
                 )?;
@@ -752,6 +755,35 @@ pub(super) fn write(
         put_entry(batch, updated)?;
     }
     Ok(results)
+}
+
+/// Fails with `WriteConflict` if a document `ops` replace or delete is one `stale` holds for now
+/// (checked before anything of a transaction's commit is applied).
+pub(super) fn check_not_stale(
+    batch: &Batch,
+    ns: &Namespace,
+    ops: &[PreparedOp],
+    stale: &RecordPredicate,
+) -> StorageResult<()> {
+    let Some(entry) = existing(batch, ns) else {
+        return Ok(());
+    };
+    let data = batch
+        .txn
+        .open_table(bytes_table(&entry.data_table))
+        .map_err(io)?;
+    for op in ops {
+        let id_key = match op {
+            PreparedOp::Replace { id_key, .. } | PreparedOp::Delete { id_key, .. } => id_key,
+            _ => continue,
+        };
+        if let Some(record) = data.get(id_key.as_slice()).map_err(io)? {
+            if stale.holds(&raw_record(record.value())?) {
+                return Err(StorageError::WriteConflict);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the oplog records of one operation, taken before the operation runs (an update needs
@@ -857,15 +889,15 @@ fn is_oplog(ns: &Namespace) -> bool {
 /// commit without its entry.
 pub(super) fn append_entry(
     oplog_tables: &mut CollectionTables<'_, '_>,
-    ns: &Namespace,
-    uuid: Option<[u8; 16]>,
+    (ns, uuid): (&Namespace, Option<[u8; 16]>),
     change: Change<'_>,
     images: Option<Images>,
+    session: Option<&Document>,
     ts: u64,
     counters: &mut Counters,
 ) -> StorageResult<()> {
     let time = EntryTime::now(ts);
-    let mut entry = oplog::entry(ns, uuid, change, time);
+    let mut entry = oplog::entry(ns, uuid, change, session, time);
     if let Some(images) = images {
         oplog::add_images(&mut entry, images);
     }

@@ -57,8 +57,8 @@ use self::format::{
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
     CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
-    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Storage, StorageError,
-    StorageResult, WriteOp, WriteOptions, WriteOutcome,
+    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Snapshot, Storage,
+    StorageError, StorageResult, TransactionCommit, WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -167,6 +167,7 @@ impl RedbStorage {
             catalog: RwLock::new(Arc::new(catalog)),
             commits: AtomicU64::new(0),
             cluster_time: AtomicU64::new(counters.last_timestamp),
+            catalog_seq: AtomicU64::new(0),
             oplog_appended: tokio::sync::Notify::new(),
         });
         let (jobs, receiver) = mpsc::channel();
@@ -203,22 +204,40 @@ impl RedbStorage {
         T: Send + 'static,
         F: FnOnce(&mut Batch) -> StorageResult<T> + Send + 'static,
     {
+        self.submit_job(options, bytes, false, work).await
+    }
+
+    /// [`RedbStorage::submit`]; with `alone`, the job is committed in a group of its own and any
+    /// error it returns rolls back everything it did.
+    async fn submit_job<T, F>(
+        &self,
+        options: WriteOptions,
+        bytes: usize,
+        alone: bool,
+        work: F,
+    ) -> StorageResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Batch) -> StorageResult<T> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             force_durable: options.force_durable,
             background: options.background && !options.force_durable,
             bytes,
+            alone,
             apply: Box::new(move |batch: Option<&mut Batch>| -> Finish {
                 let result = match batch {
                     Some(batch) => match batch.poisoned() {
                         Some(error) => Err(error),
                         None => {
                             let result = work(batch);
-                            if let Err(
-                                error @ (StorageError::Io(_) | StorageError::OutOfDiskSpace(_)),
-                            ) = &result
-                            {
-                                batch.poison(error.clone());
+                            match &result {
+                                Err(
+                                    error @ (StorageError::Io(_) | StorageError::OutOfDiskSpace(_)),
+                                ) => batch.poison(error.clone()),
+                                Err(error) if alone => batch.poison(error.clone()),
+                                _ => {}
                             }
                             result
                         }
@@ -282,6 +301,61 @@ const MAX_READ_RETRIES: usize = 2;
 /// Failures that may mean the database must be reopened.
 fn is_io_failure(error: &StorageError) -> bool {
     matches!(error, StorageError::Io(_) | StorageError::OutOfDiskSpace(_))
+}
+
+/// A [`Snapshot`]: one read transaction held with the catalog committed with it.
+struct RedbSnapshot {
+    view: Arc<read::View>,
+}
+
+impl fmt::Debug for RedbSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RedbSnapshot")
+    }
+}
+
+#[async_trait]
+impl Snapshot for RedbSnapshot {
+    fn list_collections(&self, db: &str) -> Vec<CollectionMeta> {
+        self.view
+            .catalog
+            .collections
+            .values()
+            .filter(|entry| entry.meta.ns.db == db)
+            .map(|entry| entry.meta.clone())
+            .collect()
+    }
+
+    fn collection(&self, ns: &Namespace) -> Option<CollectionMeta> {
+        self.view
+            .catalog
+            .collections
+            .get(ns)
+            .map(|entry| entry.meta.clone())
+    }
+
+    async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
+        read::get(&self.view, ns, id)
+    }
+
+    async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
+        read::scan(&self.view, ns, request)
+    }
+
+    async fn count_entries(
+        &self,
+        ns: &Namespace,
+        sources: Vec<ReapSource>,
+    ) -> StorageResult<EntryCount> {
+        let (view, ns) = (Arc::clone(&self.view), ns.clone());
+        tokio::task::spawn_blocking(move || read::count_entries(&view, &ns, &sources))
+            .await
+            .map_err(|error| StorageError::Io(format!("counting entries failed: {error}")))?
+    }
+
+    async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
+        read::stats(&self.view, ns)
+    }
 }
 
 /// A reaping batch planned before it was asked for: [`Storage::reap`] with `request` on `ns`
@@ -582,12 +656,12 @@ impl Storage for RedbStorage {
     }
 
     async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
-        self.read(|| async { read::get(&self.shared, ns, id) })
+        self.read(|| async { read::get(&read::View::begin(&self.shared)?, ns, id) })
             .await
     }
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
-        self.read(|| async { read::scan(&self.shared, ns, request.clone()) })
+        self.read(|| async { read::scan(&read::View::begin(&self.shared)?, ns, request.clone()) })
             .await
     }
 
@@ -600,9 +674,11 @@ impl Storage for RedbStorage {
         // they serve meanwhile do not wait for it.
         self.read(|| async {
             let (shared, ns, sources) = (Arc::clone(&self.shared), ns.clone(), sources.clone());
-            tokio::task::spawn_blocking(move || read::count_entries(&shared, &ns, &sources))
-                .await
-                .map_err(|error| StorageError::Io(format!("counting entries failed: {error}")))?
+            tokio::task::spawn_blocking(move || {
+                read::count_entries(&read::View::begin(&shared)?, &ns, &sources)
+            })
+            .await
+            .map_err(|error| StorageError::Io(format!("counting entries failed: {error}")))?
         })
         .await
     }
@@ -629,7 +705,8 @@ impl Storage for RedbStorage {
     }
 
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
-        self.read(|| async { read::stats(&self.shared, ns) }).await
+        self.read(|| async { read::stats(&read::View::begin(&self.shared)?, ns) })
+            .await
     }
 
     async fn write(
@@ -653,7 +730,7 @@ impl Storage for RedbStorage {
         let bytes = ops.iter().map(PreparedOp::bytes).sum();
         let ns = ns.clone();
         self.submit(options, bytes, move |batch| {
-            let results = apply::write(batch, &ns, ops, options.ordered)?;
+            let results = apply::write(batch, &ns, ops, options.ordered, None)?;
             if let Some(session) = record(&results) {
                 apply::put_session_record(batch, &session)?;
             }
@@ -665,6 +742,59 @@ impl Storage for RedbStorage {
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
         self.read(|| async { read::session_record(&self.shared, key) })
             .await
+    }
+
+    async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>> {
+        let view = self
+            .read(|| async { read::View::consistent(&self.shared).await })
+            .await?;
+        Ok(Arc::new(RedbSnapshot {
+            view: Arc::new(view),
+        }))
+    }
+
+    async fn commit_transaction(&self, commit: TransactionCommit) -> StorageResult<()> {
+        let options = WriteOptions {
+            ordered: true,
+            force_durable: commit.force_durable,
+            background: false,
+        };
+        let writes: Vec<_> = commit
+            .writes
+            .into_iter()
+            .map(|(ns, ops, stale)| {
+                let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
+                (ns, ops, stale)
+            })
+            .collect();
+        let bytes = writes
+            .iter()
+            .flat_map(|(_, ops, _)| ops.iter().map(PreparedOp::bytes))
+            .sum();
+        let (creates, session, record) = (commit.creates, commit.session, commit.record);
+        self.submit_job(options, bytes, true, move |batch| {
+            for (ns, options, indexes) in creates {
+                apply::create_collection(batch, &ns, options, indexes).map_err(
+                    |error| match error {
+                        StorageError::NamespaceExists(_) => StorageError::WriteConflict,
+                        error => error,
+                    },
+                )?;
+            }
+            for (ns, ops, stale) in writes {
+                if let Some(stale) = &stale {
+                    apply::check_not_stale(batch, &ns, &ops, stale)?;
+                }
+                for result in apply::write(batch, &ns, ops, true, Some(&session))? {
+                    result?;
+                }
+            }
+            if let Some(record) = &record {
+                apply::put_session_record(batch, record)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {

@@ -15,10 +15,13 @@
 //! describe (dangling index entries are skipped; they point to no document).
 
 use std::ops::Bound;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bson::Document;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
+use super::catalog::Catalog;
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
     bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, natural_table_name,
@@ -43,6 +46,45 @@ pub(super) fn begin(shared: &Shared) -> StorageResult<ReadTransaction> {
     shared.db.begin_read()
 }
 
+/// A read transaction and the catalog it reads under. [`View::begin`] reads the catalog first:
+/// it may be older than the data (a table it names may be gone: read as empty), never newer.
+/// [`View::consistent`] waits out catalog changes being committed, so the two describe the
+/// same commit (a transaction's snapshot).
+pub(super) struct View {
+    pub txn: ReadTransaction,
+    pub catalog: Arc<Catalog>,
+}
+
+impl View {
+    pub fn begin(shared: &Shared) -> StorageResult<View> {
+        let catalog = shared.catalog();
+        Ok(View {
+            txn: begin(shared)?,
+            catalog,
+        })
+    }
+
+    /// A view whose catalog is exactly the one committed with its data: no catalog change was
+    /// between committing and publishing while it was taken (the writer's `catalog_seq` is even
+    /// and unchanged across).
+    pub async fn consistent(shared: &Shared) -> StorageResult<View> {
+        loop {
+            let before = shared.catalog_seq.load(Ordering::Acquire);
+            if before.is_multiple_of(2) {
+                let view = View::begin(shared)?;
+                if shared.catalog_seq.load(Ordering::Acquire) == before {
+                    return Ok(view);
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn entry(&self, ns: &Namespace) -> Option<&Arc<CollectionEntry>> {
+        self.catalog.collections.get(ns)
+    }
+}
+
 /// A data or index table, or `None` if it was never written (or was dropped meanwhile).
 pub(super) fn open_table(
     txn: &ReadTransaction,
@@ -55,16 +97,11 @@ pub(super) fn open_table(
     }
 }
 
-pub(super) fn get(
-    shared: &Shared,
-    ns: &Namespace,
-    id: &bson::Bson,
-) -> StorageResult<Option<Record>> {
-    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+pub(super) fn get(view: &View, ns: &Namespace, id: &bson::Bson) -> StorageResult<Option<Record>> {
+    let Some(entry) = view.entry(ns) else {
         return Ok(None);
     };
-    let txn = begin(shared)?;
-    let Some(data) = open_table(&txn, &entry.data_table)? else {
+    let Some(data) = open_table(&view.txn, &entry.data_table)? else {
         return Ok(None);
     };
     let record = data.get(encode_id(id).as_slice()).map_err(io)?;
@@ -141,13 +178,9 @@ pub(super) fn as_slices(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
     )
 }
 
-pub(super) fn scan(
-    shared: &Shared,
-    ns: &Namespace,
-    request: ScanRequest,
-) -> StorageResult<ScanPage> {
+pub(super) fn scan(view: &View, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
     let empty = ScanPage::default();
-    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+    let Some(entry) = view.entry(ns) else {
         return Ok(empty);
     };
     // An `_id_` scan reads the data table by its keys: each entry is a key and a document.
@@ -166,14 +199,14 @@ pub(super) fn scan(
             }
         }
     };
-    let txn = begin(shared)?;
-    let Some(data) = open_table(&txn, &entry.data_table)? else {
+    let txn = &view.txn;
+    let Some(data) = open_table(txn, &entry.data_table)? else {
         return Ok(empty);
     };
     let index_table = match index {
         // Catalog-only indexes have no entries (and no table).
         Some(index) if !index.maintained() => return Ok(empty),
-        Some(index) => match open_table(&txn, &index.table)? {
+        Some(index) => match open_table(txn, &index.table)? {
             Some(table) => Some(table),
             None => return Ok(empty),
         },
@@ -182,7 +215,7 @@ pub(super) fn scan(
     // A capped collection's natural order is insertion order: its `n.` table, whose values
     // are `_id` keys.
     let natural = match (&index, reads_index, entry.meta.capped()) {
-        (None, false, Some(_)) => match open_table(&txn, &natural_table_name(entry.id))? {
+        (None, false, Some(_)) => match open_table(txn, &natural_table_name(entry.id))? {
             Some(table) => Some(table),
             None => return Ok(empty),
         },
@@ -492,20 +525,19 @@ pub(super) fn source_table(
 }
 
 pub(super) fn count_entries(
-    shared: &Shared,
+    view: &View,
     ns: &Namespace,
     sources: &[ReapSource],
 ) -> StorageResult<EntryCount> {
-    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+    let Some(entry) = view.entry(ns) else {
         return Ok(EntryCount::default());
     };
-    let txn = begin(shared)?;
-    let Some(data) = open_table(&txn, &entry.data_table)? else {
+    let Some(data) = open_table(&view.txn, &entry.data_table)? else {
         return Ok(EntryCount::default());
     };
     let mut tables = Vec::new();
     for source in sources {
-        tables.extend(source_table(&txn, &entry, source)?);
+        tables.extend(source_table(&view.txn, entry, source)?);
     }
     // No document in two sources: one source, or only expiry tables (a document is in one).
     let disjoint = tables.len() <= 1
@@ -652,11 +684,11 @@ fn collection_stats(
     })
 }
 
-pub(super) fn stats(shared: &Shared, ns: &Namespace) -> StorageResult<CollectionStats> {
-    let Some(entry) = shared.catalog().collections.get(ns).cloned() else {
+pub(super) fn stats(view: &View, ns: &Namespace) -> StorageResult<CollectionStats> {
+    let Some(entry) = view.entry(ns) else {
         return Err(StorageError::NamespaceNotFound(ns.clone()));
     };
-    collection_stats(&begin(shared)?, &entry)
+    collection_stats(&view.txn, entry)
 }
 
 pub(super) fn list_databases(shared: &Shared) -> StorageResult<Vec<(String, u64)>> {

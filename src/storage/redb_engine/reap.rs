@@ -301,10 +301,10 @@ pub(super) fn apply(batch: &mut Batch, ns: &Namespace, plan: ReapPlan) -> Storag
         });
         append_entry(
             oplog_tables,
-            ns,
-            Some(entry.meta.uuid),
+            (ns, Some(entry.meta.uuid)),
             change,
             images,
+            None,
             ts,
             &mut batch.counters,
         )?;

@@ -79,6 +79,10 @@ pub(super) struct Shared {
     pub commits: AtomicU64,
     /// The newest cluster time a committed write took (`seconds << 32 | increment`).
     pub cluster_time: AtomicU64,
+    /// Odd from just before a commit that changes the catalog until its catalog is published
+    /// (a seqlock: `read::View::consistent` takes its catalog and data in an even, unchanged
+    /// period, so both describe the same commit).
+    pub catalog_seq: AtomicU64,
     /// Woken after every commit while the oplog exists (`Storage::oplog_appended`): change
     /// streams waiting for entries read on.
     pub oplog_appended: tokio::sync::Notify,
@@ -173,6 +177,9 @@ pub(super) struct Job {
     pub background: bool,
     /// Approximate payload size, for bounding a group.
     pub bytes: usize,
+    /// Committed in a group of its own, so that failing it can roll back everything it did: a
+    /// job that poisons its batch aborts only itself (a transaction's commit).
+    pub alone: bool,
 }
 
 /// What a job sees: the group's transaction, the staged catalog and the counters.
@@ -218,6 +225,8 @@ pub enum Durability {
 struct Queue {
     jobs: Receiver<Job>,
     deferred: VecDeque<Job>,
+    /// A job to commit alone, met while forming the previous group: the next group.
+    held: Option<Job>,
     /// False once every sender is gone.
     open: bool,
 }
@@ -237,12 +246,16 @@ impl Queue {
         Queue {
             jobs,
             deferred: VecDeque::new(),
+            held: None,
             open: true,
         }
     }
 
     /// Waits (at most `timeout`, if given) unless set-aside jobs are waiting, then forms a group.
     fn next_group(&mut self, timeout: Option<Duration>) -> Wait {
+        if let Some(job) = self.held.take() {
+            return Wait::Ready(vec![job]);
+        }
         let mut group = Vec::new();
         let mut bytes = 0;
         if self.deferred.is_empty() {
@@ -265,7 +278,13 @@ impl Queue {
                 }
             }
         }
-        while self.open && group.len() < MAX_GROUP_JOBS && bytes < MAX_GROUP_BYTES {
+        let alone = |group: &[Job]| group.first().is_some_and(|job| job.alone);
+        while self.open
+            && !alone(&group)
+            && self.held.is_none()
+            && group.len() < MAX_GROUP_JOBS
+            && bytes < MAX_GROUP_BYTES
+        {
             match self.jobs.try_recv() {
                 Ok(job) => self.route(job, &mut group, &mut bytes),
                 Err(TryRecvError::Empty) => break,
@@ -273,6 +292,9 @@ impl Queue {
             }
         }
         for _ in 0..MAX_BACKGROUND_JOBS_PER_GROUP {
+            if alone(&group) {
+                break;
+            }
             // A set-aside job always fits an empty group.
             match self.deferred.front() {
                 Some(job) if group.is_empty() || bytes + job.bytes <= MAX_GROUP_BYTES => {}
@@ -290,10 +312,13 @@ impl Queue {
         Wait::Ready(group)
     }
 
-    /// Foreground jobs join the group; background jobs are set aside.
+    /// Foreground jobs join the group; background jobs are set aside; a job to commit alone
+    /// starts an empty group, or is held for the next one.
     fn route(&mut self, job: Job, group: &mut Vec<Job>, bytes: &mut usize) {
         if job.background {
             self.deferred.push_back(job);
+        } else if job.alone && !group.is_empty() {
+            self.held = Some(job);
         } else {
             *bytes += job.bytes;
             group.push(job);
@@ -391,9 +416,10 @@ impl Writer {
                 return false;
             }
         };
+        let published = self.shared.catalog();
         let mut batch = Batch {
             txn,
-            catalog: self.shared.catalog(),
+            catalog: Arc::clone(&published),
             counters: self.counters,
             poisoned: None,
         };
@@ -409,12 +435,19 @@ impl Writer {
         } = batch;
         // Ids handed out stay used even if the commit fails: counters only move forward.
         self.counters = counters;
+        let catalog_changed = !Arc::ptr_eq(&published, &catalog);
+        let poisoned_was_none = poisoned.is_none();
         let outcome = match poisoned {
             Some(error) => {
                 let _ = txn.abort();
                 Err(error)
             }
-            None => counters.save(&txn).and_then(|()| txn.commit().map_err(io)),
+            None => {
+                if catalog_changed {
+                    self.shared.catalog_seq.fetch_add(1, Ordering::AcqRel);
+                }
+                counters.save(&txn).and_then(|()| txn.commit().map_err(io))
+            }
         };
         let outcome = outcome.map_err(|error| match error {
             StorageError::OutOfDiskSpace(_) => StorageError::OutOfDiskSpace(format!(
@@ -433,11 +466,17 @@ impl Writer {
                 .collections
                 .contains_key(&crate::storage::oplog::oplog_namespace());
             self.shared.publish(catalog);
+            if catalog_changed {
+                self.shared.catalog_seq.fetch_add(1, Ordering::AcqRel);
+            }
             if logs {
                 self.shared.oplog_appended.notify_waiters();
             }
             self.failure = None;
         } else if let Err(error) = &outcome {
+            if catalog_changed && poisoned_was_none {
+                self.shared.catalog_seq.fetch_add(1, Ordering::AcqRel);
+            }
             // Before answering: the next request then finds the database reopened.
             self.recover_after(error);
         }
@@ -537,6 +576,7 @@ mod tests {
             force_durable: false,
             background,
             bytes: tag,
+            alone: false,
         }
     }
 

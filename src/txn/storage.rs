@@ -1,0 +1,1151 @@
+//! A multi-document transaction seen as a [`Storage`]: reads come from the snapshot the
+//! transaction pinned when it started, with its own staged writes laid over them; writes are
+//! checked against that view and staged, never stored, until `commitTransaction` hands them to
+//! [`Storage::commit_transaction`] as one atomic step. Commands run unchanged inside a
+//! transaction because they only ever see this `Storage`.
+//!
+//! Invariants:
+//! - Snapshot isolation: nothing committed after the snapshot shows through; the transaction's
+//!   own writes always do.
+//! - First writer wins, at once: a transaction that writes a document another running
+//!   transaction has written, or one changed (written, deleted, reaped) since its snapshot,
+//!   fails that statement with `WriteConflict` (claims in [`Intents`], checked against the live
+//!   revision). Writes outside transactions are never blocked; the transaction that loses to
+//!   one fails at commit, when the engine finds the revision it read has changed.
+//! - Staged documents carry revisions of their own, from [`LOCAL_REVS`] up, so the
+//!   revision checks of later statements work on them exactly as on stored documents.
+//! - A scan of a collection without staged writes is the snapshot's scan (its resume keys, its
+//!   costs); with staged writes the scan's range is read whole, merged and served in pages keyed
+//!   by `(index key, _id key)`, which costs the range once per page.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bson::{doc, Bson, Document, RawDocumentBuf};
+
+use crate::clock::Clock;
+use crate::error::ErrorCode;
+use crate::storage::indexkeys::IndexKeyer;
+use crate::storage::keycodec::{encode_id, prefix_successor};
+use crate::storage::{
+    CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace,
+    RawRecord, ReapPage, ReapRequest, ReapSource, Record, RecordPredicate, RecordSession, ScanPage,
+    ScanRequest, ScanSource, Snapshot, Storage, StorageError, StorageResult, TransactionCommit,
+    TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+};
+
+/// Revisions of staged documents start here, far above any the engine hands out.
+pub const LOCAL_REVS: u64 = 1 << 62;
+
+/// Records read per snapshot page while merging.
+const MERGE_PAGE: usize = 1024;
+
+/// Which running transaction claimed each document it wrote: a second writer conflicts.
+#[derive(Debug, Default)]
+pub struct Intents {
+    claims: Mutex<HashMap<(Namespace, Vec<u8>), u64>>,
+}
+
+impl Intents {
+    /// Claims `(ns, id_key)` for transaction `txn`; `false` if another one holds it.
+    fn claim(&self, txn: u64, ns: &Namespace, id_key: &[u8]) -> bool {
+        let mut claims = lock(&self.claims);
+        let holder = claims.entry((ns.clone(), id_key.to_vec())).or_insert(txn);
+        *holder == txn
+    }
+
+    /// Releases every claim of transaction `txn`.
+    pub fn release(&self, txn: u64, keys: impl Iterator<Item = (Namespace, Vec<u8>)>) {
+        let mut claims = lock(&self.claims);
+        for key in keys {
+            if claims.get(&key) == Some(&txn) {
+                claims.remove(&key);
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Time inside a transaction: the instant its snapshot was taken. Reads judge expiry at it
+/// (a document the snapshot saw alive stays so for the whole transaction) and writes are
+/// stamped with it.
+#[derive(Debug)]
+pub struct FrozenClock(AtomicI64);
+
+impl Clock for FrozenClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn advance_ms(&self, _delta_ms: i64) {}
+}
+
+/// One document the transaction wrote.
+#[derive(Clone, Debug)]
+struct StagedDoc {
+    id: Bson,
+    /// Its revision in the snapshot (`None`: absent there).
+    base_rev: Option<u64>,
+    /// Its state now (`None`: deleted).
+    now: Option<Record>,
+    supersede: Option<RecordPredicate>,
+    /// The last write replaced it whole (its oplog entry is a replacement).
+    replacement: bool,
+    /// When the transaction first wrote it: the commit applies documents in this order, the
+    /// order of the statements.
+    seq: u64,
+}
+
+#[derive(Debug, Default)]
+struct StagedCollection {
+    /// Set when the transaction created the collection (explicitly or by a first insert).
+    created: Option<CollectionMeta>,
+    /// By `_id` key.
+    docs: BTreeMap<Vec<u8>, StagedDoc>,
+}
+
+#[derive(Debug, Default)]
+struct Staged {
+    collections: BTreeMap<Namespace, StagedCollection>,
+    next_rev: u64,
+}
+
+/// What one statement makes of a document: its new state (`None`: deleted), the rule that
+/// let it supersede an expired document, and whether it replaced the document whole.
+struct StagedWrite {
+    now: Option<(Document, WriteMeta)>,
+    supersede: Option<RecordPredicate>,
+    replacement: bool,
+}
+
+impl StagedWrite {
+    fn deleted() -> StagedWrite {
+        StagedWrite {
+            now: None,
+            supersede: None,
+            replacement: false,
+        }
+    }
+}
+
+/// A running transaction's storage. See the module documentation.
+pub struct TxnStorage {
+    base: Arc<dyn Storage>,
+    snapshot: Arc<dyn Snapshot>,
+    /// Distinguishes this transaction's claims.
+    id: u64,
+    intents: Arc<Intents>,
+    pub clock: Arc<FrozenClock>,
+    staged: Mutex<Staged>,
+}
+
+impl fmt::Debug for TxnStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TxnStorage({})", self.id)
+    }
+}
+
+fn unsupported(message: impl Into<String>) -> StorageError {
+    StorageError::CannotIndex {
+        code: ErrorCode::OperationNotSupportedInTransaction,
+        message: message.into(),
+    }
+}
+
+fn id_duplicate(ns: &Namespace, id: &Bson) -> StorageError {
+    StorageError::DuplicateKey {
+        ns: ns.clone(),
+        index: IndexSpec::ID_INDEX_NAME.to_string(),
+        key_pattern: Box::new(doc! {"_id": 1}),
+        key_value: Box::new(doc! {"_id": id.clone()}),
+    }
+}
+
+fn raw_holds(predicate: &RecordPredicate, record: &Record) -> bool {
+    let Ok(raw) = RawDocumentBuf::from_document(record.doc.document()) else {
+        return false;
+    };
+    predicate.holds(&RawRecord {
+        doc: &raw,
+        rev: record.rev,
+        last_write_ms: record.last_write_ms,
+        ttl: record.ttl,
+    })
+}
+
+/// Whether `key` lies in the prefix range `range` (as the engine reads scan ranges).
+fn in_range(key: &[u8], (lower, upper): &KeyRange) -> bool {
+    let above = match lower {
+        Bound::Included(bound) => key >= bound.as_slice(),
+        Bound::Excluded(bound) => match prefix_successor(bound) {
+            Some(next) => key >= next.as_slice(),
+            None => false,
+        },
+        Bound::Unbounded => true,
+    };
+    let below = match upper {
+        Bound::Included(bound) => match prefix_successor(bound) {
+            Some(next) => key < next.as_slice(),
+            None => true,
+        },
+        Bound::Excluded(bound) => key < bound.as_slice(),
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
+/// An order-preserving position for `(index key, id key)`: the index key with 0x00 escaped as
+/// 0x00 0xFF and ended by 0x00 0x00, then the id key.
+fn position(index_key: &[u8], id_key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(index_key.len() + id_key.len() + 2);
+    for byte in index_key {
+        out.push(*byte);
+        if *byte == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(id_key);
+    out
+}
+
+/// How a scan source keys a document: its index's keys, or its `_id` key.
+enum SourceKeys {
+    Id,
+    Index(Box<IndexKeyer>),
+}
+
+impl SourceKeys {
+    fn keys(&self, document: &Document, id_key: &[u8]) -> StorageResult<Vec<Vec<u8>>> {
+        match self {
+            SourceKeys::Id => Ok(vec![id_key.to_vec()]),
+            SourceKeys::Index(keyer) => keyer.keys(document),
+        }
+    }
+}
+
+impl TxnStorage {
+    pub async fn begin(
+        base: Arc<dyn Storage>,
+        intents: Arc<Intents>,
+        id: u64,
+        now_ms: i64,
+    ) -> StorageResult<TxnStorage> {
+        let snapshot = base.snapshot().await?;
+        Ok(TxnStorage {
+            base,
+            snapshot,
+            id,
+            intents,
+            clock: Arc::new(FrozenClock(AtomicI64::new(now_ms))),
+            staged: Mutex::new(Staged {
+                next_rev: LOCAL_REVS,
+                ..Staged::default()
+            }),
+        })
+    }
+
+    /// Releases the documents this transaction claimed (at commit or abort).
+    pub fn release(&self) {
+        let keys: Vec<(Namespace, Vec<u8>)> = lock(&self.staged)
+            .collections
+            .iter()
+            .flat_map(|(ns, staged)| staged.docs.keys().map(|key| (ns.clone(), key.clone())))
+            .collect();
+        self.intents.release(self.id, keys.into_iter());
+    }
+
+    /// Whether the transaction wrote anything (a read-only one commits nothing).
+    pub fn has_writes(&self) -> bool {
+        lock(&self.staged)
+            .collections
+            .values()
+            .any(|staged| staged.created.is_some() || !staged.docs.is_empty())
+    }
+
+    /// The commit of everything staged: collections to create, then per collection each
+    /// document's final state in the order the transaction first wrote them (a key a statement
+    /// freed is free again before a later statement takes it). `stale` gives each collection's
+    /// expired-now rule.
+    pub fn commit(
+        &self,
+        stale: impl Fn(&CollectionMeta) -> Option<RecordPredicate>,
+    ) -> TransactionCommit {
+        let staged = lock(&self.staged);
+        let mut commit = TransactionCommit::default();
+        for (ns, collection) in &staged.collections {
+            let meta = collection
+                .created
+                .clone()
+                .or_else(|| self.snapshot.collection(ns));
+            if let Some(created) = &collection.created {
+                let indexes = created
+                    .indexes
+                    .iter()
+                    .filter(|index| !index.is_id_index())
+                    .map(|index| (**index).clone())
+                    .collect();
+                commit
+                    .creates
+                    .push((ns.clone(), created.options.clone(), indexes));
+            }
+            let mut docs: Vec<&StagedDoc> = collection.docs.values().collect();
+            docs.sort_by_key(|doc| doc.seq);
+            let mut ops = Vec::new();
+            for doc in docs {
+                match (&doc.base_rev, &doc.now) {
+                    (None, None) => {}
+                    (Some(rev), None) => ops.push(WriteOp::Delete {
+                        id: doc.id.clone(),
+                        expected_rev: Some(*rev),
+                    }),
+                    (Some(rev), Some(record)) => ops.push(WriteOp::Replace {
+                        id: doc.id.clone(),
+                        expected_rev: *rev,
+                        doc: record.doc.document().clone(),
+                        meta: WriteMeta {
+                            last_write_ms: record.last_write_ms,
+                            ttl: record.ttl,
+                        },
+                        supersede: doc.supersede.clone(),
+                        replacement: doc.replacement,
+                    }),
+                    (None, Some(record)) => ops.push(WriteOp::Insert {
+                        doc: record.doc.document().clone(),
+                        meta: WriteMeta {
+                            last_write_ms: record.last_write_ms,
+                            ttl: record.ttl,
+                        },
+                        supersede: doc.supersede.clone(),
+                    }),
+                }
+            }
+            if !ops.is_empty() {
+                let stale = meta.as_ref().and_then(&stale);
+                commit.writes.push((ns.clone(), ops, stale));
+            }
+        }
+        commit
+    }
+
+    fn staged_meta(&self, ns: &Namespace) -> Option<CollectionMeta> {
+        lock(&self.staged)
+            .collections
+            .get(ns)
+            .and_then(|staged| staged.created.clone())
+    }
+
+    fn view_meta(&self, ns: &Namespace) -> Option<CollectionMeta> {
+        self.staged_meta(ns)
+            .or_else(|| self.snapshot.collection(ns))
+    }
+
+    /// The document as the transaction sees it, with its snapshot revision if the transaction
+    /// has not written it yet (`Err` of the staged state otherwise).
+    async fn current(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+        id_key: &[u8],
+    ) -> StorageResult<(Option<Record>, Option<Option<u64>>)> {
+        let staged = lock(&self.staged)
+            .collections
+            .get(ns)
+            .and_then(|collection| collection.docs.get(id_key).cloned());
+        match staged {
+            Some(doc) => Ok((doc.now, None)),
+            None => {
+                let record = self.snapshot.get(ns, id).await?;
+                let rev = record.as_ref().map(|record| record.rev);
+                Ok((record, Some(rev)))
+            }
+        }
+    }
+
+    /// Claims a document not written yet by this transaction: `WriteConflict` if another
+    /// transaction holds it or it changed since the snapshot (`base_rev`).
+    async fn claim(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+        id_key: &[u8],
+        base_rev: Option<u64>,
+    ) -> StorageResult<()> {
+        if !self.intents.claim(self.id, ns, id_key) {
+            return Err(StorageError::WriteConflict);
+        }
+        let live = self.base.get(ns, id).await?.map(|record| record.rev);
+        if live != base_rev {
+            return Err(StorageError::WriteConflict);
+        }
+        Ok(())
+    }
+
+    fn stage(
+        &self,
+        ns: &Namespace,
+        id_key: Vec<u8>,
+        id: Bson,
+        base_rev: Option<Option<u64>>,
+        write: StagedWrite,
+    ) -> u64 {
+        let StagedWrite {
+            now,
+            supersede,
+            replacement,
+        } = write;
+        let mut staged = lock(&self.staged);
+        let rev = staged.next_rev;
+        staged.next_rev += 1;
+        let collection = staged.collections.entry(ns.clone()).or_default();
+        let previous = collection
+            .docs
+            .get(&id_key)
+            .map(|doc| (doc.base_rev, doc.seq));
+        let base_rev = previous.map(|(rev, _)| rev).or(base_rev).flatten();
+        let seq = previous.map_or(rev, |(_, seq)| seq);
+        collection.docs.insert(
+            id_key,
+            StagedDoc {
+                id,
+                base_rev,
+                now: now.map(|(doc, meta)| Record {
+                    doc: doc.into(),
+                    rev,
+                    last_write_ms: meta.last_write_ms,
+                    ttl: meta.ttl,
+                }),
+                supersede,
+                replacement,
+                seq,
+            },
+        );
+        rev
+    }
+
+    /// Checks `document`'s keys in the unique indexes of `meta` against every other document the
+    /// transaction sees; conflicting documents `supersede` holds for are deleted (staged).
+    /// Returns how many were.
+    async fn check_unique(
+        &self,
+        ns: &Namespace,
+        meta: &CollectionMeta,
+        document: &Document,
+        id_key: &[u8],
+        supersede: Option<&RecordPredicate>,
+    ) -> StorageResult<u32> {
+        let mut superseded = 0;
+        for spec in meta
+            .indexes
+            .iter()
+            .filter(|index| index.unique && !index.is_id_index())
+        {
+            let keyer = IndexKeyer::new((**spec).clone())?;
+            for key in keyer.keys(document)? {
+                let staged: Vec<StagedDoc> = lock(&self.staged)
+                    .collections
+                    .get(ns)
+                    .map(|collection| {
+                        collection
+                            .docs
+                            .iter()
+                            .filter(|(other, _)| other.as_slice() != id_key)
+                            .map(|(_, doc)| doc.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for other in staged.iter().filter_map(|doc| doc.now.as_ref()) {
+                    if keyer.keys(other.doc.document())?.contains(&key) {
+                        return Err(keyer.duplicate_key(ns, document, &key));
+                    }
+                }
+                let request = ScanRequest {
+                    source: ScanSource::Index {
+                        name: spec.name.clone(),
+                        ranges: vec![(Bound::Included(key.clone()), Bound::Included(key.clone()))],
+                    },
+                    resume_after: None,
+                    reverse: false,
+                    limit: 16,
+                    hide: None,
+                    key_filter: None,
+                    covered: false,
+                };
+                let page = self.snapshot.scan(ns, request).await?;
+                for record in page.records {
+                    let other_id = record.doc.id();
+                    let other_key = encode_id(&other_id);
+                    let written = staged.iter().any(|doc| encode_id(&doc.id) == other_key);
+                    if other_key == id_key || written {
+                        continue;
+                    }
+                    match supersede {
+                        Some(rule) if raw_holds(rule, &record) => {
+                            self.claim(ns, &other_id, &other_key, Some(record.rev))
+                                .await?;
+                            self.stage(
+                                ns,
+                                other_key,
+                                other_id,
+                                Some(Some(record.rev)),
+                                StagedWrite::deleted(),
+                            );
+                            superseded += 1;
+                        }
+                        _ => return Err(keyer.duplicate_key(ns, document, &key)),
+                    }
+                }
+            }
+        }
+        Ok(superseded)
+    }
+
+    async fn write_one(
+        &self,
+        ns: &Namespace,
+        meta: &CollectionMeta,
+        op: WriteOp,
+    ) -> StorageResult<WriteOutcome> {
+        match op {
+            WriteOp::Insert {
+                doc,
+                meta: write_meta,
+                supersede,
+            } => {
+                let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+                let id_key = encode_id(&id);
+                let (current, base_rev) = self.current(ns, &id, &id_key).await?;
+                let mut superseded = 0;
+                if let Some(record) = &current {
+                    match &supersede {
+                        Some(rule) if raw_holds(rule, record) => superseded += 1,
+                        _ => return Err(id_duplicate(ns, &id)),
+                    }
+                }
+                superseded += self
+                    .check_unique(ns, meta, &doc, &id_key, supersede.as_ref())
+                    .await?;
+                if let Some(base_rev) = base_rev {
+                    self.claim(ns, &id, &id_key, base_rev).await?;
+                }
+                let rev = self.stage(
+                    ns,
+                    id_key,
+                    id,
+                    base_rev,
+                    StagedWrite {
+                        now: Some((doc, write_meta)),
+                        supersede,
+                        replacement: false,
+                    },
+                );
+                Ok(WriteOutcome::Inserted { rev, superseded })
+            }
+            WriteOp::Replace {
+                id,
+                expected_rev,
+                doc,
+                meta: write_meta,
+                supersede,
+                replacement,
+            } => {
+                let id_key = encode_id(&id);
+                let (current, base_rev) = self.current(ns, &id, &id_key).await?;
+                if current.as_ref().map(|record| record.rev) != Some(expected_rev) {
+                    return Err(StorageError::WriteConflict);
+                }
+                let superseded = self
+                    .check_unique(ns, meta, &doc, &id_key, supersede.as_ref())
+                    .await?;
+                if let Some(base_rev) = base_rev {
+                    self.claim(ns, &id, &id_key, base_rev).await?;
+                }
+                let rev = self.stage(
+                    ns,
+                    id_key,
+                    id,
+                    base_rev,
+                    StagedWrite {
+                        now: Some((doc, write_meta)),
+                        supersede,
+                        replacement,
+                    },
+                );
+                Ok(WriteOutcome::Replaced { rev, superseded })
+            }
+            WriteOp::Delete { id, expected_rev } => {
+                let id_key = encode_id(&id);
+                let (current, base_rev) = self.current(ns, &id, &id_key).await?;
+                let Some(current) = current else {
+                    return Err(StorageError::WriteConflict);
+                };
+                if expected_rev.is_some_and(|rev| rev != current.rev) {
+                    return Err(StorageError::WriteConflict);
+                }
+                if let Some(base_rev) = base_rev {
+                    self.claim(ns, &id, &id_key, base_rev).await?;
+                }
+                self.stage(ns, id_key, id, base_rev, StagedWrite::deleted());
+                Ok(WriteOutcome::Deleted)
+            }
+        }
+    }
+
+    /// A new collection's catalog entry, as the engine would create it.
+    fn created_meta(ns: &Namespace, options: Document, indexes: Vec<IndexSpec>) -> CollectionMeta {
+        let mut all = vec![Arc::new(crate::commands::indexes::id_index_spec())];
+        all.extend(indexes.into_iter().map(Arc::new));
+        CollectionMeta {
+            ns: ns.clone(),
+            uuid: uuid::Uuid::new_v4().into_bytes(),
+            options,
+            indexes: all,
+            multikey_indexes: Vec::new(),
+        }
+    }
+
+    /// Every record of `request`'s source and ranges as the transaction sees it, in order,
+    /// with its position.
+    async fn merged(
+        &self,
+        ns: &Namespace,
+        meta: Option<&CollectionMeta>,
+        request: &ScanRequest,
+        staged: &StagedCollection,
+    ) -> StorageResult<(Vec<(Vec<u8>, Vec<u8>, Record)>, u64)> {
+        let (keys, ranges) = match &request.source {
+            ScanSource::Collection => (SourceKeys::Id, vec![(Bound::Unbounded, Bound::Unbounded)]),
+            ScanSource::Index { name, ranges } if name == IndexSpec::ID_INDEX_NAME => {
+                (SourceKeys::Id, ranges.clone())
+            }
+            ScanSource::Index { name, ranges } => {
+                let spec = meta
+                    .and_then(|meta| meta.index_named(name))
+                    .ok_or_else(|| StorageError::IndexNotFound(name.clone()))?;
+                (
+                    SourceKeys::Index(Box::new(IndexKeyer::new((**spec).clone())?)),
+                    ranges.clone(),
+                )
+            }
+        };
+        let mut documents: BTreeMap<Vec<u8>, Record> = BTreeMap::new();
+        let mut examined = 0;
+        if staged.created.is_none() {
+            let mut resume_after = None;
+            loop {
+                let page = self
+                    .snapshot
+                    .scan(
+                        ns,
+                        ScanRequest {
+                            source: request.source.clone(),
+                            resume_after,
+                            reverse: false,
+                            limit: MERGE_PAGE,
+                            hide: None,
+                            key_filter: None,
+                            covered: false,
+                        },
+                    )
+                    .await?;
+                examined += page.docs_examined;
+                for record in page.records {
+                    let id_key = encode_id(&record.doc.id());
+                    if !staged.docs.contains_key(&id_key) {
+                        documents.insert(id_key, record);
+                    }
+                }
+                match page.resume {
+                    Some(resume) => resume_after = Some(resume),
+                    None => break,
+                }
+            }
+        }
+        for (id_key, doc) in &staged.docs {
+            if let Some(record) = &doc.now {
+                documents.insert(id_key.clone(), record.clone());
+            }
+        }
+        let mut entries = Vec::new();
+        for (id_key, record) in documents {
+            for key in keys.keys(record.doc.document(), &id_key)? {
+                if !ranges.iter().any(|range| in_range(&key, range)) {
+                    continue;
+                }
+                if request
+                    .key_filter
+                    .as_ref()
+                    .is_some_and(|filter| !filter.holds(&key))
+                {
+                    continue;
+                }
+                entries.push((position(&key, &id_key), key, record.clone()));
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if request.reverse {
+            entries.reverse();
+        }
+        Ok((entries, examined))
+    }
+}
+
+#[async_trait]
+impl Storage for TxnStorage {
+    fn engine_name(&self) -> &'static str {
+        self.base.engine_name()
+    }
+
+    async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>> {
+        self.base.list_databases().await
+    }
+
+    fn time_high_water_ms(&self) -> i64 {
+        self.base.time_high_water_ms()
+    }
+
+    fn cluster_time(&self) -> bson::Timestamp {
+        self.base.cluster_time()
+    }
+
+    fn oplog_appended(&self) -> &tokio::sync::Notify {
+        self.base.oplog_appended()
+    }
+
+    async fn record_time(&self, now_ms: i64) -> StorageResult<()> {
+        self.base.record_time(now_ms).await
+    }
+
+    async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>> {
+        let mut collections = self.snapshot.list_collections(db);
+        let staged = lock(&self.staged);
+        for (ns, collection) in &staged.collections {
+            if let (Some(meta), true) = (&collection.created, ns.db == db) {
+                collections.push(meta.clone());
+            }
+        }
+        collections.sort_by(|a, b| a.ns.cmp(&b.ns));
+        Ok(collections)
+    }
+
+    async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>> {
+        Ok(self.view_meta(ns))
+    }
+
+    async fn create_collection(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        indexes: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta> {
+        if self.view_meta(ns).is_some() {
+            return Err(StorageError::NamespaceExists(ns.clone()));
+        }
+        let meta = Self::created_meta(ns, options, indexes);
+        lock(&self.staged)
+            .collections
+            .entry(ns.clone())
+            .or_default()
+            .created = Some(meta.clone());
+        Ok(meta)
+    }
+
+    async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool> {
+        Err(unsupported(format!(
+            "Cannot drop {ns} in a multi-document transaction."
+        )))
+    }
+
+    async fn drop_database(&self, db: &str) -> StorageResult<()> {
+        Err(unsupported(format!(
+            "Cannot drop database {db} in a multi-document transaction."
+        )))
+    }
+
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        _to: &Namespace,
+        _drop_target: bool,
+    ) -> StorageResult<()> {
+        Err(unsupported(format!(
+            "Cannot rename {from} in a multi-document transaction."
+        )))
+    }
+
+    async fn set_collection_options(
+        &self,
+        ns: &Namespace,
+        _options: Document,
+    ) -> StorageResult<()> {
+        Err(unsupported(format!(
+            "Cannot modify {ns} in a multi-document transaction."
+        )))
+    }
+
+    async fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta> {
+        let existing = self.snapshot.collection(ns);
+        let mut staged = lock(&self.staged);
+        let collection = staged.collections.entry(ns.clone()).or_default();
+        if existing.is_some() && collection.created.is_none() {
+            return Err(unsupported(format!(
+                "Cannot create new indexes on existing collection {ns} in a multi-document transaction."
+            )));
+        }
+        let new = specs.iter().any(|spec| {
+            collection
+                .created
+                .as_ref()
+                .and_then(|meta| meta.index_named(&spec.name))
+                .is_none()
+        });
+        if new && collection.docs.values().any(|doc| doc.now.is_some()) {
+            return Err(unsupported(format!(
+                "Cannot create new indexes on non-empty collection {ns} in a multi-document transaction."
+            )));
+        }
+        let mut meta = collection
+            .created
+            .take()
+            .unwrap_or_else(|| Self::created_meta(ns, Document::new(), Vec::new()));
+        for spec in specs {
+            if meta.index_named(&spec.name).is_none() {
+                IndexKeyer::new(spec.clone())?;
+                meta.indexes.push(Arc::new(spec));
+            }
+        }
+        collection.created = Some(meta.clone());
+        Ok(meta)
+    }
+
+    async fn drop_indexes(&self, ns: &Namespace, _names: &[String]) -> StorageResult<()> {
+        Err(unsupported(format!(
+            "Cannot drop indexes of {ns} in a multi-document transaction."
+        )))
+    }
+
+    async fn update_index_spec(
+        &self,
+        ns: &Namespace,
+        _name: &str,
+        _spec: Document,
+    ) -> StorageResult<()> {
+        Err(unsupported(format!(
+            "Cannot modify {ns} in a multi-document transaction."
+        )))
+    }
+
+    async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
+        Ok(self.current(ns, id, &encode_id(id)).await?.0)
+    }
+
+    async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
+        let staged = {
+            let staged = lock(&self.staged);
+            staged
+                .collections
+                .get(ns)
+                .map(|collection| StagedCollection {
+                    created: collection.created.clone(),
+                    docs: collection.docs.clone(),
+                })
+        };
+        let Some(staged) = staged.filter(|staged| !staged.docs.is_empty()) else {
+            return self.snapshot.scan(ns, request).await;
+        };
+        let meta = self.view_meta(ns);
+        let (entries, examined) = self.merged(ns, meta.as_ref(), &request, &staged).await?;
+        let covering = match (&request.source, request.covered, request.hide.is_none()) {
+            (ScanSource::Index { name, .. }, true, _) => meta
+                .as_ref()
+                .and_then(|meta| meta.index_named(name))
+                .filter(|spec| spec.is_ordered() && !spec.is_id_index())
+                .map(|spec| IndexKeyer::new((**spec).clone()))
+                .transpose()?,
+            _ => None,
+        };
+        let after = |position: &Vec<u8>| match &request.resume_after {
+            None => true,
+            Some(resume) if request.reverse => position < resume,
+            Some(resume) => position > resume,
+        };
+        let limit = request.limit.max(1);
+        let mut page = ScanPage {
+            docs_examined: examined,
+            ..ScanPage::default()
+        };
+        let mut remaining = entries
+            .into_iter()
+            .filter(|(position, _, _)| after(position));
+        for (position, _, mut record) in remaining.by_ref() {
+            page.last = Some(position.clone());
+            if request
+                .hide
+                .as_ref()
+                .is_some_and(|hide| raw_holds(hide, &record))
+            {
+                continue;
+            }
+            if let Some(keyer) = &covering {
+                record.doc = keyer.key_fields_of(record.doc.document()).into();
+            }
+            page.records.push(record);
+            if page.records.len() == limit {
+                break;
+            }
+        }
+        if remaining.next().is_some() {
+            page.resume = page.last.clone();
+        }
+        Ok(page)
+    }
+
+    async fn expiry_scan(
+        &self,
+        ns: &Namespace,
+        _order: ExpiryOrder,
+        _range: (Bound<i64>, Bound<i64>),
+        _resume_after: Option<Vec<u8>>,
+        _limit: usize,
+    ) -> StorageResult<ScanPage> {
+        Err(unsupported(format!(
+            "Cannot scan the expiry order of {ns} in a multi-document transaction."
+        )))
+    }
+
+    async fn count_entries(
+        &self,
+        ns: &Namespace,
+        sources: Vec<ReapSource>,
+    ) -> StorageResult<EntryCount> {
+        let staged: Vec<StagedDoc> = lock(&self.staged)
+            .collections
+            .get(ns)
+            .map(|collection| collection.docs.values().cloned().collect())
+            .unwrap_or_default();
+        let created = self.staged_meta(ns).is_some();
+        let mut count = if created {
+            EntryCount::default()
+        } else {
+            self.snapshot.count_entries(ns, sources.clone()).await?
+        };
+        if staged.is_empty() {
+            return Ok(count);
+        }
+        let meta = self.view_meta(ns);
+        let in_sources = |record: &Record| -> StorageResult<bool> {
+            for source in &sources {
+                let hit = match source {
+                    ReapSource::Expiry { order, range } => {
+                        let at = match (order, record.ttl) {
+                            (ExpiryOrder::LastWrite, TtlClass::Default) => {
+                                Some(record.last_write_ms)
+                            }
+                            (ExpiryOrder::OwnExpiry, TtlClass::Own { expire_at_ms }) => {
+                                Some(expire_at_ms)
+                            }
+                            _ => None,
+                        };
+                        at.is_some_and(|at| range.contains(&at))
+                    }
+                    ReapSource::Index { name, range } => {
+                        let id_key = encode_id(&record.doc.id());
+                        let keys = if name == IndexSpec::ID_INDEX_NAME {
+                            vec![id_key]
+                        } else {
+                            match meta.as_ref().and_then(|meta| meta.index_named(name)) {
+                                Some(spec) => IndexKeyer::new((**spec).clone())?
+                                    .keys(record.doc.document())?,
+                                None => Vec::new(),
+                            }
+                        };
+                        keys.iter().any(|key| in_range(key, range))
+                    }
+                };
+                if hit {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        for doc in &staged {
+            if doc.base_rev.is_some() && !created {
+                if let Some(before) = self.snapshot.get(ns, &doc.id).await? {
+                    count.documents = count.documents.saturating_sub(1);
+                    if in_sources(&before)? {
+                        count.in_sources = count.in_sources.saturating_sub(1);
+                    }
+                }
+            }
+            if let Some(now) = &doc.now {
+                count.documents += 1;
+                if in_sources(now)? {
+                    count.in_sources += 1;
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// The snapshot's sizes with the staged documents counted in (their sizes too).
+    async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
+        let staged: Vec<StagedDoc> = lock(&self.staged)
+            .collections
+            .get(ns)
+            .map(|collection| collection.docs.values().cloned().collect())
+            .unwrap_or_default();
+        let mut stats = match (self.snapshot.stats(ns).await, self.staged_meta(ns)) {
+            (_, Some(_)) => CollectionStats::default(),
+            (Ok(stats), None) => stats,
+            (Err(error), None) => return Err(error),
+        };
+        for doc in &staged {
+            if doc.base_rev.is_some() {
+                if let Some(before) = self.snapshot.get(ns, &doc.id).await? {
+                    stats.count = stats.count.saturating_sub(1);
+                    let size = before.doc.encoded_size() as u64;
+                    stats.data_size = stats.data_size.saturating_sub(size);
+                }
+            }
+            if let Some(now) = &doc.now {
+                stats.count += 1;
+                stats.data_size += now.doc.encoded_size() as u64;
+            }
+        }
+        Ok(stats)
+    }
+
+    async fn write(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        let meta = match self.view_meta(ns) {
+            Some(meta) => meta,
+            None if ops.iter().any(|op| matches!(op, WriteOp::Insert { .. })) => {
+                let meta = Self::created_meta(ns, Document::new(), Vec::new());
+                lock(&self.staged)
+                    .collections
+                    .entry(ns.clone())
+                    .or_default()
+                    .created = Some(meta.clone());
+                meta
+            }
+            // Nothing to replace or delete.
+            None => {
+                return Ok(ops
+                    .iter()
+                    .take(if options.ordered { 1 } else { ops.len() })
+                    .map(|_| Err(StorageError::WriteConflict))
+                    .collect())
+            }
+        };
+        if ns.coll.starts_with("system.") {
+            return Err(StorageError::CannotIndex {
+                code: ErrorCode::Location50791,
+                message: format!("Cannot write to system collection {ns} within a transaction."),
+            });
+        }
+        if meta.options.contains_key("timeseries") {
+            return Err(unsupported(format!(
+                "Cannot insert into a time-series collection in a multi-document transaction: {ns}"
+            )));
+        }
+        if meta.capped().is_some() {
+            // A write error of the first operation (mongod reports it per document).
+            return Ok(vec![Err(unsupported(format!(
+                "Collection '{ns}' is a capped collection. Writes in transactions are not allowed on capped collections."
+            )))]);
+        }
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let result = self.write_one(ns, &meta, op).await;
+            let failed = result.is_err();
+            results.push(result);
+            if failed && options.ordered {
+                break;
+            }
+        }
+        Ok(results)
+    }
+
+    async fn write_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        _record: RecordSession,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        self.write(ns, ops, options).await
+    }
+
+    async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
+        self.base.session_record(key).await
+    }
+
+    async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>> {
+        Ok(Arc::clone(&self.snapshot))
+    }
+
+    async fn commit_transaction(&self, _commit: TransactionCommit) -> StorageResult<()> {
+        Err(unsupported("Transactions cannot be nested."))
+    }
+
+    async fn reap(&self, ns: &Namespace, _request: ReapRequest) -> StorageResult<ReapPage> {
+        Err(unsupported(format!(
+            "Cannot reap {ns} in a multi-document transaction."
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_order_as_index_key_then_id() {
+        let mut positions = [
+            position(&[1, 0, 2], &[9]),
+            position(&[1], &[5]),
+            position(&[1, 0], &[1]),
+            position(&[1], &[6]),
+            position(&[2], &[0]),
+        ];
+        positions.sort();
+        assert_eq!(
+            positions,
+            [
+                position(&[1], &[5]),
+                position(&[1], &[6]),
+                position(&[1, 0], &[1]),
+                position(&[1, 0, 2], &[9]),
+                position(&[2], &[0]),
+            ]
+        );
+    }
+
+    #[test]
+    fn prefix_ranges_match_as_the_engine_reads_them() {
+        let range = (Bound::Included(vec![1]), Bound::Included(vec![2]));
+        assert!(in_range(&[1], &range));
+        assert!(in_range(&[2, 7], &range));
+        assert!(!in_range(&[3], &range));
+        let excluded = (Bound::Excluded(vec![1]), Bound::Unbounded);
+        assert!(!in_range(&[1, 5], &excluded));
+        assert!(in_range(&[2], &excluded));
+    }
+}
