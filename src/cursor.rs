@@ -97,6 +97,9 @@ pub struct Cursor {
     /// A change stream's cursor (`changes::stream`): its getMores are served there, and
     /// dropping or renaming the watched collection does not kill it (the stream reports it).
     pub change_stream: Option<Box<crate::changes::ChangeStream>>,
+    /// The transaction that opened the cursor (`TxnStorage::identity`): only its statements
+    /// may read on.
+    pub transaction: Option<(u64, i64)>,
 }
 
 impl Cursor {
@@ -120,6 +123,7 @@ impl Cursor {
             tailable: false,
             await_data: false,
             change_stream: None,
+            transaction: None,
         }
     }
 

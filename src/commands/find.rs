@@ -103,6 +103,7 @@ pub async fn open_cursor(
     } else {
         cursor.no_timeout = options.no_timeout;
         cursor.originating_command = Some(ctx.op.command());
+        cursor.transaction = ctx.txn.map(|txn| txn.identity());
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     ctx.op.set_first_batch(id, batch.len());
@@ -382,7 +383,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
     };
     let coll = required("getMore", body, "collection", "string", Bson::as_str)?;
     let batch_size = optional_non_negative(ctx, body, "batchSize")?.filter(|size| *size > 0);
-    let now_ms = ctx.clock().now_ms();
+    let now_ms = ctx.state.clock.now_ms();
     let requested_ns = format!("{}.{coll}", ctx.db);
     let mut cursor = ctx.state.cursors.checkout(id, now_ms).ok_or_else(|| {
         CommandError::new(
@@ -397,6 +398,10 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             ErrorCode::Unauthorized,
             format!("Requested getMore on namespace '{requested_ns}', but cursor belongs to a different namespace {ns}"),
         ));
+    }
+    if let Err(error) = crate::txn::check_cursor(id, cursor.transaction, ctx.txn) {
+        ctx.state.cursors.checkin(id, cursor, now_ms);
+        return Err(error);
     }
     bump(&ctx.state.stats.opcounters.getmore, 1);
     if cursor.change_stream.is_some() {

@@ -201,7 +201,7 @@ impl Transactions {
             let storage = TxnStorage::begin(
                 Arc::clone(&state.storage),
                 Arc::clone(&self.intents),
-                id,
+                (id, fields.txn_number),
                 started_ms,
             )
             .await?;
@@ -328,6 +328,34 @@ impl Transactions {
             })
             .count()
     }
+}
+
+/// Whether a `getMore` may read on cursor `id` opened by `opened_in` (a transaction's identity)
+/// from `running` (the statement's transaction): only the transaction that opened a cursor
+/// reads on it, and a cursor opened outside one is read outside (mongod's getmore_cmd.cpp).
+pub fn check_cursor(
+    id: i64,
+    opened_in: Option<(u64, i64)>,
+    running: Option<&Arc<TxnStorage>>,
+) -> CommandResult<()> {
+    let running = running.map(|txn| txn.identity());
+    let message = match (opened_in, running) {
+        (None, None) => return Ok(()),
+        (Some(opened), Some(running)) if opened == running => return Ok(()),
+        (Some((_, opened)), None) => (
+            ErrorCode::Location50740,
+            format!("Cannot run getMore on cursor {id}, which was created in transaction {opened}, without a txnNumber"),
+        ),
+        (None, Some((_, running))) => (
+            ErrorCode::Location50739,
+            format!("Cannot run getMore on cursor {id}, which was not created in a transaction, in transaction {running}"),
+        ),
+        (Some((_, opened)), Some((_, running))) => (
+            ErrorCode::Location50741,
+            format!("Cannot run getMore on cursor {id}, which was created in transaction {opened}, in transaction {running}"),
+        ),
+    };
+    Err(CommandError::new(message.0, message.1))
 }
 
 /// The command checks mongod makes before it resumes the transaction (failing them leaves it

@@ -143,6 +143,8 @@ pub struct TxnStorage {
     snapshot: Arc<dyn Snapshot>,
     /// Distinguishes this transaction's claims.
     id: u64,
+    /// The session's `txnNumber` for it.
+    txn_number: i64,
     intents: Arc<Intents>,
     pub clock: Arc<FrozenClock>,
     staged: Mutex<Staged>,
@@ -237,7 +239,7 @@ impl TxnStorage {
     pub async fn begin(
         base: Arc<dyn Storage>,
         intents: Arc<Intents>,
-        id: u64,
+        (id, txn_number): (u64, i64),
         now_ms: i64,
     ) -> StorageResult<TxnStorage> {
         let snapshot = base.snapshot().await?;
@@ -245,6 +247,7 @@ impl TxnStorage {
             base,
             snapshot,
             id,
+            txn_number,
             intents,
             clock: Arc::new(FrozenClock(AtomicI64::new(now_ms))),
             staged: Mutex::new(Staged {
@@ -252,6 +255,11 @@ impl TxnStorage {
                 ..Staged::default()
             }),
         })
+    }
+
+    /// Which transaction this is: a unique id and the session's `txnNumber` for it.
+    pub fn identity(&self) -> (u64, i64) {
+        (self.id, self.txn_number)
     }
 
     /// Releases the documents this transaction claimed (at commit or abort).
