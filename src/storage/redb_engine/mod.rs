@@ -638,7 +638,7 @@ impl Storage for RedbStorage {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
-        self.write_recorded(ns, ops, options, Box::new(|_| None))
+        self.write_recorded(ns, ops, options, Box::new(|_, _| None))
             .await
     }
 
@@ -654,7 +654,9 @@ impl Storage for RedbStorage {
         let ns = ns.clone();
         self.submit(options, bytes, move |batch| {
             let results = apply::write(batch, &ns, ops, options.ordered)?;
-            if let Some(session) = record(&results) {
+            // Every successful write took a time: the newest is this batch's last write's.
+            let time = crate::storage::oplog::EntryTime::now(batch.counters.last_timestamp);
+            if let Some(session) = record(&results, time) {
                 apply::put_session_record(batch, &session)?;
             }
             Ok(results)
@@ -664,6 +666,11 @@ impl Storage for RedbStorage {
 
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
         self.read(|| async { read::session_record(&self.shared, key) })
+            .await
+    }
+
+    async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
+        self.read(|| async { read::session_records(&self.shared) })
             .await
     }
 
