@@ -442,3 +442,314 @@ async fn a_retry_after_a_restart_is_answered_from_the_record() {
         "Local replica set configuration document reports set name of rs0, but command line reports other"
     );
 }
+
+/// `nErrors, nInserted, nMatched, nModified, nUpserted, nDeleted` of a `bulkWrite` reply.
+fn bulk_summary(reply: &Document) -> [i32; 6] {
+    [
+        "nErrors",
+        "nInserted",
+        "nMatched",
+        "nModified",
+        "nUpserted",
+        "nDeleted",
+    ]
+    .map(|field| {
+        reply
+            .get_i32(field)
+            .unwrap_or_else(|_| panic!("{field} in {reply:?}"))
+    })
+}
+
+fn bulk_results(reply: &Document) -> Vec<Document> {
+    reply
+        .get_document("cursor")
+        .and_then(|cursor| cursor.get_array("firstBatch"))
+        .unwrap_or_else(|_| panic!("a cursor in {reply:?}"))
+        .iter()
+        .map(|item| item.as_document().unwrap().clone())
+        .collect()
+}
+
+/// mongod's bulk_write.cpp: a retried op is answered from the session's record (inserts `n: 1`;
+/// updates from the oplog entry: `n: 1, nModified: 1`, or the upserted id; deletes `n: 1`), its
+/// stmtId listed in `retriedStmtIds`, and nothing runs twice, across namespaces.
+#[tokio::test]
+async fn a_retried_bulk_write_returns_the_first_results_without_running_again() {
+    let server = TestServer::start_with(rs_config()).await;
+    let mut stream = connect(&server).await;
+    let command = doc! {
+        "bulkWrite": 1,
+        "ops": [
+            {"insert": 0, "document": {"_id": 1}},
+            {"update": 1, "filter": {"_id": 5}, "updateMods": {"$inc": {"x": 1}}, "upsert": true},
+            {"insert": 1, "document": {"_id": 2}},
+            {"update": 0, "filter": {"_id": 1}, "updateMods": {"$inc": {"y": 1}}},
+            {"delete": 1, "filter": {"_id": 2}},
+        ],
+        "nsInfo": [{"ns": "test.a"}, {"ns": "test.b"}],
+        "lsid": lsid(20),
+        "txnNumber": 1_i64,
+        "$db": "admin",
+    };
+    let first = raw_command(&mut stream, command.clone()).await;
+    assert_eq!(first.get_f64("ok"), Ok(1.0), "{first:?}");
+    assert_eq!(bulk_summary(&first), [0, 2, 1, 1, 1, 1]);
+    assert!(!first.contains_key("retriedStmtIds"));
+    let retried = raw_command(&mut stream, command).await;
+    assert_eq!(bulk_summary(&retried), bulk_summary(&first), "{retried:?}");
+    assert_eq!(bulk_results(&retried), bulk_results(&first));
+    assert_eq!(
+        bulk_results(&first)[1],
+        doc! {"ok": 1.0, "idx": 1, "n": 1, "nModified": 0, "upserted": {"_id": 5}}
+    );
+    assert_eq!(
+        retried.get_array("retriedStmtIds").unwrap(),
+        &(0..5).map(Bson::Int32).collect::<Vec<_>>()
+    );
+    // Each write happened once: no second $inc, no re-inserted `_id: 2`.
+    let a = raw_command(&mut stream, doc! {"find": "a"}).await;
+    assert_eq!(common::first_batch(&a), vec![doc! {"_id": 1, "y": 1}]);
+    let b = raw_command(&mut stream, doc! {"find": "b"}).await;
+    assert_eq!(common::first_batch(&b), vec![doc! {"_id": 5, "x": 1}]);
+
+    // A retry holding more ops than the first attempt runs only the new ones.
+    let one = doc! {"insert": 0, "document": {"_id": 10}};
+    let two = doc! {"insert": 0, "document": {"_id": 11}};
+    let attempt = |ops: Vec<Document>| {
+        doc! {
+            "bulkWrite": 1, "ops": ops, "nsInfo": [{"ns": "test.a"}],
+            "lsid": lsid(20), "txnNumber": 2_i64, "$db": "admin",
+        }
+    };
+    let first = raw_command(&mut stream, attempt(vec![one.clone()])).await;
+    assert_eq!(bulk_summary(&first), [0, 1, 0, 0, 0, 0]);
+    let second = raw_command(&mut stream, attempt(vec![one, two])).await;
+    assert_eq!(bulk_summary(&second), [0, 2, 0, 0, 0, 0], "{second:?}");
+    assert_eq!(
+        second.get_array("retriedStmtIds").unwrap(),
+        &vec![Bson::Int32(0)]
+    );
+    let count = raw_command(&mut stream, doc! {"count": "a"}).await;
+    assert_eq!(count.get_i32("n"), Ok(3));
+
+    // An older txnNumber is too old, as for the other retryable writes.
+    let old = raw_command(
+        &mut stream,
+        doc! {
+            "bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "test.a"}],
+            "lsid": lsid(20), "txnNumber": 1_i64, "$db": "admin",
+        },
+    )
+    .await;
+    assert_eq!(old.get_i32("code"), Ok(225), "{old:?}");
+    server.stop().await;
+}
+
+/// mongod's bulk_write.cpp: a `multi: true` update or delete in a retryable bulkWrite fails as
+/// an op (72, "Cannot use retryable writes with multi=true"), the other ops run.
+#[tokio::test]
+async fn multi_ops_fail_alone_in_a_retryable_bulk_write() {
+    let server = TestServer::start_with(rs_config()).await;
+    let mut stream = connect(&server).await;
+    let reply = raw_command(
+        &mut stream,
+        doc! {
+            "bulkWrite": 1,
+            "ops": [
+                {"update": 0, "filter": {}, "updateMods": {"$set": {"x": 1}}, "multi": true},
+                {"delete": 0, "filter": {}, "multi": true},
+                {"insert": 0, "document": {"_id": 1}},
+            ],
+            "nsInfo": [{"ns": "test.c"}],
+            "ordered": false,
+            "lsid": lsid(21),
+            "txnNumber": 1_i64,
+            "$db": "admin",
+        },
+    )
+    .await;
+    assert_eq!(bulk_summary(&reply), [2, 1, 0, 0, 0, 0], "{reply:?}");
+    let results = bulk_results(&reply);
+    let message = "Cannot use retryable writes with multi=true";
+    assert_eq!(
+        results[0],
+        doc! {"ok": 0.0, "idx": 0, "code": 72, "errmsg": message, "n": 0, "nModified": 0}
+    );
+    assert_eq!(
+        results[1],
+        doc! {"ok": 0.0, "idx": 1, "code": 72, "errmsg": message, "n": 0}
+    );
+    assert_eq!(results[2], doc! {"ok": 1.0, "idx": 2, "n": 1});
+    // Without txnNumber the same ops are no retryable write: multi runs.
+    let plain = raw_command(
+        &mut stream,
+        doc! {
+            "bulkWrite": 1,
+            "ops": [{"update": 0, "filter": {}, "updateMods": {"$set": {"x": 1}}, "multi": true}],
+            "nsInfo": [{"ns": "test.c"}],
+            "$db": "admin",
+        },
+    )
+    .await;
+    assert_eq!(bulk_summary(&plain), [0, 0, 1, 1, 0, 0]);
+    server.stop().await;
+}
+
+/// `stmtIds` numbers the ops (bulk_write_common.cpp `getStatementId`), checked as
+/// `validateRequest` checks it.
+#[tokio::test]
+async fn bulk_write_stmt_ids_number_the_statements() {
+    let server = TestServer::start_with(rs_config()).await;
+    let mut stream = connect(&server).await;
+    let command = doc! {
+        "bulkWrite": 1,
+        "ops": [{"insert": 0, "document": {"_id": 1}}, {"insert": 0, "document": {"_id": 2}}],
+        "nsInfo": [{"ns": "test.c"}],
+        "stmtIds": [10, 20],
+        "lsid": lsid(22),
+        "txnNumber": 1_i64,
+        "$db": "admin",
+    };
+    raw_command(&mut stream, command.clone()).await;
+    let retried = raw_command(&mut stream, command.clone()).await;
+    assert_eq!(bulk_summary(&retried), [0, 2, 0, 0, 0, 0]);
+    assert_eq!(
+        retried.get_array("retriedStmtIds").unwrap(),
+        &vec![Bson::Int32(10), Bson::Int32(20)]
+    );
+    let mut both = command.clone();
+    both.insert("stmtId", 0);
+    let error = raw_command(&mut stream, both).await;
+    assert_eq!(error.get_i32("code"), Ok(72));
+    assert!(error
+        .get_str("errmsg")
+        .unwrap()
+        .starts_with("May not specify both stmtId and stmtIds in bulkWrite command. Got "));
+    let mut short = command;
+    short.insert("stmtIds", vec![Bson::Int32(10)]);
+    let error = raw_command(&mut stream, short).await;
+    assert_eq!(error.get_i32("code"), Ok(16));
+    assert!(error.get_str("errmsg").unwrap().starts_with(
+        "Number of statement ids must match the number of batch entries. Got 1 statement ids but 2 operations."
+    ));
+    server.stop().await;
+}
+
+/// The 3.x driver's `Client::bulk_write` is a retryable write against a replica set (it sends
+/// `txnNumber`); its session then shows in `config.transactions`.
+#[tokio::test]
+async fn the_driver_bulk_write_is_retryable() {
+    use mongodb::options::{InsertOneModel, UpdateOneModel, WriteModel};
+    let server = TestServer::start_with(rs_config()).await;
+    let uri = format!(
+        "mongodb://127.0.0.1:{}/?replicaSet=rs0&serverSelectionTimeoutMS=5000",
+        server.addr.port()
+    );
+    let client = Client::with_options(ClientOptions::parse(&uri).await.unwrap()).unwrap();
+    let ns = mongodb::Namespace::new("test", "c");
+    let models: Vec<WriteModel> = vec![
+        InsertOneModel::builder()
+            .namespace(ns.clone())
+            .document(doc! {"_id": 1})
+            .build()
+            .into(),
+        UpdateOneModel::builder()
+            .namespace(ns.clone())
+            .filter(doc! {"_id": 1})
+            .update(doc! {"$inc": {"x": 1}})
+            .build()
+            .into(),
+    ];
+    let result = client.bulk_write(models).await.unwrap();
+    assert_eq!(result.inserted_count, 1);
+    assert_eq!(result.modified_count, 1);
+    let sessions = client
+        .database("config")
+        .collection::<Document>("transactions")
+        .count_documents(doc! {})
+        .await
+        .unwrap();
+    assert_eq!(sessions, 1);
+    server.stop().await;
+}
+
+/// jstests/replsets/retryable_writes_direct_write_to_config_transactions.js: one
+/// `config.transactions` document per session that ran a retryable write, found by `_id.id`;
+/// its shape is mongod's `sessionTxnRecord` (session_txn_record.idl).
+#[tokio::test]
+async fn config_transactions_lists_the_sessions_that_wrote() {
+    let server = TestServer::start_with(rs_config()).await;
+    let mut stream = connect(&server).await;
+    let mut write_times = Vec::new();
+    for (session, txn_number) in [(30, 1_i64), (31, 4_i64), (30, 2_i64)] {
+        let reply = raw_command(
+            &mut stream,
+            doc! {"update": "user", "updates": [{"q": {"_id": i32::from(session)}, "u": {"$inc": {"x": 1}}, "upsert": true}], "lsid": lsid(session), "txnNumber": txn_number},
+        )
+        .await;
+        assert_eq!(reply.get_i32("n"), Ok(1), "{reply:?}");
+        write_times.push(timestamp(&reply, "operationTime"));
+    }
+    let id = |byte: u8| Binary {
+        subtype: BinarySubtype::Uuid,
+        bytes: vec![byte; 16],
+    };
+    for (session, txn_number, time) in [(30, 2_i64, write_times[2]), (31, 4_i64, write_times[1])] {
+        let found = raw_command(
+            &mut stream,
+            doc! {"find": "transactions", "filter": {"_id.id": id(session)}, "$db": "config"},
+        )
+        .await;
+        let batch = common::first_batch(&found);
+        assert_eq!(batch.len(), 1, "{found:?}");
+        let record = &batch[0];
+        assert_eq!(
+            record.keys().collect::<Vec<_>>(),
+            ["_id", "txnNum", "lastWriteOpTime", "lastWriteDate"]
+        );
+        // Without authentication the uid is sha256 of no bytes.
+        let uid = Binary {
+            subtype: BinarySubtype::Generic,
+            bytes: (0..32)
+                .map(|at| {
+                    u8::from_str_radix(
+                        &"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+                            [at * 2..at * 2 + 2],
+                        16,
+                    )
+                    .unwrap()
+                })
+                .collect(),
+        };
+        assert_eq!(
+            record.get_document("_id").unwrap(),
+            &doc! {"id": id(session), "uid": uid}
+        );
+        assert_eq!(record.get_i64("txnNum"), Ok(txn_number));
+        let op_time = record.get_document("lastWriteOpTime").unwrap();
+        assert_eq!(timestamp(op_time, "ts"), time);
+        assert_eq!(op_time.get_i64("t"), Ok(1));
+        assert!(record.get_datetime("lastWriteDate").is_ok());
+    }
+    // countDocuments (an aggregate) and count see the same two.
+    let client = server.client();
+    let transactions = client
+        .database("config")
+        .collection::<Document>("transactions");
+    assert_eq!(transactions.count_documents(doc! {}).await.unwrap(), 2);
+    let count = raw_command(
+        &mut stream,
+        doc! {"count": "transactions", "query": {"txnNum": {"$gt": 2_i64}}, "$db": "config"},
+    )
+    .await;
+    assert_eq!(count.get_i32("n"), Ok(1));
+    // Writes are refused: the records change only with retryable writes.
+    for write in [
+        doc! {"insert": "transactions", "documents": [{"_id": "String"}], "$db": "config"},
+        doc! {"delete": "transactions", "deletes": [{"q": {}, "limit": 0}], "$db": "config"},
+    ] {
+        let reply = raw_command(&mut stream, write).await;
+        assert_eq!(reply.get_i32("code"), Ok(238), "{reply:?}");
+    }
+    server.stop().await;
+}

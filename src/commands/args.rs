@@ -62,6 +62,7 @@ pub fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
 /// and the oplog (only the engine writes it; mongod's `userAllowedWriteNS` with replication on).
 pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
     validate_namespace(ns)?;
+    crate::commands::config_transactions::refuse_write(ns)?;
     if ns.coll.starts_with("system.") {
         return Err(CommandError::new(
             ErrorCode::InvalidNamespace,

@@ -7,10 +7,18 @@
 //! validation, TTL visibility, `serverStatus.opcounters` and the running op's counters are those
 //! of `insert`, `update` and `delete`.
 //!
+//! With `txnNumber` (replica-set mode) the command is a retryable write (`commands::retryable`):
+//! each op is a statement (stmtId: `stmtIds[idx]`, else `stmtId + idx`), an op already recorded
+//! under the session's `txnNumber` is answered from the record (the result and counts the first
+//! attempt reported, its stmtId in `retriedStmtIds`) without running, and a `multi: true` update
+//! or delete fails as an op with mongod's 72.
+//!
 //! Invariants: the whole command is checked before anything is written (as mongod's parser and
-//! `validateRequest` do: op kinds and fields, `nsInfo` indexes and namespaces); at most one
+//! `validateRequest` do: op kinds and fields, `stmtIds`, `nsInfo` indexes and namespaces); at most one
 //! collection view, and so one policy gate, is held at a time; an interruption (`maxTimeMS`,
 //! `killOp`) fails the command instead of becoming an op's error.
+
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
@@ -21,9 +29,11 @@ use crate::commands::args::{
     validate_writable_namespace, write_options,
 };
 use crate::commands::crud::{
-    apply_delete_statement, apply_update_statement, insert_documents, WriteContext,
+    apply_delete_statement, apply_update_statement, insert_documents, StatementOutcome,
+    WriteContext,
 };
 use crate::commands::find::{open_cursor, BatchOptions};
+use crate::commands::retryable::{self, RetryableWrite, StatementKind};
 use crate::cursor::{output_record, Cursor, CursorSource};
 use crate::dispatch::{CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
@@ -69,6 +79,7 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
     let ops = read_ops(body)?;
     let namespaces = read_namespaces(body)?;
     check_request(body, &ops, &namespaces)?;
+    let stmt_ids = read_stmt_ids(body, ops.len())?;
     let options = write_options(ctx, body)?;
     let variables = let_variables(ctx, body)?;
     let errors_only = optional_bool(ctx, body, "errorsOnly")?.unwrap_or(false);
@@ -77,6 +88,9 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
         None => None,
     };
 
+    let retry = RetryableWrite::begin(ctx, body)
+        .await?
+        .map(|retry| Arc::new(retry.with_stmt_ids(stmt_ids)));
     let mut run = Run {
         ctx,
         namespaces: &namespaces,
@@ -84,6 +98,7 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
         variables,
         bypass_validation: crate::validation::bypass_requested(body),
         writer: None,
+        retry,
         results: Results::new(errors_only),
     };
     run.all(&ops).await?;
@@ -120,7 +135,60 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
     ] {
         reply.append_int32(name, i32::try_from(count).unwrap_or(i32::MAX));
     }
+    // mongod's reply field, after the counts, only when some op was answered from the record.
+    let retried = run
+        .retry
+        .as_ref()
+        .map(|retry| retry.retried_stmt_ids())
+        .unwrap_or_default();
+    if !retried.is_empty() {
+        reply.append(
+            "retriedStmtIds",
+            Bson::Array(retried.into_iter().map(Bson::Int32).collect()),
+        );
+    }
     Ok(reply)
+}
+
+/// `stmtIds` as mongod's `validateRequest` checks it: not with `stmtId`, one int per op.
+fn read_stmt_ids(body: &Document, ops: usize) -> CommandResult<Option<Vec<i32>>> {
+    let Some(Bson::Array(values)) = body.get("stmtIds") else {
+        return Ok(None);
+    };
+    let mut stmt_ids = Vec::with_capacity(values.len());
+    for (position, value) in values.iter().enumerate() {
+        match value {
+            Bson::Int32(id) => stmt_ids.push(*id),
+            other => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'bulkWrite.stmtIds.{position}' is the wrong type '{}', expected type 'int'",
+                    crate::query::display::type_name(other)
+                )))
+            }
+        }
+    }
+    if let Some(stmt_id) = body.get("stmtId") {
+        return Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            format!(
+                "May not specify both stmtId and stmtIds in bulkWrite command. Got {}. BulkWrite command: {}",
+                value_string(&Bson::Document(doc! {"stmtId": stmt_id.clone(), "stmtIds": values.clone()})),
+                value_string(&Bson::Document(body.clone()))
+            ),
+        ));
+    }
+    if stmt_ids.len() != ops {
+        return Err(CommandError::new(
+            ErrorCode::InvalidLength,
+            format!(
+                "Number of statement ids must match the number of batch entries. Got {} statement ids but {ops} operations. Statement ids: {}. BulkWrite command: {}",
+                stmt_ids.len(),
+                value_string(&Bson::Document(doc! {"stmtIds": values.clone()})),
+                value_string(&Bson::Document(body.clone()))
+            ),
+        ));
+    }
+    Ok(Some(stmt_ids))
 }
 
 /// The ops as mongod's parser reads them (`schema` has checked each op's kind and field types).
@@ -485,6 +553,8 @@ struct Run<'c, 'n> {
     bypass_validation: bool,
     /// The open writer and its `nsInfo` index; one at a time, so one policy gate at a time.
     writer: Option<(usize, WriteContext<'c>)>,
+    /// The retryable write the ops are statements of (`txnNumber`), if any.
+    retry: Option<Arc<RetryableWrite>>,
     results: Results,
 }
 
@@ -546,7 +616,8 @@ impl<'c> Run<'c, '_> {
                 self.variables.clone(),
             )
             .await?
-            .bypassing_validation(self.bypass_validation);
+            .bypassing_validation(self.bypass_validation)
+            .retrying(self.retry.clone());
             self.writer = Some((ns, writer));
         }
         match &self.writer {
@@ -569,16 +640,43 @@ impl<'c> Run<'c, '_> {
             }
             return Ok(!ordered);
         }
-        let documents: Vec<&Document> = inserts.iter().map(|(_, document)| *document).collect();
+        // A retry writes only the inserts whose statements did not run (mongod's
+        // `checkStatementExecutedNoOplogEntryFetch`); the others are answered as written.
+        let executed: Vec<bool> = inserts
+            .iter()
+            .map(|(idx, _)| {
+                self.retry
+                    .as_ref()
+                    .is_some_and(|retry| retry.was_executed(retry.stmt_id(*idx)))
+            })
+            .collect();
+        let (positions, documents): (Vec<usize>, Vec<&Document>) = inserts
+            .iter()
+            .zip(&executed)
+            .filter(|(_, executed)| !**executed)
+            .map(|((idx, document), _)| (*idx, *document))
+            .unzip();
+        if let Some(retry) = &self.retry {
+            retry.set_insert_positions(&positions);
+        }
         let outcome = insert_documents(self.writer(ns).await?, &documents).await?;
         // Ordered, the group stops at its first error: the inserts after it were not attempted.
-        let attempted = match outcome.errors.first() {
-            Some((position, _)) if ordered => position + 1,
-            _ => inserts.len(),
+        let stop = match outcome.errors.first() {
+            Some((pending, _)) if ordered => Some(*pending),
+            _ => None,
         };
         let mut errors = outcome.errors.iter().peekable();
-        for (position, (idx, _)) in inserts.iter().enumerate().take(attempted) {
-            match errors.next_if(|(failed, _)| *failed == position) {
+        let mut pending = 0;
+        for ((idx, _), executed) in inserts.iter().zip(executed) {
+            if executed {
+                if let Some(retry) = &self.retry {
+                    retry.executed(retry.stmt_id(*idx));
+                }
+                self.results.inserted += 1;
+                self.results.push(Results::success(*idx, 1), true);
+                continue;
+            }
+            match errors.next_if(|(failed, _)| *failed == pending) {
                 Some((_, error)) => self.results.error(*idx, error, false),
                 None => {
                     self.results.inserted += 1;
@@ -586,6 +684,10 @@ impl<'c> Run<'c, '_> {
                     self.results.push(item, true);
                 }
             }
+            if stop == Some(pending) {
+                break;
+            }
+            pending += 1;
         }
         Ok(outcome.errors.is_empty() || !ordered)
     }
@@ -598,12 +700,18 @@ impl<'c> Run<'c, '_> {
         statement: &CommandResult<Document>,
     ) -> CommandResult<bool> {
         let outcome = match statement {
-            Ok(statement) => match validate_writable_namespace(&self.namespaces[ns].0) {
-                Ok(()) => match refuse_view(self.ctx, &self.namespaces[ns].0).await? {
-                    Ok(()) => apply_update_statement(self.writer(ns).await?, statement).await,
+            Ok(statement) => match self.retryable_check(statement.get("multi")) {
+                Err(error) => Err(error),
+                Ok(()) => match validate_writable_namespace(&self.namespaces[ns].0) {
+                    Ok(()) => match refuse_view(self.ctx, &self.namespaces[ns].0).await? {
+                        Ok(()) => match self.recorded(idx, StatementKind::Update) {
+                            Some(entry) => Ok(StatementOutcome::recorded(&entry)),
+                            None => apply_update_statement(self.writer(ns).await?, statement).await,
+                        },
+                        Err(error) => Err(error),
+                    },
                     Err(error) => Err(error),
                 },
-                Err(error) => Err(error),
             },
             Err(error) => Err(error.clone()),
         };
@@ -628,12 +736,21 @@ impl<'c> Run<'c, '_> {
 
     /// Runs a delete op; whether the command goes on.
     async fn delete(&mut self, idx: usize, ns: usize, statement: &Document) -> CommandResult<bool> {
-        let outcome = match validate_writable_namespace(&self.namespaces[ns].0) {
-            Ok(()) => match refuse_view(self.ctx, &self.namespaces[ns].0).await? {
-                Ok(()) => apply_delete_statement(self.writer(ns).await?, statement).await,
+        // `delete_statement` made `multi: true` its `limit: 0`.
+        let multi =
+            (statement.get("limit") == Some(&Bson::Int32(0))).then_some(&Bson::Boolean(true));
+        let outcome = match self.retryable_check(multi) {
+            Err(error) => Err(error),
+            Ok(()) => match validate_writable_namespace(&self.namespaces[ns].0) {
+                Ok(()) => match refuse_view(self.ctx, &self.namespaces[ns].0).await? {
+                    Ok(()) => match self.recorded(idx, StatementKind::Delete) {
+                        Some(entry) => Ok(StatementOutcome::recorded(&entry).matched),
+                        None => apply_delete_statement(self.writer(ns).await?, statement).await,
+                    },
+                    Err(error) => Err(error),
+                },
                 Err(error) => Err(error),
             },
-            Err(error) => Err(error),
         };
         match outcome {
             Ok(deleted) => {
@@ -644,6 +761,28 @@ impl<'c> Run<'c, '_> {
             }
             Err(error) => self.failed(idx, error, false),
         }
+    }
+
+    /// mongod's first check of an update or delete op (`multi`: its `multi` field): a retryable
+    /// write may not write many documents in one op.
+    fn retryable_check(&self, multi: Option<&Bson>) -> CommandResult<()> {
+        if self.retry.is_some() && multi == Some(&Bson::Boolean(true)) {
+            return Err(retryable::refuse_bulk_multi());
+        }
+        Ok(())
+    }
+
+    /// In a retryable write, the recorded reply part of the op at `idx` if it already ran
+    /// (answered from it, noted in `retriedStmtIds`); otherwise the writes from now on are that
+    /// op's statement, of `kind`.
+    fn recorded(&self, idx: usize, kind: StatementKind) -> Option<Document> {
+        let retry = self.retry.as_ref()?;
+        let stmt_id = retry.stmt_id(idx);
+        let entry = retry.executed(stmt_id);
+        if entry.is_none() {
+            retry.start_statement(stmt_id, kind);
+        }
+        entry
     }
 
     /// Records a failed update or delete; whether the command goes on (unordered only).

@@ -683,7 +683,7 @@ pub(crate) struct StatementOutcome {
 
 impl StatementOutcome {
     /// The outcome a retryable write recorded for the statement (`commands::retryable`).
-    fn recorded(entry: &Document) -> StatementOutcome {
+    pub(crate) fn recorded(entry: &Document) -> StatementOutcome {
         let count = |field: &str| {
             entry
                 .get(field)

@@ -9,6 +9,7 @@ mod bulk_write;
 mod capped_convert;
 pub mod clustered;
 pub mod collection_defaults;
+pub mod config_transactions;
 pub(crate) mod crud;
 pub mod ddl;
 mod diagnostics;

@@ -1,15 +1,19 @@
-//! Retryable writes (replica-set mode): `insert`, `update`, `delete` and `findAndModify` carrying
-//! `lsid` + `txnNumber`. As mongod's `config.transactions`, every statement that wrote is recorded
-//! under its session, in the same storage commit as its write
+//! Retryable writes (replica-set mode): `insert`, `update`, `delete`, `findAndModify` and
+//! `bulkWrite` carrying `lsid` + `txnNumber`. As mongod's `config.transactions`, every statement
+//! that wrote is recorded under its session, in the same storage commit as its write
 //! ([`crate::storage::Storage::write_recorded`]): `{txnNumber, statements: {<stmtId>: <its
-//! reply part>}}`. A retry of the same `txnNumber` answers recorded statements from the record
-//! (listing them in `retriedStmtIds`) and runs the others; an older `txnNumber` is 225
-//! TransactionTooOld. A statement that wrote nothing (no match, a write error) leaves no record
-//! and runs again when retried, as in mongod.
+//! reply part>}, lastWriteOpTime: {ts, t}, lastWriteDate}`. A retry of the same `txnNumber`
+//! answers recorded statements from the record (listing them in `retriedStmtIds`) and runs the
+//! others; an older `txnNumber` is 225 TransactionTooOld. A statement that wrote nothing (no
+//! match, a write error) leaves no record and runs again when retried, as in mongod. The stored
+//! records are what `config.transactions` lists ([`transactions_documents`]).
 //!
 //! Invariants: commands of one session run one at a time (a per-session lock held for the
 //! whole command), so a retry never overlaps its first attempt; statement ids are the
-//! command's `stmtId` (default 0) plus the statement's position, as mongod numbers them.
+//! command's `stmtIds` when given (`bulkWrite`), else its `stmtId` (default 0) plus the
+//! statement's position, as mongod numbers them; a statement's record is keyed by its stmtId
+//! alone, never by namespace, so one command writing several collections (`bulkWrite`) is
+//! retried whole from one record.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +23,7 @@ use bson::{doc, Bson, Document};
 
 use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::storage::oplog::EntryTime;
 use crate::storage::{RecordSession, SessionRecord, WriteOp, WriteOutcome};
 
 /// Sessions that ran retryable writes since the start: their newest `txnNumber` (a command
@@ -49,6 +54,8 @@ pub(crate) struct RetryableWrite {
     key: Vec<u8>,
     txn_number: i64,
     first_stmt_id: i32,
+    /// The command's `stmtIds`, one per statement position (`bulkWrite`), if given.
+    stmt_ids: Option<Vec<i32>>,
     /// The statements recorded under this `txnNumber`, those of this command included as they
     /// commit (by stmtId as text).
     recorded: Arc<Mutex<Document>>,
@@ -138,6 +145,7 @@ impl RetryableWrite {
             key,
             txn_number,
             first_stmt_id,
+            stmt_ids: None,
             recorded: Arc::new(Mutex::new(recorded)),
             retried: Mutex::new(Vec::new()),
             current: Mutex::new(None),
@@ -146,10 +154,31 @@ impl RetryableWrite {
         }))
     }
 
-    /// The statement id of the statement at `position` in the command.
+    /// The same write, its statements numbered by `stmt_ids` (one per position; the caller
+    /// checked the count, as mongod's `bulk_write_common::validateRequest`).
+    pub(crate) fn with_stmt_ids(mut self, stmt_ids: Option<Vec<i32>>) -> Self {
+        self.stmt_ids = stmt_ids;
+        self
+    }
+
+    /// The statement id of the statement at `position` in the command (mongod's
+    /// `getStatementId`: `stmtIds[position]`, else `stmtId + position`).
     pub(crate) fn stmt_id(&self, position: usize) -> i32 {
+        if let Some(id) = self
+            .stmt_ids
+            .as_ref()
+            .and_then(|ids| ids.get(position).copied())
+        {
+            return id;
+        }
         self.first_stmt_id
             .saturating_add(i32::try_from(position).unwrap_or(i32::MAX))
+    }
+
+    /// Whether statement `stmt_id` ran under this `txnNumber` (not noted as retried; see
+    /// [`RetryableWrite::executed`]).
+    pub(crate) fn was_executed(&self, stmt_id: i32) -> bool {
+        lock(&self.recorded).contains_key(stmt_id.to_string())
     }
 
     /// The documents an insert writes are the statements at `positions`.
@@ -210,7 +239,7 @@ impl RetryableWrite {
         let key = self.key.clone();
         let txn_number = self.txn_number;
         Box::new(
-            move |results: &[crate::storage::StorageResult<WriteOutcome>]| {
+            move |results: &[crate::storage::StorageResult<WriteOutcome>], time: EntryTime| {
                 let mut statements = lock(&recorded);
                 let mut added = false;
                 for (entry, result) in entries.into_iter().zip(results) {
@@ -221,7 +250,12 @@ impl RetryableWrite {
                 }
                 added.then(|| SessionRecord {
                     key,
-                    value: doc! {"txnNumber": txn_number, "statements": statements.clone()},
+                    value: doc! {
+                        "txnNumber": txn_number,
+                        "statements": statements.clone(),
+                        "lastWriteOpTime": {"ts": time.ts, "t": crate::repl::TERM},
+                        "lastWriteDate": bson::DateTime::from_millis(time.wall_ms),
+                    },
                 })
             },
         )
@@ -229,11 +263,53 @@ impl RetryableWrite {
 
     /// Adds `retriedStmtIds` to a reply when some statement was answered from the record.
     pub(crate) fn finish(&self, reply: &mut Document) {
-        let retried = lock(&self.retried);
+        let retried = self.retried_stmt_ids();
         if !retried.is_empty() {
-            reply.insert("retriedStmtIds", retried.clone());
+            reply.insert("retriedStmtIds", retried);
         }
     }
+
+    /// The statements answered from the record so far, in the order they were.
+    pub(crate) fn retried_stmt_ids(&self) -> Vec<i32> {
+        lock(&self.retried).clone()
+    }
+}
+
+/// `config.transactions` as mongod keeps it (session_txn_record.idl, a retryable write's
+/// fields): one document per stored session record, `{_id: {id, uid}, txnNum, lastWriteOpTime,
+/// lastWriteDate}`, in session-key order.
+pub(crate) fn transactions_documents(records: Vec<(Vec<u8>, Document)>) -> Vec<Document> {
+    records
+        .into_iter()
+        .filter_map(|(key, record)| {
+            let (id, uid) = (key.get(..16)?, key.get(16..)?);
+            let uid = if uid.is_empty() {
+                no_user_uid()
+            } else {
+                uid.to_vec()
+            };
+            let mut document = doc! {
+                "_id": {
+                    "id": bson::Binary { subtype: BinarySubtype::Uuid, bytes: id.to_vec() },
+                    "uid": bson::Binary { subtype: BinarySubtype::Generic, bytes: uid },
+                },
+                "txnNum": record.get_i64("txnNumber").ok()?,
+            };
+            for field in ["lastWriteOpTime", "lastWriteDate"] {
+                if let Some(value) = record.get(field) {
+                    document.insert(field, value.clone());
+                }
+            }
+            Some(document)
+        })
+        .collect()
+}
+
+/// [`NO_USER_UID`] as bytes.
+fn no_user_uid() -> Vec<u8> {
+    (0..NO_USER_UID.len() / 2)
+        .filter_map(|at| u8::from_str_radix(NO_USER_UID.get(at * 2..at * 2 + 2)?, 16).ok())
+        .collect()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -312,6 +388,15 @@ pub(crate) fn session_key(body: &Document) -> CommandResult<(Vec<u8>, String)> {
         _ => NO_USER_UID.to_owned(),
     };
     Ok((key, format!("{shown_id} - {uid}")))
+}
+
+/// mongod's refusal of a `multi: true` update or delete op in a retryable `bulkWrite`
+/// (bulk_write.cpp: the op fails, not the command).
+pub(crate) fn refuse_bulk_multi() -> CommandError {
+    CommandError::new(
+        ErrorCode::InvalidOptions,
+        "Cannot use retryable writes with multi=true",
+    )
 }
 
 /// mongod's refusal of statements that may write many documents under a retryable write.

@@ -443,8 +443,8 @@ const BULK_WRITE: Args = Args {
         arg("cursor", Object),
         arg("bypassDocumentValidation", SafeBool),
         arg("ordered", Bool),
-        // mongos's per-op statement ids (retryable writes, which a standalone never runs).
-        refused("stmtIds", Array),
+        // Per-op statement ids of a retryable write (`bulk_write::read_stmt_ids` checks them).
+        arg("stmtIds", Array),
         arg("let", Object),
         arg("errorsOnly", Bool),
         no_op("bypassEmptyTsReplacement", OptionalBool),

@@ -261,6 +261,10 @@ async fn route(
     let Some(ns) = named_namespace(ctx, body) else {
         return Ok(None);
     };
+    // `config.transactions` is read like a view of the session records.
+    if let Some(reply) = crate::commands::config_transactions::read(ctx, name, body, &ns).await? {
+        return Ok(Some(reply));
+    }
     if name == "create" && (body.contains_key("viewOn") || body.contains_key("pipeline")) {
         return create(ctx, body, &ns)
             .await
@@ -831,7 +835,7 @@ fn first_batch(reply: Reply) -> CommandResult<Vec<Document>> {
 }
 
 /// `find`, `count`, `distinct` or `aggregate` of view `view`.
-async fn read(
+pub(crate) async fn read(
     ctx: &CommandContext<'_>,
     name: &str,
     body: &Document,

@@ -390,9 +390,8 @@ pub fn hello_wait(state: &ServerState, body: &Document) -> CommandResult<Option<
     Ok(Some(Duration::from_millis(max_await_ms as u64)))
 }
 
-/// The commands that may carry `txnNumber` outside a transaction (mongod's retryable writes;
-/// `bulkWrite` is not one here yet).
-const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify"];
+/// The commands that may carry `txnNumber` outside a transaction (mongod's retryable writes).
+const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify", "bulkWrite"];
 
 /// Checks a command's session options (`txnNumber`, `startTransaction`, `autocommit`): refused
 /// on a standalone server (20, as mongod); in replica-set mode `txnNumber` is accepted on the
@@ -418,12 +417,6 @@ pub fn check_session_options(
     if body.contains_key("startTransaction") || body.contains_key("autocommit") {
         // Multi-document transactions: `crate::txn` checks the rest.
         return Ok(());
-    }
-    if command == "bulkWrite" {
-        return Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway does not support retryable writes (txnNumber) on bulkWrite yet",
-        ));
     }
     if !RETRYABLE_COMMANDS.contains(&command) {
         return Err(CommandError::new(

@@ -473,9 +473,11 @@ pub struct ScanRequest {
 }
 
 /// A session record to store with a write ([`Storage::write_recorded`]): built from the
-/// operations' results, `None` to store nothing.
-pub type RecordSession =
-    Box<dyn FnOnce(&[StorageResult<WriteOutcome>]) -> Option<SessionRecord> + Send>;
+/// operations' results and the time of the batch's last write (its cluster time, as its oplog
+/// entry has it, and the wall clock), `None` to store nothing.
+pub type RecordSession = Box<
+    dyn FnOnce(&[StorageResult<WriteOutcome>], oplog::EntryTime) -> Option<SessionRecord> + Send,
+>;
 
 /// What [`Storage::write_recorded`] stores: a document under a caller-chosen key.
 #[derive(Clone, Debug, PartialEq)]
@@ -832,6 +834,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// `DuplicateKey`, ...) fails the whole commit with its error and nothing of it is stored.
     /// Committed alone (never grouped with other writes), so its failure costs no one else.
     async fn commit_transaction(&self, commit: TransactionCommit) -> StorageResult<()>;
+    /// Every stored session record, as `(key, record)` in key order (`config.transactions`).
+    async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>>;
     /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
     /// they point to for which `expired` holds, with all its index and expiry entries, as one
     /// atomic background write (see [`WriteOptions::background`]). A document is judged as read

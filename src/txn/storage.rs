@@ -1105,6 +1105,10 @@ impl Storage for TxnStorage {
         self.base.session_record(key).await
     }
 
+    async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
+        self.base.session_records().await
+    }
+
     async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>> {
         Ok(Arc::clone(&self.snapshot))
     }

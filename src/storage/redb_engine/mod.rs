@@ -715,7 +715,7 @@ impl Storage for RedbStorage {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
-        self.write_recorded(ns, ops, options, Box::new(|_| None))
+        self.write_recorded(ns, ops, options, Box::new(|_, _| None))
             .await
     }
 
@@ -731,7 +731,9 @@ impl Storage for RedbStorage {
         let ns = ns.clone();
         self.submit(options, bytes, move |batch| {
             let results = apply::write(batch, &ns, ops, options.ordered, None)?;
-            if let Some(session) = record(&results) {
+            // Every successful write took a time: the newest is this batch's last write's.
+            let time = crate::storage::oplog::EntryTime::now(batch.counters.last_timestamp);
+            if let Some(session) = record(&results, time) {
                 apply::put_session_record(batch, &session)?;
             }
             Ok(results)
@@ -795,6 +797,11 @@ impl Storage for RedbStorage {
             Ok(())
         })
         .await
+    }
+
+    async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
+        self.read(|| async { read::session_records(&self.shared) })
+            .await
     }
 
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {

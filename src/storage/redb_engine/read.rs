@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bson::Document;
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableError};
 
 use super::catalog::Catalog;
 use super::catalog::{CollectionEntry, IndexEntry};
@@ -124,6 +124,24 @@ pub(super) fn session_record(shared: &Shared, key: &[u8]) -> StorageResult<Optio
     bson::from_slice(value.value())
         .map(Some)
         .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))
+}
+
+/// Every session record, in key order (`Storage::session_records`).
+pub(super) fn session_records(shared: &Shared) -> StorageResult<Vec<(Vec<u8>, Document)>> {
+    let txn = begin(shared)?;
+    let table = match txn.open_table(SESSIONS) {
+        Ok(table) => table,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(error) => return Err(io(error)),
+    };
+    let mut records = Vec::new();
+    for entry in table.iter().map_err(io)? {
+        let (key, value) = entry.map_err(io)?;
+        let record = bson::from_slice(value.value())
+            .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))?;
+        records.push((key.value().to_vec(), record));
+    }
+    Ok(records)
 }
 
 /// A contract range as a range over stored keys: lower bound Included or Unbounded, upper bound

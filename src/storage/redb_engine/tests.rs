@@ -1514,7 +1514,7 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                     ordered: false,
                     ..ORDERED
                 },
-                Box::new(|results| {
+                Box::new(|results, _| {
                     let done = results.iter().filter(|result| result.is_ok()).count();
                     Some(SessionRecord {
                         key: b"session-a".to_vec(),
@@ -1530,7 +1530,7 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                 &ns("c"),
                 vec![insert(doc! {"_id": 2})],
                 ORDERED,
-                Box::new(|_| None),
+                Box::new(|_, _| None),
             )
             .await
             .unwrap();
@@ -1540,6 +1540,10 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
     assert_eq!(
         storage.session_record(b"session-a").await.unwrap(),
         Some(doc! {"txnNumber": 7_i64, "n": 1})
+    );
+    assert_eq!(
+        storage.session_records().await.unwrap(),
+        vec![(b"session-a".to_vec(), doc! {"txnNumber": 7_i64, "n": 1})]
     );
     assert_eq!(
         scan_all(&storage, &ns("c"), ScanSource::Collection, false, 10)
