@@ -760,3 +760,166 @@ async fn committed_transactions_reach_the_oplog_and_change_streams_with_their_se
     assert_eq!(entries, 2);
     server.stop().await;
 }
+
+/// A document's `v` as the model sees it: its values (one, or an array's elements).
+fn values_of(document: &Document) -> Vec<i32> {
+    match document.get("v") {
+        Some(Bson::Int32(v)) => vec![*v],
+        Some(Bson::Array(items)) => items.iter().filter_map(Bson::as_i32).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `{v: {$gte: low, $lte: high}}` as MongoDB matches it: for an array, some element satisfies
+/// each bound (not necessarily the same one).
+fn in_model_range(document: &Document, low: i32, high: i32) -> bool {
+    let values = values_of(document);
+    values.iter().any(|v| *v >= low) && values.iter().any(|v| *v <= high)
+}
+
+#[tokio::test]
+async fn reads_inside_a_transaction_match_a_model_of_its_writes() {
+    use futures::TryStreamExt;
+    use std::collections::BTreeMap;
+    let (server, _clock) = rs_server().await;
+    let client = server.client();
+    let mut rng = common::Rng(0x7ea5_0001);
+    for round in 0..6 {
+        let coll: Collection<Document> = client.database("model").collection(&format!("c{round}"));
+        coll.create_index(mongodb::IndexModel::builder().keys(doc! {"v": 1}).build())
+            .await
+            .unwrap();
+        let value = |rng: &mut common::Rng| -> Bson {
+            if rng.below(4) == 0 {
+                Bson::Array(
+                    (0..1 + rng.below(3))
+                        .map(|_| Bson::Int32(rng.below(8) as i32))
+                        .collect(),
+                )
+            } else {
+                Bson::Int32(rng.below(8) as i32)
+            }
+        };
+        let mut model: BTreeMap<i32, Document> = BTreeMap::new();
+        for id in 0..25 {
+            let document = doc! {"_id": id, "v": value(&mut rng)};
+            model.insert(id, document.clone());
+            coll.insert_one(document).await.unwrap();
+        }
+        let mut session = client.start_session().await.unwrap();
+        session.start_transaction().await.unwrap();
+        for step in 0..40 {
+            let id = rng.below(35) as i32;
+            match rng.below(3) {
+                0 => {
+                    let document = doc! {"_id": id, "v": value(&mut rng)};
+                    let inserted = coll
+                        .insert_one(document.clone())
+                        .session(&mut session)
+                        .await;
+                    if model.contains_key(&id) {
+                        // A duplicate _id ends the transaction: the model rolls back to what
+                        // is committed, and a fresh transaction goes on.
+                        assert!(inserted.is_err(), "round {round} step {step}");
+                        let _ = session.abort_transaction().await;
+                        session.start_transaction().await.unwrap();
+                        model.clear();
+                        for committed in ids(&coll, Some(&mut session)).await {
+                            let found = coll
+                                .find_one(doc! {"_id": committed.clone()})
+                                .session(&mut session)
+                                .await
+                                .unwrap()
+                                .unwrap();
+                            model.insert(committed.as_i32().unwrap(), found);
+                        }
+                        continue;
+                    }
+                    inserted.unwrap();
+                    model.insert(id, document);
+                }
+                1 => {
+                    let v = value(&mut rng);
+                    let result = coll
+                        .update_one(doc! {"_id": id}, doc! {"$set": {"v": v.clone()}})
+                        .session(&mut session)
+                        .await
+                        .unwrap();
+                    assert_eq!(result.matched_count, u64::from(model.contains_key(&id)));
+                    if let Some(document) = model.get_mut(&id) {
+                        document.insert("v", v);
+                    }
+                }
+                _ => {
+                    let result = coll
+                        .delete_one(doc! {"_id": id})
+                        .session(&mut session)
+                        .await
+                        .unwrap();
+                    assert_eq!(result.deleted_count, u64::from(model.remove(&id).is_some()));
+                }
+            }
+            let low = rng.below(8) as i32;
+            let high = low + rng.below(4) as i32;
+            let expected: Vec<Document> = model
+                .values()
+                .filter(|document| in_model_range(document, low, high))
+                .cloned()
+                .collect();
+            for hint in [doc! {"v": 1}, doc! {"$natural": 1}] {
+                let mut cursor = coll
+                    .find(doc! {"v": {"$gte": low, "$lte": high}})
+                    .sort(doc! {"_id": 1})
+                    .hint(mongodb::options::Hint::Keys(hint.clone()))
+                    .batch_size(3)
+                    .session(&mut session)
+                    .await
+                    .unwrap();
+                let got: Vec<Document> = cursor.stream(&mut session).try_collect().await.unwrap();
+                assert_eq!(
+                    got, expected,
+                    "round {round} step {step} hint {hint} [{low}, {high}]"
+                );
+            }
+            let counted = coll
+                .count_documents(doc! {"v": {"$gte": low, "$lte": high}})
+                .session(&mut session)
+                .await
+                .unwrap();
+            assert_eq!(counted, expected.len() as u64, "round {round} step {step}");
+            // The index order inside the transaction is the model's (v, _id) order of index keys.
+            let mut cursor = coll
+                .find(doc! {"v": {"$gte": low, "$lte": high}, "_id": {"$type": "int"}})
+                .sort(doc! {"v": 1})
+                .hint(mongodb::options::Hint::Keys(doc! {"v": 1}))
+                .batch_size(2)
+                .session(&mut session)
+                .await
+                .unwrap();
+            let sorted: Vec<Document> = cursor.stream(&mut session).try_collect().await.unwrap();
+            let mut got_ids: Vec<i32> = sorted.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+            got_ids.sort_unstable();
+            let expected_ids: Vec<i32> =
+                expected.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+            assert_eq!(
+                got_ids, expected_ids,
+                "round {round} step {step}: sorted by v"
+            );
+        }
+        session.commit_transaction().await.unwrap();
+        let committed: Vec<Document> = coll
+            .find(doc! {})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            committed,
+            model.values().cloned().collect::<Vec<_>>(),
+            "round {round}"
+        );
+    }
+    server.stop().await;
+}

@@ -510,6 +510,40 @@ pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult
             )))
         }
     }
+    for field in read_concern.keys() {
+        if ![
+            "level",
+            "afterClusterTime",
+            "atClusterTime",
+            "afterOpTime",
+            "provenance",
+        ]
+        .contains(&field.as_str())
+        {
+            return Err(CommandError::new(
+                ErrorCode::FailedToParse,
+                format!("Unrecognized option in readConcern: {field}"),
+            ));
+        }
+    }
+    if read_concern.contains_key("atClusterTime") {
+        if read_concern.get_str("level") != Ok("snapshot") {
+            return Err(CommandError::new(
+                ErrorCode::InvalidOptions,
+                "atClusterTime field can be set only if level is equal to snapshot",
+            ));
+        }
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support readConcern atClusterTime: a one-member set keeps no history to read at a past time",
+        ));
+    }
+    if read_concern.contains_key("afterOpTime") {
+        return Err(CommandError::new(
+            ErrorCode::InvalidOptions,
+            "The readConcern cannot specify 'afterOpTime'",
+        ));
+    }
     let after = match read_concern.get("afterClusterTime") {
         None => return Ok(()),
         Some(Bson::Timestamp(after)) => *after,
