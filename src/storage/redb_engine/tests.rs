@@ -1672,3 +1672,88 @@ async fn with_an_oplog_every_write_and_expiry_appends_an_entry_in_the_same_commi
         .all(|entry| entry.get("_id") == entry.get("ts")));
     assert_eq!(storage.cluster_time(), *times.last().unwrap());
 }
+
+#[tokio::test]
+async fn a_snapshot_sees_neither_later_writes_nor_later_collections() {
+    let storage = RedbStorage::in_memory().unwrap();
+    let (a, b) = (ns("snap_a"), ns("snap_b"));
+    write_ok(&storage, &a, vec![insert(doc! {"_id": 1, "v": 1})]).await;
+    let snapshot = storage.snapshot().await.unwrap();
+    let rev = storage.get(&a, &Bson::Int32(1)).await.unwrap().unwrap().rev;
+    write_ok(
+        &storage,
+        &a,
+        vec![
+            replace(1, rev, doc! {"_id": 1, "v": 2}),
+            insert(doc! {"_id": 2}),
+        ],
+    )
+    .await;
+    write_ok(&storage, &b, vec![insert(doc! {"_id": 1})]).await;
+    let seen = snapshot.get(&a, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(seen.doc.document(), &doc! {"_id": 1, "v": 1});
+    assert!(snapshot.get(&a, &Bson::Int32(2)).await.unwrap().is_none());
+    assert!(snapshot.collection(&b).is_none());
+    assert_eq!(snapshot.list_collections("enginetest").len(), 1);
+    let counted = snapshot.count_entries(&a, Vec::new()).await.unwrap();
+    assert_eq!(counted.documents, 1);
+}
+
+#[tokio::test]
+async fn a_failing_transaction_commit_leaves_nothing_and_costs_no_one_else() {
+    let storage = Arc::new(RedbStorage::in_memory().unwrap());
+    let (a, created) = (ns("txn_a"), ns("txn_created"));
+    write_ok(storage.as_ref(), &a, vec![insert(doc! {"_id": 1, "v": 1})]).await;
+    let rev = storage.get(&a, &Bson::Int32(1)).await.unwrap().unwrap().rev;
+    let commit = |expected_rev: u64| crate::storage::TransactionCommit {
+        creates: vec![(created.clone(), Document::new(), Vec::new())],
+        writes: vec![
+            (created.clone(), vec![insert(doc! {"_id": "x"})], None),
+            (
+                a.clone(),
+                vec![
+                    insert(doc! {"_id": 2}),
+                    replace(1, expected_rev, doc! {"_id": 1, "v": 10}),
+                ],
+                None,
+            ),
+        ],
+        session: doc! {"txnNumber": 1_i64},
+        record: None,
+        force_durable: false,
+    };
+    // A stale revision fails the last operation: the collection created, the insert before it
+    // and everything else of the commit are rolled back, while concurrent writes commit.
+    let concurrent = {
+        let storage = Arc::clone(&storage);
+        let a = a.clone();
+        tokio::spawn(async move {
+            for id in 100..150 {
+                write_ok(storage.as_ref(), &a, vec![insert(doc! {"_id": id})]).await;
+            }
+        })
+    };
+    let failed = storage.commit_transaction(commit(rev + 1_000)).await;
+    assert_eq!(failed, Err(StorageError::WriteConflict));
+    concurrent.await.unwrap();
+    assert!(storage.collection(&created).await.unwrap().is_none());
+    assert!(storage.get(&a, &Bson::Int32(2)).await.unwrap().is_none());
+    let one = storage.get(&a, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(one.doc.document(), &doc! {"_id": 1, "v": 1});
+    assert_eq!(
+        scan_all(storage.as_ref(), &a, ScanSource::Collection, false, 64)
+            .await
+            .len(),
+        51
+    );
+    // With the right revision everything applies at once.
+    storage.commit_transaction(commit(rev)).await.unwrap();
+    assert!(storage
+        .get(&created, &Bson::from("x"))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(storage.get(&a, &Bson::Int32(2)).await.unwrap().is_some());
+    let one = storage.get(&a, &Bson::Int32(1)).await.unwrap().unwrap();
+    assert_eq!(one.doc.document(), &doc! {"_id": 1, "v": 10});
+}

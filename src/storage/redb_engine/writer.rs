@@ -580,6 +580,32 @@ mod tests {
         }
     }
 
+    fn alone(tag: usize) -> Job {
+        Job {
+            alone: true,
+            ..job(tag, false)
+        }
+    }
+
+    #[test]
+    fn a_job_to_commit_alone_gets_a_group_of_its_own() {
+        let (sender, receiver) = mpsc::channel();
+        let mut queue = Queue::new(receiver);
+        for job in [job(1, false), alone(2), job(3, false), job(4, true)] {
+            sender.send(job).unwrap();
+        }
+        // The group closes before the lone job, which is held for the next group.
+        assert_eq!(tags(queue.next_group(None)), vec![1]);
+        assert_eq!(tags(queue.next_group(None)), vec![2]);
+        assert_eq!(tags(queue.next_group(None)), vec![3, 4]);
+        // First in the queue, it is alone too: neither foreground nor background jobs join it.
+        sender.send(alone(5)).unwrap();
+        sender.send(job(6, false)).unwrap();
+        sender.send(job(7, true)).unwrap();
+        assert_eq!(tags(queue.next_group(None)), vec![5]);
+        assert_eq!(tags(queue.next_group(None)), vec![6, 7]);
+    }
+
     fn tags(wait: Wait) -> Vec<usize> {
         match wait {
             Wait::Ready(group) => group.iter().map(|job| job.bytes).collect(),
