@@ -160,3 +160,52 @@ async fn a_write_larger_than_the_oplog_is_still_logged() {
         .unwrap();
     assert_eq!(first_batch(&reply).len(), 1);
 }
+
+#[tokio::test]
+async fn a_tailable_await_data_cursor_on_the_oplog_wakes_for_a_new_entry() {
+    let server = TestServer::start_with(Config {
+        oplog_size_mb: Some(16),
+        ..test_config()
+    })
+    .await;
+    let client = server.client();
+    let local = client.database("local");
+    let opened = local
+        .run_command(doc! {"find": "oplog.rs", "filter": {"ns": "app.tail"}, "tailable": true, "awaitData": true})
+        .await
+        .unwrap();
+    let id = opened
+        .get_document("cursor")
+        .unwrap()
+        .get_i64("id")
+        .unwrap();
+    assert_ne!(id, 0);
+    let writer = {
+        let db = client.database("app");
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            // An ordinary (not capped) collection: only the engine's oplog append can wake the
+            // cursor.
+            db.run_command(doc! {"insert": "tail", "documents": [{"_id": 1}]})
+                .await
+                .unwrap();
+        })
+    };
+    // The wait (up to 30 s) ends with the new entry, not with an empty batch at the timeout.
+    let more = local
+        .run_command(doc! {"getMore": id, "collection": "oplog.rs", "maxTimeMS": 30_000})
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    let batch = more
+        .get_document("cursor")
+        .unwrap()
+        .get_array("nextBatch")
+        .unwrap();
+    let ops: Vec<&str> = batch
+        .iter()
+        .map(|entry| entry.as_document().unwrap().get_str("op").unwrap())
+        .collect();
+    assert!(ops.contains(&"i"), "{more}");
+    server.stop().await;
+}

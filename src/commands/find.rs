@@ -419,8 +419,15 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
         _ => crate::capped::DEFAULT_AWAIT_MS,
     };
     let before = cursor.scan_stats();
+    // Clients insert into capped collections through `crud`, which notifies `INSERTED`; the
+    // oplog is appended to by the engine, which notifies `oplog_appended`.
+    let appended = if cursor.collection == Some(crate::storage::oplog::oplog_namespace()) {
+        ctx.state.storage.oplog_appended()
+    } else {
+        &crate::capped::INSERTED
+    };
     // Registered before reading, so an insert between the read and the wait still wakes it.
-    let mut inserted = std::pin::pin!(crate::capped::INSERTED.notified());
+    let mut inserted = std::pin::pin!(appended.notified());
     inserted.as_mut().enable();
     let mut read = read_more(ctx, &mut cursor, batch_size).await?;
     if cursor.await_data {
@@ -432,7 +439,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             {
                 break;
             }
-            inserted.set(crate::capped::INSERTED.notified());
+            inserted.set(appended.notified());
             inserted.as_mut().enable();
             read = read_more(ctx, &mut cursor, batch_size).await?;
         }
