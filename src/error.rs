@@ -108,6 +108,8 @@ error_codes! {
     ConflictingOperationInProgress = 117,
     CommandFailed = 125,
     Location50791 = 50791,
+    Location5255000 = 5255000,
+    Location5255001 = 5255001,
     Location50739 = 50739,
     Location50740 = 50740,
     Location50741 = 50741,

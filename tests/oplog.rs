@@ -162,6 +162,37 @@ async fn a_write_larger_than_the_oplog_is_still_logged() {
 }
 
 #[tokio::test]
+async fn the_oplog_cannot_be_dropped() {
+    let server = TestServer::start_with(Config {
+        oplog_size_mb: Some(16),
+        ..test_config()
+    })
+    .await;
+    let local = server.client().database("local");
+    let (code, _, message) = command_error(local.run_command(doc! {"drop": "oplog.rs"}).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            5255001,
+            "can't drop oplog on storage engines that support replSetResizeOplog command"
+        )
+    );
+    server.stop().await;
+    let server = TestServer::start_with(Config {
+        repl_set: Some("rs0".to_owned()),
+        ..test_config()
+    })
+    .await;
+    let local = server.client().database("local");
+    let (code, _, message) = command_error(local.run_command(doc! {"drop": "oplog.rs"}).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (5255000, "can't drop live oplog while replicating")
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_tailable_await_data_cursor_on_the_oplog_wakes_for_a_new_entry() {
     let server = TestServer::start_with(Config {
         oplog_size_mb: Some(16),

@@ -184,6 +184,20 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     crate::commands::operations::check_profile_drop(ctx, &ns)?;
+    if ns == crate::storage::oplog::oplog_namespace() {
+        // mongod's drop_collection.cpp: the live oplog stays; a standalone's engine resizes it
+        // (replSetResizeOplog) rather than drop it.
+        return Err(match ctx.state.repl {
+            Some(_) => CommandError::new(
+                ErrorCode::Location5255000,
+                "can't drop live oplog while replicating",
+            ),
+            None => CommandError::new(
+                ErrorCode::Location5255001,
+                "can't drop oplog on storage engines that support replSetResizeOplog command",
+            ),
+        });
+    }
     let storage = ctx.storage();
     let Some(meta) = storage.collection(&ns).await? else {
         return Err(CommandError::new(
