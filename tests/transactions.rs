@@ -287,6 +287,13 @@ async fn a_write_conflict_is_transient_and_retrying_succeeds() {
         .unwrap_err();
     assert_eq!(code(&conflict), 112);
     assert!(labels(&conflict).contains(&"TransientTransactionError".to_string()));
+    let mongodb::error::ErrorKind::Command(ref command) = *conflict.kind else {
+        panic!("{conflict:?}")
+    };
+    assert_eq!(
+        command.message,
+        "WriteConflict error: this operation conflicted with another operation. Please retry your operation or multi-document transaction."
+    );
     // Its transaction is gone.
     let gone = second.commit_transaction().await.unwrap_err();
     assert_eq!(code(&gone), 251);

@@ -429,6 +429,10 @@ impl<'a> WriteContext<'a> {
             };
             match self.write_one(op, Some(record.doc.document())).await {
                 Ok(_) => return Ok(Updated::Modified(document)),
+                // In a transaction a conflict is final: its snapshot will not change.
+                Err(error @ StorageError::WriteConflict) if self.ctx.txn.is_some() => {
+                    return Err(error.into())
+                }
                 Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
                     Some(fresh) => record = fresh,
                     None => return Ok(Updated::Gone),
@@ -454,6 +458,9 @@ impl<'a> WriteContext<'a> {
             };
             match self.write_one(op, Some(record.doc.document())).await {
                 Ok(_) => return Ok(Some(record.doc.into_document())),
+                Err(error @ StorageError::WriteConflict) if self.ctx.txn.is_some() => {
+                    return Err(error.into())
+                }
                 Err(StorageError::WriteConflict) => match self.reread(&id, filter).await? {
                     Some(fresh) => record = fresh,
                     None => return Ok(None),

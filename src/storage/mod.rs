@@ -614,7 +614,8 @@ pub enum StorageError {
         key_pattern: Box<Document>,
         key_value: Box<Document>,
     },
-    #[error("the document was changed by another operation")]
+    /// Rendered as mongod's WriteConflict message.
+    #[error("WriteConflict error: this operation conflicted with another operation. Please retry your operation or multi-document transaction.")]
     WriteConflict,
     #[error("{0}")]
     InvalidIndex(String),
