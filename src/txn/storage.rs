@@ -498,15 +498,8 @@ impl TxnStorage {
                     }
                     match supersede {
                         Some(rule) if raw_holds(rule, &record) => {
-                            self.claim(ns, &other_id, &other_key, Some(record.rev))
-                                .await?;
-                            self.stage(
-                                ns,
-                                other_key,
-                                other_id,
-                                Some(Some(record.rev)),
-                                StagedWrite::deleted(),
-                            );
+                            let target = (other_id, other_key, Some(Some(record.rev)));
+                            Box::pin(self.put(ns, meta, target, StagedWrite::deleted())).await?;
                             superseded += 1;
                         }
                         _ => return Err(keyer.duplicate_key(ns, document, &key)),
@@ -515,6 +508,29 @@ impl TxnStorage {
             }
         }
         Ok(superseded)
+    }
+
+    /// Stages a document's new state after checking its unique keys and claiming it (`target`:
+    /// its `_id`, `_id` key and, if not written yet, snapshot revision); returns its staged
+    /// revision and how many expired documents it superseded.
+    async fn put(
+        &self,
+        ns: &Namespace,
+        meta: &CollectionMeta,
+        (id, id_key, base_rev): (Bson, Vec<u8>, Option<Option<u64>>),
+        write: StagedWrite,
+    ) -> StorageResult<(u64, u32)> {
+        let superseded = match &write.now {
+            Some((doc, _)) => {
+                self.check_unique(ns, meta, doc, &id_key, write.supersede.as_ref())
+                    .await?
+            }
+            None => 0,
+        };
+        if let Some(base_rev) = base_rev {
+            self.claim(ns, &id, &id_key, base_rev).await?;
+        }
+        Ok((self.stage(ns, id_key, id, base_rev, write), superseded))
     }
 
     async fn write_one(
@@ -539,23 +555,19 @@ impl TxnStorage {
                         _ => return Err(id_duplicate(ns, &id)),
                     }
                 }
-                superseded += self
-                    .check_unique(ns, meta, &doc, &id_key, supersede.as_ref())
+                let (rev, more) = self
+                    .put(
+                        ns,
+                        meta,
+                        (id, id_key, base_rev),
+                        StagedWrite {
+                            now: Some((doc, write_meta)),
+                            supersede,
+                            replacement: false,
+                        },
+                    )
                     .await?;
-                if let Some(base_rev) = base_rev {
-                    self.claim(ns, &id, &id_key, base_rev).await?;
-                }
-                let rev = self.stage(
-                    ns,
-                    id_key,
-                    id,
-                    base_rev,
-                    StagedWrite {
-                        now: Some((doc, write_meta)),
-                        supersede,
-                        replacement: false,
-                    },
-                );
+                superseded += more;
                 Ok(WriteOutcome::Inserted { rev, superseded })
             }
             WriteOp::Replace {
@@ -571,23 +583,18 @@ impl TxnStorage {
                 if current.as_ref().map(|record| record.rev) != Some(expected_rev) {
                     return Err(StorageError::WriteConflict);
                 }
-                let superseded = self
-                    .check_unique(ns, meta, &doc, &id_key, supersede.as_ref())
+                let (rev, superseded) = self
+                    .put(
+                        ns,
+                        meta,
+                        (id, id_key, base_rev),
+                        StagedWrite {
+                            now: Some((doc, write_meta)),
+                            supersede,
+                            replacement,
+                        },
+                    )
                     .await?;
-                if let Some(base_rev) = base_rev {
-                    self.claim(ns, &id, &id_key, base_rev).await?;
-                }
-                let rev = self.stage(
-                    ns,
-                    id_key,
-                    id,
-                    base_rev,
-                    StagedWrite {
-                        now: Some((doc, write_meta)),
-                        supersede,
-                        replacement,
-                    },
-                );
                 Ok(WriteOutcome::Replaced { rev, superseded })
             }
             WriteOp::Delete { id, expected_rev } => {
@@ -599,10 +606,8 @@ impl TxnStorage {
                 if expected_rev.is_some_and(|rev| rev != current.rev) {
                     return Err(StorageError::WriteConflict);
                 }
-                if let Some(base_rev) = base_rev {
-                    self.claim(ns, &id, &id_key, base_rev).await?;
-                }
-                self.stage(ns, id_key, id, base_rev, StagedWrite::deleted());
+                self.put(ns, meta, (id, id_key, base_rev), StagedWrite::deleted())
+                    .await?;
                 Ok(WriteOutcome::Deleted)
             }
         }

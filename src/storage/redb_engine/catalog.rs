@@ -36,6 +36,21 @@ pub(super) struct Catalog {
     pub collections: BTreeMap<Namespace, Arc<CollectionEntry>>,
 }
 
+impl Catalog {
+    /// The collections of `db`, sorted by name.
+    pub fn metas_of(&self, db: &str) -> Vec<CollectionMeta> {
+        self.collections
+            .values()
+            .filter(|entry| entry.meta.ns.db == db)
+            .map(|entry| entry.meta.clone())
+            .collect()
+    }
+
+    pub fn meta(&self, ns: &Namespace) -> Option<CollectionMeta> {
+        self.collections.get(ns).map(|entry| entry.meta.clone())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(super) struct CollectionEntry {
     pub id: u64,

@@ -317,21 +317,11 @@ impl fmt::Debug for RedbSnapshot {
 #[async_trait]
 impl Snapshot for RedbSnapshot {
     fn list_collections(&self, db: &str) -> Vec<CollectionMeta> {
-        self.view
-            .catalog
-            .collections
-            .values()
-            .filter(|entry| entry.meta.ns.db == db)
-            .map(|entry| entry.meta.clone())
-            .collect()
+        self.view.catalog.metas_of(db)
     }
 
     fn collection(&self, ns: &Namespace) -> Option<CollectionMeta> {
-        self.view
-            .catalog
-            .collections
-            .get(ns)
-            .map(|entry| entry.meta.clone())
+        self.view.catalog.meta(ns)
     }
 
     async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
@@ -485,23 +475,11 @@ impl Storage for RedbStorage {
     }
 
     async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>> {
-        Ok(self
-            .shared
-            .catalog()
-            .collections
-            .values()
-            .filter(|entry| entry.meta.ns.db == db)
-            .map(|entry| entry.meta.clone())
-            .collect())
+        Ok(self.shared.catalog().metas_of(db))
     }
 
     async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>> {
-        Ok(self
-            .shared
-            .catalog()
-            .collections
-            .get(ns)
-            .map(|entry| entry.meta.clone()))
+        Ok(self.shared.catalog().meta(ns))
     }
 
     async fn create_collection(
