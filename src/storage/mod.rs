@@ -563,8 +563,9 @@ pub struct ScanPage {
     /// The position of the last entry the page visited, whether or not more follow: a
     /// tailable cursor resumes after it once new documents arrive (`None` if none was visited).
     pub last: Option<Vec<u8>>,
-    /// Collection scans of a capped collection only: the position of each record, in step with
-    /// `records` (empty for every other scan).
+    /// Collection scans of a capped collection, and every [`Snapshot`] scan: the position of
+    /// each record (its stored key, what `resume_after` takes), in step with `records` (empty
+    /// for every other scan).
     pub positions: Vec<Vec<u8>>,
     /// Collection scans of a capped collection only: `resume_after` names a position whose
     /// document is gone (rolled over or deleted); the page is empty and the scan cannot go on
@@ -679,7 +680,20 @@ pub trait Snapshot: Send + Sync + fmt::Debug {
     fn list_collections(&self, db: &str) -> Vec<CollectionMeta>;
     fn collection(&self, ns: &Namespace) -> Option<CollectionMeta>;
     async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>>;
+    /// [`Storage::scan`], with `ScanPage::positions` filled for every scan: each record's
+    /// position, in the same order as `resume_after` keys.
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage>;
+    /// The position a scan of index `index` (`_id_`, or `Collection` scans, with
+    /// `IndexSpec::ID_INDEX_NAME`) gives an entry with `index_key` for the document with `_id`
+    /// key `id_key`, whether or not it is stored: positions of stored entries and of such
+    /// entries order as the scan does. `None` for an unknown index.
+    fn entry_position(
+        &self,
+        ns: &Namespace,
+        index: &str,
+        index_key: &[u8],
+        id_key: &[u8],
+    ) -> Option<Vec<u8>>;
     async fn count_entries(
         &self,
         ns: &Namespace,

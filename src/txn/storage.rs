@@ -14,9 +14,9 @@
 //!   one fails at commit, when the engine finds the revision it read has changed.
 //! - Staged documents carry revisions of their own, from [`LOCAL_REVS`] up, so the
 //!   revision checks of later statements work on them exactly as on stored documents.
-//! - A scan of a collection without staged writes is the snapshot's scan (its resume keys, its
-//!   costs); with staged writes the scan's range is read whole, merged and served in pages keyed
-//!   by `(index key, _id key)`, which costs the range once per page.
+//! - A scan is the snapshot's scan with the staged documents merged in by position (the
+//!   snapshot's stored keys, `Snapshot::entry_position` for staged entries): pages, resume keys
+//!   and costs stay the snapshot's, plus the staged documents of the scanned collection.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -40,9 +40,6 @@ use crate::storage::{
 
 /// Revisions of staged documents start here, far above any the engine hands out.
 pub const LOCAL_REVS: u64 = 1 << 62;
-
-/// Records read per snapshot page while merging.
-const MERGE_PAGE: usize = 1024;
 
 /// Which running transaction claimed each document it wrote: a second writer conflicts.
 #[derive(Debug, Default)]
@@ -203,21 +200,6 @@ fn in_range(key: &[u8], (lower, upper): &KeyRange) -> bool {
         Bound::Unbounded => true,
     };
     above && below
-}
-
-/// An order-preserving position for `(index key, id key)`: the index key with 0x00 escaped as
-/// 0x00 0xFF and ended by 0x00 0x00, then the id key.
-fn position(index_key: &[u8], id_key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(index_key.len() + id_key.len() + 2);
-    for byte in index_key {
-        out.push(*byte);
-        if *byte == 0 {
-            out.push(0xFF);
-        }
-    }
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(id_key);
-    out
 }
 
 /// How a scan source keys a document: its index's keys, or its `_id` key.
@@ -626,89 +608,74 @@ impl TxnStorage {
         }
     }
 
-    /// Every record of `request`'s source and ranges as the transaction sees it, in order,
-    /// with its position.
-    async fn merged(
+    /// The staged documents' entries in `request`'s source and ranges after its resume key,
+    /// each with its position (as the snapshot's scan positions its entries), in scan order.
+    fn staged_entries(
         &self,
         ns: &Namespace,
         meta: Option<&CollectionMeta>,
         request: &ScanRequest,
         staged: &StagedCollection,
-    ) -> StorageResult<(Vec<(Vec<u8>, Vec<u8>, Record)>, u64)> {
-        let (keys, ranges) = match &request.source {
-            ScanSource::Collection => (SourceKeys::Id, vec![(Bound::Unbounded, Bound::Unbounded)]),
+    ) -> StorageResult<Vec<(Vec<u8>, Record)>> {
+        let (index, keys, ranges) = match &request.source {
+            ScanSource::Collection => (
+                IndexSpec::ID_INDEX_NAME,
+                SourceKeys::Id,
+                vec![(Bound::Unbounded, Bound::Unbounded)],
+            ),
             ScanSource::Index { name, ranges } if name == IndexSpec::ID_INDEX_NAME => {
-                (SourceKeys::Id, ranges.clone())
+                (name.as_str(), SourceKeys::Id, ranges.clone())
             }
             ScanSource::Index { name, ranges } => {
                 let spec = meta
                     .and_then(|meta| meta.index_named(name))
                     .ok_or_else(|| StorageError::IndexNotFound(name.clone()))?;
                 (
+                    name.as_str(),
                     SourceKeys::Index(Box::new(IndexKeyer::new((**spec).clone())?)),
                     ranges.clone(),
                 )
             }
         };
-        let mut documents: BTreeMap<Vec<u8>, Record> = BTreeMap::new();
-        let mut examined = 0;
-        if staged.created.is_none() {
-            let mut resume_after = None;
-            loop {
-                let page = self
-                    .snapshot
-                    .scan(
-                        ns,
-                        ScanRequest {
-                            source: request.source.clone(),
-                            resume_after,
-                            reverse: false,
-                            limit: MERGE_PAGE,
-                            hide: None,
-                            key_filter: None,
-                            covered: false,
-                        },
-                    )
-                    .await?;
-                examined += page.docs_examined;
-                for record in page.records {
-                    let id_key = encode_id(&record.doc.id());
-                    if !staged.docs.contains_key(&id_key) {
-                        documents.insert(id_key, record);
-                    }
-                }
-                match page.resume {
-                    Some(resume) => resume_after = Some(resume),
-                    None => break,
-                }
-            }
-        }
-        for (id_key, doc) in &staged.docs {
-            if let Some(record) = &doc.now {
-                documents.insert(id_key.clone(), record.clone());
-            }
-        }
         let mut entries = Vec::new();
-        for (id_key, record) in documents {
-            for key in keys.keys(record.doc.document(), &id_key)? {
-                if !ranges.iter().any(|range| in_range(&key, range)) {
-                    continue;
-                }
-                if request
-                    .key_filter
-                    .as_ref()
-                    .is_some_and(|filter| !filter.holds(&key))
+        for (id_key, doc) in &staged.docs {
+            let Some(record) = &doc.now else {
+                continue;
+            };
+            for key in keys.keys(record.doc.document(), id_key)? {
+                if !ranges.iter().any(|range| in_range(&key, range))
+                    || request
+                        .key_filter
+                        .as_ref()
+                        .is_some_and(|filter| !filter.holds(&key))
                 {
                     continue;
                 }
-                entries.push((position(&key, &id_key), key, record.clone()));
+                let position = match &staged.created {
+                    // Not in the snapshot's catalog: its positions follow the engine's rule for
+                    // a collection scan (the `_id` key) or, for an index, (key, `_id` key).
+                    Some(_) if index != IndexSpec::ID_INDEX_NAME => [key, id_key.clone()].concat(),
+                    Some(_) => id_key.clone(),
+                    None => self
+                        .snapshot
+                        .entry_position(ns, index, &key, id_key)
+                        .ok_or_else(|| StorageError::IndexNotFound(index.to_string()))?,
+                };
+                let after_resume = match &request.resume_after {
+                    None => true,
+                    Some(resume) if request.reverse => position < *resume,
+                    Some(resume) => position > *resume,
+                };
+                if after_resume {
+                    entries.push((position, record.clone()));
+                }
             }
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         if request.reverse {
             entries.reverse();
         }
-        Ok((entries, examined))
+        Ok(entries)
     }
 }
 
@@ -865,6 +832,10 @@ impl Storage for TxnStorage {
         Ok(self.current(ns, id, &encode_id(id)).await?.0)
     }
 
+    /// The snapshot's page with the staged documents merged in by position: the snapshot's
+    /// records of staged documents are dropped, and staged entries up to the last position the
+    /// snapshot page visited (all of them once it is exhausted) join in order. Resume keys are
+    /// positions, which both sides order alike.
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
         let staged = {
             let staged = lock(&self.staged);
@@ -880,7 +851,11 @@ impl Storage for TxnStorage {
             return self.snapshot.scan(ns, request).await;
         };
         let meta = self.view_meta(ns);
-        let (entries, examined) = self.merged(ns, meta.as_ref(), &request, &staged).await?;
+        let staged_entries = self.staged_entries(ns, meta.as_ref(), &request, &staged)?;
+        let snapshot_page = match staged.created {
+            Some(_) => ScanPage::default(),
+            None => self.snapshot.scan(ns, request.clone()).await?,
+        };
         let covering = match (&request.source, request.covered, request.hide.is_none()) {
             (ScanSource::Index { name, .. }, true, _) => meta
                 .as_ref()
@@ -890,39 +865,62 @@ impl Storage for TxnStorage {
                 .transpose()?,
             _ => None,
         };
-        let after = |position: &Vec<u8>| match &request.resume_after {
+        let ScanPage {
+            records,
+            positions,
+            resume,
+            last,
+            keys_examined,
+            docs_examined,
+            ..
+        } = snapshot_page;
+        // Staged entries past what the snapshot page visited wait for its next page.
+        let visited_to = resume.as_ref().and(last.clone());
+        let within = |position: &Vec<u8>| match &visited_to {
             None => true,
-            Some(resume) if request.reverse => position < resume,
-            Some(resume) => position > resume,
+            Some(bound) if request.reverse => position >= bound,
+            Some(bound) => position <= bound,
         };
+        let from_snapshot = positions
+            .into_iter()
+            .zip(records)
+            .filter(|(_, record)| !staged.docs.contains_key(&encode_id(&record.doc.id())));
+        let from_staged = staged_entries
+            .into_iter()
+            .filter(|(position, _)| within(position))
+            .filter(|(_, record)| {
+                !request
+                    .hide
+                    .as_ref()
+                    .is_some_and(|hide| raw_holds(hide, record))
+            })
+            .map(|(position, mut record)| {
+                if let Some(keyer) = &covering {
+                    record.doc = keyer.key_fields_of(record.doc.document()).into();
+                }
+                (position, record)
+            });
+        let mut merged: Vec<(Vec<u8>, Record)> = from_snapshot.chain(from_staged).collect();
+        merged.sort_by(|a, b| a.0.cmp(&b.0));
+        if request.reverse {
+            merged.reverse();
+        }
         let limit = request.limit.max(1);
+        let more_here = merged.len() > limit;
+        merged.truncate(limit);
+        let last_emitted = merged.last().map(|(position, _)| position.clone());
         let mut page = ScanPage {
-            docs_examined: examined,
+            keys_examined,
+            docs_examined,
             ..ScanPage::default()
         };
-        let mut remaining = entries
-            .into_iter()
-            .filter(|(position, _, _)| after(position));
-        for (position, _, mut record) in remaining.by_ref() {
-            page.last = Some(position.clone());
-            if request
-                .hide
-                .as_ref()
-                .is_some_and(|hide| raw_holds(hide, &record))
-            {
-                continue;
-            }
-            if let Some(keyer) = &covering {
-                record.doc = keyer.key_fields_of(record.doc.document()).into();
-            }
-            page.records.push(record);
-            if page.records.len() == limit {
-                break;
-            }
-        }
-        if remaining.next().is_some() {
-            page.resume = page.last.clone();
-        }
+        page.resume = if more_here {
+            last_emitted.clone()
+        } else {
+            visited_to.clone()
+        };
+        page.last = last_emitted.or(visited_to);
+        page.records = merged.into_iter().map(|(_, record)| record).collect();
         Ok(page)
     }
 
@@ -1132,28 +1130,6 @@ impl Storage for TxnStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn positions_order_as_index_key_then_id() {
-        let mut positions = [
-            position(&[1, 0, 2], &[9]),
-            position(&[1], &[5]),
-            position(&[1, 0], &[1]),
-            position(&[1], &[6]),
-            position(&[2], &[0]),
-        ];
-        positions.sort();
-        assert_eq!(
-            positions,
-            [
-                position(&[1], &[5]),
-                position(&[1], &[6]),
-                position(&[1, 0], &[1]),
-                position(&[1, 0, 2], &[9]),
-                position(&[2], &[0]),
-            ]
-        );
-    }
 
     #[test]
     fn prefix_ranges_match_as_the_engine_reads_them() {

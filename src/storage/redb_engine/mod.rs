@@ -329,7 +329,17 @@ impl Snapshot for RedbSnapshot {
     }
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
-        read::scan(&self.view, ns, request)
+        read::scan(&self.view, ns, request, true)
+    }
+
+    fn entry_position(
+        &self,
+        ns: &Namespace,
+        index: &str,
+        index_key: &[u8],
+        id_key: &[u8],
+    ) -> Option<Vec<u8>> {
+        read::entry_position(&self.view, ns, index, index_key, id_key)
     }
 
     async fn count_entries(
@@ -639,8 +649,15 @@ impl Storage for RedbStorage {
     }
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
-        self.read(|| async { read::scan(&read::View::begin(&self.shared)?, ns, request.clone()) })
-            .await
+        self.read(|| async {
+            read::scan(
+                &read::View::begin(&self.shared)?,
+                ns,
+                request.clone(),
+                false,
+            )
+        })
+        .await
     }
 
     async fn count_entries(

@@ -196,7 +196,14 @@ pub(super) fn as_slices(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
     )
 }
 
-pub(super) fn scan(view: &View, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
+/// A scan page; with `positioned`, every page lists each record's stored key
+/// (`ScanPage::positions`), as capped natural-order scans always do.
+pub(super) fn scan(
+    view: &View,
+    ns: &Namespace,
+    request: ScanRequest,
+    positioned: bool,
+) -> StorageResult<ScanPage> {
     let empty = ScanPage::default();
     let Some(entry) = view.entry(ns) else {
         return Ok(empty);
@@ -262,7 +269,7 @@ pub(super) fn scan(view: &View, ns: &Namespace, request: ScanRequest) -> Storage
         request.reverse,
         request.limit,
         reads_index,
-        natural.is_some(),
+        positioned || natural.is_some(),
         |key, value| {
             if key_filter.is_some_and(|filter| !filter.holds(key)) {
                 return Ok(Visit::Skipped);
@@ -285,6 +292,22 @@ pub(super) fn scan(view: &View, ns: &Namespace, request: ScanRequest) -> Storage
             Ok(Visit::Read(record))
         },
     )
+}
+
+/// The stored key an entry of `source` for `index_key` and `id_key` has (or would have): what a
+/// positioned scan reports and resumes after. `None` for an index the catalog does not have.
+pub(super) fn entry_position(
+    view: &View,
+    ns: &Namespace,
+    index: &str,
+    index_key: &[u8],
+    id_key: &[u8],
+) -> Option<Vec<u8>> {
+    if index == IndexSpec::ID_INDEX_NAME {
+        return Some(id_key.to_vec());
+    }
+    let entry = view.entry(ns)?.index_named(index)?;
+    Some(super::format::entry_key(index_key, id_key, entry.unique()))
 }
 
 /// What one entry of a paged scan gave.
@@ -395,7 +418,12 @@ fn page(
                     }
                     records.extend(record);
                 }
-                Visit::Covered(record) => records.push(record),
+                Visit::Covered(record) => {
+                    if with_positions {
+                        positions.push(key.to_vec());
+                    }
+                    records.push(record)
+                }
                 Visit::Skipped => {}
             }
             last_key = Some(key.to_vec());
