@@ -366,6 +366,8 @@ async fn a_transaction_that_lost_to_a_commit_leaves_the_document_to_later_writer
         .await
         .unwrap();
     third.commit_transaction().await.unwrap();
+    // The server aborted the loser; the driver's abort ends it on the client's side too.
+    second.abort_transaction().await.unwrap();
     second.start_transaction().await.unwrap();
     coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -2}})
         .session(&mut second)
