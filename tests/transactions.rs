@@ -335,6 +335,62 @@ async fn a_write_conflict_is_transient_and_retrying_succeeds() {
 }
 
 #[tokio::test]
+async fn a_transaction_that_lost_to_a_commit_leaves_the_document_to_later_writers() {
+    let (server, _clock) = rs_server().await;
+    let client = server.client();
+    let coll: Collection<Document> = client.database("app").collection("stock");
+    coll.insert_one(doc! {"_id": "widget", "qty": 10})
+        .await
+        .unwrap();
+    let mut first = client.start_session().await.unwrap();
+    let mut second = client.start_session().await.unwrap();
+    first.start_transaction().await.unwrap();
+    second.start_transaction().await.unwrap();
+    // The second transaction's snapshot is taken by its first statement, before the commit.
+    assert_eq!(
+        ids(&coll, Some(&mut second)).await,
+        vec![Bson::from("widget")]
+    );
+    coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -1}})
+        .session(&mut first)
+        .await
+        .unwrap();
+    first.commit_transaction().await.unwrap();
+    // No transaction holds the document now, but it changed since the second one's snapshot.
+    let conflict = coll
+        .update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -2}})
+        .session(&mut second)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&conflict), 112);
+    assert!(labels(&conflict).contains(&"TransientTransactionError".to_string()));
+    // The loser holds nothing: a new transaction writes the document, and so does the loser's
+    // retry after it.
+    let mut third = client.start_session().await.unwrap();
+    third.start_transaction().await.unwrap();
+    coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -3}})
+        .session(&mut third)
+        .await
+        .unwrap();
+    third.commit_transaction().await.unwrap();
+    // The server aborted the loser; the driver's abort ends it on the client's side too.
+    second.abort_transaction().await.unwrap();
+    second.start_transaction().await.unwrap();
+    coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -2}})
+        .session(&mut second)
+        .await
+        .unwrap();
+    second.commit_transaction().await.unwrap();
+    let widget = coll
+        .find_one(doc! {"_id": "widget"})
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(widget.get_i32("qty"), Ok(4));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_expiry_during_the_transaction_keeps_the_snapshot_and_conflicts_the_write() {
     let (server, clock) = rs_server().await;
     let client = server.client();

@@ -13,9 +13,12 @@
 //! The query planner workloads (`find_id_events`, `range_10`, `newest_5`, `or_2`; `events.rs`)
 //! and `insert_indexed` are timed like the others and also reported relative to their baseline
 //! (`relative.rs`); `--index-build` times building one index on a loaded collection
-//! (`index_build.rs`).
+//! (`index_build.rs`). The transfer workloads (`txn2`, `txn2_hot` and their baselines
+//! `two_writes`, `two_writes_hot`; `accounts.rs`) time a 2-statement transaction against the
+//! same two writes without one, and report the transactions' retries as a conflict rate.
 //! See the "Benchmarking" section of the repository README.
 
+mod accounts;
 mod churn;
 mod crashloop;
 mod dataset;
@@ -65,7 +68,9 @@ struct Cli {
     /// (the four), find_id_scaling (same as --latency-vs-size), ttl_churn (documents expiring
     /// together under foreground load; not part of all); query planner workloads on the indexed
     /// events collection (not part of all): find_id_events, range_10, newest_5, or_2, planner
-    /// (those four), and insert_indexed (insert_one with three secondary indexes).
+    /// (those four), and insert_indexed (insert_one with three secondary indexes); transfer
+    /// workloads (replica-set servers; not part of all): two_writes, txn2 (the same two writes in
+    /// one transaction), two_writes_hot, txn2_hot (10 accounts instead of 10,000), txn (the four).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     workload: Vec<WorkloadChoice>,
 
@@ -226,6 +231,13 @@ enum WorkloadChoice {
     Or2,
     Planner,
     InsertIndexed,
+    TwoWrites,
+    TwoWritesHot,
+    #[value(name = "txn2")]
+    Txn2,
+    #[value(name = "txn2_hot")]
+    Txn2Hot,
+    Txn,
 }
 
 /// Settings shared by every run, checked and converted from the command line.
@@ -325,6 +337,11 @@ async fn run(cli: Cli) -> Result<(), String> {
             WorkloadChoice::Or2 => &[Workload::Or2],
             WorkloadChoice::Planner => &Workload::PLANNER,
             WorkloadChoice::InsertIndexed => &[Workload::InsertIndexed],
+            WorkloadChoice::TwoWrites => &[Workload::TwoWrites],
+            WorkloadChoice::TwoWritesHot => &[Workload::TwoWritesHot],
+            WorkloadChoice::Txn2 => &[Workload::Txn2],
+            WorkloadChoice::Txn2Hot => &[Workload::Txn2Hot],
+            WorkloadChoice::Txn => &Workload::TXN,
         };
         timed.extend(chosen);
     }
@@ -521,6 +538,8 @@ fn timed_table(label_width: usize) -> Table {
         Column::number("p99.9_us", 8),
         Column::number("max_us", 8),
         Column::number("errors", 6),
+        Column::number("retries", 7),
+        Column::number("conflict%", 9),
     ])
 }
 
@@ -594,7 +613,7 @@ async fn run_timed(
             let params = OpParams {
                 doc_bytes: settings.doc_bytes,
                 batch_size: settings.batch_size,
-                id_bound: cli.docs,
+                id_bound: workload.accounts().unwrap_or(cli.docs),
             };
             for &clients in &settings.clients {
                 for (index, target) in targets.iter().enumerate() {
@@ -602,13 +621,33 @@ async fn run_timed(
                         continue;
                     }
                     let collection = target.collection(workload.collection());
-                    if !workload.reads_preloaded() {
+                    if matches!(setup, Setup::Dropped | Setup::DroppedIndexed) {
                         if let Err(error) = dataset::drop(&collection).await {
                             eprintln!(
                                 "  could not drop {}: {}",
                                 workload.collection(),
                                 error.message
                             );
+                        }
+                    }
+                    if let Some(account_count) = workload.accounts() {
+                        let prepared = accounts::prepare(
+                            &collection,
+                            account_count,
+                            settings.doc_bytes,
+                            settings.reload && round == 0,
+                            settings.seed,
+                        )
+                        .await;
+                        if let Err(error) = prepared {
+                            problems.push(format!(
+                                "preparing {} and {} on {} failed, run skipped: {}",
+                                workload.collection(),
+                                accounts::TRANSFERS_COLLECTION,
+                                target.label,
+                                error.message
+                            ));
+                            continue;
                         }
                     }
                     if setup == Setup::DroppedIndexed {
@@ -635,11 +674,12 @@ async fn run_timed(
                         header_printed = true;
                     }
                     let figures = Figures::of(&stats);
-                    let coll_docs = if workload.reads_preloaded() {
-                        cli.docs.to_string()
-                    } else {
-                        "-".to_string()
+                    let coll_docs = match workload.accounts() {
+                        Some(account_count) => account_count.to_string(),
+                        None if workload.reads_preloaded() => cli.docs.to_string(),
+                        None => "-".to_string(),
                     };
+                    let [retries, conflicts] = figures.retry_cells(workload.retries_transactions());
                     output.text(&table.row(&[
                         target.label.clone(),
                         workload.name().to_string(),
@@ -654,6 +694,8 @@ async fn run_timed(
                         figures.p999_us.to_string(),
                         figures.max_us.to_string(),
                         figures.errors.to_string(),
+                        retries,
+                        conflicts,
                     ]));
                     let mut record = doc! {
                         "type": "run",
@@ -669,10 +711,16 @@ async fn run_timed(
                     if workload.reads_preloaded() {
                         record.insert("collection_docs", cli.docs as i64);
                     }
+                    if let Some(account_count) = workload.accounts() {
+                        record.insert("accounts", account_count as i64);
+                    }
                     if workload == Workload::InsertMany {
                         record.insert("batch_size", settings.batch_size as i64);
                     }
                     figures.append_to(&mut record);
+                    if workload.retries_transactions() {
+                        figures.append_retries_to(&mut record);
+                    }
                     output.json(record);
                     print_errors(
                         &format!("{} {} clients={clients}", target.label, workload.name()),
@@ -723,6 +771,8 @@ fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: 
         Column::number("p99_us", 8),
         Column::number("p99.9_us", 8),
         Column::number("errors", 6),
+        Column::number("retries", 7),
+        Column::number("conflict%", 9),
         Column::number(ops_ratio_title, 11),
         Column::number(p50_ratio_title, 9),
     ]);
@@ -758,6 +808,7 @@ fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: 
                 continue;
             }
             let figures = Figures::of(&RunStats::merged(runs.iter().copied()));
+            let [retries, conflicts] = figures.retry_cells(workload.retries_transactions());
             let (ops_ratio, p50_ratio) = match (&baseline, targets.len() > 1) {
                 (Some(base), true) => (
                     ratio(figures.ops_per_sec, base.ops_per_sec),
@@ -777,6 +828,8 @@ fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: 
                 figures.p99_us.to_string(),
                 figures.p999_us.to_string(),
                 figures.errors.to_string(),
+                retries,
+                conflicts,
                 ops_ratio,
                 p50_ratio,
             ]));
@@ -789,6 +842,9 @@ fn print_comparison(targets: &[Target], measurements: &[Measurement], settings: 
                 "runs": runs.len() as i64,
             };
             figures.append_to(&mut record);
+            if workload.retries_transactions() {
+                figures.append_retries_to(&mut record);
+            }
             output.json(record);
             if baseline.is_none() {
                 baseline = Some(figures);

@@ -3,6 +3,7 @@
 
 use bson::{Bson, Document};
 
+use crate::accounts;
 use crate::runner::RunStats;
 
 /// Where results go.
@@ -113,6 +114,10 @@ pub struct Figures {
     pub p999_us: u64,
     pub max_us: u64,
     pub errors: u64,
+    /// Whole-transaction retries of the counted operations.
+    pub retries: u64,
+    /// Retries ÷ all attempts (committed + retried).
+    pub conflict_rate: f64,
 }
 
 impl Figures {
@@ -127,6 +132,8 @@ impl Figures {
             p999_us: stats.latency_us(0.999),
             max_us: stats.max_latency_us(),
             errors: stats.errors.total(),
+            retries: stats.retries,
+            conflict_rate: accounts::conflict_rate(stats.ops, stats.retries),
         }
     }
 
@@ -141,6 +148,27 @@ impl Figures {
         record.insert("p999_us", self.p999_us as i64);
         record.insert("max_us", self.max_us as i64);
         record.insert("errors", self.errors as i64);
+    }
+
+    /// Adds the retry figures of a transaction workload to a JSON record.
+    pub fn append_retries_to(&self, record: &mut Document) {
+        record.insert("retries", self.retries as i64);
+        record.insert(
+            "conflict_rate",
+            (self.conflict_rate * 10_000.0).round() / 10_000.0,
+        );
+    }
+
+    /// The `retries` and `conflict%` cells: figures for a transaction workload, "-" otherwise.
+    pub fn retry_cells(&self, transactional: bool) -> [String; 2] {
+        if transactional {
+            [
+                self.retries.to_string(),
+                format!("{:.1}", self.conflict_rate * 100.0),
+            ]
+        } else {
+            ["-".to_string(), "-".to_string()]
+        }
     }
 }
 

@@ -5,6 +5,8 @@
 //! *started* after the warmup ended and succeeded. Tasks stop starting operations at the
 //! deadline; the measured time runs from the end of the warmup to the last counted completion,
 //! so ops/s = counted operations / measured seconds. Errors are counted over the whole run.
+//! A transaction's whole-transaction retries count with the operation they delayed (only when
+//! it counts), and its latency is from the first attempt to the successful commit.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -67,6 +69,8 @@ pub struct RunStats {
     pub ops: u64,
     /// Documents those operations wrote or read.
     pub docs: u64,
+    /// Whole-transaction retries those operations needed (transaction workloads).
+    pub retries: u64,
     /// From the end of the warmup to the last counted completion.
     pub measured: Duration,
     /// Per-operation latency in microseconds.
@@ -79,6 +83,7 @@ impl RunStats {
         RunStats {
             ops: 0,
             docs: 0,
+            retries: 0,
             measured: Duration::ZERO,
             latency: new_histogram(),
             errors: ErrorLog::default(),
@@ -115,6 +120,7 @@ impl RunStats {
     pub fn merge(&mut self, other: &RunStats) {
         self.ops += other.ops;
         self.docs += other.docs;
+        self.retries += other.retries;
         self.measured += other.measured;
         // Both histograms auto-resize, so adding cannot fail for lack of range.
         let _ = self.latency.add(&other.latency);
@@ -157,6 +163,7 @@ pub fn record_latency(histogram: &mut Histogram<u64>, micros: u64) {
 struct TaskStats {
     ops: u64,
     docs: u64,
+    retries: u64,
     last_counted_end: Option<Instant>,
     latency: Histogram<u64>,
     errors: ErrorLog,
@@ -188,6 +195,7 @@ pub async fn run(
             Ok(task) => {
                 total.ops += task.ops;
                 total.docs += task.docs;
+                total.retries += task.retries;
                 let _ = total.latency.add(&task.latency);
                 total.errors.merge(task.errors);
                 last_end = last_end.max(task.last_counted_end);
@@ -214,6 +222,7 @@ async fn client_loop(
     let mut stats = TaskStats {
         ops: 0,
         docs: 0,
+        retries: 0,
         last_counted_end: None,
         latency: new_histogram(),
         errors: ErrorLog::default(),
@@ -225,6 +234,7 @@ async fn client_loop(
         }
         let outcome = tokio::time::timeout(op_timeout, op.execute()).await;
         let ended = Instant::now();
+        let retries = op.take_retries();
         match outcome {
             Ok(Ok(docs)) => {
                 if began >= measure_from {
@@ -235,6 +245,7 @@ async fn client_loop(
                     );
                     stats.ops += 1;
                     stats.docs += docs;
+                    stats.retries += retries;
                     stats.last_counted_end = Some(ended);
                 }
             }
@@ -270,12 +281,14 @@ mod tests {
     fn merged_stats_add_up() {
         let mut one = RunStats::empty();
         one.ops = 100;
+        one.retries = 7;
         one.measured = Duration::from_secs(1);
         record_latency(&mut one.latency, 10);
         let mut two = one.clone();
         record_latency(&mut two.latency, 30_000_000);
         let total = RunStats::merged([&one, &two]);
         assert_eq!(total.ops, 200);
+        assert_eq!(total.retries, 14);
         assert!((total.ops_per_sec() - 100.0).abs() < 1e-9);
         assert_eq!(total.latency.len(), 3);
         // Large values are kept, not clamped to the histogram's initial range.

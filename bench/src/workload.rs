@@ -3,12 +3,14 @@
 //! A [`Workload`] names the operation mix; a [`ClientOp`] is one client task's state for it
 //! (collection handle, random generator, reusable documents) and runs one operation at a time.
 //! Timing, deadlines and statistics live in the shared runner (`runner.rs`), not here; the
-//! shape of the `events` documents that the planner workloads query lives in `events.rs`.
+//! shape of the `events` documents that the planner workloads query lives in `events.rs`, the
+//! transfer workloads' accounts, log and transaction retries in `accounts.rs`.
 
 use bson::{doc, Bson, Document};
 use mongodb::error::{Error as DriverError, ErrorKind, WriteFailure};
 use mongodb::{Collection, Cursor};
 
+use crate::accounts::{self, Transfers};
 use crate::events;
 use crate::rng::SplitMix64;
 
@@ -26,6 +28,9 @@ pub enum Setup {
     Dropped,
     /// Dropped and recreated with the `events` secondary indexes before each run.
     DroppedIndexed,
+    /// An accounts collection loaded once (with [`Workload::accounts`] documents), and the
+    /// `transfers` log dropped and created again before each run.
+    Accounts,
 }
 
 /// An operation mix that client tasks repeat until the deadline.
@@ -50,6 +55,15 @@ pub enum Workload {
     Or2,
     /// `insert_one` of a new document into a collection with the three `events` indexes.
     InsertIndexed,
+    /// `update_one` `$inc` of a random one of 10,000 accounts and `insert_one` into `transfers`,
+    /// without a transaction: the baseline of `txn2`.
+    TwoWrites,
+    /// `two_writes` over 10 accounts: the baseline of `txn2_hot`.
+    TwoWritesHot,
+    /// `two_writes` as one multi-document transaction, retried whole on a transient error.
+    Txn2,
+    /// `txn2` over 10 accounts: 8 clients conflict often.
+    Txn2Hot,
 }
 
 impl Workload {
@@ -69,6 +83,14 @@ impl Workload {
         Workload::Or2,
     ];
 
+    /// The transfer workloads (`--workload txn`), each baseline before its transaction.
+    pub const TXN: [Workload; 4] = [
+        Workload::TwoWrites,
+        Workload::Txn2,
+        Workload::TwoWritesHot,
+        Workload::Txn2Hot,
+    ];
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -81,6 +103,10 @@ impl Workload {
             Workload::Newest5 => "newest_5",
             Workload::Or2 => "or_2",
             Workload::InsertIndexed => "insert_indexed",
+            Workload::TwoWrites => "two_writes",
+            Workload::TwoWritesHot => "two_writes_hot",
+            Workload::Txn2 => "txn2",
+            Workload::Txn2Hot => "txn2_hot",
         }
     }
 
@@ -94,6 +120,8 @@ impl Workload {
             Workload::FindIdEvents | Workload::Range10 | Workload::Newest5 | Workload::Or2 => {
                 events::EVENTS_COLLECTION
             }
+            Workload::TwoWrites | Workload::Txn2 => accounts::ACCOUNTS_COLLECTION,
+            Workload::TwoWritesHot | Workload::Txn2Hot => accounts::HOT_ACCOUNTS_COLLECTION,
         }
     }
 
@@ -106,7 +134,24 @@ impl Workload {
             Workload::FindIdEvents | Workload::Range10 | Workload::Newest5 | Workload::Or2 => {
                 Setup::Events
             }
+            Workload::TwoWrites | Workload::TwoWritesHot | Workload::Txn2 | Workload::Txn2Hot => {
+                Setup::Accounts
+            }
         }
+    }
+
+    /// The transfer workloads' key space: how many accounts they pick from uniformly.
+    pub fn accounts(self) -> Option<u64> {
+        match self {
+            Workload::TwoWrites | Workload::Txn2 => Some(accounts::ACCOUNTS),
+            Workload::TwoWritesHot | Workload::Txn2Hot => Some(accounts::HOT_ACCOUNTS),
+            _ => None,
+        }
+    }
+
+    /// Whether an operation is a transaction whose transient failures are retried (and counted).
+    pub fn retries_transactions(self) -> bool {
+        matches!(self, Workload::Txn2 | Workload::Txn2Hot)
     }
 
     /// Whether the workload reads a collection loaded once with `--docs` documents (otherwise
@@ -258,6 +303,8 @@ pub struct ClientOp {
     documents: Vec<Document>,
     /// Documents this task has inserted (`insert_indexed` derives its `at` from it).
     inserted: u64,
+    /// The transfer workloads' collections, session and retry count.
+    transfers: Option<Transfers>,
 }
 
 impl ClientOp {
@@ -283,6 +330,9 @@ impl ClientOp {
             }
             _ => Vec::new(),
         };
+        let transfers = workload
+            .accounts()
+            .map(|_| Transfers::new(collection.clone(), params.doc_bytes, &mut rng));
         ClientOp {
             workload,
             collection,
@@ -290,7 +340,13 @@ impl ClientOp {
             id_bound: params.id_bound.max(1),
             documents,
             inserted: 0,
+            transfers,
         }
+    }
+
+    /// Whole-transaction retries made since the last call (0 for workloads without them).
+    pub fn take_retries(&mut self) -> u64 {
+        self.transfers.as_mut().map_or(0, Transfers::take_retries)
     }
 
     /// Runs one operation; on success returns how many documents it wrote or read.
@@ -341,6 +397,20 @@ impl ClientOp {
                 let (filter, expected) = events::or_query(&mut self.rng, self.id_bound);
                 let cursor = self.collection.find(filter.clone()).await?;
                 expect_count(cursor, expected, "or_2", &filter).await
+            }
+            Workload::TwoWrites | Workload::TwoWritesHot | Workload::Txn2 | Workload::Txn2Hot => {
+                let account = self.random_id();
+                let Some(transfers) = self.transfers.as_mut() else {
+                    return Err(OpError::new(
+                        "transfer state missing",
+                        "a transfer workload's client has no transfer state",
+                    ));
+                };
+                if self.workload.retries_transactions() {
+                    transfers.transaction(account).await
+                } else {
+                    transfers.plain(account).await
+                }
             }
         }
     }

@@ -373,11 +373,17 @@ impl TxnStorage {
         if !self.intents.claim(self.id, ns, id_key) {
             return Err(StorageError::WriteConflict);
         }
-        let live = self.base.get(ns, id).await?.map(|record| record.rev);
-        if live != base_rev {
-            return Err(StorageError::WriteConflict);
+        match self.base.get(ns, id).await {
+            Ok(live) if live.as_ref().map(|record| record.rev) == base_rev => Ok(()),
+            outcome => {
+                // Nothing gets staged for the document, and `release` returns only the claims
+                // of staged documents: give this one back now, or it would block every later
+                // writer of the document for the life of the server.
+                self.intents
+                    .release(self.id, std::iter::once((ns.clone(), id_key.to_vec())));
+                Err(outcome.err().unwrap_or(StorageError::WriteConflict))
+            }
         }
-        Ok(())
     }
 
     fn stage(
