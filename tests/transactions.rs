@@ -327,6 +327,64 @@ async fn a_write_conflict_is_transient_and_retrying_succeeds() {
     server.stop().await;
 }
 
+/// The drivers' convenient API (`with_transaction`) retries a transaction whose statement failed
+/// with `TransientTransactionError`: the retry, and any later transaction, must be able to write
+/// the document the failed statement tried to write (mongod releases everything an aborted
+/// transaction held).
+#[tokio::test]
+async fn a_write_that_lost_to_a_later_commit_blocks_no_later_transaction() {
+    let (server, _clock) = rs_server().await;
+    let client = server.client();
+    let coll: Collection<Document> = client.database("app").collection("stock");
+    coll.insert_one(doc! {"_id": "widget", "qty": 10})
+        .await
+        .unwrap();
+    let mut reader = client.start_session().await.unwrap();
+    let mut other = client.start_session().await.unwrap();
+    reader.start_transaction().await.unwrap();
+    // The reader's snapshot is pinned by its first statement.
+    coll.find_one(doc! {"_id": "widget"})
+        .session(&mut reader)
+        .await
+        .unwrap();
+    other.start_transaction().await.unwrap();
+    coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -1}})
+        .session(&mut other)
+        .await
+        .unwrap();
+    other.commit_transaction().await.unwrap();
+    // Changed since the reader's snapshot: its write conflicts and its transaction ends.
+    let conflict = coll
+        .update_one(doc! {"_id": "widget"}, doc! {"$set": {"qty": 8}})
+        .session(&mut reader)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&conflict), 112);
+    assert!(labels(&conflict).contains(&"TransientTransactionError".to_string()));
+    // As `with_transaction` does before retrying (the driver ignores the server's 251 here).
+    reader.abort_transaction().await.unwrap();
+    // The retry and another session's transaction both write the document.
+    reader.start_transaction().await.unwrap();
+    coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -2}})
+        .session(&mut reader)
+        .await
+        .unwrap();
+    reader.commit_transaction().await.unwrap();
+    other.start_transaction().await.unwrap();
+    coll.update_one(doc! {"_id": "widget"}, doc! {"$inc": {"qty": -3}})
+        .session(&mut other)
+        .await
+        .unwrap();
+    other.commit_transaction().await.unwrap();
+    let widget = coll
+        .find_one(doc! {"_id": "widget"})
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(widget.get_i32("qty"), Ok(4));
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn an_expiry_during_the_transaction_keeps_the_snapshot_and_conflicts_the_write() {
     let (server, clock) = rs_server().await;

@@ -383,11 +383,18 @@ impl TxnStorage {
         if !self.intents.claim(self.id, ns, id_key) {
             return Err(StorageError::WriteConflict);
         }
-        let live = self.base.get(ns, id).await?.map(|record| record.rev);
-        if live != base_rev {
-            return Err(StorageError::WriteConflict);
+        let checked = match self.base.get(ns, id).await {
+            Ok(live) if live.as_ref().map(|record| record.rev) == base_rev => Ok(()),
+            Ok(_) => Err(StorageError::WriteConflict),
+            Err(error) => Err(error),
+        };
+        if checked.is_err() {
+            // Taken just above for this write, which is not staged: only staged documents are
+            // released when the transaction ends, so give it back now or it outlives it.
+            self.intents
+                .release(self.id, std::iter::once((ns.clone(), id_key.to_vec())));
         }
-        Ok(())
+        checked
     }
 
     fn stage(
