@@ -4,7 +4,11 @@ Usage: python check_replset.py PORT
 
 Prints `PASS name` / `FAIL name` lines (tests/clients/run.sh counts them) and exits non-zero if a
 check failed. Expected values: mongod's hello (replication_info.cpp), retryable writes
-(jstests/replsets/retryable_writes_*.js) and the manual's change events.
+(jstests/replsets/retryable_writes_*.js), the manual's change events, and for transactions the
+manual's `with_transaction` example (core/transactions-in-applications) and the convenient
+transactions API spec (transactions-convenient-api.md: the callback is retried while its error
+carries `TransientTransactionError`; any other error aborts and is re-raised), with mongod's
+`WriteConflict` (112) for a write to a document changed since the transaction's snapshot.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import uuid
 from bson import Int64
 from bson.binary import Binary, UuidRepresentation
 from pymongo import MongoClient
+from pymongo.errors import OperationFailure
 
 PORT = int(sys.argv[1])
 SET_NAME = "rs0"
@@ -114,8 +119,127 @@ def watch_receives_changes_and_expiry():
     client.close()
 
 
+def rs_client():
+    return MongoClient(
+        f"mongodb://127.0.0.1:{PORT}/?replicaSet={SET_NAME}", serverSelectionTimeoutMS=5000
+    )
+
+
+def fresh_collections(client, *names):
+    """Drops and creates `names` in `test` (the manual's example creates its collections before
+    the transaction), returning them."""
+    colls = []
+    for name in names:
+        client.test.drop_collection(name)
+        colls.append(client.test.create_collection(name))
+    return colls
+
+
+def with_transaction_commits_both_collections_at_once():
+    """The manual's `with_transaction` example: two collections written in one callback; neither
+    write is visible outside until the commit, both are after it."""
+    client = rs_client()
+    orders, inventory = fresh_collections(client, "txn_orders", "txn_inventory")
+    inventory.insert_one({"_id": "abc", "qty": 100})
+    seen_outside = []
+
+    def callback(session):
+        orders.insert_one({"_id": 1, "sku": "abc", "qty": 5}, session=session)
+        inventory.update_one({"_id": "abc"}, {"$inc": {"qty": -5}}, session=session)
+        # The transaction sees its own writes; a read outside it does not.
+        assert orders.find_one({"_id": 1}, session=session) is not None
+        assert inventory.find_one({"_id": "abc"}, session=session)["qty"] == 95
+        seen_outside.append(
+            (orders.find_one({"_id": 1}), inventory.find_one({"_id": "abc"})["qty"])
+        )
+        return "committed"
+
+    with client.start_session() as session:
+        result = session.with_transaction(callback)
+        assert not session.in_transaction
+    assert result == "committed", result
+    assert seen_outside == [(None, 100)], seen_outside
+    assert orders.find_one({"_id": 1}) == {"_id": 1, "sku": "abc", "qty": 5}
+    assert inventory.find_one({"_id": "abc"}) == {"_id": "abc", "qty": 95}
+    client.close()
+
+
+class CallbackFailed(Exception):
+    pass
+
+
+def with_transaction_callback_raising_aborts():
+    """A callback that raises an error without `TransientTransactionError`: with_transaction
+    aborts and re-raises it; none of the callback's writes is visible, in either collection."""
+    client = rs_client()
+    orders, inventory = fresh_collections(client, "txn_orders_aborted", "txn_inventory_aborted")
+    inventory.insert_one({"_id": "abc", "qty": 100})
+    calls = []
+
+    def callback(session):
+        calls.append(session)
+        orders.insert_one({"_id": 1, "sku": "abc"}, session=session)
+        inventory.update_one({"_id": "abc"}, {"$inc": {"qty": -5}}, session=session)
+        raise CallbackFailed("out of stock")
+
+    with client.start_session() as session:
+        try:
+            session.with_transaction(callback)
+        except CallbackFailed:
+            pass
+        else:
+            raise AssertionError("with_transaction did not re-raise the callback's error")
+        assert not session.in_transaction
+    assert len(calls) == 1, "a non-transient error must not be retried"
+    assert orders.count_documents({}) == 0
+    assert inventory.find_one({"_id": "abc"}) == {"_id": "abc", "qty": 100}
+    client.close()
+
+
+def with_transaction_retries_a_write_conflict():
+    """Transaction B reads a document (its snapshot is pinned), transaction A commits a change to
+    that document, then B writes it: mongod fails B's write with WriteConflict (112) labelled
+    `TransientTransactionError`, and with_transaction runs the callback again, now seeing A's
+    commit. The final value reflects both (10 - 1 - 2), not B's stale read (10 - 2)."""
+    client = rs_client()
+    (stock,) = fresh_collections(client, "txn_stock")
+    stock.insert_one({"_id": "widget", "qty": 10})
+    conflicts = []
+    attempts = []
+
+    def other_transaction(session):
+        stock.update_one({"_id": "widget"}, {"$inc": {"qty": -1}}, session=session)
+
+    def callback(session):
+        attempts.append(len(attempts) + 1)
+        widget = stock.find_one({"_id": "widget"}, session=session)
+        if len(attempts) == 1:
+            with client.start_session() as other:
+                other.with_transaction(other_transaction)
+        try:
+            stock.update_one(
+                {"_id": "widget"}, {"$set": {"qty": widget["qty"] - 2}}, session=session
+            )
+        except OperationFailure as error:
+            conflicts.append((error.code, error.has_error_label("TransientTransactionError")))
+            raise
+
+    with client.start_session() as session:
+        session.with_transaction(callback)
+    assert attempts == [1, 2], attempts
+    assert conflicts == [(112, True)], conflicts
+    assert stock.find_one({"_id": "widget"}) == {"_id": "widget", "qty": 7}
+    client.close()
+
+
 check("connects_with_replica_set", connects_with_replica_set)
 check("status_and_config", status_and_config)
 check("retried_insert_is_not_duplicated", retried_insert_is_not_duplicated)
 check("watch_receives_changes_and_expiry", watch_receives_changes_and_expiry)
+check(
+    "with_transaction_commits_both_collections_at_once",
+    with_transaction_commits_both_collections_at_once,
+)
+check("with_transaction_callback_raising_aborts", with_transaction_callback_raising_aborts)
+check("with_transaction_retries_a_write_conflict", with_transaction_retries_a_write_conflict)
 sys.exit(1 if failures else 0)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Real-client checks: pymongo, the Node.js `mongodb` driver and mongosh against a tideway server.
+# Real-client checks: pymongo, the Node.js `mongodb` driver, Mongoose and mongosh against a tideway
+# server.
 #
 #   bash tests/clients/run.sh
 #
@@ -91,7 +92,7 @@ mkdir -p "$CLIENTS_DIR"
 install_started=$SECONDS
 install_python
 install_node
-note "clients ready in $((SECONDS - install_started))s: $("$VENV/bin/python" -c 'import pymongo; print("pymongo", pymongo.__version__)'), mongodb $(node -p "require('$NODE_DIR/node_modules/mongodb/package.json').version"), mongosh $("$NODE_DIR/node_modules/.bin/mongosh" --version)"
+note "clients ready in $((SECONDS - install_started))s: $("$VENV/bin/python" -c 'import pymongo; print("pymongo", pymongo.__version__)'), mongodb $(node -p "require('$NODE_DIR/node_modules/mongodb/package.json').version"), mongoose $(node -p "require('$NODE_DIR/node_modules/mongoose/package.json').version"), mongosh $("$NODE_DIR/node_modules/.bin/mongosh" --version)"
 
 # --- the server --------------------------------------------------------------------------------
 
@@ -266,6 +267,7 @@ echo "== replset"
 start_server --replSet rs0 || die "could not start the --replSet server"
 run_check replset "$VENV/bin/python" "$HERE/check_replset.py" "$PORT"
 TIDEWAY_CLIENTS_NODE_DIR="$NODE_DIR" run_check node-replset node "$HERE/check_node_replset.mjs" "$PORT"
+TIDEWAY_CLIENTS_NODE_DIR="$NODE_DIR" run_check mongoose-txn node "$HERE/check_mongoose_txn.mjs" "$PORT"
 MONGOSH_HOME="$RUN_DIR/mongosh-home" HOME="$RUN_DIR/mongosh-home" run_check replset-mongosh \
   "$NODE_DIR/node_modules/.bin/mongosh" "mongodb://127.0.0.1:$PORT/?directConnection=true" \
   --quiet --norc --eval "
