@@ -100,6 +100,9 @@ pub struct Cursor {
     /// The transaction that opened the cursor (`TxnStorage::identity`): only its statements
     /// may read on.
     pub transaction: Option<(u64, i64)>,
+    /// The key of the logical session that opened the cursor (`retryable::lsid_key`):
+    /// `killSessions`, `endSessions` and the session's expiry kill it.
+    pub session: Option<Vec<u8>>,
 }
 
 impl Cursor {
@@ -124,6 +127,7 @@ impl Cursor {
             await_data: false,
             change_stream: None,
             transaction: None,
+            session: None,
         }
     }
 
@@ -329,6 +333,14 @@ impl CursorRegistry {
     pub fn kill_where(&self, pred: impl Fn(&str) -> bool) {
         self.lock()
             .retain(|_, cursor| cursor.change_stream.is_some() || !pred(&cursor.ns));
+    }
+
+    /// Removes every cursor opened by a session `killed` holds for; returns how many.
+    pub fn kill_sessions(&self, killed: impl Fn(&[u8]) -> bool) -> usize {
+        let mut cursors = self.lock();
+        let before = cursors.len();
+        cursors.retain(|_, cursor| !cursor.session.as_deref().is_some_and(&killed));
+        before - cursors.len()
     }
 
     /// Drops cursors idle for longer than the timeout; returns how many.

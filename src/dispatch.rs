@@ -94,6 +94,9 @@ pub struct CommandContext<'a> {
     /// The multi-document transaction the command is a statement of: it reads and writes
     /// through the transaction's storage and at its time.
     pub txn: Option<&'a Arc<crate::txn::TxnStorage>>,
+    /// The key of the command's logical session (`lsid`), which the session cache marked used
+    /// (`crate::sessions`).
+    pub session: Option<&'a [u8]>,
 }
 
 impl<'a> CommandContext<'a> {
@@ -108,6 +111,7 @@ impl<'a> CommandContext<'a> {
             deadline: self.deadline,
             op: self.op,
             txn: self.txn,
+            session: self.session,
         }
     }
 
@@ -463,6 +467,8 @@ async fn run_handler(
     let deadline = max_time_ms.map_or(Deadline::none(), |limit| {
         Deadline::at(Instant::now() + std::time::Duration::from_millis(limit))
     });
+    // Its logical session is in use now (one hash-map touch).
+    let session = state.sessions.touch(body, state.clock.now_ms());
     // A statement of a multi-document transaction runs inside it (replica-set mode).
     let statement = match &state.repl {
         Some(repl) => repl.transactions.enter(state, spec.name, body).await?,
@@ -476,6 +482,7 @@ async fn run_handler(
         deadline: deadline.with_kill_switch(op.kill_switch()),
         op,
         txn: statement.as_ref().map(|statement| &statement.storage),
+        session: session.as_deref(),
     };
     // Server-side JavaScript the handler runs sees the switch, the budgets and this deadline.
     let work = crate::js::scoped(

@@ -26,6 +26,7 @@ pub mod query;
 pub mod reaper;
 pub mod repl;
 pub mod server;
+pub mod sessions;
 pub mod sorter;
 pub mod state;
 pub mod storage;

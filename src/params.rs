@@ -27,6 +27,8 @@ pub struct Parameters {
     map_reduce_single_reduce_optimization: AtomicBool,
     transaction_lifetime_limit_secs: AtomicI64,
     max_transaction_lock_request_timeout_ms: AtomicI64,
+    logical_session_timeout_minutes: AtomicI64,
+    logical_session_refresh_ms: AtomicI64,
 }
 
 impl Default for Parameters {
@@ -45,6 +47,8 @@ impl Default for Parameters {
             map_reduce_single_reduce_optimization: AtomicBool::new(false),
             transaction_lifetime_limit_secs: AtomicI64::new(60),
             max_transaction_lock_request_timeout_ms: AtomicI64::new(5),
+            logical_session_timeout_minutes: AtomicI64::new(30),
+            logical_session_refresh_ms: AtomicI64::new(300_000),
         }
     }
 }
@@ -91,7 +95,30 @@ macro_rules! int_parameter {
     };
 }
 
+/// A 32-bit integer parameter no lower than `$min`, settable at startup only.
+macro_rules! startup_int_parameter {
+    ($name:literal, $field:ident, $min:literal) => {
+        ParameterSpec {
+            name: $name,
+            get: |p| Bson::Int32(p.$field.load(Ordering::Relaxed) as i32),
+            set_at_startup: Some(|p, value| {
+                store_int(&p.$field, $name, $min, &Bson::String(value.into()))
+            }),
+            set_at_runtime: None,
+        }
+    };
+}
+
 const PARAMETERS: &[ParameterSpec] = &[
+    // mongod's logical_session_id.idl and logical_session_cache.idl (startup only, defaults
+    // 30 and 300000); tideway refuses values that would make no sense (a timeout or an interval
+    // of 0) instead of misbehaving.
+    startup_int_parameter!(
+        "localLogicalSessionTimeoutMinutes",
+        logical_session_timeout_minutes,
+        1
+    ),
+    startup_int_parameter!("logicalSessionRefreshMillis", logical_session_refresh_ms, 1),
     int_parameter!(
         "transactionLifetimeLimitSeconds",
         transaction_lifetime_limit_secs,
@@ -361,6 +388,18 @@ impl Parameters {
     pub fn max_transaction_lock_request_timeout_ms(&self) -> i64 {
         self.max_transaction_lock_request_timeout_ms
             .load(Ordering::Relaxed)
+    }
+
+    /// How long a session lives after its last use (mongod's
+    /// `localLogicalSessionTimeoutMinutes`; `hello`'s `logicalSessionTimeoutMinutes`).
+    pub fn logical_session_timeout_minutes(&self) -> i64 {
+        self.logical_session_timeout_minutes.load(Ordering::Relaxed)
+    }
+
+    /// How often the logical session cache is flushed to `config.system.sessions` (mongod's
+    /// `logicalSessionRefreshMillis`).
+    pub fn logical_session_refresh_ms(&self) -> i64 {
+        self.logical_session_refresh_ms.load(Ordering::Relaxed)
     }
 
     pub fn ttl_monitor_sleep_secs(&self) -> u64 {

@@ -1,6 +1,7 @@
 //! The listener side: accept connections on every bound address, enforce `--maxConns`, run one task
 //! per connection, and shut down gracefully (stop accepting, let in-flight requests finish, return).
-//! Background tasks that later issues add (the TTL reaper) start and stop here too.
+//! Background tasks (the TTL reaper, idle cursors, the transaction limit, the logical session
+//! cache's refresh) start and stop here too.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -74,6 +75,10 @@ impl Server {
             self.state.clone(),
             stop_rx.clone(),
         ));
+        let session_refresh = tokio::spawn(crate::sessions::refresh_periodically(
+            self.state.clone(),
+            stop_rx.clone(),
+        ));
         for addr in self.local_addrs() {
             tracing::info!(%addr, "Waiting for connections");
         }
@@ -105,6 +110,7 @@ impl Server {
         let _ = ttl_reaper.await;
         let _ = time_keeper.await;
         let _ = transaction_limit.await;
+        let _ = session_refresh.await;
         tracing::info!("shutdown complete");
     }
 }

@@ -30,6 +30,8 @@ pub struct ServerState {
     pub spill_dir: std::path::PathBuf,
     pub storage: Arc<dyn Storage>,
     pub cursors: CursorRegistry,
+    /// The logical session cache (`lsid`s in use, flushed to `config.system.sessions`).
+    pub sessions: crate::sessions::SessionCache,
     /// The winning plan per query shape (see `crate::planner`).
     pub plan_cache: crate::planner::PlanCache,
     /// Running commands and open connections (`currentOp`, `killOp`).
@@ -141,6 +143,7 @@ impl ServerState {
             policy_gates: PolicyGates::default(),
             spill_dir,
             cursors: CursorRegistry::default(),
+            sessions: crate::sessions::SessionCache::default(),
             plan_cache: crate::planner::PlanCache::default(),
             ops: crate::ops::OpRegistry::default(),
             profiler,

@@ -747,6 +747,17 @@ async fn kill_sessions_and_the_lifetime_limit_abort_transactions() {
             "Transaction with { txnNumber: 1 } has been aborted.".into()
         )
     );
+    // A committed transaction stays committed: killing its session does not undo the answer.
+    let insert = doc! {"insert": "committed", "documents": [{"_id": 5}]};
+    let reply = statement(s, "app", insert, 4, 1, true).await;
+    assert_eq!(reply.get_i32("n"), Ok(1));
+    let commit = doc! {"commitTransaction": 1};
+    let reply = statement(s, "admin", commit.clone(), 4, 1, false).await;
+    assert_eq!(reply.get_f64("ok"), Ok(1.0), "{reply}");
+    let kill = doc! {"killSessions": [lsid(4)], "$db": "admin"};
+    roundtrip(s, &op_msg(1, 0, &[kind0(&kill)])).await;
+    let reply = statement(s, "admin", commit, 4, 1, false).await;
+    assert_eq!(reply.get_f64("ok"), Ok(1.0), "{reply}");
 
     let reply = statement(
         s,

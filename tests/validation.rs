@@ -176,6 +176,12 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("killAllSessions", doc! {"killAllSessions": [], "foo": 1}, Ok),
         ("killAllSessions", doc! {"killAllSessions": 5}, Error(14, "BSON field 'KillAllSessionsCmd.killAllSessions' is the wrong type 'int', expected type 'array'")),
         ("endSessions", doc! {"endSessions": 5}, Error(14, "BSON field 'endSessions.endSessions' is the wrong type 'int', expected type 'array'")),
+        // Each entry is mongod's LogicalSessionFromClient: `id` required, a UUID.
+        ("endSessions", doc! {"endSessions": [{}]}, Code(40414)),
+        ("refreshSessions", doc! {"refreshSessions": [{"id": "x"}]}, Code(14)),
+        ("killSessions", doc! {"killSessions": [{"id": 1}]}, Code(14)),
+        // mongod's BasicCommand: other fields are ignored.
+        ("refreshLogicalSessionCacheNow", doc! {"refreshLogicalSessionCacheNow": 1, "foo": 1}, Ok),
         // query diagnostics: currentOp's other fields are its filter; killOp, profile and sleep
         // are not strict in mongod either.
         ("currentOp", doc! {"currentOp": 1, "foo": 1}, Ok),

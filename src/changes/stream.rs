@@ -160,6 +160,7 @@ pub async fn open(
         cursor.tailable = true;
         cursor.await_data = true;
         cursor.change_stream = Some(Box::new(stream));
+        cursor.session = ctx.session.map(<[u8]>::to_vec);
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     Ok(reply(id, &ns, batch, token, "firstBatch"))

@@ -63,7 +63,9 @@ pub fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
 pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
     validate_namespace(ns)?;
     crate::commands::config_transactions::refuse_write(ns)?;
-    if ns.coll.starts_with("system.") {
+    // mongod's `isLegalClientSystemNS` lets clients write the one system collection tideway
+    // keeps outside `<db>.system.profile` and views: the logical sessions' records.
+    if ns.coll.starts_with("system.") && !crate::sessions::is_sessions_namespace(ns) {
         return Err(CommandError::new(
             ErrorCode::InvalidNamespace,
             format!("Invalid system namespace: {ns}"),

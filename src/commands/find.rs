@@ -104,6 +104,7 @@ pub async fn open_cursor(
         cursor.no_timeout = options.no_timeout;
         cursor.originating_command = Some(ctx.op.command());
         cursor.transaction = ctx.txn.map(|txn| txn.identity());
+        cursor.session = ctx.session.map(<[u8]>::to_vec);
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     ctx.op.set_first_batch(id, batch.len());

@@ -18,7 +18,6 @@ use crate::{async_handler, sync_handler};
 pub const MONGODB_VERSION: &str = "8.0.0";
 pub const MONGODB_VERSION_ARRAY: [i32; 4] = [8, 0, 0, 0];
 pub const MAX_WIRE_VERSION: i32 = 25;
-pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -91,7 +90,7 @@ async fn hello(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     reply.insert("localTime", ctx.state.clock.now());
     reply.insert(
         "logicalSessionTimeoutMinutes",
-        LOGICAL_SESSION_TIMEOUT_MINUTES,
+        crate::sessions::timeout_minutes(ctx.state),
     );
     reply.insert("connectionId", ctx.client.connection_id);
     reply.insert("minWireVersion", 0);

@@ -33,6 +33,22 @@ pub struct Sessions {
     slots: Mutex<HashMap<Vec<u8>, SessionSlot>>,
 }
 
+impl Sessions {
+    /// Drops the slots of `keys` no command holds (sessions whose logical session expired:
+    /// their stored records still answer retries, as after a restart).
+    pub fn forget(&self, keys: &[Vec<u8>]) {
+        let mut slots = lock(&self.slots);
+        for key in keys {
+            if slots
+                .get(key)
+                .is_some_and(|slot| Arc::strong_count(slot) == 1)
+            {
+                slots.remove(key);
+            }
+        }
+    }
+}
+
 /// Slots kept before the idle ones are dropped (each a key and a lock: the map stays small however
 /// many sessions come and go).
 const MAX_IDLE_SLOTS: usize = 10_000;
@@ -282,17 +298,8 @@ pub(crate) fn transactions_documents(records: Vec<(Vec<u8>, Document)>) -> Vec<D
     records
         .into_iter()
         .filter_map(|(key, record)| {
-            let (id, uid) = (key.get(..16)?, key.get(16..)?);
-            let uid = if uid.is_empty() {
-                no_user_uid()
-            } else {
-                uid.to_vec()
-            };
             let mut document = doc! {
-                "_id": {
-                    "id": bson::Binary { subtype: BinarySubtype::Uuid, bytes: id.to_vec() },
-                    "uid": bson::Binary { subtype: BinarySubtype::Generic, bytes: uid },
-                },
+                "_id": session_id_document(&key)?,
                 "txnNum": record.get_i64("txnNumber").ok()?,
             };
             for field in ["lastWriteOpTime", "lastWriteDate"] {
@@ -303,6 +310,22 @@ pub(crate) fn transactions_documents(records: Vec<(Vec<u8>, Document)>) -> Vec<D
             Some(document)
         })
         .collect()
+}
+
+/// A session's id as mongod stores it (`config.transactions`' and `config.system.sessions`'
+/// `_id`): `{id: <UUID>, uid: <BinData sha256>}` from its key (see [`lsid_key`]); the `uid` of
+/// a session the client sent without one is that of no user.
+pub(crate) fn session_id_document(key: &[u8]) -> Option<Document> {
+    let (id, uid) = (key.get(..16)?, key.get(16..)?);
+    let uid = if uid.is_empty() {
+        no_user_uid()
+    } else {
+        uid.to_vec()
+    };
+    Some(doc! {
+        "id": bson::Binary { subtype: BinarySubtype::Uuid, bytes: id.to_vec() },
+        "uid": bson::Binary { subtype: BinarySubtype::Generic, bytes: uid },
+    })
 }
 
 /// [`NO_USER_UID`] as bytes.
@@ -366,28 +389,34 @@ pub(crate) fn session_key(body: &Document) -> CommandResult<(Vec<u8>, String)> {
             "Transaction number requires a session ID to also be specified",
         )
     })?;
-    let id = match lsid.get("id") {
-        Some(Bson::Binary(binary)) if binary.subtype == BinarySubtype::Uuid => binary.bytes.clone(),
-        _ => {
-            return Err(CommandError::bad_value(
-                "lsid.id must be a UUID (BinData subtype 4)",
-            ))
-        }
-    };
-    let shown_id = bson::Uuid::from_bytes(id.clone().try_into().unwrap_or([0; 16])).to_string();
-    let mut key = id;
-    let uid = match lsid.get("uid") {
-        Some(Bson::Binary(binary)) => {
-            key.extend_from_slice(&binary.bytes);
-            binary
-                .bytes
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect()
-        }
+    let key = lsid_key(lsid)
+        .ok_or_else(|| CommandError::bad_value("lsid.id must be a UUID (BinData subtype 4)"))?;
+    let shown_id = bson::Uuid::from_bytes(key[..16].try_into().unwrap_or([0; 16])).to_string();
+    let uid = match key.get(16..) {
+        Some(uid) if !uid.is_empty() => uid.iter().map(|byte| format!("{byte:02x}")).collect(),
         _ => NO_USER_UID.to_owned(),
     };
     Ok((key, format!("{shown_id} - {uid}")))
+}
+
+/// The key every session registry uses for the session `lsid` names (retryable writes,
+/// transactions, the logical session cache, open cursors): `lsid.id`'s 16 bytes, then
+/// `lsid.uid`'s bytes if given. `None` unless `lsid.id` is a UUID.
+pub(crate) fn lsid_key(lsid: &Document) -> Option<Vec<u8>> {
+    let id = match lsid.get("id") {
+        Some(Bson::Binary(binary))
+            if binary.subtype == BinarySubtype::Uuid && binary.bytes.len() == 16 =>
+        {
+            &binary.bytes
+        }
+        _ => return None,
+    };
+    let mut key = Vec::with_capacity(48);
+    key.extend_from_slice(id);
+    if let Some(Bson::Binary(uid)) = lsid.get("uid") {
+        key.extend_from_slice(&uid.bytes);
+    }
+    Some(key)
 }
 
 /// mongod's refusal of a `multi: true` update or delete op in a retryable `bulkWrite`

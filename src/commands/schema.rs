@@ -714,6 +714,8 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "killSessions" | "killAllSessions" | "startSession" | "buildInfo" | "listCommands"
         | "whatsmyuri" | "serverStatus" | "getParameter" | "setParameter" | "advanceClock"
         | "runTtlPass" | "currentOp" | "killOp" | "sleep" => &LOOSE,
+        // mongod's BasicCommand, whose other fields are ignored.
+        "refreshLogicalSessionCacheNow" => &LOOSE,
         // mongod's `collection_to_capped.cpp` commands read their fields by hand and ignore others.
         "convertToCapped" | "cloneCollectionAsCapped" => &LOOSE,
         // Replica-set mode (`repl::commands`): their fields are read loosely, as mongod.

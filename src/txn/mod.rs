@@ -306,7 +306,10 @@ impl Transactions {
             let session = lock(&self.sessions).get(key).cloned();
             if let Some(session) = session {
                 let mut session = session.lock().await;
-                self.end(&mut session, Some(State::Aborted));
+                // A finished transaction keeps its outcome (a retried commit still answers it).
+                if matches!(session.state, State::Running(_)) {
+                    self.end(&mut session, Some(State::Aborted));
+                }
             }
         }
     }
