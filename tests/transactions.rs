@@ -999,3 +999,37 @@ async fn reads_inside_a_transaction_match_a_model_of_its_writes() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_statement_waits_for_a_collection_held_exclusively_no_longer_than_the_lock_timeout() {
+    let (server, _clock) = rs_server().await;
+    let mut stream = connect(&server).await;
+    let s = &mut stream;
+    let reply = statement(
+        s,
+        "app",
+        doc! {"insert": "held", "documents": [{"_id": 1}]},
+        7,
+        1,
+        true,
+    )
+    .await;
+    assert_eq!(reply.get_i32("n"), Ok(1));
+    // What a TTL policy change or a capped conversion holds while it works.
+    let ns = tideway::storage::Namespace::new("app", "held");
+    let gate = server.state.policy_gates.exclusive(&ns).await;
+    let reply = statement(s, "app", doc! {"find": "held"}, 7, 1, false).await;
+    assert_eq!(
+        error_of(&reply),
+        (
+            24,
+            "Unable to acquire IX lock on 'app.held' within 5ms.".into()
+        )
+    );
+    assert_eq!(reply_labels(&reply), vec!["TransientTransactionError"]);
+    drop(gate);
+    // The statement failed after the transaction resumed: it is aborted, as in mongod.
+    let reply = statement(s, "admin", doc! {"commitTransaction": 1}, 7, 1, false).await;
+    assert_eq!(error_of(&reply).0, 251);
+    server.stop().await;
+}
