@@ -1033,3 +1033,32 @@ async fn a_statement_waits_for_a_collection_held_exclusively_no_longer_than_the_
     assert_eq!(error_of(&reply).0, 251);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_document_an_index_cannot_take_fails_its_statement() {
+    let (server, _clock) = rs_server().await;
+    let client = server.client();
+    let coll: Collection<Document> = client.database("app").collection("pairs");
+    coll.create_index(
+        mongodb::IndexModel::builder()
+            .keys(doc! {"a": 1, "b": 1})
+            .build(),
+    )
+    .await
+    .unwrap();
+    let mut session = client.start_session().await.unwrap();
+    session.start_transaction().await.unwrap();
+    // mongod: 171 CannotIndexParallelArrays, at the insert.
+    let refused = coll
+        .insert_one(doc! {"_id": 1, "a": [1, 2], "b": [3, 4]})
+        .session(&mut session)
+        .await
+        .unwrap_err();
+    let mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(ref error)) =
+        *refused.kind
+    else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(error.code, 171);
+    server.stop().await;
+}

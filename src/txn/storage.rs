@@ -510,6 +510,11 @@ impl TxnStorage {
     ) -> StorageResult<(u64, u32)> {
         let superseded = match &write.now {
             Some((doc, _)) => {
+                // Every index must take the document (parallel arrays, a hashed array, a bad
+                // text language): refused now, at the statement, as the engine would refuse it.
+                for spec in meta.indexes.iter().filter(|index| !index.catalog_only) {
+                    IndexKeyer::new((**spec).clone())?.keys(doc)?;
+                }
                 self.check_unique(ns, meta, doc, &id_key, write.supersede.as_ref())
                     .await?
             }
