@@ -32,8 +32,8 @@ use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
 use crate::storage::oplog::{self, Change, EntryTime, Images};
 use crate::storage::{
-    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate,
-    StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
+    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
+    StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
 };
 
 pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;

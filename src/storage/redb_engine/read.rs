@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bson::Document;
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableError};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
 use super::catalog::Catalog;
 use super::catalog::{CollectionEntry, IndexEntry};

@@ -102,7 +102,10 @@ pub(super) fn statements(
         .map_err(io)?
     {
         let (key, value) = entry.map_err(io)?;
-        statements.push((session_statement_id(key.value())?, from_bytes(value.value())?));
+        statements.push((
+            session_statement_id(key.value())?,
+            from_bytes(value.value())?,
+        ));
     }
     Ok(statements)
 }

@@ -222,7 +222,7 @@ async fn older_format_versions_are_refused() {
     assert!(matches!(error, StorageError::Corrupt(_)), "{error:?}");
     let message = error.to_string();
     assert!(
-        message.contains("unsupported data format version 1: this build reads versions 2 to 3"),
+        message.contains("unsupported data format version 1: this build reads versions 2 to 4"),
         "{message}"
     );
 }
@@ -358,7 +358,7 @@ async fn version_2_files_open_and_their_entries_without_type_bits_are_fetched() 
             Err(StorageError::DuplicateKey { .. })
         ));
     }
-    // Opening marked the file version 3.
+    // Opening marked the file with the current version.
     let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
     let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
     let meta = txn.open_table(super::format::META).unwrap();
@@ -1567,10 +1567,11 @@ async fn record_statements(
     statements: std::ops::Range<i32>,
 ) {
     use crate::storage::SessionRecord;
+    let session = String::from_utf8_lossy(key).into_owned();
     let key = key.to_vec();
     let ops = statements
         .clone()
-        .map(|stmt_id| insert(doc! {"s": stmt_id, "t": txn_number}))
+        .map(|stmt_id| insert(doc! {"_id": format!("{session}/{txn_number}/{stmt_id}")}))
         .collect();
     let rows: Vec<(i32, bson::Document)> = statements
         .map(|stmt_id| (stmt_id, doc! {"n": 1, "stmt": stmt_id}))
@@ -1636,7 +1637,11 @@ async fn session_statements_are_one_row_each_and_a_newer_txn_number_drops_the_ol
     );
     assert_eq!(statements[4].1, doc! {"n": 1, "stmt": 4});
     assert_eq!(
-        storage.session_statements(b"session-ab", 5).await.unwrap().len(),
+        storage
+            .session_statements(b"session-ab", 5)
+            .await
+            .unwrap()
+            .len(),
         2
     );
     assert!(storage
@@ -1688,7 +1693,10 @@ async fn whole_session_records_of_format_version_3_are_split_into_rows_when_open
         };
         txn.open_table(super::format::SESSIONS)
             .unwrap()
-            .insert(&b"session-old"[..], bson::to_vec(&whole).unwrap().as_slice())
+            .insert(
+                &b"session-old"[..],
+                bson::to_vec(&whole).unwrap().as_slice(),
+            )
             .unwrap();
         txn.open_table(super::format::META)
             .unwrap()
