@@ -1,9 +1,10 @@
 //! Retryable writes (replica-set mode): `insert`, `update`, `delete`, `findAndModify` and
 //! `bulkWrite` carrying `lsid` + `txnNumber`. As mongod's `config.transactions`, every statement
 //! that wrote is recorded under its session, in the same storage commit as its write
-//! ([`crate::storage::Storage::write_recorded`]): `{txnNumber, statements: {<stmtId>: <its
-//! reply part>}, lastWriteOpTime: {ts, t}, lastWriteDate}`. A retry of the same `txnNumber`
-//! answers recorded statements from the record (listing them in `retriedStmtIds`) and runs the
+//! ([`crate::storage::Storage::write_recorded`]): a header `{txnNumber, lastWriteOpTime: {ts, t},
+//! lastWriteDate}` and, per statement, its reply part; a commit stores only the statements it
+//! ran, so a command of many statements costs in proportion to them. A retry of the same
+//! `txnNumber` reads that number's statements (one range read) and answers them (listing them in `retriedStmtIds`) and runs the
 //! others; an older `txnNumber` is 225 TransactionTooOld. A statement that wrote nothing (no
 //! match, a write error) leaves no record and runs again when retried, as in mongod. The stored
 //! records are what `config.transactions` lists ([`transactions_documents`]).
@@ -73,8 +74,8 @@ pub(crate) struct RetryableWrite {
     /// The command's `stmtIds`, one per statement position (`bulkWrite`), if given.
     stmt_ids: Option<Vec<i32>>,
     /// The statements recorded under this `txnNumber`, those of this command included as they
-    /// commit (by stmtId as text).
-    recorded: Arc<Mutex<Document>>,
+    /// commit.
+    recorded: Arc<Mutex<HashMap<i32, Document>>>,
     retried: Mutex<Vec<i32>>,
     /// The statement whose writes go through now.
     current: Mutex<Option<(i32, StatementKind)>>,
@@ -150,12 +151,16 @@ impl RetryableWrite {
             ));
         }
         *session = Some(txn_number);
-        let recorded = match stored {
-            Some(record) if stored_txn == Some(txn_number) => record
-                .get_document("statements")
-                .cloned()
-                .unwrap_or_default(),
-            _ => Document::new(),
+        // A first attempt (a newer txnNumber) reads no statements; a retry reads its own.
+        let recorded = if stored_txn == Some(txn_number) {
+            ctx.state
+                .storage
+                .session_statements(&key, txn_number)
+                .await?
+                .into_iter()
+                .collect()
+        } else {
+            HashMap::new()
         };
         Ok(Some(RetryableWrite {
             key,
@@ -194,7 +199,7 @@ impl RetryableWrite {
     /// Whether statement `stmt_id` ran under this `txnNumber` (not noted as retried; see
     /// [`RetryableWrite::executed`]).
     pub(crate) fn was_executed(&self, stmt_id: i32) -> bool {
-        lock(&self.recorded).contains_key(stmt_id.to_string())
+        lock(&self.recorded).contains_key(&stmt_id)
     }
 
     /// The documents an insert writes are the statements at `positions`.
@@ -214,10 +219,7 @@ impl RetryableWrite {
     /// The recorded reply part of statement `stmt_id`, if it ran under this `txnNumber`
     /// (noted for `retriedStmtIds`).
     pub(crate) fn executed(&self, stmt_id: i32) -> Option<Document> {
-        let entry = lock(&self.recorded)
-            .get_document(stmt_id.to_string())
-            .ok()
-            .cloned()?;
+        let entry = lock(&self.recorded).get(&stmt_id).cloned()?;
         lock(&self.retried).push(stmt_id);
         Some(entry)
     }
@@ -249,26 +251,28 @@ impl RetryableWrite {
         )
     }
 
-    /// A record builder: the entries of the operations that succeed join the session's record.
+    /// A record builder: the entries of the operations that succeed join the session's record
+    /// (only they are written: the cost of a commit never grows with what was recorded before).
     fn recorder(&self, entries: Vec<Option<(i32, Document)>>) -> RecordSession {
         let recorded = self.recorded.clone();
         let key = self.key.clone();
         let txn_number = self.txn_number;
         Box::new(
             move |results: &[crate::storage::StorageResult<WriteOutcome>], time: EntryTime| {
-                let mut statements = lock(&recorded);
-                let mut added = false;
-                for (entry, result) in entries.into_iter().zip(results) {
-                    if let (Some((stmt_id, entry)), Ok(_)) = (entry, result) {
-                        statements.insert(stmt_id.to_string(), entry);
-                        added = true;
-                    }
+                let statements: Vec<(i32, Document)> = entries
+                    .into_iter()
+                    .zip(results)
+                    .filter_map(|(entry, result)| entry.filter(|_| result.is_ok()))
+                    .collect();
+                if statements.is_empty() {
+                    return None;
                 }
-                added.then(|| SessionRecord {
+                lock(&recorded).extend(statements.iter().cloned());
+                Some(SessionRecord {
                     key,
-                    value: doc! {
-                        "txnNumber": txn_number,
-                        "statements": statements.clone(),
+                    txn_number,
+                    statements,
+                    header: doc! {
                         "lastWriteOpTime": {"ts": time.ts, "t": crate::repl::TERM},
                         "lastWriteDate": bson::DateTime::from_millis(time.wall_ms),
                     },
@@ -292,7 +296,7 @@ impl RetryableWrite {
 }
 
 /// `config.transactions` as mongod keeps it (session_txn_record.idl, a retryable write's
-/// fields): one document per stored session record, `{_id: {id, uid}, txnNum, lastWriteOpTime,
+/// fields): one document per stored session record header, `{_id: {id, uid}, txnNum, lastWriteOpTime,
 /// lastWriteDate}`, in session-key order.
 pub(crate) fn transactions_documents(records: Vec<(Vec<u8>, Document)>) -> Vec<Document> {
     records

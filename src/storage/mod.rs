@@ -479,11 +479,19 @@ pub type RecordSession = Box<
     dyn FnOnce(&[StorageResult<WriteOutcome>], oplog::EntryTime) -> Option<SessionRecord> + Send,
 >;
 
-/// What [`Storage::write_recorded`] stores: a document under a caller-chosen key.
+/// What [`Storage::write_recorded`] stores for the session under a caller-chosen key: the
+/// statements this commit ran under `txn_number`, and the session's header.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionRecord {
     pub key: Vec<u8>,
-    pub value: Document,
+    pub txn_number: i64,
+    /// `(stmtId, recorded reply part)` of each statement the commit ran: they join the
+    /// statements already recorded under `txn_number` (a newer `txn_number` drops the older
+    /// statements).
+    pub statements: Vec<(i32, Document)>,
+    /// The header's fields (the last write's time...), replacing the previous header's; stored
+    /// as `{txnNumber: txn_number, ..header}`.
+    pub header: Document,
 }
 
 /// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it
@@ -830,8 +838,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
     /// [`Storage::write`], and in the same atomic commit stores the session record `record`
-    /// builds from the operations' results (replacing any record under its key; nothing is
-    /// stored when it returns `None`). `record` runs on the writer thread: it must be fast and
+    /// builds from the operations' results (see [`SessionRecord`]; nothing is stored when it
+    /// returns `None`). The cost is in proportion to the statements of this commit, never to
+    /// those recorded before. `record` runs on the writer thread: it must be fast and
     /// must not block or call back into storage. Retryable writes keep their outcome this way,
     /// so a write and the proof that it happened are never separated by a crash.
     async fn write_recorded(
@@ -841,15 +850,24 @@ pub trait Storage: Send + Sync + fmt::Debug {
         options: WriteOptions,
         record: RecordSession,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
-    /// The session record stored under `key` ([`Storage::write_recorded`]), if any.
+    /// The header of the session record stored under `key` ([`Storage::write_recorded`]):
+    /// `{txnNumber, ..}`, if any.
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>>;
+    /// The statements recorded under `txn_number` for session `key`, in stmtId order (one range
+    /// read; none once a newer txnNumber was recorded).
+    async fn session_statements(
+        &self,
+        key: &[u8],
+        txn_number: i64,
+    ) -> StorageResult<Vec<(i32, Document)>>;
     /// A snapshot of everything committed now.
     async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>>;
     /// Applies `commit` all or nothing: the first operation that fails (`WriteConflict`,
     /// `DuplicateKey`, ...) fails the whole commit with its error and nothing of it is stored.
     /// Committed alone (never grouped with other writes), so its failure costs no one else.
     async fn commit_transaction(&self, commit: TransactionCommit) -> StorageResult<()>;
-    /// Every stored session record, as `(key, record)` in key order (`config.transactions`).
+    /// Every stored session record header, as `(key, header)` in key order
+    /// (`config.transactions`).
     async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>>;
     /// Reads the next `limit` entries of `source` after `resume_after` and deletes every document
     /// they point to for which `expired` holds, with all its index and expiry entries, as one

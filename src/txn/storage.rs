@@ -1119,6 +1119,14 @@ impl Storage for TxnStorage {
         self.base.session_record(key).await
     }
 
+    async fn session_statements(
+        &self,
+        key: &[u8],
+        txn_number: i64,
+    ) -> StorageResult<Vec<(i32, Document)>> {
+        self.base.session_statements(key, txn_number).await
+    }
+
     async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
         self.base.session_records().await
     }

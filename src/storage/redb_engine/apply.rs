@@ -25,15 +25,15 @@ use super::format::{
     bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
     index_table_name, io, natural_position_table_name, natural_table_name, raw_record,
     record_document, record_header, record_with_document, set_record_header, CATALOG,
-    RECORD_HEADER_LEN, SESSIONS, SIZES,
+    RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::storage::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::storage::keycodec::encode_id;
 use crate::storage::oplog::{self, Change, EntryTime, Images};
 use crate::storage::{
-    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate,
-    SessionRecord, StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
+    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
+    StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
 };
 
 pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -916,19 +916,6 @@ pub(super) fn append_entry(
             error @ (StorageError::Io(_) | StorageError::OutOfDiskSpace(_)) => error,
             other => StorageError::Io(format!("appending to the oplog: {other}")),
         })
-}
-
-/// Stores a session record (`Storage::write_recorded`), replacing any under its key.
-pub(super) fn put_session_record(batch: &mut Batch, record: &SessionRecord) -> StorageResult<()> {
-    let value = bson::to_vec(&record.value)
-        .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))?;
-    batch
-        .txn
-        .open_table(SESSIONS)
-        .map_err(io)?
-        .insert(record.key.as_slice(), value.as_slice())
-        .map_err(io)?;
-    Ok(())
 }
 
 /// Signed change of a table's byte counters.

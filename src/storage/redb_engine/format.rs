@@ -31,6 +31,15 @@
 //!   insert took, so numbers only grow) → encoded `_id`: natural order. `np.<collection id>`:
 //!   encoded `_id` → its u64 BE insertion number, to find the entry when the document goes.
 //!
+//! - `sessions` (session key → BSON): one header row per session that ran a recorded write
+//!   (`Storage::write_recorded`): `{txnNumber, ...}` and the fields its last commit gave.
+//! - `session_statements` ([`session_statement_key`]: u32 BE length of the session key ++ session
+//!   key ++ order-preserving i64 txnNumber ++ order-preserving i32 stmtId → BSON): one row per
+//!   recorded statement. The length prefix makes session prefixes prefix-free, so one session's
+//!   rows, and within them one txnNumber's, are one contiguous key range.
+//!
+//! Invariant: a session's statement rows all carry its header's txnNumber: the commit that first
+//! writes a newer txnNumber deletes the older rows ([`session_rows_before`]).
 //! Invariant: in a capped collection, `n.` and `np.` hold exactly one entry per document.
 //! Invariant: the expiry tables hold exactly the entries the data table's headers imply
 //! ([`expiry_position`]); writes keep them in step within the same transaction.
@@ -50,7 +59,11 @@ use crate::storage::{
 /// 2: TTL class in the record header, expiry tables, catalog-only indexes.
 /// 3: type bits in index entry values. Version 2 files are read as they are (their entries have
 /// no type bits) and marked 3 when opened, after which older builds refuse them.
-pub(super) const FORMAT_VERSION: u64 = 3;
+/// 4: session records as a header row plus one row per statement (`session_statements`). The
+/// whole-record documents of versions 2 and 3 (`{txnNumber, statements: {<stmtId>: ..}, ..}`
+/// under the session key in `sessions`) are split into rows when the file is opened
+/// (`convert_session_records`), in the commit that marks it 4.
+pub(super) const FORMAT_VERSION: u64 = 4;
 /// The oldest format version this build opens.
 pub(super) const OLDEST_READABLE_FORMAT_VERSION: u64 = 2;
 /// First byte of an index entry value that carries type bits.
@@ -73,6 +86,11 @@ pub(super) const CATALOG: TableDefinition<u64, &[u8]> = TableDefinition::new("ca
 pub(super) const SIZES: TableDefinition<&str, (u64, u64)> = TableDefinition::new("sizes");
 /// Session records (`Storage::write_recorded`): caller key → BSON document.
 pub(super) const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
+/// One row per recorded statement ([`session_statement_key`] → BSON reply part).
+pub(super) const SESSION_STATEMENTS: TableDefinition<&[u8], &[u8]> =
+    TableDefinition::new("session_statements");
+/// Bytes of the txnNumber ++ stmtId suffix of a statement row key.
+const STATEMENT_SUFFIX_LEN: usize = 8 + 4;
 
 pub(super) const META_FORMAT_VERSION: &str = "format_version";
 pub(super) const META_NEXT_REV: &str = "next_rev";
@@ -143,6 +161,50 @@ pub(super) fn expiry_entry_id(key: &[u8]) -> StorageResult<&[u8]> {
     key.get(EXPIRY_TIME_LEN..)
         .filter(|id_key| !id_key.is_empty())
         .ok_or_else(|| corrupt("expiry entry shorter than its time prefix"))
+}
+
+/// The first bytes of every statement row of session `session_key`: its length (u32 BE) and
+/// itself. Session keys are far below 4 GiB (they come from a command's `lsid`).
+pub(super) fn session_prefix(session_key: &[u8]) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(4 + session_key.len() + STATEMENT_SUFFIX_LEN);
+    prefix.extend_from_slice(&(session_key.len() as u32).to_be_bytes());
+    prefix.extend_from_slice(session_key);
+    prefix
+}
+
+/// The key of statement `stmt_id` of `txn_number` in session `session_key`.
+pub(super) fn session_statement_key(session_key: &[u8], txn_number: i64, stmt_id: i32) -> Vec<u8> {
+    let mut key = session_prefix(session_key);
+    key.extend_from_slice(&ordered_i64(txn_number));
+    key.extend_from_slice(&((stmt_id as u32) ^ (1 << 31)).to_be_bytes());
+    key
+}
+
+/// The inclusive key range of every statement row of `txn_number` in session `session_key`.
+pub(super) fn session_txn_rows(session_key: &[u8], txn_number: i64) -> (Vec<u8>, Vec<u8>) {
+    (
+        session_statement_key(session_key, txn_number, i32::MIN),
+        session_statement_key(session_key, txn_number, i32::MAX),
+    )
+}
+
+/// The half-open key range of the statement rows of session `session_key` older than
+/// `txn_number`.
+pub(super) fn session_rows_before(session_key: &[u8], txn_number: i64) -> (Vec<u8>, Vec<u8>) {
+    let start = session_prefix(session_key);
+    let mut end = start.clone();
+    end.extend_from_slice(&ordered_i64(txn_number));
+    (start, end)
+}
+
+/// The stmtId of a statement row key.
+pub(super) fn session_statement_id(key: &[u8]) -> StorageResult<i32> {
+    let at = key
+        .len()
+        .checked_sub(4)
+        .ok_or_else(|| corrupt("session statement key shorter than its stmtId"))?;
+    let bits = u32::from_be_bytes(be_bytes(&key[at..])?);
+    Ok((bits ^ (1 << 31)) as i32)
 }
 
 /// The one place redb errors become storage errors: a full disk is `OutOfDiskSpace`, any other

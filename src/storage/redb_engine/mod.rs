@@ -7,7 +7,8 @@
 //! caller's task in short read transactions (key counts over whole ranges on a blocking thread),
 //! concurrently with the writer, against the published catalog (`catalog.rs`). The on-disk layout
 //! (data, index and per-collection expiry tables) is in `format.rs`; the work done inside a write
-//! transaction is in `apply.rs`. Reaping (`reap.rs`) reads and plans on a low-priority thread
+//! transaction is in `apply.rs`; retryable-write session records (a header row and one row per
+//! statement) in `sessions.rs`. Reaping (`reap.rs`) reads and plans on a low-priority thread
 //! (`background.rs`) and deletes in the writer. After an I/O error (a full disk) the writer
 //! reopens the database (`database.rs`); a read that failed meanwhile asks the writer to and runs
 //! again on the reopened database, so reads go on and writes resume without a restart.
@@ -25,6 +26,7 @@ pub mod faults;
 mod format;
 mod read;
 mod reap;
+mod sessions;
 mod writer;
 
 #[cfg(test)]
@@ -411,6 +413,8 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
             Some(older) if (OLDEST_READABLE_FORMAT_VERSION..FORMAT_VERSION).contains(&older) => {
                 meta.insert(META_FORMAT_VERSION, FORMAT_VERSION)
                     .map_err(io)?;
+                // Versions 2 and 3 kept each session's record whole.
+                sessions::convert_whole_records(&txn)?;
             }
             Some(other) => {
                 return Err(StorageError::Corrupt(format!(
@@ -729,7 +733,7 @@ impl Storage for RedbStorage {
             // Every successful write took a time: the newest is this batch's last write's.
             let time = crate::storage::oplog::EntryTime::now(batch.counters.last_timestamp);
             if let Some(session) = record(&results, time) {
-                apply::put_session_record(batch, &session)?;
+                sessions::put(&batch.txn, &session)?;
             }
             Ok(results)
         })
@@ -738,6 +742,15 @@ impl Storage for RedbStorage {
 
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
         self.read(|| async { read::session_record(&self.shared, key) })
+            .await
+    }
+
+    async fn session_statements(
+        &self,
+        key: &[u8],
+        txn_number: i64,
+    ) -> StorageResult<Vec<(i32, Document)>> {
+        self.read(|| async { read::session_statements(&self.shared, key, txn_number) })
             .await
     }
 
@@ -787,7 +800,7 @@ impl Storage for RedbStorage {
                 }
             }
             if let Some(record) = &record {
-                apply::put_session_record(batch, record)?;
+                sessions::put(&batch.txn, record)?;
             }
             Ok(())
         })

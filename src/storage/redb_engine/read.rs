@@ -19,13 +19,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bson::Document;
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableError};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 
 use super::catalog::Catalog;
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
     bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, natural_table_name,
-    ordered_i64, raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SESSIONS, SIZES,
+    ordered_i64, raw_record, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
 use crate::storage::keycodec::{encode_id, prefix_successor};
@@ -110,38 +110,23 @@ pub(super) fn get(view: &View, ns: &Namespace, id: &bson::Bson) -> StorageResult
         .transpose()
 }
 
-/// The session record under `key` (`Storage::session_record`).
+/// The session record header under `key` (`Storage::session_record`).
 pub(super) fn session_record(shared: &Shared, key: &[u8]) -> StorageResult<Option<Document>> {
-    let txn = begin(shared)?;
-    let table = match txn.open_table(SESSIONS) {
-        Ok(table) => table,
-        Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(error) => return Err(io(error)),
-    };
-    let Some(value) = table.get(key).map_err(io)? else {
-        return Ok(None);
-    };
-    bson::from_slice(value.value())
-        .map(Some)
-        .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))
+    super::sessions::header(&begin(shared)?, key)
 }
 
-/// Every session record, in key order (`Storage::session_records`).
+/// The statements of `txn_number` recorded for session `key` (`Storage::session_statements`).
+pub(super) fn session_statements(
+    shared: &Shared,
+    key: &[u8],
+    txn_number: i64,
+) -> StorageResult<Vec<(i32, Document)>> {
+    super::sessions::statements(&begin(shared)?, key, txn_number)
+}
+
+/// Every session record header, in key order (`Storage::session_records`).
 pub(super) fn session_records(shared: &Shared) -> StorageResult<Vec<(Vec<u8>, Document)>> {
-    let txn = begin(shared)?;
-    let table = match txn.open_table(SESSIONS) {
-        Ok(table) => table,
-        Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(error) => return Err(io(error)),
-    };
-    let mut records = Vec::new();
-    for entry in table.iter().map_err(io)? {
-        let (key, value) = entry.map_err(io)?;
-        let record = bson::from_slice(value.value())
-            .map_err(|error| StorageError::Corrupt(format!("session record: {error}")))?;
-        records.push((key.value().to_vec(), record));
-    }
-    Ok(records)
+    super::sessions::headers(&begin(shared)?)
 }
 
 /// A contract range as a range over stored keys: lower bound Included or Unbounded, upper bound

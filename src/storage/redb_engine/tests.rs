@@ -222,7 +222,7 @@ async fn older_format_versions_are_refused() {
     assert!(matches!(error, StorageError::Corrupt(_)), "{error:?}");
     let message = error.to_string();
     assert!(
-        message.contains("unsupported data format version 1: this build reads versions 2 to 3"),
+        message.contains("unsupported data format version 1: this build reads versions 2 to 4"),
         "{message}"
     );
 }
@@ -358,7 +358,7 @@ async fn version_2_files_open_and_their_entries_without_type_bits_are_fetched() 
             Err(StorageError::DuplicateKey { .. })
         ));
     }
-    // Opening marked the file version 3.
+    // Opening marked the file with the current version.
     let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
     let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
     let meta = txn.open_table(super::format::META).unwrap();
@@ -1518,7 +1518,9 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                     let done = results.iter().filter(|result| result.is_ok()).count();
                     Some(SessionRecord {
                         key: b"session-a".to_vec(),
-                        value: doc! {"txnNumber": 7_i64, "n": done as i32},
+                        txn_number: 7,
+                        statements: vec![(0, doc! {"n": 1})],
+                        header: doc! {"n": done as i32},
                     })
                 }),
             )
@@ -1542,6 +1544,10 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
         Some(doc! {"txnNumber": 7_i64, "n": 1})
     );
     assert_eq!(
+        storage.session_statements(b"session-a", 7).await.unwrap(),
+        vec![(0, doc! {"n": 1})]
+    );
+    assert_eq!(
         storage.session_records().await.unwrap(),
         vec![(b"session-a".to_vec(), doc! {"txnNumber": 7_i64, "n": 1})]
     );
@@ -1551,6 +1557,187 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
             .len(),
         2
     );
+}
+
+/// A recorded write of `statements` under `txn_number` for session `key` (one insert each).
+async fn record_statements(
+    storage: &RedbStorage,
+    key: &[u8],
+    txn_number: i64,
+    statements: std::ops::Range<i32>,
+) {
+    use crate::storage::SessionRecord;
+    let session = String::from_utf8_lossy(key).into_owned();
+    let key = key.to_vec();
+    let ops = statements
+        .clone()
+        .map(|stmt_id| insert(doc! {"_id": format!("{session}/{txn_number}/{stmt_id}")}))
+        .collect();
+    let rows: Vec<(i32, bson::Document)> = statements
+        .map(|stmt_id| (stmt_id, doc! {"n": 1, "stmt": stmt_id}))
+        .collect();
+    let results = storage
+        .write_recorded(
+            &ns("rows"),
+            ops,
+            ORDERED,
+            Box::new(move |_, time| {
+                Some(SessionRecord {
+                    key,
+                    txn_number,
+                    statements: rows,
+                    header: doc! {"ts": time.ts},
+                })
+            }),
+        )
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok));
+}
+
+/// Every row of the statement table, as (key, value) bytes.
+fn statement_rows(storage: &RedbStorage) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let txn = super::read::begin(&storage.shared).unwrap();
+    let table = txn.open_table(super::format::SESSION_STATEMENTS).unwrap();
+    redb::ReadableTable::iter(&table)
+        .unwrap()
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.value().to_vec(), value.value().to_vec())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn session_statements_are_one_row_each_and_a_newer_txn_number_drops_the_older_rows() {
+    let storage = RedbStorage::in_memory().unwrap();
+    // Two commits of one txnNumber each write only their own statements.
+    record_statements(&storage, b"session-a", 5, 0..3).await;
+    assert_eq!(statement_rows(&storage).len(), 3);
+    record_statements(&storage, b"session-a", 5, 3..5).await;
+    // A session whose key extends session-a's: its rows are never read as session-a's.
+    record_statements(&storage, b"session-ab", 5, 0..2).await;
+    let rows = statement_rows(&storage);
+    assert_eq!(rows.len(), 7);
+    // Keys: u32 BE key length ++ session key ++ txnNumber ++ stmtId, order-preserving.
+    let (key, value) = &rows[0];
+    let mut expected = vec![0, 0, 0, 9];
+    expected.extend_from_slice(b"session-a");
+    expected.extend_from_slice(&(5_u64 ^ (1 << 63)).to_be_bytes());
+    expected.extend_from_slice(&(1_u32 << 31).to_be_bytes());
+    assert_eq!(key, &expected);
+    assert_eq!(
+        bson::from_slice::<bson::Document>(value).unwrap(),
+        doc! {"n": 1, "stmt": 0}
+    );
+    let statements = storage.session_statements(b"session-a", 5).await.unwrap();
+    assert_eq!(
+        statements.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(statements[4].1, doc! {"n": 1, "stmt": 4});
+    assert_eq!(
+        storage
+            .session_statements(b"session-ab", 5)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(storage
+        .session_statements(b"session-a", 4)
+        .await
+        .unwrap()
+        .is_empty());
+    // Negative stmtIds sort before the others.
+    record_statements(&storage, b"session-a", 5, -2..0).await;
+    let ids: Vec<i32> = storage
+        .session_statements(b"session-a", 5)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, vec![-2, -1, 0, 1, 2, 3, 4]);
+    // The first commit of txnNumber 6 deletes session-a's txnNumber 5 rows, not session-ab's.
+    record_statements(&storage, b"session-a", 6, 0..1).await;
+    assert!(storage
+        .session_statements(b"session-a", 5)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        storage.session_statements(b"session-a", 6).await.unwrap(),
+        vec![(0, doc! {"n": 1, "stmt": 0})]
+    );
+    assert_eq!(statement_rows(&storage).len(), 3);
+    let headers = storage.session_records().await.unwrap();
+    assert_eq!(headers.len(), 2);
+    assert_eq!(headers[0].0, b"session-a".to_vec());
+    assert_eq!(headers[0].1.get_i64("txnNumber").unwrap(), 6);
+    assert_eq!(headers[1].1.get_i64("txnNumber").unwrap(), 5);
+}
+
+#[tokio::test]
+async fn whole_session_records_of_format_version_3_are_split_into_rows_when_opened() {
+    let dir = TempDir::new().unwrap();
+    drop(RedbStorage::open(dir.path(), Durability::Durable).unwrap());
+    {
+        // A version 3 file: one whole record per session.
+        let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        let whole = doc! {
+            "txnNumber": 3_i64,
+            "statements": {"0": {"n": 1}, "2": {"n": 1, "nModified": 1}},
+            "lastWriteOpTime": {"ts": bson::Timestamp { time: 9, increment: 1 }, "t": 1_i64},
+        };
+        txn.open_table(super::format::SESSIONS)
+            .unwrap()
+            .insert(
+                &b"session-old"[..],
+                bson::to_vec(&whole).unwrap().as_slice(),
+            )
+            .unwrap();
+        txn.open_table(super::format::META)
+            .unwrap()
+            .insert(super::format::META_FORMAT_VERSION, 3)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    assert_eq!(
+        storage.session_record(b"session-old").await.unwrap(),
+        Some(doc! {
+            "txnNumber": 3_i64,
+            "lastWriteOpTime": {"ts": bson::Timestamp { time: 9, increment: 1 }, "t": 1_i64},
+        })
+    );
+    assert_eq!(
+        storage.session_statements(b"session-old", 3).await.unwrap(),
+        vec![(0, doc! {"n": 1}), (2, doc! {"n": 1, "nModified": 1})]
+    );
+    // A retry goes on where the old record left off; a newer txnNumber drops it.
+    record_statements(&storage, b"session-old", 3, 3..4).await;
+    assert_eq!(
+        storage
+            .session_statements(b"session-old", 3)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    record_statements(&storage, b"session-old", 4, 0..1).await;
+    assert_eq!(statement_rows(&storage).len(), 1);
+    drop(storage);
+    let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let meta = txn.open_table(super::format::META).unwrap();
+    let version = meta
+        .get(super::format::META_FORMAT_VERSION)
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, 4);
 }
 
 #[tokio::test]
