@@ -140,6 +140,18 @@ async fn committed_writes_appear_together_and_aborted_ones_never() {
         vec![Bson::from("a"), Bson::from("b")]
     );
     assert_eq!(ids(&log, None).await, vec![Bson::Int32(1)]);
+    // mongod's serverStatus.transactions counts them.
+    let status = client
+        .database("admin")
+        .run_command(doc! {"serverStatus": 1})
+        .await
+        .unwrap();
+    let metrics = status.get_document("transactions").unwrap();
+    assert_eq!(
+        metrics,
+        &doc! {"currentActive": 0_i64, "currentInactive": 0_i64, "currentOpen": 0_i64,
+        "totalAborted": 1_i64, "totalCommitted": 1_i64, "totalStarted": 2_i64}
+    );
     server.stop().await;
 }
 

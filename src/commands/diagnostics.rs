@@ -185,6 +185,11 @@ async fn server_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
         ),
         ("ttl", Bson::Document(ttl_status)),
     ];
+    let transactions = state
+        .repl
+        .as_ref()
+        .map(|repl| ("transactions", Bson::Document(repl.transactions.metrics())));
+    let sections = sections.into_iter().chain(transactions);
     let mut reply = Document::new();
     for (section, value) in sections {
         let excluded = body.get(section).is_some_and(|flag| !is_truthy(flag));

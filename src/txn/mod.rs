@@ -55,6 +55,10 @@ pub struct Transactions {
     sessions: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<Session>>>>,
     intents: Arc<Intents>,
     next_id: AtomicU64,
+    /// `serverStatus.transactions` totals.
+    started: AtomicU64,
+    committed: AtomicU64,
+    aborted: AtomicU64,
 }
 
 /// One session's newest transaction.
@@ -62,6 +66,9 @@ pub struct Transactions {
 struct Session {
     txn_number: Option<i64>,
     state: State,
+    /// Server time of the session's last transaction command: a finished transaction's outcome
+    /// is kept (for a retried commit) until the session has been idle for its timeout.
+    last_used_ms: i64,
 }
 
 #[derive(Debug, Default)]
@@ -184,6 +191,7 @@ impl Transactions {
         check_allowed(command, body)?;
         let (key, shown) = session_key(body)?;
         let mut session = self.session(key).lock_owned().await;
+        session.last_used_ms = state.clock.now_ms();
         let newest = session.txn_number;
         if let Some(newest) = newest.filter(|newest| fields.txn_number < *newest) {
             return Err(too_old(fields.txn_number, &shown, newest));
@@ -210,6 +218,7 @@ impl Transactions {
                 storage: Arc::new(storage),
                 started_ms,
             });
+            self.started.fetch_add(1, Ordering::Relaxed);
         } else if newest != Some(fields.txn_number) {
             return Err(mismatched(fields.txn_number, newest));
         }
@@ -260,19 +269,31 @@ impl Transactions {
     /// Ends the session's running transaction, if any (releasing its claims), moving it to
     /// `next` (or leaving its state when `None`).
     fn end(&self, session: &mut Session, next: Option<State>) {
-        if let State::Running(running) = &session.state {
-            running.storage.release();
-        }
+        let was_running = match &session.state {
+            State::Running(running) => {
+                running.storage.release();
+                true
+            }
+            _ => false,
+        };
         if let Some(next) = next {
             session.state = next;
-        } else if matches!(session.state, State::Running(_)) {
+        } else if was_running {
             session.state = State::Aborted;
+        }
+        if was_running {
+            let total = match session.state {
+                State::Committed => &self.committed,
+                _ => &self.aborted,
+            };
+            total.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Aborts every transaction that has run `limit_ms` or longer at `now_ms` (whose session is
-    /// not in the middle of a command: the next round takes it); returns how many.
-    pub fn abort_expired(&self, now_ms: i64, limit_ms: i64) -> usize {
+    /// not in the middle of a command: the next round takes it), and forgets sessions idle for
+    /// `idle_ms` with no transaction running; returns how many transactions it aborted.
+    pub fn abort_expired(&self, now_ms: i64, limit_ms: i64, idle_ms: i64) -> usize {
         let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
         let mut aborted = 0;
         for session in sessions {
@@ -289,12 +310,13 @@ impl Transactions {
                 aborted += 1;
             }
         }
-        // Sessions without a running transaction need no slot once idle.
+        // A finished transaction's outcome outlives it as long as its session would.
         lock(&self.sessions).retain(|_, session| {
             Arc::strong_count(session) > 1
-                || session
-                    .try_lock()
-                    .map_or(true, |session| matches!(session.state, State::Running(_)))
+                || session.try_lock().map_or(true, |session| {
+                    matches!(session.state, State::Running(_))
+                        || now_ms - session.last_used_ms < idle_ms
+                })
         });
         aborted
     }
@@ -320,16 +342,28 @@ impl Transactions {
         self.abort_sessions(&keys).await;
     }
 
-    /// Running transactions (for `serverStatus.transactions`).
-    pub fn running(&self) -> usize {
-        lock(&self.sessions)
-            .values()
-            .filter(|session| {
-                session
-                    .try_lock()
-                    .map_or(true, |session| matches!(session.state, State::Running(_)))
-            })
-            .count()
+    /// `serverStatus.transactions` (mongod's server_transactions_metrics): open transactions,
+    /// those running a statement now (active) and the rest (inactive), and totals since the
+    /// start.
+    pub fn metrics(&self) -> Document {
+        let (mut active, mut inactive) = (0_i64, 0_i64);
+        for session in lock(&self.sessions).values() {
+            match session.try_lock() {
+                Ok(session) if matches!(session.state, State::Running(_)) => inactive += 1,
+                Ok(_) => {}
+                // Locked: a statement (or a commit) of the session is running.
+                Err(_) => active += 1,
+            }
+        }
+        let total = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i64;
+        doc! {
+            "currentActive": active,
+            "currentInactive": inactive,
+            "currentOpen": active + inactive,
+            "totalAborted": total(&self.aborted),
+            "totalCommitted": total(&self.committed),
+            "totalStarted": total(&self.started),
+        }
     }
 }
 
@@ -580,7 +614,8 @@ pub async fn abort_expired_transactions(
             _ = stop.wait_for(|stopping| *stopping) => return,
             () = tokio::time::sleep(LIFETIME_CHECK_INTERVAL) => {
                 let limit_ms = state.params.transaction_lifetime_limit_secs() * 1000;
-                repl.transactions.abort_expired(state.clock.now_ms(), limit_ms);
+                let idle_ms = state.params.logical_session_timeout_minutes() * 60_000;
+                repl.transactions.abort_expired(state.clock.now_ms(), limit_ms, idle_ms);
             }
         }
     }
@@ -668,6 +703,7 @@ async fn commit_transaction(ctx: &CommandContext<'_>, body: &Document) -> Comman
             });
         }
     };
+    let server = Arc::clone(ctx.state);
     let storage = Arc::clone(&ctx.state.storage);
     let clock = Arc::clone(&ctx.state.clock);
     let lsid = body.get("lsid").cloned().unwrap_or(Bson::Null);
@@ -691,6 +727,13 @@ async fn commit_transaction(ctx: &CommandContext<'_>, body: &Document) -> Comman
             Ok(()) => State::Committed,
             Err(_) => State::Aborted,
         };
+        if let Some(repl) = &server.repl {
+            let total = match result {
+                Ok(()) => &repl.transactions.committed,
+                Err(_) => &repl.transactions.aborted,
+            };
+            total.fetch_add(1, Ordering::Relaxed);
+        }
         result
     });
     match commit.await {
