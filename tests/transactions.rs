@@ -814,10 +814,16 @@ async fn committed_transactions_reach_the_oplog_and_change_streams_with_their_se
     let client: Client = server.client();
     let coll: Collection<Document> = client.database("app").collection("feed");
     coll.insert_one(doc! {"_id": 0}).await.unwrap();
-    let mut changes = coll.watch().await.unwrap();
+    let other: Collection<Document> = client.database("app").collection("audit");
+    let mut changes = client.database("app").watch().await.unwrap();
     let mut session = client.start_session().await.unwrap();
     session.start_transaction().await.unwrap();
     coll.insert_one(doc! {"_id": 1})
+        .session(&mut session)
+        .await
+        .unwrap();
+    other
+        .insert_one(doc! {"_id": "a"})
         .session(&mut session)
         .await
         .unwrap();
@@ -826,8 +832,9 @@ async fn committed_transactions_reach_the_oplog_and_change_streams_with_their_se
         .await
         .unwrap();
     session.commit_transaction().await.unwrap();
+    // One event per statement, in statement order across collections, each naming the session.
     let mut seen = Vec::new();
-    while seen.len() < 2 {
+    while seen.len() < 3 {
         let event = tokio::time::timeout(Duration::from_secs(5), changes.next())
             .await
             .expect("an event arrives")
@@ -835,9 +842,13 @@ async fn committed_transactions_reach_the_oplog_and_change_streams_with_their_se
             .unwrap();
         assert!(event.lsid.is_some(), "{event:?}");
         assert!(event.txn_number.is_some(), "{event:?}");
-        seen.push(format!("{:?}", event.operation_type));
+        let coll = event
+            .ns
+            .map(|ns| ns.coll.unwrap_or_default())
+            .unwrap_or_default();
+        seen.push(format!("{:?} {coll}", event.operation_type));
     }
-    assert_eq!(seen, vec!["Insert", "Delete"]);
+    assert_eq!(seen, vec!["Insert feed", "Insert audit", "Delete feed"]);
     let oplog: Collection<Document> = client.database("local").collection("oplog.rs");
     let entries = oplog
         .count_documents(

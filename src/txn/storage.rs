@@ -102,6 +102,37 @@ struct StagedDoc {
     seq: u64,
 }
 
+impl StagedDoc {
+    /// What committing the document does: a `Replace`/`Delete` of the snapshot's revision, an
+    /// `Insert` where the snapshot had none; nothing for a document inserted and deleted again.
+    fn final_op(&self) -> Option<WriteOp> {
+        let meta = |record: &Record| WriteMeta {
+            last_write_ms: record.last_write_ms,
+            ttl: record.ttl,
+        };
+        match (self.base_rev, &self.now) {
+            (None, None) => None,
+            (Some(rev), None) => Some(WriteOp::Delete {
+                id: self.id.clone(),
+                expected_rev: Some(rev),
+            }),
+            (Some(rev), Some(record)) => Some(WriteOp::Replace {
+                id: self.id.clone(),
+                expected_rev: rev,
+                doc: record.doc.document().clone(),
+                meta: meta(record),
+                supersede: self.supersede.clone(),
+                replacement: self.replacement,
+            }),
+            (None, Some(record)) => Some(WriteOp::Insert {
+                doc: record.doc.document().clone(),
+                meta: meta(record),
+                supersede: self.supersede.clone(),
+            }),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct StagedCollection {
     /// Set when the transaction created the collection (explicitly or by a first insert).
@@ -262,21 +293,19 @@ impl TxnStorage {
             .any(|staged| staged.created.is_some() || !staged.docs.is_empty())
     }
 
-    /// The commit of everything staged: collections to create, then per collection each
-    /// document's final state in the order the transaction first wrote them (a key a statement
-    /// freed is free again before a later statement takes it). `stale` gives each collection's
-    /// expired-now rule.
+    /// The commit of everything staged: collections to create, then each document's final
+    /// state in the order the transaction first wrote them, across collections (so the oplog
+    /// and change streams follow the statements, and a key a statement freed is free again
+    /// before a later statement takes it), as runs of consecutive operations on one collection.
+    /// `stale` gives each collection's expired-now rule.
     pub fn commit(
         &self,
         stale: impl Fn(&CollectionMeta) -> Option<RecordPredicate>,
     ) -> TransactionCommit {
         let staged = lock(&self.staged);
         let mut commit = TransactionCommit::default();
+        let mut writes: Vec<(u64, &Namespace, WriteOp)> = Vec::new();
         for (ns, collection) in &staged.collections {
-            let meta = collection
-                .created
-                .clone()
-                .or_else(|| self.snapshot.collection(ns));
             if let Some(created) = &collection.created {
                 let indexes = created
                     .indexes
@@ -288,40 +317,32 @@ impl TxnStorage {
                     .creates
                     .push((ns.clone(), created.options.clone(), indexes));
             }
-            let mut docs: Vec<&StagedDoc> = collection.docs.values().collect();
-            docs.sort_by_key(|doc| doc.seq);
-            let mut ops = Vec::new();
-            for doc in docs {
-                match (&doc.base_rev, &doc.now) {
-                    (None, None) => {}
-                    (Some(rev), None) => ops.push(WriteOp::Delete {
-                        id: doc.id.clone(),
-                        expected_rev: Some(*rev),
-                    }),
-                    (Some(rev), Some(record)) => ops.push(WriteOp::Replace {
-                        id: doc.id.clone(),
-                        expected_rev: *rev,
-                        doc: record.doc.document().clone(),
-                        meta: WriteMeta {
-                            last_write_ms: record.last_write_ms,
-                            ttl: record.ttl,
-                        },
-                        supersede: doc.supersede.clone(),
-                        replacement: doc.replacement,
-                    }),
-                    (None, Some(record)) => ops.push(WriteOp::Insert {
-                        doc: record.doc.document().clone(),
-                        meta: WriteMeta {
-                            last_write_ms: record.last_write_ms,
-                            ttl: record.ttl,
-                        },
-                        supersede: doc.supersede.clone(),
-                    }),
+            for doc in collection.docs.values() {
+                if let Some(op) = doc.final_op() {
+                    writes.push((doc.seq, ns, op));
                 }
             }
-            if !ops.is_empty() {
-                let stale = meta.as_ref().and_then(&stale);
-                commit.writes.push((ns.clone(), ops, stale));
+        }
+        writes.sort_by_key(|(seq, _, _)| *seq);
+        let mut rules: BTreeMap<&Namespace, Option<RecordPredicate>> = BTreeMap::new();
+        for (_, ns, op) in writes {
+            match commit.writes.last_mut() {
+                Some((last, ops, _)) if last == ns => ops.push(op),
+                _ => {
+                    // (Not `view_meta`: the staged state is locked here.)
+                    let rule = rules
+                        .entry(ns)
+                        .or_insert_with(|| {
+                            let created =
+                                staged.collections.get(ns).and_then(|c| c.created.clone());
+                            created
+                                .or_else(|| self.snapshot.collection(ns))
+                                .as_ref()
+                                .and_then(&stale)
+                        })
+                        .clone();
+                    commit.writes.push((ns.clone(), vec![op], rule));
+                }
             }
         }
         commit
