@@ -35,6 +35,8 @@ pub struct ClientInfo {
     pub metadata_received: AtomicBool,
     /// That metadata (`currentOp`'s `clientMetadata`, and its `application.name` as `appName`).
     metadata: OnceLock<Document>,
+    /// The users this connection authenticated as, and its SASL conversation (`crate::auth`).
+    pub auth: crate::auth::ClientAuth,
 }
 
 impl ClientInfo {
@@ -44,6 +46,7 @@ impl ClientInfo {
             remote,
             metadata_received: AtomicBool::new(false),
             metadata: OnceLock::new(),
+            auth: crate::auth::ClientAuth::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! Diagnostics and introspection: `ping`, `serverStatus`, `hostInfo`, `whatsmyuri`,
-//! `connectionStatus`, `getLog`, `getCmdLineOpts`, `getParameter`, `listCommands`. All read-only,
+//! `getLog`, `getCmdLineOpts`, `getParameter`, `listCommands`. All read-only,
 //! all answered from `ServerState` without touching storage.
 
 use bson::{doc, Bson, Document};
@@ -47,14 +47,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         admin_only: false,
         test_only: false,
         handler: sync_handler!(whats_my_uri),
-    },
-    CommandSpec {
-        name: "connectionStatus",
-        aliases: &[],
-        help: "Authentication state of this connection (tideway has no access control: always empty).",
-        admin_only: false,
-        test_only: false,
-        handler: sync_handler!(connection_status),
     },
     CommandSpec {
         name: "getLog",
@@ -253,14 +245,6 @@ fn meminfo_total_kb() -> Option<i64> {
 
 fn whats_my_uri(ctx: &CommandContext, _body: &Document) -> CommandResult {
     Ok(doc! {"you": ctx.client.remote.as_str()})
-}
-
-fn connection_status(_ctx: &CommandContext, body: &Document) -> CommandResult {
-    let mut auth_info = doc! {"authenticatedUsers": [], "authenticatedUserRoles": []};
-    if body.get("showPrivileges").is_some_and(is_truthy) {
-        auth_info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
-    }
-    Ok(doc! {"authInfo": auth_info})
 }
 
 fn get_log(ctx: &CommandContext, body: &Document) -> CommandResult {

@@ -96,6 +96,12 @@ async fn hello(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     reply.insert("minWireVersion", 0);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
+    if let Some(mechanisms) = crate::auth::sasl_supported_mechs(ctx.state, body).await {
+        reply.insert("saslSupportedMechs", mechanisms);
+    }
+    if let Some(answer) = crate::auth::speculative_authenticate(ctx.state, ctx.client, body).await {
+        reply.insert("speculativeAuthenticate", answer);
+    }
     if let Ok(requested) = body.get_array("compression") {
         let agreed: Vec<Bson> = requested
             .iter()

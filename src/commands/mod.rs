@@ -46,6 +46,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         explain::COMMANDS,
         crate::repl::commands::COMMANDS,
         crate::txn::COMMANDS,
+        crate::auth::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -659,6 +659,64 @@ const CONNECTION_STATUS: Args = Args {
     fields: &[arg("showPrivileges", SafeBool)],
 };
 
+/// `saslStart` (`sasl_commands.idl`); the handler reads the payload (BinData or base64 string).
+const SASL_START: Args = Args {
+    strict: false,
+    fields: &[
+        required("mechanism", Str),
+        required("payload", Any),
+        arg("autoAuthorize", Any),
+        arg("options", Object),
+    ],
+};
+
+const SASL_CONTINUE: Args = Args {
+    strict: false,
+    fields: &[required("conversationId", Number), required("payload", Any)],
+};
+
+/// `createUser` (`user_management_commands.idl`, strict).
+const CREATE_USER: Args = Args {
+    strict: true,
+    fields: &[
+        arg("pwd", Str),
+        arg("customData", Object),
+        required("roles", Array),
+        arg("digestPassword", Bool),
+        refused("authenticationRestrictions", Array),
+        arg("mechanisms", Array),
+    ],
+};
+
+const UPDATE_USER: Args = Args {
+    strict: true,
+    fields: &[
+        arg("pwd", Str),
+        arg("customData", Object),
+        arg("roles", Array),
+        arg("digestPassword", Bool),
+        refused("authenticationRestrictions", Array),
+        arg("mechanisms", Array),
+    ],
+};
+
+/// `grantRolesToUser` / `revokeRolesFromUser`.
+const USER_ROLES: Args = Args {
+    strict: true,
+    fields: &[required("roles", Array)],
+};
+
+const USERS_INFO: Args = Args {
+    strict: true,
+    fields: &[
+        arg("showCredentials", SafeBool),
+        arg("showCustomData", SafeBool),
+        refused("showPrivileges", SafeBool),
+        refused("showAuthenticationRestrictions", SafeBool),
+        refused("filter", Object),
+    ],
+};
+
 /// `mapReduce` (`map_reduce.idl`, strict): its handler checks every field, since mongod's
 /// messages name the command `MapReduce`.
 const MAP_REDUCE: Args = Args {
@@ -720,6 +778,13 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "convertToCapped" | "cloneCollectionAsCapped" => &LOOSE,
         // Replica-set mode (`repl::commands`): their fields are read loosely, as mongod.
         "replSetInitiate" | "replSetGetStatus" | "replSetGetConfig" | "replSetStepDown" => &LOOSE,
+        "saslStart" => &SASL_START,
+        "saslContinue" => &SASL_CONTINUE,
+        "createUser" => &CREATE_USER,
+        "updateUser" => &UPDATE_USER,
+        "grantRolesToUser" | "revokeRolesFromUser" => &USER_ROLES,
+        "usersInfo" => &USERS_INFO,
+        "dropUser" | "dropAllUsersFromDatabase" | "logout" => &NO_FIELDS,
         "commitTransaction" => &COMMIT_TRANSACTION,
         "abortTransaction" => &ABORT_TRANSACTION,
         _ => return None,

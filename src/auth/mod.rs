@@ -1,0 +1,406 @@
+//! Authentication: users (`users`), SCRAM-SHA-1/SCRAM-SHA-256 conversations (`scram`) through
+//! `saslStart`/`saslContinue` and speculatively inside the handshake's `hello`, hello's
+//! `saslSupportedMechs`, and each connection's authenticated users ([`ClientAuth`], kept on
+//! `ClientInfo`), which `connectionStatus` shows and `logout` clears.
+//!
+//! Invariants: a failed conversation tells the client only mongod's 18 "Authentication failed."
+//! (the reason is logged); a connection runs at most one conversation at a time (mongod's
+//! `conversationId` is always 1) and a new `saslStart` replaces it; a user counts as
+//! authenticated only once its conversation is done. Nothing is enforced yet: no command is
+//! refused to an unauthenticated client (that is the `--auth` step, which will read
+//! [`authenticated_users`]).
+
+pub mod scram;
+pub mod users;
+
+use std::sync::Mutex;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
+
+use crate::dispatch::{ClientInfo, CommandContext, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::state::ServerState;
+use crate::{async_handler, sync_handler};
+use scram::{Mechanism, ServerConversation};
+pub use users::RoleName;
+
+/// A user a connection authenticated as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserName {
+    pub user: String,
+    pub db: String,
+}
+
+/// Where a connection's SASL conversation stands.
+#[derive(Debug)]
+enum Conversation {
+    /// Server-first sent; waiting for client-final.
+    AwaitingProof {
+        db: String,
+        scram: Box<ServerConversation>,
+        skip_empty_exchange: bool,
+    },
+    /// Server-final sent; waiting for the client's empty last message.
+    AwaitingEmpty {
+        user: UserName,
+        mechanism: Mechanism,
+    },
+}
+
+/// The authentication state of one connection.
+#[derive(Debug, Default)]
+pub struct ClientAuth {
+    inner: Mutex<AuthState>,
+}
+
+#[derive(Debug, Default)]
+struct AuthState {
+    users: Vec<UserName>,
+    conversation: Option<Conversation>,
+}
+
+impl ClientAuth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AuthState> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The users this connection authenticated as, in order.
+    pub fn users(&self) -> Vec<UserName> {
+        self.lock().users.clone()
+    }
+
+    fn add_user(&self, user: UserName) {
+        let mut state = self.lock();
+        // mongod keeps one user per database: authenticating again on a database replaces it.
+        state.users.retain(|known| known.db != user.db);
+        state.users.push(user);
+    }
+}
+
+/// The connection's users with their current roles (re-read, so `updateUser`/`dropUser` take
+/// effect at once, as mongod's user cache invalidation does): what enforcement will check.
+pub async fn authenticated_users(
+    state: &ServerState,
+    client: &ClientInfo,
+) -> CommandResult<Vec<(UserName, Vec<RoleName>)>> {
+    let mut users = Vec::new();
+    for user in client.auth.users() {
+        if let Some(document) = users::find_user(state, &user.db, &user.user).await? {
+            users.push((user, users::roles_of(&document)));
+        }
+    }
+    Ok(users)
+}
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "saslStart",
+        aliases: &[],
+        help: "First step in a SASL authentication conversation (SCRAM-SHA-1, SCRAM-SHA-256).",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(sasl_start),
+    },
+    CommandSpec {
+        name: "saslContinue",
+        aliases: &[],
+        help: "Subsequent steps in a SASL authentication conversation.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(sasl_continue),
+    },
+    CommandSpec {
+        name: "logout",
+        aliases: &[],
+        help: "Ends the authentication of this connection's user on the command's database.",
+        admin_only: false,
+        test_only: false,
+        handler: sync_handler!(logout),
+    },
+    CommandSpec {
+        name: "connectionStatus",
+        aliases: &[],
+        help: "Authentication state of this connection: its users and their roles.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(connection_status),
+    },
+    CommandSpec {
+        name: "createUser",
+        aliases: &[],
+        help: "Adds a user (SCRAM credentials, never the password) with built-in roles.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::create_user),
+    },
+    CommandSpec {
+        name: "updateUser",
+        aliases: &[],
+        help: "Changes a user's password, mechanisms, roles or customData.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::update_user),
+    },
+    CommandSpec {
+        name: "dropUser",
+        aliases: &[],
+        help: "Removes a user.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::drop_user),
+    },
+    CommandSpec {
+        name: "dropAllUsersFromDatabase",
+        aliases: &[],
+        help: "Removes every user of the command's database.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::drop_all_users_from_database),
+    },
+    CommandSpec {
+        name: "usersInfo",
+        aliases: &[],
+        help: "Describes users: 1 (this database), a name, {user, db}, an array, or {forAllDBs: true}.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::users_info),
+    },
+    CommandSpec {
+        name: "grantRolesToUser",
+        aliases: &[],
+        help: "Adds roles to a user.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::change_roles),
+    },
+    CommandSpec {
+        name: "revokeRolesFromUser",
+        aliases: &[],
+        help: "Removes roles from a user.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(users::change_roles),
+    },
+];
+
+/// mongod's one answer to every failed login.
+fn authentication_failed() -> CommandError {
+    CommandError::new(ErrorCode::AuthenticationFailed, "Authentication failed.")
+}
+
+/// A SASL payload: BinData, or a base64 string (answered in the same form, as mongod does).
+fn read_payload(body: &Document) -> CommandResult<(Vec<u8>, bool)> {
+    match body.get("payload") {
+        Some(Bson::Binary(binary)) => Ok((binary.bytes.clone(), false)),
+        Some(Bson::String(text)) => BASE64
+            .decode(text)
+            .map(|bytes| (bytes, true))
+            .map_err(|_| CommandError::bad_value("Invalid base64 in SASL payload")),
+        Some(_) => Err(CommandError::type_mismatch(
+            "BSON field 'payload' is the wrong type, expected types '[string, binData']",
+        )),
+        None => Err(CommandError::idl_missing_field("saslStart", "payload")),
+    }
+}
+
+fn sasl_reply(payload: &str, as_base64: bool, done: bool) -> Document {
+    let payload = if as_base64 {
+        Bson::String(BASE64.encode(payload))
+    } else {
+        Bson::Binary(Binary {
+            subtype: BinarySubtype::Generic,
+            bytes: payload.as_bytes().to_vec(),
+        })
+    };
+    doc! {"conversationId": 1, "done": done, "payload": payload}
+}
+
+async fn sasl_start(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    start(ctx.state, ctx.client, ctx.db, body).await
+}
+
+/// `saslStart` on `db` (also the speculative one inside `hello`).
+async fn start(
+    state: &ServerState,
+    client: &ClientInfo,
+    db: &str,
+    body: &Document,
+) -> CommandResult {
+    let name = body.get_str("mechanism").unwrap_or_default();
+    let mechanism = Mechanism::from_name(name).ok_or_else(|| {
+        CommandError::new(
+            ErrorCode::MechanismUnavailable,
+            format!("Received authentication for mechanism {name} which is not enabled"),
+        )
+    })?;
+    let (payload, as_base64) = read_payload(body)?;
+    let skip_empty_exchange = body
+        .get_document("options")
+        .ok()
+        .and_then(|options| options.get("skipEmptyExchange"))
+        .is_some_and(crate::bsonutil::is_truthy);
+    // A new conversation replaces any unfinished one.
+    client.auth.lock().conversation = None;
+    let outcome = async {
+        let message = std::str::from_utf8(&payload)
+            .map_err(|_| scram::ScramError::Malformed("payload is not UTF-8"))?;
+        let client_first = scram::parse_client_first(message)?;
+        let credential = users::credential(state, db, &client_first.user, mechanism)
+            .await
+            .ok()
+            .flatten();
+        let Some(credential) = credential else {
+            return Err(scram::ScramError::Malformed(
+                "no such user or no credential for the mechanism",
+            ));
+        };
+        let nonce: [u8; 24] = rand::random();
+        let (scram, server_first) =
+            ServerConversation::start(mechanism, client_first, credential, &BASE64.encode(nonce));
+        Ok((scram, server_first))
+    }
+    .await;
+    match outcome {
+        Ok((scram, server_first)) => {
+            client.auth.lock().conversation = Some(Conversation::AwaitingProof {
+                db: db.to_owned(),
+                scram: Box::new(scram),
+                skip_empty_exchange,
+            });
+            Ok(sasl_reply(&server_first, as_base64, false))
+        }
+        Err(error) => {
+            tracing::info!(conn = client.connection_id, mechanism = name, db, %error, "Authentication failed");
+            Err(authentication_failed())
+        }
+    }
+}
+
+async fn sasl_continue(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    if body.get("conversationId").and_then(crate::bsonutil::as_f64) != Some(1.0) {
+        return Err(CommandError::new(
+            ErrorCode::ProtocolError,
+            "sasl: Mismatched conversation id",
+        ));
+    }
+    let (payload, as_base64) = read_payload(body)?;
+    let client = ctx.client;
+    let conversation = client.auth.lock().conversation.take();
+    let failed = |reason: &str| {
+        tracing::info!(conn = client.connection_id, reason, "Authentication failed");
+        Err(authentication_failed())
+    };
+    match conversation {
+        Some(Conversation::AwaitingProof {
+            db,
+            scram,
+            skip_empty_exchange,
+        }) => {
+            let message = std::str::from_utf8(&payload).unwrap_or_default();
+            let server_final = match scram.finish(message) {
+                Ok(server_final) => server_final,
+                Err(error) => return failed(&error.to_string()),
+            };
+            let user = UserName {
+                user: scram.user().to_owned(),
+                db,
+            };
+            if skip_empty_exchange {
+                authenticated(client, user, scram.mechanism);
+                Ok(sasl_reply(&server_final, as_base64, true))
+            } else {
+                client.auth.lock().conversation = Some(Conversation::AwaitingEmpty {
+                    user,
+                    mechanism: scram.mechanism,
+                });
+                Ok(sasl_reply(&server_final, as_base64, false))
+            }
+        }
+        Some(Conversation::AwaitingEmpty { user, mechanism }) if payload.is_empty() => {
+            authenticated(client, user, mechanism);
+            Ok(sasl_reply("", as_base64, true))
+        }
+        Some(Conversation::AwaitingEmpty { .. }) => failed("unexpected payload after server-final"),
+        None => failed("no conversation in progress"),
+    }
+}
+
+fn authenticated(client: &ClientInfo, user: UserName, mechanism: Mechanism) {
+    tracing::info!(
+        conn = client.connection_id,
+        user = user.user,
+        db = user.db,
+        mechanism = mechanism.name(),
+        "Authentication succeeded"
+    );
+    client.auth.add_user(user);
+}
+
+/// Hello's `speculativeAuthenticate`: runs the `saslStart` it carries (database in its `db`
+/// field) and answers its reply; any failure is as if nothing had been sent (mongod).
+pub async fn speculative_authenticate(
+    state: &ServerState,
+    client: &ClientInfo,
+    hello: &Document,
+) -> Option<Document> {
+    let request = hello.get_document("speculativeAuthenticate").ok()?;
+    request.get("saslStart")?;
+    let db = request.get_str("db").ok()?;
+    start(state, client, db, request).await.ok()
+}
+
+/// Hello's `saslSupportedMechs: "<db>.<user>"`: the user's mechanisms, `None` for no such user.
+pub async fn sasl_supported_mechs(state: &ServerState, hello: &Document) -> Option<Vec<Bson>> {
+    let name = hello.get_str("saslSupportedMechs").ok()?;
+    let (db, user) = name.split_once('.')?;
+    let document = users::find_user(state, db, user).await.ok()??;
+    Some(users::mechanisms_of(&document))
+}
+
+fn logout(ctx: &CommandContext, _body: &Document) -> CommandResult {
+    ctx.client
+        .auth
+        .lock()
+        .users
+        .retain(|user| user.db != ctx.db);
+    Ok(Document::new())
+}
+
+async fn connection_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let users = authenticated_users(ctx.state, ctx.client).await?;
+    let mut roles: Vec<&RoleName> = Vec::new();
+    for (_, user_roles) in &users {
+        for role in user_roles {
+            if !roles.contains(&role) {
+                roles.push(role);
+            }
+        }
+    }
+    let mut auth_info = doc! {
+        "authenticatedUsers": users
+            .iter()
+            .map(|(user, _)| Bson::Document(doc! {"user": &user.user, "db": &user.db}))
+            .collect::<Vec<_>>(),
+        "authenticatedUserRoles": roles
+            .iter()
+            .map(|role| Bson::Document(role.to_document()))
+            .collect::<Vec<_>>(),
+    };
+    if body
+        .get("showPrivileges")
+        .is_some_and(crate::bsonutil::is_truthy)
+    {
+        if !users.is_empty() {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                "tideway does not support connectionStatus showPrivileges for authenticated users yet",
+            ));
+        }
+        auth_info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
+    }
+    Ok(doc! {"authInfo": auth_info})
+}

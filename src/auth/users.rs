@@ -1,0 +1,599 @@
+//! Users as mongod stores them, in `admin.system.users` (`_id: "<db>.<user>"`, `userId`, `user`,
+//! `db`, `credentials.<mechanism>`, `roles: [{role, db}]`, `customData`), and the user-management
+//! commands over them: `createUser`, `updateUser`, `dropUser`, `dropAllUsersFromDatabase`,
+//! `usersInfo`, `grantRolesToUser`, `revokeRolesFromUser`.
+//!
+//! Invariants: a password is never stored, only SCRAM credentials (`scram::Credential`); roles
+//! name mongod's built-in roles (custom roles do not exist yet), the `*AnyDatabase`/cluster ones
+//! only on `admin`, as mongod defines them; user documents are read and written on the server's
+//! storage directly (never through a transaction: mongod keeps auth data out of them), durably.
+
+use std::collections::BTreeSet;
+
+use bson::{doc, Binary, Bson, Document};
+
+use super::scram::{Credential, Mechanism};
+use crate::dispatch::CommandContext;
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::state::ServerState;
+use crate::storage::{
+    Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
+};
+
+pub const USERS_DB: &str = "admin";
+pub const USERS_COLLECTION: &str = "system.users";
+
+/// Built-in roles that exist on every database.
+const DATABASE_ROLES: &[&str] = &["read", "readWrite", "dbAdmin", "userAdmin", "dbOwner"];
+/// Built-in roles that exist only on `admin`.
+const ADMIN_ROLES: &[&str] = &[
+    "readAnyDatabase",
+    "readWriteAnyDatabase",
+    "userAdminAnyDatabase",
+    "dbAdminAnyDatabase",
+    "clusterMonitor",
+    "clusterManager",
+    "hostManager",
+    "clusterAdmin",
+    "backup",
+    "restore",
+    "root",
+];
+
+/// A role as a user holds it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RoleName {
+    pub role: String,
+    pub db: String,
+}
+
+impl RoleName {
+    pub fn to_document(&self) -> Document {
+        doc! {"role": &self.role, "db": &self.db}
+    }
+
+    fn is_builtin(&self) -> bool {
+        DATABASE_ROLES.contains(&self.role.as_str())
+            || (self.db == USERS_DB && ADMIN_ROLES.contains(&self.role.as_str()))
+    }
+}
+
+fn users_ns() -> Namespace {
+    Namespace::new(USERS_DB, USERS_COLLECTION)
+}
+
+/// mongod's `_id` of a user document (`UserName::getUnambiguousName`).
+pub fn user_id(db: &str, user: &str) -> String {
+    format!("{db}.{user}")
+}
+
+/// The stored document of `user@db`, if any.
+pub async fn find_user(
+    state: &ServerState,
+    db: &str,
+    user: &str,
+) -> CommandResult<Option<Document>> {
+    let record = state
+        .storage
+        .get(&users_ns(), &Bson::String(user_id(db, user)))
+        .await?;
+    Ok(record.map(|record| record.doc.into_document()))
+}
+
+/// The user's SCRAM credential for `mechanism`, if the user exists and has one.
+pub async fn credential(
+    state: &ServerState,
+    db: &str,
+    user: &str,
+    mechanism: Mechanism,
+) -> CommandResult<Option<Credential>> {
+    let Some(document) = find_user(state, db, user).await? else {
+        return Ok(None);
+    };
+    Ok(document
+        .get_document("credentials")
+        .and_then(|credentials| credentials.get_document(mechanism.name()))
+        .ok()
+        .and_then(|stored| Credential::from_document(stored).ok()))
+}
+
+/// The mechanisms a stored user can authenticate with (hello's `saslSupportedMechs`).
+pub fn mechanisms_of(document: &Document) -> Vec<Bson> {
+    let credentials = document.get_document("credentials").ok();
+    Mechanism::ALL
+        .into_iter()
+        .filter(|m| credentials.is_some_and(|c| c.contains_key(m.name())))
+        .map(|m| Bson::from(m.name()))
+        .collect()
+}
+
+/// The roles of a stored user.
+pub fn roles_of(document: &Document) -> Vec<RoleName> {
+    document
+        .get_array("roles")
+        .map(|roles| {
+            roles
+                .iter()
+                .filter_map(|role| {
+                    let role = role.as_document()?;
+                    Some(RoleName {
+                        role: role.get_str("role").ok()?.to_owned(),
+                        db: role.get_str("db").ok()?.to_owned(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every stored user (the collection is small: a scan).
+async fn all_users(state: &ServerState) -> CommandResult<Vec<Document>> {
+    let mut users = Vec::new();
+    let mut resume_after = None;
+    loop {
+        let page = state
+            .storage
+            .scan(
+                &users_ns(),
+                ScanRequest {
+                    source: ScanSource::Collection,
+                    resume_after: resume_after.take(),
+                    reverse: false,
+                    limit: 256,
+                    hide: None,
+                    key_filter: None,
+                    covered: false,
+                },
+            )
+            .await?;
+        users.extend(page.records.into_iter().map(|r| r.doc.into_document()));
+        match page.resume {
+            Some(resume) => resume_after = Some(resume),
+            None => return Ok(users),
+        }
+    }
+}
+
+async fn write(state: &ServerState, op: WriteOp) -> CommandResult<()> {
+    let options = WriteOptions {
+        ordered: true,
+        force_durable: true,
+        background: false,
+    };
+    for result in state.storage.write(&users_ns(), vec![op], options).await? {
+        result?;
+    }
+    Ok(())
+}
+
+fn meta(state: &ServerState) -> WriteMeta {
+    WriteMeta {
+        last_write_ms: state.clock.now_ms(),
+        ttl: TtlClass::Never,
+    }
+}
+
+/// The user name a command names in its first field.
+fn command_user<'b>(ctx: &CommandContext, body: &'b Document) -> CommandResult<&'b str> {
+    match body.get(ctx.name) {
+        Some(Bson::String(user)) => Ok(user),
+        Some(other) => Err(CommandError::idl_wrong_type(
+            ctx.name,
+            ctx.name,
+            crate::query::display::type_name(other),
+            "string",
+        )),
+        None => Err(CommandError::idl_missing_field(ctx.name, ctx.name)),
+    }
+}
+
+/// `roles` as mongod resolves them: a string names a role on the command's database; each
+/// must exist (built-in roles only, for now).
+fn parse_roles(ctx: &CommandContext, roles: &[Bson]) -> CommandResult<Vec<RoleName>> {
+    let mut resolved = Vec::with_capacity(roles.len());
+    for role in roles {
+        let role =
+            match role {
+                Bson::String(role) => RoleName {
+                    role: role.clone(),
+                    db: ctx.db.to_owned(),
+                },
+                Bson::Document(role) => match (role.get_str("role"), role.get_str("db")) {
+                    (Ok(name), Ok(db)) => RoleName {
+                        role: name.to_owned(),
+                        db: db.to_owned(),
+                    },
+                    _ => return Err(CommandError::bad_value(
+                        "Role names must be either strings or objects with 'role' and 'db' fields",
+                    )),
+                },
+                _ => {
+                    return Err(CommandError::bad_value(
+                        "Role names must be either strings or objects",
+                    ))
+                }
+            };
+        if !role.is_builtin() {
+            return Err(CommandError::new(
+                ErrorCode::RoleNotFound,
+                format!("Could not find role: {}@{}", role.role, role.db),
+            ));
+        }
+        if !resolved.contains(&role) {
+            resolved.push(role);
+        }
+    }
+    Ok(resolved)
+}
+
+fn roles_array(roles: &[RoleName]) -> Bson {
+    Bson::Array(
+        roles
+            .iter()
+            .map(|r| Bson::Document(r.to_document()))
+            .collect(),
+    )
+}
+
+/// `mechanisms` (default: both), each a SCRAM mechanism mongod offers.
+fn parse_mechanisms(body: &Document) -> CommandResult<Vec<Mechanism>> {
+    let Ok(requested) = body.get_array("mechanisms") else {
+        return Ok(Mechanism::ALL.to_vec());
+    };
+    if requested.is_empty() {
+        return Err(CommandError::bad_value(
+            "mechanisms field must not be empty",
+        ));
+    }
+    let mut mechanisms = Vec::new();
+    for name in requested {
+        let name = name.as_str().unwrap_or_default();
+        let mechanism = Mechanism::from_name(name)
+            .ok_or_else(|| CommandError::bad_value(format!("Unknown auth mechanism '{name}'")))?;
+        if !mechanisms.contains(&mechanism) {
+            mechanisms.push(mechanism);
+        }
+    }
+    Ok(mechanisms)
+}
+
+/// `credentials` for `pwd` (mongod's `buildCredentials`): fresh salt per mechanism.
+fn build_credentials(
+    user: &str,
+    password: &str,
+    digest_password: bool,
+    mechanisms: &[Mechanism],
+) -> CommandResult<Document> {
+    if password.is_empty() {
+        return Err(CommandError::bad_value("User passwords must not be empty"));
+    }
+    if !digest_password && mechanisms.contains(&Mechanism::Sha256) {
+        return Err(CommandError::bad_value(
+            "Use of SCRAM-SHA-256 requires undigested passwords",
+        ));
+    }
+    let mut credentials = Document::new();
+    for mechanism in mechanisms {
+        let prepared = mechanism
+            .prepare_password(user, password, digest_password)
+            .map_err(|error| {
+                CommandError::bad_value(format!("Error preparing password: {error}"))
+            })?;
+        let salt: Vec<u8> = (0..mechanism.salt_len())
+            .map(|_| rand::random::<u8>())
+            .collect();
+        let credential =
+            Credential::derive(*mechanism, &prepared, &salt, mechanism.default_iterations());
+        credentials.insert(mechanism.name(), credential.to_document());
+    }
+    Ok(credentials)
+}
+
+fn digest_password(body: &Document) -> bool {
+    body.get_bool("digestPassword").unwrap_or(true)
+}
+
+pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let user = command_user(ctx, body)?;
+    if ctx.db == "local" {
+        return Err(CommandError::bad_value(
+            "Cannot create users in the local database",
+        ));
+    }
+    if user.contains('\0') {
+        return Err(CommandError::bad_value(
+            "Username cannot contain NULL characters",
+        ));
+    }
+    if ctx.db == "$external" {
+        return Err(CommandError::new(
+            ErrorCode::NotImplemented,
+            "tideway does not support users on the '$external' database yet",
+        ));
+    }
+    let Ok(password) = body.get_str("pwd") else {
+        return Err(CommandError::bad_value(
+            "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db",
+        ));
+    };
+    let mechanisms = parse_mechanisms(body)?;
+    let roles = parse_roles(
+        ctx,
+        body.get_array("roles").map(Vec::as_slice).unwrap_or(&[]),
+    )?;
+    let credentials = build_credentials(user, password, digest_password(body), &mechanisms)?;
+    let mut document = doc! {
+        "_id": user_id(ctx.db, user),
+        "userId": Bson::Binary(Binary::from_uuid(bson::Uuid::new())),
+        "user": user,
+        "db": ctx.db,
+        "credentials": credentials,
+    };
+    if let Ok(custom) = body.get_document("customData") {
+        document.insert("customData", custom.clone());
+    }
+    document.insert("roles", roles_array(&roles));
+    let op = WriteOp::Insert {
+        doc: document,
+        meta: meta(ctx.state),
+        supersede: None,
+    };
+    match write(ctx.state, op).await {
+        Err(error) if error.code == ErrorCode::DuplicateKey => Err(CommandError::new(
+            ErrorCode::Location51003,
+            format!("User \"{user}@{}\" already exists", ctx.db),
+        )),
+        other => other.map(|()| Document::new()),
+    }
+}
+
+/// Reads `user@db` for a change, or mongod's UserNotFound.
+async fn existing(ctx: &CommandContext<'_>, user: &str) -> CommandResult<(Document, u64)> {
+    let record = ctx
+        .state
+        .storage
+        .get(&users_ns(), &Bson::String(user_id(ctx.db, user)))
+        .await?;
+    match record {
+        Some(record) => Ok((record.doc.into_document(), record.rev)),
+        None => Err(CommandError::new(
+            ErrorCode::UserNotFound,
+            format!("Could not find user \"{user}\" for db \"{}\"", ctx.db),
+        )),
+    }
+}
+
+async fn replace(ctx: &CommandContext<'_>, document: Document, rev: u64) -> CommandResult<()> {
+    let id = document.get("_id").cloned().unwrap_or(Bson::Null);
+    let op = WriteOp::Replace {
+        id,
+        expected_rev: rev,
+        doc: document,
+        meta: meta(ctx.state),
+        supersede: None,
+        replacement: false,
+    };
+    write(ctx.state, op).await
+}
+
+pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let user = command_user(ctx, body)?;
+    let mechanisms = match body.get("mechanisms") {
+        Some(_) => Some(parse_mechanisms(body)?),
+        None => None,
+    };
+    let password = body.get_str("pwd").ok();
+    let roles = match body.get_array("roles") {
+        Ok(roles) => Some(parse_roles(ctx, roles)?),
+        Err(_) => None,
+    };
+    let custom = body.get_document("customData").ok();
+    if password.is_none() && mechanisms.is_none() && roles.is_none() && custom.is_none() {
+        return Err(CommandError::bad_value(
+            "Must specify at least one field to update in updateUser",
+        ));
+    }
+    let (mut document, rev) = existing(ctx, user).await?;
+    if let Some(password) = password {
+        let mechanisms = mechanisms.unwrap_or_else(|| Mechanism::ALL.to_vec());
+        let credentials = build_credentials(user, password, digest_password(body), &mechanisms)?;
+        document.insert("credentials", credentials);
+    } else if let Some(mechanisms) = mechanisms {
+        // Without a password, `mechanisms` may only narrow the stored credentials (mongod's
+        // `trimCredentials`).
+        let credentials = document
+            .get_document("credentials")
+            .cloned()
+            .unwrap_or_default();
+        for mechanism in &mechanisms {
+            if !credentials.contains_key(mechanism.name()) {
+                return Err(CommandError::bad_value(
+                    "mechanisms field must be a subset of previously set mechanisms",
+                ));
+            }
+        }
+        let credentials: Document = credentials
+            .into_iter()
+            .filter(|(name, _)| Mechanism::from_name(name).is_some_and(|m| mechanisms.contains(&m)))
+            .collect();
+        document.insert("credentials", credentials);
+    }
+    if let Some(custom) = custom {
+        document.insert("customData", custom.clone());
+    }
+    if let Some(roles) = roles {
+        document.insert("roles", roles_array(&roles));
+    }
+    replace(ctx, document, rev).await.map(|()| Document::new())
+}
+
+pub async fn drop_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let user = command_user(ctx, body)?;
+    let op = WriteOp::Delete {
+        id: Bson::String(user_id(ctx.db, user)),
+        expected_rev: None,
+    };
+    match write(ctx.state, op).await {
+        Err(error) if error.code == ErrorCode::WriteConflict => Err(CommandError::new(
+            ErrorCode::UserNotFound,
+            format!("User '{user}@{}' not found", ctx.db),
+        )),
+        other => other.map(|()| Document::new()),
+    }
+}
+
+pub async fn drop_all_users_from_database(
+    ctx: &CommandContext<'_>,
+    _body: &Document,
+) -> CommandResult {
+    let doomed: Vec<WriteOp> = all_users(ctx.state)
+        .await?
+        .into_iter()
+        .filter(|user| user.get_str("db") == Ok(ctx.db))
+        .filter_map(|user| user.get("_id").cloned())
+        .map(|id| WriteOp::Delete {
+            id,
+            expected_rev: None,
+        })
+        .collect();
+    let options = WriteOptions {
+        ordered: false,
+        force_durable: true,
+        background: false,
+    };
+    let mut removed = 0i32;
+    if !doomed.is_empty() {
+        for result in ctx
+            .state
+            .storage
+            .write(&users_ns(), doomed, options)
+            .await?
+        {
+            if result.is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    Ok(doc! {"n": removed})
+}
+
+/// `grantRolesToUser` and `revokeRolesFromUser`.
+pub async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let user = command_user(ctx, body)?;
+    let requested = body.get_array("roles").map(Vec::as_slice).unwrap_or(&[]);
+    if requested.is_empty() {
+        return Err(CommandError::bad_value(format!(
+            "{} command requires a non-empty \"roles\" array",
+            ctx.name
+        )));
+    }
+    let (mut document, rev) = existing(ctx, user).await?;
+    let changed = parse_roles(ctx, requested)?;
+    let mut roles: BTreeSet<RoleName> = roles_of(&document).into_iter().collect();
+    for role in changed {
+        if ctx.name == "grantRolesToUser" {
+            roles.insert(role);
+        } else {
+            roles.remove(&role);
+        }
+    }
+    let roles: Vec<RoleName> = roles.into_iter().collect();
+    document.insert("roles", roles_array(&roles));
+    replace(ctx, document, rev).await.map(|()| Document::new())
+}
+
+/// Which users `usersInfo` asks about.
+enum UsersQuery {
+    /// `1`: every user of the command's database; `{forAllDBs: true}`: every user.
+    Database(Option<String>),
+    Names(Vec<(String, String)>),
+}
+
+fn parse_user_name(ctx: &CommandContext, value: &Bson) -> CommandResult<(String, String)> {
+    match value {
+        Bson::String(user) => Ok((user.clone(), ctx.db.to_owned())),
+        Bson::Document(name) => match (name.get_str("user"), name.get_str("db")) {
+            (Ok(user), Ok(db)) => Ok((user.to_owned(), db.to_owned())),
+            _ => Err(CommandError::bad_value(
+                "User name must contain 'user' and 'db' string fields",
+            )),
+        },
+        _ => Err(CommandError::bad_value(
+            "User names must be either strings or objects",
+        )),
+    }
+}
+
+fn parse_users_query(ctx: &CommandContext, value: Option<&Bson>) -> CommandResult<UsersQuery> {
+    match value {
+        Some(Bson::Int32(1) | Bson::Int64(1)) => Ok(UsersQuery::Database(Some(ctx.db.to_owned()))),
+        Some(Bson::Double(one)) if *one == 1.0 => Ok(UsersQuery::Database(Some(ctx.db.to_owned()))),
+        Some(Bson::Document(spec)) if spec.contains_key("forAllDBs") => {
+            if spec.get_bool("forAllDBs") == Ok(true) && spec.len() == 1 {
+                Ok(UsersQuery::Database(None))
+            } else {
+                Err(CommandError::bad_value("forAllDBs must be true"))
+            }
+        }
+        Some(Bson::Array(names)) => Ok(UsersQuery::Names(
+            names
+                .iter()
+                .map(|name| parse_user_name(ctx, name))
+                .collect::<CommandResult<_>>()?,
+        )),
+        Some(other @ (Bson::String(_) | Bson::Document(_))) => {
+            Ok(UsersQuery::Names(vec![parse_user_name(ctx, other)?]))
+        }
+        _ => Err(CommandError::bad_value(
+            "usersInfo must be 1, a user name, a {user, db} document, an array of those, or {forAllDBs: true}",
+        )),
+    }
+}
+
+pub async fn users_info(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+    let query = parse_users_query(ctx, body.get("usersInfo"))?;
+    let show_credentials = body
+        .get("showCredentials")
+        .is_some_and(crate::bsonutil::is_truthy);
+    let show_custom_data = body
+        .get("showCustomData")
+        .is_none_or(crate::bsonutil::is_truthy);
+    let mut found = Vec::new();
+    match query {
+        UsersQuery::Database(db) => {
+            for user in all_users(ctx.state).await? {
+                if db.as_deref().is_none_or(|db| user.get_str("db") == Ok(db)) {
+                    found.push(user);
+                }
+            }
+        }
+        UsersQuery::Names(names) => {
+            for (user, db) in names {
+                if let Some(document) = find_user(ctx.state, &db, &user).await? {
+                    if !found.contains(&document) {
+                        found.push(document);
+                    }
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| {
+        (a.get_str("user").ok(), a.get_str("db").ok())
+            .cmp(&(b.get_str("user").ok(), b.get_str("db").ok()))
+    });
+    let users: Vec<Bson> = found
+        .into_iter()
+        .map(|mut user| {
+            let mechanisms = mechanisms_of(&user);
+            if !show_credentials {
+                user.remove("credentials");
+            }
+            if !show_custom_data {
+                user.remove("customData");
+            }
+            user.insert("mechanisms", mechanisms);
+            Bson::Document(user)
+        })
+        .collect();
+    Ok(doc! {"users": users})
+}
