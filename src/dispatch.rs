@@ -35,6 +35,11 @@ pub struct ClientInfo {
     pub metadata_received: AtomicBool,
     /// That metadata (`currentOp`'s `clientMetadata`, and its `application.name` as `appName`).
     metadata: OnceLock<Document>,
+    /// Whether the connection is TLS (`crate::tls`).
+    pub tls: bool,
+    /// The RFC 2253 subject of the client certificate the TLS handshake verified against
+    /// `--tlsCAFile` (the user name MONGODB-X509 authentication will take; nothing reads it yet).
+    pub peer_certificate_subject: Option<String>,
 }
 
 impl ClientInfo {
@@ -44,7 +49,17 @@ impl ClientInfo {
             remote,
             metadata_received: AtomicBool::new(false),
             metadata: OnceLock::new(),
+            tls: false,
+            peer_certificate_subject: None,
         }
+    }
+
+    /// A TLS connection, with the subject of the verified client certificate if one was
+    /// presented.
+    pub fn with_tls(mut self, peer_certificate_subject: Option<String>) -> Self {
+        self.tls = true;
+        self.peer_certificate_subject = peer_certificate_subject;
+        self
     }
 
     /// Keeps the `client` document of the connection's first `hello`.

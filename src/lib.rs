@@ -33,6 +33,7 @@ pub mod storage;
 #[cfg(test)]
 mod testrng;
 pub mod timeseries;
+pub mod tls;
 pub mod ttl;
 pub mod txn;
 pub mod validation;
