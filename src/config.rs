@@ -478,6 +478,57 @@ mod tests {
     }
 
     #[test]
+    fn tls_flags_and_file_keys_configure_tls() {
+        let flags = Config::parse_from([
+            "tideway",
+            "--tlsMode",
+            "requireTLS",
+            "--tlsCertificateKeyFile",
+            "/etc/server.pem",
+            "--tlsCAFile",
+            "/etc/ca.pem",
+            "--tlsAllowConnectionsWithoutCertificates",
+        ]);
+        assert_eq!(flags.tls_mode, TlsMode::RequireTls);
+        assert_eq!(
+            flags.tls_certificate_key_file.as_deref(),
+            Some(std::path::Path::new("/etc/server.pem"))
+        );
+        assert_eq!(
+            flags.tls_ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
+        assert!(flags.tls_allow_connections_without_certificates);
+        assert_eq!(Config::default().tls_mode, TlsMode::Disabled);
+        let (_dir, path) = config_file(
+            "net:\n  tls:\n    mode: preferTLS\n    certificateKeyFile: /etc/file.pem\n    CAFile: /etc/ca.pem\n",
+        );
+        let path = path.to_str().unwrap();
+        let from_file = load(&["-f", path]).unwrap();
+        assert_eq!(from_file.tls_mode, TlsMode::PreferTls);
+        assert_eq!(
+            from_file.tls_certificate_key_file.as_deref(),
+            Some(std::path::Path::new("/etc/file.pem"))
+        );
+        let flag_wins = load(&["-f", path, "--tlsMode", "allowTLS"]).unwrap();
+        assert_eq!(flag_wins.tls_mode, TlsMode::AllowTls);
+        // --outputConfig writes them back.
+        let mut reloaded = Config::default();
+        reloaded.apply_file(file::parse(&flags.to_yaml()).unwrap(), |_| false);
+        assert_eq!(reloaded.tls_mode, TlsMode::RequireTls);
+        assert_eq!(reloaded.tls_ca_file, flags.tls_ca_file);
+        assert!(reloaded.tls_allow_connections_without_certificates);
+        let inconsistent = load(&["--tlsMode", "requireTLS"]).unwrap_err();
+        let LoadError::Inconsistent(error) = inconsistent else {
+            panic!("{inconsistent:?}")
+        };
+        assert_eq!(
+            error.errmsg,
+            "need tlsCertificateKeyFile or certificateSelector when TLS is enabled"
+        );
+    }
+
+    #[test]
     fn file_verbosity_yields_to_v_and_log_level() {
         let (_dir, path) = config_file("systemLog:\n  verbosity: 2\n");
         let path = path.to_str().unwrap();
