@@ -1,7 +1,8 @@
 //! Every knob of the server in one struct, read from the command line, `TIDEWAY_*` environment
 //! variables and a mongod-format YAML configuration file (`--config`, see `file`). Flag names
 //! follow mongod's where mongod has one (`--port`, `--bind_ip`, `--dbpath`, `--maxConns`,
-//! `--setParameter`, `--slowms`, `--profile`, `--config`/`-f`, `--outputConfig`).
+//! `--setParameter`, `--slowms`, `--profile`, `--config`/`-f`, `--outputConfig`, `--tlsMode` and
+//! the other `--tls…` options).
 //! Precedence, per setting: command-line flag, then environment variable, then the file, then the
 //! default (mongod: a flag beats the file). `Config` is plain data; `load_from` reads the file it
 //! names and has no other side effect.
@@ -16,6 +17,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::error::CommandError;
+use crate::tls::TlsMode;
 
 /// Where data lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -136,6 +138,33 @@ pub struct Config {
     /// Print the effective configuration as a YAML configuration file and exit.
     #[arg(long = "outputConfig")]
     pub output_config: bool,
+
+    /// TLS on the listening port, as mongod's `--tlsMode` (`net.tls.mode`): disabled, allowTLS
+    /// or preferTLS (plain and TLS connections both accepted), requireTLS (TLS only).
+    #[arg(long = "tlsMode", env = "TIDEWAY_TLS_MODE", value_enum, default_value_t = TlsMode::Disabled)]
+    pub tls_mode: TlsMode,
+
+    /// PEM file with the server's certificate chain and private key (`net.tls.certificateKeyFile`);
+    /// required when --tlsMode is not disabled.
+    #[arg(
+        long = "tlsCertificateKeyFile",
+        env = "TIDEWAY_TLS_CERTIFICATE_KEY_FILE",
+        value_name = "PEM"
+    )]
+    pub tls_certificate_key_file: Option<PathBuf>,
+
+    /// PEM file of the certificate authorities that client certificates are verified against
+    /// (`net.tls.CAFile`); with it, TLS clients must present a certificate it signed.
+    #[arg(long = "tlsCAFile", env = "TIDEWAY_TLS_CA_FILE", value_name = "PEM")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// With --tlsCAFile, also accept TLS clients that present no certificate (a certificate that
+    /// is presented is still verified); `net.tls.allowConnectionsWithoutCertificates`.
+    #[arg(
+        long = "tlsAllowConnectionsWithoutCertificates",
+        env = "TIDEWAY_TLS_ALLOW_CONNECTIONS_WITHOUT_CERTIFICATES"
+    )]
+    pub tls_allow_connections_without_certificates: bool,
 }
 
 /// Why the process's configuration could not be built.
@@ -146,6 +175,9 @@ pub enum LoadError {
     CommandLine(clap::Error),
     /// The configuration file: unreadable, not YAML, or a key or value refused.
     File(CommandError),
+    /// Settings that do not go together (mongod's startup checks, e.g. a TLS mode without a
+    /// certificate key file).
+    Inconsistent(CommandError),
 }
 
 impl Default for Config {
@@ -192,6 +224,7 @@ impl Config {
             let settings = file::parse(&text).map_err(LoadError::File)?;
             config.apply_file(settings, |id| set_explicitly(&matches, id));
         }
+        crate::tls::check_settings(&config).map_err(LoadError::Inconsistent)?;
         Ok(config)
     }
 
@@ -236,6 +269,22 @@ impl Config {
         );
         take(&mut self.slowms, settings.slowms, explicit("slowms"));
         take(&mut self.profile, settings.profile, explicit("profile"));
+        take(&mut self.tls_mode, settings.tls_mode, explicit("tls_mode"));
+        take(
+            &mut self.tls_certificate_key_file,
+            settings.tls_certificate_key_file.map(Some),
+            explicit("tls_certificate_key_file"),
+        );
+        take(
+            &mut self.tls_ca_file,
+            settings.tls_ca_file.map(Some),
+            explicit("tls_ca_file"),
+        );
+        take(
+            &mut self.tls_allow_connections_without_certificates,
+            settings.tls_allow_connections_without_certificates,
+            explicit("tls_allow_connections_without_certificates"),
+        );
         take(
             &mut self.noscripting,
             settings.javascript_enabled.map(|enabled| !enabled),
@@ -426,6 +475,57 @@ mod tests {
         assert!(config.noscripting);
         assert_eq!(config.port, 27100);
         assert_eq!(config.set_parameter, vec!["ttlMonitorEnabled=false"]);
+    }
+
+    #[test]
+    fn tls_flags_and_file_keys_configure_tls() {
+        let flags = Config::parse_from([
+            "tideway",
+            "--tlsMode",
+            "requireTLS",
+            "--tlsCertificateKeyFile",
+            "/etc/server.pem",
+            "--tlsCAFile",
+            "/etc/ca.pem",
+            "--tlsAllowConnectionsWithoutCertificates",
+        ]);
+        assert_eq!(flags.tls_mode, TlsMode::RequireTls);
+        assert_eq!(
+            flags.tls_certificate_key_file.as_deref(),
+            Some(std::path::Path::new("/etc/server.pem"))
+        );
+        assert_eq!(
+            flags.tls_ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
+        assert!(flags.tls_allow_connections_without_certificates);
+        assert_eq!(Config::default().tls_mode, TlsMode::Disabled);
+        let (_dir, path) = config_file(
+            "net:\n  tls:\n    mode: preferTLS\n    certificateKeyFile: /etc/file.pem\n    CAFile: /etc/ca.pem\n",
+        );
+        let path = path.to_str().unwrap();
+        let from_file = load(&["-f", path]).unwrap();
+        assert_eq!(from_file.tls_mode, TlsMode::PreferTls);
+        assert_eq!(
+            from_file.tls_certificate_key_file.as_deref(),
+            Some(std::path::Path::new("/etc/file.pem"))
+        );
+        let flag_wins = load(&["-f", path, "--tlsMode", "allowTLS"]).unwrap();
+        assert_eq!(flag_wins.tls_mode, TlsMode::AllowTls);
+        // --outputConfig writes them back.
+        let mut reloaded = Config::default();
+        reloaded.apply_file(file::parse(&flags.to_yaml()).unwrap(), |_| false);
+        assert_eq!(reloaded.tls_mode, TlsMode::RequireTls);
+        assert_eq!(reloaded.tls_ca_file, flags.tls_ca_file);
+        assert!(reloaded.tls_allow_connections_without_certificates);
+        let inconsistent = load(&["--tlsMode", "requireTLS"]).unwrap_err();
+        let LoadError::Inconsistent(error) = inconsistent else {
+            panic!("{inconsistent:?}")
+        };
+        assert_eq!(
+            error.errmsg,
+            "need tlsCertificateKeyFile or certificateSelector when TLS is enabled"
+        );
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct ClientInfo {
     metadata: OnceLock<Document>,
     /// The users this connection authenticated as, and its SASL conversation (`crate::auth`).
     pub auth: crate::auth::ClientAuth,
+    /// Whether the connection is TLS (`crate::tls`).
+    pub tls: bool,
+    /// The RFC 2253 subject of the client certificate the TLS handshake verified against
+    /// `--tlsCAFile` (the user name MONGODB-X509 authentication will take; nothing reads it yet).
+    pub peer_certificate_subject: Option<String>,
 }
 
 impl ClientInfo {
@@ -47,7 +52,17 @@ impl ClientInfo {
             metadata_received: AtomicBool::new(false),
             metadata: OnceLock::new(),
             auth: crate::auth::ClientAuth::default(),
+            tls: false,
+            peer_certificate_subject: None,
         }
+    }
+
+    /// A TLS connection, with the subject of the verified client certificate if one was
+    /// presented.
+    pub fn with_tls(mut self, peer_certificate_subject: Option<String>) -> Self {
+        self.tls = true;
+        self.peer_certificate_subject = peer_certificate_subject;
+        self
     }
 
     /// Keeps the `client` document of the connection's first `hello`.

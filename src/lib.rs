@@ -34,6 +34,7 @@ pub mod storage;
 #[cfg(test)]
 mod testrng;
 pub mod timeseries;
+pub mod tls;
 pub mod ttl;
 pub mod txn;
 pub mod validation;

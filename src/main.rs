@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     let config = match Config::load() {
         Ok(config) => config,
         Err(LoadError::CommandLine(error)) => error.exit(),
-        Err(LoadError::File(error)) => {
+        Err(LoadError::File(error) | LoadError::Inconsistent(error)) => {
             // As mongod refuses bad options: the reason, a hint, exit code 2 (EXIT_BADOPTIONS).
             eprintln!("{}", error.errmsg);
             eprintln!("try 'tideway --help' for more information");

@@ -1,7 +1,9 @@
 //! The listener side: accept connections on every bound address, enforce `--maxConns`, run one task
 //! per connection, and shut down gracefully (stop accepting, let in-flight requests finish, return).
 //! Background tasks (the TTL reaper, idle cursors, the transaction limit, the logical session
-//! cache's refresh) start and stop here too.
+//! cache's refresh, the TLS certificate reload on SIGHUP) start and stop here too. With TLS on,
+//! each connection goes through `tls::TlsTransport::accept` first; `conn` serves the plain or
+//! TLS stream alike.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use tracing::Instrument;
 use crate::conn::serve_connection;
 use crate::dispatch::ClientInfo;
 use crate::state::{bump, ServerState};
+use crate::tls::Accepted;
 
 pub struct Server {
     state: Arc<ServerState>,
@@ -79,6 +82,9 @@ impl Server {
             self.state.clone(),
             stop_rx.clone(),
         ));
+        let tls_reload = self.state.tls.clone().map(|transport| {
+            tokio::spawn(crate::tls::reload_on_sighup(transport, stop_rx.clone()))
+        });
         for addr in self.local_addrs() {
             tracing::info!(%addr, "Waiting for connections");
         }
@@ -111,6 +117,9 @@ impl Server {
         let _ = time_keeper.await;
         let _ = transaction_limit.await;
         let _ = session_refresh.await;
+        if let Some(tls_reload) = tls_reload {
+            let _ = tls_reload.await;
+        }
         tracing::info!("shutdown complete");
     }
 }
@@ -189,19 +198,31 @@ impl Acceptor {
         };
         let _ = stream.set_nodelay(true);
         let state = self.state.clone();
-        let stop = self.stop.clone();
+        let mut stop = self.stop.clone();
         let done = self.done.clone();
-        let client = std::sync::Arc::new(ClientInfo::new(
-            state.next_connection_id(),
-            peer.to_string(),
-        ));
+        let client = ClientInfo::new(state.next_connection_id(), peer.to_string());
         let span = tracing::info_span!("conn", id = client.connection_id, remote = %peer);
         bump(&state.stats.connections_total, 1);
         bump(&state.stats.connections_current, 1);
         tokio::spawn(
             async move {
                 tracing::debug!("connection accepted");
-                serve_connection(state.clone(), stream, client, stop).await;
+                match &state.tls {
+                    None => serve_connection(state.clone(), stream, Arc::new(client), stop).await,
+                    Some(transport) => match transport.accept(stream, &mut stop).await {
+                        Ok(Some(Accepted::Plain(stream))) => {
+                            serve_connection(state.clone(), stream, Arc::new(client), stop).await;
+                        }
+                        Ok(Some(Accepted::Tls(stream, subject))) => {
+                            let client = Arc::new(client.with_tls(subject));
+                            serve_connection(state.clone(), stream, client, stop).await;
+                        }
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::info!(%error, "TLS handshake failed; connection closed")
+                        }
+                    },
+                }
                 state
                     .stats
                     .connections_current

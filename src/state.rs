@@ -47,6 +47,8 @@ pub struct ServerState {
     pub startup_warnings: Vec<String>,
     /// Replica-set mode (`--replSet`), `None` on a standalone server.
     pub repl: Option<crate::repl::ReplSet>,
+    /// The TLS transport (`--tlsMode`), `None` when TLS is disabled.
+    pub tls: Option<Arc<crate::tls::TlsTransport>>,
     next_connection_id: AtomicI32,
 }
 
@@ -112,6 +114,7 @@ impl ServerState {
         let params = Parameters::from_config(&config)?;
         let startup_warnings = startup_warnings(&config);
         let repl = config.repl_set.clone().map(crate::repl::ReplSet::new);
+        let tls = crate::tls::TlsTransport::from_config(&config)?;
         // Never earlier than any moment the server reported before a restart.
         let clock = Arc::new(ServerClock::new(clock, storage.time_high_water_ms()));
         let spill_dir = match config.storage {
@@ -153,6 +156,7 @@ impl ServerState {
             hostname: hostname(),
             startup_warnings,
             repl,
+            tls,
             next_connection_id: AtomicI32::new(1),
         }))
     }

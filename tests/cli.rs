@@ -142,7 +142,18 @@ fn refused_config_files_stop_startup_naming_the_key() {
             "security:\n  authorization: enabled\n",
             "security.authorization",
         ),
-        ("net:\n  tls:\n    mode: requireTLS\n", "net.tls.mode"),
+        (
+            "net:\n  tls:\n    CRLFile: /etc/crl.pem\n",
+            "net.tls.CRLFile",
+        ),
+        (
+            "net:\n  tls:\n    mode: requireSSL\n",
+            "unsupported value for tlsMode requireSSL",
+        ),
+        (
+            "net:\n  tls:\n    mode: requireTLS\n",
+            "need tlsCertificateKeyFile or certificateSelector when TLS is enabled",
+        ),
         (
             "net:\n  port: abc\n",
             "Error parsing option \"net.port\" as int",
@@ -171,6 +182,35 @@ fn refused_config_files_stop_startup_naming_the_key() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{text}: {stderr}");
         assert!(stderr.contains(expected), "{text}: {stderr}");
+    }
+}
+
+/// mongod's startup checks of the TLS options (`ssl_options_server.cpp`), exit code 2.
+#[test]
+fn inconsistent_tls_flags_stop_startup() {
+    for (args, expected) in [
+        (
+            &["--tlsMode", "requireTLS"][..],
+            "need tlsCertificateKeyFile or certificateSelector when TLS is enabled",
+        ),
+        (
+            &["--tlsCAFile", "/etc/ca.pem"][..],
+            "need to enable TLS via the sslMode/tlsMode flag when using TLS configuration parameters",
+        ),
+        (
+            &["--tlsAllowConnectionsWithoutCertificates"][..],
+            "need to enable TLS via the sslMode/tlsMode flag when using TLS configuration parameters",
+        ),
+        (&["--tlsMode", "requireSSL"][..], "requireSSL"),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tideway"));
+        command
+            .args(["--storage", "memory", "--port", &free_port().to_string()])
+            .args(args);
+        let output = run_to_exit(command);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
 
@@ -260,6 +300,11 @@ fn help_lists_every_flag_and_its_variable() {
         "--setParameter",
         "--config",
         "--outputConfig",
+        "--tlsMode",
+        "--tlsCertificateKeyFile",
+        "--tlsCAFile",
+        "--tlsAllowConnectionsWithoutCertificates",
+        "TIDEWAY_TLS_MODE",
         "TIDEWAY_CONFIG",
         "TIDEWAY_PORT",
         "TIDEWAY_DBPATH",

@@ -182,6 +182,13 @@ async fn server_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
         .as_ref()
         .map(|repl| ("transactions", Bson::Document(repl.transactions.metrics())));
     let sections = sections.into_iter().chain(transactions);
+    let transport_security = state.tls.as_ref().map(|transport| {
+        (
+            "transportSecurity",
+            Bson::Document(transport.transport_security()),
+        )
+    });
+    let sections = sections.chain(transport_security);
     let mut reply = Document::new();
     for (section, value) in sections {
         let excluded = body.get(section).is_some_and(|flag| !is_truthy(flag));
@@ -292,8 +299,12 @@ fn get_cmd_line_opts(ctx: &CommandContext, _body: &Document) -> CommandResult {
     if let Some(path) = &config.config {
         parsed.insert("config", path.to_string_lossy().into_owned());
     }
+    let mut net = doc! {"port": i32::from(config.port), "bindIp": config.bind_ip.join(","), "maxIncomingConnections": config.max_conns as i64};
+    if let Some(tls) = crate::tls::TlsTransport::parsed_options(config) {
+        net.insert("tls", tls);
+    }
     parsed.extend(doc! {
-        "net": {"port": i32::from(config.port), "bindIp": config.bind_ip.join(","), "maxIncomingConnections": config.max_conns as i64},
+        "net": net,
         "storage": {"dbPath": config.dbpath.to_string_lossy().into_owned(), "engine": engine},
         "systemLog": {"verbosity": i32::from(config.verbose)},
         "operationProfiling": operation_profiling(config),

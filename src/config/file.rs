@@ -3,7 +3,8 @@
 //! refused at startup with a message naming it; none is ignored:
 //! - keys no mongod knows: `Unrecognized option: <key>`, as mongod (2 BadValue);
 //! - mongod keys tideway does not implement (`replication.*` but `replSetName` and `oplogSizeMB`, `security.authorization`,
-//!   `net.tls.*`, `storage.wiredTiger.*`, …, the `MONGOD_KEYS` table): 238 NotImplemented;
+//!   `net.tls.*` but `mode`, `certificateKeyFile`, `CAFile` and `allowConnectionsWithoutCertificates`,
+//!   `storage.wiredTiger.*`, …, the `MONGOD_KEYS` table): 238 NotImplemented;
 //! - values mongod would refuse, with mongod's wording where it has one.
 //!
 //! Values are read as mongod reads them: its YAML parser hands every scalar over as text and each
@@ -18,6 +19,7 @@ use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
 use super::{Config, StorageKind};
 use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::tls::TlsMode;
 
 /// What a configuration file sets: `None` (or empty) where it says nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,6 +51,14 @@ pub struct FileSettings {
     pub repl_set: Option<String>,
     /// `replication.oplogSizeMB` (`--oplogSize`).
     pub oplog_size_mb: Option<u64>,
+    /// `net.tls.mode` (`--tlsMode`).
+    pub tls_mode: Option<TlsMode>,
+    /// `net.tls.certificateKeyFile` (`--tlsCertificateKeyFile`).
+    pub tls_certificate_key_file: Option<PathBuf>,
+    /// `net.tls.CAFile` (`--tlsCAFile`).
+    pub tls_ca_file: Option<PathBuf>,
+    /// `net.tls.allowConnectionsWithoutCertificates`.
+    pub tls_allow_connections_without_certificates: Option<bool>,
 }
 
 /// mongod's documented configuration-file keys that tideway does not implement (MongoDB 8.0's
@@ -75,8 +85,6 @@ const MONGOD_KEYS: &[&str] = &[
     "net.unixDomainSocket.enabled",
     "net.unixDomainSocket.pathPrefix",
     "net.unixDomainSocket.filePermissions",
-    "net.tls.mode",
-    "net.tls.certificateKeyFile",
     "net.tls.certificateKeyFilePassword",
     "net.tls.certificateSelector",
     "net.tls.clusterCertificateSelector",
@@ -84,10 +92,8 @@ const MONGOD_KEYS: &[&str] = &[
     "net.tls.clusterPassword",
     "net.tls.clusterAuthX509.attributes",
     "net.tls.clusterAuthX509.extensionValue",
-    "net.tls.CAFile",
     "net.tls.clusterCAFile",
     "net.tls.CRLFile",
-    "net.tls.allowConnectionsWithoutCertificates",
     "net.tls.allowInvalidCertificates",
     "net.tls.allowInvalidHostnames",
     "net.tls.disabledProtocols",
@@ -221,6 +227,16 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
                             ))
                         })?,
                 );
+            }
+            "net.tls.mode" => settings.tls_mode = Some(TlsMode::parse(&value_text(&key, value)?)?),
+            "net.tls.certificateKeyFile" => {
+                settings.tls_certificate_key_file = Some(PathBuf::from(value_text(&key, value)?));
+            }
+            "net.tls.CAFile" => {
+                settings.tls_ca_file = Some(PathBuf::from(value_text(&key, value)?))
+            }
+            "net.tls.allowConnectionsWithoutCertificates" => {
+                settings.tls_allow_connections_without_certificates = Some(boolean(&key, value)?);
             }
             "storage.dbPath" => settings.dbpath = Some(PathBuf::from(value_text(&key, value)?)),
             "storage.engine" => {
@@ -428,6 +444,26 @@ pub fn render(config: &Config) -> String {
         text_node("maxIncomingConnections"),
         Yaml::Integer(i64::try_from(config.max_conns).unwrap_or(i64::MAX)),
     );
+    if config.tls_mode != TlsMode::Disabled {
+        let mut tls = Hash::new();
+        tls.insert(text_node("mode"), text_node(config.tls_mode.name()));
+        if let Some(path) = &config.tls_certificate_key_file {
+            tls.insert(
+                text_node("certificateKeyFile"),
+                text_node(&path.to_string_lossy()),
+            );
+        }
+        if let Some(path) = &config.tls_ca_file {
+            tls.insert(text_node("CAFile"), text_node(&path.to_string_lossy()));
+        }
+        if config.tls_allow_connections_without_certificates {
+            tls.insert(
+                text_node("allowConnectionsWithoutCertificates"),
+                Yaml::Boolean(true),
+            );
+        }
+        net.insert(text_node("tls"), Yaml::Hash(tls));
+    }
     let mut storage = Hash::new();
     storage.insert(
         text_node("dbPath"),
@@ -518,6 +554,11 @@ net:
    bindIp: 127.0.0.1, ::1
    port: 27018
    maxIncomingConnections: 200
+   tls:
+      mode: preferTLS
+      certificateKeyFile: /etc/tideway/server.pem
+      CAFile: /etc/tideway/ca.pem
+      allowConnectionsWithoutCertificates: true
 storage:
    dbPath: /var/lib/tideway
    engine: memory
@@ -564,6 +605,10 @@ replication:
                 ],
                 repl_set: Some("rs0".to_owned()),
                 oplog_size_mb: Some(64),
+                tls_mode: Some(TlsMode::PreferTls),
+                tls_certificate_key_file: Some(PathBuf::from("/etc/tideway/server.pem")),
+                tls_ca_file: Some(PathBuf::from("/etc/tideway/ca.pem")),
+                tls_allow_connections_without_certificates: Some(true),
             }
         );
     }
@@ -637,7 +682,10 @@ replication:
                 "security:\n  authorization: enabled\n",
                 "security.authorization",
             ),
-            ("net:\n  tls:\n    mode: requireTLS\n", "net.tls.mode"),
+            (
+                "net:\n  tls:\n    CRLFile: /etc/crl.pem\n",
+                "net.tls.CRLFile",
+            ),
             (
                 "storage:\n  wiredTiger:\n    engineConfig:\n      cacheSizeGB: 1\n",
                 "storage.wiredTiger.engineConfig.cacheSizeGB",
@@ -723,6 +771,14 @@ replication:
                 "net.bindIp and net.bindIpAll are mutually exclusive",
             ),
             ("- net\n", "No map found at top level of YAML config"),
+            (
+                "net:\n  tls:\n    mode: requireSSL\n",
+                "unsupported value for tlsMode requireSSL",
+            ),
+            (
+                "net:\n  tls:\n    allowConnectionsWithoutCertificates: 1\n",
+                "Expected boolean but found string: 1 for option: net.tls.allowConnectionsWithoutCertificates",
+            ),
         ] {
             let error = refusal_of(text);
             assert_eq!(error.code, ErrorCode::BadValue, "{text}");
