@@ -113,6 +113,7 @@ error_codes! {
     ConflictingOperationInProgress = 117,
     CommandFailed = 125,
     Location50791 = 50791,
+    InvalidSSLConfiguration = 140,
     Location5255000 = 5255000,
     Location5255001 = 5255001,
     Location50739 = 50739,

@@ -30,7 +30,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
-use crate::error::{CommandError, CommandResult};
+use crate::error::{CommandError, CommandResult, ErrorCode};
 
 /// mongod's `net.tls.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -320,6 +320,11 @@ fn looks_like_client_hello(opening: &[u8]) -> bool {
         && message_len + 4 == record_len
 }
 
+/// A certificate, key or CA file that cannot be used: mongod's 140 InvalidSSLConfiguration.
+fn invalid_configuration(message: String) -> CommandError {
+    CommandError::new(ErrorCode::InvalidSSLConfiguration, message)
+}
+
 /// The rustls configuration for these files: the chain and key of `certificate_key_file` (one
 /// PEM file, as mongod's), and with `ca_file` client certificates verified against it.
 fn build_server_config(
@@ -330,21 +335,21 @@ fn build_server_config(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = read_certificates(certificate_key_file)?;
     let key = PrivateKeyDer::from_pem_file(certificate_key_file).map_err(|error| {
-        CommandError::bad_value(format!(
+        invalid_configuration(format!(
             "cannot read the private key in tlsCertificateKeyFile {}: {error}",
             certificate_key_file.display()
         ))
     })?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|error| CommandError::bad_value(format!("TLS: {error}")))?;
+        .map_err(|error| invalid_configuration(format!("TLS: {error}")))?;
     let builder = match ca_file {
         None => builder.with_no_client_auth(),
         Some(ca_file) => {
             let mut roots = RootCertStore::empty();
             for certificate in read_certificates(ca_file)? {
                 roots.add(certificate).map_err(|error| {
-                    CommandError::bad_value(format!(
+                    invalid_configuration(format!(
                         "invalid certificate in tlsCAFile {}: {error}",
                         ca_file.display()
                     ))
@@ -358,7 +363,7 @@ fn build_server_config(
                 verifier
             };
             builder.with_client_cert_verifier(verifier.build().map_err(|error| {
-                CommandError::bad_value(format!(
+                invalid_configuration(format!(
                     "cannot use tlsCAFile {}: {error}",
                     ca_file.display()
                 ))
@@ -366,7 +371,7 @@ fn build_server_config(
         }
     };
     builder.with_single_cert(chain, key).map_err(|error| {
-        CommandError::bad_value(format!(
+        invalid_configuration(format!(
             "cannot use tlsCertificateKeyFile {}: {error}",
             certificate_key_file.display()
         ))
@@ -376,7 +381,7 @@ fn build_server_config(
 /// Every certificate of a PEM file; at least one.
 fn read_certificates(path: &Path) -> CommandResult<Vec<CertificateDer<'static>>> {
     let unreadable = |error: &dyn std::fmt::Display| {
-        CommandError::bad_value(format!(
+        invalid_configuration(format!(
             "cannot read certificates from {}: {error}",
             path.display()
         ))

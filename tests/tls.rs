@@ -278,14 +278,13 @@ fn inconsistent_settings_are_refused_as_mongod_refuses_them() {
         )
         .map(|_| ())
         .unwrap_err()
-        .errmsg
     };
     let no_key_file = Config {
         tls_mode: TlsMode::RequireTls,
         ..test_config()
     };
     assert_eq!(
-        build(&no_key_file),
+        build(&no_key_file).errmsg,
         "need tlsCertificateKeyFile or certificateSelector when TLS is enabled"
     );
     let disabled_with_files = Config {
@@ -293,20 +292,25 @@ fn inconsistent_settings_are_refused_as_mongod_refuses_them() {
         ..test_config()
     };
     assert_eq!(
-        build(&disabled_with_files),
+        build(&disabled_with_files).errmsg,
         "need to enable TLS via the sslMode/tlsMode flag when using TLS configuration parameters"
     );
     let missing = Config {
         tls_certificate_key_file: Some(pki.dir.path().join("missing.pem")),
         ..pki.config(TlsMode::RequireTls)
     };
-    assert!(build(&missing).contains("missing.pem"));
+    // A file that cannot be used: mongod's 140 InvalidSSLConfiguration.
+    let error = build(&missing);
+    assert_eq!(error.code.code(), 140);
+    assert!(error.errmsg.contains("missing.pem"));
     // The CA file alone has no key.
     let key_missing = Config {
         tls_certificate_key_file: Some(pki.ca.clone()),
         ..pki.config(TlsMode::RequireTls)
     };
-    assert!(build(&key_missing).contains("private key"));
+    let error = build(&key_missing);
+    assert_eq!(error.code.code(), 140);
+    assert!(error.errmsg.contains("private key"));
 }
 
 /// mongod names an X.509 user by the subject in RFC 2253 form: the last RDN of the encoded
