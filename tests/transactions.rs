@@ -1085,3 +1085,60 @@ async fn a_document_an_index_cannot_take_fails_its_statement() {
     assert_eq!(error.code, 171);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn unique_keys_are_checked_against_the_snapshot_and_the_transactions_own_writes() {
+    let (server, _clock) = rs_server().await;
+    let client = server.client();
+    let coll: Collection<Document> = client.database("app").collection("people");
+    coll.create_index(
+        mongodb::IndexModel::builder()
+            .keys(doc! {"email": 1})
+            .options(
+                mongodb::options::IndexOptions::builder()
+                    .unique(true)
+                    .build(),
+            )
+            .build(),
+    )
+    .await
+    .unwrap();
+    coll.insert_one(doc! {"_id": 1, "email": "a@x"})
+        .await
+        .unwrap();
+    let duplicate = |error: mongodb::error::Error| match *error.kind {
+        mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(ref e)) => e.code,
+        ref other => panic!("{other:?}"),
+    };
+    let mut session = client.start_session().await.unwrap();
+    // Taken in the snapshot.
+    session.start_transaction().await.unwrap();
+    let taken = coll
+        .insert_one(doc! {"_id": 2, "email": "a@x"})
+        .session(&mut session)
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate(taken), 11000);
+    let _ = session.abort_transaction().await;
+    // Taken by the transaction's own earlier insert; freed by its own update.
+    session.start_transaction().await.unwrap();
+    coll.insert_one(doc! {"_id": 3, "email": "b@x"})
+        .session(&mut session)
+        .await
+        .unwrap();
+    coll.update_one(doc! {"_id": 1}, doc! {"$set": {"email": "c@x"}})
+        .session(&mut session)
+        .await
+        .unwrap();
+    coll.insert_one(doc! {"_id": 4, "email": "a@x"})
+        .session(&mut session)
+        .await
+        .unwrap();
+    let own = coll
+        .insert_one(doc! {"_id": 5, "email": "b@x"})
+        .session(&mut session)
+        .await
+        .unwrap_err();
+    assert_eq!(duplicate(own), 11000);
+    server.stop().await;
+}

@@ -449,45 +449,45 @@ impl TxnStorage {
         rev
     }
 
-    /// Checks `document`'s keys in the unique indexes of `meta` against every other document the
-    /// transaction sees; conflicting documents `supersede` holds for are deleted (staged).
-    /// Returns how many were.
+    /// Checks `document`'s keys in the unique indexes (`unique`: each index's keyer and the
+    /// document's keys in it) against every other document the transaction sees; conflicting
+    /// documents `supersede` holds for are deleted (staged). Returns how many were.
     async fn check_unique(
         &self,
         ns: &Namespace,
         meta: &CollectionMeta,
-        document: &Document,
-        id_key: &[u8],
+        (document, id_key): (&Document, &[u8]),
+        unique: &[(IndexKeyer, Vec<Vec<u8>>)],
         supersede: Option<&RecordPredicate>,
     ) -> StorageResult<u32> {
+        if unique.is_empty() {
+            return Ok(0);
+        }
+        // The other documents the transaction wrote: their snapshot versions do not count.
+        let staged: BTreeMap<Vec<u8>, Option<Record>> = lock(&self.staged)
+            .collections
+            .get(ns)
+            .map(|collection| {
+                collection
+                    .docs
+                    .iter()
+                    .filter(|(other, _)| other.as_slice() != id_key)
+                    .map(|(other, doc)| (other.clone(), doc.now.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut superseded = 0;
-        for spec in meta
-            .indexes
-            .iter()
-            .filter(|index| index.unique && !index.is_id_index())
-        {
-            let keyer = IndexKeyer::new((**spec).clone())?;
-            for key in keyer.keys(document)? {
-                let staged: Vec<StagedDoc> = lock(&self.staged)
-                    .collections
-                    .get(ns)
-                    .map(|collection| {
-                        collection
-                            .docs
-                            .iter()
-                            .filter(|(other, _)| other.as_slice() != id_key)
-                            .map(|(_, doc)| doc.clone())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                for other in staged.iter().filter_map(|doc| doc.now.as_ref()) {
-                    if keyer.keys(other.doc.document())?.contains(&key) {
-                        return Err(keyer.duplicate_key(ns, document, &key));
-                    }
+        for (keyer, keys) in unique {
+            for other in staged.values().flatten() {
+                let theirs = keyer.keys(other.doc.document())?;
+                if let Some(key) = keys.iter().find(|key| theirs.contains(key)) {
+                    return Err(keyer.duplicate_key(ns, document, key));
                 }
+            }
+            for key in keys {
                 let request = ScanRequest {
                     source: ScanSource::Index {
-                        name: spec.name.clone(),
+                        name: keyer.spec().name.clone(),
                         ranges: vec![(Bound::Included(key.clone()), Bound::Included(key.clone()))],
                     },
                     resume_after: None,
@@ -501,8 +501,7 @@ impl TxnStorage {
                 for record in page.records {
                     let other_id = record.doc.id();
                     let other_key = encode_id(&other_id);
-                    let written = staged.iter().any(|doc| encode_id(&doc.id) == other_key);
-                    if other_key == id_key || written {
+                    if other_key == id_key || staged.contains_key(&other_key) {
                         continue;
                     }
                     match supersede {
@@ -511,7 +510,7 @@ impl TxnStorage {
                             Box::pin(self.put(ns, meta, target, StagedWrite::deleted())).await?;
                             superseded += 1;
                         }
-                        _ => return Err(keyer.duplicate_key(ns, document, &key)),
+                        _ => return Err(keyer.duplicate_key(ns, document, key)),
                     }
                 }
             }
@@ -533,10 +532,16 @@ impl TxnStorage {
             Some((doc, _)) => {
                 // Every index must take the document (parallel arrays, a hashed array, a bad
                 // text language): refused now, at the statement, as the engine would refuse it.
+                let mut unique = Vec::new();
                 for spec in meta.indexes.iter().filter(|index| !index.catalog_only) {
-                    IndexKeyer::new((**spec).clone())?.keys(doc)?;
+                    let keyer = IndexKeyer::new((**spec).clone())?;
+                    let keys = keyer.keys(doc)?;
+                    if spec.unique && !spec.is_id_index() {
+                        unique.push((keyer, keys));
+                    }
                 }
-                self.check_unique(ns, meta, doc, &id_key, write.supersede.as_ref())
+                let supersede = write.supersede.as_ref();
+                self.check_unique(ns, meta, (doc, &id_key), &unique, supersede)
                     .await?
             }
             None => 0,
@@ -869,24 +874,32 @@ impl Storage for TxnStorage {
     /// snapshot page visited (all of them once it is exhausted) join in order. Resume keys are
     /// positions, which both sides order alike.
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
+        let meta = self.view_meta(ns);
+        // The staged entries of the scan, and which documents the transaction wrote, taken
+        // under the lock without copying the staged documents that are not scanned.
         let staged = {
             let staged = lock(&self.staged);
-            staged
+            match staged
                 .collections
                 .get(ns)
-                .map(|collection| StagedCollection {
-                    created: collection.created.clone(),
-                    docs: collection.docs.clone(),
-                })
+                .filter(|collection| !collection.docs.is_empty())
+            {
+                None => None,
+                Some(collection) => {
+                    let entries = self.staged_entries(ns, meta.as_ref(), &request, collection)?;
+                    let written: std::collections::HashSet<Vec<u8>> =
+                        collection.docs.keys().cloned().collect();
+                    Some((collection.created.is_some(), written, entries))
+                }
+            }
         };
-        let Some(staged) = staged.filter(|staged| !staged.docs.is_empty()) else {
+        let Some((created, written, staged_entries)) = staged else {
             return self.snapshot.scan(ns, request).await;
         };
-        let meta = self.view_meta(ns);
-        let staged_entries = self.staged_entries(ns, meta.as_ref(), &request, &staged)?;
-        let snapshot_page = match staged.created {
-            Some(_) => ScanPage::default(),
-            None => self.snapshot.scan(ns, request.clone()).await?,
+        let snapshot_page = if created {
+            ScanPage::default()
+        } else {
+            self.snapshot.scan(ns, request.clone()).await?
         };
         let covering = match (&request.source, request.covered, request.hide.is_none()) {
             (ScanSource::Index { name, .. }, true, _) => meta
@@ -916,7 +929,7 @@ impl Storage for TxnStorage {
         let from_snapshot = positions
             .into_iter()
             .zip(records)
-            .filter(|(_, record)| !staged.docs.contains_key(&encode_id(&record.doc.id())));
+            .filter(|(_, record)| !written.contains(&encode_id(&record.doc.id())));
         let from_staged = staged_entries
             .into_iter()
             .filter(|(position, _)| within(position))
