@@ -791,12 +791,39 @@ pub async fn check_privileges(
     }
 }
 
-fn unauthorized(db: &str, body: &Document) -> CommandError {
+/// Whether `client` may read on or kill a cursor opened by `owner` (mongod's
+/// `isCoauthorizedWith`): always without `--auth`; else when the cursor was opened without
+/// authentication or the connection is authenticated as one of its users.
+pub fn may_use_cursor(state: &ServerState, client: &ClientInfo, owner: &[super::UserName]) -> bool {
+    !state.auth.enabled
+        || owner.is_empty()
+        || client.auth.users().iter().any(|user| owner.contains(user))
+}
+
+pub fn foreign_cursor(id: i64) -> CommandError {
+    CommandError::new(
+        ErrorCode::Unauthorized,
+        format!("cursor id {id} was not created by the authenticated user"),
+    )
+}
+
+/// Fields drivers send as OP_MSG document sequences, which mongod's message (the command
+/// body alone) does not show.
+const SEQUENCE_FIELDS: &[&str] = &["documents", "updates", "deletes", "ops", "nsInfo"];
+
+/// mongod's refusal of a command the caller lacks a privilege for: the command as mongod
+/// prints a BSON object, without its document sequences.
+pub fn unauthorized(db: &str, body: &Document) -> CommandError {
+    let shown: Document = body
+        .iter()
+        .filter(|(field, _)| !SEQUENCE_FIELDS.contains(&field.as_str()))
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
     CommandError::new(
         ErrorCode::Unauthorized,
         format!(
             "not authorized on {db} to execute command {}",
-            crate::query::display::document_string(body)
+            crate::query::display::value_string(&Bson::Document(shown))
         ),
     )
 }
