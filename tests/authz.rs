@@ -498,3 +498,33 @@ async fn with_auth_there_is_no_access_control_warning() {
     assert_eq!(reply.get_array("log").map(Vec::len), Ok(0), "{reply}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_session_cache_refresh_runs_as_the_server_under_auth() {
+    let (server, root) = server_with_root().await;
+    root.database("app")
+        .collection::<Document>("c")
+        .insert_one(doc! {"x": 1})
+        .await
+        .unwrap();
+    root.database("admin")
+        .run_command(doc! {"refreshLogicalSessionCacheNow": 1})
+        .await
+        .expect("refresh");
+    // collStats (clusterMonitor's, part of root) counts the records the refresh wrote.
+    let stats = root
+        .database("config")
+        .run_command(doc! {"collStats": "system.sessions"})
+        .await
+        .expect("clusterMonitor's collStats on config.system.sessions");
+    assert!(
+        stats
+            .get_i32("count")
+            .map(i64::from)
+            .or(stats.get_i64("count"))
+            .unwrap_or(0)
+            >= 1,
+        "{stats}"
+    );
+    server.stop().await;
+}

@@ -715,7 +715,7 @@ pub async fn privileges(
     state: &ServerState,
     client: &ClientInfo,
 ) -> CommandResult<Option<Arc<PrivilegeSet>>> {
-    if !state.auth.enabled || localhost_bypass(state, client).await? {
+    if !state.auth.enabled || client.internal || localhost_bypass(state, client).await? {
         return Ok(None);
     }
     let generation = state.auth.generation();
@@ -752,7 +752,11 @@ pub async fn check_authenticated(
     client: &ClientInfo,
     spec: &CommandSpec,
 ) -> CommandResult<()> {
-    if !state.auth.enabled || !requires_auth(spec.name) || !client.auth.users().is_empty() {
+    if !state.auth.enabled
+        || client.internal
+        || !requires_auth(spec.name)
+        || !client.auth.users().is_empty()
+    {
         return Ok(());
     }
     if localhost_bypass(state, client).await? {
