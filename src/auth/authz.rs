@@ -112,7 +112,8 @@ pub fn rule(name: &str) -> Option<Rule> {
         | "commitTransaction"
         | "abortTransaction"
         | "sleep"
-        | "listDatabases" => Rule::AnyUser,
+        | "listDatabases"
+        | "killOp" => Rule::AnyUser,
         "find" | "count" | "distinct" => Rule::Collection(&[A::find]),
         "listIndexes" => Rule::Collection(&[A::listIndexes]),
         "collStats" | "collstats" => Rule::Collection(&[A::collStats]),
@@ -138,7 +139,6 @@ pub fn rule(name: &str) -> Option<Rule> {
         "replSetGetConfig" => Rule::Cluster(&[A::replSetGetConfig]),
         "replSetInitiate" => Rule::Cluster(&[A::replSetConfigure]),
         "replSetStepDown" => Rule::Cluster(&[A::replSetStateChange]),
-        "killOp" => Rule::Cluster(&[A::killop]),
         "killAllSessions" => Rule::Cluster(&[A::killAnySession]),
         "rotateCertificates" => Rule::Cluster(&[A::rotateCertificates]),
         // tideway's test commands move the server's clock and run the reaper: host management.
@@ -793,6 +793,17 @@ pub async fn check_privileges(
         Some(privileges) if needs.allowed_by(&privileges) => Ok(()),
         Some(_) => Err(unauthorized(db, body)),
     }
+}
+
+/// Whether `viewer` and `other` run as the same user (mongod's `isCoauthorizedWith`): always
+/// without `--auth`; else when they share an authenticated user, or neither has one.
+pub fn coauthorized(state: &ServerState, viewer: &ClientInfo, other: &ClientInfo) -> bool {
+    if !state.auth.enabled || viewer.internal {
+        return true;
+    }
+    let mine = viewer.auth.users();
+    let theirs = other.auth.users();
+    (mine.is_empty() && theirs.is_empty()) || mine.iter().any(|user| theirs.contains(user))
 }
 
 /// Whether `client` may read on or kill a cursor opened by `owner` (mongod's
