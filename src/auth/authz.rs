@@ -692,21 +692,20 @@ fn is_loopback(remote: &str) -> bool {
 /// Whether the localhost exception lets `client` do anything: no user exists yet and the
 /// connection comes from a loopback address.
 async fn localhost_bypass(state: &ServerState, client: &ClientInfo) -> CommandResult<bool> {
-    if !state.params.enable_localhost_auth_bypass() || !is_loopback(&client.remote) {
+    // Once a user exists (the steady state), one atomic load decides.
+    let known = state.auth.users_exist.load(Ordering::Acquire);
+    if known == 2
+        || !state.params.enable_localhost_auth_bypass()
+        || !is_loopback(&client.remote)
+    {
         return Ok(false);
     }
-    match state.auth.users_exist.load(Ordering::Acquire) {
-        2 => Ok(false),
-        known => {
-            let exist = known == 2 || super::users::any_user_exists(state).await?;
-            if exist {
-                state.auth.users_exist.store(2, Ordering::Release);
-            } else {
-                state.auth.users_exist.store(1, Ordering::Release);
-            }
-            Ok(!exist)
-        }
-    }
+    let exist = known == 0 && super::users::any_user_exists(state).await?;
+    state
+        .auth
+        .users_exist
+        .store(if exist { 2 } else { 1 }, Ordering::Release);
+    Ok(!exist)
 }
 
 /// The privileges of the connection's users; `None` when nothing is checked (no `--auth`, or
