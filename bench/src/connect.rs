@@ -549,6 +549,15 @@ pub async fn run(
                         &format!("{} connect {} clients={clients}", target.label, mode.name()),
                         &stats,
                     );
+                    // Failures are counted, as in every workload; a mode in which no connection
+                    // at all succeeded measured nothing, and fails the run (the CI smoke).
+                    if stats.ops == 0 {
+                        problems.push(format!(
+                            "{}: no connection in mode {} (clients={clients}) succeeded",
+                            target.label,
+                            mode.name()
+                        ));
+                    }
                     runs.push(ConnectRun {
                         target: index,
                         mode,
