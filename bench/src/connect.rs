@@ -4,7 +4,8 @@
 //! blur what one setup costs.
 //!
 //! One operation, all of it timed: TCP connect; for the TLS modes a full TLS handshake (the
-//! client never resumes a session: every connection pays for the certificate exchange); an
+//! client never resumes a session: every connection pays for the certificate exchange), except
+//! in `tls_resumed`, which resumes the previous session as a driver's shared TLS config may; an
 //! OP_MSG `hello` with client metadata, for the SCRAM modes carrying
 //! `speculativeAuthenticate: {saslStart, …, options: {skipEmptyExchange: true}}` exactly as the
 //! drivers' Authentication spec has them open a conversation; for SCRAM one `saslContinue`
@@ -21,7 +22,7 @@ use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::{ClientConfig, HandshakeKind, RootCertStore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -59,15 +60,18 @@ pub enum ConnectMode {
     /// TLS plus SCRAM-SHA-256.
     #[value(name = "tls_scram_sha_256")]
     TlsScramSha256,
+    /// TLS resuming an earlier session (an abbreviated handshake), `hello`, `ping`.
+    TlsResumed,
 }
 
 impl ConnectMode {
-    pub const ALL: [ConnectMode; 5] = [
+    pub const ALL: [ConnectMode; 6] = [
         ConnectMode::Plain,
         ConnectMode::ScramSha256,
         ConnectMode::ScramSha1,
         ConnectMode::Tls,
         ConnectMode::TlsScramSha256,
+        ConnectMode::TlsResumed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,18 +81,22 @@ impl ConnectMode {
             ConnectMode::ScramSha1 => "scram_sha_1",
             ConnectMode::Tls => "tls",
             ConnectMode::TlsScramSha256 => "tls_scram_sha_256",
+            ConnectMode::TlsResumed => "tls_resumed",
         }
     }
 
     fn tls(self) -> bool {
-        matches!(self, ConnectMode::Tls | ConnectMode::TlsScramSha256)
+        matches!(
+            self,
+            ConnectMode::Tls | ConnectMode::TlsScramSha256 | ConnectMode::TlsResumed
+        )
     }
 
     fn mechanism(self) -> Option<Mechanism> {
         match self {
             ConnectMode::ScramSha256 | ConnectMode::TlsScramSha256 => Some(Mechanism::Sha256),
             ConnectMode::ScramSha1 => Some(Mechanism::Sha1),
-            ConnectMode::Plain | ConnectMode::Tls => None,
+            ConnectMode::Plain | ConnectMode::Tls | ConnectMode::TlsResumed => None,
         }
     }
 }
@@ -104,7 +112,8 @@ pub struct ConnectSettings {
 struct Endpoint {
     address: String,
     server_name: ServerName<'static>,
-    tls: Option<TlsConnector>,
+    /// Full handshakes only, and resuming sessions (`tls_resumed`).
+    tls: Option<(TlsConnector, TlsConnector)>,
 }
 
 /// One client task: opens, uses and closes one connection per operation.
@@ -122,12 +131,29 @@ impl Operation for SetupOp {
         tcp.set_nodelay(true)
             .map_err(|error| OpError::new("tcp connect", error.to_string()))?;
         match (&self.endpoint.tls, self.mode.tls()) {
-            (Some(connector), true) => {
+            (Some((full, resuming)), true) => {
+                let connector = if self.mode == ConnectMode::TlsResumed {
+                    resuming
+                } else {
+                    full
+                };
                 let stream = connector
                     .connect(self.endpoint.server_name.clone(), tcp)
                     .await
                     .map_err(|error| OpError::new("tls handshake", error.to_string()))?;
-                converse(stream, self.scram.as_ref()).await
+                let kind = stream.get_ref().1.handshake_kind();
+                // The whole conversation first: the session tickets for the next connection
+                // arrive with the first reply.
+                converse(stream, self.scram.as_ref()).await?;
+                // A `tls_resumed` connection that fell back to a full handshake (the first one,
+                // or a server without tickets) measured the other mode: an error, not a count.
+                if self.mode == ConnectMode::TlsResumed && kind != Some(HandshakeKind::Resumed) {
+                    return Err(OpError::new(
+                        "tls not resumed",
+                        format!("handshake {kind:?} instead of a resumption"),
+                    ));
+                }
+                Ok(())
             }
             (None, true) => Err(OpError::new("tls", "no CA file for the TLS modes")),
             (_, false) => converse(tcp, self.scram.as_ref()).await,
@@ -349,8 +375,9 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
         .map_err(|error| OpError::new("close", error.to_string()))
 }
 
-/// A TLS client trusting only the certificates in `ca_file`, never resuming sessions.
-fn tls_connector(ca_file: &Path) -> Result<TlsConnector, String> {
+/// TLS clients trusting only the certificates in `ca_file`: one never resuming sessions, one
+/// resuming them (rustls' default in-memory session cache, shared by its connections).
+fn tls_connectors(ca_file: &Path) -> Result<(TlsConnector, TlsConnector), String> {
     let shown = ca_file.display();
     let mut roots = RootCertStore::empty();
     let certificates = CertificateDer::pem_file_iter(ca_file)
@@ -362,14 +389,17 @@ fn tls_connector(ca_file: &Path) -> Result<TlsConnector, String> {
         return Err(format!("{shown}: no CA certificate in it"));
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider)
+    let resuming = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|error| error.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    // Every connection measured is a full handshake.
-    config.resumption = rustls::client::Resumption::disabled();
-    Ok(TlsConnector::from(Arc::new(config)))
+    let mut full = resuming.clone();
+    full.resumption = rustls::client::Resumption::disabled();
+    Ok((
+        TlsConnector::from(Arc::new(full)),
+        TlsConnector::from(Arc::new(resuming)),
+    ))
 }
 
 fn endpoint(target: &Target, ca_file: Option<&Path>) -> Result<Endpoint, String> {
@@ -382,7 +412,7 @@ fn endpoint(target: &Target, ca_file: Option<&Path>) -> Result<Endpoint, String>
     let server_name = ServerName::try_from(host.to_string())
         .map_err(|error| format!("{}: host {host}: {error}", target.label))?;
     let ca_file = ca_file.or(target.tls_ca_file());
-    let tls = ca_file.map(tls_connector).transpose()?;
+    let tls = ca_file.map(tls_connectors).transpose()?;
     Ok(Endpoint {
         address: format!("{host}:{port}"),
         server_name,

@@ -17,7 +17,7 @@
 //! `two_writes`, `two_writes_hot`; `accounts.rs`) time a 2-statement transaction against the
 //! same two writes without one, and report the transactions' retries as a conflict rate.
 //! `connect` (`connect.rs`) times connection setup over raw sockets — plain, SCRAM-SHA-256,
-//! SCRAM-SHA-1, TLS, TLS + SCRAM-SHA-256 — and `--make-test-pki` writes a test CA and server
+//! SCRAM-SHA-1, TLS, TLS + SCRAM-SHA-256, resumed TLS — and `--make-test-pki` writes a test CA and server
 //! certificate (`pki.rs`) for a TLS server to benchmark.
 //! See the "Benchmarking" section of the repository README.
 
@@ -220,13 +220,14 @@ struct Cli {
     run_ms_max: u64,
 
     /// connect: how each new connection is set up, comma-separated: plain, scram_sha_256,
-    /// scram_sha_1, tls (full handshake), tls_scram_sha_256. The TLS modes need a server that
-    /// accepts TLS (allowTLS or preferTLS serve all five modes on one port) and a CA file.
+    /// scram_sha_1, tls (full handshake), tls_scram_sha_256, tls_resumed (TLS session
+    /// resumption). The TLS modes need a server that accepts TLS (allowTLS or preferTLS serve
+    /// every mode on one port) and a CA file.
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "plain,scram_sha_256,scram_sha_1,tls,tls_scram_sha_256"
+        default_value = "plain,scram_sha_256,scram_sha_1,tls,tls_scram_sha_256,tls_resumed"
     )]
     connect_modes: Vec<connect::ConnectMode>,
 
