@@ -670,3 +670,45 @@ async fn roles_info_as_user_fragment() {
         }
     );
 }
+
+// checkOkayToGrantPrivilegesToRole lets an `admin` role hold privileges on any database and
+// the cluster; a user holding it gets exactly those.
+#[tokio::test]
+async fn an_admin_role_may_hold_privileges_anywhere() {
+    let (server, admin) = auth_server().await;
+    run(&admin, "app", doc! {"insert": "c", "documents": [{"x": 1}]}).await;
+    run(
+        &admin,
+        "admin",
+        doc! {
+            "createRole": "ops",
+            "privileges": [
+                find_privilege("app", "c"),
+                {"resource": {"cluster": true}, "actions": ["serverStatus"]},
+            ],
+            "roles": [],
+        },
+    )
+    .await;
+    run(
+        &admin,
+        "admin",
+        doc! {"createUser": "olga", "pwd": "olgapw", "roles": ["ops"]},
+    )
+    .await;
+    let olga = client_as(&server, "olga", "olgapw");
+    assert_eq!(can_find(&olga, "app", "c").await, Ok(()));
+    assert_eq!(can_find(&olga, "app", "d").await, Err(13));
+    run(&olga, "admin", doc! {"serverStatus": 1}).await;
+    let status = run(
+        &olga,
+        "admin",
+        doc! {"connectionStatus": 1, "showPrivileges": true},
+    )
+    .await;
+    let privileges = status
+        .get_document("authInfo")
+        .and_then(|info| info.get_array("authenticatedUserPrivileges"))
+        .expect("authenticatedUserPrivileges");
+    assert_eq!(privileges.len(), 2);
+}

@@ -492,24 +492,34 @@ async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 }
 
 /// Removes every role `doomed` matches from the `roles` of every document of `ns` (users or
-/// roles) holding one.
+/// roles) holding one. A document changed concurrently is read again and retried (up to
+/// [`UPDATE_ATTEMPTS`] passes), so no holder keeps a dropped role: were it left, a role created
+/// later under the same name would silently come back to it.
 async fn pull_roles(
     state: &ServerState,
     ns: &crate::storage::Namespace,
     doomed: impl Fn(&RoleName) -> bool,
 ) -> CommandResult<()> {
-    let mut ops = Vec::new();
-    for (mut document, rev) in store::all_records(state, ns).await? {
-        let held = roles_of(&document);
-        if !held.iter().any(&doomed) {
-            continue;
+    for _ in 0..UPDATE_ATTEMPTS {
+        let mut ops = Vec::new();
+        for (mut document, rev) in store::all_records(state, ns).await? {
+            let held = roles_of(&document);
+            if !held.iter().any(&doomed) {
+                continue;
+            }
+            let kept: Vec<RoleName> = held.into_iter().filter(|r| !doomed(r)).collect();
+            document.insert("roles", roles_array(&kept));
+            ops.push(store::replace_op(state, document, rev));
         }
-        let kept: Vec<RoleName> = held.into_iter().filter(|r| !doomed(r)).collect();
-        document.insert("roles", roles_array(&kept));
-        ops.push(store::replace_op(state, document, rev));
+        let wanted = ops.len();
+        if store::write_each(state, ns, ops).await? == i32::try_from(wanted).unwrap_or(i32::MAX) {
+            return Ok(());
+        }
     }
-    store::write_each(state, ns, ops).await?;
-    Ok(())
+    Err(CommandError::new(
+        ErrorCode::WriteConflict,
+        "Failed to remove the dropped role from every holder: concurrent changes; try again",
+    ))
 }
 
 async fn drop_role(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
