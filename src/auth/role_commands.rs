@@ -328,13 +328,20 @@ async fn update_role_document(
     }
 }
 
-/// The privileges stored in a role document, in their stored order.
+/// The privileges stored in a role document, in their stored order; one that cannot be read
+/// (never written by these commands) is left out alone, not with the others.
 fn stored_privileges(document: &Document) -> Vec<Privilege> {
-    let stored = document
+    document
         .get_array("privileges")
         .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    parse_privileges("privileges", stored).unwrap_or_default()
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|privilege| {
+            parse_privileges("privileges", std::slice::from_ref(privilege))
+                .ok()?
+                .pop()
+        })
+        .collect()
 }
 
 async fn create_role(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
