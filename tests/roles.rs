@@ -384,6 +384,31 @@ async fn users_info_and_connection_status_show_privileges() {
         &vec![Bson::Document(find_privilege("app", "c"))]
     );
     assert!(carol.contains_key("mechanisms") && !carol.contains_key("credentials"));
+    // Without customData, mongod's User::reportForUsersInfo field order.
+    let reply = run(
+        &owner,
+        "admin",
+        doc! {"usersInfo": {"user": "carol", "db": "admin"}, "showPrivileges": true, "showCustomData": false},
+    )
+    .await;
+    let carol = reply.get_array("users").expect("users")[0]
+        .as_document()
+        .expect("a user")
+        .clone();
+    assert_eq!(
+        keys(&carol),
+        [
+            "_id",
+            "userId",
+            "user",
+            "db",
+            "mechanisms",
+            "roles",
+            "inheritedRoles",
+            "inheritedPrivileges",
+            "inheritedAuthenticationRestrictions"
+        ]
+    );
     // IllegalOperation (20): privileges need exact-match queries.
     let (code, message) = error(
         &owner,

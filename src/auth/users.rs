@@ -575,9 +575,11 @@ pub async fn users_info(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     Ok(doc! {"users": users})
 }
 
-/// A user as `usersInfo` describes it with privileges (mongod's `getUserDescription`): the
-/// stored fields in order, `credentials` shown as `mechanisms` in its place (and kept only with
-/// `showCredentials`), then `inheritedRoles` (its roles and every role they reach),
+/// A user as `usersInfo` describes it with privileges or restrictions. With `showCustomData`
+/// (the default) it is mongod's `getUserDescription`: the stored fields in order, `credentials`
+/// shown as `mechanisms` in its place (and kept only with `showCredentials`); without it,
+/// mongod's `User::reportForUsersInfo` (`_id`, `userId`, `user`, `db`, `mechanisms`, `roles`,
+/// `credentials` when asked). Then `inheritedRoles` (its roles and every role they reach),
 /// `inheritedPrivileges` (all they grant, merged per resource) and
 /// `inheritedAuthenticationRestrictions` (tideway stores none).
 async fn describe_user(
@@ -588,22 +590,30 @@ async fn describe_user(
     show_restrictions: bool,
 ) -> CommandResult<Document> {
     let mut description = Document::new();
-    for (key, value) in user {
-        match key.as_str() {
-            "credentials" => {
+    if show_custom_data {
+        for (key, value) in user {
+            if key == "credentials" {
                 description.insert("mechanisms", mechanisms_of(user));
-                if show_credentials {
-                    description.insert(key.clone(), value.clone());
+                if !show_credentials {
+                    continue;
                 }
             }
-            "customData" if !show_custom_data => {}
-            _ => {
-                description.insert(key.clone(), value.clone());
+            description.insert(key.clone(), value.clone());
+        }
+        if show_restrictions {
+            description.insert("authenticationRestrictions", Bson::Array(vec![]));
+        }
+    } else {
+        for key in ["_id", "userId", "user", "db"] {
+            if let Some(value) = user.get(key) {
+                description.insert(key, value.clone());
             }
         }
-    }
-    if show_restrictions {
-        description.insert("authenticationRestrictions", Bson::Array(vec![]));
+        description.insert("mechanisms", mechanisms_of(user));
+        description.insert("roles", roles_array(&roles_of(user)));
+        if let (true, Some(credentials)) = (show_credentials, user.get("credentials")) {
+            description.insert("credentials", credentials.clone());
+        }
     }
     let direct = roles_of(user);
     let resolved = super::roles::resolve_graph(state, &direct).await?;
@@ -623,5 +633,8 @@ async fn describe_user(
             .collect::<Vec<_>>(),
     );
     description.insert("inheritedAuthenticationRestrictions", Bson::Array(vec![]));
+    if show_restrictions && !show_custom_data {
+        description.insert("authenticationRestrictions", Bson::Array(vec![]));
+    }
     Ok(description)
 }
