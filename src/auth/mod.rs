@@ -12,8 +12,10 @@
 
 pub mod authz;
 pub mod privileges;
+pub mod role_commands;
 pub mod roles;
 pub mod scram;
+pub mod store;
 pub mod users;
 
 use std::sync::Mutex;
@@ -138,7 +140,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "createUser",
         aliases: &[],
-        help: "Adds a user (SCRAM credentials, never the password) with built-in roles.",
+        help: "Adds a user (SCRAM credentials, never the password) with built-in or user-defined roles.",
         admin_only: false,
         test_only: false,
         handler: async_handler!(users::create_user),
@@ -401,13 +403,18 @@ async fn connection_status(ctx: &CommandContext<'_>, body: &Document) -> Command
         .get("showPrivileges")
         .is_some_and(crate::bsonutil::is_truthy)
     {
-        if !users.is_empty() {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway does not support connectionStatus showPrivileges for authenticated users yet",
-            ));
-        }
-        auth_info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
+        // The union of every authenticated user's privileges, one entry per resource (mongod's
+        // unified resource map).
+        let all_roles: Vec<RoleName> = roles.iter().map(|role| (*role).clone()).collect();
+        let privileges = self::roles::resolve(ctx.state, &all_roles).await?;
+        auth_info.insert(
+            "authenticatedUserPrivileges",
+            privileges
+                .privileges()
+                .into_iter()
+                .map(|privilege| Bson::Document(privilege.to_document()))
+                .collect::<Vec<_>>(),
+        );
     }
     Ok(doc! {"authInfo": auth_info})
 }

@@ -47,6 +47,7 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         crate::repl::commands::COMMANDS,
         crate::txn::COMMANDS,
         crate::auth::COMMANDS,
+        crate::auth::role_commands::COMMANDS,
     ]
     .into_iter()
     .flatten()
