@@ -49,6 +49,8 @@ pub struct ServerState {
     pub repl: Option<crate::repl::ReplSet>,
     /// The TLS transport (`--tlsMode`), `None` when TLS is disabled.
     pub tls: Option<Arc<crate::tls::TlsTransport>>,
+    /// Failed logins per client host: their log budget and reply delays (`auth::ratelimit`).
+    pub failed_logins: crate::auth::ratelimit::LoginThrottle,
     next_connection_id: AtomicI32,
 }
 
@@ -157,6 +159,7 @@ impl ServerState {
             startup_warnings,
             repl,
             tls,
+            failed_logins: crate::auth::ratelimit::LoginThrottle::default(),
             next_connection_id: AtomicI32::new(1),
         }))
     }
