@@ -162,6 +162,15 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("saslContinue", doc! {"saslContinue": 1, "conversationId": 1}, Code(40414)),
         ("saslContinue", doc! {"saslContinue": 1, "conversationId": 7, "payload": ""}, Error(17, "sasl: Mismatched conversation id")),
         ("logout", doc! {"logout": 1, "foo": 1}, Code(40415)),
+        // authenticate (authentication_commands.idl, strict) and rotateCertificates
+        // (rotate_certificates.idl)
+        ("authenticate", doc! {"authenticate": 1}, Error(40414, "BSON field 'authenticate.mechanism' is missing but a required field")),
+        ("authenticate", doc! {"authenticate": 1, "mechanism": "MONGODB-X509", "user": 1}, Error(14, "BSON field 'authenticate.user' is the wrong type 'int', expected type 'string'")),
+        ("authenticate", doc! {"authenticate": 1, "mechanism": "MONGODB-X509", "username": "u"}, Error(40415, "BSON field 'authenticate.username' is an unknown field.")),
+        ("authenticate", doc! {"authenticate": 1, "mechanism": "MONGODB-X509"}, Error(18, "Authentication failed.")),
+        ("rotateCertificates", doc! {"rotateCertificates": 1, "message": 5}, Error(14, "BSON field 'rotateCertificates.message' is the wrong type 'int', expected type 'string'")),
+        ("rotateCertificates", doc! {"rotateCertificates": 1, "foo": 1}, Error(40415, "BSON field 'rotateCertificates.foo' is an unknown field.")),
+        ("rotateCertificates", doc! {"rotateCertificates": 1, "message": "rotated"}, Ok),
         ("createUser", doc! {"createUser": "u", "pwd": "p", "roles": [], "foo": 1}, Error(40415, "BSON field 'createUser.foo' is an unknown field.")),
         ("createUser", doc! {"createUser": "u", "pwd": "p"}, Error(40414, "BSON field 'createUser.roles' is missing but a required field")),
         ("createUser", doc! {"createUser": "u", "pwd": 1, "roles": []}, Code(14)),
@@ -245,9 +254,8 @@ fn database(command: &str) -> &'static str {
         "renameCollection" | "hostInfo" | "getCmdLineOpts" | "getLog" | "getParameter"
         | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" | "currentOp"
         | "killOp" | "sleep" | "bulkWrite" | "replSetInitiate" | "replSetGetStatus"
-        | "replSetGetConfig" | "replSetStepDown" | "commitTransaction" | "abortTransaction" => {
-            "admin"
-        }
+        | "replSetGetConfig" | "replSetStepDown" | "commitTransaction" | "abortTransaction"
+        | "rotateCertificates" => "admin",
         _ => "v",
     }
 }

@@ -3,10 +3,12 @@
 //! commands over them: `createUser`, `updateUser`, `dropUser`, `dropAllUsersFromDatabase`,
 //! `usersInfo`, `grantRolesToUser`, `revokeRolesFromUser`.
 //!
-//! Invariants: a password is never stored, only SCRAM credentials (`scram::Credential`); a user's
-//! roles exist when granted (mongod's built-in roles, the `*AnyDatabase`/cluster ones only on
-//! `admin`, or user-defined roles in `admin.system.roles`); user documents are read and written
-//! only through `store` (durable, outside transactions, bumping the auth generation).
+//! Invariants: a password is never stored, only SCRAM credentials (`scram::Credential`); a user
+//! on `$external` has no password, only mongod's `credentials: {external: true}` (X.509, see
+//! `x509`), and every user elsewhere has one; a user's roles exist when granted (mongod's
+//! built-in roles, the `*AnyDatabase`/cluster ones only on `admin`, or user-defined roles in
+//! `admin.system.roles`); user documents are read and written only through `store` (durable,
+//! outside transactions, bumping the auth generation).
 
 use std::collections::BTreeSet;
 
@@ -83,14 +85,28 @@ pub async fn credential(
         .and_then(|stored| Credential::from_document(stored).ok()))
 }
 
-/// The mechanisms a stored user can authenticate with (hello's `saslSupportedMechs`).
+/// The names of a stored user's credentials (usersInfo's `mechanisms`, as mongod: `external`
+/// for an `$external` user), which for a SCRAM user are also the mechanisms it can log in with
+/// (hello's `saslSupportedMechs`).
 pub fn mechanisms_of(document: &Document) -> Vec<Bson> {
     let credentials = document.get_document("credentials").ok();
-    Mechanism::ALL
+    let mut mechanisms: Vec<Bson> = Mechanism::ALL
         .into_iter()
         .filter(|m| credentials.is_some_and(|c| c.contains_key(m.name())))
         .map(|m| Bson::from(m.name()))
-        .collect()
+        .collect();
+    if is_external(document) {
+        mechanisms.push(Bson::from("external"));
+    }
+    mechanisms
+}
+
+/// Whether a stored user is an external one (`credentials.external`: authenticated by
+/// MONGODB-X509, never by a password).
+pub fn is_external(document: &Document) -> bool {
+    document
+        .get_document("credentials")
+        .is_ok_and(|credentials| credentials.get_bool("external") == Ok(true))
 }
 
 /// The roles of a stored user.
@@ -274,24 +290,29 @@ pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             "Username cannot contain NULL characters",
         ));
     }
-    if ctx.db == "$external" {
-        return Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway does not support users on the '$external' database yet",
-        ));
-    }
-    let Ok(password) = body.get_str("pwd") else {
+    // mongod's checks, in its order (`user_management_commands.cpp`, createUser).
+    let external = ctx.db == super::x509::EXTERNAL_DB;
+    let password = body.get_str("pwd").ok();
+    if password.is_none() && !external {
         return Err(CommandError::bad_value(
             "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db",
         ));
-    };
+    }
+    if password.is_some() && external {
+        return Err(external_password());
+    }
     let mechanisms = parse_mechanisms(body)?;
     let roles = parse_roles(
         ctx,
         body.get_array("roles").map(Vec::as_slice).unwrap_or(&[]),
     )
     .await?;
-    let credentials = build_credentials(user, password, digest_password(body), &mechanisms)?;
+    let credentials = match password {
+        // mongod's `buildCredentials` for `$external`: no SCRAM credential, whatever
+        // `mechanisms` says.
+        None => doc! {"external": true},
+        Some(password) => build_credentials(user, password, digest_password(body), &mechanisms)?,
+    };
     let mut document = doc! {
         "_id": user_id(ctx.db, user),
         "userId": Bson::Binary(Binary::from_uuid(bson::Uuid::new())),
@@ -319,6 +340,11 @@ pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             Ok(Document::new())
         }
     }
+}
+
+/// mongod's refusal of a password for an `$external` user (createUser, updateUser).
+fn external_password() -> CommandError {
+    CommandError::bad_value("Cannot set the password for users defined on the '$external' database")
 }
 
 /// Reads `user@db` for a change, or mongod's UserNotFound.
@@ -357,6 +383,9 @@ pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
         return Err(CommandError::bad_value(
             "Must specify at least one field to update in updateUser",
         ));
+    }
+    if password.is_some() && ctx.db == super::x509::EXTERNAL_DB {
+        return Err(external_password());
     }
     let (mut document, rev) = existing(ctx, user).await?;
     if let Some(password) = password {

@@ -670,6 +670,18 @@ const SASL_START: Args = Args {
     ],
 };
 
+/// `authenticate` (`authentication_commands.idl`, strict).
+const AUTHENTICATE: Args = Args {
+    strict: true,
+    fields: &[required("mechanism", Str), arg("user", Str)],
+};
+
+/// `rotateCertificates` (`rotate_certificates.idl`).
+const ROTATE_CERTIFICATES: Args = Args {
+    strict: true,
+    fields: &[arg("message", Str)],
+};
+
 const SASL_CONTINUE: Args = Args {
     strict: false,
     fields: &[required("conversationId", Number), required("payload", Any)],
@@ -816,6 +828,8 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "replSetInitiate" | "replSetGetStatus" | "replSetGetConfig" | "replSetStepDown" => &LOOSE,
         "saslStart" => &SASL_START,
         "saslContinue" => &SASL_CONTINUE,
+        "authenticate" => &AUTHENTICATE,
+        "rotateCertificates" => &ROTATE_CERTIFICATES,
         "createUser" => &CREATE_USER,
         "updateUser" => &UPDATE_USER,
         "grantRolesToUser" | "revokeRolesFromUser" | "grantRolesToRole" | "revokeRolesFromRole" => {
