@@ -127,8 +127,6 @@ pub fn rule(name: &str) -> Option<Rule> {
         "profile" => Rule::Database(&[A::enableProfiler]),
         "dropUser" | "dropAllUsersFromDatabase" => Rule::Database(&[A::dropUser]),
         "dropRole" | "dropAllRolesFromDatabase" => Rule::Database(&[A::dropRole]),
-        "grantPrivilegesToRole" => Rule::Database(&[A::grantRole]),
-        "revokePrivilegesFromRole" => Rule::Database(&[A::revokeRole]),
         "serverStatus" => Rule::Cluster(&[A::serverStatus]),
         "hostInfo" => Rule::Cluster(&[A::hostInfo]),
         "getCmdLineOpts" => Rule::Cluster(&[A::getCmdLineOpts]),
@@ -161,6 +159,8 @@ pub fn rule(name: &str) -> Option<Rule> {
         | "createRole"
         | "updateUser"
         | "updateRole"
+        | "grantPrivilegesToRole"
+        | "revokePrivilegesFromRole"
         | "grantRolesToUser"
         | "grantRolesToRole"
         | "revokeRolesFromUser"
@@ -605,23 +605,27 @@ fn needs_of_user_admin(db: &str, body: &Document, needs: &mut Needs) {
                 needs.database(db, &[A::changeCustomData]);
             }
         }
-        "updateRole" if body.contains_key("privileges") => {
-            needs.database(db, &[A::grantRole]);
-            needs.database(db, &[A::revokeRole]);
-        }
         _ => {}
     }
     let (granting, revoking) = match name {
-        "revokeRolesFromUser" | "revokeRolesFromRole" => (false, true),
+        "revokeRolesFromUser" | "revokeRolesFromRole" | "revokePrivilegesFromRole" => (false, true),
         "updateUser" | "updateRole" => (true, true),
         _ => (true, false),
     };
-    for role in roles {
+    // Granting a role needs `grantRole` on its database, granting a privilege `grantRole` on
+    // the database it targets (`admin` for the cluster and every multi-database pattern), as
+    // mongod's checkAuthorizedToGrantRoles/Privileges; revoking likewise with `revokeRole`.
+    let privilege_dbs = privilege_databases(body.get("privileges"));
+    for on in roles
+        .iter()
+        .map(|role| role.db.as_str())
+        .chain(privilege_dbs.iter().map(String::as_str))
+    {
         if granting {
-            needs.database(&role.db, &[A::grantRole]);
+            needs.database(on, &[A::grantRole]);
         }
         if revoking {
-            needs.database(&role.db, &[A::revokeRole]);
+            needs.database(on, &[A::revokeRole]);
         }
     }
     if name == "updateUser" || name == "updateRole" {
@@ -630,6 +634,22 @@ fn needs_of_user_admin(db: &str, body: &Document, needs: &mut Needs) {
             needs.database(db, &[A::changePassword, A::changeCustomData, A::grantRole]);
         }
     }
+}
+
+/// The database each privilege of a `privileges` array targets for grant/revoke checks.
+fn privilege_databases(value: Option<&Bson>) -> Vec<String> {
+    let privileges = value
+        .and_then(Bson::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    privileges
+        .iter()
+        .filter_map(|privilege| privilege.as_document()?.get_document("resource").ok())
+        .map(|resource| match resource.get_str("db") {
+            Ok(db) if !db.is_empty() => db.to_owned(),
+            _ => "admin".to_owned(),
+        })
+        .collect()
 }
 
 fn needs_of_users_info(db: &str, body: &Document, needs: &mut Needs) {
@@ -925,6 +945,32 @@ mod tests {
         assert_eq!(
             needs("d", doc! {"explain": {"delete": "c", "deletes": []}}),
             vec![(ns("d", "c"), vec!["remove"])]
+        );
+    }
+
+    #[test]
+    fn granting_privileges_needs_grant_role_where_they_point() {
+        assert_eq!(
+            needs(
+                "app",
+                doc! {"grantPrivilegesToRole": "r", "privileges": [
+                    {"resource": {"db": "app", "collection": "c"}, "actions": ["find"]},
+                    {"resource": {"cluster": true}, "actions": ["serverStatus"]},
+                ]}
+            ),
+            vec![
+                (OwnedTarget::Database("app".into()), vec!["grantRole"]),
+                (OwnedTarget::Database("admin".into()), vec!["grantRole"]),
+            ]
+        );
+        assert_eq!(
+            needs(
+                "app",
+                doc! {"revokePrivilegesFromRole": "r", "privileges": [
+                    {"resource": {"db": "", "collection": ""}, "actions": ["find"]},
+                ]}
+            ),
+            vec![(OwnedTarget::Database("admin".into()), vec!["revokeRole"])]
         );
     }
 
