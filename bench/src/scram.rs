@@ -15,65 +15,11 @@ use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use hmac::{Hmac, KeyInit, Mac};
-use md5::{Digest, Md5};
-use sha1::Sha1;
-use sha2::Sha256;
 
-/// A SCRAM mechanism MongoDB offers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mechanism {
-    Sha1,
-    Sha256,
-}
-
-impl Mechanism {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mechanism::Sha1 => "SCRAM-SHA-1",
-            Mechanism::Sha256 => "SCRAM-SHA-256",
-        }
-    }
-
-    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
-        match self {
-            Mechanism::Sha1 => {
-                let mut mac = <Hmac<Sha1> as KeyInit>::new_from_slice(key)
-                    .expect("HMAC takes keys of any length");
-                mac.update(data);
-                mac.finalize().into_bytes().to_vec()
-            }
-            Mechanism::Sha256 => {
-                let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-                    .expect("HMAC takes keys of any length");
-                mac.update(data);
-                mac.finalize().into_bytes().to_vec()
-            }
-        }
-    }
-
-    fn hash(self, data: &[u8]) -> Vec<u8> {
-        match self {
-            Mechanism::Sha1 => Sha1::digest(data).to_vec(),
-            Mechanism::Sha256 => Sha256::digest(data).to_vec(),
-        }
-    }
-
-    /// `Hi(password, salt, i)`: PBKDF2 with this mechanism's HMAC.
-    fn salted_password(self, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
-        let mut out = vec![0u8; self.hash(b"").len()];
-        match self {
-            Mechanism::Sha1 => {
-                pbkdf2::pbkdf2::<Hmac<Sha1>>(password.as_bytes(), salt, iterations, &mut out)
-            }
-            Mechanism::Sha256 => {
-                pbkdf2::pbkdf2::<Hmac<Sha256>>(password.as_bytes(), salt, iterations, &mut out)
-            }
-        }
-        .expect("HMAC takes keys of any length");
-        out
-    }
-}
+use tideway::auth::scram::mongo_digest;
+/// The mechanisms and their primitives are the server's own (`tideway::auth::scram`): one
+/// implementation of HMAC, H and Hi for both sides.
+pub use tideway::auth::scram::Mechanism;
 
 /// Salted passwords already computed, by (mechanism, hashed password, salt, iterations).
 type SaltedCache = HashMap<(Mechanism, String, Vec<u8>, u32), Vec<u8>>;
@@ -227,14 +173,6 @@ impl ClientFinal {
 /// A fresh client nonce: 24 random bytes, base64.
 pub fn new_nonce() -> String {
     BASE64.encode(rand::random::<[u8; 24]>())
-}
-
-/// mongod's SCRAM-SHA-1 password digest: `hex(md5("<user>:mongo:<password>"))`.
-fn mongo_digest(user: &str, password: &str) -> String {
-    Md5::digest(format!("{user}:mongo:{password}").as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
 }
 
 /// RFC 5802 `saslname`: `=` and `,` escaped.

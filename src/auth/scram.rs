@@ -19,7 +19,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 /// The SCRAM mechanisms mongod offers, in the order it lists them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mechanism {
     Sha1,
     Sha256,
@@ -59,7 +59,7 @@ impl Mechanism {
         }
     }
 
-    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+    pub fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         match self {
             Mechanism::Sha1 => {
                 let mut mac = <Hmac<Sha1> as KeyInit>::new_from_slice(key)
@@ -76,7 +76,7 @@ impl Mechanism {
         }
     }
 
-    fn hash(self, data: &[u8]) -> Vec<u8> {
+    pub fn hash(self, data: &[u8]) -> Vec<u8> {
         match self {
             Mechanism::Sha1 => Sha1::digest(data).to_vec(),
             Mechanism::Sha256 => Sha256::digest(data).to_vec(),
@@ -84,7 +84,7 @@ impl Mechanism {
     }
 
     /// `Hi(password, salt, i)`: PBKDF2 with this mechanism's HMAC.
-    fn salted_password(self, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+    pub fn salted_password(self, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
         let mut out = vec![0u8; self.hash_len()];
         match self {
             Mechanism::Sha1 => {
