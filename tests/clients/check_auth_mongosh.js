@@ -42,7 +42,12 @@ const ADMIN = ['admin', 'admin-pw'];
 const PASSWORD = 'user-pw';
 const TLS = ['--tls', '--tlsCAFile', CA];
 const UNAUTHORIZED = { code: 13, codeName: 'Unauthorized' };
-const AUTHENTICATION_FAILED = { code: 18, codeName: 'AuthenticationFailed' };
+const AUTHENTICATION_FAILED = { code: 18, codeName: 'AuthenticationFailed', message: /^Authentication failed\.$/ };
+// mongod's messages (src/mongo/db/commands.cpp; "command" is capitalised in newer versions).
+const unauthenticated = (command) => ({
+  ...UNAUTHORIZED, message: new RegExp(`^command ${command} requires authentication`, 'i'),
+});
+const notAuthorized = (db) => ({ ...UNAUTHORIZED, message: new RegExp(`^not authorized on ${db} to execute command `) });
 
 class CheckFailure extends Error {}
 
@@ -103,11 +108,14 @@ function expectValue(run, step, expected) {
   }
 }
 
-function expectError(run, step, { code, codeName }) {
+function expectError(run, step, { code, codeName, message = null }) {
   const got = outcome(run, step);
   if (!got || !('error' in got)) fail(run, `${step}: succeeded (${inspect(got?.value)}), expected error ${code} ${codeName}`);
   if (got.error.code !== code || got.error.codeName !== codeName) {
     fail(run, `${step}: failed with ${inspect(got.error)}, expected ${code} ${codeName}`);
+  }
+  if (message && !message.test(got.error.message ?? '')) {
+    fail(run, `${step}: the message ${JSON.stringify(got.error.message)} does not match mongod's ${message}`);
   }
 }
 
@@ -146,9 +154,9 @@ const CHECKS = [
   }],
   ['localhost_exception_creates_first_user', () => expectValue(localRun, 'createFirstUser', 1)],
   ['localhost_exception_closed_after_first_user', () => {
-    expectError(localRun, 'findUnauthenticated', UNAUTHORIZED);
-    expectError(localRun, 'listDatabasesUnauthenticated', UNAUTHORIZED);
-    expectError(localRun, 'createUserUnauthenticated', UNAUTHORIZED);
+    expectError(localRun, 'findUnauthenticated', unauthenticated('find'));
+    expectError(localRun, 'listDatabasesUnauthenticated', unauthenticated('listDatabases'));
+    expectError(localRun, 'createUserUnauthenticated', unauthenticated('createUser'));
   }],
   ['admin_creates_users', () => {
     const createUser = (name, mechanisms, role) => `db.getSiblingDB('admin').runCommand({ createUser: '${name}', pwd: '${PASSWORD}', mechanisms: ${JSON.stringify(mechanisms)}, roles: [{ role: '${role}', db: 'authA' }] }).ok`;
@@ -184,7 +192,7 @@ const CHECKS = [
       insert: "db.getSiblingDB('authA').items.insertOne({ _id: 2 })",
     });
     expectValue(run, 'find', { _id: 1, db: 'authA' });
-    expectError(run, 'insert', UNAUTHORIZED);
+    expectError(run, 'insert', notAuthorized('authA'));
   }],
   ['read_write_role_is_limited_to_its_database', () => {
     const run = mongosh(asUser('writerA', PASSWORD, 'SCRAM-SHA-1'), {
@@ -193,8 +201,8 @@ const CHECKS = [
       insertOther: "db.getSiblingDB('authB').items.insertOne({ _id: 'writerA' })",
     });
     expectValue(run, 'insertOwn', true);
-    expectError(run, 'findOther', UNAUTHORIZED);
-    expectError(run, 'insertOther', UNAUTHORIZED);
+    expectError(run, 'findOther', notAuthorized('authB'));
+    expectError(run, 'insertOther', notAuthorized('authB'));
   }],
   ['x509_user_created_in_external', () => expectValue(adminRun, 'x509User', 1)],
   ['x509_client_certificate_authenticates', () => {
@@ -208,7 +216,7 @@ const CHECKS = [
     });
     expectValue(run, 'users', [{ user: CLIENT_SUBJECT, db: '$external' }]);
     expectValue(run, 'insertOwn', true);
-    expectError(run, 'findOther', UNAUTHORIZED);
+    expectError(run, 'findOther', notAuthorized('authB'));
   }],
 ];
 

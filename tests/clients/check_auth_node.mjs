@@ -45,6 +45,9 @@ const USERS = {
 };
 const UNAUTHORIZED = 13;
 const AUTHENTICATION_FAILED = 18;
+// mongod's messages (src/mongo/db/commands.cpp; "command" is capitalised in newer versions).
+const unauthenticated = (command) => new RegExp(`^command ${command} requires authentication`, 'i');
+const notAuthorized = (db) => new RegExp(`^not authorized on ${db} to execute command `);
 
 /** A connected client; `tls: false` for a plain one, `ca: false` to leave the test CA out. */
 async function connect({ tls = true, ca = true, ...options } = {}) {
@@ -73,7 +76,8 @@ async function withClient(open, body) {
   }
 }
 
-async function expectError(what, promise, code, codeName) {
+/** `promise` must fail with the server's `code`/`codeName` and, if given, a message matching `message`. */
+async function expectError(what, promise, code, codeName, message = null) {
   let result;
   try {
     result = await promise;
@@ -82,6 +86,7 @@ async function expectError(what, promise, code, codeName) {
       error instanceof MongoServerError && error.code === code && error.codeName === codeName,
       `${what}: failed with ${error?.name} ${error?.code} ${error?.codeName} (${error?.message}), expected ${code} ${codeName}`,
     );
+    if (message) assert.match(error.message, message, `${what}: the message is not mongod's`);
     return error;
   }
   assert.fail(`${what}: succeeded (${inspect(result)}), expected error ${code} ${codeName}`);
@@ -132,13 +137,14 @@ const CHECKS = {
   },
   async localhost_exception_closed_after_first_user() {
     await withClient(connect, async (client) => {
-      await expectError('unauthenticated find', client.db('authA').collection('items').findOne(), UNAUTHORIZED, 'Unauthorized');
-      await expectError('unauthenticated listDatabases', client.db('admin').command({ listDatabases: 1 }), UNAUTHORIZED, 'Unauthorized');
+      await expectError('unauthenticated find', client.db('authA').collection('items').findOne(), UNAUTHORIZED, 'Unauthorized', unauthenticated('find'));
+      await expectError('unauthenticated listDatabases', client.db('admin').command({ listDatabases: 1 }), UNAUTHORIZED, 'Unauthorized', unauthenticated('listDatabases'));
       await expectError(
         'unauthenticated second createUser',
         client.db('admin').command({ createUser: 'intruder', pwd: 'x', roles: [] }),
         UNAUTHORIZED,
         'Unauthorized',
+        unauthenticated('createUser'),
       );
     });
   },
@@ -172,7 +178,7 @@ const CHECKS = {
     await withClient(() => asUser('reader'), async (client) => {
       const items = client.db('authA').collection('items');
       assert.deepEqual(await items.findOne({ _id: 1 }), { _id: 1, db: 'authA' });
-      await expectError('insert as a read user', items.insertOne({ _id: 2 }), UNAUTHORIZED, 'Unauthorized');
+      await expectError('insert as a read user', items.insertOne({ _id: 2 }), UNAUTHORIZED, 'Unauthorized', notAuthorized('authA'));
     });
   },
   async read_write_role_is_limited_to_its_database() {
@@ -180,8 +186,8 @@ const CHECKS = {
       await client.db('authA').collection('items').insertOne({ _id: 'writerA' });
       assert.deepEqual(await client.db('authA').collection('items').findOne({ _id: 'writerA' }), { _id: 'writerA' });
       const other = client.db('authB').collection('items');
-      await expectError('find on authB as a readWrite@authA user', other.findOne(), UNAUTHORIZED, 'Unauthorized');
-      await expectError('insert on authB as a readWrite@authA user', other.insertOne({ _id: 'writerA' }), UNAUTHORIZED, 'Unauthorized');
+      await expectError('find on authB as a readWrite@authA user', other.findOne(), UNAUTHORIZED, 'Unauthorized', notAuthorized('authB'));
+      await expectError('insert on authB as a readWrite@authA user', other.insertOne({ _id: 'writerA' }), UNAUTHORIZED, 'Unauthorized', notAuthorized('authB'));
     });
   },
 
@@ -199,7 +205,7 @@ const CHECKS = {
     await withClient(open, async (client) => {
       assert.deepEqual(await authenticatedUsers(client), [{ user: CLIENT_SUBJECT, db: '$external' }]);
       await client.db('authA').collection('items').insertOne({ _id: 'x509' });
-      await expectError('find on authB as the x509 user', client.db('authB').collection('items').findOne(), UNAUTHORIZED, 'Unauthorized');
+      await expectError('find on authB as the x509 user', client.db('authB').collection('items').findOne(), UNAUTHORIZED, 'Unauthorized', notAuthorized('authB'));
     });
   },
 };
@@ -213,7 +219,7 @@ async function expectScram(user, mechanism) {
 
 async function expectWrongPassword(user, mechanism) {
   // The driver authenticates while connecting, so connect() itself is refused.
-  const error = await expectError(
+  await expectError(
     `${mechanism} with a wrong password`,
     asUser(user, 'wrong-pw', { authMechanism: mechanism }).then(async (client) => {
       await client.close();
@@ -221,8 +227,8 @@ async function expectWrongPassword(user, mechanism) {
     }),
     AUTHENTICATION_FAILED,
     'AuthenticationFailed',
+    /^Authentication failed\.$/,
   );
-  assert.match(error.message, /Authentication failed/);
 }
 
 let failed = 0;

@@ -11,7 +11,9 @@ Expected values are mongod's, from the manual: 18 AuthenticationFailed for a wro
 13 Unauthorized for a command the client lacks the privilege for (unauthenticated, or a role
 that does not grant it), the localhost exception closing once the first user exists
 (core/localhost-exception), MONGODB-X509 users in `$external` named by the certificate's RFC 2253
-subject (core/security-x.509).
+subject (core/security-x.509). Messages are mongod's too: `Authentication failed.`, `command <name>
+requires authentication` and `not authorized on <db> to execute command …`
+(src/mongo/db/commands.cpp).
 
 Prints `PASS name` / `FAIL name` (indented details) per check; exits non-zero if any failed.
 """
@@ -19,6 +21,7 @@ Prints `PASS name` / `FAIL name` (indented details) per check; exits non-zero if
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
 import traceback
 from typing import Callable
@@ -37,6 +40,18 @@ USERS = {
     "writerA": (["SCRAM-SHA-256", "SCRAM-SHA-1"], [{"role": "readWrite", "db": "authA"}]),
 }
 UNAUTHORIZED, AUTHENTICATION_FAILED = 13, 18
+
+
+def unauthenticated(command: str) -> str:
+    """mongod's message for a command that needs a login (src/mongo/db/commands.cpp; "command" is
+    capitalised in newer versions)."""
+    return rf"^command {command} requires authentication"
+
+
+def not_authorized(db: str) -> str:
+    """mongod's message for a command the logged-in users' roles do not grant (commands.cpp)."""
+    return rf"^not authorized on {re.escape(db)} to execute command "
+
 
 CHECKS: list[Callable[["Env"], None]] = []
 
@@ -68,13 +83,21 @@ class Env:
         return self.user(ADMIN_USER, ADMIN_PWD, authMechanism="SCRAM-SHA-256")
 
 
-def expect_error(what: str, run: Callable[[], object], code: int, code_name: str) -> OperationFailure:
+def expect_error(
+    what: str, run: Callable[[], object], code: int, code_name: str, message: str | None = None
+) -> OperationFailure:
+    """`run()` must fail with `code`/`code_name` and, if given, an errmsg matching `message`."""
     try:
         result = run()
     except OperationFailure as err:
-        assert err.code == code and (err.details or {}).get("codeName") == code_name, (
-            f"{what}: failed with code {err.code} {(err.details or {}).get('codeName')!r} "
-            f"({err.details!r}), expected {code} {code_name!r}"
+        details = err.details or {}
+        assert err.code == code and details.get("codeName") == code_name, (
+            f"{what}: failed with code {err.code} {details.get('codeName')!r} ({details!r}), "
+            f"expected {code} {code_name!r}"
+        )
+        errmsg = str(details.get("errmsg", ""))
+        assert message is None or re.search(message, errmsg, re.IGNORECASE), (
+            f"{what}: errmsg {errmsg!r} does not match mongod's {message!r}"
         )
         return err
     raise AssertionError(f"{what}: succeeded ({result!r}), expected error {code} {code_name}")
@@ -137,18 +160,26 @@ def localhost_exception_creates_first_user(env: Env) -> None:
 @check
 def localhost_exception_closed_after_first_user(env: Env) -> None:
     with env.client() as client:
-        expect_error("unauthenticated find", lambda: client.authA.items.find_one(), UNAUTHORIZED, "Unauthorized")
+        expect_error(
+            "unauthenticated find",
+            lambda: client.authA.items.find_one(),
+            UNAUTHORIZED,
+            "Unauthorized",
+            unauthenticated("find"),
+        )
         expect_error(
             "unauthenticated listDatabases",
             lambda: client.admin.command("listDatabases"),
             UNAUTHORIZED,
             "Unauthorized",
+            unauthenticated("listDatabases"),
         )
         expect_error(
             "unauthenticated second createUser",
             lambda: client.admin.command("createUser", "intruder", pwd="x", roles=[]),
             UNAUTHORIZED,
             "Unauthorized",
+            unauthenticated("createUser"),
         )
 
 
@@ -185,13 +216,13 @@ def scram_sha_1_authenticates(env: Env) -> None:
 
 def expect_wrong_password(env: Env, user: str, mechanism: str) -> None:
     with env.user(user, password="wrong-pw", authMechanism=mechanism) as client:
-        err = expect_error(
+        expect_error(
             f"{mechanism} with a wrong password",
             lambda: client.admin.command("ping"),
             AUTHENTICATION_FAILED,
             "AuthenticationFailed",
+            r"^Authentication failed\.$",
         )
-        assert "Authentication failed" in str(err), f"message: {err}"
 
 
 @check
@@ -216,6 +247,7 @@ def read_role_finds_but_cannot_insert(env: Env) -> None:
             lambda: client.authA.items.insert_one({"_id": 2}),
             UNAUTHORIZED,
             "Unauthorized",
+            not_authorized("authA"),
         )
 
 
@@ -229,12 +261,14 @@ def read_write_role_is_limited_to_its_database(env: Env) -> None:
             lambda: client.authB.items.find_one(),
             UNAUTHORIZED,
             "Unauthorized",
+            not_authorized("authB"),
         )
         expect_error(
             "insert on authB as a readWrite@authA user",
             lambda: client.authB.items.insert_one({"_id": "writerA"}),
             UNAUTHORIZED,
             "Unauthorized",
+            not_authorized("authB"),
         )
 
 
@@ -256,7 +290,13 @@ def x509_client_certificate_authenticates(env: Env) -> None:
         users = authenticated_users(client)
         assert users == [{"user": env.client_subject, "db": "$external"}], f"connectionStatus users: {users!r}"
         client.authA.items.insert_one({"_id": "x509"})
-        expect_error("find on authB as the x509 user", lambda: client.authB.items.find_one(), UNAUTHORIZED, "Unauthorized")
+        expect_error(
+            "find on authB as the x509 user",
+            lambda: client.authB.items.find_one(),
+            UNAUTHORIZED,
+            "Unauthorized",
+            not_authorized("authB"),
+        )
 
 
 def main() -> int:
