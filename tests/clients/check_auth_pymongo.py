@@ -189,7 +189,8 @@ def localhost_exception_closed_after_first_user(env: Env) -> None:
 @check
 def admin_creates_users(env: Env) -> None:
     with env.admin() as admin:
-        assert authenticated_users(admin) == [{"user": ADMIN_USER, "db": "admin"}]
+        users = authenticated_users(admin)
+        assert users == [{"user": ADMIN_USER, "db": "admin"}], f"connectionStatus users: {users!r}"
         for name, (mechanisms, roles) in USERS.items():
             admin.admin.command("createUser", name, pwd=PASSWORD, roles=roles, mechanisms=mechanisms)
         admin.authA.items.insert_one({"_id": 1, "db": "authA"})
@@ -241,7 +242,8 @@ def wrong_password_scram_sha_1_is_18(env: Env) -> None:
 @check
 def read_role_finds_but_cannot_insert(env: Env) -> None:
     with env.user("reader") as client:
-        assert client.authA.items.find_one({"_id": 1}) == {"_id": 1, "db": "authA"}
+        doc = client.authA.items.find_one({"_id": 1})
+        assert doc == {"_id": 1, "db": "authA"}, f"find as a read user: {doc!r}"
         expect_error(
             "insert as a read user",
             lambda: client.authA.items.insert_one({"_id": 2}),
@@ -255,7 +257,8 @@ def read_role_finds_but_cannot_insert(env: Env) -> None:
 def read_write_role_is_limited_to_its_database(env: Env) -> None:
     with env.user("writerA") as client:
         client.authA.items.insert_one({"_id": "writerA"})
-        assert client.authA.items.find_one({"_id": "writerA"}) == {"_id": "writerA"}
+        doc = client.authA.items.find_one({"_id": "writerA"})
+        assert doc == {"_id": "writerA"}, f"find of its own insert: {doc!r}"
         expect_error(
             "find on authB as a readWrite@authA user",
             lambda: client.authB.items.find_one(),
