@@ -165,6 +165,11 @@ pub struct Config {
         env = "TIDEWAY_TLS_ALLOW_CONNECTIONS_WITHOUT_CERTIFICATES"
     )]
     pub tls_allow_connections_without_certificates: bool,
+
+    /// Require authentication and check every command's privileges (mongod's `--auth`;
+    /// `security.authorization: enabled` in the file). Without it every client may do anything.
+    #[arg(long, env = "TIDEWAY_AUTH")]
+    pub auth: bool,
 }
 
 /// Why the process's configuration could not be built.
@@ -285,6 +290,7 @@ impl Config {
             settings.tls_allow_connections_without_certificates,
             explicit("tls_allow_connections_without_certificates"),
         );
+        take(&mut self.auth, settings.auth, explicit("auth"));
         take(
             &mut self.noscripting,
             settings.javascript_enabled.map(|enabled| !enabled),

@@ -1,5 +1,6 @@
 //! Command dispatch: the registry of commands (as data: name, aliases, help, admin-only, handler),
-//! the checks every command shares (`$db`, admin-only, transactions on a standalone), the running
+//! the checks every command shares (`$db`, authentication and privileges under `--auth` through
+//! `auth::authz`, admin-only, transactions on a standalone), the running
 //! op (`ops`: registered for the handler's lifetime, interrupted by `maxTimeMS` or `killOp` at
 //! await points, its `Deadline` carrying both into CPU-bound loops), timing, logging and
 //! profiling (`profiler`), and the single place where a handler's `CommandError` becomes an error
@@ -389,7 +390,7 @@ async fn run(
     body: &Document,
     name: &str,
 ) -> (CommandResult<Reply>, Option<crate::profiler::Finished>) {
-    let spec = match checked_spec(state, body, name) {
+    let spec = match checked_spec(state, client, body, name).await {
         Ok(spec) => spec,
         Err(error) => return (Err(error), None),
     };
@@ -417,9 +418,11 @@ async fn run(
 }
 
 /// The command's registry entry after the checks that need no op: known name, valid `$db`,
-/// admin-only, no transactions, valid arguments.
-fn checked_spec(
+/// authenticated (before the arguments are parsed, as mongod), admin-only, no transactions,
+/// valid arguments, authorized.
+async fn checked_spec(
     state: &Arc<ServerState>,
+    client: &ClientInfo,
     body: &Document,
     name: &str,
 ) -> CommandResult<&'static CommandSpec> {
@@ -453,6 +456,7 @@ fn checked_spec(
             ))
         }
     };
+    crate::auth::authz::check_authenticated(state, client, spec).await?;
     if spec.admin_only && db != "admin" {
         return Err(CommandError::new(
             ErrorCode::Unauthorized,
@@ -466,6 +470,7 @@ fn checked_spec(
     if let Some(args) = crate::commands::schema::args_for(spec.name) {
         crate::commands::schema::validate(spec.name, args, body)?;
     }
+    crate::auth::authz::check_privileges(state, client, spec, db, body).await?;
     Ok(spec)
 }
 

@@ -15,6 +15,7 @@ pub const FEATURE_COMPATIBILITY_VERSION: &str = "8.0";
 #[derive(Debug)]
 pub struct Parameters {
     enable_test_commands: AtomicBool,
+    enable_localhost_auth_bypass: AtomicBool,
     ttl_monitor_enabled: AtomicBool,
     ttl_monitor_sleep_secs: AtomicU64,
     allow_disk_use_by_default: AtomicBool,
@@ -35,6 +36,7 @@ impl Default for Parameters {
     fn default() -> Self {
         Parameters {
             enable_test_commands: AtomicBool::new(false),
+            enable_localhost_auth_bypass: AtomicBool::new(true),
             ttl_monitor_enabled: AtomicBool::new(true),
             ttl_monitor_sleep_secs: AtomicU64::new(DEFAULT_TTL_MONITOR_SLEEP_SECS),
             allow_disk_use_by_default: AtomicBool::new(true),
@@ -134,6 +136,17 @@ const PARAMETERS: &[ParameterSpec] = &[
         get: |p| Bson::Boolean(p.test_commands_enabled()),
         set_at_startup: Some(|p, value| {
             p.enable_test_commands
+                .store(parse_bool(value)?, Ordering::Relaxed);
+            Ok(())
+        }),
+        set_at_runtime: None,
+    },
+    // mongod's: startup only, default true (the localhost exception, `crate::auth::authz`).
+    ParameterSpec {
+        name: "enableLocalhostAuthBypass",
+        get: |p| Bson::Boolean(p.enable_localhost_auth_bypass()),
+        set_at_startup: Some(|p, value| {
+            p.enable_localhost_auth_bypass
                 .store(parse_bool(value)?, Ordering::Relaxed);
             Ok(())
         }),
@@ -339,6 +352,11 @@ impl Parameters {
 
     pub fn test_commands_enabled(&self) -> bool {
         self.enable_test_commands.load(Ordering::Relaxed)
+    }
+
+    /// Whether a loopback connection may do anything while no user exists (`--auth`).
+    pub fn enable_localhost_auth_bypass(&self) -> bool {
+        self.enable_localhost_auth_bypass.load(Ordering::Relaxed)
     }
 
     pub fn ttl_monitor_enabled(&self) -> bool {

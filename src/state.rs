@@ -49,6 +49,8 @@ pub struct ServerState {
     pub repl: Option<crate::repl::ReplSet>,
     /// The TLS transport (`--tlsMode`), `None` when TLS is disabled.
     pub tls: Option<Arc<crate::tls::TlsTransport>>,
+    /// `--auth` and what enforcement shares across connections (`crate::auth::authz`).
+    pub auth: crate::auth::authz::ServerAuth,
     next_connection_id: AtomicI32,
 }
 
@@ -113,6 +115,7 @@ impl ServerState {
     ) -> CommandResult<Arc<ServerState>> {
         let params = Parameters::from_config(&config)?;
         let startup_warnings = startup_warnings(&config);
+        let auth = crate::auth::authz::ServerAuth::new(config.auth);
         let repl = config.repl_set.clone().map(crate::repl::ReplSet::new);
         let tls = crate::tls::TlsTransport::from_config(&config)?;
         // Never earlier than any moment the server reported before a restart.
@@ -157,6 +160,7 @@ impl ServerState {
             startup_warnings,
             repl,
             tls,
+            auth,
             next_connection_id: AtomicI32::new(1),
         }))
     }
@@ -209,6 +213,9 @@ fn hostname() -> String {
 
 /// The warnings mongod would print at startup for the same configuration.
 fn startup_warnings(config: &Config) -> Vec<String> {
+    if config.auth {
+        return Vec::new();
+    }
     let mut warnings = vec![crate::logbuf::render_line(
         "W",
         "CONTROL",

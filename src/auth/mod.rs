@@ -6,10 +6,13 @@
 //! Invariants: a failed conversation tells the client only mongod's 18 "Authentication failed."
 //! (the reason is logged); a connection runs at most one conversation at a time (mongod's
 //! `conversationId` is always 1) and a new `saslStart` replaces it; a user counts as
-//! authenticated only once its conversation is done. Nothing is enforced yet: no command is
-//! refused to an unauthenticated client (that is the `--auth` step, which will read
-//! [`authenticated_users`]).
+//! authenticated only once its conversation is done. What users may do is `privileges` (the
+//! model and the built-in roles), `roles` (resolving a user's roles) and `authz` (enforcement
+//! under `--auth`).
 
+pub mod authz;
+pub mod privileges;
+pub mod roles;
 pub mod scram;
 pub mod users;
 
@@ -53,6 +56,8 @@ enum Conversation {
 #[derive(Debug, Default)]
 pub struct ClientAuth {
     inner: Mutex<AuthState>,
+    /// The users' privileges, resolved by `authz` (cleared whenever the users change).
+    pub privileges: authz::PrivilegeCache,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +83,7 @@ impl ClientAuth {
         // mongod keeps one user per database: authenticating again on a database replaces it.
         state.users.retain(|known| known.db != user.db);
         state.users.push(user);
+        self.privileges.clear();
     }
 }
 
@@ -367,6 +373,7 @@ fn logout(ctx: &CommandContext, _body: &Document) -> CommandResult {
         .lock()
         .users
         .retain(|user| user.db != ctx.db);
+    ctx.client.auth.privileges.clear();
     Ok(Document::new())
 }
 

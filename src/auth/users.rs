@@ -23,23 +23,6 @@ use crate::storage::{
 pub const USERS_DB: &str = "admin";
 pub const USERS_COLLECTION: &str = "system.users";
 
-/// Built-in roles that exist on every database.
-const DATABASE_ROLES: &[&str] = &["read", "readWrite", "dbAdmin", "userAdmin", "dbOwner"];
-/// Built-in roles that exist only on `admin`.
-const ADMIN_ROLES: &[&str] = &[
-    "readAnyDatabase",
-    "readWriteAnyDatabase",
-    "userAdminAnyDatabase",
-    "dbAdminAnyDatabase",
-    "clusterMonitor",
-    "clusterManager",
-    "hostManager",
-    "clusterAdmin",
-    "backup",
-    "restore",
-    "root",
-];
-
 /// A role as a user holds it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RoleName {
@@ -52,9 +35,8 @@ impl RoleName {
         doc! {"role": &self.role, "db": &self.db}
     }
 
-    fn is_builtin(&self) -> bool {
-        DATABASE_ROLES.contains(&self.role.as_str())
-            || (self.db == USERS_DB && ADMIN_ROLES.contains(&self.role.as_str()))
+    pub fn is_builtin(&self) -> bool {
+        super::privileges::is_builtin_role(&self.role, &self.db)
     }
 }
 
@@ -160,10 +142,33 @@ async fn write(state: &ServerState, op: WriteOp) -> CommandResult<()> {
         force_durable: true,
         background: false,
     };
-    for result in state.storage.write(&users_ns(), vec![op], options).await? {
+    let results = state.storage.write(&users_ns(), vec![op], options).await;
+    // Whatever happened, connections re-read their users' privileges.
+    state.auth.changed();
+    for result in results? {
         result?;
     }
     Ok(())
+}
+
+/// Whether any user exists (the localhost exception ends with the first one).
+pub async fn any_user_exists(state: &ServerState) -> CommandResult<bool> {
+    let page = state
+        .storage
+        .scan(
+            &users_ns(),
+            ScanRequest {
+                source: ScanSource::Collection,
+                resume_after: None,
+                reverse: false,
+                limit: 1,
+                hide: None,
+                key_filter: None,
+                covered: false,
+            },
+        )
+        .await?;
+    Ok(!page.records.is_empty())
 }
 
 fn meta(state: &ServerState) -> WriteMeta {
@@ -343,7 +348,11 @@ pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             ErrorCode::Location51003,
             format!("User \"{user}@{}\" already exists", ctx.db),
         )),
-        other => other.map(|()| Document::new()),
+        Err(error) => Err(error),
+        Ok(()) => {
+            ctx.state.auth.user_created();
+            Ok(Document::new())
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! tideway reads, the `Config` field each one sets, and the refusals. Every key is honoured or
 //! refused at startup with a message naming it; none is ignored:
 //! - keys no mongod knows: `Unrecognized option: <key>`, as mongod (2 BadValue);
-//! - mongod keys tideway does not implement (`replication.*` but `replSetName` and `oplogSizeMB`, `security.authorization`,
+//! - mongod keys tideway does not implement (`replication.*` but `replSetName` and `oplogSizeMB`,
 //!   `net.tls.*` but `mode`, `certificateKeyFile`, `CAFile` and `allowConnectionsWithoutCertificates`,
 //!   `storage.wiredTiger.*`, …, the `MONGOD_KEYS` table): 238 NotImplemented;
 //! - values mongod would refuse, with mongod's wording where it has one.
@@ -45,6 +45,8 @@ pub struct FileSettings {
     pub profile: Option<i32>,
     /// `security.javascriptEnabled` (false is `--noscripting`).
     pub javascript_enabled: Option<bool>,
+    /// `security.authorization` (`enabled` is `--auth`).
+    pub auth: Option<bool>,
     /// `setParameter`, in file order, each already checked as `--setParameter` checks it.
     pub set_parameter: Vec<(String, String)>,
     /// `replication.replSetName` (`--replSet`): one-node replica-set mode.
@@ -102,7 +104,6 @@ const MONGOD_KEYS: &[&str] = &[
     "net.compression.compressors",
     "security.keyFile",
     "security.clusterAuthMode",
-    "security.authorization",
     "security.transitionToAuth",
     "security.redactClientLogData",
     "security.clusterIpSourceAllowlist",
@@ -287,6 +288,17 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
                         "operationProfiling.slowOpThresholdMs must not be negative, got {slowms}"
                     ))
                 })?);
+            }
+            "security.authorization" => {
+                settings.auth = Some(match value_text(&key, value)?.as_str() {
+                    "enabled" => true,
+                    "disabled" => false,
+                    other => {
+                        return Err(CommandError::bad_value(format!(
+                            "Bad value for security.authorization: {other}.  Supported values are: (enabled|disabled)"
+                        )))
+                    }
+                });
             }
             "security.javascriptEnabled" => {
                 settings.javascript_enabled = Some(boolean(&key, value)?);
@@ -500,6 +512,10 @@ pub fn render(config: &Config) -> String {
     );
     let mut security = Hash::new();
     security.insert(
+        text_node("authorization"),
+        text_node(if config.auth { "enabled" } else { "disabled" }),
+    );
+    security.insert(
         text_node("javascriptEnabled"),
         Yaml::Boolean(!config.noscripting),
     );
@@ -571,6 +587,7 @@ operationProfiling:
    slowOpThresholdMs: 250
 security:
    javascriptEnabled: false
+   authorization: enabled
 setParameter:
    ttlMonitorSleepSecs: 5
    enableTestCommands: true
@@ -599,6 +616,7 @@ replication:
                 slowms: Some(250),
                 profile: Some(1),
                 javascript_enabled: Some(false),
+                auth: Some(true),
                 set_parameter: vec![
                     ("ttlMonitorSleepSecs".to_owned(), "5".to_owned()),
                     ("enableTestCommands".to_owned(), "true".to_owned()),
@@ -678,10 +696,7 @@ replication:
                 "replication:\n  enableMajorityReadConcern: false\n",
                 "replication.enableMajorityReadConcern",
             ),
-            (
-                "security:\n  authorization: enabled\n",
-                "security.authorization",
-            ),
+            ("security:\n  keyFile: /etc/keyfile\n", "security.keyFile"),
             (
                 "net:\n  tls:\n    CRLFile: /etc/crl.pem\n",
                 "net.tls.CRLFile",
@@ -790,8 +805,8 @@ replication:
     fn set_parameter_entries_are_checked_as_mongod_checks_them() {
         for (text, message) in [
             (
-                "setParameter:\n  enableLocalhostAuthBypass: false\n",
-                "Illegal --setParameter parameter: \"enableLocalhostAuthBypass\"",
+                "setParameter:\n  authenticationMechanisms: PLAIN\n",
+                "Illegal --setParameter parameter: \"authenticationMechanisms\"",
             ),
             (
                 "setParameter:\n  featureCompatibilityVersion: \"8.0\"\n",

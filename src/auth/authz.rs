@@ -1,0 +1,907 @@
+//! Enforcement under `--auth`: what each command requires (mongod's `requiresAuth` and each
+//! command's privilege check, as data: [`rule`]), the check dispatch runs before every command,
+//! the localhost exception, and the privileges of a connection's users (resolved from their
+//! roles, cached per connection until any user or role changes).
+//!
+//! Invariants: without `--auth` nothing here runs (one boolean test per command). With it, a
+//! command that is not answered before authentication fails with 13 "Command <name> requires
+//! authentication" until the connection has authenticated, before its arguments are parsed (as
+//! mongod's pre-parse check); an authenticated user lacking a privilege gets 13 "not authorized
+//! on <db> to execute command <command>". While no user exists, a connection from a loopback
+//! address may run anything (mongod's localhost exception, `enableLocalhostAuthBypass`); once a
+//! user has been seen the exception ends for the server's lifetime, as mongod caches it. Every
+//! registered command has a rule (a unit test walks the registry).
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+
+use super::privileges::{Action, PrivilegeSet, Target};
+use super::RoleName;
+use crate::dispatch::{ClientInfo, CommandSpec};
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::state::ServerState;
+
+use Action as A;
+
+/// Server-wide authorization state.
+#[derive(Debug)]
+pub struct ServerAuth {
+    /// `--auth`.
+    pub enabled: bool,
+    /// Bumped by every change to users or roles: cached privileges older than it are stale.
+    generation: AtomicU64,
+    /// Whether any user exists: 0 not known yet, 1 none, 2 some (then for good).
+    users_exist: AtomicU8,
+}
+
+impl ServerAuth {
+    pub fn new(enabled: bool) -> ServerAuth {
+        ServerAuth {
+            enabled,
+            generation: AtomicU64::new(0),
+            users_exist: AtomicU8::new(0),
+        }
+    }
+
+    /// Users or roles changed: every connection re-resolves its privileges.
+    pub fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A user was created.
+    pub fn user_created(&self) {
+        self.users_exist.store(2, Ordering::Release);
+        self.changed();
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// A connection's resolved privileges, valid while the server's generation is unchanged.
+#[derive(Debug, Default)]
+pub struct PrivilegeCache {
+    entry: std::sync::Mutex<Option<(u64, Arc<PrivilegeSet>)>>,
+}
+
+impl PrivilegeCache {
+    pub fn clear(&self) {
+        *self
+            .entry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
+
+/// What a command requires of its caller.
+#[derive(Clone, Copy)]
+pub enum Rule {
+    /// Answered to anyone, before authentication (mongod's `requiresAuth() == false`).
+    PreAuth,
+    /// Any authenticated user: the command acts only on what is the caller's own (its sessions,
+    /// cursors, transactions) or shows only what the caller may see.
+    AnyUser,
+    /// Actions on the collection the command names (`{<command>: "<collection>"}`).
+    Collection(&'static [Action]),
+    /// Actions on the command's database.
+    Database(&'static [Action]),
+    /// Actions on the cluster.
+    Cluster(&'static [Action]),
+    /// Computed from the command body.
+    Computed(fn(&str, &Document, &mut Needs)),
+}
+
+/// The rule of every command tideway registers (and of those it may register later under
+/// mongod's names). `None` for an unknown name.
+pub fn rule(name: &str) -> Option<Rule> {
+    let rule = match name {
+        "hello" | "isMaster" | "ismaster" | "ping" | "buildInfo" | "buildinfo" | "listCommands"
+        | "connectionStatus" | "saslStart" | "saslContinue" | "authenticate" | "logout" => {
+            Rule::PreAuth
+        }
+        "whatsmyuri"
+        | "getMore"
+        | "killCursors"
+        | "startSession"
+        | "endSessions"
+        | "refreshSessions"
+        | "refreshLogicalSessionCacheNow"
+        | "commitTransaction"
+        | "abortTransaction"
+        | "sleep"
+        | "listDatabases" => Rule::AnyUser,
+        "find" | "count" | "distinct" => Rule::Collection(&[A::find]),
+        "listIndexes" => Rule::Collection(&[A::listIndexes]),
+        "collStats" | "collstats" => Rule::Collection(&[A::collStats]),
+        "createIndexes" => Rule::Collection(&[A::createIndex]),
+        "dropIndexes" | "deleteIndexes" => Rule::Collection(&[A::dropIndex]),
+        "drop" => Rule::Collection(&[A::dropCollection]),
+        "convertToCapped" => Rule::Collection(&[A::convertToCapped]),
+        "validate" => Rule::Collection(&[A::validate]),
+        "dbStats" | "dbstats" => Rule::Database(&[A::dbStats]),
+        "dropDatabase" => Rule::Database(&[A::dropDatabase]),
+        "profile" => Rule::Database(&[A::enableProfiler]),
+        "dropUser" | "dropAllUsersFromDatabase" => Rule::Database(&[A::dropUser]),
+        "dropRole" | "dropAllRolesFromDatabase" => Rule::Database(&[A::dropRole]),
+        "grantPrivilegesToRole" => Rule::Database(&[A::grantRole]),
+        "revokePrivilegesFromRole" => Rule::Database(&[A::revokeRole]),
+        "serverStatus" => Rule::Cluster(&[A::serverStatus]),
+        "hostInfo" => Rule::Cluster(&[A::hostInfo]),
+        "getCmdLineOpts" => Rule::Cluster(&[A::getCmdLineOpts]),
+        "getLog" => Rule::Cluster(&[A::getLog]),
+        "getParameter" => Rule::Cluster(&[A::getParameter]),
+        "setParameter" => Rule::Cluster(&[A::setParameter]),
+        "replSetGetStatus" => Rule::Cluster(&[A::replSetGetStatus]),
+        "replSetGetConfig" => Rule::Cluster(&[A::replSetGetConfig]),
+        "replSetInitiate" => Rule::Cluster(&[A::replSetConfigure]),
+        "replSetStepDown" => Rule::Cluster(&[A::replSetStateChange]),
+        "killOp" => Rule::Cluster(&[A::killop]),
+        "killAllSessions" => Rule::Cluster(&[A::killAnySession]),
+        "rotateCertificates" => Rule::Cluster(&[A::rotateCertificates]),
+        // tideway's test commands move the server's clock and run the reaper: host management.
+        "advanceClock" | "runTtlPass" => Rule::Cluster(&[A::setParameter]),
+        "insert" | "update" | "delete" | "findAndModify" | "findandmodify" => {
+            Rule::Computed(needs_of_write)
+        }
+        "aggregate" => Rule::Computed(needs_of_aggregate),
+        "explain" => Rule::Computed(needs_of_explain),
+        "mapReduce" | "mapreduce" => Rule::Computed(needs_of_map_reduce),
+        "create" => Rule::Computed(needs_of_create),
+        "collMod" => Rule::Computed(needs_of_coll_mod),
+        "renameCollection" => Rule::Computed(needs_of_rename),
+        "cloneCollectionAsCapped" => Rule::Computed(needs_of_clone_as_capped),
+        "bulkWrite" => Rule::Computed(needs_of_bulk_write),
+        "listCollections" => Rule::Computed(needs_of_list_collections),
+        "currentOp" => Rule::Computed(needs_of_current_op),
+        "killSessions" => Rule::Computed(needs_of_kill_sessions),
+        "createUser"
+        | "createRole"
+        | "updateUser"
+        | "updateRole"
+        | "grantRolesToUser"
+        | "grantRolesToRole"
+        | "revokeRolesFromUser"
+        | "revokeRolesFromRole" => Rule::Computed(needs_of_user_admin),
+        "usersInfo" => Rule::Computed(needs_of_users_info),
+        "rolesInfo" => Rule::Computed(needs_of_roles_info),
+        _ => return None,
+    };
+    Some(rule)
+}
+
+/// Whether `name` needs an authenticated caller (`listCommands`' `requiresAuth`).
+pub fn requires_auth(name: &str) -> bool {
+    !matches!(rule(name), Some(Rule::PreAuth))
+}
+
+/// What a command needs: each entry one resource and the actions of which any one will do.
+#[derive(Debug, Default)]
+pub struct Needs {
+    entries: Vec<(OwnedTarget, &'static [Action])>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OwnedTarget {
+    Cluster,
+    Database(String),
+    Namespace(String, String),
+}
+
+impl OwnedTarget {
+    fn as_target(&self) -> Target<'_> {
+        match self {
+            OwnedTarget::Cluster => Target::Cluster,
+            OwnedTarget::Database(db) => Target::Database(db),
+            OwnedTarget::Namespace(db, coll) => Target::Namespace(db, coll),
+        }
+    }
+}
+
+impl Needs {
+    fn cluster(&mut self, actions: &'static [Action]) {
+        self.entries.push((OwnedTarget::Cluster, actions));
+    }
+
+    fn database(&mut self, db: &str, actions: &'static [Action]) {
+        self.entries
+            .push((OwnedTarget::Database(db.to_owned()), actions));
+    }
+
+    fn namespace(&mut self, db: &str, coll: &str, actions: &'static [Action]) {
+        self.entries.push((
+            OwnedTarget::Namespace(db.to_owned(), coll.to_owned()),
+            actions,
+        ));
+    }
+
+    /// `actions` on the collection named by `value` in `db`; on the database when `value` is
+    /// not a collection name (the command then fails on its own terms, if authorized).
+    fn collection(&mut self, db: &str, value: Option<&Bson>, actions: &'static [Action]) {
+        match value {
+            Some(Bson::String(coll)) if !coll.is_empty() => self.namespace(db, coll, actions),
+            _ => self.database(db, actions),
+        }
+    }
+
+    /// `actions` on a `"<db>.<coll>"` namespace string.
+    fn full_namespace(&mut self, value: Option<&Bson>, actions: &'static [Action]) {
+        match value
+            .and_then(Bson::as_str)
+            .and_then(|ns| ns.split_once('.'))
+        {
+            Some((db, coll)) => self.namespace(db, coll, actions),
+            None => self.cluster(actions),
+        }
+    }
+
+    fn allowed_by(&self, privileges: &PrivilegeSet) -> bool {
+        self.entries.iter().all(|(target, actions)| {
+            actions
+                .iter()
+                .any(|&action| privileges.allows(target.as_target(), action))
+        })
+    }
+}
+
+fn flag(body: &Document, field: &str) -> bool {
+    body.get(field).is_some_and(crate::bsonutil::is_truthy)
+}
+
+fn needs_of_write(db: &str, body: &Document, needs: &mut Needs) {
+    let name = body.keys().next().map(String::as_str).unwrap_or_default();
+    let target = body.get(name);
+    let upsert = |statement: &Document| flag(statement, "upsert");
+    match name {
+        "insert" => needs.collection(db, target, &[A::insert]),
+        "delete" => needs.collection(db, target, &[A::remove]),
+        "update" => {
+            needs.collection(db, target, &[A::update]);
+            let statements = body.get_array("updates").map(Vec::as_slice).unwrap_or(&[]);
+            if statements.iter().filter_map(Bson::as_document).any(upsert) {
+                needs.collection(db, target, &[A::insert]);
+            }
+        }
+        _ => {
+            needs.collection(db, target, &[A::find]);
+            if flag(body, "remove") {
+                needs.collection(db, target, &[A::remove]);
+            } else {
+                needs.collection(db, target, &[A::update]);
+                if upsert(body) {
+                    needs.collection(db, target, &[A::insert]);
+                }
+            }
+        }
+    }
+    if flag(body, "bypassDocumentValidation") {
+        needs.collection(db, target, &[A::bypassDocumentValidation]);
+    }
+}
+
+/// Pipelines nest (`$lookup`, `$unionWith`, `$facet`); deeper than this is refused here, far
+/// beyond what the pipeline parser itself accepts.
+const MAX_PIPELINE_DEPTH: usize = 64;
+
+fn needs_of_aggregate(db: &str, body: &Document, needs: &mut Needs) {
+    let pipeline = body.get_array("pipeline").map(Vec::as_slice).unwrap_or(&[]);
+    let target = body.get("aggregate");
+    let first = pipeline
+        .first()
+        .and_then(Bson::as_document)
+        .and_then(|stage| stage.keys().next())
+        .map(String::as_str);
+    let collection_level = matches!(target, Some(Bson::String(_)));
+    // Stages that read something other than the collection's documents replace `find`.
+    if collection_level
+        && !matches!(
+            first,
+            Some("$changeStream" | "$collStats" | "$indexStats" | "$listSearchIndexes")
+        )
+    {
+        needs.collection(db, target, &[A::find]);
+    }
+    pipeline_needs(db, target, pipeline, needs, 0);
+    if flag(body, "bypassDocumentValidation") {
+        needs.collection(db, target, &[A::bypassDocumentValidation]);
+    }
+}
+
+fn pipeline_needs(
+    db: &str,
+    target: Option<&Bson>,
+    pipeline: &[Bson],
+    needs: &mut Needs,
+    depth: usize,
+) {
+    if depth > MAX_PIPELINE_DEPTH {
+        // Needs what no role grants: refused as unauthorized rather than walked further.
+        needs.cluster(&[A::internal]);
+        return;
+    }
+    for stage in pipeline.iter().filter_map(Bson::as_document) {
+        let Some((name, spec)) = stage.iter().next() else {
+            continue;
+        };
+        match name.as_str() {
+            "$out" => output_needs(db, spec, needs, &[A::insert, A::remove]),
+            "$merge" => {
+                let into = spec
+                    .as_document()
+                    .and_then(|spec| spec.get("into"))
+                    .unwrap_or(spec);
+                output_needs(db, into, needs, &[A::insert, A::update]);
+            }
+            "$lookup" | "$graphLookup" | "$unionWith" => {
+                let from = match spec {
+                    Bson::String(_) => Some(spec),
+                    Bson::Document(spec) => spec.get("from").or_else(|| spec.get("coll")),
+                    _ => None,
+                };
+                match from {
+                    Some(Bson::Document(from)) => {
+                        if let (Ok(from_db), Ok(coll)) = (from.get_str("db"), from.get_str("coll"))
+                        {
+                            needs.namespace(from_db, coll, &[A::find]);
+                        }
+                    }
+                    Some(from @ Bson::String(_)) => needs.collection(db, Some(from), &[A::find]),
+                    _ => {}
+                }
+                if let Some(inner) = spec
+                    .as_document()
+                    .and_then(|spec| spec.get_array("pipeline").ok())
+                {
+                    pipeline_needs(db, target, inner, needs, depth + 1);
+                }
+            }
+            "$facet" => {
+                for inner in spec.as_document().into_iter().flat_map(Document::values) {
+                    if let Bson::Array(inner) = inner {
+                        pipeline_needs(db, target, inner, needs, depth + 1);
+                    }
+                }
+            }
+            "$changeStream" => {
+                let whole_cluster = spec
+                    .as_document()
+                    .is_some_and(|spec| flag(spec, "allChangesForCluster"));
+                for action in [&[A::changeStream][..], &[A::find]] {
+                    if whole_cluster {
+                        // Every normal database (mongod: any normal resource).
+                        needs
+                            .entries
+                            .push((OwnedTarget::Database(String::new()), action));
+                    } else {
+                        needs.collection(db, target, action);
+                    }
+                }
+            }
+            "$collStats" => needs.collection(db, target, &[A::collStats]),
+            "$indexStats" => needs.collection(db, target, &[A::indexStats]),
+            "$listSearchIndexes" => needs.collection(db, target, &[A::listSearchIndexes]),
+            "$currentOp"
+                if spec
+                    .as_document()
+                    .is_some_and(|spec| flag(spec, "allUsers")) =>
+            {
+                needs.cluster(&[A::inprog]);
+            }
+            "$listSessions" | "$listLocalSessions" => {
+                let all_users = spec
+                    .as_document()
+                    .is_some_and(|spec| flag(spec, "allUsers") || spec.contains_key("users"));
+                if all_users {
+                    needs.cluster(&[A::listSessions]);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `$out`/`$merge` target: a collection name on the command's database or `{db, coll}`.
+fn output_needs(db: &str, spec: &Bson, needs: &mut Needs, actions: &'static [Action]) {
+    for &action in actions {
+        let one: &'static [Action] = match action {
+            A::insert => &[A::insert],
+            A::remove => &[A::remove],
+            _ => &[A::update],
+        };
+        match spec {
+            Bson::Document(target) => match (target.get_str("db"), target.get_str("coll")) {
+                (Ok(out_db), Ok(coll)) => needs.namespace(out_db, coll, one),
+                (Err(_), Ok(coll)) => needs.namespace(db, coll, one),
+                _ => needs.database(db, one),
+            },
+            other => needs.collection(db, Some(other), one),
+        }
+    }
+}
+
+fn needs_of_explain(db: &str, body: &Document, needs: &mut Needs) {
+    let Ok(inner) = body.get_document("explain") else {
+        return needs.database(db, &[A::find]);
+    };
+    let inner_name = inner.keys().next().map(String::as_str).unwrap_or_default();
+    match rule(inner_name) {
+        Some(rule) => rule_needs(rule, db, inner, needs),
+        None => needs.database(db, &[A::find]),
+    }
+}
+
+fn needs_of_map_reduce(db: &str, body: &Document, needs: &mut Needs) {
+    let source = body.get("mapReduce").or_else(|| body.get("mapreduce"));
+    needs.collection(db, source, &[A::find]);
+    match body.get("out") {
+        Some(Bson::Document(out)) if out.contains_key("inline") => {}
+        Some(Bson::Document(out)) => {
+            let out_db = out.get_str("db").unwrap_or(db);
+            let coll = ["replace", "merge", "reduce"]
+                .iter()
+                .find_map(|mode| out.get(*mode));
+            for action in [&[A::insert][..], &[A::remove], &[A::update]] {
+                needs.collection(out_db, coll, action);
+            }
+        }
+        Some(out @ Bson::String(_)) => {
+            for action in [&[A::insert][..], &[A::remove], &[A::update]] {
+                needs.collection(db, Some(out), action);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn needs_of_create(db: &str, body: &Document, needs: &mut Needs) {
+    // mongod: creating a collection needs createCollection, or insert on it.
+    needs.collection(db, body.get("create"), &[A::createCollection, A::insert]);
+    view_needs(db, body, needs);
+}
+
+/// A view's source and the collections its pipeline reads.
+fn view_needs(db: &str, body: &Document, needs: &mut Needs) {
+    if let Some(source) = body.get("viewOn") {
+        needs.collection(db, Some(source), &[A::find]);
+        let pipeline = body.get_array("pipeline").map(Vec::as_slice).unwrap_or(&[]);
+        pipeline_needs(db, Some(source), pipeline, needs, 0);
+    }
+}
+
+fn needs_of_coll_mod(db: &str, body: &Document, needs: &mut Needs) {
+    needs.collection(db, body.get("collMod"), &[A::collMod]);
+    view_needs(db, body, needs);
+}
+
+fn needs_of_rename(_db: &str, body: &Document, needs: &mut Needs) {
+    let source = body
+        .get_str("renameCollection")
+        .ok()
+        .and_then(|ns| ns.split_once('.'));
+    let target = body.get_str("to").ok().and_then(|ns| ns.split_once('.'));
+    let (Some((source_db, source_coll)), Some((target_db, target_coll))) = (source, target) else {
+        return needs.cluster(&[A::renameCollection]);
+    };
+    if source_db == target_db {
+        needs.database(source_db, &[A::renameCollectionSameDB]);
+    } else {
+        needs.namespace(source_db, source_coll, &[A::find]);
+        needs.namespace(source_db, source_coll, &[A::dropCollection]);
+        needs.namespace(target_db, target_coll, &[A::insert]);
+        needs.namespace(target_db, target_coll, &[A::createIndex]);
+    }
+    if flag(body, "dropTarget") {
+        needs.namespace(target_db, target_coll, &[A::dropCollection]);
+    }
+}
+
+fn needs_of_clone_as_capped(db: &str, body: &Document, needs: &mut Needs) {
+    needs.collection(db, body.get("cloneCollectionAsCapped"), &[A::find]);
+    for action in [&[A::insert][..], &[A::createIndex], &[A::convertToCapped]] {
+        needs.collection(db, body.get("toCollection"), action);
+    }
+}
+
+fn needs_of_bulk_write(_db: &str, body: &Document, needs: &mut Needs) {
+    let namespaces = body.get_array("nsInfo").map(Vec::as_slice).unwrap_or(&[]);
+    let ns_of = |index: &Bson| {
+        crate::bsonutil::as_f64(index)
+            .and_then(|index| namespaces.get(index as usize))
+            .and_then(Bson::as_document)
+            .and_then(|info| info.get("ns"))
+    };
+    for op in body
+        .get_array("ops")
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(Bson::as_document)
+    {
+        let Some((kind, index)) = op.iter().next() else {
+            continue;
+        };
+        let ns = ns_of(index);
+        match kind.as_str() {
+            "insert" => needs.full_namespace(ns, &[A::insert]),
+            "delete" => needs.full_namespace(ns, &[A::remove]),
+            _ => {
+                needs.full_namespace(ns, &[A::update]);
+                if flag(op, "upsert") {
+                    needs.full_namespace(ns, &[A::insert]);
+                }
+            }
+        }
+    }
+    if flag(body, "bypassDocumentValidation") {
+        for info in namespaces.iter().filter_map(Bson::as_document) {
+            needs.full_namespace(info.get("ns"), &[A::bypassDocumentValidation]);
+        }
+    }
+}
+
+fn needs_of_list_collections(db: &str, body: &Document, needs: &mut Needs) {
+    // With `authorizedCollections` and `nameOnly`, any user may list what it has privileges
+    // on (the handler filters); otherwise the database's `listCollections` action.
+    if !(flag(body, "authorizedCollections") && flag(body, "nameOnly")) {
+        needs.database(db, &[A::listCollections]);
+    }
+}
+
+fn needs_of_current_op(_db: &str, body: &Document, needs: &mut Needs) {
+    if !flag(body, "$ownOps") {
+        needs.cluster(&[A::inprog]);
+    }
+}
+
+fn needs_of_kill_sessions(_db: &str, body: &Document, needs: &mut Needs) {
+    // Killing sessions by id kills the caller's own; patterns naming users need the action.
+    let by_pattern = body.get_array("killSessions").is_ok_and(|sessions| {
+        sessions
+            .iter()
+            .filter_map(Bson::as_document)
+            .any(|s| !s.contains_key("id"))
+    });
+    if by_pattern {
+        needs.cluster(&[A::killAnySession]);
+    }
+}
+
+/// The roles a user- or role-management command grants or revokes, each on its database.
+fn role_names(db: &str, value: Option<&Bson>) -> Vec<RoleName> {
+    value
+        .and_then(Bson::as_array)
+        .map(|roles| {
+            roles
+                .iter()
+                .filter_map(|role| match role {
+                    Bson::String(role) => Some(RoleName {
+                        role: role.clone(),
+                        db: db.to_owned(),
+                    }),
+                    Bson::Document(role) => Some(RoleName {
+                        role: role.get_str("role").ok()?.to_owned(),
+                        db: role.get_str("db").ok()?.to_owned(),
+                    }),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn needs_of_user_admin(db: &str, body: &Document, needs: &mut Needs) {
+    let name = body.keys().next().map(String::as_str).unwrap_or_default();
+    let roles = role_names(db, body.get("roles"));
+    match name {
+        "createUser" => needs.database(db, &[A::createUser]),
+        "createRole" => needs.database(db, &[A::createRole]),
+        "updateUser" => {
+            if body.contains_key("pwd") {
+                needs.database(db, &[A::changePassword]);
+            }
+            if body.contains_key("customData") {
+                needs.database(db, &[A::changeCustomData]);
+            }
+        }
+        "updateRole" if body.contains_key("privileges") => {
+            needs.database(db, &[A::grantRole]);
+            needs.database(db, &[A::revokeRole]);
+        }
+        _ => {}
+    }
+    let (granting, revoking) = match name {
+        "revokeRolesFromUser" | "revokeRolesFromRole" => (false, true),
+        "updateUser" | "updateRole" => (true, true),
+        _ => (true, false),
+    };
+    for role in roles {
+        if granting {
+            needs.database(&role.db, &[A::grantRole]);
+        }
+        if revoking {
+            needs.database(&role.db, &[A::revokeRole]);
+        }
+    }
+    if name == "updateUser" || name == "updateRole" {
+        // Changing anything else still needs some administration of the database.
+        if needs.entries.is_empty() {
+            needs.database(db, &[A::changePassword, A::changeCustomData, A::grantRole]);
+        }
+    }
+}
+
+fn needs_of_users_info(db: &str, body: &Document, needs: &mut Needs) {
+    match body.get("usersInfo") {
+        Some(Bson::Document(query)) if flag(query, "forAllDBs") => {
+            needs.cluster(&[A::viewUser]);
+        }
+        Some(Bson::Document(user)) => {
+            needs.database(user.get_str("db").unwrap_or(db), &[A::viewUser]);
+        }
+        Some(Bson::Array(users)) => {
+            for user in users {
+                let user_db = user
+                    .as_document()
+                    .and_then(|user| user.get_str("db").ok())
+                    .unwrap_or(db);
+                needs.database(user_db, &[A::viewUser]);
+            }
+        }
+        _ => needs.database(db, &[A::viewUser]),
+    }
+}
+
+fn needs_of_roles_info(db: &str, body: &Document, needs: &mut Needs) {
+    match body.get("rolesInfo") {
+        Some(Bson::Array(roles)) => {
+            for role in roles {
+                let role_db = role
+                    .as_document()
+                    .and_then(|role| role.get_str("db").ok())
+                    .unwrap_or(db);
+                needs.database(role_db, &[A::viewRole]);
+            }
+        }
+        Some(Bson::Document(role)) => {
+            needs.database(role.get_str("db").unwrap_or(db), &[A::viewRole]);
+        }
+        _ => needs.database(db, &[A::viewRole]),
+    }
+}
+
+fn rule_needs(rule: Rule, db: &str, body: &Document, needs: &mut Needs) {
+    let name = body.keys().next().map(String::as_str).unwrap_or_default();
+    match rule {
+        Rule::PreAuth | Rule::AnyUser => {}
+        Rule::Collection(actions) => needs.collection(db, body.get(name), actions),
+        Rule::Database(actions) => needs.database(db, actions),
+        Rule::Cluster(actions) => needs.cluster(actions),
+        Rule::Computed(compute) => compute(db, body, needs),
+    }
+}
+
+/// Whether `remote` (`ip:port`) is a loopback address.
+fn is_loopback(remote: &str) -> bool {
+    remote
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|addr| addr.ip().is_loopback())
+}
+
+/// Whether the localhost exception lets `client` do anything: no user exists yet and the
+/// connection comes from a loopback address.
+async fn localhost_bypass(state: &ServerState, client: &ClientInfo) -> CommandResult<bool> {
+    if !state.params.enable_localhost_auth_bypass() || !is_loopback(&client.remote) {
+        return Ok(false);
+    }
+    match state.auth.users_exist.load(Ordering::Acquire) {
+        2 => Ok(false),
+        known => {
+            let exist = known == 2 || super::users::any_user_exists(state).await?;
+            if exist {
+                state.auth.users_exist.store(2, Ordering::Release);
+            } else {
+                state.auth.users_exist.store(1, Ordering::Release);
+            }
+            Ok(!exist)
+        }
+    }
+}
+
+/// The privileges of the connection's users; `None` when nothing is checked (no `--auth`, or
+/// the localhost exception). Resolved once per connection and change of users or roles.
+pub async fn privileges(
+    state: &ServerState,
+    client: &ClientInfo,
+) -> CommandResult<Option<Arc<PrivilegeSet>>> {
+    if !state.auth.enabled || localhost_bypass(state, client).await? {
+        return Ok(None);
+    }
+    let generation = state.auth.generation();
+    if let Some((cached_generation, set)) = client
+        .auth
+        .privileges
+        .entry
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+    {
+        if *cached_generation == generation {
+            return Ok(Some(set.clone()));
+        }
+    }
+    let mut set = PrivilegeSet::default();
+    for (_, roles) in super::authenticated_users(state, client).await? {
+        set.extend(&super::roles::resolve(state, &roles).await?);
+    }
+    let set = Arc::new(set);
+    *client
+        .auth
+        .privileges
+        .entry
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((generation, set.clone()));
+    Ok(Some(set))
+}
+
+/// The check dispatch runs before parsing a command's arguments: an unauthenticated
+/// connection may run only the pre-authentication commands.
+pub async fn check_authenticated(
+    state: &ServerState,
+    client: &ClientInfo,
+    spec: &CommandSpec,
+) -> CommandResult<()> {
+    if !state.auth.enabled || !requires_auth(spec.name) || !client.auth.users().is_empty() {
+        return Ok(());
+    }
+    if localhost_bypass(state, client).await? {
+        return Ok(());
+    }
+    Err(CommandError::new(
+        ErrorCode::Unauthorized,
+        format!("Command {} requires authentication", spec.name),
+    ))
+}
+
+/// The privilege check dispatch runs once the arguments are known to be well formed.
+pub async fn check_privileges(
+    state: &ServerState,
+    client: &ClientInfo,
+    spec: &CommandSpec,
+    db: &str,
+    body: &Document,
+) -> CommandResult<()> {
+    if !state.auth.enabled {
+        return Ok(());
+    }
+    let Some(rule) = rule(spec.name) else {
+        // Unreachable for a registered command (see the registry test); refuse, never allow.
+        return Err(unauthorized(db, body));
+    };
+    let mut needs = Needs::default();
+    rule_needs(rule, db, body, &mut needs);
+    if needs.entries.is_empty() {
+        return Ok(());
+    }
+    match privileges(state, client).await? {
+        None => Ok(()),
+        Some(privileges) if needs.allowed_by(&privileges) => Ok(()),
+        Some(_) => Err(unauthorized(db, body)),
+    }
+}
+
+fn unauthorized(db: &str, body: &Document) -> CommandError {
+    CommandError::new(
+        ErrorCode::Unauthorized,
+        format!(
+            "not authorized on {db} to execute command {}",
+            crate::query::display::document_string(body)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn every_registered_command_has_a_rule() {
+        for spec in crate::commands::all() {
+            for name in std::iter::once(&spec.name).chain(spec.aliases) {
+                assert!(rule(name).is_some(), "no authorization rule for {name}");
+            }
+        }
+    }
+
+    fn needs(db: &str, body: Document) -> Vec<(OwnedTarget, Vec<&'static str>)> {
+        let name = body.keys().next().unwrap().clone();
+        let mut needs = Needs::default();
+        rule_needs(rule(&name).unwrap(), db, &body, &mut needs);
+        needs
+            .entries
+            .into_iter()
+            .map(|(target, actions)| (target, actions.iter().map(|a| a.name()).collect()))
+            .collect()
+    }
+
+    fn ns(db: &str, coll: &str) -> OwnedTarget {
+        OwnedTarget::Namespace(db.into(), coll.into())
+    }
+
+    // mongod's checks (MongoDB manual, "Privilege Actions": which action each command needs).
+    #[test]
+    fn writes_need_their_actions() {
+        assert_eq!(
+            needs(
+                "d",
+                doc! {"update": "c", "updates": [{"q": {}, "u": {}, "upsert": true}]}
+            ),
+            vec![
+                (ns("d", "c"), vec!["update"]),
+                (ns("d", "c"), vec!["insert"])
+            ]
+        );
+        assert_eq!(
+            needs("d", doc! {"findAndModify": "c", "remove": true}),
+            vec![(ns("d", "c"), vec!["find"]), (ns("d", "c"), vec!["remove"])]
+        );
+        assert_eq!(
+            needs(
+                "d",
+                doc! {"insert": "c", "documents": [], "bypassDocumentValidation": true}
+            ),
+            vec![
+                (ns("d", "c"), vec!["insert"]),
+                (ns("d", "c"), vec!["bypassDocumentValidation"])
+            ]
+        );
+    }
+
+    #[test]
+    fn aggregate_needs_every_collection_it_reads_and_writes() {
+        let body = doc! {"aggregate": "c", "pipeline": [
+            {"$lookup": {"from": "other", "as": "x", "pipeline": [{"$unionWith": "third"}]}},
+            {"$out": {"db": "out", "coll": "o"}},
+        ]};
+        assert_eq!(
+            needs("d", body),
+            vec![
+                (ns("d", "c"), vec!["find"]),
+                (ns("d", "other"), vec!["find"]),
+                (ns("d", "third"), vec!["find"]),
+                (ns("out", "o"), vec!["insert"]),
+                (ns("out", "o"), vec!["remove"]),
+            ]
+        );
+        let nested = (0..200).fold(Bson::Array(vec![]), |inner, _| {
+            Bson::Array(vec![Bson::Document(doc! {"$facet": {"f": inner}})])
+        });
+        let deep = needs("d", doc! {"aggregate": "c", "pipeline": nested});
+        assert!(deep.contains(&(OwnedTarget::Cluster, vec!["internal"])));
+    }
+
+    #[test]
+    fn explain_needs_what_the_explained_command_needs() {
+        assert_eq!(
+            needs("d", doc! {"explain": {"delete": "c", "deletes": []}}),
+            vec![(ns("d", "c"), vec!["remove"])]
+        );
+    }
+
+    #[test]
+    fn granting_roles_needs_grant_role_on_their_databases() {
+        assert_eq!(
+            needs(
+                "app",
+                doc! {"createUser": "u", "pwd": "p", "roles": ["read", {"role": "read", "db": "other"}]}
+            ),
+            vec![
+                (OwnedTarget::Database("app".into()), vec!["createUser"]),
+                (OwnedTarget::Database("app".into()), vec!["grantRole"]),
+                (OwnedTarget::Database("other".into()), vec!["grantRole"]),
+            ]
+        );
+    }
+}
