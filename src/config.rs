@@ -428,6 +428,26 @@ mod tests {
         (dir, path)
     }
 
+    // mongod's `--auth` and `security.authorization: enabled|disabled`; the flag wins.
+    #[test]
+    fn auth_comes_from_the_flag_or_the_file() {
+        assert!(!Config::default().auth);
+        assert!(load(&["--auth"]).unwrap().auth);
+        let (_dir, path) = config_file("security:\n  authorization: enabled\n");
+        let path = path.to_str().unwrap();
+        let from_file = load(&["-f", path]).unwrap();
+        assert!(from_file.auth);
+        let mut reloaded = Config::default();
+        reloaded.apply_file(file::parse(&from_file.to_yaml()).unwrap(), |_| false);
+        assert!(reloaded.auth, "--outputConfig writes it back");
+        let (_dir, disabled) = config_file("security:\n  authorization: disabled\n");
+        assert!(
+            load(&["-f", disabled.to_str().unwrap(), "--auth"])
+                .unwrap()
+                .auth
+        );
+    }
+
     fn load(args: &[&str]) -> Result<Config, LoadError> {
         Config::load_from(std::iter::once("tideway").chain(args.iter().copied()))
     }

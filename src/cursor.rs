@@ -103,6 +103,9 @@ pub struct Cursor {
     /// The key of the logical session that opened the cursor (`retryable::lsid_key`):
     /// `killSessions`, `endSessions` and the session's expiry kill it.
     pub session: Option<Vec<u8>>,
+    /// The users the opening connection had authenticated as: under `--auth` only a connection
+    /// authenticated as one of them may read on (`auth::authz::may_use_cursor`).
+    pub owner: Vec<crate::auth::UserName>,
 }
 
 impl Cursor {
@@ -128,6 +131,7 @@ impl Cursor {
             change_stream: None,
             transaction: None,
             session: None,
+            owner: Vec::new(),
         }
     }
 
@@ -322,6 +326,14 @@ impl CursorRegistry {
     pub fn checkin(&self, id: i64, mut cursor: Cursor, now_ms: i64) {
         cursor.last_used_ms = now_ms;
         self.lock().insert(id, cursor);
+    }
+
+    /// Whether cursor `id` may be killed by a caller `owned` approves of (true when there is
+    /// no such cursor: killing it reports it not found).
+    pub fn may_kill(&self, id: i64, owned: impl Fn(&[crate::auth::UserName]) -> bool) -> bool {
+        self.lock()
+            .get(&id)
+            .is_none_or(|cursor| owned(&cursor.owner))
     }
 
     /// Removes the cursor; whether it existed.

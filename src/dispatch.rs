@@ -43,6 +43,9 @@ pub struct ClientInfo {
     /// The RFC 2253 subject of the client certificate the TLS handshake verified against
     /// `--tlsCAFile` (the user name MONGODB-X509 authentication will take; nothing reads it yet).
     pub peer_certificate_subject: Option<String>,
+    /// The server itself running a command through dispatch (the session cache's refresh):
+    /// never subject to authorization, as mongod's internal clients.
+    pub internal: bool,
 }
 
 impl ClientInfo {
@@ -55,6 +58,15 @@ impl ClientInfo {
             auth: crate::auth::ClientAuth::default(),
             tls: false,
             peer_certificate_subject: None,
+            internal: false,
+        }
+    }
+
+    /// The server's own client, for commands it runs on itself.
+    pub fn internal() -> Self {
+        ClientInfo {
+            internal: true,
+            ..ClientInfo::new(0, "(internal)".to_owned())
         }
     }
 

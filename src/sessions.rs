@@ -130,7 +130,7 @@ impl SessionCache {
     /// that ended or expired (see the module documentation).
     pub async fn refresh(&self, state: &Arc<ServerState>) -> CommandResult<Refreshed> {
         let _one_at_a_time = self.refreshing.lock().await;
-        let client = Arc::new(ClientInfo::new(0, "127.0.0.1:0".to_owned()));
+        let client = Arc::new(ClientInfo::internal());
         let timeout_ms = state.params.logical_session_timeout_minutes() * 60_000;
         setup_collection(state, &client, timeout_ms / 1000).await?;
         let (active, ending) = {

@@ -236,3 +236,27 @@ fn startup_warnings(config: &Config) -> Vec<String> {
     }
     warnings
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // mongod warns at startup that access control is off; tideway adds a warning for a
+    // non-loopback bind without --auth (issue 14). With --auth neither applies.
+    #[test]
+    fn startup_warnings_follow_auth_and_the_bind_address() {
+        let mut config = Config {
+            bind_ip: vec!["0.0.0.0".to_owned()],
+            ..Config::default()
+        };
+        let warnings = startup_warnings(&config);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("Access control is not enabled"));
+        assert!(warnings[1].contains("non-loopback"));
+        config.bind_ip = vec!["127.0.0.1".to_owned()];
+        assert_eq!(startup_warnings(&config).len(), 1);
+        config.auth = true;
+        config.bind_ip = vec!["0.0.0.0".to_owned()];
+        assert!(startup_warnings(&config).is_empty());
+    }
+}

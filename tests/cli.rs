@@ -139,8 +139,8 @@ fn refused_config_files_stop_startup_naming_the_key() {
             "replication.enableMajorityReadConcern",
         ),
         (
-            "security:\n  authorization: enabled\n",
-            "security.authorization",
+            "security:\n  authorization: maybe\n",
+            "Bad value for security.authorization: maybe",
         ),
         (
             "net:\n  tls:\n    CRLFile: /etc/crl.pem\n",

@@ -715,7 +715,7 @@ pub async fn privileges(
     state: &ServerState,
     client: &ClientInfo,
 ) -> CommandResult<Option<Arc<PrivilegeSet>>> {
-    if !state.auth.enabled || localhost_bypass(state, client).await? {
+    if !state.auth.enabled || client.internal || localhost_bypass(state, client).await? {
         return Ok(None);
     }
     let generation = state.auth.generation();
@@ -752,7 +752,11 @@ pub async fn check_authenticated(
     client: &ClientInfo,
     spec: &CommandSpec,
 ) -> CommandResult<()> {
-    if !state.auth.enabled || !requires_auth(spec.name) || !client.auth.users().is_empty() {
+    if !state.auth.enabled
+        || client.internal
+        || !requires_auth(spec.name)
+        || !client.auth.users().is_empty()
+    {
         return Ok(());
     }
     if localhost_bypass(state, client).await? {
@@ -791,12 +795,39 @@ pub async fn check_privileges(
     }
 }
 
-fn unauthorized(db: &str, body: &Document) -> CommandError {
+/// Whether `client` may read on or kill a cursor opened by `owner` (mongod's
+/// `isCoauthorizedWith`): always without `--auth`; else when the cursor was opened without
+/// authentication or the connection is authenticated as one of its users.
+pub fn may_use_cursor(state: &ServerState, client: &ClientInfo, owner: &[super::UserName]) -> bool {
+    !state.auth.enabled
+        || owner.is_empty()
+        || client.auth.users().iter().any(|user| owner.contains(user))
+}
+
+pub fn foreign_cursor(id: i64) -> CommandError {
+    CommandError::new(
+        ErrorCode::Unauthorized,
+        format!("cursor id {id} was not created by the authenticated user"),
+    )
+}
+
+/// Fields drivers send as OP_MSG document sequences, which mongod's message (the command
+/// body alone) does not show.
+const SEQUENCE_FIELDS: &[&str] = &["documents", "updates", "deletes", "ops", "nsInfo"];
+
+/// mongod's refusal of a command the caller lacks a privilege for: the command as mongod
+/// prints a BSON object, without its document sequences.
+pub fn unauthorized(db: &str, body: &Document) -> CommandError {
+    let shown: Document = body
+        .iter()
+        .filter(|(field, _)| !SEQUENCE_FIELDS.contains(&field.as_str()))
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
     CommandError::new(
         ErrorCode::Unauthorized,
         format!(
             "not authorized on {db} to execute command {}",
-            crate::query::display::document_string(body)
+            crate::query::display::value_string(&Bson::Document(shown))
         ),
     )
 }

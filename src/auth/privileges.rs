@@ -316,6 +316,14 @@ impl PrivilegeSet {
             .any(|p| p.actions.contains(action) && p.resource.matches(target))
     }
 
+    /// Whether any action at all is granted on `target` (what `listCollections` with
+    /// `authorizedCollections` shows a user without the `listCollections` action).
+    pub fn allows_any_action(&self, target: Target<'_>) -> bool {
+        self.privileges
+            .iter()
+            .any(|p| !p.actions.is_empty() && p.resource.matches(target))
+    }
+
     /// Whether anything at all is granted on `db` or a collection in it (what `listDatabases`
     /// shows a user without the `listDatabases` action, as mongod's `authorizedDatabases`).
     pub fn touches_database(&self, db: &str) -> bool {

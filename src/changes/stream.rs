@@ -161,6 +161,7 @@ pub async fn open(
         cursor.await_data = true;
         cursor.change_stream = Some(Box::new(stream));
         cursor.session = ctx.session.map(<[u8]>::to_vec);
+        cursor.owner = ctx.client.auth.users();
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     Ok(reply(id, &ns, batch, token, "firstBatch"))

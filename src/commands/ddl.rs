@@ -6,6 +6,7 @@ use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
 use crate::async_handler;
+use crate::auth::privileges::{Action, Target};
 use crate::commands::args::{
     collection_namespace, optional_bool, optional_document, validate_database_name,
     validate_writable_namespace, wrong_type,
@@ -246,9 +247,32 @@ async fn list_databases(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     let name_only = optional_bool(ctx, body, "nameOnly")?.unwrap_or(false);
     let filter =
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
+    // Under --auth, a user without the `listDatabases` action (or asking for
+    // `authorizedDatabases`) sees only the databases it has privileges on, as mongod.
+    let authorized_only = optional_bool(ctx, body, "authorizedDatabases")?;
+    let shown = match crate::auth::authz::privileges(ctx.state, ctx.client).await? {
+        Some(privileges) => {
+            let may_list = privileges.allows(Target::Cluster, Action::listDatabases);
+            match authorized_only {
+                Some(false) if !may_list => {
+                    return Err(crate::auth::authz::unauthorized(ctx.db, body))
+                }
+                Some(false) => None,
+                Some(true) => Some(privileges),
+                None => (!may_list).then_some(privileges),
+            }
+        }
+        None => None,
+    };
     let mut databases = Vec::new();
     let mut total_size: i64 = 0;
     for (name, size) in ctx.storage().list_databases().await? {
+        if shown
+            .as_ref()
+            .is_some_and(|privileges| !privileges.touches_database(&name))
+        {
+            continue;
+        }
         let entry = doc! {"name": name.as_str(), "sizeOnDisk": size as i64, "empty": size == 0};
         if !filter.matches(&entry) {
             continue;
@@ -297,6 +321,17 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
     let name_only = optional_bool(ctx, body, "nameOnly")?.unwrap_or(false);
     let filter =
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
+    // `authorizedCollections` (with `nameOnly`) under --auth: a user without the
+    // `listCollections` action sees the collections it has any privilege on, as mongod.
+    let shown = match crate::auth::authz::privileges(ctx.state, ctx.client).await? {
+        Some(privileges)
+            if optional_bool(ctx, body, "authorizedCollections")? == Some(true)
+                && !privileges.allows(Target::Database(ctx.db), Action::listCollections) =>
+        {
+            Some(privileges)
+        }
+        _ => None,
+    };
     let mut entries = Vec::new();
     let collections = ctx.storage().list_collections(ctx.db).await?;
     let views = crate::commands::views::list(ctx, ctx.db).await?;
@@ -306,7 +341,11 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
             .map(crate::commands::views::ViewDefinition::list_entry),
     );
     for entry in all {
-        if filter.matches(&entry) {
+        let hidden = shown.as_ref().is_some_and(|privileges| {
+            let name = entry.get_str("name").unwrap_or_default();
+            !privileges.allows_any_action(Target::Namespace(ctx.db, name))
+        });
+        if !hidden && filter.matches(&entry) {
             entries.push(if name_only {
                 doc! {"name": entry.get("name").cloned().unwrap_or(Bson::Null), "type": entry.get("type").cloned().unwrap_or(Bson::Null)}
             } else {

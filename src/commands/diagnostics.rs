@@ -360,7 +360,7 @@ fn list_commands(ctx: &CommandContext, _body: &Document) -> CommandResult {
     for spec in visible_commands(ctx.state) {
         let entry = doc! {
             "help": spec.help,
-            "requiresAuth": false,
+            "requiresAuth": crate::auth::authz::requires_auth(spec.name),
             "secondaryOk": true,
             "adminOnly": spec.admin_only,
             "apiVersions": [],

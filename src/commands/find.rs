@@ -105,6 +105,7 @@ pub async fn open_cursor(
         cursor.originating_command = Some(ctx.op.command());
         cursor.transaction = ctx.txn.map(|txn| txn.identity());
         cursor.session = ctx.session.map(<[u8]>::to_vec);
+        cursor.owner = ctx.client.auth.users();
         ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
     };
     ctx.op.set_first_batch(id, batch.len());
@@ -392,6 +393,10 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             format!("cursor id {id} not found"),
         )
     })?;
+    if !crate::auth::authz::may_use_cursor(ctx.state, ctx.client, &cursor.owner) {
+        ctx.state.cursors.checkin(id, cursor, now_ms);
+        return Err(crate::auth::authz::foreign_cursor(id));
+    }
     if cursor.ns != requested_ns {
         let ns = cursor.ns.clone();
         ctx.state.cursors.checkin(id, cursor, now_ms);
@@ -494,6 +499,15 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
         collection_namespace(ctx, body)?;
     }
     let ids = required("killCursors", body, "cursors", "array", Bson::as_array)?;
+    // Under --auth a connection kills its own cursors, or any with `killAnyCursor`.
+    let kill_any = crate::auth::authz::privileges(ctx.state, ctx.client)
+        .await?
+        .is_none_or(|privileges| {
+            privileges.allows(
+                crate::auth::privileges::Target::Cluster,
+                crate::auth::privileges::Action::killAnyCursor,
+            )
+        });
     let mut killed = Vec::new();
     let mut not_found = Vec::new();
     for (index, id) in ids.iter().enumerate() {
@@ -505,6 +519,12 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
                 "long",
             ));
         };
+        if !ctx.state.cursors.may_kill(*id, |owner| {
+            crate::auth::authz::may_use_cursor(ctx.state, ctx.client, owner)
+        }) && !kill_any
+        {
+            return Err(crate::auth::authz::foreign_cursor(*id));
+        }
         if ctx.state.cursors.kill(*id) {
             killed.push(Bson::Int64(*id));
         } else {
