@@ -476,13 +476,6 @@ async fn built_in_roles_cover_their_commands() {
             .await,
         "not authorized on app",
     );
-    assert_unauthorized(
-        monitor
-            .database("admin")
-            .run_command(doc! {"killOp": 1, "op": 1})
-            .await,
-        "not authorized on admin",
-    );
     server.stop().await;
 }
 
@@ -526,5 +519,48 @@ async fn the_session_cache_refresh_runs_as_the_server_under_auth() {
             >= 1,
         "{stats}"
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn current_op_and_kill_op_without_the_cluster_actions_see_only_the_users_own() {
+    let (server, root) = server_with_root().await;
+    create_user(&root, "app", "worker", Bson::Array(vec!["read".into()])).await;
+    let worker = client_as(&server, "worker", "pw", "app");
+    let admin = worker.database("admin");
+    assert_unauthorized(
+        admin.run_command(doc! {"currentOp": 1}).await,
+        "not authorized on admin to execute command { currentOp: 1",
+    );
+    // $ownOps: the worker's own operations only (its currentOp itself), never root's.
+    let _root_connection = root
+        .database("admin")
+        .run_command(doc! {"ping": 1})
+        .await
+        .unwrap();
+    let reply = admin
+        .run_command(doc! {"currentOp": 1, "$ownOps": true, "$all": true})
+        .await
+        .expect("$ownOps needs no privilege");
+    let ops = reply.get_array("inprog").unwrap();
+    assert!(!ops.is_empty(), "{reply}");
+    let all = root
+        .database("admin")
+        .run_command(doc! {"currentOp": 1, "$all": true})
+        .await
+        .unwrap();
+    assert!(
+        all.get_array("inprog").unwrap().len() > ops.len(),
+        "root sees more: {all}"
+    );
+    // killOp of an operation that is not the worker's needs `killop`.
+    assert_unauthorized(
+        admin.run_command(doc! {"killOp": 1, "op": 123456}).await,
+        "not authorized on admin to execute command { killOp: 1",
+    );
+    root.database("admin")
+        .run_command(doc! {"killOp": 1, "op": 123456})
+        .await
+        .expect("root kills anything");
     server.stop().await;
 }

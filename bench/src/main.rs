@@ -16,19 +16,25 @@
 //! (`index_build.rs`). The transfer workloads (`txn2`, `txn2_hot` and their baselines
 //! `two_writes`, `two_writes_hot`; `accounts.rs`) time a 2-statement transaction against the
 //! same two writes without one, and report the transactions' retries as a conflict rate.
+//! `connect` (`connect.rs`) times connection setup over raw sockets — plain, SCRAM-SHA-256,
+//! SCRAM-SHA-1, TLS, TLS + SCRAM-SHA-256, resumed TLS — and `--make-test-pki` writes a test CA and server
+//! certificate (`pki.rs`) for a TLS server to benchmark.
 //! See the "Benchmarking" section of the repository README.
 
 mod accounts;
 mod churn;
+mod connect;
 mod crashloop;
 mod dataset;
 mod events;
 mod index_build;
+mod pki;
 mod relative;
 mod report;
 mod rng;
 mod runner;
 mod scaling;
+mod scram;
 mod target;
 mod workload;
 
@@ -70,7 +76,9 @@ struct Cli {
     /// events collection (not part of all): find_id_events, range_10, newest_5, or_2, planner
     /// (those four), and insert_indexed (insert_one with three secondary indexes); transfer
     /// workloads (replica-set servers; not part of all): two_writes, txn2 (the same two writes in
-    /// one transaction), two_writes_hot, txn2_hot (10 accounts instead of 10,000), txn (the four).
+    /// one transaction), two_writes_hot, txn2_hot (10 accounts instead of 10,000), txn (the four);
+    /// connect (connection setup rate, one new connection per operation, in each
+    /// --connect-modes; not part of all).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     workload: Vec<WorkloadChoice>,
 
@@ -210,6 +218,28 @@ struct Cli {
     /// --crash-loop: longest writing time before the kill (each cycle draws uniformly).
     #[arg(long, default_value_t = 1500)]
     run_ms_max: u64,
+
+    /// connect: how each new connection is set up, comma-separated: plain, scram_sha_256,
+    /// scram_sha_1, tls (full handshake), tls_scram_sha_256, tls_resumed (TLS session
+    /// resumption). The TLS modes need a server that accepts TLS (allowTLS or preferTLS serve
+    /// every mode on one port) and a CA file.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "plain,scram_sha_256,scram_sha_1,tls,tls_scram_sha_256,tls_resumed"
+    )]
+    connect_modes: Vec<connect::ConnectMode>,
+
+    /// connect: CA file of the server's certificate for the TLS modes (default: the URI's
+    /// tlsCAFile).
+    #[arg(long, value_name = "PEM")]
+    tls_ca_file: Option<PathBuf>,
+
+    /// Write a test CA (DIR/ca.pem) and a server certificate for localhost and 127.0.0.1
+    /// (DIR/server.pem, certificate and key) for a TLS server, print how to use them, and exit.
+    #[arg(long, value_name = "DIR")]
+    make_test_pki: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -238,6 +268,7 @@ enum WorkloadChoice {
     #[value(name = "txn2_hot")]
     Txn2Hot,
     Txn,
+    Connect,
 }
 
 /// Settings shared by every run, checked and converted from the command line.
@@ -307,6 +338,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
+    if let Some(dir) = &cli.make_test_pki {
+        return make_test_pki(dir);
+    }
     if cli.crash_loop {
         return run_crash_loop(cli).await;
     }
@@ -316,6 +350,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     let mut timed = BTreeSet::new();
     let mut scaling = cli.latency_vs_size;
     let mut churn = false;
+    let mut connect = false;
     for choice in &cli.workload {
         let chosen: &[Workload] = match choice {
             WorkloadChoice::InsertOne => &[Workload::InsertOne],
@@ -342,6 +377,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             WorkloadChoice::Txn2 => &[Workload::Txn2],
             WorkloadChoice::Txn2Hot => &[Workload::Txn2Hot],
             WorkloadChoice::Txn => &Workload::TXN,
+            WorkloadChoice::Connect => {
+                connect = true;
+                &[]
+            }
         };
         timed.extend(chosen);
     }
@@ -437,11 +476,41 @@ async fn run(cli: Cli) -> Result<(), String> {
     if churn {
         churn::run(&targets, churn_settings, &settings, &mut problems).await;
     }
+    if connect {
+        let connect_settings = connect::ConnectSettings {
+            modes: cli.connect_modes.clone(),
+            ca_file: cli.tls_ca_file.clone(),
+        };
+        connect::run(&targets, &connect_settings, &settings, &mut problems).await;
+    }
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// `--make-test-pki DIR`: writes the files and says how to use them.
+fn make_test_pki(dir: &std::path::Path) -> Result<(), String> {
+    let files = pki::generate(dir)?;
+    println!(
+        "wrote {} and {}",
+        files.ca.display(),
+        files.server.display()
+    );
+    println!(
+        "server: tideway --tlsMode preferTLS --tlsCertificateKeyFile {}",
+        files.server.display()
+    );
+    println!(
+        "bench:  tideway-bench --uri 'mongodb://127.0.0.1:27017/?tls=true&tlsCAFile={}'",
+        files.ca.display()
+    );
+    println!(
+        "        tideway-bench --workload connect --tls-ca-file {}",
+        files.ca.display()
+    );
+    Ok(())
 }
 
 /// The first line of every report: versions and runtime threads.

@@ -7,8 +7,11 @@
 //! so ops/s = counted operations / measured seconds. Errors are counted over the whole run.
 //! A transaction's whole-transaction retries count with the operation they delayed (only when
 //! it counts), and its latency is from the first attempt to the successful commit.
+//! [`run`] times a driver [`Workload`]; [`run_ops`] times any [`Operation`] (the raw-socket
+//! connection setup of `connect.rs`) with the same rules.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bson::Document;
@@ -169,6 +172,27 @@ struct TaskStats {
     errors: ErrorLog,
 }
 
+/// One client task's repeated operation: what the runner times.
+pub trait Operation: Send + 'static {
+    /// Runs one operation; `Ok` carries the documents it read or wrote.
+    fn execute(&mut self) -> impl Future<Output = Result<u64, OpError>> + Send;
+
+    /// Whole-transaction retries since the last call (0 for operations that never retry).
+    fn take_retries(&mut self) -> u64 {
+        0
+    }
+}
+
+impl Operation for ClientOp {
+    fn execute(&mut self) -> impl Future<Output = Result<u64, OpError>> + Send {
+        ClientOp::execute(self)
+    }
+
+    fn take_retries(&mut self) -> u64 {
+        ClientOp::take_retries(self)
+    }
+}
+
 /// Runs `workload` with `config.clients` concurrent tasks against `collection` and returns the
 /// merged statistics. Ends by itself after warmup + duration (+ at most one op timeout).
 pub async fn run(
@@ -177,14 +201,25 @@ pub async fn run(
     params: OpParams,
     config: RunConfig,
 ) -> RunStats {
+    run_ops(config, |rng| {
+        ClientOp::new(workload, collection.clone(), params, rng)
+    })
+    .await
+}
+
+/// Runs `config.clients` tasks, each repeating the operation `make_op` builds for it (given the
+/// task's own random generator), and returns the merged statistics.
+pub async fn run_ops<O: Operation>(
+    config: RunConfig,
+    mut make_op: impl FnMut(SplitMix64) -> O,
+) -> RunStats {
     let start = Instant::now();
     let measure_from = start + config.warmup;
     let deadline = measure_from + config.duration;
 
     let mut tasks = JoinSet::new();
     for index in 0..config.clients {
-        let rng = SplitMix64::new(config.seed, index as u64);
-        let op = ClientOp::new(workload, collection.clone(), params, rng);
+        let op = make_op(SplitMix64::new(config.seed, index as u64));
         tasks.spawn(client_loop(op, measure_from, deadline, config.op_timeout));
     }
 
@@ -213,8 +248,8 @@ pub async fn run(
 }
 
 /// One client: repeat the operation until the deadline, timing each one.
-async fn client_loop(
-    mut op: ClientOp,
+async fn client_loop<O: Operation>(
+    mut op: O,
     measure_from: Instant,
     deadline: Instant,
     op_timeout: Duration,

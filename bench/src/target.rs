@@ -1,11 +1,13 @@
 //! The servers under test: parsing `--uri [NAME=]URI`, refusing non-local hosts unless told
-//! otherwise, and one shared driver `Client` per server.
+//! otherwise, and one shared driver `Client` per server (plus its address and TLS CA file, for
+//! the `connect` workload's raw connections).
 
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bson::{doc, Document};
-use mongodb::options::{ClientOptions, ServerAddress};
+use mongodb::options::{ClientOptions, ServerAddress, Tls};
 use mongodb::{Client, Collection, Database};
 
 /// One server under test.
@@ -16,6 +18,10 @@ pub struct Target {
     pub display_uri: String,
     client: Client,
     database: String,
+    /// The first host of the URI, when it is `host:port` (not a Unix socket).
+    tcp_address: Option<(String, u16)>,
+    /// The URI's `tlsCAFile`.
+    tls_ca_file: Option<PathBuf>,
 }
 
 impl Target {
@@ -32,6 +38,18 @@ impl Target {
     /// Name of the benchmark database.
     pub fn database_name(&self) -> &str {
         &self.database
+    }
+
+    /// Host and port of the server (the URI's first host).
+    pub fn tcp_address(&self) -> Option<(&str, u16)> {
+        self.tcp_address
+            .as_ref()
+            .map(|(host, port)| (host.as_str(), *port))
+    }
+
+    /// The CA file the URI trusts for TLS (`tlsCAFile=`), if any.
+    pub fn tls_ca_file(&self) -> Option<&Path> {
+        self.tls_ca_file.as_deref()
     }
 }
 
@@ -108,6 +126,14 @@ pub async fn connect(
             }
         }
     }
+    let tcp_address = options.hosts.first().and_then(|host| match host {
+        ServerAddress::Tcp { host, port } => Some((host.clone(), port.unwrap_or(27017))),
+        _ => None,
+    });
+    let tls_ca_file = match &options.tls {
+        Some(Tls::Enabled(tls)) => tls.ca_file_path.clone(),
+        _ => None,
+    };
     // One client per server, shared by all client tasks, as an application would use it.
     options.max_pool_size = Some(options.max_pool_size.unwrap_or(0).max(pool_size));
     if options.hosts.len() == 1 && options.direct_connection.is_none() {
@@ -135,6 +161,8 @@ pub async fn connect(
         display_uri,
         client,
         database: database.to_string(),
+        tcp_address,
+        tls_ca_file,
     })
 }
 

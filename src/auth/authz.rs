@@ -112,7 +112,8 @@ pub fn rule(name: &str) -> Option<Rule> {
         | "commitTransaction"
         | "abortTransaction"
         | "sleep"
-        | "listDatabases" => Rule::AnyUser,
+        | "listDatabases"
+        | "killOp" => Rule::AnyUser,
         "find" | "count" | "distinct" => Rule::Collection(&[A::find]),
         "listIndexes" => Rule::Collection(&[A::listIndexes]),
         "collStats" | "collstats" => Rule::Collection(&[A::collStats]),
@@ -138,7 +139,6 @@ pub fn rule(name: &str) -> Option<Rule> {
         "replSetGetConfig" => Rule::Cluster(&[A::replSetGetConfig]),
         "replSetInitiate" => Rule::Cluster(&[A::replSetConfigure]),
         "replSetStepDown" => Rule::Cluster(&[A::replSetStateChange]),
-        "killOp" => Rule::Cluster(&[A::killop]),
         "killAllSessions" => Rule::Cluster(&[A::killAnySession]),
         "rotateCertificates" => Rule::Cluster(&[A::rotateCertificates]),
         // tideway's test commands move the server's clock and run the reaper: host management.
@@ -692,21 +692,20 @@ fn is_loopback(remote: &str) -> bool {
 /// Whether the localhost exception lets `client` do anything: no user exists yet and the
 /// connection comes from a loopback address.
 async fn localhost_bypass(state: &ServerState, client: &ClientInfo) -> CommandResult<bool> {
-    if !state.params.enable_localhost_auth_bypass() || !is_loopback(&client.remote) {
+    // Once a user exists (the steady state), one atomic load decides.
+    let known = state.auth.users_exist.load(Ordering::Acquire);
+    if known == 2
+        || !state.params.enable_localhost_auth_bypass()
+        || !is_loopback(&client.remote)
+    {
         return Ok(false);
     }
-    match state.auth.users_exist.load(Ordering::Acquire) {
-        2 => Ok(false),
-        known => {
-            let exist = known == 2 || super::users::any_user_exists(state).await?;
-            if exist {
-                state.auth.users_exist.store(2, Ordering::Release);
-            } else {
-                state.auth.users_exist.store(1, Ordering::Release);
-            }
-            Ok(!exist)
-        }
-    }
+    let exist = known == 0 && super::users::any_user_exists(state).await?;
+    state
+        .auth
+        .users_exist
+        .store(if exist { 2 } else { 1 }, Ordering::Release);
+    Ok(!exist)
 }
 
 /// The privileges of the connection's users; `None` when nothing is checked (no `--auth`, or
@@ -793,6 +792,17 @@ pub async fn check_privileges(
         Some(privileges) if needs.allowed_by(&privileges) => Ok(()),
         Some(_) => Err(unauthorized(db, body)),
     }
+}
+
+/// Whether `viewer` and `other` run as the same user (mongod's `isCoauthorizedWith`): always
+/// without `--auth`; else when they share an authenticated user, or neither has one.
+pub fn coauthorized(state: &ServerState, viewer: &ClientInfo, other: &ClientInfo) -> bool {
+    if !state.auth.enabled || viewer.internal {
+        return true;
+    }
+    let mine = viewer.auth.users();
+    let theirs = other.auth.users();
+    (mine.is_empty() && theirs.is_empty()) || mine.iter().any(|user| theirs.contains(user))
 }
 
 /// Whether `client` may read on or kill a cursor opened by `owner` (mongod's

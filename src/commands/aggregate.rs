@@ -134,7 +134,7 @@ pub(crate) async fn aggregate_as(
             feed(ctx, &mut run, coll_stats_source(ctx, ns, request).await?).await?;
         }
         (Some(SourceStage::CurrentOp(request)), None) if ctx.db == "admin" => {
-            for op in crate::commands::operations::current_ops(ctx.state, request)? {
+            for op in crate::commands::operations::current_ops(ctx.state, ctx.client, request)? {
                 feed(ctx, &mut run, op).await?;
             }
         }

@@ -5,8 +5,9 @@
 
 use bson::{doc, Bson, Document};
 
+use crate::auth::privileges::{Action, Target};
 use crate::commands::args::validate_database_name;
-use crate::dispatch::{is_generic_argument, CommandContext, CommandSpec};
+use crate::dispatch::{is_generic_argument, ClientInfo, CommandContext, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::ops::CURRENT_OP_COMMAND_BYTES;
 use crate::profiler::{ProfileFilter, PROFILE_COLLECTION};
@@ -31,7 +32,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         help: "Interrupt a running operation: {killOp: 1, op: <opid>}.",
         admin_only: true,
         test_only: false,
-        handler: sync_handler!(kill_op),
+        handler: async_handler!(kill_op),
     },
     CommandSpec {
         name: "profile",
@@ -57,6 +58,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// server without users, sessions, shards or latches; `idleCursors` is refused.
 pub fn current_ops(
     state: &ServerState,
+    viewer: &ClientInfo,
     request: &CurrentOpRequest,
 ) -> CommandResult<Vec<Document>> {
     if request.idle_cursors {
@@ -68,16 +70,22 @@ pub fn current_ops(
     let host = format!("{}:{}", state.hostname, state.config.port);
     let now = state.clock.now();
     let limit = request.truncate_ops.then_some(CURRENT_OP_COMMAND_BYTES);
+    // `allUsers: false` ($ownOps) under --auth: the operations of the viewer's own users.
+    let shown = |client: &ClientInfo| {
+        request.all_users || crate::auth::authz::coauthorized(state, viewer, client)
+    };
     let running = state.ops.running();
     let mut out: Vec<Document> = running
         .iter()
+        .filter(|op| shown(&op.client))
         .map(|op| op.report(&host, now, limit))
         .collect();
     if request.idle_connections {
         for client in state.ops.connections() {
-            if !running
-                .iter()
-                .any(|op| op.client.connection_id == client.connection_id)
+            if shown(&client)
+                && !running
+                    .iter()
+                    .any(|op| op.client.connection_id == client.connection_id)
             {
                 out.push(crate::ops::idle_connection_report(&client, &host, now));
             }
@@ -110,7 +118,7 @@ fn current_op(ctx: &CommandContext, body: &Document) -> CommandResult {
         idle_sessions: true,
         ..CurrentOpRequest::default()
     };
-    let inprog: Vec<Bson> = current_ops(ctx.state, &request)?
+    let inprog: Vec<Bson> = current_ops(ctx.state, ctx.client, &request)?
         .into_iter()
         .filter(|op| filter.matches(op))
         .map(Bson::Document)
@@ -164,8 +172,21 @@ fn parse_opid(body: &Document) -> CommandResult<i64> {
 }
 
 /// Marks the op killed; it fails with 11601 at its next check. Unknown ops are not an error.
-fn kill_op(ctx: &CommandContext, body: &Document) -> CommandResult {
+/// mongod's `killOp`: any operation with the `killop` action, else only the caller's own (an
+/// operation of another user is refused with 13, as mongod's `KillOpCmdBase`).
+async fn kill_op(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let opid = parse_opid(body)?;
+    if let Some(privileges) = crate::auth::authz::privileges(ctx.state, ctx.client).await? {
+        let owned = i32::try_from(opid).ok().is_some_and(|opid| {
+            ctx.state.ops.running().iter().any(|op| {
+                op.opid == opid
+                    && crate::auth::authz::coauthorized(ctx.state, ctx.client, &op.client)
+            })
+        });
+        if !owned && !privileges.allows(Target::Cluster, Action::killop) {
+            return Err(crate::auth::authz::unauthorized(ctx.db, body));
+        }
+    }
     tracing::info!(op_id = opid, "Going to kill op");
     if let Ok(opid) = i32::try_from(opid) {
         ctx.state.ops.kill(opid);
