@@ -215,6 +215,9 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        crate::tls::refuse_unsupported_flags(args.iter().map(OsString::as_os_str))
+            .map_err(LoadError::Inconsistent)?;
         let matches = Config::command()
             .try_get_matches_from(args)
             .map_err(LoadError::CommandLine)?;

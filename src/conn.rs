@@ -50,6 +50,7 @@ pub async fn serve_connection<S>(
     let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut next_reply_id: i32 = 1;
+    let mut first_message = true;
     loop {
         let header = tokio::select! {
             biased;
@@ -64,6 +65,11 @@ pub async fn serve_connection<S>(
                 break;
             }
         };
+        if std::mem::take(&mut first_message) && !client.tls && header.is_tls_client_hello() {
+            // mongod's words; its 33 MB "length" would otherwise keep the client waiting.
+            tracing::warn!(remote = %client.remote, "closing connection: SSL handshake received but server is started without SSL support");
+            break;
+        }
         let body_length = match header.check_length() {
             Ok(length) => length,
             Err(error) => {

@@ -51,6 +51,8 @@ pub struct ServerState {
     pub tls: Option<Arc<crate::tls::TlsTransport>>,
     /// `--auth` and what enforcement shares across connections (`crate::auth::authz`).
     pub auth: crate::auth::authz::ServerAuth,
+    /// Failed logins per client host: their log budget and reply delays (`auth::ratelimit`).
+    pub failed_logins: crate::auth::ratelimit::LoginThrottle,
     next_connection_id: AtomicI32,
 }
 
@@ -161,6 +163,7 @@ impl ServerState {
             repl,
             tls,
             auth,
+            failed_logins: crate::auth::ratelimit::LoginThrottle::default(),
             next_connection_id: AtomicI32::new(1),
         }))
     }

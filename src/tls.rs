@@ -93,6 +93,62 @@ pub fn check_settings(config: &Config) -> CommandResult<()> {
     Ok(())
 }
 
+/// mongod's TLS flags tideway does not implement, with the configuration-file key each sets (the
+/// file refuses those keys itself, `config::file`): a command line naming one is refused before
+/// anything else is parsed, so none is ever ignored.
+pub const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
+    ("--tlsCRLFile", "net.tls.CRLFile"),
+    (
+        "--tlsCertificateKeyFilePassword",
+        "net.tls.certificateKeyFilePassword",
+    ),
+    ("--tlsCertificateSelector", "net.tls.certificateSelector"),
+    (
+        "--tlsClusterCertificateSelector",
+        "net.tls.clusterCertificateSelector",
+    ),
+    ("--tlsClusterFile", "net.tls.clusterFile"),
+    ("--tlsClusterPassword", "net.tls.clusterPassword"),
+    ("--tlsClusterCAFile", "net.tls.clusterCAFile"),
+    ("--tlsDisabledProtocols", "net.tls.disabledProtocols"),
+    (
+        "--tlsAllowInvalidCertificates",
+        "net.tls.allowInvalidCertificates",
+    ),
+    (
+        "--tlsAllowInvalidHostnames",
+        "net.tls.allowInvalidHostnames",
+    ),
+    ("--tlsFIPSMode", "net.tls.FIPSMode"),
+    ("--tlsLogVersions", "net.tls.logVersions"),
+    (
+        "--tlsClusterAuthX509Attributes",
+        "net.tls.clusterAuthX509.attributes",
+    ),
+    (
+        "--tlsClusterAuthX509ExtensionValue",
+        "net.tls.clusterAuthX509.extensionValue",
+    ),
+];
+
+/// The first of `args` that is an unsupported TLS flag (`--flag` or `--flag=value`), refused
+/// with 238 NotImplemented naming the flag and its file key.
+pub fn refuse_unsupported_flags<'a>(
+    args: impl IntoIterator<Item = &'a std::ffi::OsStr>,
+) -> CommandResult<()> {
+    for arg in args {
+        let Some(arg) = arg.to_str() else { continue };
+        let flag = arg.split_once('=').map_or(arg, |(flag, _)| flag);
+        if let Some((flag, key)) = UNSUPPORTED_FLAGS.iter().find(|(name, _)| *name == flag) {
+            return Err(CommandError::new(
+                ErrorCode::NotImplemented,
+                format!("tideway does not support {flag} ({key}): remove it to start"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// How long a client may take over its TLS handshake before the connection is closed.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -465,6 +521,22 @@ mod tests {
         assert!(!looks_like_client_hello(&message));
         assert!(!looks_like_client_hello(&[0x16, 0x03]));
         assert!(!looks_like_client_hello(&[0x3a, 0, 0, 0, 1, 0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn unsupported_flags_are_refused_by_name() {
+        let refused = |args: &[&str]| {
+            refuse_unsupported_flags(args.iter().map(std::ffi::OsStr::new))
+                .err()
+                .map(|error| error.errmsg)
+        };
+        assert_eq!(refused(&["tideway", "--tlsMode", "requireTLS"]), None);
+        assert_eq!(
+            refused(&["tideway", "--tlsCRLFile", "/etc/crl.pem"]).as_deref(),
+            Some("tideway does not support --tlsCRLFile (net.tls.CRLFile): remove it to start")
+        );
+        assert!(refused(&["tideway", "--tlsDisabledProtocols=TLS1_0"])
+            .is_some_and(|message| message.contains("net.tls.disabledProtocols")));
     }
 
     #[test]

@@ -411,3 +411,60 @@ async fn sasl_errors_and_logout() {
     assert!(status.get_array("authenticatedUsers").unwrap().is_empty());
     server.stop().await;
 }
+
+/// A flood of failing logins from many connections at once (all from 127.0.0.1, so the host is
+/// throttled: its failures are answered late, up to the bound) while a correct client logs in
+/// and works: every failure is still mongod's 18, and the correct client's login and commands
+/// all succeed (its successes are never delayed). No timing is asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_login_flood_does_not_stop_a_correct_client() {
+    let server = TestServer::start().await;
+    admin(
+        &server.client(),
+        doc! {"createUser": "alice", "pwd": "s3cret", "roles": [{"role": "readWrite", "db": "app"}]},
+    )
+    .await
+    .expect("createUser");
+
+    let mut flood = tokio::task::JoinSet::new();
+    for attacker in 0..12 {
+        let options = options_as(&server, "alice", &format!("guess{attacker}"), None);
+        flood.spawn(async move {
+            let mut errors = Vec::new();
+            for _ in 0..3 {
+                // A fresh client each time: a new connection, a new login attempt.
+                let client = Client::with_options(options.clone()).expect("client options");
+                errors.push(admin(&client, doc! {"ping": 1}).await.expect_err("refused"));
+            }
+            errors
+        });
+    }
+
+    let alice = client_as(&server, "alice", "s3cret", None);
+    let things = alice.database("app").collection::<Document>("things");
+    for n in 0..20 {
+        things.insert_one(doc! {"n": n}).await.expect("insert");
+        assert_eq!(
+            things.count_documents(doc! {}).await.expect("count"),
+            u64::try_from(n + 1).unwrap()
+        );
+    }
+    // Every other command of any client goes on too.
+    admin(&server.client(), doc! {"ping": 1})
+        .await
+        .expect("ping");
+
+    while let Some(errors) = flood.join_next().await {
+        for error in errors.expect("attacker task") {
+            assert_authentication_failed(error);
+        }
+    }
+    // The host's further failures are held back, never more than the bound.
+    let policy = *server.state.failed_logins.hosts.policy();
+    assert!(
+        policy.delay_for(36) <= std::time::Duration::from_millis(policy.max_delay_ms),
+        "{policy:?}"
+    );
+    assert_eq!(server.state.failed_logins.hosts.hosts(), 1);
+    server.stop().await;
+}

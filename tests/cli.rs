@@ -202,6 +202,15 @@ fn inconsistent_tls_flags_stop_startup() {
             "need to enable TLS via the sslMode/tlsMode flag when using TLS configuration parameters",
         ),
         (&["--tlsMode", "requireSSL"][..], "requireSSL"),
+        // mongod flags tideway does not implement are refused by name, never ignored.
+        (
+            &["--tlsCRLFile", "/etc/crl.pem"][..],
+            "tideway does not support --tlsCRLFile (net.tls.CRLFile)",
+        ),
+        (
+            &["--tlsCertificateKeyFilePassword=secret"][..],
+            "tideway does not support --tlsCertificateKeyFilePassword",
+        ),
     ] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tideway"));
         command

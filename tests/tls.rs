@@ -7,114 +7,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bson::doc;
-use mongodb::options::{Tls, TlsOptions};
 use mongodb::Client;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair,
-};
 
+use common::pki::{tls_client, Pki};
 use common::{client_options, test_config, TestServer};
 use tideway::tls::TlsMode;
 use tideway::Config;
-
-/// A CA and the PEM files signed by it, in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: PathBuf,
-    server: PathBuf,
-    client: PathBuf,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        Pki::in_dir(dir, "")
-    }
-
-    /// Another CA and server certificate in the same directory, under names prefixed `prefix`.
-    fn in_dir(dir: tempfile::TempDir, prefix: &str) -> Pki {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "tideway test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose, dn: &[(DnType, &str)]| {
-            let key = KeyPair::generate().unwrap();
-            let mut params = CertificateParams::new(names).unwrap();
-            params.extended_key_usages = vec![usage];
-            // Without rcgen's default common name: the subject is `dn`, in this order.
-            params.distinguished_name = DistinguishedName::new();
-            for (kind, value) in dn {
-                params.distinguished_name.push(kind.clone(), *value);
-            }
-            let cert = params.signed_by(&key, &issuer).unwrap();
-            // mongod's certificate key file: the certificate, then its key, in one PEM file.
-            format!("{}{}", cert.pem(), key.serialize_pem())
-        };
-        let write = |name: &str, text: &str| {
-            let path = dir.path().join(format!("{prefix}{name}"));
-            std::fs::write(&path, text).unwrap();
-            path
-        };
-        let server = write(
-            "server.pem",
-            &leaf(
-                vec!["localhost".into(), "127.0.0.1".into()],
-                ExtendedKeyUsagePurpose::ServerAuth,
-                &[(DnType::CommonName, "localhost")],
-            ),
-        );
-        let client = write(
-            "client.pem",
-            &leaf(
-                vec![],
-                ExtendedKeyUsagePurpose::ClientAuth,
-                &[
-                    (DnType::OrganizationName, "tideway"),
-                    (DnType::OrganizationalUnitName, "tests"),
-                    (DnType::CommonName, "client"),
-                ],
-            ),
-        );
-        let ca = write("ca.pem", &ca_cert.pem());
-        Pki {
-            dir,
-            ca,
-            server,
-            client,
-        }
-    }
-
-    fn config(&self, mode: TlsMode) -> Config {
-        Config {
-            tls_mode: mode,
-            tls_certificate_key_file: Some(self.server.clone()),
-            ..test_config()
-        }
-    }
-}
-
-/// A driver client for `server` over TLS trusting `ca`, presenting `certificate` if given.
-fn tls_client(server: &TestServer, ca: &Path, certificate: Option<&Path>) -> Client {
-    let mut options = client_options(&server.addr);
-    options.server_selection_timeout = Some(Duration::from_secs(2));
-    options.tls = Some(Tls::Enabled(
-        TlsOptions::builder()
-            .ca_file_path(ca.to_path_buf())
-            .cert_key_file_path(certificate.map(Path::to_path_buf))
-            .build(),
-    ));
-    Client::with_options(options).unwrap()
-}
 
 fn plain_client(server: &TestServer) -> Client {
     let mut options = client_options(&server.addr);
@@ -228,6 +129,32 @@ async fn a_reload_serves_the_new_certificate_without_dropping_connections() {
     std::fs::write(dir.join("server.pem"), "not a certificate").unwrap();
     assert!(server.state.tls.as_ref().unwrap().reload().is_err());
     ping(&tls_client(&server, &renewed.ca, None)).await.unwrap();
+    server.stop().await;
+}
+
+/// A real SIGHUP to this process reloads the files (tokio's handler is process-wide: the test
+/// registers one first, so the signal can never take the default action and end the process;
+/// it is raised again until the server's own listener, started with the server, has seen one).
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads_the_certificate() {
+    let mut hangups =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).unwrap();
+    let pki = Pki::new();
+    let server = TestServer::start_with(pki.config(TlsMode::RequireTls)).await;
+    let renewed = Pki::in_dir(tempfile::tempdir().unwrap(), "renewed-");
+    std::fs::copy(&renewed.server, &pki.server).unwrap();
+    let mut reloaded = false;
+    for _ in 0..100 {
+        // SAFETY: raising a signal whose handler is installed (above) has no other effect.
+        assert_eq!(unsafe { libc::raise(libc::SIGHUP) }, 0);
+        hangups.recv().await;
+        if ping(&tls_client(&server, &renewed.ca, None)).await.is_ok() {
+            reloaded = true;
+            break;
+        }
+    }
+    assert!(reloaded, "the renewed certificate is served after SIGHUP");
     server.stop().await;
 }
 

@@ -162,6 +162,15 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("saslContinue", doc! {"saslContinue": 1, "conversationId": 1}, Code(40414)),
         ("saslContinue", doc! {"saslContinue": 1, "conversationId": 7, "payload": ""}, Error(17, "sasl: Mismatched conversation id")),
         ("logout", doc! {"logout": 1, "foo": 1}, Code(40415)),
+        // authenticate (authentication_commands.idl, strict) and rotateCertificates
+        // (rotate_certificates.idl)
+        ("authenticate", doc! {"authenticate": 1}, Error(40414, "BSON field 'authenticate.mechanism' is missing but a required field")),
+        ("authenticate", doc! {"authenticate": 1, "mechanism": "MONGODB-X509", "user": 1}, Error(14, "BSON field 'authenticate.user' is the wrong type 'int', expected type 'string'")),
+        ("authenticate", doc! {"authenticate": 1, "mechanism": "MONGODB-X509", "username": "u"}, Error(40415, "BSON field 'authenticate.username' is an unknown field.")),
+        ("authenticate", doc! {"authenticate": 1, "mechanism": "MONGODB-X509"}, Error(18, "Authentication failed.")),
+        ("rotateCertificates", doc! {"rotateCertificates": 1, "message": 5}, Error(14, "BSON field 'rotateCertificates.message' is the wrong type 'int', expected type 'string'")),
+        ("rotateCertificates", doc! {"rotateCertificates": 1, "foo": 1}, Error(40415, "BSON field 'rotateCertificates.foo' is an unknown field.")),
+        ("rotateCertificates", doc! {"rotateCertificates": 1, "message": "rotated"}, Ok),
         ("createUser", doc! {"createUser": "u", "pwd": "p", "roles": [], "foo": 1}, Error(40415, "BSON field 'createUser.foo' is an unknown field.")),
         ("createUser", doc! {"createUser": "u", "pwd": "p"}, Error(40414, "BSON field 'createUser.roles' is missing but a required field")),
         ("createUser", doc! {"createUser": "u", "pwd": 1, "roles": []}, Code(14)),
@@ -171,10 +180,30 @@ fn rows() -> Vec<(&'static str, Document, Expect)> {
         ("dropUser", doc! {"dropUser": "nobody"}, Error(11, "User 'nobody@v' not found")),
         ("dropAllUsersFromDatabase", doc! {"dropAllUsersFromDatabase": 1, "foo": 1}, Code(40415)),
         ("usersInfo", doc! {"usersInfo": 1, "foo": 1}, Code(40415)),
-        ("usersInfo", doc! {"usersInfo": 1, "showPrivileges": true}, Code(238)),
+        ("usersInfo", doc! {"usersInfo": 1, "showPrivileges": true}, Error(20, "Privilege or restriction details require exact-match usersInfo queries")),
+        ("usersInfo", doc! {"usersInfo": 1, "filter": {"user": "u"}}, Code(238)),
         ("grantRolesToUser", doc! {"grantRolesToUser": "u"}, Code(40414)),
         ("grantRolesToUser", doc! {"grantRolesToUser": "u", "roles": []}, Error(2, "grantRolesToUser command requires a non-empty \"roles\" array")),
         ("revokeRolesFromUser", doc! {"revokeRolesFromUser": "u", "roles": []}, Error(2, "revokeRolesFromUser command requires a non-empty \"roles\" array")),
+        // Role commands (user_management_commands.idl, strict).
+        ("createRole", doc! {"createRole": "r", "privileges": [], "roles": [], "foo": 1}, Error(40415, "BSON field 'createRole.foo' is an unknown field.")),
+        ("createRole", doc! {"createRole": "r", "roles": []}, Error(40414, "BSON field 'createRole.privileges' is missing but a required field")),
+        ("createRole", doc! {"createRole": "r", "privileges": []}, Error(40414, "BSON field 'createRole.roles' is missing but a required field")),
+        ("createRole", doc! {"createRole": "r", "privileges": {}, "roles": []}, Code(14)),
+        ("createRole", doc! {"createRole": "r", "privileges": [], "roles": [], "authenticationRestrictions": [{"clientSource": ["127.0.0.1"]}]}, Code(238)),
+        ("updateRole", doc! {"updateRole": "r", "foo": 1}, Code(40415)),
+        ("updateRole", doc! {"updateRole": "r"}, Error(2, "Must specify at least one field to update in updateRole")),
+        ("dropRole", doc! {"dropRole": "nothing"}, Error(31, "Could not find role: nothing@v")),
+        ("dropAllRolesFromDatabase", doc! {"dropAllRolesFromDatabase": 1, "foo": 1}, Code(40415)),
+        ("grantPrivilegesToRole", doc! {"grantPrivilegesToRole": "r"}, Code(40414)),
+        ("grantPrivilegesToRole", doc! {"grantPrivilegesToRole": "r", "privileges": []}, Error(2, "grantPrivilegesToRole command requires a non-empty \"privileges\" array")),
+        ("revokePrivilegesFromRole", doc! {"revokePrivilegesFromRole": "r", "privileges": []}, Error(2, "revokePrivilegesFromRole command requires a non-empty \"privileges\" array")),
+        ("grantRolesToRole", doc! {"grantRolesToRole": "r"}, Code(40414)),
+        ("grantRolesToRole", doc! {"grantRolesToRole": "r", "roles": []}, Error(2, "grantRolesToRole command requires a non-empty \"roles\" array")),
+        ("revokeRolesFromRole", doc! {"revokeRolesFromRole": "r", "roles": []}, Error(2, "revokeRolesFromRole command requires a non-empty \"roles\" array")),
+        ("rolesInfo", doc! {"rolesInfo": 1, "foo": 1}, Code(40415)),
+        ("rolesInfo", doc! {"rolesInfo": 1, "showBuiltinRoles": "x"}, Code(14)),
+        ("rolesInfo", doc! {"rolesInfo": 1}, Ok),
         // hello is not strict: unknown fields pass, known ones are typed.
         ("hello", doc! {"hello": 1, "foo": 1}, Ok),
         ("hello", doc! {"hello": 1, "helloOk": "x"}, Error(14, "BSON field 'hello.helloOk' is the wrong type 'string', expected types '[bool, long, int, decimal, double']")),
@@ -225,9 +254,8 @@ fn database(command: &str) -> &'static str {
         "renameCollection" | "hostInfo" | "getCmdLineOpts" | "getLog" | "getParameter"
         | "setParameter" | "listDatabases" | "advanceClock" | "runTtlPass" | "currentOp"
         | "killOp" | "sleep" | "bulkWrite" | "replSetInitiate" | "replSetGetStatus"
-        | "replSetGetConfig" | "replSetStepDown" | "commitTransaction" | "abortTransaction" => {
-            "admin"
-        }
+        | "replSetGetConfig" | "replSetStepDown" | "commitTransaction" | "abortTransaction"
+        | "rotateCertificates" => "admin",
         _ => "v",
     }
 }

@@ -161,6 +161,25 @@ async fn exhaust_allowed_is_accepted_and_never_streams() {
     server.stop().await;
 }
 
+/// A TLS client on a server without TLS: mongod closes at once ("SSL handshake received but
+/// server is started without SSL support") instead of waiting for the ~33 MB its record header
+/// reads as.
+#[tokio::test]
+async fn a_tls_client_hello_on_a_plain_server_is_closed_at_once() {
+    let server = TestServer::start().await;
+    let mut stream = connect(&server).await;
+    // A TLS 1.2 record header (0x16 0x03 0x01, length 0x0200) and a ClientHello header
+    // (type 1, length 0x0001fc), padded to the 16 bytes of a message header.
+    let hello = [
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0, 0, 0, 0, 0,
+    ];
+    stream.write_all(&hello).await.unwrap();
+    assert_closed(&mut stream).await;
+    let mut fresh = connect(&server).await;
+    assert_still_serving(&mut fresh).await;
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn impossible_headers_close_only_that_connection() {
     let server = TestServer::start().await;

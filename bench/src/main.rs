@@ -13,7 +13,8 @@
 //! The query planner workloads (`find_id_events`, `range_10`, `newest_5`, `or_2`; `events.rs`)
 //! and `insert_indexed` are timed like the others and also reported relative to their baseline
 //! (`relative.rs`); `--index-build` times building one index on a loaded collection
-//! (`index_build.rs`). The transfer workloads (`txn2`, `txn2_hot` and their baselines
+//! (`index_build.rs`); `--auth-flood` measures a correct client's login and command latencies
+//! during a flood of failed logins (`auth_flood.rs`). The transfer workloads (`txn2`, `txn2_hot` and their baselines
 //! `two_writes`, `two_writes_hot`; `accounts.rs`) time a 2-statement transaction against the
 //! same two writes without one, and report the transactions' retries as a conflict rate.
 //! `connect` (`connect.rs`) times connection setup over raw sockets — plain, SCRAM-SHA-256,
@@ -22,6 +23,7 @@
 //! See the "Benchmarking" section of the repository README.
 
 mod accounts;
+mod auth_flood;
 mod churn;
 mod connect;
 mod crashloop;
@@ -171,6 +173,16 @@ struct Cli {
     /// (tideway's expiredPending and oldestExpiredAgeMillis); by default polls send `ttl: 0`.
     #[arg(long)]
     poll_ttl_section: bool,
+
+    /// Failed-login flood mode instead of the workloads: a correct client's login and
+    /// find_one latencies without, then with, --attackers tasks failing SCRAM logins back to
+    /// back (--duration-secs each; creates the user tideway_bench_flood in admin).
+    #[arg(long)]
+    auth_flood: bool,
+
+    /// --auth-flood: tasks failing logins concurrently during the flood phase.
+    #[arg(long, default_value_t = 16)]
+    attackers: usize,
 
     /// Index build mode instead of the workloads: load --docs small documents without secondary
     /// indexes, then time createIndexes of {a: 1} (--rounds times).
@@ -347,6 +359,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     if cli.index_build {
         return run_index_build(cli).await;
     }
+    if cli.auth_flood {
+        return run_auth_flood(cli).await;
+    }
     let mut timed = BTreeSet::new();
     let mut scaling = cli.latency_vs_size;
     let mut churn = false;
@@ -520,6 +535,33 @@ fn print_banner(output: Output) {
         env!("CARGO_PKG_VERSION"),
         tokio::runtime::Handle::current().metrics().num_workers()
     ));
+}
+
+async fn run_auth_flood(cli: Cli) -> Result<(), String> {
+    if cli.attackers == 0 || !cli.duration_secs.is_finite() || cli.duration_secs <= 0.0 {
+        return Err("--auth-flood needs --attackers and --duration-secs above 0".into());
+    }
+    let output = Output { json: cli.json };
+    let mut targets = Vec::with_capacity(cli.uris.len());
+    for (index, spec) in cli.uris.iter().enumerate() {
+        targets.push(target::connect(spec, index, 4, &cli.db, cli.allow_remote).await?);
+    }
+    print_banner(output);
+    for target in &targets {
+        output.text(&format!("server {} = {}", target.label, target.display_uri));
+    }
+    let settings = auth_flood::AuthFloodSettings {
+        duration: Duration::from_secs_f64(cli.duration_secs),
+        attackers: cli.attackers,
+        output,
+    };
+    let mut problems = Vec::new();
+    auth_flood::run(&targets, settings, &mut problems).await;
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 async fn run_index_build(cli: Cli) -> Result<(), String> {

@@ -17,6 +17,8 @@ pub struct Target {
     /// The URI with any password removed.
     pub display_uri: String,
     client: Client,
+    /// The options `client` was built with (modes that build clients of their own start here).
+    options: ClientOptions,
     database: String,
     /// The first host of the URI, when it is `host:port` (not a Unix socket).
     tcp_address: Option<(String, u16)>,
@@ -33,6 +35,11 @@ impl Target {
     /// The `admin` database, for server-wide commands such as `serverStatus`.
     pub fn admin(&self) -> Database {
         self.client.database("admin")
+    }
+
+    /// The options of the shared client (credentials, TLS, timeouts as the URI said).
+    pub fn options(&self) -> &ClientOptions {
+        &self.options
     }
 
     /// Name of the benchmark database.
@@ -150,7 +157,7 @@ pub async fn connect(
         .connect_timeout
         .get_or_insert(Duration::from_secs(5));
     let client =
-        Client::with_options(options).map_err(|error| format!("{display_uri}: {error}"))?;
+        Client::with_options(options.clone()).map_err(|error| format!("{display_uri}: {error}"))?;
     client
         .database("admin")
         .run_command(doc! {"ping": 1})
@@ -160,6 +167,7 @@ pub async fn connect(
         label: name.map_or_else(|| default_label(index), str::to_string),
         display_uri,
         client,
+        options,
         database: database.to_string(),
         tcp_address,
         tls_ca_file,

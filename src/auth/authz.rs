@@ -694,10 +694,7 @@ fn is_loopback(remote: &str) -> bool {
 async fn localhost_bypass(state: &ServerState, client: &ClientInfo) -> CommandResult<bool> {
     // Once a user exists (the steady state), one atomic load decides.
     let known = state.auth.users_exist.load(Ordering::Acquire);
-    if known == 2
-        || !state.params.enable_localhost_auth_bypass()
-        || !is_loopback(&client.remote)
-    {
+    if known == 2 || !state.params.enable_localhost_auth_bypass() || !is_loopback(&client.remote) {
         return Ok(false);
     }
     let exist = known == 0 && super::users::any_user_exists(state).await?;

@@ -1,10 +1,13 @@
 //! Authentication: users (`users`), SCRAM-SHA-1/SCRAM-SHA-256 conversations (`scram`) through
-//! `saslStart`/`saslContinue` and speculatively inside the handshake's `hello`, hello's
-//! `saslSupportedMechs`, and each connection's authenticated users ([`ClientAuth`], kept on
-//! `ClientInfo`), which `connectionStatus` shows and `logout` clears.
+//! `saslStart`/`saslContinue` and speculatively inside the handshake's `hello`, MONGODB-X509
+//! (`x509`: `authenticate`, and speculatively), hello's `saslSupportedMechs`, each connection's
+//! authenticated users ([`ClientAuth`], kept on `ClientInfo`), which `connectionStatus` shows
+//! and `logout` clears, and what happens to a failed login ([`failed`]: mongod's log line 20249
+//! within a log budget, and the per-host throttle of `ratelimit`).
 //!
 //! Invariants: a failed conversation tells the client only mongod's 18 "Authentication failed."
-//! (the reason is logged); a connection runs at most one conversation at a time (mongod's
+//! (the reason is logged; X.509 lets mongod's ProtocolError and UserNotFound through, as mongod
+//! does); every failure goes through [`failed`]; a connection runs at most one conversation at a time (mongod's
 //! `conversationId` is always 1) and a new `saslStart` replaces it; a user counts as
 //! authenticated only once its conversation is done. What users may do is `privileges` (the
 //! model and the built-in roles), `roles` (resolving a user's roles) and `authz` (enforcement
@@ -12,9 +15,13 @@
 
 pub mod authz;
 pub mod privileges;
+pub mod ratelimit;
+pub mod role_commands;
 pub mod roles;
 pub mod scram;
+pub mod store;
 pub mod users;
+pub mod x509;
 
 use std::sync::Mutex;
 
@@ -120,6 +127,14 @@ pub const COMMANDS: &[CommandSpec] = &[
         handler: async_handler!(sasl_continue),
     },
     CommandSpec {
+        name: "authenticate",
+        aliases: &[],
+        help: "Authenticates with MONGODB-X509: the verified client certificate's subject, on $external.",
+        admin_only: false,
+        test_only: false,
+        handler: async_handler!(x509::authenticate),
+    },
+    CommandSpec {
         name: "logout",
         aliases: &[],
         help: "Ends the authentication of this connection's user on the command's database.",
@@ -138,7 +153,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "createUser",
         aliases: &[],
-        help: "Adds a user (SCRAM credentials, never the password) with built-in roles.",
+        help: "Adds a user (SCRAM credentials, never the password) with built-in or user-defined roles.",
         admin_only: false,
         test_only: false,
         handler: async_handler!(users::create_user),
@@ -198,6 +213,63 @@ fn authentication_failed() -> CommandError {
     CommandError::new(ErrorCode::AuthenticationFailed, "Authentication failed.")
 }
 
+/// One login attempt, as the failure log names it.
+struct Attempt<'a> {
+    mechanism: &'a str,
+    user: &'a str,
+    db: &'a str,
+    /// Inside hello: a failure answers nothing and is not counted against the host (the driver
+    /// follows it with an explicit attempt, which is).
+    speculative: bool,
+}
+
+/// A failed login: logged as mongod's 20249 "Authentication failed" (attributes as mongod's
+/// `sasl_commands.cpp` names them) unless the log budget is spent (then counted, and the count
+/// rides on the next line), counted against the client's host, and its reply held back as
+/// long as the host's record says (an async sleep of this connection's task alone). Returns
+/// `error`, the reply.
+async fn failed(
+    state: &ServerState,
+    client: &ClientInfo,
+    attempt: &Attempt<'_>,
+    reason: &str,
+    error: CommandError,
+) -> CommandError {
+    let now_ms = state.clock.now_ms();
+    let throttle = &state.failed_logins;
+    if let ratelimit::LogDecision::Log { suppressed_before } = throttle.log.admit(now_ms) {
+        tracing::info!(
+            id = 20249,
+            mechanism = attempt.mechanism,
+            principalName = attempt.user,
+            authenticationDatabase = attempt.db,
+            client = %client.remote,
+            speculative = attempt.speculative,
+            result = format_args!("{}: {reason}", error.code.name()),
+            suppressedFailures = suppressed_before,
+            "Authentication failed"
+        );
+    }
+    if !attempt.speculative {
+        if let Some(host) = client_host(client) {
+            let delay = throttle.hosts.record_failure(host, now_ms);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+    error
+}
+
+/// The IP address of the client (`ClientInfo::remote` is `ip:port`).
+fn client_host(client: &ClientInfo) -> Option<std::net::IpAddr> {
+    client
+        .remote
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|addr| addr.ip())
+}
+
 /// A SASL payload: BinData, or a base64 string (answered in the same form, as mongod does).
 fn read_payload(body: &Document) -> CommandResult<(Vec<u8>, bool)> {
     match body.get("payload") {
@@ -226,7 +298,7 @@ fn sasl_reply(payload: &str, as_base64: bool, done: bool) -> Document {
 }
 
 async fn sasl_start(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    start(ctx.state, ctx.client, ctx.db, body).await
+    start(ctx.state, ctx.client, ctx.db, body, false).await
 }
 
 /// `saslStart` on `db` (also the speculative one inside `hello`).
@@ -235,6 +307,7 @@ async fn start(
     client: &ClientInfo,
     db: &str,
     body: &Document,
+    speculative: bool,
 ) -> CommandResult {
     let name = body.get_str("mechanism").unwrap_or_default();
     let mechanism = Mechanism::from_name(name).ok_or_else(|| {
@@ -251,10 +324,12 @@ async fn start(
         .is_some_and(crate::bsonutil::is_truthy);
     // A new conversation replaces any unfinished one.
     client.auth.lock().conversation = None;
+    let mut user_name = String::new();
     let outcome = async {
         let message = std::str::from_utf8(&payload)
             .map_err(|_| scram::ScramError::Malformed("payload is not UTF-8"))?;
         let client_first = scram::parse_client_first(message)?;
+        user_name.clone_from(&client_first.user);
         let credential = users::credential(state, db, &client_first.user, mechanism)
             .await
             .ok()
@@ -280,8 +355,20 @@ async fn start(
             Ok(sasl_reply(&server_first, as_base64, false))
         }
         Err(error) => {
-            tracing::info!(conn = client.connection_id, mechanism = name, db, %error, "Authentication failed");
-            Err(authentication_failed())
+            let attempt = Attempt {
+                mechanism: name,
+                user: &user_name,
+                db,
+                speculative,
+            };
+            Err(failed(
+                state,
+                client,
+                &attempt,
+                &error.to_string(),
+                authentication_failed(),
+            )
+            .await)
         }
     }
 }
@@ -296,10 +383,6 @@ async fn sasl_continue(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
     let (payload, as_base64) = read_payload(body)?;
     let client = ctx.client;
     let conversation = client.auth.lock().conversation.take();
-    let failed = |reason: &str| {
-        tracing::info!(conn = client.connection_id, reason, "Authentication failed");
-        Err(authentication_failed())
-    };
     match conversation {
         Some(Conversation::AwaitingProof {
             db,
@@ -309,14 +392,22 @@ async fn sasl_continue(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
             let message = std::str::from_utf8(&payload).unwrap_or_default();
             let server_final = match scram.finish(message) {
                 Ok(server_final) => server_final,
-                Err(error) => return failed(&error.to_string()),
+                Err(error) => {
+                    return continue_failed(
+                        ctx,
+                        scram.mechanism.name(),
+                        scram.user(),
+                        &error.to_string(),
+                    )
+                    .await
+                }
             };
             let user = UserName {
                 user: scram.user().to_owned(),
                 db,
             };
             if skip_empty_exchange {
-                authenticated(client, user, scram.mechanism);
+                authenticated(client, user, scram.mechanism.name());
                 Ok(sasl_reply(&server_final, as_base64, true))
             } else {
                 client.auth.lock().conversation = Some(Conversation::AwaitingEmpty {
@@ -327,43 +418,84 @@ async fn sasl_continue(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
             }
         }
         Some(Conversation::AwaitingEmpty { user, mechanism }) if payload.is_empty() => {
-            authenticated(client, user, mechanism);
+            authenticated(client, user, mechanism.name());
             Ok(sasl_reply("", as_base64, true))
         }
-        Some(Conversation::AwaitingEmpty { .. }) => failed("unexpected payload after server-final"),
-        None => failed("no conversation in progress"),
+        Some(Conversation::AwaitingEmpty { user, mechanism }) => {
+            continue_failed(
+                ctx,
+                mechanism.name(),
+                &user.user,
+                "unexpected payload after server-final",
+            )
+            .await
+        }
+        None => continue_failed(ctx, "", "", "no conversation in progress").await,
     }
 }
 
-fn authenticated(client: &ClientInfo, user: UserName, mechanism: Mechanism) {
+/// A failed `saslContinue` (see [`failed`]).
+async fn continue_failed(
+    ctx: &CommandContext<'_>,
+    mechanism: &str,
+    user: &str,
+    reason: &str,
+) -> CommandResult {
+    let attempt = Attempt {
+        mechanism,
+        user,
+        db: ctx.db,
+        speculative: false,
+    };
+    Err(failed(
+        ctx.state,
+        ctx.client,
+        &attempt,
+        reason,
+        authentication_failed(),
+    )
+    .await)
+}
+
+fn authenticated(client: &ClientInfo, user: UserName, mechanism: &str) {
     tracing::info!(
-        conn = client.connection_id,
-        user = user.user,
-        db = user.db,
-        mechanism = mechanism.name(),
-        "Authentication succeeded"
+        id = 20250,
+        mechanism,
+        principalName = user.user,
+        authenticationDatabase = user.db,
+        client = %client.remote,
+        "Successful authentication"
     );
     client.auth.add_user(user);
 }
 
-/// Hello's `speculativeAuthenticate`: runs the `saslStart` it carries (database in its `db`
-/// field) and answers its reply; any failure is as if nothing had been sent (mongod).
+/// Hello's `speculativeAuthenticate`: runs the `saslStart` (database in its `db` field) or the
+/// X.509 `authenticate` it carries and answers its reply; any failure is as if nothing had been
+/// sent (mongod).
 pub async fn speculative_authenticate(
     state: &ServerState,
     client: &ClientInfo,
     hello: &Document,
 ) -> Option<Document> {
     let request = hello.get_document("speculativeAuthenticate").ok()?;
+    if request.contains_key("authenticate") {
+        return x509::speculative_authenticate(state, client, request).await;
+    }
     request.get("saslStart")?;
     let db = request.get_str("db").ok()?;
-    start(state, client, db, request).await.ok()
+    start(state, client, db, request, true).await.ok()
 }
 
-/// Hello's `saslSupportedMechs: "<db>.<user>"`: the user's mechanisms, `None` for no such user.
+/// Hello's `saslSupportedMechs: "<db>.<user>"`: the mechanisms that can authenticate the user
+/// (mongod's mechanism registry: SCRAM for its credentials, MONGODB-X509 for an external user),
+/// `None` for no such user.
 pub async fn sasl_supported_mechs(state: &ServerState, hello: &Document) -> Option<Vec<Bson>> {
     let name = hello.get_str("saslSupportedMechs").ok()?;
     let (db, user) = name.split_once('.')?;
     let document = users::find_user(state, db, user).await.ok()??;
+    if users::is_external(&document) {
+        return Some(vec![Bson::from(x509::MECHANISM)]);
+    }
     Some(users::mechanisms_of(&document))
 }
 
@@ -401,13 +533,18 @@ async fn connection_status(ctx: &CommandContext<'_>, body: &Document) -> Command
         .get("showPrivileges")
         .is_some_and(crate::bsonutil::is_truthy)
     {
-        if !users.is_empty() {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                "tideway does not support connectionStatus showPrivileges for authenticated users yet",
-            ));
-        }
-        auth_info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
+        // The union of every authenticated user's privileges, one entry per resource (mongod's
+        // unified resource map).
+        let all_roles: Vec<RoleName> = roles.iter().map(|role| (*role).clone()).collect();
+        let privileges = self::roles::resolve(ctx.state, &all_roles).await?;
+        auth_info.insert(
+            "authenticatedUserPrivileges",
+            privileges
+                .privileges()
+                .into_iter()
+                .map(|privilege| Bson::Document(privilege.to_document()))
+                .collect::<Vec<_>>(),
+        );
     }
     Ok(doc! {"authInfo": auth_info})
 }

@@ -5,15 +5,18 @@
 //!
 //! Invariants: resolution visits each role once (a cycle cannot loop) and at most
 //! [`MAX_ROLES_RESOLVED`] roles per user; a stored role that cannot be read grants nothing (it
-//! is logged), never more than it says.
+//! is logged), never more than it says. The role commands over these documents are
+//! `role_commands`.
+
+use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
 use super::privileges::{
-    builtin_privileges, builtin_subroles, Action, ActionSet, PrivilegeSet, ResourcePattern,
+    builtin_privileges_transitive, Action, ActionSet, PrivilegeSet, ResourcePattern,
 };
-use super::RoleName;
-use crate::error::CommandResult;
+use super::{store, RoleName};
+use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::ServerState;
 use crate::storage::Namespace;
 
@@ -38,9 +41,9 @@ pub async fn find_role_document(
     state: &ServerState,
     role: &RoleName,
 ) -> CommandResult<Option<Document>> {
-    let id = Bson::String(format!("{}.{}", role.db, role.role));
-    let record = state.storage.get(&roles_ns(), &id).await?;
-    Ok(record.map(|record| record.doc.into_document()))
+    Ok(store::get(state, &roles_ns(), &role_id(role))
+        .await?
+        .map(|(document, _)| document))
 }
 
 /// Reads a stored role document's privileges and roles; what cannot be read is skipped.
@@ -72,37 +75,85 @@ pub fn parse_stored_role(document: &Document) -> StoredRole {
     stored
 }
 
+/// What a set of roles resolves to (mongod's `resolveRoles`).
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Every role reached through a user-defined role's `roles`, transitively (not the starting
+    /// roles themselves, unless reached again); built-in roles are not walked into, as mongod
+    /// lists them: their privileges already include those of the roles they hold.
+    pub roles: BTreeSet<RoleName>,
+    /// The privileges of the starting roles and of every role reached, merged per resource.
+    pub privileges: PrivilegeSet,
+}
+
+/// Resolves `roles` breadth-first; a role that does not exist grants nothing (logged).
+pub async fn resolve_graph(state: &ServerState, roles: &[RoleName]) -> CommandResult<Resolved> {
+    let mut resolved = Resolved::default();
+    let mut frontier: Vec<RoleName> = roles.to_vec();
+    let mut visited: BTreeSet<RoleName> = BTreeSet::new();
+    while !frontier.is_empty() && visited.len() < MAX_ROLES_RESOLVED {
+        let mut next: Vec<RoleName> = Vec::new();
+        for role in frontier {
+            if !visited.insert(role.clone()) {
+                continue;
+            }
+            if let Some(privileges) = builtin_privileges_transitive(&role.role, &role.db) {
+                resolved.privileges.extend(&privileges);
+                continue;
+            }
+            let Some(document) = find_role_document(state, &role).await? else {
+                tracing::debug!(
+                    role = role.role,
+                    db = role.db,
+                    "role not found: grants nothing"
+                );
+                continue;
+            };
+            let stored = parse_stored_role(&document);
+            resolved.privileges.extend(&stored.privileges);
+            for subrole in stored.roles {
+                if visited.contains(&subrole) || next.contains(&subrole) {
+                    continue;
+                }
+                resolved.roles.insert(subrole.clone());
+                next.push(subrole);
+            }
+        }
+        frontier = next;
+    }
+    Ok(resolved)
+}
+
 /// The privileges of `roles` and of every role they hold, transitively.
 pub async fn resolve(state: &ServerState, roles: &[RoleName]) -> CommandResult<PrivilegeSet> {
-    let mut set = PrivilegeSet::default();
-    let mut pending: Vec<RoleName> = roles.to_vec();
-    let mut seen: Vec<RoleName> = Vec::new();
-    while let Some(role) = pending.pop() {
-        if seen.contains(&role) || seen.len() >= MAX_ROLES_RESOLVED {
-            continue;
+    Ok(resolve_graph(state, roles).await?.privileges)
+}
+
+/// Whether `role` exists: built in, or stored.
+pub async fn exists(state: &ServerState, role: &RoleName) -> CommandResult<bool> {
+    Ok(role.is_builtin() || find_role_document(state, role).await?.is_some())
+}
+
+/// mongod's `rolesExist`: every role exists, else RoleNotFound naming the missing ones
+/// ("Could not find role: r@db", "Could not find roles: a@db, b@db").
+pub async fn check_exist(state: &ServerState, roles: &[RoleName]) -> CommandResult<()> {
+    let mut unknown = Vec::new();
+    for role in roles {
+        if !exists(state, role).await? {
+            unknown.push(role.to_string());
         }
-        if let Some(privileges) = builtin_privileges(&role.role, &role.db) {
-            set.extend(&privileges);
-            pending.extend(
-                builtin_subroles(&role.role, &role.db)
-                    .into_iter()
-                    .map(|(role, db)| RoleName {
-                        role: role.to_owned(),
-                        db,
-                    }),
-            );
-        } else if let Some(document) = find_role_document(state, &role).await? {
-            let stored = parse_stored_role(&document);
-            set.extend(&stored.privileges);
-            pending.extend(stored.roles);
-        } else {
-            tracing::debug!(
-                role = role.role,
-                db = role.db,
-                "role not found: grants nothing"
-            );
-        }
-        seen.push(role);
     }
-    Ok(set)
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let plural = if unknown.len() > 1 { "s" } else { "" };
+    Err(CommandError::new(
+        ErrorCode::RoleNotFound,
+        format!("Could not find role{plural}: {}", unknown.join(", ")),
+    ))
+}
+
+/// mongod's `_id` of a role document (`RoleName::getUnambiguousName`).
+pub fn role_id(role: &RoleName) -> String {
+    format!("{}.{}", role.db, role.role)
 }

@@ -3,22 +3,23 @@
 //! commands over them: `createUser`, `updateUser`, `dropUser`, `dropAllUsersFromDatabase`,
 //! `usersInfo`, `grantRolesToUser`, `revokeRolesFromUser`.
 //!
-//! Invariants: a password is never stored, only SCRAM credentials (`scram::Credential`); roles
-//! name mongod's built-in roles (custom roles do not exist yet), the `*AnyDatabase`/cluster ones
-//! only on `admin`, as mongod defines them; user documents are read and written on the server's
-//! storage directly (never through a transaction: mongod keeps auth data out of them), durably.
+//! Invariants: a password is never stored, only SCRAM credentials (`scram::Credential`); a user
+//! on `$external` has no password, only mongod's `credentials: {external: true}` (X.509, see
+//! `x509`), and every user elsewhere has one; a user's roles exist when granted (mongod's
+//! built-in roles, the `*AnyDatabase`/cluster ones only on `admin`, or user-defined roles in
+//! `admin.system.roles`); user documents are read and written only through `store` (durable,
+//! outside transactions, bumping the auth generation).
 
 use std::collections::BTreeSet;
 
 use bson::{doc, Binary, Bson, Document};
 
 use super::scram::{Credential, Mechanism};
+use super::store;
 use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::ServerState;
-use crate::storage::{
-    Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
-};
+use crate::storage::{Namespace, ScanRequest, ScanSource, WriteOp};
 
 pub const USERS_DB: &str = "admin";
 pub const USERS_COLLECTION: &str = "system.users";
@@ -40,7 +41,14 @@ impl RoleName {
     }
 }
 
-fn users_ns() -> Namespace {
+impl std::fmt::Display for RoleName {
+    /// mongod's `RoleName` in messages: `role@db`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.role, self.db)
+    }
+}
+
+pub fn users_ns() -> Namespace {
     Namespace::new(USERS_DB, USERS_COLLECTION)
 }
 
@@ -55,11 +63,9 @@ pub async fn find_user(
     db: &str,
     user: &str,
 ) -> CommandResult<Option<Document>> {
-    let record = state
-        .storage
-        .get(&users_ns(), &Bson::String(user_id(db, user)))
-        .await?;
-    Ok(record.map(|record| record.doc.into_document()))
+    Ok(store::get(state, &users_ns(), &user_id(db, user))
+        .await?
+        .map(|(document, _)| document))
 }
 
 /// The user's SCRAM credential for `mechanism`, if the user exists and has one.
@@ -79,14 +85,28 @@ pub async fn credential(
         .and_then(|stored| Credential::from_document(stored).ok()))
 }
 
-/// The mechanisms a stored user can authenticate with (hello's `saslSupportedMechs`).
+/// The names of a stored user's credentials (usersInfo's `mechanisms`, as mongod: `external`
+/// for an `$external` user), which for a SCRAM user are also the mechanisms it can log in with
+/// (hello's `saslSupportedMechs`).
 pub fn mechanisms_of(document: &Document) -> Vec<Bson> {
     let credentials = document.get_document("credentials").ok();
-    Mechanism::ALL
+    let mut mechanisms: Vec<Bson> = Mechanism::ALL
         .into_iter()
         .filter(|m| credentials.is_some_and(|c| c.contains_key(m.name())))
         .map(|m| Bson::from(m.name()))
-        .collect()
+        .collect();
+    if is_external(document) {
+        mechanisms.push(Bson::from("external"));
+    }
+    mechanisms
+}
+
+/// Whether a stored user is an external one (`credentials.external`: authenticated by
+/// MONGODB-X509, never by a password).
+pub fn is_external(document: &Document) -> bool {
+    document
+        .get_document("credentials")
+        .is_ok_and(|credentials| credentials.get_bool("external") == Ok(true))
 }
 
 /// The roles of a stored user.
@@ -108,47 +128,9 @@ pub fn roles_of(document: &Document) -> Vec<RoleName> {
         .unwrap_or_default()
 }
 
-/// Every stored user (the collection is small: a scan).
+/// Every stored user.
 async fn all_users(state: &ServerState) -> CommandResult<Vec<Document>> {
-    let mut users = Vec::new();
-    let mut resume_after = None;
-    loop {
-        let page = state
-            .storage
-            .scan(
-                &users_ns(),
-                ScanRequest {
-                    source: ScanSource::Collection,
-                    resume_after: resume_after.take(),
-                    reverse: false,
-                    limit: 256,
-                    hide: None,
-                    key_filter: None,
-                    covered: false,
-                },
-            )
-            .await?;
-        users.extend(page.records.into_iter().map(|r| r.doc.into_document()));
-        match page.resume {
-            Some(resume) => resume_after = Some(resume),
-            None => return Ok(users),
-        }
-    }
-}
-
-async fn write(state: &ServerState, op: WriteOp) -> CommandResult<()> {
-    let options = WriteOptions {
-        ordered: true,
-        force_durable: true,
-        background: false,
-    };
-    let results = state.storage.write(&users_ns(), vec![op], options).await;
-    // Whatever happened, connections re-read their users' privileges.
-    state.auth.changed();
-    for result in results? {
-        result?;
-    }
-    Ok(())
+    store::all(state, &users_ns()).await
 }
 
 /// Whether any user exists (the localhost exception ends with the first one).
@@ -171,15 +153,8 @@ pub async fn any_user_exists(state: &ServerState) -> CommandResult<bool> {
     Ok(!page.records.is_empty())
 }
 
-fn meta(state: &ServerState) -> WriteMeta {
-    WriteMeta {
-        last_write_ms: state.clock.now_ms(),
-        ttl: TtlClass::Never,
-    }
-}
-
-/// The user name a command names in its first field.
-fn command_user<'b>(ctx: &CommandContext, body: &'b Document) -> CommandResult<&'b str> {
+/// The user or role name a command names in its first field.
+pub(super) fn command_name<'b>(ctx: &CommandContext, body: &'b Document) -> CommandResult<&'b str> {
     match body.get(ctx.name) {
         Some(Bson::String(user)) => Ok(user),
         Some(other) => Err(CommandError::idl_wrong_type(
@@ -192,9 +167,12 @@ fn command_user<'b>(ctx: &CommandContext, body: &'b Document) -> CommandResult<&
     }
 }
 
-/// `roles` as mongod resolves them: a string names a role on the command's database; each
-/// must exist (built-in roles only, for now).
-fn parse_roles(ctx: &CommandContext, roles: &[Bson]) -> CommandResult<Vec<RoleName>> {
+/// `roles` as mongod resolves them (`auth::resolveRoleNames`): a string names a role on the
+/// command's database; duplicates count once. Whether they exist is `roles::check_exist`.
+pub(super) fn parse_role_names(
+    ctx: &CommandContext,
+    roles: &[Bson],
+) -> CommandResult<Vec<RoleName>> {
     let mut resolved = Vec::with_capacity(roles.len());
     for role in roles {
         let role =
@@ -218,12 +196,6 @@ fn parse_roles(ctx: &CommandContext, roles: &[Bson]) -> CommandResult<Vec<RoleNa
                     ))
                 }
             };
-        if !role.is_builtin() {
-            return Err(CommandError::new(
-                ErrorCode::RoleNotFound,
-                format!("Could not find role: {}@{}", role.role, role.db),
-            ));
-        }
         if !resolved.contains(&role) {
             resolved.push(role);
         }
@@ -231,7 +203,15 @@ fn parse_roles(ctx: &CommandContext, roles: &[Bson]) -> CommandResult<Vec<RoleNa
     Ok(resolved)
 }
 
-fn roles_array(roles: &[RoleName]) -> Bson {
+/// `roles` parsed, each an existing role (built-in or in `admin.system.roles`), else mongod's
+/// RoleNotFound.
+async fn parse_roles(ctx: &CommandContext<'_>, roles: &[Bson]) -> CommandResult<Vec<RoleName>> {
+    let roles = parse_role_names(ctx, roles)?;
+    super::roles::check_exist(ctx.state, &roles).await?;
+    Ok(roles)
+}
+
+pub(super) fn roles_array(roles: &[RoleName]) -> Bson {
     Bson::Array(
         roles
             .iter()
@@ -299,7 +279,7 @@ fn digest_password(body: &Document) -> bool {
 }
 
 pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let user = command_user(ctx, body)?;
+    let user = command_name(ctx, body)?;
     if ctx.db == "local" {
         return Err(CommandError::bad_value(
             "Cannot create users in the local database",
@@ -310,23 +290,29 @@ pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
             "Username cannot contain NULL characters",
         ));
     }
-    if ctx.db == "$external" {
-        return Err(CommandError::new(
-            ErrorCode::NotImplemented,
-            "tideway does not support users on the '$external' database yet",
-        ));
-    }
-    let Ok(password) = body.get_str("pwd") else {
+    // mongod's checks, in its order (`user_management_commands.cpp`, createUser).
+    let external = ctx.db == super::x509::EXTERNAL_DB;
+    let password = body.get_str("pwd").ok();
+    if password.is_none() && !external {
         return Err(CommandError::bad_value(
             "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db",
         ));
-    };
+    }
+    if password.is_some() && external {
+        return Err(external_password());
+    }
     let mechanisms = parse_mechanisms(body)?;
     let roles = parse_roles(
         ctx,
         body.get_array("roles").map(Vec::as_slice).unwrap_or(&[]),
-    )?;
-    let credentials = build_credentials(user, password, digest_password(body), &mechanisms)?;
+    )
+    .await?;
+    let credentials = match password {
+        // mongod's `buildCredentials` for `$external`: no SCRAM credential, whatever
+        // `mechanisms` says.
+        None => doc! {"external": true},
+        Some(password) => build_credentials(user, password, digest_password(body), &mechanisms)?,
+    };
     let mut document = doc! {
         "_id": user_id(ctx.db, user),
         "userId": Bson::Binary(Binary::from_uuid(bson::Uuid::new())),
@@ -340,10 +326,10 @@ pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     document.insert("roles", roles_array(&roles));
     let op = WriteOp::Insert {
         doc: document,
-        meta: meta(ctx.state),
+        meta: store::meta(ctx.state),
         supersede: None,
     };
-    match write(ctx.state, op).await {
+    match store::write_one(ctx.state, &users_ns(), op).await {
         Err(error) if error.code == ErrorCode::DuplicateKey => Err(CommandError::new(
             ErrorCode::Location51003,
             format!("User \"{user}@{}\" already exists", ctx.db),
@@ -356,15 +342,15 @@ pub async fn create_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     }
 }
 
+/// mongod's refusal of a password for an `$external` user (createUser, updateUser).
+fn external_password() -> CommandError {
+    CommandError::bad_value("Cannot set the password for users defined on the '$external' database")
+}
+
 /// Reads `user@db` for a change, or mongod's UserNotFound.
 async fn existing(ctx: &CommandContext<'_>, user: &str) -> CommandResult<(Document, u64)> {
-    let record = ctx
-        .state
-        .storage
-        .get(&users_ns(), &Bson::String(user_id(ctx.db, user)))
-        .await?;
-    match record {
-        Some(record) => Ok((record.doc.into_document(), record.rev)),
+    match store::get(ctx.state, &users_ns(), &user_id(ctx.db, user)).await? {
+        Some(found) => Ok(found),
         None => Err(CommandError::new(
             ErrorCode::UserNotFound,
             format!("Could not find user \"{user}\" for db \"{}\"", ctx.db),
@@ -373,27 +359,23 @@ async fn existing(ctx: &CommandContext<'_>, user: &str) -> CommandResult<(Docume
 }
 
 async fn replace(ctx: &CommandContext<'_>, document: Document, rev: u64) -> CommandResult<()> {
-    let id = document.get("_id").cloned().unwrap_or(Bson::Null);
-    let op = WriteOp::Replace {
-        id,
-        expected_rev: rev,
-        doc: document,
-        meta: meta(ctx.state),
-        supersede: None,
-        replacement: false,
-    };
-    write(ctx.state, op).await
+    store::write_one(
+        ctx.state,
+        &users_ns(),
+        store::replace_op(ctx.state, document, rev),
+    )
+    .await
 }
 
 pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let user = command_user(ctx, body)?;
+    let user = command_name(ctx, body)?;
     let mechanisms = match body.get("mechanisms") {
         Some(_) => Some(parse_mechanisms(body)?),
         None => None,
     };
     let password = body.get_str("pwd").ok();
     let roles = match body.get_array("roles") {
-        Ok(roles) => Some(parse_roles(ctx, roles)?),
+        Ok(roles) => Some(parse_roles(ctx, roles).await?),
         Err(_) => None,
     };
     let custom = body.get_document("customData").ok();
@@ -401,6 +383,9 @@ pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
         return Err(CommandError::bad_value(
             "Must specify at least one field to update in updateUser",
         ));
+    }
+    if password.is_some() && ctx.db == super::x509::EXTERNAL_DB {
+        return Err(external_password());
     }
     let (mut document, rev) = existing(ctx, user).await?;
     if let Some(password) = password {
@@ -437,12 +422,12 @@ pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
 }
 
 pub async fn drop_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let user = command_user(ctx, body)?;
+    let user = command_name(ctx, body)?;
     let op = WriteOp::Delete {
         id: Bson::String(user_id(ctx.db, user)),
         expected_rev: None,
     };
-    match write(ctx.state, op).await {
+    match store::write_one(ctx.state, &users_ns(), op).await {
         Err(error) if error.code == ErrorCode::WriteConflict => Err(CommandError::new(
             ErrorCode::UserNotFound,
             format!("User '{user}@{}' not found", ctx.db),
@@ -465,30 +450,13 @@ pub async fn drop_all_users_from_database(
             expected_rev: None,
         })
         .collect();
-    let options = WriteOptions {
-        ordered: false,
-        force_durable: true,
-        background: false,
-    };
-    let mut removed = 0i32;
-    if !doomed.is_empty() {
-        for result in ctx
-            .state
-            .storage
-            .write(&users_ns(), doomed, options)
-            .await?
-        {
-            if result.is_ok() {
-                removed += 1;
-            }
-        }
-    }
+    let removed = store::write_each(ctx.state, &users_ns(), doomed).await?;
     Ok(doc! {"n": removed})
 }
 
 /// `grantRolesToUser` and `revokeRolesFromUser`.
 pub async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let user = command_user(ctx, body)?;
+    let user = command_name(ctx, body)?;
     let requested = body.get_array("roles").map(Vec::as_slice).unwrap_or(&[]);
     if requested.is_empty() {
         return Err(CommandError::bad_value(format!(
@@ -497,7 +465,7 @@ pub async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandR
         )));
     }
     let (mut document, rev) = existing(ctx, user).await?;
-    let changed = parse_roles(ctx, requested)?;
+    let changed = parse_roles(ctx, requested).await?;
     let mut roles: BTreeSet<RoleName> = roles_of(&document).into_iter().collect();
     for role in changed {
         if ctx.name == "grantRolesToUser" {
@@ -567,6 +535,35 @@ pub async fn users_info(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     let show_custom_data = body
         .get("showCustomData")
         .is_none_or(crate::bsonutil::is_truthy);
+    let show_privileges = body
+        .get("showPrivileges")
+        .is_some_and(crate::bsonutil::is_truthy);
+    let show_restrictions = body
+        .get("showAuthenticationRestrictions")
+        .is_some_and(crate::bsonutil::is_truthy);
+    if show_privileges || show_restrictions {
+        let UsersQuery::Names(names) = query else {
+            return Err(CommandError::new(
+                ErrorCode::IllegalOperation,
+                "Privilege or restriction details require exact-match usersInfo queries",
+            ));
+        };
+        let mut users = Vec::new();
+        for (user, db) in names {
+            if let Some(document) = find_user(ctx.state, &db, &user).await? {
+                let description = describe_user(
+                    ctx.state,
+                    &document,
+                    show_credentials,
+                    show_custom_data,
+                    show_restrictions,
+                )
+                .await?;
+                users.push(Bson::Document(description));
+            }
+        }
+        return Ok(doc! {"users": users});
+    }
     let mut found = Vec::new();
     match query {
         UsersQuery::Database(db) => {
@@ -605,4 +602,68 @@ pub async fn users_info(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         })
         .collect();
     Ok(doc! {"users": users})
+}
+
+/// A user as `usersInfo` describes it with privileges or restrictions. With `showCustomData`
+/// (the default) it is mongod's `getUserDescription`: the stored fields in order, `credentials`
+/// shown as `mechanisms` in its place (and kept only with `showCredentials`); without it,
+/// mongod's `User::reportForUsersInfo` (`_id`, `userId`, `user`, `db`, `mechanisms`, `roles`,
+/// `credentials` when asked). Then `inheritedRoles` (its roles and every role they reach),
+/// `inheritedPrivileges` (all they grant, merged per resource) and
+/// `inheritedAuthenticationRestrictions` (tideway stores none).
+async fn describe_user(
+    state: &ServerState,
+    user: &Document,
+    show_credentials: bool,
+    show_custom_data: bool,
+    show_restrictions: bool,
+) -> CommandResult<Document> {
+    let mut description = Document::new();
+    if show_custom_data {
+        for (key, value) in user {
+            if key == "credentials" {
+                description.insert("mechanisms", mechanisms_of(user));
+                if !show_credentials {
+                    continue;
+                }
+            }
+            description.insert(key.clone(), value.clone());
+        }
+        if show_restrictions {
+            description.insert("authenticationRestrictions", Bson::Array(vec![]));
+        }
+    } else {
+        for key in ["_id", "userId", "user", "db"] {
+            if let Some(value) = user.get(key) {
+                description.insert(key, value.clone());
+            }
+        }
+        description.insert("mechanisms", mechanisms_of(user));
+        description.insert("roles", roles_array(&roles_of(user)));
+        if let (true, Some(credentials)) = (show_credentials, user.get("credentials")) {
+            description.insert("credentials", credentials.clone());
+        }
+    }
+    let direct = roles_of(user);
+    let resolved = super::roles::resolve_graph(state, &direct).await?;
+    let mut inherited = resolved.roles;
+    inherited.extend(direct);
+    description.insert(
+        "inheritedRoles",
+        roles_array(&inherited.into_iter().collect::<Vec<_>>()),
+    );
+    description.insert(
+        "inheritedPrivileges",
+        resolved
+            .privileges
+            .privileges()
+            .into_iter()
+            .map(|p| Bson::Document(p.to_document()))
+            .collect::<Vec<_>>(),
+    );
+    description.insert("inheritedAuthenticationRestrictions", Bson::Array(vec![]));
+    if show_restrictions && !show_custom_data {
+        description.insert("authenticationRestrictions", Bson::Array(vec![]));
+    }
+    Ok(description)
 }

@@ -7,6 +7,7 @@ pub(crate) mod aggregate;
 pub mod args;
 mod bulk_write;
 mod capped_convert;
+mod certificates;
 pub mod clustered;
 pub mod collection_defaults;
 pub mod config_transactions;
@@ -41,12 +42,14 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         capped_convert::COMMANDS,
         indexes::COMMANDS,
         admin::COMMANDS,
+        certificates::COMMANDS,
         aggregate::COMMANDS,
         map_reduce::COMMANDS,
         explain::COMMANDS,
         crate::repl::commands::COMMANDS,
         crate::txn::COMMANDS,
         crate::auth::COMMANDS,
+        crate::auth::role_commands::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -670,6 +670,18 @@ const SASL_START: Args = Args {
     ],
 };
 
+/// `authenticate` (`authentication_commands.idl`, strict).
+const AUTHENTICATE: Args = Args {
+    strict: true,
+    fields: &[required("mechanism", Str), arg("user", Str)],
+};
+
+/// `rotateCertificates` (`rotate_certificates.idl`).
+const ROTATE_CERTIFICATES: Args = Args {
+    strict: true,
+    fields: &[arg("message", Str)],
+};
+
 const SASL_CONTINUE: Args = Args {
     strict: false,
     fields: &[required("conversationId", Number), required("payload", Any)],
@@ -711,9 +723,45 @@ const USERS_INFO: Args = Args {
     fields: &[
         arg("showCredentials", SafeBool),
         arg("showCustomData", SafeBool),
-        refused("showPrivileges", SafeBool),
-        refused("showAuthenticationRestrictions", SafeBool),
+        arg("showPrivileges", SafeBool),
+        arg("showAuthenticationRestrictions", SafeBool),
         refused("filter", Object),
+    ],
+};
+
+/// `createRole` (`user_management_commands.idl`, strict); the handler parses each privilege and
+/// refuses a non-empty `authenticationRestrictions` (tideway enforces none).
+const CREATE_ROLE: Args = Args {
+    strict: true,
+    fields: &[
+        required("privileges", Array),
+        required("roles", Array),
+        arg("authenticationRestrictions", Array),
+    ],
+};
+
+const UPDATE_ROLE: Args = Args {
+    strict: true,
+    fields: &[
+        arg("privileges", Array),
+        arg("roles", Array),
+        arg("authenticationRestrictions", Array),
+    ],
+};
+
+/// `grantPrivilegesToRole` / `revokePrivilegesFromRole`.
+const ROLE_PRIVILEGES: Args = Args {
+    strict: true,
+    fields: &[required("privileges", Array)],
+};
+
+/// `rolesInfo`; `showPrivileges` is a boolean or `"asUserFragment"` (the handler checks it).
+const ROLES_INFO: Args = Args {
+    strict: true,
+    fields: &[
+        arg("showPrivileges", Any),
+        arg("showBuiltinRoles", SafeBool),
+        arg("showAuthenticationRestrictions", SafeBool),
     ],
 };
 
@@ -780,9 +828,18 @@ pub fn args_for(command: &str) -> Option<&'static Args> {
         "replSetInitiate" | "replSetGetStatus" | "replSetGetConfig" | "replSetStepDown" => &LOOSE,
         "saslStart" => &SASL_START,
         "saslContinue" => &SASL_CONTINUE,
+        "authenticate" => &AUTHENTICATE,
+        "rotateCertificates" => &ROTATE_CERTIFICATES,
         "createUser" => &CREATE_USER,
         "updateUser" => &UPDATE_USER,
-        "grantRolesToUser" | "revokeRolesFromUser" => &USER_ROLES,
+        "grantRolesToUser" | "revokeRolesFromUser" | "grantRolesToRole" | "revokeRolesFromRole" => {
+            &USER_ROLES
+        }
+        "createRole" => &CREATE_ROLE,
+        "updateRole" => &UPDATE_ROLE,
+        "grantPrivilegesToRole" | "revokePrivilegesFromRole" => &ROLE_PRIVILEGES,
+        "rolesInfo" => &ROLES_INFO,
+        "dropRole" | "dropAllRolesFromDatabase" => &NO_FIELDS,
         "usersInfo" => &USERS_INFO,
         "dropUser" | "dropAllUsersFromDatabase" | "logout" => &NO_FIELDS,
         "commitTransaction" => &COMMIT_TRANSACTION,

@@ -64,6 +64,14 @@ impl MessageHeader {
         out.extend_from_slice(&self.op_code.to_le_bytes());
     }
 
+    /// Whether these 16 bytes open a TLS record carrying a ClientHello (record type 0x16,
+    /// version 3.x, handshake type 1): a TLS client talking to a server without TLS.
+    pub fn is_tls_client_hello(&self) -> bool {
+        let [record_type, major, _, _] = self.message_length.to_le_bytes();
+        let [_, handshake_type, _, _] = self.request_id.to_le_bytes();
+        record_type == 0x16 && major == 3 && handshake_type == 1
+    }
+
     /// The body length to read, or why the message must be refused unread.
     pub fn check_length(&self) -> Result<usize, FramingError> {
         if self.message_length < HEADER_LEN as i32 {

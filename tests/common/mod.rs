@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod pki;
 pub mod process;
 pub mod raw;
 
