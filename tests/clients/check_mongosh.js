@@ -8,7 +8,7 @@
 //
 // mongosh runs non-interactively (--eval, or a script on stdin), never reads a user's
 // ~/.mongoshrc.js (--norc), and is kept from reaching the network: telemetry is forced off and
-// has no endpoint, and the update check has no URL (see mongoshEnv()).
+// has no endpoint, and the update check has no URL (see mongosh_env.js).
 //
 // Prints `PASS name` / `FAIL name` (with indented details) / `SKIP name: why` per check and exits
 // non-zero if any failed. Each scenario is one function in SCENARIOS.
@@ -16,6 +16,8 @@
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
+
+const { mongoshEnv } = require('./mongosh_env.js');
 
 const SERVER_VERSION = '8.0.0';
 const MARK = 'TIDEWAY-CHECK';
@@ -33,28 +35,7 @@ class Skip extends Error {}
 
 class CheckFailure extends Error {}
 
-function mongoshEnv() {
-  fs.mkdirSync(HOME, { recursive: true });
-  // A global config file (EJSON) that switches off everything that would phone home.
-  const globalConfig = path.join(HOME, 'mongosh-global.conf');
-  fs.writeFileSync(globalConfig, JSON.stringify({
-    forceDisableTelemetry: true,
-    telemetryEndpoint: '',
-    updateURL: '',
-  }));
-  return {
-    ...process.env,
-    HOME,
-    DO_NOT_TRACK: '1',
-    CI: '1', // mongosh skips its update check in CI
-    MONGOSH_GLOBAL_CONFIG_FILE_FOR_TESTING: globalConfig,
-    MONGOSH_FORCE_DISABLE_TELEMETRY_FOR_TESTING: '1',
-    MONGOSH_TELEMETRY_ENDPOINT: '',
-    NO_COLOR: '1',
-  };
-}
-
-const ENV = mongoshEnv();
+const ENV = mongoshEnv(HOME);
 
 function mongosh(args, input = '') {
   const result = spawnSync(MONGOSH, [URI, '--norc', ...args], {

@@ -8,7 +8,9 @@
 # folder, at the versions pinned in tests/clients/requirements*.txt, package.json and
 # package-lock.json), starts `tideway --storage memory` on a free 127.0.0.1 port, runs each
 # check file (the run_check lines near the end; add new ones there) against it, stops it by its
-# PID, and ends with the line
+# PID, then does the same with a --replSet server and, for the authentication/TLS checks, with one
+# fresh --auth --tlsMode requireTLS server per client (certificates made by make_certs.py), and
+# ends with the line
 # `clients: N passed, M failed` (read by CI). Exits non-zero if any check failed.
 #
 # Environment:
@@ -289,6 +291,61 @@ else
   echo "FAIL server/replset_graceful_shutdown (exit status $replset_status after SIGTERM)"
   failed=$((failed + 1))
 fi
+
+# Authentication, authorization and TLS (docs/compatibility.md): one fresh server per client, as
+# the localhost-exception checks need a server without users, each with access control and
+# requireTLS (by flags, or for mongosh's by a configuration file) and certificates from a test
+# CA made for this run (make_certs.py) that also signs the MONGODB-X509 client certificate.
+echo "== auth"
+TLS_DIR="$RUN_DIR/tls"
+"$VENV/bin/python" "$HERE/make_certs.py" "$TLS_DIR" || die "could not make the test certificates"
+AUTH_TLS_ARGS=(--tlsMode requireTLS --tlsCertificateKeyFile "$TLS_DIR/server.pem"
+  --tlsCAFile "$TLS_DIR/ca.pem" --tlsAllowConnectionsWithoutCertificates)
+if "$TIDEWAY_BIN" --help | grep -qE -- '(^|[[:space:]])--auth([[:space:],]|$)'; then
+  AUTH_FLAG_ARGS=(--auth "${AUTH_TLS_ARGS[@]}")
+  # The same settings as a configuration file, for one of the servers (mongod's keys).
+  cat >"$TLS_DIR/auth.conf" <<EOF
+security:
+  authorization: enabled
+net:
+  tls:
+    mode: requireTLS
+    certificateKeyFile: "$TLS_DIR/server.pem"
+    CAFile: "$TLS_DIR/ca.pem"
+    allowConnectionsWithoutCertificates: true
+EOF
+  AUTH_FILE_ARGS=(--config "$TLS_DIR/auth.conf")
+  echo "PASS server/accepts_auth_flag"
+  passed=$((passed + 1))
+else
+  # The TLS and SCRAM checks still run; every enforcement check fails, as it should.
+  echo "FAIL server/accepts_auth_flag ($TIDEWAY_BIN --help lists no --auth: its servers below run without it)"
+  failed=$((failed + 1))
+  AUTH_FLAG_ARGS=("${AUTH_TLS_ARGS[@]}")
+  AUTH_FILE_ARGS=("${AUTH_TLS_ARGS[@]}")
+fi
+
+# run_auth_check SERVER_ARGS NAME COMMAND...: run_check NAME COMMAND... against a fresh server
+# started with the arguments in the array named SERVER_ARGS, stopped after it; a @PORT@ argument
+# becomes the server's port.
+run_auth_check() {
+  local -n server_args=$1
+  local name=$2 status=0 arg args=()
+  shift
+  start_server "${server_args[@]}" || die "could not start the server for $name"
+  for arg in "$@"; do args+=("${arg//@PORT@/$PORT}"); done
+  run_check "${args[@]}"
+  stop_server || status=$?
+  if ((status != 0)); then
+    echo "FAIL server/${name}_graceful_shutdown (exit status $status after SIGTERM)"
+    failed=$((failed + 1))
+  fi
+}
+run_auth_check AUTH_FLAG_ARGS pymongo-auth "$VENV/bin/python" "$HERE/check_auth_pymongo.py" @PORT@ "$TLS_DIR"
+TIDEWAY_CLIENTS_NODE_DIR="$NODE_DIR" run_auth_check AUTH_FLAG_ARGS node-auth \
+  node "$HERE/check_auth_node.mjs" @PORT@ "$TLS_DIR"
+MONGOSH_BIN="$NODE_DIR/node_modules/.bin/mongosh" TIDEWAY_MONGOSH_HOME="$RUN_DIR/mongosh-home" \
+  run_auth_check AUTH_FILE_ARGS mongosh-auth node "$HERE/check_auth_mongosh.js" @PORT@ "$TLS_DIR"
 
 note "checks took $((SECONDS - checks_started))s"
 if ((failed)); then keep_run_dir; fi
