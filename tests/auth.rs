@@ -468,3 +468,119 @@ async fn a_failed_login_flood_does_not_stop_a_correct_client() {
     assert_eq!(server.state.failed_logins.hosts.hosts(), 1);
     server.stop().await;
 }
+
+/// The legacy handshake (OP_QUERY on `admin.$cmd`, which old drivers and the shell's first
+/// messages use) carries a whole SCRAM-SHA-256 conversation, answered in OP_REPLY; the login
+/// then holds for OP_MSG commands on the connection. The client side is computed here from
+/// RFC 5802's definitions with the server crate's primitives (HMAC, H, Hi).
+#[tokio::test]
+async fn a_scram_conversation_over_op_query() {
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use base64::Engine as _;
+    use common::raw::{connect, kind0, op_msg, op_query, roundtrip, OP_REPLY};
+    use tideway::auth::scram::Mechanism;
+
+    let server = TestServer::start().await;
+    admin(
+        &server.client(),
+        doc! {"createUser": "legacy", "pwd": "pw", "roles": ["root"], "mechanisms": ["SCRAM-SHA-256"]},
+    )
+    .await
+    .expect("createUser");
+    let payload = |text: &str| {
+        Bson::Binary(bson::Binary {
+            subtype: bson::spec::BinarySubtype::Generic,
+            bytes: text.as_bytes().to_vec(),
+        })
+    };
+    let text_of = |reply: &Document| {
+        String::from_utf8(
+            reply
+                .get_binary_generic("payload")
+                .expect("payload")
+                .clone(),
+        )
+        .unwrap()
+    };
+    let mut stream = connect(&server).await;
+    let client_nonce = "fyko+d2lbbFgONRv9qkxdawL";
+    let client_first_bare = format!("n=legacy,r={client_nonce}");
+    let start = roundtrip(
+        &mut stream,
+        &op_query(
+            1,
+            "admin.$cmd",
+            &doc! {"saslStart": 1, "mechanism": "SCRAM-SHA-256",
+            "payload": payload(&format!("n,,{client_first_bare}")),
+            "options": {"skipEmptyExchange": true}},
+        ),
+    )
+    .await;
+    assert_eq!(start.op_code, OP_REPLY);
+    assert_eq!(start.document.get_f64("ok"), Ok(1.0), "{}", start.document);
+    let server_first = text_of(&start.document);
+    let field = |name: &str| {
+        server_first
+            .split(',')
+            .find_map(|part| part.strip_prefix(&format!("{name}=")))
+            .expect("server-first field")
+            .to_owned()
+    };
+    let (nonce, salt, iterations) = (field("r"), field("s"), field("i"));
+    assert!(nonce.starts_with(client_nonce));
+    let mechanism = Mechanism::Sha256;
+    let salted = mechanism.salted_password(
+        "pw",
+        &BASE64.decode(salt).unwrap(),
+        iterations.parse().unwrap(),
+    );
+    let client_key = mechanism.hmac(&salted, b"Client Key");
+    let stored_key = mechanism.hash(&client_key);
+    let without_proof = format!("c=biws,r={nonce}");
+    let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+    let signature = mechanism.hmac(&stored_key, auth_message.as_bytes());
+    let proof: Vec<u8> = client_key
+        .iter()
+        .zip(&signature)
+        .map(|(k, s)| k ^ s)
+        .collect();
+    let finish = roundtrip(
+        &mut stream,
+        &op_query(
+            2,
+            "admin.$cmd",
+            &doc! {"saslContinue": 1, "conversationId": 1,
+            "payload": payload(&format!("{without_proof},p={}", BASE64.encode(proof)))},
+        ),
+    )
+    .await;
+    assert_eq!(finish.op_code, OP_REPLY);
+    assert_eq!(
+        finish.document.get_bool("done"),
+        Ok(true),
+        "{}",
+        finish.document
+    );
+    let server_key = mechanism.hmac(&salted, b"Server Key");
+    let expected = BASE64.encode(mechanism.hmac(&server_key, auth_message.as_bytes()));
+    assert_eq!(text_of(&finish.document), format!("v={expected}"));
+    let status = roundtrip(
+        &mut stream,
+        &op_msg(
+            3,
+            0,
+            &[kind0(&doc! {"connectionStatus": 1, "$db": "admin"})],
+        ),
+    )
+    .await
+    .document;
+    assert_eq!(
+        status
+            .get_document("authInfo")
+            .unwrap()
+            .get_array("authenticatedUsers")
+            .unwrap(),
+        &vec![Bson::Document(doc! {"user": "legacy", "db": "admin"})]
+    );
+    server.stop().await;
+}
