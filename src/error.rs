@@ -77,7 +77,7 @@ error_codes! {
     IncompatibleCollationVersion = 161,
     InvalidPipelineOperator = 168,
     // Views (commands::views).
-    GraphContainsCycle = 93,
+    GraphContainsCycle = 5,
     CommandNotSupportedOnView = 166,
     // Capped collections (capped.rs, exec.rs).
     CappedPositionLost = 136,

@@ -953,7 +953,7 @@ fn stage_documents(value: Option<&Bson>) -> Vec<&Document> {
 /// the views they are defined on and the views their pipelines read, transitively (mongod's
 /// view graph, whose edges are `viewOn` and the involved namespaces). `pending` stands for its
 /// namespace's stored definition (a view being created or modified). A path that comes back to
-/// a view on it is 93 GraphContainsCycle; one longer than [`MAX_VIEW_DEPTH`] views is 279.
+/// a view on it is 5 GraphContainsCycle; one longer than [`MAX_VIEW_DEPTH`] views is 279.
 async fn reached_views(
     ctx: &CommandContext<'_>,
     db: &str,
