@@ -225,6 +225,31 @@ async fn a_read_user_reads_but_cannot_write() {
             .await,
         "not authorized on admin to execute command { serverStatus: 1",
     );
+    // A user may always view itself (mongod's usersInfo check), nobody else without viewUser.
+    let me = reader
+        .database("app")
+        .run_command(doc! {"usersInfo": "reader"})
+        .await
+        .expect("usersInfo of oneself");
+    assert_eq!(me.get_array("users").map(Vec::len), Ok(1), "{me}");
+    reader
+        .database("app")
+        .run_command(doc! {"usersInfo": [{"user": "reader", "db": "app"}], "showPrivileges": true})
+        .await
+        .expect("usersInfo of oneself, with privileges");
+    for query in [
+        Bson::from("root"),
+        Bson::Int32(1),
+        Bson::Array(vec!["reader".into(), "root".into()]),
+    ] {
+        assert_unauthorized(
+            reader
+                .database("app")
+                .run_command(doc! {"usersInfo": query})
+                .await,
+            "not authorized on",
+        );
+    }
     server.stop().await;
 }
 

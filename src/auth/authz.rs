@@ -801,13 +801,40 @@ pub async fn check_privileges(
     };
     let mut needs = Needs::default();
     rule_needs(rule, db, body, &mut needs);
-    if needs.entries.is_empty() {
+    if needs.entries.is_empty() || views_only_itself(spec.name, db, body, client) {
         return Ok(());
     }
     match privileges(state, client).await? {
         None => Ok(()),
         Some(privileges) if needs.allowed_by(&privileges) => Ok(()),
         Some(_) => Err(unauthorized(db, body)),
+    }
+}
+
+/// mongod lets a user always view its own user document: `usersInfo` naming only users the
+/// connection is authenticated as needs no `viewUser`.
+fn views_only_itself(name: &str, db: &str, body: &Document, client: &ClientInfo) -> bool {
+    if name != "usersInfo" {
+        return false;
+    }
+    let users = client.auth.users();
+    let is_caller = |value: &Bson| {
+        let (user, user_db) = match value {
+            Bson::String(user) => (user.as_str(), db),
+            Bson::Document(named) => match (named.get_str("user"), named.get_str("db")) {
+                (Ok(user), Ok(user_db)) => (user, user_db),
+                _ => return false,
+            },
+            _ => return false,
+        };
+        users
+            .iter()
+            .any(|known| known.user == user && known.db == user_db)
+    };
+    match body.get("usersInfo") {
+        Some(Bson::Array(named)) => !named.is_empty() && named.iter().all(is_caller),
+        Some(value) => is_caller(value),
+        None => false,
     }
 }
 
