@@ -404,6 +404,14 @@ fn client_report(client: &ClientInfo, host: &str) -> Document {
     if let Some(metadata) = client.metadata() {
         out.insert("clientMetadata", metadata.clone());
     }
+    let users = client.auth.users();
+    if !users.is_empty() {
+        let users: Vec<bson::Bson> = users
+            .iter()
+            .map(|user| bson::Bson::Document(doc! {"user": &user.user, "db": &user.db}))
+            .collect();
+        out.insert("effectiveUsers", users);
+    }
     out
 }
 

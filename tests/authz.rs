@@ -569,6 +569,17 @@ async fn current_op_and_kill_op_without_the_cluster_actions_see_only_the_users_o
         .expect("$ownOps needs no privilege");
     let ops = reply.get_array("inprog").unwrap();
     assert!(!ops.is_empty(), "{reply}");
+    // Each entry names the user it runs as (mongod's `effectiveUsers`).
+    for op in ops {
+        assert_eq!(
+            op.as_document()
+                .unwrap()
+                .get_array("effectiveUsers")
+                .unwrap(),
+            &vec![Bson::Document(doc! {"user": "worker", "db": "app"})],
+            "{op}"
+        );
+    }
     let all = root
         .database("admin")
         .run_command(doc! {"currentOp": 1, "$all": true})
