@@ -104,7 +104,7 @@ pub struct Cursor {
     /// `killSessions`, `endSessions` and the session's expiry kill it.
     pub session: Option<Vec<u8>>,
     /// The users the opening connection had authenticated as: under `--auth` only a connection
-    /// authenticated as one of them may read on (`auth::authz::may_use_cursor`).
+    /// authenticated as one of them may read on (`auth::authz::coauthorized`).
     pub owner: Vec<crate::auth::UserName>,
 }
 

@@ -468,7 +468,7 @@ async fn checked_spec(
             ))
         }
     };
-    crate::auth::authz::check_authenticated(state, client, spec).await?;
+    let auth_rule = crate::auth::authz::check_authenticated(state, client, spec, db, body).await?;
     if spec.admin_only && db != "admin" {
         return Err(CommandError::new(
             ErrorCode::Unauthorized,
@@ -482,7 +482,7 @@ async fn checked_spec(
     if let Some(args) = crate::commands::schema::args_for(spec.name) {
         crate::commands::schema::validate(spec.name, args, body)?;
     }
-    crate::auth::authz::check_privileges(state, client, spec, db, body).await?;
+    crate::auth::authz::check_privileges(state, client, auth_rule, db, body).await?;
     Ok(spec)
 }
 

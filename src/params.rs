@@ -111,6 +111,21 @@ macro_rules! startup_int_parameter {
     };
 }
 
+/// A boolean parameter settable at startup only.
+macro_rules! startup_bool_parameter {
+    ($name:literal, $field:ident) => {
+        ParameterSpec {
+            name: $name,
+            get: |p| Bson::Boolean(p.$field.load(Ordering::Relaxed)),
+            set_at_startup: Some(|p, value| {
+                p.$field.store(parse_bool(value)?, Ordering::Relaxed);
+                Ok(())
+            }),
+            set_at_runtime: None,
+        }
+    };
+}
+
 const PARAMETERS: &[ParameterSpec] = &[
     // mongod's logical_session_id.idl and logical_session_cache.idl (startup only, defaults
     // 30 and 300000); tideway refuses values that would make no sense (a timeout or an interval
@@ -131,27 +146,9 @@ const PARAMETERS: &[ParameterSpec] = &[
         max_transaction_lock_request_timeout_ms,
         -1
     ),
-    ParameterSpec {
-        name: "enableTestCommands",
-        get: |p| Bson::Boolean(p.test_commands_enabled()),
-        set_at_startup: Some(|p, value| {
-            p.enable_test_commands
-                .store(parse_bool(value)?, Ordering::Relaxed);
-            Ok(())
-        }),
-        set_at_runtime: None,
-    },
+    startup_bool_parameter!("enableTestCommands", enable_test_commands),
     // mongod's: startup only, default true (the localhost exception, `crate::auth::authz`).
-    ParameterSpec {
-        name: "enableLocalhostAuthBypass",
-        get: |p| Bson::Boolean(p.enable_localhost_auth_bypass()),
-        set_at_startup: Some(|p, value| {
-            p.enable_localhost_auth_bypass
-                .store(parse_bool(value)?, Ordering::Relaxed);
-            Ok(())
-        }),
-        set_at_runtime: None,
-    },
+    startup_bool_parameter!("enableLocalhostAuthBypass", enable_localhost_auth_bypass),
     ParameterSpec {
         name: "featureCompatibilityVersion",
         get: |_| Bson::Document(doc! {"version": FEATURE_COMPATIBILITY_VERSION}),

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
+use super::name_and_db;
 use super::privileges::{Action, PrivilegeSet, Target};
-use super::RoleName;
 use crate::dispatch::{ClientInfo, CommandSpec};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::ServerState;
@@ -91,7 +91,7 @@ pub enum Rule {
     /// Actions on the cluster.
     Cluster(&'static [Action]),
     /// Computed from the command body.
-    Computed(fn(&str, &Document, &mut Needs)),
+    Computed(for<'a> fn(&'a str, &'a Document, &mut Needs<'a>)),
 }
 
 /// The rule of every command tideway registers (and of those it may register later under
@@ -178,48 +178,28 @@ pub fn requires_auth(name: &str) -> bool {
 }
 
 /// What a command needs: each entry one resource and the actions of which any one will do.
+/// The targets borrow the command body (no allocation per command beyond the list).
 #[derive(Debug, Default)]
-pub struct Needs {
-    entries: Vec<(OwnedTarget, &'static [Action])>,
+pub struct Needs<'a> {
+    entries: Vec<(Target<'a>, &'static [Action])>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum OwnedTarget {
-    Cluster,
-    Database(String),
-    Namespace(String, String),
-}
-
-impl OwnedTarget {
-    fn as_target(&self) -> Target<'_> {
-        match self {
-            OwnedTarget::Cluster => Target::Cluster,
-            OwnedTarget::Database(db) => Target::Database(db),
-            OwnedTarget::Namespace(db, coll) => Target::Namespace(db, coll),
-        }
-    }
-}
-
-impl Needs {
+impl<'a> Needs<'a> {
     fn cluster(&mut self, actions: &'static [Action]) {
-        self.entries.push((OwnedTarget::Cluster, actions));
+        self.entries.push((Target::Cluster, actions));
     }
 
-    fn database(&mut self, db: &str, actions: &'static [Action]) {
-        self.entries
-            .push((OwnedTarget::Database(db.to_owned()), actions));
+    fn database(&mut self, db: &'a str, actions: &'static [Action]) {
+        self.entries.push((Target::Database(db), actions));
     }
 
-    fn namespace(&mut self, db: &str, coll: &str, actions: &'static [Action]) {
-        self.entries.push((
-            OwnedTarget::Namespace(db.to_owned(), coll.to_owned()),
-            actions,
-        ));
+    fn namespace(&mut self, db: &'a str, coll: &'a str, actions: &'static [Action]) {
+        self.entries.push((Target::Namespace(db, coll), actions));
     }
 
     /// `actions` on the collection named by `value` in `db`; on the database when `value` is
     /// not a collection name (the command then fails on its own terms, if authorized).
-    fn collection(&mut self, db: &str, value: Option<&Bson>, actions: &'static [Action]) {
+    fn collection(&mut self, db: &'a str, value: Option<&'a Bson>, actions: &'static [Action]) {
         match value {
             Some(Bson::String(coll)) if !coll.is_empty() => self.namespace(db, coll, actions),
             _ => self.database(db, actions),
@@ -227,7 +207,7 @@ impl Needs {
     }
 
     /// `actions` on a `"<db>.<coll>"` namespace string.
-    fn full_namespace(&mut self, value: Option<&Bson>, actions: &'static [Action]) {
+    fn full_namespace(&mut self, value: Option<&'a Bson>, actions: &'static [Action]) {
         match value
             .and_then(Bson::as_str)
             .and_then(|ns| ns.split_once('.'))
@@ -241,7 +221,7 @@ impl Needs {
         self.entries.iter().all(|(target, actions)| {
             actions
                 .iter()
-                .any(|&action| privileges.allows(target.as_target(), action))
+                .any(|&action| privileges.allows(*target, action))
         })
     }
 }
@@ -250,7 +230,7 @@ fn flag(body: &Document, field: &str) -> bool {
     body.get(field).is_some_and(crate::bsonutil::is_truthy)
 }
 
-fn needs_of_write(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_write<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let name = body.keys().next().map(String::as_str).unwrap_or_default();
     let target = body.get(name);
     let upsert = |statement: &Document| flag(statement, "upsert");
@@ -285,7 +265,7 @@ fn needs_of_write(db: &str, body: &Document, needs: &mut Needs) {
 /// beyond what the pipeline parser itself accepts.
 const MAX_PIPELINE_DEPTH: usize = 64;
 
-fn needs_of_aggregate(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_aggregate<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let pipeline = body.get_array("pipeline").map(Vec::as_slice).unwrap_or(&[]);
     let target = body.get("aggregate");
     let first = pipeline
@@ -309,11 +289,11 @@ fn needs_of_aggregate(db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn pipeline_needs(
-    db: &str,
-    target: Option<&Bson>,
-    pipeline: &[Bson],
-    needs: &mut Needs,
+fn pipeline_needs<'a>(
+    db: &'a str,
+    target: Option<&'a Bson>,
+    pipeline: &'a [Bson],
+    needs: &mut Needs<'a>,
     depth: usize,
 ) {
     if depth > MAX_PIPELINE_DEPTH {
@@ -371,9 +351,7 @@ fn pipeline_needs(
                 for action in [&[A::changeStream][..], &[A::find]] {
                     if whole_cluster {
                         // Every normal database (mongod: any normal resource).
-                        needs
-                            .entries
-                            .push((OwnedTarget::Database(String::new()), action));
+                        needs.entries.push((Target::Database(""), action));
                     } else {
                         needs.collection(db, target, action);
                     }
@@ -403,7 +381,12 @@ fn pipeline_needs(
 }
 
 /// `$out`/`$merge` target: a collection name on the command's database or `{db, coll}`.
-fn output_needs(db: &str, spec: &Bson, needs: &mut Needs, actions: &'static [Action]) {
+fn output_needs<'a>(
+    db: &'a str,
+    spec: &'a Bson,
+    needs: &mut Needs<'a>,
+    actions: &'static [Action],
+) {
     for &action in actions {
         let one: &'static [Action] = match action {
             A::insert => &[A::insert],
@@ -421,7 +404,7 @@ fn output_needs(db: &str, spec: &Bson, needs: &mut Needs, actions: &'static [Act
     }
 }
 
-fn needs_of_explain(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_explain<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let Ok(inner) = body.get_document("explain") else {
         return needs.database(db, &[A::find]);
     };
@@ -432,7 +415,7 @@ fn needs_of_explain(db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn needs_of_map_reduce(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_map_reduce<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let source = body.get("mapReduce").or_else(|| body.get("mapreduce"));
     needs.collection(db, source, &[A::find]);
     match body.get("out") {
@@ -455,14 +438,14 @@ fn needs_of_map_reduce(db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn needs_of_create(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_create<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     // mongod: creating a collection needs createCollection, or insert on it.
     needs.collection(db, body.get("create"), &[A::createCollection, A::insert]);
     view_needs(db, body, needs);
 }
 
 /// A view's source and the collections its pipeline reads.
-fn view_needs(db: &str, body: &Document, needs: &mut Needs) {
+fn view_needs<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     if let Some(source) = body.get("viewOn") {
         needs.collection(db, Some(source), &[A::find]);
         let pipeline = body.get_array("pipeline").map(Vec::as_slice).unwrap_or(&[]);
@@ -470,12 +453,12 @@ fn view_needs(db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn needs_of_coll_mod(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_coll_mod<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     needs.collection(db, body.get("collMod"), &[A::collMod]);
     view_needs(db, body, needs);
 }
 
-fn needs_of_rename(_db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_rename<'a>(_db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let source = body
         .get_str("renameCollection")
         .ok()
@@ -497,14 +480,14 @@ fn needs_of_rename(_db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn needs_of_clone_as_capped(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_clone_as_capped<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     needs.collection(db, body.get("cloneCollectionAsCapped"), &[A::find]);
     for action in [&[A::insert][..], &[A::createIndex], &[A::convertToCapped]] {
         needs.collection(db, body.get("toCollection"), action);
     }
 }
 
-fn needs_of_bulk_write(_db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_bulk_write<'a>(_db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let namespaces = body.get_array("nsInfo").map(Vec::as_slice).unwrap_or(&[]);
     let ns_of = |index: &Bson| {
         crate::bsonutil::as_f64(index)
@@ -541,7 +524,7 @@ fn needs_of_bulk_write(_db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn needs_of_list_collections(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_list_collections<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     // With `authorizedCollections` and `nameOnly`, any user may list what it has privileges
     // on (the handler filters); otherwise the database's `listCollections` action.
     if !(flag(body, "authorizedCollections") && flag(body, "nameOnly")) {
@@ -549,13 +532,13 @@ fn needs_of_list_collections(db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-fn needs_of_current_op(_db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_current_op<'a>(_db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     if !flag(body, "$ownOps") {
         needs.cluster(&[A::inprog]);
     }
 }
 
-fn needs_of_kill_sessions(_db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_kill_sessions<'a>(_db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     // Killing sessions by id kills the caller's own; patterns naming users need the action.
     let by_pattern = body.get_array("killSessions").is_ok_and(|sessions| {
         sessions
@@ -568,32 +551,8 @@ fn needs_of_kill_sessions(_db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-/// The roles a user- or role-management command grants or revokes, each on its database.
-fn role_names(db: &str, value: Option<&Bson>) -> Vec<RoleName> {
-    value
-        .and_then(Bson::as_array)
-        .map(|roles| {
-            roles
-                .iter()
-                .filter_map(|role| match role {
-                    Bson::String(role) => Some(RoleName {
-                        role: role.clone(),
-                        db: db.to_owned(),
-                    }),
-                    Bson::Document(role) => Some(RoleName {
-                        role: role.get_str("role").ok()?.to_owned(),
-                        db: role.get_str("db").ok()?.to_owned(),
-                    }),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn needs_of_user_admin(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_user_admin<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let name = body.keys().next().map(String::as_str).unwrap_or_default();
-    let roles = role_names(db, body.get("roles"));
     match name {
         "createUser" => needs.database(db, &[A::createUser]),
         "createRole" => needs.database(db, &[A::createRole]),
@@ -615,12 +574,19 @@ fn needs_of_user_admin(db: &str, body: &Document, needs: &mut Needs) {
     // Granting a role needs `grantRole` on its database, granting a privilege `grantRole` on
     // the database it targets (`admin` for the cluster and every multi-database pattern), as
     // mongod's checkAuthorizedToGrantRoles/Privileges; revoking likewise with `revokeRole`.
-    let privilege_dbs = privilege_databases(body.get("privileges"));
-    for on in roles
+    let listed = |field: &str| body.get_array(field).map(Vec::as_slice).unwrap_or(&[]);
+    let role_dbs = listed("roles")
         .iter()
-        .map(|role| role.db.as_str())
-        .chain(privilege_dbs.iter().map(String::as_str))
-    {
+        .filter_map(|role| name_and_db(role, "role", db))
+        .map(|(_, role_db)| role_db);
+    let privilege_dbs = listed("privileges")
+        .iter()
+        .filter_map(|privilege| privilege.as_document()?.get_document("resource").ok())
+        .map(|resource| match resource.get_str("db") {
+            Ok(target_db) if !target_db.is_empty() => target_db,
+            _ => "admin",
+        });
+    for on in role_dbs.chain(privilege_dbs).collect::<Vec<_>>() {
         if granting {
             needs.database(on, &[A::grantRole]);
         }
@@ -636,62 +602,41 @@ fn needs_of_user_admin(db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-/// The database each privilege of a `privileges` array targets for grant/revoke checks.
-fn privilege_databases(value: Option<&Bson>) -> Vec<String> {
-    let privileges = value
-        .and_then(Bson::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    privileges
-        .iter()
-        .filter_map(|privilege| privilege.as_document()?.get_document("resource").ok())
-        .map(|resource| match resource.get_str("db") {
-            Ok(db) if !db.is_empty() => db.to_owned(),
-            _ => "admin".to_owned(),
-        })
-        .collect()
-}
-
-fn needs_of_users_info(db: &str, body: &Document, needs: &mut Needs) {
+fn needs_of_users_info<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     match body.get("usersInfo") {
-        Some(Bson::Document(query)) if flag(query, "forAllDBs") => {
-            needs.cluster(&[A::viewUser]);
-        }
-        Some(Bson::Document(user)) => {
-            needs.database(user.get_str("db").unwrap_or(db), &[A::viewUser]);
-        }
-        Some(Bson::Array(users)) => {
-            for user in users {
-                let user_db = user
-                    .as_document()
-                    .and_then(|user| user.get_str("db").ok())
-                    .unwrap_or(db);
-                needs.database(user_db, &[A::viewUser]);
-            }
-        }
-        _ => needs.database(db, &[A::viewUser]),
+        Some(Bson::Document(query)) if flag(query, "forAllDBs") => needs.cluster(&[A::viewUser]),
+        query => viewed_databases(query, "user", db, &[A::viewUser], needs),
     }
 }
 
-fn needs_of_roles_info(db: &str, body: &Document, needs: &mut Needs) {
-    match body.get("rolesInfo") {
-        Some(Bson::Array(roles)) => {
-            for role in roles {
-                let role_db = role
-                    .as_document()
-                    .and_then(|role| role.get_str("db").ok())
-                    .unwrap_or(db);
-                needs.database(role_db, &[A::viewRole]);
-            }
-        }
-        Some(Bson::Document(role)) => {
-            needs.database(role.get_str("db").unwrap_or(db), &[A::viewRole]);
-        }
-        _ => needs.database(db, &[A::viewRole]),
+fn needs_of_roles_info<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
+    viewed_databases(body.get("rolesInfo"), "role", db, &[A::viewRole], needs);
+}
+
+/// `usersInfo`/`rolesInfo`: `actions` on the database of each name asked for (one, or an
+/// array), else on the command's database (`1`, or what the handler will refuse).
+fn viewed_databases<'a>(
+    query: Option<&'a Bson>,
+    field: &str,
+    db: &'a str,
+    actions: &'static [Action],
+    needs: &mut Needs<'a>,
+) {
+    let named = match query {
+        Some(Bson::Array(names)) => names.as_slice(),
+        Some(name @ (Bson::String(_) | Bson::Document(_))) => std::slice::from_ref(name),
+        _ => &[],
+    };
+    if named.is_empty() {
+        needs.database(db, actions);
+    }
+    for name in named {
+        let on = name_and_db(name, field, db).map_or(db, |(_, on)| on);
+        needs.database(on, actions);
     }
 }
 
-fn rule_needs(rule: Rule, db: &str, body: &Document, needs: &mut Needs) {
+fn rule_needs<'a>(rule: Rule, db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let name = body.keys().next().map(String::as_str).unwrap_or_default();
     match rule {
         Rule::PreAuth | Rule::AnyUser => {}
@@ -702,19 +647,15 @@ fn rule_needs(rule: Rule, db: &str, body: &Document, needs: &mut Needs) {
     }
 }
 
-/// Whether `remote` (`ip:port`) is a loopback address.
-fn is_loopback(remote: &str) -> bool {
-    remote
-        .parse::<std::net::SocketAddr>()
-        .is_ok_and(|addr| addr.ip().is_loopback())
-}
-
 /// Whether the localhost exception lets `client` do anything: no user exists yet and the
 /// connection comes from a loopback address.
 async fn localhost_bypass(state: &ServerState, client: &ClientInfo) -> CommandResult<bool> {
     // Once a user exists (the steady state), one atomic load decides.
     let known = state.auth.users_exist.load(Ordering::Acquire);
-    if known == 2 || !state.params.enable_localhost_auth_bypass() || !is_loopback(&client.remote) {
+    if known == 2
+        || !state.params.enable_localhost_auth_bypass()
+        || !super::client_host(client).is_some_and(|ip| ip.is_loopback())
+    {
         return Ok(false);
     }
     let exist = known == 0 && super::users::any_user_exists(state).await?;
@@ -762,21 +703,27 @@ pub async fn privileges(
 }
 
 /// The check dispatch runs before parsing a command's arguments: an unauthenticated
-/// connection may run only the pre-authentication commands.
+/// connection may run only the pre-authentication commands. Answers the command's rule for
+/// [`check_privileges`] (`None`: nothing is checked, no `--auth` or the server's own client).
 pub async fn check_authenticated(
     state: &ServerState,
     client: &ClientInfo,
     spec: &CommandSpec,
-) -> CommandResult<()> {
-    if !state.auth.enabled
-        || client.internal
-        || !requires_auth(spec.name)
-        || !client.auth.users().is_empty()
-    {
-        return Ok(());
+    db: &str,
+    body: &Document,
+) -> CommandResult<Option<Rule>> {
+    if !state.auth.enabled || client.internal {
+        return Ok(None);
     }
-    if localhost_bypass(state, client).await? {
-        return Ok(());
+    let Some(rule) = rule(spec.name) else {
+        // Unreachable for a registered command (see the registry test); refuse, never allow.
+        return Err(unauthorized(db, body));
+    };
+    if matches!(rule, Rule::PreAuth)
+        || client.auth.is_authenticated()
+        || localhost_bypass(state, client).await?
+    {
+        return Ok(Some(rule));
     }
     Err(CommandError::new(
         ErrorCode::Unauthorized,
@@ -784,24 +731,21 @@ pub async fn check_authenticated(
     ))
 }
 
-/// The privilege check dispatch runs once the arguments are known to be well formed.
+/// The privilege check dispatch runs once the arguments are known to be well formed, with the
+/// rule [`check_authenticated`] answered.
 pub async fn check_privileges(
     state: &ServerState,
     client: &ClientInfo,
-    spec: &CommandSpec,
+    rule: Option<Rule>,
     db: &str,
     body: &Document,
 ) -> CommandResult<()> {
-    if !state.auth.enabled {
+    let Some(rule) = rule else {
         return Ok(());
-    }
-    let Some(rule) = rule(spec.name) else {
-        // Unreachable for a registered command (see the registry test); refuse, never allow.
-        return Err(unauthorized(db, body));
     };
     let mut needs = Needs::default();
     rule_needs(rule, db, body, &mut needs);
-    if needs.entries.is_empty() || views_only_itself(spec.name, db, body, client) {
+    if needs.entries.is_empty() || views_only_itself(db, body, client) {
         return Ok(());
     }
     match privileges(state, client).await? {
@@ -813,23 +757,17 @@ pub async fn check_privileges(
 
 /// mongod lets a user always view its own user document: `usersInfo` naming only users the
 /// connection is authenticated as needs no `viewUser`.
-fn views_only_itself(name: &str, db: &str, body: &Document, client: &ClientInfo) -> bool {
-    if name != "usersInfo" {
+fn views_only_itself(db: &str, body: &Document, client: &ClientInfo) -> bool {
+    if body.keys().next().map(String::as_str) != Some("usersInfo") {
         return false;
     }
     let users = client.auth.users();
     let is_caller = |value: &Bson| {
-        let (user, user_db) = match value {
-            Bson::String(user) => (user.as_str(), db),
-            Bson::Document(named) => match (named.get_str("user"), named.get_str("db")) {
-                (Ok(user), Ok(user_db)) => (user, user_db),
-                _ => return false,
-            },
-            _ => return false,
-        };
-        users
-            .iter()
-            .any(|known| known.user == user && known.db == user_db)
+        name_and_db(value, "user", db).is_some_and(|(user, user_db)| {
+            users
+                .iter()
+                .any(|known| known.user == user && known.db == user_db)
+        })
     };
     match body.get("usersInfo") {
         Some(Bson::Array(named)) => !named.is_empty() && named.iter().all(is_caller),
@@ -838,24 +776,15 @@ fn views_only_itself(name: &str, db: &str, body: &Document, client: &ClientInfo)
     }
 }
 
-/// Whether `viewer` and `other` run as the same user (mongod's `isCoauthorizedWith`): always
-/// without `--auth`; else when they share an authenticated user, or neither has one.
-pub fn coauthorized(state: &ServerState, viewer: &ClientInfo, other: &ClientInfo) -> bool {
+/// Whether `viewer` runs as the same user as something `owner` started (an operation, a
+/// cursor): mongod's `isCoauthorizedWith`. Always without `--auth` and for the server's own
+/// client; else when both are unauthenticated or they share a user.
+pub fn coauthorized(state: &ServerState, viewer: &ClientInfo, owner: &[super::UserName]) -> bool {
     if !state.auth.enabled || viewer.internal {
         return true;
     }
     let mine = viewer.auth.users();
-    let theirs = other.auth.users();
-    (mine.is_empty() && theirs.is_empty()) || mine.iter().any(|user| theirs.contains(user))
-}
-
-/// Whether `client` may read on or kill a cursor opened by `owner` (mongod's
-/// `isCoauthorizedWith`): always without `--auth`; else when the cursor was opened without
-/// authentication or the connection is authenticated as one of its users.
-pub fn may_use_cursor(state: &ServerState, client: &ClientInfo, owner: &[super::UserName]) -> bool {
-    !state.auth.enabled
-        || owner.is_empty()
-        || client.auth.users().iter().any(|user| owner.contains(user))
+    (mine.is_empty() && owner.is_empty()) || mine.iter().any(|user| owner.contains(user))
 }
 
 pub fn foreign_cursor(id: i64) -> CommandError {
@@ -900,6 +829,14 @@ mod tests {
         }
     }
 
+    /// A target the test can keep after the command body is gone.
+    #[derive(Debug, PartialEq)]
+    enum OwnedTarget {
+        Cluster,
+        Database(String),
+        Namespace(String, String),
+    }
+
     fn needs(db: &str, body: Document) -> Vec<(OwnedTarget, Vec<&'static str>)> {
         let name = body.keys().next().unwrap().clone();
         let mut needs = Needs::default();
@@ -907,7 +844,14 @@ mod tests {
         needs
             .entries
             .into_iter()
-            .map(|(target, actions)| (target, actions.iter().map(|a| a.name()).collect()))
+            .map(|(target, actions)| {
+                let target = match target {
+                    Target::Cluster => OwnedTarget::Cluster,
+                    Target::Database(db) => OwnedTarget::Database(db.into()),
+                    Target::Namespace(db, coll) => OwnedTarget::Namespace(db.into(), coll.into()),
+                };
+                (target, actions.iter().map(|a| a.name()).collect())
+            })
             .collect()
     }
 

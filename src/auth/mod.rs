@@ -80,6 +80,11 @@ impl ClientAuth {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether the connection has authenticated as anyone (no copy of the users).
+    pub fn is_authenticated(&self) -> bool {
+        !self.lock().users.is_empty()
+    }
+
     /// The users this connection authenticated as, in order.
     pub fn users(&self) -> Vec<UserName> {
         self.lock().users.clone()
@@ -208,6 +213,20 @@ pub const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
+/// A user or role name as commands give it: `"<name>"` (on `default_db`) or `{<field>: name,
+/// db}`; `None` for anything else (each caller answers its own error).
+pub fn name_and_db<'a>(
+    value: &'a Bson,
+    field: &str,
+    default_db: &'a str,
+) -> Option<(&'a str, &'a str)> {
+    match value {
+        Bson::String(name) => Some((name, default_db)),
+        Bson::Document(named) => Some((named.get_str(field).ok()?, named.get_str("db").ok()?)),
+        _ => None,
+    }
+}
+
 /// mongod's one answer to every failed login.
 fn authentication_failed() -> CommandError {
     CommandError::new(ErrorCode::AuthenticationFailed, "Authentication failed.")
@@ -262,7 +281,7 @@ async fn failed(
 }
 
 /// The IP address of the client (`ClientInfo::remote` is `ip:port`).
-fn client_host(client: &ClientInfo) -> Option<std::net::IpAddr> {
+pub(super) fn client_host(client: &ClientInfo) -> Option<std::net::IpAddr> {
     client
         .remote
         .parse::<std::net::SocketAddr>()

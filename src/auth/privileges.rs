@@ -111,13 +111,14 @@ impl ActionSet {
         !self.is_empty()
     }
 
+    fn has(&self, action: Action) -> bool {
+        let bit = action as usize;
+        self.0[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
     /// Whether the set has `action` (or mongod's `anyAction`, which stands for every action).
     pub fn contains(&self, action: Action) -> bool {
-        let has = |action: Action| {
-            let bit = action as usize;
-            self.0[bit / 64] & (1 << (bit % 64)) != 0
-        };
-        has(action) || has(Action::anyAction)
+        self.has(action) || self.has(Action::anyAction)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -128,10 +129,7 @@ impl ActionSet {
     pub fn names(&self) -> Vec<&'static str> {
         let mut names: Vec<&'static str> = Action::ALL
             .iter()
-            .filter(|&&action| {
-                let bit = action as usize;
-                self.0[bit / 64] & (1 << (bit % 64)) != 0
-            })
+            .filter(|&&action| self.has(action))
             .map(|action| action.name())
             .collect();
         names.sort_unstable();

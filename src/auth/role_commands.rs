@@ -572,24 +572,17 @@ enum RolesQuery {
 }
 
 fn parse_role_name(ctx: &CommandContext, value: &Bson) -> CommandResult<RoleName> {
-    match value {
-        Bson::String(role) => Ok(RoleName {
-            role: role.clone(),
-            db: ctx.db.to_owned(),
-        }),
-        Bson::Document(name) => match (name.get_str("role"), name.get_str("db")) {
-            (Ok(role), Ok(db)) => Ok(RoleName {
-                role: role.to_owned(),
-                db: db.to_owned(),
-            }),
-            _ => Err(CommandError::bad_value(
-                "Role name must contain 'role' and 'db' string fields",
-            )),
-        },
-        _ => Err(CommandError::bad_value(
-            "Role names must be either strings or objects",
-        )),
-    }
+    let (role, db) = super::name_and_db(value, "role", ctx.db).ok_or_else(|| {
+        CommandError::bad_value(if value.as_document().is_some() {
+            "Role name must contain 'role' and 'db' string fields"
+        } else {
+            "Role names must be either strings or objects"
+        })
+    })?;
+    Ok(RoleName {
+        role: role.to_owned(),
+        db: db.to_owned(),
+    })
 }
 
 fn parse_roles_query(ctx: &CommandContext, value: Option<&Bson>) -> CommandResult<RolesQuery> {

@@ -34,6 +34,25 @@ pub async fn get(
     Ok(record.map(|record| (record.doc.into_document(), record.rev)))
 }
 
+/// A forward page of `ns`'s documents.
+fn collection_page(resume_after: Option<Vec<u8>>, limit: usize) -> ScanRequest {
+    ScanRequest {
+        source: ScanSource::Collection,
+        resume_after,
+        reverse: false,
+        limit,
+        hide: None,
+        key_filter: None,
+        covered: false,
+    }
+}
+
+/// Whether `ns` holds no document.
+pub async fn is_empty(state: &ServerState, ns: &Namespace) -> CommandResult<bool> {
+    let page = state.storage.scan(ns, collection_page(None, 1)).await?;
+    Ok(page.records.is_empty())
+}
+
 /// Every document of `ns` (auth collections are small: a scan), in `_id` order.
 pub async fn all(state: &ServerState, ns: &Namespace) -> CommandResult<Vec<Document>> {
     Ok(all_records(state, ns)
@@ -53,18 +72,7 @@ pub async fn all_records(
     loop {
         let page = state
             .storage
-            .scan(
-                ns,
-                ScanRequest {
-                    source: ScanSource::Collection,
-                    resume_after: resume_after.take(),
-                    reverse: false,
-                    limit: 256,
-                    hide: None,
-                    key_filter: None,
-                    covered: false,
-                },
-            )
+            .scan(ns, collection_page(resume_after.take(), 256))
             .await?;
         documents.extend(
             page.records

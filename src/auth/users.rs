@@ -19,7 +19,7 @@ use super::store;
 use crate::dispatch::CommandContext;
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::ServerState;
-use crate::storage::{Namespace, ScanRequest, ScanSource, WriteOp};
+use crate::storage::{Namespace, WriteOp};
 
 pub const USERS_DB: &str = "admin";
 pub const USERS_COLLECTION: &str = "system.users";
@@ -135,22 +135,7 @@ async fn all_users(state: &ServerState) -> CommandResult<Vec<Document>> {
 
 /// Whether any user exists (the localhost exception ends with the first one).
 pub async fn any_user_exists(state: &ServerState) -> CommandResult<bool> {
-    let page = state
-        .storage
-        .scan(
-            &users_ns(),
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: None,
-                reverse: false,
-                limit: 1,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await?;
-    Ok(!page.records.is_empty())
+    Ok(!store::is_empty(state, &users_ns()).await?)
 }
 
 /// The user or role name a command names in its first field.
@@ -175,27 +160,17 @@ pub(super) fn parse_role_names(
 ) -> CommandResult<Vec<RoleName>> {
     let mut resolved = Vec::with_capacity(roles.len());
     for role in roles {
-        let role =
-            match role {
-                Bson::String(role) => RoleName {
-                    role: role.clone(),
-                    db: ctx.db.to_owned(),
-                },
-                Bson::Document(role) => match (role.get_str("role"), role.get_str("db")) {
-                    (Ok(name), Ok(db)) => RoleName {
-                        role: name.to_owned(),
-                        db: db.to_owned(),
-                    },
-                    _ => return Err(CommandError::bad_value(
-                        "Role names must be either strings or objects with 'role' and 'db' fields",
-                    )),
-                },
-                _ => {
-                    return Err(CommandError::bad_value(
-                        "Role names must be either strings or objects",
-                    ))
-                }
-            };
+        let (name, db) = super::name_and_db(role, "role", ctx.db).ok_or_else(|| {
+            CommandError::bad_value(if role.as_document().is_some() {
+                "Role names must be either strings or objects with 'role' and 'db' fields"
+            } else {
+                "Role names must be either strings or objects"
+            })
+        })?;
+        let role = RoleName {
+            role: name.to_owned(),
+            db: db.to_owned(),
+        };
         if !resolved.contains(&role) {
             resolved.push(role);
         }
@@ -487,18 +462,14 @@ enum UsersQuery {
 }
 
 fn parse_user_name(ctx: &CommandContext, value: &Bson) -> CommandResult<(String, String)> {
-    match value {
-        Bson::String(user) => Ok((user.clone(), ctx.db.to_owned())),
-        Bson::Document(name) => match (name.get_str("user"), name.get_str("db")) {
-            (Ok(user), Ok(db)) => Ok((user.to_owned(), db.to_owned())),
-            _ => Err(CommandError::bad_value(
-                "User name must contain 'user' and 'db' string fields",
-            )),
-        },
-        _ => Err(CommandError::bad_value(
-            "User names must be either strings or objects",
-        )),
-    }
+    let (user, db) = super::name_and_db(value, "user", ctx.db).ok_or_else(|| {
+        CommandError::bad_value(if value.as_document().is_some() {
+            "User name must contain 'user' and 'db' string fields"
+        } else {
+            "User names must be either strings or objects"
+        })
+    })?;
+    Ok((user.to_owned(), db.to_owned()))
 }
 
 fn parse_users_query(ctx: &CommandContext, value: Option<&Bson>) -> CommandResult<UsersQuery> {

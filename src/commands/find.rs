@@ -393,7 +393,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             format!("cursor id {id} not found"),
         )
     })?;
-    if !crate::auth::authz::may_use_cursor(ctx.state, ctx.client, &cursor.owner) {
+    if !crate::auth::authz::coauthorized(ctx.state, ctx.client, &cursor.owner) {
         ctx.state.cursors.checkin(id, cursor, now_ms);
         return Err(crate::auth::authz::foreign_cursor(id));
     }
@@ -520,7 +520,7 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             ));
         };
         if !ctx.state.cursors.may_kill(*id, |owner| {
-            crate::auth::authz::may_use_cursor(ctx.state, ctx.client, owner)
+            crate::auth::authz::coauthorized(ctx.state, ctx.client, owner)
         }) && !kill_any
         {
             return Err(crate::auth::authz::foreign_cursor(*id));

@@ -72,7 +72,7 @@ pub fn current_ops(
     let limit = request.truncate_ops.then_some(CURRENT_OP_COMMAND_BYTES);
     // `allUsers: false` ($ownOps) under --auth: the operations of the viewer's own users.
     let shown = |client: &ClientInfo| {
-        request.all_users || crate::auth::authz::coauthorized(state, viewer, client)
+        request.all_users || crate::auth::authz::coauthorized(state, viewer, &client.auth.users())
     };
     let running = state.ops.running();
     let mut out: Vec<Document> = running
@@ -180,7 +180,11 @@ async fn kill_op(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         let owned = i32::try_from(opid).ok().is_some_and(|opid| {
             ctx.state.ops.running().iter().any(|op| {
                 op.opid == opid
-                    && crate::auth::authz::coauthorized(ctx.state, ctx.client, &op.client)
+                    && crate::auth::authz::coauthorized(
+                        ctx.state,
+                        ctx.client,
+                        &op.client.auth.users(),
+                    )
             })
         });
         if !owned && !privileges.allows(Target::Cluster, Action::killop) {
