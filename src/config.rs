@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
-use crate::error::CommandError;
 use crate::tls::TlsMode;
+use tideway_base::error::CommandError;
 
 /// Where data lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -114,7 +114,7 @@ pub struct Config {
 
     /// Wall-time cap of one server-side JavaScript invocation, in milliseconds (the command's
     /// maxTimeMS also applies).
-    #[arg(long = "js-time-limit-ms", env = "TIDEWAY_JS_TIME_LIMIT_MS", default_value_t = crate::js::DEFAULT_TIME_LIMIT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "js-time-limit-ms", env = "TIDEWAY_JS_TIME_LIMIT_MS", default_value_t = tideway_query::js::DEFAULT_TIME_LIMIT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub js_time_limit_ms: u64,
 
     /// Memory limit of the JavaScript runtime of each server thread, in MiB.
@@ -210,7 +210,7 @@ impl Config {
 
     /// The configuration for `args` (the program name first) and the process's environment; a
     /// setting the file sets applies where neither a flag nor a variable set it.
-    pub fn load_from<I, T>(args: I) -> Result<Config, LoadError>
+    pub(crate) fn load_from<I, T>(args: I) -> Result<Config, LoadError>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
@@ -240,7 +240,11 @@ impl Config {
     /// line or through its variable). `systemLog.verbosity` yields to `-v` and `--log-level`
     /// alike; `setParameter` entries yield, name by name, to `--setParameter` (and
     /// `enableTestCommands` to `--enableTestCommands`).
-    pub fn apply_file(&mut self, settings: file::FileSettings, explicit: impl Fn(&str) -> bool) {
+    pub(crate) fn apply_file(
+        &mut self,
+        settings: file::FileSettings,
+        explicit: impl Fn(&str) -> bool,
+    ) {
         fn take<T>(field: &mut T, value: Option<T>, flag_given: bool) {
             if let (Some(value), false) = (value, flag_given) {
                 *field = value;
@@ -325,7 +329,7 @@ impl Config {
     }
 
     /// Every address to listen on: each `--bind_ip` entry resolved, with `--port`.
-    pub fn listen_addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
+    pub(crate) fn listen_addrs(&self) -> std::io::Result<Vec<SocketAddr>> {
         let mut addrs = Vec::new();
         for host in &self.bind_ip {
             let host = host.trim();
@@ -343,8 +347,8 @@ impl Config {
     }
 
     /// The server-side JavaScript switch and budgets.
-    pub fn js_limits(&self) -> crate::js::JsLimits {
-        crate::js::JsLimits {
+    pub(crate) fn js_limits(&self) -> tideway_query::js::JsLimits {
+        tideway_query::js::JsLimits {
             enabled: !self.noscripting,
             time_limit_ms: self.js_time_limit_ms,
             memory_limit_bytes: usize::try_from(self.js_memory_limit_mb)
@@ -384,7 +388,7 @@ mod tests {
         assert_eq!(config.dbpath, PathBuf::from("./data"));
         assert_eq!(config.storage, StorageKind::Disk);
         assert_eq!(config.max_conns, 10_000);
-        assert_eq!(config.js_limits(), crate::js::JsLimits::default());
+        assert_eq!(config.js_limits(), tideway_query::js::JsLimits::default());
         assert_eq!(
             config.listen_addrs().unwrap(),
             vec!["127.0.0.1:27017".parse().unwrap()]

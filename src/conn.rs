@@ -13,9 +13,10 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use crate::dispatch::{dispatch, ClientInfo};
+use crate::client::ClientInfo;
+use crate::dispatch::dispatch;
 use crate::state::{bump, ServerState};
-use crate::wire::{self, MessageHeader, HEADER_LEN};
+use tideway_wire::{self as wire, MessageHeader, HEADER_LEN};
 
 /// Replies to these commands go out uncompressed, whatever the request used (OP_COMPRESSED spec).
 const NEVER_COMPRESSED: &[&str] = &[
@@ -37,7 +38,7 @@ const NEVER_COMPRESSED: &[&str] = &[
 /// memory only as its bytes actually arrive.
 const READ_CHUNK: usize = 1 << 20;
 
-pub async fn serve_connection<S>(
+pub(crate) async fn serve_connection<S>(
     state: Arc<ServerState>,
     stream: S,
     client: Arc<ClientInfo>,

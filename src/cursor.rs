@@ -10,19 +10,19 @@ use std::sync::Mutex;
 
 use bson::{Bson, Document, RawDocumentBuf};
 
-use crate::error::{CommandError, CommandResult};
-use crate::exec::{DocStream, Visibility};
-use crate::query::pipeline::{DocumentStream, PulledRun};
-use crate::query::Projection;
-use crate::sorter::Sorted;
-use crate::storage::{Namespace, Record, Storage, StorageError, StorageResult, TtlClass};
+use tideway_base::error::{CommandError, CommandResult};
+use tideway_exec::executor::{DocStream, Visibility};
+use tideway_query::pipeline::{DocumentStream, PulledRun};
+use tideway_query::sorter::Sorted;
+use tideway_query::Projection;
+use tideway_storage::{Namespace, Record, Storage, StorageError, StorageResult, TtlClass};
 
 /// mongod's `cursorTimeoutMillis` default: 10 minutes.
-pub const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
+pub(crate) const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
 /// Default size of a first batch, in documents (mongod's).
-pub const DEFAULT_FIRST_BATCH: u64 = 101;
+pub(crate) const DEFAULT_FIRST_BATCH: u64 = 101;
 /// Replies carry at most this many bytes of documents per batch.
-pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
 
 /// Where a cursor's documents come from.
 pub enum CursorSource {
@@ -88,7 +88,7 @@ pub struct Cursor {
     pub originating_command: Option<bson::Document>,
     /// The query's filter, which the projection consults: the score of its `$text` search for
     /// `{$meta: "textScore"}`, and the array position it matched for a positional `a.$`.
-    pub filter: Option<std::sync::Arc<crate::query::Filter>>,
+    pub filter: Option<std::sync::Arc<tideway_query::Filter>>,
     /// A tailable cursor (capped collections): not closed when it reaches the end; each batch
     /// reads on from where the last one ended.
     pub tailable: bool,
@@ -100,7 +100,7 @@ pub struct Cursor {
     /// The transaction that opened the cursor (`TxnStorage::identity`): only its statements
     /// may read on.
     pub transaction: Option<(u64, i64)>,
-    /// The key of the logical session that opened the cursor (`retryable::lsid_key`):
+    /// The key of the logical session that opened the cursor (`session_id::lsid_key`):
     /// `killSessions`, `endSessions` and the session's expiry kill it.
     pub session: Option<Vec<u8>>,
     /// The users the opening connection had authenticated as: under `--auth` only a connection
@@ -138,7 +138,7 @@ impl Cursor {
     /// Up to `max_docs` documents visible under `visibility` (and at most [`MAX_BATCH_BYTES`]), and
     /// whether the cursor is exhausted afterwards.
     /// What the cursor's storage stream has examined, when it reads one.
-    pub fn scan_stats(&self) -> Option<crate::exec::ScanStats> {
+    pub(crate) fn scan_stats(&self) -> Option<tideway_exec::executor::ScanStats> {
         match &self.source {
             CursorSource::Stream(stream) => Some(stream.stats()),
             CursorSource::Pipeline(pulled) => Some(pulled.input.stats()),
@@ -191,7 +191,7 @@ impl Cursor {
             let document = match &self.projection {
                 Some(projection) => {
                     let meta = |name: &str| match &self.filter {
-                        Some(filter) if name == crate::query::TEXT_SCORE_META => filter
+                        Some(filter) if name == tideway_query::TEXT_SCORE_META => filter
                             .text()
                             .and_then(|text| text.score(&record.doc))
                             .map_or(Bson::Null, Bson::Double),
@@ -252,7 +252,7 @@ fn next_visible(records: &mut VecDeque<Record>, visibility: &Visibility) -> Opti
 }
 
 /// A computed document in the shape cursors hand out (no storage metadata).
-pub fn output_record(doc: Document) -> Record {
+pub(crate) fn output_record(doc: Document) -> Record {
     Record {
         doc: doc.into(),
         rev: 0,
@@ -311,7 +311,7 @@ impl CursorRegistry {
     }
 
     /// Takes the cursor out for a `getMore`; `None` if unknown or timed out.
-    pub fn checkout(&self, id: i64, now_ms: i64) -> Option<Cursor> {
+    pub(crate) fn checkout(&self, id: i64, now_ms: i64) -> Option<Cursor> {
         let mut cursors = self.lock();
         let cursor = cursors.remove(&id)?;
         if Self::idle_too_long(&cursor, now_ms) {
@@ -323,14 +323,18 @@ impl CursorRegistry {
     }
 
     /// Puts a cursor back after a `getMore` that left it with more to give.
-    pub fn checkin(&self, id: i64, mut cursor: Cursor, now_ms: i64) {
+    pub(crate) fn checkin(&self, id: i64, mut cursor: Cursor, now_ms: i64) {
         cursor.last_used_ms = now_ms;
         self.lock().insert(id, cursor);
     }
 
     /// Whether cursor `id` may be killed by a caller `owned` approves of (true when there is
     /// no such cursor: killing it reports it not found).
-    pub fn may_kill(&self, id: i64, owned: impl Fn(&[crate::auth::UserName]) -> bool) -> bool {
+    pub(crate) fn may_kill(
+        &self,
+        id: i64,
+        owned: impl Fn(&[crate::auth::UserName]) -> bool,
+    ) -> bool {
         self.lock()
             .get(&id)
             .is_none_or(|cursor| owned(&cursor.owner))
@@ -342,13 +346,13 @@ impl CursorRegistry {
     }
 
     /// Removes every cursor whose namespace satisfies `pred` (collections dropped or renamed).
-    pub fn kill_where(&self, pred: impl Fn(&str) -> bool) {
+    pub(crate) fn kill_where(&self, pred: impl Fn(&str) -> bool) {
         self.lock()
             .retain(|_, cursor| cursor.change_stream.is_some() || !pred(&cursor.ns));
     }
 
     /// Removes every cursor opened by a session `killed` holds for; returns how many.
-    pub fn kill_sessions(&self, killed: impl Fn(&[u8]) -> bool) -> usize {
+    pub(crate) fn kill_sessions(&self, killed: impl Fn(&[u8]) -> bool) -> usize {
         let mut cursors = self.lock();
         let before = cursors.len();
         cursors.retain(|_, cursor| !cursor.session.as_deref().is_some_and(&killed));
@@ -370,18 +374,18 @@ impl CursorRegistry {
         !cursor.no_timeout && now_ms - cursor.last_used_ms >= IDLE_TIMEOUT_MS
     }
 
-    pub fn open_count(&self) -> usize {
+    pub(crate) fn open_count(&self) -> usize {
         self.lock().len()
     }
 
-    pub fn no_timeout_count(&self) -> usize {
+    pub(crate) fn no_timeout_count(&self) -> usize {
         self.lock()
             .values()
             .filter(|cursor| cursor.no_timeout)
             .count()
     }
 
-    pub fn timed_out_count(&self) -> u64 {
+    pub(crate) fn timed_out_count(&self) -> u64 {
         self.timed_out.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -5,40 +5,25 @@
 //! See docs/architecture.md for the module map and invariants.
 
 pub mod auth;
-pub mod bsonutil;
-pub mod capped;
-pub mod changes;
-pub mod clock;
+mod changes;
+mod client;
+pub mod command;
 pub mod commands;
 pub mod config;
-pub mod conn;
-pub mod cursor;
+mod conn;
+mod cursor;
 pub mod dispatch;
-pub mod error;
-pub mod exec;
-pub mod js;
-pub mod limits;
 pub mod logbuf;
-pub mod ops;
-pub mod params;
-pub mod planner;
-pub mod profiler;
-pub mod query;
-pub mod reaper;
+mod ops;
+mod params;
+mod profiler;
 pub mod repl;
-pub mod server;
-pub mod sessions;
-pub mod sorter;
+mod server;
+mod session_id;
+mod sessions;
 pub mod state;
-pub mod storage;
-#[cfg(test)]
-mod testrng;
-pub mod timeseries;
 pub mod tls;
-pub mod ttl;
-pub mod txn;
-pub mod validation;
-pub mod wire;
+mod txn;
 
 pub use config::Config;
 pub use server::Server;

@@ -14,7 +14,7 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::Layer;
 
 /// Lines kept for `getLog: "global"` (mongod keeps 1024 too).
-pub const CAPACITY: usize = 1024;
+pub(crate) const CAPACITY: usize = 1024;
 
 #[derive(Default)]
 struct Ring {
@@ -28,7 +28,7 @@ fn ring() -> &'static Mutex<Ring> {
 }
 
 /// `(totalLinesWritten, the lines still held, oldest first)`.
-pub fn recent_lines() -> (u64, Vec<String>) {
+pub(crate) fn recent_lines() -> (u64, Vec<String>) {
     let ring = ring()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -47,7 +47,7 @@ fn push(line: String) {
 }
 
 /// Renders a log line as mongod does. Also used for startup warnings.
-pub fn render_line(
+pub(crate) fn render_line(
     severity: &str,
     component: &str,
     message: &str,

@@ -14,10 +14,10 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use std::sync::Arc;
 
-use tideway::clock::SystemClock;
 use tideway::config::{LoadError, LogFormat};
 use tideway::state::open_storage;
 use tideway::{Config, Server, ServerState};
+use tideway_base::clock::SystemClock;
 
 fn main() -> ExitCode {
     let config = match Config::load() {
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     init_logging(&config);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(tideway::limits::THREAD_STACK_BYTES)
+        .thread_stack_size(tideway_base::limits::THREAD_STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime,

@@ -9,7 +9,7 @@
 //! - An op is registered for exactly as long as its [`OpGuard`] lives (dispatch holds it around
 //!   the handler); opids increase (wrapping within positive `i32`).
 //! - Killing sets a flag that two things observe: dispatch's wait on [`Op::killed`] (await
-//!   points) and [`KillSwitch::is_killed`], which `limits::Deadline::check` calls inside
+//!   points) and `KillSwitch::is_killed`, which `limits::Deadline::check` calls inside
 //!   CPU-bound loops. A `KillSwitch` is `Copy` (so `Deadline` stays `Copy`): an atomic cell
 //!   (pooled by the registry's shards, reused, never freed) plus a token unique to the op, so a
 //!   stale switch (copied into a cursor that outlives its command) never sees a later op's kill.
@@ -23,18 +23,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
+use tideway_base::limits::KillSwitch;
 
 use bson::{doc, Bson, Document};
 
-use crate::dispatch::ClientInfo;
+use crate::client::ClientInfo;
 
 /// mongod keeps at most this much of a command for the profiler (`appendMaxElementSize`); bigger
 /// commands are kept as `{$truncated: "<rendering>..."}`.
-pub const MAX_COMMAND_COPY_BYTES: usize = 50 * 1024;
+pub(crate) const MAX_COMMAND_COPY_BYTES: usize = 50 * 1024;
 /// The `currentOp` command (and `$currentOp` with `truncateOps`) cuts commands to this size.
-pub const CURRENT_OP_COMMAND_BYTES: usize = 1000;
+pub(crate) const CURRENT_OP_COMMAND_BYTES: usize = 1000;
 
 /// mongod's logical op kinds (`logicalOpToString`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +52,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// The kind of a command, by its canonical name.
-    pub fn of_command(name: &str) -> OpKind {
+    pub(crate) fn of_command(name: &str) -> OpKind {
         match name {
             "find" => OpKind::Query,
             "getMore" => OpKind::GetMore,
@@ -161,7 +163,7 @@ const FLAG_USED_DISK: u32 = 4;
 
 impl Op {
     /// The switch `Deadline` checks in CPU-bound loops.
-    pub fn kill_switch(&self) -> KillSwitch {
+    pub(crate) fn kill_switch(&self) -> KillSwitch {
         self.kill
     }
 
@@ -211,34 +213,34 @@ impl Op {
     // The setters the command handlers and the query layer call.
 
     /// The plan the query runs, in mongod's words (`COLLSCAN`, `IXSCAN { a: 1 }`, `IDHACK`).
-    pub fn set_plan_summary(&self, summary: impl Into<String>) {
+    pub(crate) fn set_plan_summary(&self, summary: impl Into<String>) {
         *lock(&self.plan_summary) = Some(summary.into());
     }
 
     /// Index keys and documents the query examined (adds to what was counted before).
-    pub fn add_examined(&self, keys: u64, docs: u64) {
+    pub(crate) fn add_examined(&self, keys: u64, docs: u64) {
         self.add_metric(Metric::KeysExamined, keys);
         self.add_metric(Metric::DocsExamined, docs);
     }
 
     /// Documents the command returned to the client (its batch).
-    pub fn set_nreturned(&self, n: usize) {
+    pub(crate) fn set_nreturned(&self, n: usize) {
         self.set_metric(Metric::NReturned, n as i64);
     }
 
     /// The cursor the command left open (find, aggregate) or read from (getMore).
-    pub fn set_cursor_id(&self, id: i64) {
+    pub(crate) fn set_cursor_id(&self, id: i64) {
         self.set_metric(Metric::CursorId, id);
     }
 
     /// A getMore returned the cursor's last batch.
-    pub fn set_cursor_exhausted(&self) {
+    pub(crate) fn set_cursor_exhausted(&self) {
         self.flags
             .fetch_or(FLAG_CURSOR_EXHAUSTED, Ordering::Relaxed);
     }
 
     /// A cursor's first batch of `returned` documents; `cursor_id` 0 when nothing is left open.
-    pub fn set_first_batch(&self, cursor_id: i64, returned: usize) {
+    pub(crate) fn set_first_batch(&self, cursor_id: i64, returned: usize) {
         self.set_nreturned(returned);
         if cursor_id != 0 {
             self.set_cursor_id(cursor_id);
@@ -247,7 +249,7 @@ impl Op {
 
     /// A getMore on `cursor_id` returned `returned` documents, the last ones if `exhausted`;
     /// `originating` is the command that opened the cursor.
-    pub fn set_get_more_batch(
+    pub(crate) fn set_get_more_batch(
         &self,
         cursor_id: i64,
         returned: usize,
@@ -271,18 +273,18 @@ impl Op {
     }
 
     /// The command that opened the cursor a getMore reads.
-    pub fn originating_command(&self) -> Option<&Document> {
+    pub(crate) fn originating_command(&self) -> Option<&Document> {
         self.originating_command.get()
     }
 
     /// The plan has a blocking sort (`hasSortStage`); `used_disk` when it spilled.
-    pub fn set_sort_stage(&self, used_disk: bool) {
+    pub(crate) fn set_sort_stage(&self, used_disk: bool) {
         let flags = FLAG_HAS_SORT_STAGE | if used_disk { FLAG_USED_DISK } else { 0 };
         self.flags.fetch_or(flags, Ordering::Relaxed);
     }
 
     /// Documents an update matched and modified, and upserts (adds to earlier statements).
-    pub fn add_updated(&self, matched: usize, modified: usize, upserted: usize) {
+    pub(crate) fn add_updated(&self, matched: usize, modified: usize, upserted: usize) {
         self.add_metric(Metric::NMatched, matched as u64);
         self.add_metric(Metric::NModified, modified as u64);
         if upserted > 0 {
@@ -291,34 +293,28 @@ impl Op {
     }
 
     /// Documents inserted (adds to what was counted before).
-    pub fn add_inserted(&self, n: usize) {
+    pub(crate) fn add_inserted(&self, n: usize) {
         self.add_metric(Metric::NInserted, n as u64);
     }
 
     /// Documents deleted (adds to what was counted before).
-    pub fn add_deleted(&self, n: usize) {
+    pub(crate) fn add_deleted(&self, n: usize) {
         self.add_metric(Metric::NDeleted, n as u64);
-    }
-
-    /// Index keys written and removed by the command's writes.
-    pub fn add_keys_written(&self, inserted: u64, deleted: u64) {
-        self.add_metric(Metric::KeysInserted, inserted);
-        self.add_metric(Metric::KeysDeleted, deleted);
     }
 
     pub fn plan_summary(&self) -> Option<String> {
         lock(&self.plan_summary).clone()
     }
 
-    pub fn cursor_exhausted(&self) -> bool {
+    pub(crate) fn cursor_exhausted(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & FLAG_CURSOR_EXHAUSTED != 0
     }
 
-    pub fn has_sort_stage(&self) -> bool {
+    pub(crate) fn has_sort_stage(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & FLAG_HAS_SORT_STAGE != 0
     }
 
-    pub fn used_disk(&self) -> bool {
+    pub(crate) fn used_disk(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & FLAG_USED_DISK != 0
     }
 
@@ -416,7 +412,11 @@ fn client_report(client: &ClientInfo, host: &str) -> Document {
 }
 
 /// An idle connection as `$currentOp` with `idleConnections` reports it.
-pub fn idle_connection_report(client: &ClientInfo, host: &str, now: bson::DateTime) -> Document {
+pub(crate) fn idle_connection_report(
+    client: &ClientInfo,
+    host: &str,
+    now: bson::DateTime,
+) -> Document {
     let mut out = client_report(client, host);
     out.insert("active", false);
     out.insert("currentOpTime", current_op_time(now));
@@ -425,7 +425,7 @@ pub fn idle_connection_report(client: &ClientInfo, host: &str, now: bson::DateTi
 
 /// `command` as mongod reports it when it may be at most `limit` bytes: itself if small enough,
 /// else `{$truncated: "<rendering cut to limit>...", comment}`. Costs at most about `limit`.
-pub fn bounded_command(command: &Document, limit: usize) -> Document {
+pub(crate) fn bounded_command(command: &Document, limit: usize) -> Document {
     if fits_within(command, limit) {
         return command.clone();
     }
@@ -439,7 +439,7 @@ pub fn bounded_command(command: &Document, limit: usize) -> Document {
 /// `{$truncated: "<rendering of prefix cut to limit>...", comment}`. The prefix renders to about
 /// twice the limit, so the cut always falls inside it, and ends with "..." as mongod's does.
 fn truncated(prefix: &Document, comment: Option<&Bson>, limit: usize) -> Document {
-    let mut rendering = crate::query::display::document_string(prefix);
+    let mut rendering = tideway_base::display::document_string(prefix);
     let mut cut = rendering.len().min(limit.saturating_sub(3));
     while !rendering.is_char_boundary(cut) {
         cut -= 1;
@@ -601,7 +601,7 @@ fn approximate_size(value: &Bson) -> usize {
 /// mongod's namespace of a command's op: `<db>.<first field>` when the first field is a string
 /// (`getMore`: its `collection`), `<db>.$cmd.aggregate` for a collection-less aggregation (and
 /// `currentOp`, which runs one), else the database alone.
-pub fn command_namespace(name: &str, db: &str, body: &Document) -> String {
+pub(crate) fn command_namespace(name: &str, db: &str, body: &Document) -> String {
     match (name, body.iter().next().map(|(_, value)| value)) {
         ("getMore", _) => match body.get("collection") {
             Some(Bson::String(coll)) => format!("{db}.{coll}"),
@@ -611,50 +611,6 @@ pub fn command_namespace(name: &str, db: &str, body: &Document) -> String {
         (_, Some(Bson::String(coll))) if !coll.is_empty() => format!("{db}.{coll}"),
         ("aggregate", _) => format!("{db}.$cmd.aggregate"),
         _ => db.to_owned(),
-    }
-}
-
-/// A command's kill flag as `limits::Deadline` carries it (see the module invariants).
-#[derive(Clone, Copy, Debug)]
-pub struct KillSwitch {
-    cell: &'static AtomicU64,
-    token: u64,
-}
-
-const KILLED: u64 = 1;
-
-/// Tokens are even; the low bit of a cell marks its op killed.
-static NEXT_TOKEN: AtomicU64 = AtomicU64::new(2);
-
-impl KillSwitch {
-    /// A switch on a free cell of `pool` (or a new one: cells live as long as the process, and
-    /// there are never more than ops ever ran at once).
-    fn acquire(pool: &mut Vec<&'static AtomicU64>) -> KillSwitch {
-        let token = NEXT_TOKEN.fetch_add(2, Ordering::Relaxed);
-        let cell = pool
-            .pop()
-            .unwrap_or_else(|| Box::leak(Box::new(AtomicU64::new(0))));
-        cell.store(token, Ordering::Relaxed);
-        KillSwitch { cell, token }
-    }
-
-    fn release(self, pool: &mut Vec<&'static AtomicU64>) {
-        self.cell.store(0, Ordering::Relaxed);
-        pool.push(self.cell);
-    }
-
-    fn trip(&self) {
-        let _ = self.cell.compare_exchange(
-            self.token,
-            self.token | KILLED,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Whether the op this switch belongs to was killed (one atomic load).
-    pub fn is_killed(&self) -> bool {
-        self.cell.load(Ordering::Relaxed) == self.token | KILLED
     }
 }
 
@@ -749,7 +705,7 @@ impl OpRegistry {
     }
 
     /// Registers an open connection until the guard drops.
-    pub fn connection_opened(&self, client: &Arc<ClientInfo>) -> ConnectionGuard<'_> {
+    pub(crate) fn connection_opened(&self, client: &Arc<ClientInfo>) -> ConnectionGuard<'_> {
         lock(&self.connections).insert(client.connection_id, Arc::downgrade(client));
         ConnectionGuard {
             registry: self,
@@ -781,7 +737,7 @@ impl Drop for OpGuard<'_> {
 }
 
 /// A registered connection; unregisters it on drop.
-pub struct ConnectionGuard<'r> {
+pub(crate) struct ConnectionGuard<'r> {
     registry: &'r OpRegistry,
     connection_id: i32,
 }
@@ -855,15 +811,16 @@ mod tests {
                 break next;
             }
         };
-        assert!(std::ptr::eq(second.op.kill.cell, stale.cell));
-        let deadline = crate::limits::Deadline::none().with_kill_switch(second.op.kill_switch());
+        assert!(second.op.kill.shares_cell_with(&stale));
+        let deadline =
+            tideway_base::limits::Deadline::none().with_kill_switch(second.op.kill_switch());
         assert!(deadline.check().is_ok());
         assert!(registry.kill(second.op.opid));
         assert!(second.op.kill_switch().is_killed());
         assert!(!stale.is_killed());
         // CPU-bound loops see the kill through their (copied) deadline.
         let error = deadline.check().unwrap_err();
-        assert_eq!(error.code, crate::error::ErrorCode::Interrupted);
+        assert_eq!(error.code, tideway_base::error::ErrorCode::Interrupted);
         assert_eq!(error.errmsg, "operation was interrupted");
     }
 

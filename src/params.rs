@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use bson::{doc, Bson, Document};
 
 use crate::config::Config;
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 /// The feature compatibility version that matches `buildInfo.version` and `maxWireVersion`.
-pub const FEATURE_COMPATIBILITY_VERSION: &str = "8.0";
+pub(crate) const FEATURE_COMPATIBILITY_VERSION: &str = "8.0";
 
 #[derive(Debug)]
 pub struct Parameters {
@@ -40,12 +40,14 @@ impl Default for Parameters {
             ttl_monitor_enabled: AtomicBool::new(true),
             ttl_monitor_sleep_secs: AtomicU64::new(DEFAULT_TTL_MONITOR_SLEEP_SECS),
             allow_disk_use_by_default: AtomicBool::new(true),
-            max_blocking_sort_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
-            max_group_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
-            max_bucket_auto_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
-            max_densify_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
-            facet_buffer_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
-            max_facet_output_bytes: AtomicU64::new(crate::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_blocking_sort_bytes: AtomicU64::new(
+                tideway_query::sorter::DEFAULT_MAX_MEMORY_BYTES,
+            ),
+            max_group_bytes: AtomicU64::new(tideway_query::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_bucket_auto_bytes: AtomicU64::new(tideway_query::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_densify_bytes: AtomicU64::new(tideway_query::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            facet_buffer_bytes: AtomicU64::new(tideway_query::sorter::DEFAULT_MAX_MEMORY_BYTES),
+            max_facet_output_bytes: AtomicU64::new(tideway_query::sorter::DEFAULT_MAX_MEMORY_BYTES),
             map_reduce_single_reduce_optimization: AtomicBool::new(false),
             transaction_lifetime_limit_secs: AtomicI64::new(60),
             max_transaction_lock_request_timeout_ms: AtomicI64::new(5),
@@ -56,7 +58,7 @@ impl Default for Parameters {
 }
 
 /// How often the TTL reaper wakes by default (mongod's default is 60; tideway deletes promptly).
-pub const DEFAULT_TTL_MONITOR_SLEEP_SECS: u64 = 1;
+pub(crate) const DEFAULT_TTL_MONITOR_SLEEP_SECS: u64 = 1;
 
 struct ParameterSpec {
     name: &'static str,
@@ -229,7 +231,7 @@ const PARAMETERS: &[ParameterSpec] = &[
             p.set_sleep_secs(seconds)
         }),
         set_at_runtime: Some(|p, value| {
-            let seconds = crate::bsonutil::as_f64(value).ok_or_else(|| {
+            let seconds = tideway_base::bsonutil::as_f64(value).ok_or_else(|| {
                 CommandError::bad_value(format!(
                     "ttlMonitorSleepSecs must be a number, got {value}"
                 ))
@@ -243,7 +245,7 @@ const PARAMETERS: &[ParameterSpec] = &[
 fn runtime_bool(name: &str, value: &Bson) -> CommandResult<bool> {
     match value {
         Bson::Boolean(enabled) => Ok(*enabled),
-        other => crate::bsonutil::as_f64(other)
+        other => tideway_base::bsonutil::as_f64(other)
             .map(|number| number != 0.0)
             .ok_or_else(|| {
                 CommandError::bad_value(format!("{name} must be a boolean, got {other}"))
@@ -256,7 +258,7 @@ fn runtime_bool(name: &str, value: &Bson) -> CommandResult<bool> {
 fn store_int(slot: &AtomicI64, name: &str, min: i64, value: &Bson) -> CommandResult<()> {
     let number = match value {
         Bson::String(text) => text.parse::<f64>().ok(),
-        other => crate::bsonutil::as_f64(other),
+        other => tideway_base::bsonutil::as_f64(other),
     };
     let Some(number) = number.filter(|number| number.fract() == 0.0) else {
         return Err(CommandError::bad_value(format!(
@@ -276,7 +278,7 @@ fn store_int(slot: &AtomicI64, name: &str, min: i64, value: &Bson) -> CommandRes
 fn store_bytes(slot: &AtomicU64, name: &str, value: &Bson) -> CommandResult<()> {
     let number = match value {
         Bson::String(text) => text.parse::<f64>().ok(),
-        other => crate::bsonutil::as_f64(other),
+        other => tideway_base::bsonutil::as_f64(other),
     };
     let bytes = number
         .filter(|bytes| bytes.fract() == 0.0 && *bytes >= 1.0 && *bytes <= i64::MAX as f64)
@@ -320,7 +322,7 @@ fn startup_setter(name: &str) -> CommandResult<fn(&Parameters, &str) -> CommandR
 
 /// Whether `name=value` would be accepted at startup, checked on a scratch set of parameters, so a
 /// configuration file is refused while it is read (mongod's `Bad value for parameter` wording).
-pub fn check_startup_parameter(name: &str, value: &str) -> CommandResult<()> {
+pub(crate) fn check_startup_parameter(name: &str, value: &str) -> CommandResult<()> {
     let setter = startup_setter(name)?;
     setter(&Parameters::default(), value).map_err(|error| {
         CommandError::bad_value(format!(
@@ -333,7 +335,7 @@ pub fn check_startup_parameter(name: &str, value: &str) -> CommandResult<()> {
 impl Parameters {
     /// The parameters from `--enableTestCommands` and every `--setParameter name=value`, in order
     /// (a later assignment of the same name wins).
-    pub fn from_config(config: &Config) -> CommandResult<Parameters> {
+    pub(crate) fn from_config(config: &Config) -> CommandResult<Parameters> {
         let parameters = Parameters::default();
         parameters
             .enable_test_commands
@@ -347,44 +349,44 @@ impl Parameters {
         Ok(parameters)
     }
 
-    pub fn test_commands_enabled(&self) -> bool {
+    pub(crate) fn test_commands_enabled(&self) -> bool {
         self.enable_test_commands.load(Ordering::Relaxed)
     }
 
     /// Whether a loopback connection may do anything while no user exists (`--auth`).
-    pub fn enable_localhost_auth_bypass(&self) -> bool {
+    pub(crate) fn enable_localhost_auth_bypass(&self) -> bool {
         self.enable_localhost_auth_bypass.load(Ordering::Relaxed)
     }
 
-    pub fn ttl_monitor_enabled(&self) -> bool {
+    pub(crate) fn ttl_monitor_enabled(&self) -> bool {
         self.ttl_monitor_enabled.load(Ordering::Relaxed)
     }
 
     /// Whether blocking stages may spill when a command does not say (mongod 6.0+: true).
     /// mongod's `mrEnableSingleReduceOptimization`: whether `mapReduce` skips `reduce` for a key
     /// with a single value (mongod 4.4+ calls it by default).
-    pub fn map_reduce_single_reduce_optimization(&self) -> bool {
+    pub(crate) fn map_reduce_single_reduce_optimization(&self) -> bool {
         self.map_reduce_single_reduce_optimization
             .load(Ordering::Relaxed)
     }
 
-    pub fn allow_disk_use_by_default(&self) -> bool {
+    pub(crate) fn allow_disk_use_by_default(&self) -> bool {
         self.allow_disk_use_by_default.load(Ordering::Relaxed)
     }
 
-    pub fn max_blocking_sort_bytes(&self) -> u64 {
+    pub(crate) fn max_blocking_sort_bytes(&self) -> u64 {
         self.max_blocking_sort_bytes.load(Ordering::Relaxed)
     }
 
-    pub fn max_group_bytes(&self) -> u64 {
+    pub(crate) fn max_group_bytes(&self) -> u64 {
         self.max_group_bytes.load(Ordering::Relaxed)
     }
 
     /// The limits `$bucketAuto`, `$densify` and `$facet` apply to themselves.
-    pub fn stage_limits(&self) -> crate::query::pipeline::StageLimits {
+    pub fn stage_limits(&self) -> tideway_query::pipeline::StageLimits {
         let bytes =
             |slot: &AtomicU64| usize::try_from(slot.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        crate::query::pipeline::StageLimits {
+        tideway_query::pipeline::StageLimits {
             bucket_auto_max_bytes: bytes(&self.max_bucket_auto_bytes),
             densify_max_bytes: bytes(&self.max_densify_bytes),
             facet_buffer_bytes: bytes(&self.facet_buffer_bytes),
@@ -394,30 +396,30 @@ impl Parameters {
 
     /// How long a transaction may run before the server aborts it (mongod's
     /// `transactionLifetimeLimitSeconds`).
-    pub fn transaction_lifetime_limit_secs(&self) -> i64 {
+    pub(crate) fn transaction_lifetime_limit_secs(&self) -> i64 {
         self.transaction_lifetime_limit_secs.load(Ordering::Relaxed)
     }
 
     /// How long a transaction's statement waits for a collection another operation holds
     /// exclusively before failing with `LockTimeout` (negative: as long as the statement may).
-    pub fn max_transaction_lock_request_timeout_ms(&self) -> i64 {
+    pub(crate) fn max_transaction_lock_request_timeout_ms(&self) -> i64 {
         self.max_transaction_lock_request_timeout_ms
             .load(Ordering::Relaxed)
     }
 
     /// How long a session lives after its last use (mongod's
     /// `localLogicalSessionTimeoutMinutes`; `hello`'s `logicalSessionTimeoutMinutes`).
-    pub fn logical_session_timeout_minutes(&self) -> i64 {
+    pub(crate) fn logical_session_timeout_minutes(&self) -> i64 {
         self.logical_session_timeout_minutes.load(Ordering::Relaxed)
     }
 
     /// How often the logical session cache is flushed to `config.system.sessions` (mongod's
     /// `logicalSessionRefreshMillis`).
-    pub fn logical_session_refresh_ms(&self) -> i64 {
+    pub(crate) fn logical_session_refresh_ms(&self) -> i64 {
         self.logical_session_refresh_ms.load(Ordering::Relaxed)
     }
 
-    pub fn ttl_monitor_sleep_secs(&self) -> u64 {
+    pub(crate) fn ttl_monitor_sleep_secs(&self) -> u64 {
         self.ttl_monitor_sleep_secs.load(Ordering::Relaxed)
     }
 

@@ -11,12 +11,11 @@
 //!   command replies, durable within about a second), never through the command layer, so
 //!   writing one is never itself profiled: reads of `system.profile` are profiled like any read,
 //!   and nothing loops. A failed write is logged and dropped: it never fails the user's command.
-//! - `system.profile` is bounded. tideway has no capped collections yet, so the interim rule is:
-//!   after each write, while the collection's data size exceeds [`PROFILE_COLLECTION_BYTES`]
-//!   (mongod's 1 MiB), the oldest entries are deleted (trims run one at a time, so two never
-//!   delete the same entries). Entries carry an ObjectId `_id` made of
-//!   the server clock's seconds and a process-wide counter, so `_id` order — the order of
-//!   collection scans and of `{$natural: 1}` — is insertion order.
+//! - `system.profile` is bounded: after each write, while the collection's data size exceeds
+//!   [`PROFILE_COLLECTION_BYTES`] (mongod's 1 MiB), the oldest entries — the first of a
+//!   collection scan, which is insertion order — are deleted (trims run one at a time, so two
+//!   never delete the same entries). Entries carry an ObjectId `_id` made of the server clock's
+//!   seconds and a process-wide counter.
 //!
 //! Must not: run commands, or touch storage for an op that is not profiled.
 
@@ -27,18 +26,18 @@ use std::sync::{Arc, RwLock};
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 
-use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::ops::Op;
-use crate::query::Filter;
 use crate::state::ServerState;
-use crate::storage::{
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::Filter;
+use tideway_storage::{
     Namespace, ScanRequest, ScanSource, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOptions,
 };
 
 /// mongod's `system.profile` capped size.
-pub const PROFILE_COLLECTION_BYTES: u64 = 1024 * 1024;
+pub(crate) const PROFILE_COLLECTION_BYTES: u64 = 1024 * 1024;
 /// The profile collection's name in every database.
-pub const PROFILE_COLLECTION: &str = "system.profile";
+pub(crate) const PROFILE_COLLECTION: &str = "system.profile";
 
 /// A database's profiling settings.
 #[derive(Clone, Debug)]
@@ -194,19 +193,19 @@ impl Profiler {
         u64::try_from(self.slowms.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
-    pub fn slowms_setting(&self) -> i64 {
+    pub(crate) fn slowms_setting(&self) -> i64 {
         self.slowms.load(Ordering::Relaxed)
     }
 
-    pub fn set_slowms(&self, slowms: i64) {
+    pub(crate) fn set_slowms(&self, slowms: i64) {
         self.slowms.store(slowms, Ordering::Relaxed);
     }
 
-    pub fn sample_rate(&self) -> f64 {
+    pub(crate) fn sample_rate(&self) -> f64 {
         f64::from_bits(self.sample_rate.load(Ordering::Relaxed))
     }
 
-    pub fn set_sample_rate(&self, rate: f64) {
+    pub(crate) fn set_sample_rate(&self, rate: f64) {
         self.sample_rate.store(rate.to_bits(), Ordering::Relaxed);
     }
 
@@ -230,7 +229,7 @@ impl Profiler {
     }
 
     /// The settings a command starting now on `db` is profiled under; `None` at level 0.
-    pub fn settings_at_start(&self, db: &str) -> Option<DbSettings> {
+    pub(crate) fn settings_at_start(&self, db: &str) -> Option<DbSettings> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
         }
@@ -292,7 +291,7 @@ fn number(value: i64) -> Bson {
 }
 
 /// Profiles `finished` if its settings say so. Never fails: a write error is logged.
-pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &crate::wire::Reply) {
+pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &tideway_wire::Reply) {
     let millis = i64::try_from(finished.op.started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let profiler = &state.profiler;
     let Finished {
@@ -329,7 +328,7 @@ pub fn entry(
     state: &ServerState,
     op: &Op,
     millis: i64,
-    reply: &crate::wire::Reply,
+    reply: &tideway_wire::Reply,
     error: Option<&CommandError>,
 ) -> Document {
     use crate::ops::Metric;
@@ -477,9 +476,10 @@ async fn trim(state: &ServerState, ns: &Namespace) -> StorageResult<()> {
             if excess == 0 {
                 break;
             }
-            excess = excess.saturating_sub(crate::bsonutil::encoded_size(&record.doc) as u64);
+            excess =
+                excess.saturating_sub(tideway_base::bsonutil::encoded_size(&record.doc) as u64);
             deletes.push(WriteOp::Delete {
-                id: crate::exec::document_id(&record.doc),
+                id: tideway_exec::executor::document_id(&record.doc),
                 expected_rev: None,
             });
         }

@@ -8,13 +8,14 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::Instrument;
 
+use crate::client::ClientInfo;
 use crate::conn::serve_connection;
-use crate::dispatch::ClientInfo;
 use crate::state::{bump, ServerState};
 use crate::tls::Accepted;
 
@@ -38,7 +39,7 @@ impl Server {
         Server { state, listeners }
     }
 
-    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+    pub(crate) fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
             .iter()
             .filter_map(|listener| listener.local_addr().ok())
@@ -48,7 +49,7 @@ impl Server {
     /// Replica-set mode (`--replSet`): loads or initiates the set with this server's listener
     /// as its member (`repl::start`); to be called before [`Server::run`]. Nothing on a
     /// standalone server.
-    pub async fn start_replication(&self) -> crate::error::CommandResult<()> {
+    pub async fn start_replication(&self) -> tideway_base::error::CommandResult<()> {
         crate::repl::start(&self.state, &self.local_addrs()).await
     }
 
@@ -69,10 +70,7 @@ impl Server {
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let permits = Arc::new(Semaphore::new(self.state.config.max_conns));
         let cursor_reaper = tokio::spawn(reap_idle_cursors(self.state.clone(), stop_rx.clone()));
-        let ttl_reaper = tokio::spawn(crate::reaper::run_background(
-            self.state.clone(),
-            stop_rx.clone(),
-        ));
+        let ttl_reaper = tokio::spawn(run_ttl_monitor(self.state.clone(), stop_rx.clone()));
         let time_keeper = tokio::spawn(record_time(self.state.clone(), stop_rx.clone()));
         let transaction_limit = tokio::spawn(crate::txn::abort_expired_transactions(
             self.state.clone(),
@@ -147,8 +145,30 @@ async fn reap_idle_cursors(state: Arc<ServerState>, mut stop: watch::Receiver<bo
 /// if the system clock also stepped back.
 const TIME_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The TTL monitor: a reaper pass every `ttlMonitorSleepSecs` while `ttlMonitorEnabled` (or at
+/// once when woken), until `stop` turns true.
+async fn run_ttl_monitor(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let sleep = Duration::from_secs(state.params.ttl_monitor_sleep_secs());
+        tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            _ = state.reaper.wake.notified() => continue,
+            _ = tokio::time::sleep(sleep) => {}
+        }
+        if !state.params.ttl_monitor_enabled() {
+            continue;
+        }
+        let now_ms = state.clock.now_ms();
+        match state.reaper.run_once(state.storage.as_ref(), now_ms).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(deleted, "TTL pass"),
+            Err(error) => tracing::warn!(%error, "TTL pass failed"),
+        }
+    }
+}
+
 /// Records the server's time every [`TIME_RECORD_INTERVAL`] and once more at shutdown, so
-/// [`crate::clock::ServerClock`] resumes from it after a restart.
+/// [`tideway_base::clock::ServerClock`] resumes from it after a restart.
 async fn record_time(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
     let mut ticks = tokio::time::interval(TIME_RECORD_INTERVAL);
     loop {

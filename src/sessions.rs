@@ -30,29 +30,29 @@ use std::sync::{Arc, Mutex};
 
 use bson::{doc, Bson, Document};
 
-use crate::commands::retryable::{lsid_key, session_id_document};
-use crate::dispatch::ClientInfo;
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::client::ClientInfo;
+use crate::session_id::{lsid_key, session_id_document};
 use crate::state::ServerState;
-use crate::storage::Namespace;
-use crate::wire::Reply;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::Namespace;
+use tideway_wire::Reply;
 
 /// Where session records live (mongod's `NamespaceString::kLogicalSessionsNamespace`).
-pub const SESSIONS_DB: &str = "config";
-pub const SESSIONS_COLLECTION: &str = "system.sessions";
+pub(crate) const SESSIONS_DB: &str = "config";
+pub(crate) const SESSIONS_COLLECTION: &str = "system.sessions";
 /// mongod's `SessionsCollection::kSessionsTTLIndex`.
-pub const TTL_INDEX_NAME: &str = "lsidTTLIndex";
+pub(crate) const TTL_INDEX_NAME: &str = "lsidTTLIndex";
 /// Records per write command (mongod's `sessionMaxBatchSize` default).
 const BATCH: usize = 1000;
 
 /// Whether `ns` is `config.system.sessions` (clients may write it, as mongod's
 /// `isLegalClientSystemNS` allows).
-pub fn is_sessions_namespace(ns: &Namespace) -> bool {
+pub(crate) fn is_sessions_namespace(ns: &Namespace) -> bool {
     ns.db == SESSIONS_DB && ns.coll == SESSIONS_COLLECTION
 }
 
 /// `localLogicalSessionTimeoutMinutes` as `hello` and `startSession` report it.
-pub fn timeout_minutes(state: &ServerState) -> i32 {
+pub(crate) fn timeout_minutes(state: &ServerState) -> i32 {
     i32::try_from(state.params.logical_session_timeout_minutes()).unwrap_or(i32::MAX)
 }
 
@@ -99,7 +99,7 @@ impl SessionCache {
     }
 
     /// Marks the session `key` used at `now_ms` (mongod's `vivify`).
-    pub fn vivify(&self, key: &[u8], now_ms: i64) {
+    pub(crate) fn vivify(&self, key: &[u8], now_ms: i64) {
         let mut cache = lock(&self.cache);
         match cache.active.get_mut(key) {
             Some(last_use) => *last_use = (*last_use).max(now_ms),
@@ -261,7 +261,7 @@ async fn setup_collection(
             if index
                 .spec
                 .get("expireAfterSeconds")
-                .and_then(crate::bsonutil::as_f64)
+                .and_then(tideway_base::bsonutil::as_f64)
                 != Some(timeout_secs as f64) =>
         {
             doc! {
@@ -299,7 +299,7 @@ async fn run(
             .to_document()
             .map_err(|error| CommandError::internal(format!("a reply to the server: {error}")))?,
     };
-    if reply.get("ok").and_then(crate::bsonutil::as_f64) == Some(1.0) {
+    if reply.get("ok").and_then(tideway_base::bsonutil::as_f64) == Some(1.0) {
         return Ok(reply);
     }
     let code = reply.get_i32("code").unwrap_or(1);
@@ -331,7 +331,7 @@ fn write_error_indexes(reply: &Document) -> Vec<usize> {
 }
 
 /// Refreshes the cache every `logicalSessionRefreshMillis` until `stop`.
-pub async fn refresh_periodically(
+pub(crate) async fn refresh_periodically(
     state: Arc<ServerState>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {

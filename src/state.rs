@@ -7,16 +7,16 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::clock::{Clock, ServerClock};
 use crate::config::Config;
 use crate::config::StorageKind;
 use crate::cursor::CursorRegistry;
-use crate::error::CommandResult;
-use crate::exec::{CollectionView, PolicyGates};
 use crate::params::Parameters;
-use crate::reaper::Reaper;
-use crate::storage::redb_engine::{Durability, RedbStorage};
-use crate::storage::{Namespace, Storage, StorageResult};
+use tideway_base::clock::{Clock, ServerClock};
+use tideway_base::error::CommandResult;
+use tideway_exec::executor::{CollectionView, PolicyGates};
+use tideway_exec::reaper::Reaper;
+use tideway_storage::redb_engine::{Durability, RedbStorage};
+use tideway_storage::{Namespace, Storage, StorageResult};
 
 #[derive(Debug)]
 pub struct ServerState {
@@ -32,8 +32,8 @@ pub struct ServerState {
     pub cursors: CursorRegistry,
     /// The logical session cache (`lsid`s in use, flushed to `config.system.sessions`).
     pub sessions: crate::sessions::SessionCache,
-    /// The winning plan per query shape (see `crate::planner`).
-    pub plan_cache: crate::planner::PlanCache,
+    /// The winning plan per query shape (see `tideway_exec::planner`).
+    pub plan_cache: tideway_exec::planner::PlanCache,
     /// Running commands and open connections (`currentOp`, `killOp`).
     pub ops: crate::ops::OpRegistry,
     /// Profiling levels, `slowms`, `sampleRate` (`profile`).
@@ -80,8 +80,8 @@ pub struct CompressionCounters {
 }
 
 impl Stats {
-    pub fn compression(&self, compressor: crate::wire::Compressor) -> &CompressionCounters {
-        let index = crate::wire::Compressor::ALL
+    pub fn compression(&self, compressor: tideway_wire::Compressor) -> &CompressionCounters {
+        let index = tideway_wire::Compressor::ALL
             .iter()
             .position(|c| *c == compressor)
             .unwrap_or(0);
@@ -127,7 +127,7 @@ impl ServerState {
                 let dir = config.dbpath.join("_tmp");
                 // Runs a killed process left behind are never read again (the dbpath lock
                 // makes the directory this server's alone).
-                crate::sorter::clear_spill_dir(&dir);
+                tideway_query::sorter::clear_spill_dir(&dir);
                 dir
             }
             StorageKind::Memory => {
@@ -152,7 +152,7 @@ impl ServerState {
             spill_dir,
             cursors: CursorRegistry::default(),
             sessions: crate::sessions::SessionCache::default(),
-            plan_cache: crate::planner::PlanCache::default(),
+            plan_cache: tideway_exec::planner::PlanCache::default(),
             ops: crate::ops::OpRegistry::default(),
             profiler,
             reaper: Reaper::default(),
@@ -179,7 +179,7 @@ impl ServerState {
         .await
     }
 
-    pub fn next_connection_id(&self) -> i32 {
+    pub(crate) fn next_connection_id(&self) -> i32 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }
 }

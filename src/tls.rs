@@ -30,7 +30,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 /// mongod's `net.tls.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -73,7 +73,7 @@ impl TlsMode {
 
 /// mongod's consistency checks of the TLS options (`ssl_options_server.cpp`), worded as mongod
 /// words them. Reads no file.
-pub fn check_settings(config: &Config) -> CommandResult<()> {
+pub(crate) fn check_settings(config: &Config) -> CommandResult<()> {
     if config.tls_mode == TlsMode::Disabled {
         if config.tls_certificate_key_file.is_some()
             || config.tls_ca_file.is_some()
@@ -96,7 +96,7 @@ pub fn check_settings(config: &Config) -> CommandResult<()> {
 /// mongod's TLS flags tideway does not implement, with the configuration-file key each sets (the
 /// file refuses those keys itself, `config::file`): a command line naming one is refused before
 /// anything else is parsed, so none is ever ignored.
-pub const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
+pub(crate) const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
     ("--tlsCRLFile", "net.tls.CRLFile"),
     (
         "--tlsCertificateKeyFilePassword",
@@ -133,7 +133,7 @@ pub const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
 
 /// The first of `args` that is an unsupported TLS flag (`--flag` or `--flag=value`), refused
 /// with 238 NotImplemented naming the flag and its file key.
-pub fn refuse_unsupported_flags<'a>(
+pub(crate) fn refuse_unsupported_flags<'a>(
     args: impl IntoIterator<Item = &'a std::ffi::OsStr>,
 ) -> CommandResult<()> {
     for arg in args {
@@ -181,7 +181,7 @@ pub enum Accepted {
 
 impl TlsTransport {
     /// The transport `config` asks for, its files read and checked; `None` with TLS disabled.
-    pub fn from_config(config: &Config) -> CommandResult<Option<Arc<TlsTransport>>> {
+    pub(crate) fn from_config(config: &Config) -> CommandResult<Option<Arc<TlsTransport>>> {
         check_settings(config)?;
         let Some(certificate_key_file) = config.tls_certificate_key_file.clone() else {
             return Ok(None);
@@ -274,7 +274,7 @@ impl TlsTransport {
     }
 
     /// serverStatus `transportSecurity`: TLS connections accepted, by protocol version.
-    pub fn transport_security(&self) -> bson::Document {
+    pub(crate) fn transport_security(&self) -> bson::Document {
         let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i64;
         bson::doc! {
             "1.0": 0_i64,
@@ -307,7 +307,10 @@ impl TlsTransport {
 /// Reloads `transport`'s files on every SIGHUP until `stop`: new handshakes use the new
 /// certificate (and CA), established connections go on. A failed reload keeps the old one and
 /// logs why. Nothing on platforms without SIGHUP.
-pub async fn reload_on_sighup(transport: Arc<TlsTransport>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn reload_on_sighup(
+    transport: Arc<TlsTransport>,
+    mut stop: watch::Receiver<bool>,
+) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

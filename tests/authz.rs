@@ -137,7 +137,7 @@ async fn before_login_every_registered_command_but_the_handshake_gets_13() {
     let (server, _root) = server_with_root().await;
     let mut stream = connect(&server).await;
     let mut checked = 0;
-    for (index, spec) in tideway::dispatch::visible_commands(&server.state)
+    for (index, spec) in tideway::commands::registry::visible_commands(&server.state)
         .into_iter()
         .enumerate()
     {

@@ -545,7 +545,7 @@ async fn array_filters_and_pipeline_updates() {
     let summaries: Vec<(f64, &str)> = graded
         .iter()
         .map(|student| {
-            let average = tideway::bsonutil::as_f64(student.get("average").unwrap()).unwrap();
+            let average = tideway_base::bsonutil::as_f64(student.get("average").unwrap()).unwrap();
             (average, student.get_str("grade").unwrap())
         })
         .collect();

@@ -9,7 +9,7 @@ mod common;
 
 use bson::{doc, Bson, Document};
 use common::{command_error, first_batch, TestServer};
-use tideway::clock::Clock;
+use tideway_base::clock::Clock;
 
 async fn run(db: &mongodb::Database, command: Document) -> Document {
     db.run_command(command).await.expect("command succeeds")

@@ -13,8 +13,8 @@ use futures::StreamExt;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::FullDocumentType;
 use mongodb::Collection;
-use tideway::clock::{Clock, ManualClock};
 use tideway::Config;
+use tideway_base::clock::{Clock, ManualClock};
 
 fn oplog_config() -> Config {
     Config {

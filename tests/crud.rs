@@ -8,7 +8,7 @@ use bson::{doc, Bson, Document};
 use common::{command_error, TestServer};
 use futures::TryStreamExt;
 use mongodb::options::ReturnDocument;
-use tideway::clock::{Clock, ManualClock};
+use tideway_base::clock::{Clock, ManualClock};
 
 async fn run(db: &mongodb::Database, command: Document) -> Document {
     db.run_command(command).await.expect("command succeeds")

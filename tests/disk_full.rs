@@ -1,7 +1,7 @@
 //! A full disk through the official driver: writes fail with mongod's OutOfDiskSpace (14031),
 //! reads go on, nothing acknowledged is lost, and writes succeed again once space returns, on the
 //! same server. The disk is simulated with the engine's fault-injection backend
-//! (`tideway::storage::redb_engine::faults`) over memory and over a file; an ignored test uses a
+//! (`tideway_storage::redb_engine::faults`) over memory and over a file; an ignored test uses a
 //! real 16 MiB tmpfs (needs root: `cargo test --test disk_full -- --ignored`).
 
 mod common;
@@ -17,12 +17,12 @@ use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::{Client, Collection};
 
 use common::{test_config, TestServer};
-use tideway::clock::{Clock, ManualClock};
 use tideway::config::StorageKind;
-use tideway::storage::redb_engine::faults::{Disk, DiskFullBackend};
-use tideway::storage::redb_engine::{Durability, RedbStorage, DATA_FILE_NAME};
-use tideway::storage::Storage;
 use tideway::Config;
+use tideway_base::clock::{Clock, ManualClock};
+use tideway_storage::redb_engine::faults::{Disk, DiskFullBackend};
+use tideway_storage::redb_engine::{Durability, RedbStorage, DATA_FILE_NAME};
+use tideway_storage::Storage;
 
 const OUT_OF_DISK_SPACE: i32 = 14031;
 

@@ -61,12 +61,12 @@ use tokio::net::TcpStream;
 
 use common::TestServer;
 use tideway::commands::schema::{self, Arg, ArgType, Args, Use};
-use tideway::error::CommandError;
-use tideway::query::{
+use tideway_base::error::CommandError;
+use tideway_query::{
     compare_values, upsert_document, ElementMatcher, Filter, Pipeline, PipelineContext, Projection,
     SortSpec, SourceStage, Update, UpdateContext,
 };
-use tideway::wire::{self, MessageHeader, HEADER_LEN, MAX_MESSAGE_SIZE_BYTES};
+use tideway_wire::{self as wire, MessageHeader, HEADER_LEN, MAX_MESSAGE_SIZE_BYTES};
 
 // ---------------------------------------------------------------------------------------------
 // Budget, seeds and randomness
@@ -871,7 +871,8 @@ fn stored_document(rng: &mut Rng, id: i32) -> Document {
             document.insert(name, value);
         }
     }
-    if tideway::limits::exceeds_depth(&document, tideway::limits::MAX_USER_STORAGE_DEPTH) {
+    if tideway_base::limits::exceeds_depth(&document, tideway_base::limits::MAX_USER_STORAGE_DEPTH)
+    {
         document.remove("a");
         document.remove("b");
         document.remove("c");
@@ -2138,7 +2139,7 @@ fn fuzz_runtime(thread_name: &str) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(thread_name)
-        .thread_stack_size(tideway::limits::THREAD_STACK_BYTES)
+        .thread_stack_size(tideway_base::limits::THREAD_STACK_BYTES)
         .enable_all()
         .build()
         .expect("runtime")
@@ -3102,7 +3103,7 @@ fn query_case(rng: &mut Rng) -> Document {
             .ok()
             .and_then(|bytes| {
                 let raw = bson::RawDocument::from_bytes(&bytes).ok()?;
-                tideway::limits::check_wire_depth(raw).ok()
+                tideway_base::limits::check_wire_depth(raw).ok()
             })
             .is_some();
         if !fits {
@@ -3195,11 +3196,11 @@ fn run_query_case(case: &Document, label: &str, findings: &mut Findings) {
             filter.id_equality();
             for path in ["a", "b", "_id", "a.b", "x"] {
                 for multikey in [false, true] {
-                    let bounds = tideway::planner::bounds::field_bounds(filter, path, multikey);
-                    tideway::planner::bounds::IndexBounds {
+                    let bounds = tideway_exec::bounds::field_bounds(filter, path, multikey);
+                    tideway_exec::bounds::IndexBounds {
                         fields: vec![(
                             path.to_string(),
-                            tideway::storage::keycodec::Direction::Descending,
+                            tideway_query::keycodec::Direction::Descending,
                             bounds,
                         )],
                     }
@@ -3249,7 +3250,7 @@ fn run_query_case(case: &Document, label: &str, findings: &mut Findings) {
     if let Some(projection) = checked(findings, "Projection::parse", &input, || {
         Projection::parse(
             &part_document(case, "projection"),
-            tideway::ttl::PROJECTION_META,
+            tideway_exec::ttl::PROJECTION_META,
         )
     }) {
         for (index, document) in documents.iter().enumerate() {
@@ -3366,7 +3367,7 @@ fn query_language_survives_random_specs() {
         let current_seed = current_seed.clone();
         std::thread::Builder::new()
             .name("fuzz-query".into())
-            .stack_size(tideway::limits::THREAD_STACK_BYTES)
+            .stack_size(tideway_base::limits::THREAD_STACK_BYTES)
             .spawn(move || {
                 let mut findings = Findings::new("query");
                 for (finding, bytes) in load_seeds("query") {

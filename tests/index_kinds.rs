@@ -466,8 +466,9 @@ async fn index_kinds_survive_a_reopen() {
 #[tokio::test]
 async fn index_entries_are_scannable_with_the_planner_api() {
     use std::ops::Bound;
-    use tideway::storage::keycodec::{self, Direction};
-    use tideway::storage::{hashed, textkeys, wildcard, Namespace, ScanRequest, ScanSource};
+    use tideway_query::hash::hashed_value;
+    use tideway_query::keycodec::{self, Direction};
+    use tideway_storage::{textkeys, wildcard, Namespace, ScanRequest, ScanSource};
 
     let server = TestServer::start().await;
     let db = server.client().database("kinds");
@@ -489,7 +490,7 @@ async fn index_entries_are_scannable_with_the_planner_api() {
 
     let storage = server.state.storage.clone();
     let ns = Namespace::new("kinds", "c");
-    let scan = |name: &str, ranges: Vec<tideway::storage::KeyRange>| {
+    let scan = |name: &str, ranges: Vec<tideway_storage::KeyRange>| {
         let storage = storage.clone();
         let ns = ns.clone();
         let name = name.to_string();
@@ -525,7 +526,7 @@ async fn index_entries_are_scannable_with_the_planner_api() {
     let mut key = Vec::new();
     keycodec::encode_value(
         &mut key,
-        &Bson::Int64(hashed::hashed_value(&Bson::Int32(1))),
+        &Bson::Int64(hashed_value(&Bson::Int32(1))),
         Direction::Ascending,
     );
     assert_eq!(scan("h", vec![point(key)]).await, vec![1, 3]);
@@ -549,9 +550,9 @@ async fn index_entries_are_scannable_with_the_planner_api() {
     );
 
     // Text: each term of the search is a key prefix; the score comes from the document.
-    let index = tideway::query::text::TextIndex::from_spec_document(&list(&db).await[3]).unwrap();
+    let index = tideway_query::text::TextIndex::from_spec(&list(&db).await[3]).unwrap();
     let query =
-        tideway::query::text::TextQuery::parse(&Bson::Document(doc! {"$search": "coffee -tea"}))
+        tideway_query::text::TextQuery::parse(&Bson::Document(doc! {"$search": "coffee -tea"}))
             .unwrap();
     let mut found = Vec::new();
     for term in query.terms_to_scan(&index) {

@@ -19,7 +19,7 @@ use mongodb::Database;
 fn on_server_runtime(test: impl Future<Output = ()> + Send + 'static) {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .thread_stack_size(tideway::limits::THREAD_STACK_BYTES)
+        .thread_stack_size(tideway_base::limits::THREAD_STACK_BYTES)
         .enable_all()
         .build()
         .unwrap()

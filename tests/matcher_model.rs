@@ -11,7 +11,7 @@ mod common;
 
 use bson::{doc, Bson, Document};
 use common::Rng;
-use tideway::query::Filter;
+use tideway_query::Filter;
 
 const FIELDS: [&str; 2] = ["a", "b"];
 

@@ -300,7 +300,7 @@ async fn every_index_plan_returns_what_a_collection_scan_returns() {
                         && values
                             .iter()
                             .zip(&reference)
-                            .all(|(a, b)| tideway::query::values_equal(a, b)),
+                            .all(|(a, b)| tideway_query::values_equal(a, b)),
                     "distinct {key} {query}: {values:?} vs {reference:?}"
                 );
             }
@@ -927,7 +927,7 @@ async fn multikey_indexes_keep_one_predicates_bounds_and_index_changes_replan() 
 #[tokio::test]
 async fn counts_and_index_reads_never_include_expired_documents() {
     use std::sync::Arc;
-    use tideway::clock::{Clock, ManualClock};
+    use tideway_base::clock::{Clock, ManualClock};
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let config = tideway::Config {
         set_parameter: vec!["ttlMonitorEnabled=false".into()],

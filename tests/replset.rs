@@ -430,7 +430,7 @@ async fn a_retry_after_a_restart_is_answered_from_the_record() {
     let storage = tideway::state::open_storage(&other).unwrap();
     let state = tideway::ServerState::new(
         other,
-        std::sync::Arc::new(tideway::clock::SystemClock::default()),
+        std::sync::Arc::new(tideway_base::clock::SystemClock::default()),
         storage,
     )
     .unwrap();

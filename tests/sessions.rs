@@ -19,8 +19,8 @@ use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 use common::{command_error, first_batch, test_config, TestServer};
 use mongodb::{Client, ClientSession};
-use tideway::clock::{Clock, ManualClock};
 use tideway::Config;
+use tideway_base::clock::{Clock, ManualClock};
 
 const T0: i64 = 1_700_000_000_000;
 const MINUTE_MS: i64 = 60_000;

@@ -200,7 +200,7 @@ fn inconsistent_settings_are_refused_as_mongod_refuses_them() {
         let storage = tideway::state::open_storage(config).unwrap();
         tideway::ServerState::new(
             config.clone(),
-            std::sync::Arc::new(tideway::clock::SystemClock::default()),
+            std::sync::Arc::new(tideway_base::clock::SystemClock::default()),
             storage,
         )
         .map(|_| ())

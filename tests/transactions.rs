@@ -18,8 +18,8 @@ use common::raw::{connect, kind0, op_msg, roundtrip};
 use common::{test_config, TestServer};
 use futures::FutureExt;
 use mongodb::{Client, ClientSession, Collection};
-use tideway::clock::{Clock, ManualClock};
 use tideway::Config;
+use tideway_base::clock::{Clock, ManualClock};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -1039,7 +1039,7 @@ async fn a_statement_waits_for_a_collection_held_exclusively_no_longer_than_the_
     .await;
     assert_eq!(reply.get_i32("n"), Ok(1));
     // What a TTL policy change or a capped conversion holds while it works.
-    let ns = tideway::storage::Namespace::new("app", "held");
+    let ns = tideway_storage::Namespace::new("app", "held");
     let gate = server.state.policy_gates.exclusive(&ns).await;
     let reply = statement(s, "app", doc! {"find": "held"}, 7, 1, false).await;
     assert_eq!(

@@ -11,8 +11,8 @@ use common::{command_error, TestServer};
 use futures::TryStreamExt;
 use mongodb::options::IndexOptions;
 use mongodb::{Collection, Database, IndexModel};
-use tideway::clock::{Clock, ManualClock};
-use tideway::storage::Namespace;
+use tideway_base::clock::{Clock, ManualClock};
+use tideway_storage::Namespace;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -90,7 +90,7 @@ impl Fixture {
             .collect()
     }
 
-    async fn stored(&self, id: &str) -> Option<tideway::storage::Record> {
+    async fn stored(&self, id: &str) -> Option<tideway_storage::Record> {
         self.server
             .state
             .storage
@@ -720,9 +720,10 @@ async fn mongodb_ttl_indexes_on_date_fields() {
     );
     at_the_boundary!(f, 10_000, async { f.ids(doc! {}).await.len() }, 5, 4);
     at_the_boundary!(f, 15_000, async { f.ids(doc! {}).await.len() }, 4, 3);
+    // Unsorted: insertion order.
     assert_eq!(
         f.ids(doc! {}).await,
-        vec!["missing", "number", "other-kind"]
+        vec!["number", "missing", "other-kind"]
     );
     let errors = [
         (
@@ -888,18 +889,18 @@ async fn reaper_spares_a_document_rewritten_after_it_was_read() {
         .unwrap()
         .unwrap();
     // A client rewrites the document between the reaper's scan and its delete.
-    let rewrite = tideway::storage::WriteOp::Replace {
+    let rewrite = tideway_storage::WriteOp::Replace {
         replacement: true,
         id: Bson::from("doomed"),
         expected_rev: stale.rev,
         doc: doc! {"_id": "doomed", "k": 1, "rewritten": true},
-        meta: tideway::storage::WriteMeta {
+        meta: tideway_storage::WriteMeta {
             last_write_ms: f.clock.now_ms(),
-            ttl: tideway::storage::TtlClass::Default,
+            ttl: tideway_storage::TtlClass::Default,
         },
         supersede: None,
     };
-    let options = tideway::storage::WriteOptions {
+    let options = tideway_storage::WriteOptions {
         ordered: true,
         force_durable: false,
         background: false,
@@ -911,7 +912,7 @@ async fn reaper_spares_a_document_rewritten_after_it_was_read() {
         .pop()
         .unwrap()
         .unwrap();
-    let reaper_delete = tideway::storage::WriteOp::Delete {
+    let reaper_delete = tideway_storage::WriteOp::Delete {
         id: Bson::from("doomed"),
         expected_rev: Some(stale.rev),
     };
@@ -921,7 +922,7 @@ async fn reaper_spares_a_document_rewritten_after_it_was_read() {
         .unwrap()
         .pop()
         .unwrap();
-    assert_eq!(result, Err(tideway::storage::StorageError::WriteConflict));
+    assert_eq!(result, Err(tideway_storage::StorageError::WriteConflict));
     assert_eq!(
         f.ttl_pass().await,
         0,

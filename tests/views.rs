@@ -12,7 +12,7 @@ use bson::{doc, Bson, Document};
 use common::{command_error, first_batch, TestServer};
 use futures::TryStreamExt;
 use mongodb::Database;
-use tideway::clock::{Clock, ManualClock};
+use tideway_base::clock::{Clock, ManualClock};
 
 /// The manual's `students` collection ("Create and Query a View").
 fn students() -> Vec<Document> {
@@ -375,9 +375,10 @@ async fn an_expired_document_is_never_seen_through_a_view() {
     // Documents expire 10 s after their last write (Cosmos default TTL).
     run(&db, doc! {"createIndexes": "c", "indexes": [{"key": {"_ts": 1}, "name": "_ts_1", "expireAfterSeconds": 10}]}).await;
     db.collection::<Document>("c")
+        // "doomed" last in natural order: the open cursor below leaves it for its getMore.
         .insert_many(vec![
-            doc! {"_id": "doomed", "k": 1},
             doc! {"_id": "alive", "k": 2, "ttl": -1},
+            doc! {"_id": "doomed", "k": 1},
         ])
         .await
         .unwrap();

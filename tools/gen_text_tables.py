@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates the Unicode tables of src/query/text/data/ from the Unicode Character Database.
+"""Generates the Unicode tables of crates/query/src/text/data/ from the Unicode Character Database.
 
 The rules are mongod's (src/mongo/db/fts/unicode/gen_*.py), applied to whatever UCD is installed
 (Debian: `apt-get install unicode-data`, files under /usr/share/unicode) and Python's own
@@ -17,7 +17,7 @@ import sys
 import unicodedata
 
 UCD = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/unicode"
-OUT = "src/query/text/data"
+OUT = "crates/query/src/text/data"
 DELIMITER_PROPERTIES = {"White_Space", "Dash", "Hyphen", "Quotation_Mark",
                         "Terminal_Punctuation", "Pattern_Syntax", "STerm", "Sentence_Terminal"}
 

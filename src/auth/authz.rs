@@ -19,9 +19,10 @@ use bson::{Bson, Document};
 
 use super::name_and_db;
 use super::privileges::{Action, PrivilegeSet, Target};
-use crate::dispatch::{ClientInfo, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::client::ClientInfo;
+use crate::command::CommandSpec;
 use crate::state::ServerState;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 use Action as A;
 
@@ -51,7 +52,7 @@ impl ServerAuth {
     }
 
     /// A user was created.
-    pub fn user_created(&self) {
+    pub(crate) fn user_created(&self) {
         self.users_exist.store(2, Ordering::Release);
         self.changed();
     }
@@ -173,7 +174,7 @@ pub fn rule(name: &str) -> Option<Rule> {
 }
 
 /// Whether `name` needs an authenticated caller (`listCommands`' `requiresAuth`).
-pub fn requires_auth(name: &str) -> bool {
+pub(crate) fn requires_auth(name: &str) -> bool {
     !matches!(rule(name), Some(Rule::PreAuth))
 }
 
@@ -227,7 +228,8 @@ impl<'a> Needs<'a> {
 }
 
 fn flag(body: &Document, field: &str) -> bool {
-    body.get(field).is_some_and(crate::bsonutil::is_truthy)
+    body.get(field)
+        .is_some_and(tideway_base::bsonutil::is_truthy)
 }
 
 fn needs_of_write<'a>(db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
@@ -490,7 +492,7 @@ fn needs_of_clone_as_capped<'a>(db: &'a str, body: &'a Document, needs: &mut Nee
 fn needs_of_bulk_write<'a>(_db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let namespaces = body.get_array("nsInfo").map(Vec::as_slice).unwrap_or(&[]);
     let ns_of = |index: &Bson| {
-        crate::bsonutil::as_f64(index)
+        tideway_base::bsonutil::as_f64(index)
             .and_then(|index| namespaces.get(index as usize))
             .and_then(Bson::as_document)
             .and_then(|info| info.get("ns"))
@@ -705,7 +707,7 @@ pub async fn privileges(
 /// The check dispatch runs before parsing a command's arguments: an unauthenticated
 /// connection may run only the pre-authentication commands. Answers the command's rule for
 /// [`check_privileges`] (`None`: nothing is checked, no `--auth` or the server's own client).
-pub async fn check_authenticated(
+pub(crate) async fn check_authenticated(
     state: &ServerState,
     client: &ClientInfo,
     spec: &CommandSpec,
@@ -733,7 +735,7 @@ pub async fn check_authenticated(
 
 /// The privilege check dispatch runs once the arguments are known to be well formed, with the
 /// rule [`check_authenticated`] answered.
-pub async fn check_privileges(
+pub(crate) async fn check_privileges(
     state: &ServerState,
     client: &ClientInfo,
     rule: Option<Rule>,
@@ -779,7 +781,11 @@ fn views_only_itself(db: &str, body: &Document, client: &ClientInfo) -> bool {
 /// Whether `viewer` runs as the same user as something `owner` started (an operation, a
 /// cursor): mongod's `isCoauthorizedWith`. Always without `--auth` and for the server's own
 /// client; else when both are unauthenticated or they share a user.
-pub fn coauthorized(state: &ServerState, viewer: &ClientInfo, owner: &[super::UserName]) -> bool {
+pub(crate) fn coauthorized(
+    state: &ServerState,
+    viewer: &ClientInfo,
+    owner: &[super::UserName],
+) -> bool {
     if !state.auth.enabled || viewer.internal {
         return true;
     }
@@ -787,7 +793,7 @@ pub fn coauthorized(state: &ServerState, viewer: &ClientInfo, owner: &[super::Us
     (mine.is_empty() && owner.is_empty()) || mine.iter().any(|user| owner.contains(user))
 }
 
-pub fn foreign_cursor(id: i64) -> CommandError {
+pub(crate) fn foreign_cursor(id: i64) -> CommandError {
     CommandError::new(
         ErrorCode::Unauthorized,
         format!("cursor id {id} was not created by the authenticated user"),
@@ -800,7 +806,7 @@ const SEQUENCE_FIELDS: &[&str] = &["documents", "updates", "deletes", "ops", "ns
 
 /// mongod's refusal of a command the caller lacks a privilege for: the command as mongod
 /// prints a BSON object, without its document sequences.
-pub fn unauthorized(db: &str, body: &Document) -> CommandError {
+pub(crate) fn unauthorized(db: &str, body: &Document) -> CommandError {
     let shown: Document = body
         .iter()
         .filter(|(field, _)| !SEQUENCE_FIELDS.contains(&field.as_str()))
@@ -810,7 +816,7 @@ pub fn unauthorized(db: &str, body: &Document) -> CommandError {
         ErrorCode::Unauthorized,
         format!(
             "not authorized on {db} to execute command {}",
-            crate::query::display::value_string(&Bson::Document(shown))
+            tideway_base::display::value_string(&Bson::Document(shown))
         ),
     )
 }

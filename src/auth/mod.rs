@@ -29,12 +29,13 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 
-use crate::dispatch::{ClientInfo, CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::client::ClientInfo;
+use crate::command::{CommandContext, CommandSpec};
 use crate::state::ServerState;
 use crate::{async_handler, sync_handler};
 use scram::{Mechanism, ServerConversation};
-pub use users::RoleName;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+pub(crate) use users::RoleName;
 
 /// A user a connection authenticated as.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +82,7 @@ impl ClientAuth {
     }
 
     /// Whether the connection has authenticated as anyone (no copy of the users).
-    pub fn is_authenticated(&self) -> bool {
+    pub(crate) fn is_authenticated(&self) -> bool {
         !self.lock().users.is_empty()
     }
 
@@ -215,7 +216,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 /// A user or role name as commands give it: `"<name>"` (on `default_db`) or `{<field>: name,
 /// db}`; `None` for anything else (each caller answers its own error).
-pub fn name_and_db<'a>(
+pub(crate) fn name_and_db<'a>(
     value: &'a Bson,
     field: &str,
     default_db: &'a str,
@@ -340,7 +341,7 @@ async fn start(
         .get_document("options")
         .ok()
         .and_then(|options| options.get("skipEmptyExchange"))
-        .is_some_and(crate::bsonutil::is_truthy);
+        .is_some_and(tideway_base::bsonutil::is_truthy);
     // A new conversation replaces any unfinished one.
     client.auth.lock().conversation = None;
     let mut user_name = String::new();
@@ -393,7 +394,11 @@ async fn start(
 }
 
 async fn sasl_continue(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    if body.get("conversationId").and_then(crate::bsonutil::as_f64) != Some(1.0) {
+    if body
+        .get("conversationId")
+        .and_then(tideway_base::bsonutil::as_f64)
+        != Some(1.0)
+    {
         return Err(CommandError::new(
             ErrorCode::ProtocolError,
             "sasl: Mismatched conversation id",
@@ -491,7 +496,7 @@ fn authenticated(client: &ClientInfo, user: UserName, mechanism: &str) {
 /// Hello's `speculativeAuthenticate`: runs the `saslStart` (database in its `db` field) or the
 /// X.509 `authenticate` it carries and answers its reply; any failure is as if nothing had been
 /// sent (mongod).
-pub async fn speculative_authenticate(
+pub(crate) async fn speculative_authenticate(
     state: &ServerState,
     client: &ClientInfo,
     hello: &Document,
@@ -508,7 +513,10 @@ pub async fn speculative_authenticate(
 /// Hello's `saslSupportedMechs: "<db>.<user>"`: the mechanisms that can authenticate the user
 /// (mongod's mechanism registry: SCRAM for its credentials, MONGODB-X509 for an external user),
 /// `None` for no such user.
-pub async fn sasl_supported_mechs(state: &ServerState, hello: &Document) -> Option<Vec<Bson>> {
+pub(crate) async fn sasl_supported_mechs(
+    state: &ServerState,
+    hello: &Document,
+) -> Option<Vec<Bson>> {
     let name = hello.get_str("saslSupportedMechs").ok()?;
     let (db, user) = name.split_once('.')?;
     let document = users::find_user(state, db, user).await.ok()??;
@@ -550,7 +558,7 @@ async fn connection_status(ctx: &CommandContext<'_>, body: &Document) -> Command
     };
     if body
         .get("showPrivileges")
-        .is_some_and(crate::bsonutil::is_truthy)
+        .is_some_and(tideway_base::bsonutil::is_truthy)
     {
         // The union of every authenticated user's privileges, one entry per resource (mongod's
         // unified resource map).

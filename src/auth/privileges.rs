@@ -104,7 +104,7 @@ impl ActionSet {
     }
 
     /// Removes `other`'s actions; whether any remain.
-    pub fn remove_all(&mut self, other: ActionSet) -> bool {
+    pub(crate) fn remove_all(&mut self, other: ActionSet) -> bool {
         for (mine, theirs) in self.0.iter_mut().zip(other.0) {
             *mine &= !theirs;
         }
@@ -316,7 +316,7 @@ impl PrivilegeSet {
 
     /// Whether any action at all is granted on `target` (what `listCollections` with
     /// `authorizedCollections` shows a user without the `listCollections` action).
-    pub fn allows_any_action(&self, target: Target<'_>) -> bool {
+    pub(crate) fn allows_any_action(&self, target: Target<'_>) -> bool {
         self.privileges
             .iter()
             .any(|p| !p.actions.is_empty() && p.resource.matches(target))
@@ -324,7 +324,7 @@ impl PrivilegeSet {
 
     /// Whether anything at all is granted on `db` or a collection in it (what `listDatabases`
     /// shows a user without the `listDatabases` action, as mongod's `authorizedDatabases`).
-    pub fn touches_database(&self, db: &str) -> bool {
+    pub(crate) fn touches_database(&self, db: &str) -> bool {
         self.privileges.iter().any(|p| match &p.resource {
             ResourcePattern::AnyResource => true,
             ResourcePattern::AnyNormal => db != "local" && db != "config",
@@ -875,12 +875,12 @@ fn builtin(name: &str, db: &str) -> Option<&'static BuiltinRole> {
 }
 
 /// Whether `role` on `db` is one of mongod's built-in roles.
-pub fn is_builtin_role(role: &str, db: &str) -> bool {
+pub(crate) fn is_builtin_role(role: &str, db: &str) -> bool {
     builtin(role, db).is_some()
 }
 
 /// The built-in roles that exist on `db` (`rolesInfo`'s `showBuiltinRoles`).
-pub fn builtin_role_names(db: &str) -> impl Iterator<Item = &'static str> + '_ {
+pub(crate) fn builtin_role_names(db: &str) -> impl Iterator<Item = &'static str> + '_ {
     BUILTIN_ROLES
         .iter()
         .filter(move |role| !role.admin_only || db == "admin")
@@ -888,7 +888,7 @@ pub fn builtin_role_names(db: &str) -> impl Iterator<Item = &'static str> + '_ {
 }
 
 /// The roles a built-in role holds directly, as `(role, db)`.
-pub fn builtin_subroles(role: &str, db: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn builtin_subroles(role: &str, db: &str) -> Vec<(&'static str, String)> {
     builtin(role, db)
         .map(|builtin| {
             builtin
@@ -902,7 +902,7 @@ pub fn builtin_subroles(role: &str, db: &str) -> Vec<(&'static str, String)> {
 
 /// The privileges a built-in role grants by itself (without the roles it holds); `None` if
 /// `role` on `db` is not built in.
-pub fn builtin_privileges(role: &str, db: &str) -> Option<PrivilegeSet> {
+pub(crate) fn builtin_privileges(role: &str, db: &str) -> Option<PrivilegeSet> {
     let builtin = builtin(role, db)?;
     let mut set = PrivilegeSet::default();
     for (scope, action_lists) in builtin.grants {
@@ -933,7 +933,7 @@ pub fn builtin_privileges(role: &str, db: &str) -> Option<PrivilegeSet> {
 }
 
 /// The privileges of built-in `role` on `db` with every role it holds, transitively.
-pub fn builtin_privileges_transitive(role: &str, db: &str) -> Option<PrivilegeSet> {
+pub(crate) fn builtin_privileges_transitive(role: &str, db: &str) -> Option<PrivilegeSet> {
     let mut set = builtin_privileges(role, db)?;
     // Built-in roles nest at most three deep (root → clusterAdmin → clusterMonitor → read).
     let mut pending = builtin_subroles(role, db);

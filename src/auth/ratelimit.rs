@@ -92,7 +92,7 @@ impl FailedLogins {
     }
 
     /// Counts a failure of `host` at `now_ms` and answers how long its reply waits.
-    pub fn record_failure(&self, host: IpAddr, now_ms: i64) -> Duration {
+    pub(crate) fn record_failure(&self, host: IpAddr, now_ms: i64) -> Duration {
         let mut hosts = self
             .hosts
             .lock()

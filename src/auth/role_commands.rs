@@ -21,10 +21,10 @@ use super::roles::{self, role_id, roles_ns};
 use super::users::{self, command_name, parse_role_names, roles_array, roles_of};
 use super::{store, RoleName};
 use crate::async_handler;
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::command::{CommandContext, CommandSpec};
 use crate::state::ServerState;
-use crate::storage::WriteOp;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::WriteOp;
 
 pub const COMMANDS: &[CommandSpec] = &[
     spec(
@@ -77,7 +77,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 const fn spec(
     name: &'static str,
     help: &'static str,
-    handler: crate::dispatch::Handler,
+    handler: crate::command::Handler,
 ) -> CommandSpec {
     CommandSpec {
         name,
@@ -109,7 +109,10 @@ fn refuse_builtin(role: &RoleName) -> CommandResult<()> {
 /// A command's `privileges` array as mongod parses it: each `{resource, actions}`, privileges on
 /// the same resource merged (first appearance keeps its place); every unknown action name is
 /// reported at once, as mongod's `uassertNoUnrecognizedActions` (BadValue).
-pub fn parse_privileges(context: &str, privileges: &[Bson]) -> CommandResult<Vec<Privilege>> {
+pub(crate) fn parse_privileges(
+    context: &str,
+    privileges: &[Bson],
+) -> CommandResult<Vec<Privilege>> {
     let field = format!("{context}.privileges");
     let mut parsed: Vec<Privilege> = Vec::new();
     let mut unknown: BTreeSet<String> = BTreeSet::new();
@@ -118,7 +121,7 @@ pub fn parse_privileges(context: &str, privileges: &[Bson]) -> CommandResult<Vec
             return Err(CommandError::idl_wrong_type(
                 context,
                 "privileges",
-                crate::query::display::type_name(privilege),
+                tideway_base::display::type_name(privilege),
                 "object",
             ));
         };
@@ -135,7 +138,7 @@ pub fn parse_privileges(context: &str, privileges: &[Bson]) -> CommandResult<Vec
                 return Err(CommandError::idl_wrong_type(
                     &field,
                     "resource",
-                    crate::query::display::type_name(other),
+                    tideway_base::display::type_name(other),
                     "object",
                 ))
             }
@@ -147,7 +150,7 @@ pub fn parse_privileges(context: &str, privileges: &[Bson]) -> CommandResult<Vec
                 return Err(CommandError::idl_wrong_type(
                     &field,
                     "actions",
-                    crate::query::display::type_name(other),
+                    tideway_base::display::type_name(other),
                     "array",
                 ))
             }
@@ -159,7 +162,7 @@ pub fn parse_privileges(context: &str, privileges: &[Bson]) -> CommandResult<Vec
                 return Err(CommandError::idl_wrong_type(
                     &field,
                     "actions",
-                    crate::query::display::type_name(name),
+                    tideway_base::display::type_name(name),
                     "string",
                 ));
             };
@@ -216,7 +219,7 @@ fn optional_array<'b>(
         Some(other) => Err(CommandError::idl_wrong_type(
             ctx.name,
             field,
-            crate::query::display::type_name(other),
+            tideway_base::display::type_name(other),
             "array",
         )),
     }
@@ -504,7 +507,7 @@ async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 /// later under the same name would silently come back to it.
 async fn pull_roles(
     state: &ServerState,
-    ns: &crate::storage::Namespace,
+    ns: &tideway_storage::Namespace,
     doomed: impl Fn(&RoleName) -> bool,
 ) -> CommandResult<()> {
     for _ in 0..UPDATE_ATTEMPTS {
@@ -587,7 +590,9 @@ fn parse_role_name(ctx: &CommandContext, value: &Bson) -> CommandResult<RoleName
 
 fn parse_roles_query(ctx: &CommandContext, value: Option<&Bson>) -> CommandResult<RolesQuery> {
     match value {
-        Some(number) if crate::bsonutil::as_f64(number) == Some(1.0) => Ok(RolesQuery::Database),
+        Some(number) if tideway_base::bsonutil::as_f64(number) == Some(1.0) => {
+            Ok(RolesQuery::Database)
+        }
         Some(Bson::Array(names)) => Ok(RolesQuery::Names(
             names
                 .iter()
@@ -620,13 +625,14 @@ fn parse_show_privileges(value: Option<&Bson>) -> CommandResult<ShowPrivileges> 
         Some(Bson::String(_)) => Err(CommandError::bad_value(
             "showPrivileges must be a boolean or the string 'asUserFragment'",
         )),
-        Some(flag) if crate::bsonutil::is_truthy(flag) => Ok(ShowPrivileges::Separate),
+        Some(flag) if tideway_base::bsonutil::is_truthy(flag) => Ok(ShowPrivileges::Separate),
         Some(_) => Ok(ShowPrivileges::Omit),
     }
 }
 
 fn flag(body: &Document, field: &str) -> bool {
-    body.get(field).is_some_and(crate::bsonutil::is_truthy)
+    body.get(field)
+        .is_some_and(tideway_base::bsonutil::is_truthy)
 }
 
 fn privilege_documents(privileges: &PrivilegeSet) -> Vec<Bson> {

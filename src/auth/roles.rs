@@ -16,28 +16,28 @@ use super::privileges::{
     builtin_privileges_transitive, Action, ActionSet, PrivilegeSet, ResourcePattern,
 };
 use super::{store, RoleName};
-use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::ServerState;
-use crate::storage::Namespace;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::Namespace;
 
-pub const ROLES_COLLECTION: &str = "system.roles";
+pub(crate) const ROLES_COLLECTION: &str = "system.roles";
 
 /// More roles than any real role graph has; beyond it resolution stops.
-pub const MAX_ROLES_RESOLVED: usize = 10_000;
+pub(crate) const MAX_ROLES_RESOLVED: usize = 10_000;
 
-pub fn roles_ns() -> Namespace {
+pub(crate) fn roles_ns() -> Namespace {
     Namespace::new(super::users::USERS_DB, ROLES_COLLECTION)
 }
 
 /// A user-defined role as stored.
 #[derive(Debug, Default)]
-pub struct StoredRole {
+pub(crate) struct StoredRole {
     pub privileges: PrivilegeSet,
     pub roles: Vec<RoleName>,
 }
 
 /// The stored document of user-defined role `role`, if any.
-pub async fn find_role_document(
+pub(crate) async fn find_role_document(
     state: &ServerState,
     role: &RoleName,
 ) -> CommandResult<Option<Document>> {
@@ -47,7 +47,7 @@ pub async fn find_role_document(
 }
 
 /// Reads a stored role document's privileges and roles; what cannot be read is skipped.
-pub fn parse_stored_role(document: &Document) -> StoredRole {
+pub(crate) fn parse_stored_role(document: &Document) -> StoredRole {
     let mut stored = StoredRole::default();
     for privilege in document
         .get_array("privileges")
@@ -77,7 +77,7 @@ pub fn parse_stored_role(document: &Document) -> StoredRole {
 
 /// What a set of roles resolves to (mongod's `resolveRoles`).
 #[derive(Debug, Default)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// Every role reached through a user-defined role's `roles`, transitively (not the starting
     /// roles themselves, unless reached again); built-in roles are not walked into, as mongod
     /// lists them: their privileges already include those of the roles they hold.
@@ -87,7 +87,10 @@ pub struct Resolved {
 }
 
 /// Resolves `roles` breadth-first; a role that does not exist grants nothing (logged).
-pub async fn resolve_graph(state: &ServerState, roles: &[RoleName]) -> CommandResult<Resolved> {
+pub(crate) async fn resolve_graph(
+    state: &ServerState,
+    roles: &[RoleName],
+) -> CommandResult<Resolved> {
     let mut resolved = Resolved::default();
     let mut frontier: Vec<RoleName> = roles.to_vec();
     let mut visited: BTreeSet<RoleName> = BTreeSet::new();
@@ -136,7 +139,7 @@ pub async fn exists(state: &ServerState, role: &RoleName) -> CommandResult<bool>
 
 /// mongod's `rolesExist`: every role exists, else RoleNotFound naming the missing ones
 /// ("Could not find role: r@db", "Could not find roles: a@db, b@db").
-pub async fn check_exist(state: &ServerState, roles: &[RoleName]) -> CommandResult<()> {
+pub(crate) async fn check_exist(state: &ServerState, roles: &[RoleName]) -> CommandResult<()> {
     let mut unknown = Vec::new();
     for role in roles {
         if !exists(state, role).await? {
@@ -154,6 +157,6 @@ pub async fn check_exist(state: &ServerState, roles: &[RoleName]) -> CommandResu
 }
 
 /// mongod's `_id` of a role document (`RoleName::getUnambiguousName`).
-pub fn role_id(role: &RoleName) -> String {
+pub(crate) fn role_id(role: &RoleName) -> String {
     format!("{}.{}", role.db, role.role)
 }

@@ -40,7 +40,7 @@ impl Mechanism {
     }
 
     /// mongod's default iteration counts (`scramIterationCount`, `scramSHA256IterationCount`).
-    pub fn default_iterations(self) -> u32 {
+    pub(crate) fn default_iterations(self) -> u32 {
         match self {
             Mechanism::Sha1 => 10_000,
             Mechanism::Sha256 => 15_000,
@@ -100,7 +100,7 @@ impl Mechanism {
 
     /// The password as this mechanism hashes it: SCRAM-SHA-1 digests `user:mongo:pwd` with MD5
     /// (unless the client already did, `digestPassword: false`); SCRAM-SHA-256 SASLpreps it.
-    pub fn prepare_password(
+    pub(crate) fn prepare_password(
         self,
         user: &str,
         password: &str,
@@ -194,7 +194,7 @@ impl Credential {
         };
         let iteration_count = document
             .get("iterationCount")
-            .and_then(crate::bsonutil::as_f64)
+            .and_then(tideway_base::bsonutil::as_f64)
             .filter(|count| *count >= 1.0 && *count <= f64::from(u32::MAX))
             .ok_or(ScramError::StoredCredential)? as u32;
         Ok(Credential {
@@ -219,7 +219,7 @@ pub struct ClientFirst {
 }
 
 /// Parses `gs2-header client-first-message-bare`.
-pub fn parse_client_first(message: &str) -> Result<ClientFirst, ScramError> {
+pub(crate) fn parse_client_first(message: &str) -> Result<ClientFirst, ScramError> {
     let (binding, rest) = message
         .split_once(',')
         .ok_or(ScramError::Malformed("no GS2 header"))?;
@@ -284,7 +284,7 @@ fn decode_sasl_name(name: &str) -> Result<String, ScramError> {
 /// The server side of one conversation after client-first: it answered server-first and waits
 /// for client-final.
 #[derive(Clone, Debug)]
-pub struct ServerConversation {
+pub(crate) struct ServerConversation {
     pub mechanism: Mechanism,
     client_first: ClientFirst,
     server_first: String,

@@ -10,9 +10,9 @@
 
 use bson::{Bson, Document};
 
-use crate::error::CommandResult;
 use crate::state::ServerState;
-use crate::storage::{
+use tideway_base::error::CommandResult;
+use tideway_storage::{
     Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
 };
 
@@ -63,7 +63,7 @@ pub async fn all(state: &ServerState, ns: &Namespace) -> CommandResult<Vec<Docum
 }
 
 /// [`all`] with each document's revision (for replacing it).
-pub async fn all_records(
+pub(crate) async fn all_records(
     state: &ServerState,
     ns: &Namespace,
 ) -> CommandResult<Vec<(Document, u64)>> {
@@ -87,7 +87,11 @@ pub async fn all_records(
 }
 
 /// Applies one write durably; its error is the operation's (`DuplicateKey`, `WriteConflict`).
-pub async fn write_one(state: &ServerState, ns: &Namespace, op: WriteOp) -> CommandResult<()> {
+pub(crate) async fn write_one(
+    state: &ServerState,
+    ns: &Namespace,
+    op: WriteOp,
+) -> CommandResult<()> {
     for result in write(state, ns, vec![op], true).await? {
         result?;
     }
@@ -95,7 +99,7 @@ pub async fn write_one(state: &ServerState, ns: &Namespace, op: WriteOp) -> Comm
 }
 
 /// Applies `ops` durably, each on its own (unordered); how many succeeded.
-pub async fn write_each(
+pub(crate) async fn write_each(
     state: &ServerState,
     ns: &Namespace,
     ops: Vec<WriteOp>,
@@ -117,7 +121,7 @@ async fn write(
     ns: &Namespace,
     ops: Vec<WriteOp>,
     ordered: bool,
-) -> CommandResult<Vec<crate::storage::StorageResult<crate::storage::WriteOutcome>>> {
+) -> CommandResult<Vec<tideway_storage::StorageResult<tideway_storage::WriteOutcome>>> {
     let options = WriteOptions {
         ordered,
         force_durable: true,
@@ -130,7 +134,7 @@ async fn write(
 }
 
 /// A replacement of `document` (same `_id`) if it is still at revision `rev`.
-pub fn replace_op(state: &ServerState, document: Document, rev: u64) -> WriteOp {
+pub(crate) fn replace_op(state: &ServerState, document: Document, rev: u64) -> WriteOp {
     WriteOp::Replace {
         id: document.get("_id").cloned().unwrap_or(Bson::Null),
         expected_rev: rev,

@@ -16,13 +16,13 @@ use bson::{doc, Binary, Bson, Document};
 
 use super::scram::{Credential, Mechanism};
 use super::store;
-use crate::dispatch::CommandContext;
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::command::CommandContext;
 use crate::state::ServerState;
-use crate::storage::{Namespace, WriteOp};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::{Namespace, WriteOp};
 
-pub const USERS_DB: &str = "admin";
-pub const USERS_COLLECTION: &str = "system.users";
+pub(crate) const USERS_DB: &str = "admin";
+pub(crate) const USERS_COLLECTION: &str = "system.users";
 
 /// A role as a user holds it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,7 +36,7 @@ impl RoleName {
         doc! {"role": &self.role, "db": &self.db}
     }
 
-    pub fn is_builtin(&self) -> bool {
+    pub(crate) fn is_builtin(&self) -> bool {
         super::privileges::is_builtin_role(&self.role, &self.db)
     }
 }
@@ -48,17 +48,17 @@ impl std::fmt::Display for RoleName {
     }
 }
 
-pub fn users_ns() -> Namespace {
+pub(crate) fn users_ns() -> Namespace {
     Namespace::new(USERS_DB, USERS_COLLECTION)
 }
 
 /// mongod's `_id` of a user document (`UserName::getUnambiguousName`).
-pub fn user_id(db: &str, user: &str) -> String {
+pub(crate) fn user_id(db: &str, user: &str) -> String {
     format!("{db}.{user}")
 }
 
 /// The stored document of `user@db`, if any.
-pub async fn find_user(
+pub(crate) async fn find_user(
     state: &ServerState,
     db: &str,
     user: &str,
@@ -88,7 +88,7 @@ pub async fn credential(
 /// The names of a stored user's credentials (usersInfo's `mechanisms`, as mongod: `external`
 /// for an `$external` user), which for a SCRAM user are also the mechanisms it can log in with
 /// (hello's `saslSupportedMechs`).
-pub fn mechanisms_of(document: &Document) -> Vec<Bson> {
+pub(crate) fn mechanisms_of(document: &Document) -> Vec<Bson> {
     let credentials = document.get_document("credentials").ok();
     let mut mechanisms: Vec<Bson> = Mechanism::ALL
         .into_iter()
@@ -103,7 +103,7 @@ pub fn mechanisms_of(document: &Document) -> Vec<Bson> {
 
 /// Whether a stored user is an external one (`credentials.external`: authenticated by
 /// MONGODB-X509, never by a password).
-pub fn is_external(document: &Document) -> bool {
+pub(crate) fn is_external(document: &Document) -> bool {
     document
         .get_document("credentials")
         .is_ok_and(|credentials| credentials.get_bool("external") == Ok(true))
@@ -134,7 +134,7 @@ async fn all_users(state: &ServerState) -> CommandResult<Vec<Document>> {
 }
 
 /// Whether any user exists (the localhost exception ends with the first one).
-pub async fn any_user_exists(state: &ServerState) -> CommandResult<bool> {
+pub(crate) async fn any_user_exists(state: &ServerState) -> CommandResult<bool> {
     Ok(!store::is_empty(state, &users_ns()).await?)
 }
 
@@ -145,7 +145,7 @@ pub(super) fn command_name<'b>(ctx: &CommandContext, body: &'b Document) -> Comm
         Some(other) => Err(CommandError::idl_wrong_type(
             ctx.name,
             ctx.name,
-            crate::query::display::type_name(other),
+            tideway_base::display::type_name(other),
             "string",
         )),
         None => Err(CommandError::idl_missing_field(ctx.name, ctx.name)),
@@ -342,7 +342,7 @@ async fn replace(ctx: &CommandContext<'_>, document: Document, rev: u64) -> Comm
     .await
 }
 
-pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+pub(crate) async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let user = command_name(ctx, body)?;
     let mechanisms = match body.get("mechanisms") {
         Some(_) => Some(parse_mechanisms(body)?),
@@ -396,7 +396,7 @@ pub async fn update_user(ctx: &CommandContext<'_>, body: &Document) -> CommandRe
     replace(ctx, document, rev).await.map(|()| Document::new())
 }
 
-pub async fn drop_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+pub(crate) async fn drop_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let user = command_name(ctx, body)?;
     let op = WriteOp::Delete {
         id: Bson::String(user_id(ctx.db, user)),
@@ -411,7 +411,7 @@ pub async fn drop_user(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
     }
 }
 
-pub async fn drop_all_users_from_database(
+pub(crate) async fn drop_all_users_from_database(
     ctx: &CommandContext<'_>,
     _body: &Document,
 ) -> CommandResult {
@@ -430,7 +430,7 @@ pub async fn drop_all_users_from_database(
 }
 
 /// `grantRolesToUser` and `revokeRolesFromUser`.
-pub async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+pub(crate) async fn change_roles(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let user = command_name(ctx, body)?;
     let requested = body.get_array("roles").map(Vec::as_slice).unwrap_or(&[]);
     if requested.is_empty() {
@@ -498,20 +498,20 @@ fn parse_users_query(ctx: &CommandContext, value: Option<&Bson>) -> CommandResul
     }
 }
 
-pub async fn users_info(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
+pub(crate) async fn users_info(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let query = parse_users_query(ctx, body.get("usersInfo"))?;
     let show_credentials = body
         .get("showCredentials")
-        .is_some_and(crate::bsonutil::is_truthy);
+        .is_some_and(tideway_base::bsonutil::is_truthy);
     let show_custom_data = body
         .get("showCustomData")
-        .is_none_or(crate::bsonutil::is_truthy);
+        .is_none_or(tideway_base::bsonutil::is_truthy);
     let show_privileges = body
         .get("showPrivileges")
-        .is_some_and(crate::bsonutil::is_truthy);
+        .is_some_and(tideway_base::bsonutil::is_truthy);
     let show_restrictions = body
         .get("showAuthenticationRestrictions")
-        .is_some_and(crate::bsonutil::is_truthy);
+        .is_some_and(tideway_base::bsonutil::is_truthy);
     if show_privileges || show_restrictions {
         let UsersQuery::Names(names) = query else {
             return Err(CommandError::new(

@@ -13,13 +13,14 @@
 use bson::{doc, Bson, Document};
 
 use super::{users, Attempt, UserName};
-use crate::dispatch::{ClientInfo, CommandContext};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::client::ClientInfo;
+use crate::command::CommandContext;
 use crate::state::ServerState;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
-pub const MECHANISM: &str = "MONGODB-X509";
+pub(crate) const MECHANISM: &str = "MONGODB-X509";
 /// The database external users (X.509, and in mongod Kerberos/LDAP) live on.
-pub const EXTERNAL_DB: &str = "$external";
+pub(crate) const EXTERNAL_DB: &str = "$external";
 
 /// An `authenticate` request, its fields checked as mongod's IDL checks them.
 struct Request<'a> {
@@ -49,7 +50,7 @@ pub async fn authenticate(ctx: &CommandContext<'_>, body: &Document) -> CommandR
 
 /// Hello's `speculativeAuthenticate` carrying `authenticate`: its database is the `db` field
 /// (`$external` when absent); the reply document, or `None` on any failure.
-pub async fn speculative_authenticate(
+pub(crate) async fn speculative_authenticate(
     state: &ServerState,
     client: &ClientInfo,
     request: &Document,

@@ -16,11 +16,11 @@ pub use stream::{get_more, open, ChangeStream};
 use bson::doc;
 
 use crate::state::ServerState;
-use crate::storage::oplog::oplog_namespace;
-use crate::storage::{StorageError, StorageResult};
+use tideway_storage::oplog::oplog_namespace;
+use tideway_storage::{StorageError, StorageResult};
 
 /// Creates the oplog if the configuration asks for one and it does not exist yet.
-pub async fn ensure_oplog(state: &ServerState) -> StorageResult<()> {
+pub(crate) async fn ensure_oplog(state: &ServerState) -> StorageResult<()> {
     let Some(megabytes) = state.config.oplog_size_mb() else {
         return Ok(());
     };
@@ -38,7 +38,7 @@ pub async fn ensure_oplog(state: &ServerState) -> StorageResult<()> {
 }
 
 /// Whether the server keeps an oplog (so change streams can be opened).
-pub async fn has_oplog(state: &ServerState) -> StorageResult<bool> {
+pub(crate) async fn has_oplog(state: &ServerState) -> StorageResult<bool> {
     Ok(state
         .storage
         .collection(&oplog_namespace())

@@ -17,16 +17,16 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document, Timestamp};
 
 use super::token::{Mark, ResumeToken};
+use crate::command::CommandContext;
 use crate::commands::args::optional_i64;
 use crate::cursor::{Cursor, CursorSource};
-use crate::dispatch::CommandContext;
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::pipeline::PulledRun;
-use crate::query::{Pipeline, PipelineContext};
-use crate::storage::keycodec::encode_id;
-use crate::storage::oplog::{oplog_namespace, update_description};
-use crate::storage::{Namespace, ScanRequest, ScanSource, Storage};
-use crate::wire::Reply;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::keycodec::encode_id;
+use tideway_query::pipeline::PulledRun;
+use tideway_query::{Pipeline, PipelineContext};
+use tideway_storage::oplog::{oplog_namespace, update_description};
+use tideway_storage::{Namespace, ScanRequest, ScanSource, Storage};
+use tideway_wire::Reply;
 
 /// Stages mongod lets follow `$changeStream` (`isAllowedInChangeStream`).
 const FOLLOWING_STAGES: &[&str] = &[
@@ -94,7 +94,7 @@ pub struct ChangeStream {
     delivered_at: Option<Timestamp>,
     /// The stages after `$changeStream`, over each event: the leading `$match` (which
     /// `Pipeline::parse` hoists out of the stages) and the run of the rest.
-    leading_filter: Option<Arc<crate::query::Filter>>,
+    leading_filter: Option<Arc<tideway_query::Filter>>,
     run: PulledRun,
     /// An invalidate was handed out: the stream is over.
     invalidated: bool,
@@ -138,7 +138,7 @@ pub async fn open(
     let cursor_options = body.get_document("cursor").ok();
     let batch_size = cursor_options
         .and_then(|cursor| cursor.get("batchSize"))
-        .and_then(crate::bsonutil::as_f64)
+        .and_then(tideway_base::bsonutil::as_f64)
         .map_or(crate::cursor::DEFAULT_FIRST_BATCH, |size| {
             size.max(0.0) as u64
         });
@@ -249,7 +249,7 @@ impl Spec {
             CommandError::idl_wrong_type(
                 STAGE,
                 field,
-                crate::query::display::type_name(value),
+                tideway_base::display::type_name(value),
                 expected,
             )
         };
@@ -363,7 +363,7 @@ fn scope_of(db: &str, collection: Option<Namespace>, all: bool) -> CommandResult
 fn following_stages(
     ctx: &CommandContext<'_>,
     stages: &[Document],
-) -> CommandResult<(Option<Arc<crate::query::Filter>>, PulledRun)> {
+) -> CommandResult<(Option<Arc<tideway_query::Filter>>, PulledRun)> {
     for stage in stages {
         let name = stage.keys().next().map_or("", String::as_str);
         if name == "$changeStream" {
@@ -499,7 +499,7 @@ impl ChangeStream {
                     }
                     if let Some(output) = self.run.push(event)? {
                         check_token_kept(&output, token)?;
-                        bytes += crate::bsonutil::encoded_size(&output);
+                        bytes += tideway_base::bsonutil::encoded_size(&output);
                         batch.push(output);
                         last_token = Some(token);
                     }

@@ -9,7 +9,7 @@
 
 use bson::{doc, Bson, Document, Timestamp};
 
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 const VERSION: u8 = 1;
 

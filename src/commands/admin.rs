@@ -4,9 +4,10 @@
 use bson::{doc, Document};
 
 use crate::async_handler;
-use crate::dispatch::{command_fields, CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::command::{CommandContext, CommandSpec};
 use crate::sync_handler;
+use tideway_base::command::command_fields;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -53,7 +54,7 @@ fn set_parameter(ctx: &CommandContext, body: &Document) -> CommandResult {
 fn advance_clock(ctx: &CommandContext, body: &Document) -> CommandResult {
     let seconds = body
         .get("advanceClock")
-        .and_then(crate::bsonutil::as_f64)
+        .and_then(tideway_base::bsonutil::as_f64)
         .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
         .ok_or_else(|| {
             CommandError::bad_value("advanceClock takes a non-negative number of seconds")

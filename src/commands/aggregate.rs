@@ -10,9 +10,10 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::{
     check_hint, collation_for, let_variables, optional_bool, optional_document, required,
-    validate_namespace, validate_writable_namespace, write_options, wrong_type,
+    validate_namespace, validate_writable_namespace, write_options,
 };
 use crate::commands::crud::{apply_update_statement, insert_documents, WriteContext};
 use crate::commands::ddl::{storage_stats, visible_stats};
@@ -20,21 +21,21 @@ use crate::commands::find::{
     buffered_cursor, count_from_keys, pulled_pipeline_cursor, stream_cursor,
 };
 use crate::cursor::PulledPipeline;
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::planner::{self, Query};
-use crate::query::collation::CollationChoice;
-use crate::query::pipeline::lookup::{Candidates, Lookup, UnionWith};
-use crate::query::pipeline::{
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::planner::{self, Query};
+use tideway_query::collation::CollationChoice;
+use tideway_query::pipeline::lookup::{Candidates, Lookup, UnionWith};
+use tideway_query::pipeline::PipelineBuffers;
+use tideway_query::pipeline::{
     BatchOrigin, Buffers, CollStatsRequest, DocumentStream, Facet, FinalWrite, Foreign,
     ForeignBatch, MergeSpec, MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
 };
-use crate::query::variables::with_command_variables;
-use crate::query::variables::CommandVariables;
-use crate::query::{Filter, Pipeline, PipelineContext};
-use crate::sorter::{self, PipelineBuffers};
-use crate::storage::Namespace;
-use crate::wire::Reply;
+use tideway_query::sorter;
+use tideway_query::variables::with_command_variables;
+use tideway_query::variables::CommandVariables;
+use tideway_query::{Filter, Pipeline, PipelineContext};
+use tideway_storage::Namespace;
+use tideway_wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "aggregate",
@@ -63,13 +64,13 @@ pub(crate) async fn aggregate_as(
             validate_namespace(&ns)?;
             Some(ns)
         }
-        Some(value) if crate::bsonutil::as_f64(value) == Some(1.0) => None,
+        Some(value) if tideway_base::bsonutil::as_f64(value) == Some(1.0) => None,
         Some(other) => {
             return Err(CommandError::new(
                 ErrorCode::InvalidNamespace,
                 format!(
                     "collection name has invalid type {}",
-                    crate::query::display::type_name(other)
+                    tideway_base::display::type_name(other)
                 ),
             ))
         }
@@ -88,7 +89,10 @@ pub(crate) async fn aggregate_as(
     {
         return crate::changes::open(ctx, body, collection, &stages).await;
     }
-    if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
+    if body
+        .get("explain")
+        .is_some_and(tideway_base::bsonutil::is_truthy)
+    {
         return crate::commands::explain::explain_aggregate_command(
             ctx,
             body,
@@ -355,7 +359,10 @@ async fn lookup_candidates(
         let foreign = Box::pin(view_output(ctx, &view, context, buffers))
             .await?
             .collect::<CommandResult<Vec<_>>>()?;
-        let bytes: usize = foreign.iter().map(crate::bsonutil::encoded_size).sum();
+        let bytes: usize = foreign
+            .iter()
+            .map(tideway_base::bsonutil::encoded_size)
+            .sum();
         let candidates = Arc::new(lookup.candidates(foreign, context));
         if bytes as u64 <= WHOLE_READ_CACHE_BYTES {
             whole_reads.0.insert(origin, Arc::clone(&candidates));
@@ -364,7 +371,7 @@ async fn lookup_candidates(
     }
     let stats = match ctx.storage().stats(&ns).await {
         Ok(stats) => Some(stats),
-        Err(crate::storage::StorageError::NamespaceNotFound(_)) => None,
+        Err(tideway_storage::StorageError::NamespaceNotFound(_)) => None,
         Err(error) => return Err(error.into()),
     };
     let stored = stats.as_ref().map_or(0, |stats| stats.count);
@@ -389,7 +396,7 @@ const UNION_CHUNK: usize = 1000;
 /// The other collection's documents a `$unionWith` feeds into its run, a chunk at a time.
 enum UnionFeed {
     /// Read from the collection as they are asked for (no pipeline).
-    Read(Box<crate::exec::DocStream>),
+    Read(Box<tideway_exec::executor::DocStream>),
     /// Its pipeline's output (held by the run's buffers, which spill).
     Computed(DocumentStream),
 }
@@ -635,7 +642,7 @@ pub(crate) async fn write_out(
         }
         let writer = WriteContext::open(ctx, &temp, write_options(ctx, body)?, variables.clone())
             .await?
-            .bypassing_validation(crate::validation::bypass_requested(body));
+            .bypassing_validation(tideway_exec::validation::bypass_requested(body));
         let mut batch: Vec<Document> = Vec::with_capacity(OUT_BATCH);
         let mut output = output.peekable();
         while let Some(document) = output.next() {
@@ -689,7 +696,7 @@ pub(crate) async fn write_merge(
     // A time series has no unique index (not even on `_id`) for `on` to use: 51183 as mongod.
     if existing
         .as_ref()
-        .is_some_and(crate::timeseries::is_timeseries)
+        .is_some_and(tideway_exec::timeseries::is_timeseries)
     {
         return Err(CommandError::new(
             ErrorCode::Location51183,
@@ -720,17 +727,17 @@ pub(crate) async fn write_merge(
             .create_collection(&target_ns, Document::new(), Vec::new())
             .await
         {
-            Ok(_) | Err(crate::storage::StorageError::NamespaceExists(_)) => {}
+            Ok(_) | Err(tideway_storage::StorageError::NamespaceExists(_)) => {}
             Err(error) => return Err(error.into()),
         }
     }
-    let options = crate::storage::WriteOptions {
+    let options = tideway_storage::WriteOptions {
         ordered: false,
         ..write_options(ctx, body)?
     };
     let writer = WriteContext::open(ctx, &target_ns, options, variables.clone())
         .await?
-        .bypassing_validation(crate::validation::bypass_requested(body));
+        .bypassing_validation(tideway_exec::validation::bypass_requested(body));
     let mut first_error: Option<CommandError> = None;
     let mut inserts: Vec<Document> = Vec::new();
     let mut output = output.peekable();
@@ -853,7 +860,7 @@ async fn plan_read(
     ns: &Namespace,
     filter: Document,
     collation: &CollationChoice,
-) -> CommandResult<crate::exec::DocStream> {
+) -> CommandResult<tideway_exec::executor::DocStream> {
     let filter = Filter::parse(&filter)?.with_collation(collation.clone());
     let query = Query::filter(Arc::new(filter));
     let view = ctx.view(ns).await?;
@@ -895,7 +902,7 @@ async fn coll_stats_source(
         }
         let scale = options
             .get("scale")
-            .and_then(crate::bsonutil::as_f64)
+            .and_then(tideway_base::bsonutil::as_f64)
             .filter(|s| *s >= 1.0)
             .unwrap_or(1.0) as i64;
         out.insert("storageStats", storage_stats(ctx, &view, scale).await?);
@@ -910,12 +917,17 @@ async fn coll_stats_source(
 }
 
 /// The command's `pipeline`: an array of stage documents (40414 absent, 14 otherwise).
-pub fn pipeline_stages(body: &Document) -> CommandResult<Vec<Document>> {
+pub(crate) fn pipeline_stages(body: &Document) -> CommandResult<Vec<Document>> {
     required("aggregate", body, "pipeline", "array", Bson::as_array)?
         .iter()
         .map(|stage| match stage {
             Bson::Document(stage) => Ok(stage.clone()),
-            other => Err(wrong_type("aggregate", "pipeline", other, "object")),
+            other => Err(CommandError::wrong_type(
+                "aggregate",
+                "pipeline",
+                other,
+                "object",
+            )),
         })
         .collect()
 }
@@ -923,8 +935,8 @@ pub fn pipeline_stages(body: &Document) -> CommandResult<Vec<Document>> {
 /// What an aggregation reads from its collection: the leading `$match`, in the order of a
 /// `$sort` right after it (with the `$limit` after that), under the command's `hint` and the
 /// pipeline's collation.
-pub fn aggregation_query(
-    view: &crate::exec::CollectionView,
+pub(crate) fn aggregation_query(
+    view: &tideway_exec::executor::CollectionView,
     body: &Document,
     pipeline: &Pipeline,
     filter: Filter,

@@ -3,20 +3,20 @@
 
 use bson::{Bson, Document};
 
-use crate::bsonutil::as_f64;
-use crate::dispatch::CommandContext;
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::collation::{self, Collation, CollationChoice};
-use crate::query::display::type_name;
-use crate::query::variables::CommandVariables;
-use crate::storage::{CollectionMeta, Namespace, WriteOptions};
+use crate::command::CommandContext;
+use tideway_base::bsonutil::as_f64;
+use tideway_base::display::type_name;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::collation::{self, Collation, CollationChoice};
+use tideway_query::variables::CommandVariables;
+use tideway_storage::{CollectionMeta, Namespace, WriteOptions};
 
 /// mongod's limit on `db.collection` length in bytes.
 const MAX_NAMESPACE_BYTES: usize = 255;
 const MAX_DATABASE_NAME_BYTES: usize = 63;
 
 /// Checks a database name with mongod's rules (73 InvalidNamespace).
-pub fn validate_database_name(db: &str) -> CommandResult<()> {
+pub(crate) fn validate_database_name(db: &str) -> CommandResult<()> {
     let forbidden = [
         '/', '\\', '.', ' ', '"', '$', '*', '<', '>', ':', '|', '?', '\0',
     ];
@@ -30,7 +30,7 @@ pub fn validate_database_name(db: &str) -> CommandResult<()> {
 }
 
 /// Checks `db.coll` with mongod's rules for collections users may read and write.
-pub fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
+pub(crate) fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
     validate_database_name(&ns.db)?;
     let invalid = || {
         CommandError::new(
@@ -60,7 +60,7 @@ pub fn validate_namespace(ns: &Namespace) -> CommandResult<()> {
 
 /// Like [`validate_namespace`], and refuses `system.*` collections for writes, as mongod does,
 /// and the oplog (only the engine writes it; mongod's `userAllowedWriteNS` with replication on).
-pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
+pub(crate) fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
     validate_namespace(ns)?;
     crate::commands::config_transactions::refuse_write(ns)?;
     // mongod's `isLegalClientSystemNS` lets clients write the one system collection tideway
@@ -71,7 +71,7 @@ pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
             format!("Invalid system namespace: {ns}"),
         ));
     }
-    if *ns == crate::storage::oplog::oplog_namespace() {
+    if *ns == tideway_storage::oplog::oplog_namespace() {
         return Err(CommandError::new(
             ErrorCode::InvalidNamespace,
             format!("cannot write to {ns}"),
@@ -81,7 +81,10 @@ pub fn validate_writable_namespace(ns: &Namespace) -> CommandResult<()> {
 }
 
 /// The collection a command targets: the string value of its first field, in the command's `$db`.
-pub fn collection_namespace(ctx: &CommandContext, body: &Document) -> CommandResult<Namespace> {
+pub(crate) fn collection_namespace(
+    ctx: &CommandContext,
+    body: &Document,
+) -> CommandResult<Namespace> {
     match body
         .get(ctx.name)
         .or_else(|| body.iter().next().map(|(_, value)| value))
@@ -102,16 +105,6 @@ pub fn collection_namespace(ctx: &CommandContext, body: &Document) -> CommandRes
     }
 }
 
-/// `BSON field '<command>.<field>' is the wrong type '<actual>', expected type '<expected>'` (14).
-pub fn wrong_type(command: &str, field: &str, actual: &Bson, expected: &str) -> CommandError {
-    CommandError::idl_wrong_type(command, field, type_name(actual), expected)
-}
-
-/// mongod's 40414 for a required field that is absent.
-pub fn missing_field(command: &str, field: &str) -> CommandError {
-    CommandError::idl_missing_field(command, field)
-}
-
 /// A required field of type `expected` (mongod's IDL name), extracted by `extract`: 40414 when
 /// absent, 14 when of another type.
 pub fn required<'a, T>(
@@ -123,8 +116,8 @@ pub fn required<'a, T>(
 ) -> CommandResult<T> {
     let value = body
         .get(field)
-        .ok_or_else(|| missing_field(command, field))?;
-    extract(value).ok_or_else(|| wrong_type(command, field, value, expected))
+        .ok_or_else(|| CommandError::idl_missing_field(command, field))?;
+    extract(value).ok_or_else(|| CommandError::wrong_type(command, field, value, expected))
 }
 
 /// The command's `let` variables, evaluated at the command's time (none when it has no `let`).
@@ -139,7 +132,7 @@ pub fn let_variables(ctx: &CommandContext, body: &Document) -> CommandResult<Com
 /// The collation a command (or one statement of it) runs with: its `collation` if it gives a
 /// non-empty one (`{locale: "simple"}` included), else the collection's default (`meta`), as
 /// mongod resolves it. An empty `collation` document asks for nothing, as in mongod's commands.
-pub fn collation_for(
+pub(crate) fn collation_for(
     command: &str,
     fields: &Document,
     meta: Option<&CollectionMeta>,
@@ -153,8 +146,8 @@ pub fn collation_for(
     Ok(collation::effective(explicit, &default))
 }
 
-/// `hint`: an index name, an index key pattern or `{$natural: ±1}`, naming an index the collection
-/// has and that is not hidden; mongod's errors otherwise. (Against a missing collection any hint
+/// `hint`: an index name, an index key pattern or `{$natural: ±1}` (alone), naming an index the
+/// collection has and that is not hidden; mongod's errors otherwise. (Against a missing collection any hint
 /// is accepted: the plan is empty, as in mongod.) A valid hint does not change which documents
 /// a command sees, only how they are read.
 pub fn check_hint(
@@ -165,14 +158,19 @@ pub fn check_hint(
     let Some(hint) = fields.get("hint") else {
         return Ok(());
     };
-    let usable = |index: Option<&crate::storage::IndexSpec>| {
+    let usable = |index: Option<&tideway_storage::IndexSpec>| {
         index.is_some_and(|index| !index.spec.get_bool("hidden").unwrap_or(false))
     };
     let found = match hint {
         Bson::Document(key) if key.is_empty() => return Ok(()),
-        Bson::Document(key) if key.keys().next().map(String::as_str) == Some("$natural") => {
-            return Ok(())
+        // parsed_find_command.cpp `isValid`, whatever the collection.
+        Bson::Document(key) if key.contains_key("$natural") && key.len() != 1 => {
+            return Err(CommandError::bad_value(format!(
+                "Cannot include '$natural' in compound hint: {}",
+                tideway_base::display::value_string(&Bson::Document(key.clone()))
+            )))
         }
+        Bson::Document(key) if key.contains_key("$natural") => return Ok(()),
         Bson::String(name) => meta.map(|meta| usable(meta.index_named(name).map(|index| &**index))),
         Bson::Document(key) => {
             meta.map(|meta| usable(meta.index_with_key(key).map(|index| &**index)))
@@ -193,7 +191,7 @@ pub fn check_hint(
 }
 
 /// An optional sub-document field.
-pub fn optional_document<'a>(
+pub(crate) fn optional_document<'a>(
     ctx: &CommandContext,
     body: &'a Document,
     field: &str,
@@ -201,12 +199,12 @@ pub fn optional_document<'a>(
     match body.get(field) {
         None | Some(Bson::Null) => Ok(None),
         Some(Bson::Document(document)) => Ok(Some(document)),
-        Some(other) => Err(wrong_type(ctx.name, field, other, "object")),
+        Some(other) => Err(CommandError::wrong_type(ctx.name, field, other, "object")),
     }
 }
 
 /// An optional boolean field; numbers are accepted as mongod's IDL does (non-zero is true).
-pub fn optional_bool(
+pub(crate) fn optional_bool(
     ctx: &CommandContext,
     body: &Document,
     field: &str,
@@ -217,12 +215,12 @@ pub fn optional_bool(
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => {
             Ok(Some(as_f64(value).is_some_and(|number| number != 0.0)))
         }
-        Some(other) => Err(wrong_type(ctx.name, field, other, "bool")),
+        Some(other) => Err(CommandError::wrong_type(ctx.name, field, other, "bool")),
     }
 }
 
 /// An optional whole number (any numeric type with no fraction, as mongod's `safeInt64`).
-pub fn optional_i64(
+pub(crate) fn optional_i64(
     ctx: &CommandContext,
     body: &Document,
     field: &str,
@@ -242,12 +240,12 @@ pub fn optional_i64(
                 ))
             }
         }
-        Some(other) => Err(wrong_type(ctx.name, field, other, "long")),
+        Some(other) => Err(CommandError::wrong_type(ctx.name, field, other, "long")),
     }
 }
 
 /// A non-negative whole number option such as `skip`, `batchSize` (mongod: 51024 BadValue).
-pub fn optional_non_negative(
+pub(crate) fn optional_non_negative(
     ctx: &CommandContext,
     body: &Document,
     field: &str,
@@ -261,12 +259,21 @@ pub fn optional_non_negative(
 }
 
 /// Write options from `ordered` and `writeConcern` (`j: true` forces a durable acknowledgement).
-pub fn write_options(ctx: &CommandContext, body: &Document) -> CommandResult<WriteOptions> {
+pub(crate) fn write_options(ctx: &CommandContext, body: &Document) -> CommandResult<WriteOptions> {
     let ordered = optional_bool(ctx, body, "ordered")?.unwrap_or(true);
     let force_durable = match body.get("writeConcern") {
         None | Some(Bson::Null) => false,
-        Some(Bson::Document(concern)) => concern.get("j").is_some_and(crate::bsonutil::is_truthy),
-        Some(other) => return Err(wrong_type(ctx.name, "writeConcern", other, "object")),
+        Some(Bson::Document(concern)) => concern
+            .get("j")
+            .is_some_and(tideway_base::bsonutil::is_truthy),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                ctx.name,
+                "writeConcern",
+                other,
+                "object",
+            ))
+        }
     };
     Ok(WriteOptions {
         ordered,
@@ -283,7 +290,7 @@ pub fn batch<'a>(
 ) -> CommandResult<Vec<&'a Document>> {
     let items = match body.get(field) {
         Some(Bson::Array(items)) => items,
-        Some(other) => return Err(wrong_type(ctx.name, field, other, "array")),
+        Some(other) => return Err(CommandError::wrong_type(ctx.name, field, other, "array")),
         None => {
             return Err(CommandError::new(
                 ErrorCode::Location40414,
@@ -294,7 +301,7 @@ pub fn batch<'a>(
             ))
         }
     };
-    let limit = crate::wire::MAX_WRITE_BATCH_SIZE as usize;
+    let limit = tideway_wire::MAX_WRITE_BATCH_SIZE as usize;
     if items.is_empty() || items.len() > limit {
         return Err(CommandError::new(
             ErrorCode::InvalidLength,
@@ -309,7 +316,7 @@ pub fn batch<'a>(
         .enumerate()
         .map(|(index, item)| match item {
             Bson::Document(document) => Ok(document),
-            other => Err(wrong_type(
+            other => Err(CommandError::wrong_type(
                 ctx.name,
                 &format!("{field}.{index}"),
                 other,

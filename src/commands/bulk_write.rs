@@ -23,7 +23,7 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::bsonutil::{as_f64, encoded_size};
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::{
     let_variables, optional_bool, optional_document, optional_non_negative, validate_database_name,
     validate_writable_namespace, write_options,
@@ -35,13 +35,13 @@ use crate::commands::crud::{
 use crate::commands::find::{open_cursor, BatchOptions};
 use crate::commands::retryable::{self, RetryableWrite, StatementKind};
 use crate::cursor::{output_record, Cursor, CursorSource};
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::Visibility;
-use crate::query::display::value_string;
-use crate::query::variables::CommandVariables;
-use crate::storage::{Namespace, WriteOptions};
-use crate::wire::Reply;
+use tideway_base::bsonutil::{as_f64, encoded_size};
+use tideway_base::display::value_string;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::executor::Visibility;
+use tideway_query::variables::CommandVariables;
+use tideway_storage::{Namespace, WriteOptions};
+use tideway_wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "bulkWrite",
@@ -96,7 +96,7 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
         namespaces: &namespaces,
         options,
         variables,
-        bypass_validation: crate::validation::bypass_requested(body),
+        bypass_validation: tideway_exec::validation::bypass_requested(body),
         writer: None,
         retry,
         results: Results::new(errors_only),
@@ -162,7 +162,7 @@ fn read_stmt_ids(body: &Document, ops: usize) -> CommandResult<Option<Vec<i32>>>
             other => {
                 return Err(CommandError::type_mismatch(format!(
                     "BSON field 'bulkWrite.stmtIds.{position}' is the wrong type '{}', expected type 'int'",
-                    crate::query::display::type_name(other)
+                    tideway_base::display::type_name(other)
                 )))
             }
         }
@@ -354,7 +354,7 @@ fn check_request(
     ops: &[Op<'_>],
     namespaces: &[(Namespace, &Document)],
 ) -> CommandResult<()> {
-    let limit = crate::wire::MAX_WRITE_BATCH_SIZE as usize;
+    let limit = tideway_wire::MAX_WRITE_BATCH_SIZE as usize;
     if ops.is_empty() || ops.len() > limit {
         return Err(CommandError::new(
             ErrorCode::InvalidLength,
@@ -434,7 +434,10 @@ fn unacknowledged(body: &Document) -> bool {
         return false;
     };
     let w_zero = concern.get("w").and_then(as_f64) == Some(0.0);
-    w_zero && !concern.get("j").is_some_and(crate::bsonutil::is_truthy)
+    w_zero
+        && !concern
+            .get("j")
+            .is_some_and(tideway_base::bsonutil::is_truthy)
 }
 
 /// The results: the items for the cursor and the summary counts.

@@ -20,14 +20,14 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::{validate_writable_namespace, write_options};
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{DocStream, Visibility};
-use crate::planner::Access;
-use crate::query::Filter;
-use crate::storage::{CollectionMeta, Namespace, WriteMeta, WriteOp, WriteOptions};
-use crate::ttl;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::executor::Access;
+use tideway_exec::executor::{DocStream, Visibility};
+use tideway_exec::ttl;
+use tideway_query::Filter;
+use tideway_storage::{CollectionMeta, Namespace, WriteMeta, WriteOp, WriteOptions};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -56,7 +56,7 @@ const COPY_CHUNK: usize = 1000;
 fn requested_size(body: &Document) -> CommandResult<i64> {
     let size = body
         .get("size")
-        .and_then(crate::query::numeric::safe_number_long)
+        .and_then(tideway_query::numeric::safe_number_long)
         .unwrap_or(0);
     if size <= 0 {
         return Err(CommandError::new(
@@ -86,7 +86,10 @@ fn collection_name<'a>(body: &'a Document, field: &str, which: &str) -> CommandR
 
 /// `temp: true` asks for a collection dropped at the next restart, which tideway does not have.
 fn refuse_temp(body: &Document) -> CommandResult<()> {
-    if body.get("temp").is_some_and(crate::bsonutil::is_truthy) {
+    if body
+        .get("temp")
+        .is_some_and(tideway_base::bsonutil::is_truthy)
+    {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
             "tideway does not support the collection option 'temp'",
@@ -158,7 +161,7 @@ async fn source_collection(
             format!("source collection {ns} does not exist"),
         )
     })?;
-    if crate::timeseries::is_timeseries(&meta) {
+    if tideway_exec::timeseries::is_timeseries(&meta) {
         return Err(crate::commands::views::not_a_collection(ns));
     }
     Ok(meta)
@@ -168,13 +171,13 @@ async fn source_collection(
 /// when it is capped already) with `capped: true` and `size`, checked and rounded as `create`
 /// does them (2 past 1 PB, `collection_options.cpp`).
 fn copy_options(source: &CollectionMeta, size: i64) -> CommandResult<Document> {
-    if crate::commands::clustered::is_clustered(source) {
+    if source.clustered() {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
             "tideway does not support capped clustered collections",
         ));
     }
-    if size > crate::capped::MAX_SIZE_BYTES {
+    if size > tideway_exec::capped::MAX_SIZE_BYTES {
         return Err(CommandError::bad_value("size cannot exceed 1 PB"));
     }
     let mut options = source.options.clone();
@@ -182,7 +185,7 @@ fn copy_options(source: &CollectionMeta, size: i64) -> CommandResult<Document> {
     if let Some(max) = options.get("max").filter(|_| source.capped().is_some()) {
         capped.insert("max", max.clone());
     }
-    let checked = crate::capped::create_options(&capped)?.unwrap_or_default();
+    let checked = tideway_exec::capped::create_options(&capped)?.unwrap_or_default();
     options.remove("max");
     for (name, value) in checked {
         options.insert(name, value);

@@ -8,9 +8,9 @@
 
 use bson::Document;
 
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::CommandResult;
+use crate::command::{CommandContext, CommandSpec};
 use crate::sync_handler;
+use tideway_base::error::CommandResult;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "rotateCertificates",

@@ -4,22 +4,26 @@
 //! clustered_collection_util.cpp); how `listIndexes` and `listCollections` show one; the clustered
 //! index's guards in `dropIndexes`/`collMod`; and `collMod`'s top-level `expireAfterSeconds`.
 //!
-//! Invariants: documents are stored in `_id` order in every collection, so a clustered collection
-//! is an ordinary one whose `_id_` index *is* the clustered index: nothing changes in storage. Its
-//! settings live in `CollectionMeta.options` as mongod lists them: `clusteredIndex` canonical
-//! (`{v, key, name, unique}`, name defaulted to `_id_`) and `expireAfterSeconds` as Int64. What
-//! the TTL means is decided in `ttl` (a TTL on `_id`), never here.
+//! Invariants: storage keeps every collection's documents by `_id` (its `_id_` index *is* the data
+//! table), so a clustered collection's clustered index is that `_id_` index. What differs is
+//! natural order: an ordinary collection's is insertion order, a clustered one's is `_id` order,
+//! as in mongod (storage decides the layout at creation from `options.clusteredIndex`, see
+//! `CollectionMeta::clustered`, which is how every layer asks whether a collection is
+//! clustered). Its settings live in `CollectionMeta.options` as mongod lists them:
+//! `clusteredIndex` canonical (`{v, key, name, unique}`, name defaulted to `_id_`) and
+//! `expireAfterSeconds` as Int64; `collMod` never adds or removes `clusteredIndex`. What the TTL
+//! means is decided in `ttl` (a TTL on `_id`), never here.
 
 use bson::{doc, Bson, Document};
 
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::display::{document_string, type_name};
-use crate::query::numeric::safe_number_long;
-use crate::storage::{CollectionMeta, IndexSpec};
-use crate::ttl::{self, ClusteredTtlChange};
+use tideway_base::display::{document_string, type_name};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::ttl::{self, ClusteredTtlChange};
+use tideway_query::numeric::safe_number_long;
+use tideway_storage::{CollectionMeta, IndexSpec};
 
-pub const CLUSTERED_INDEX: &str = "clusteredIndex";
-pub const EXPIRE_AFTER_SECONDS: &str = "expireAfterSeconds";
+pub(crate) const CLUSTERED_INDEX: &str = tideway_storage::CLUSTERED_INDEX_OPTION;
+pub(crate) const EXPIRE_AFTER_SECONDS: &str = "expireAfterSeconds";
 
 /// Context mongod's IDL names `clusteredIndex` fields with.
 const SPEC_CONTEXT: &str = "create.clusteredIndex";
@@ -72,7 +76,7 @@ pub fn validate_create(body: &Document, now_ms: i64) -> CommandResult<Option<Clu
                 "'max' field for capped collections is not allowed on clustered collections. Did you mean 'capped: true' with 'expireAfterSeconds'?",
             ));
         }
-        if present(body, "capped").is_some_and(crate::bsonutil::is_truthy) {
+        if present(body, "capped").is_some_and(tideway_base::bsonutil::is_truthy) {
             if expire_after.is_none() {
                 return Err(CommandError::new(
                     ErrorCode::Location6049201,
@@ -123,7 +127,7 @@ pub fn validate_create(body: &Document, now_ms: i64) -> CommandResult<Option<Clu
             "The 'clusteredIndex' option is not supported with the 'idIndex' option",
         ));
     }
-    if present(body, "autoIndexId").is_some_and(|value| !crate::bsonutil::is_truthy(value)) {
+    if present(body, "autoIndexId").is_some_and(|value| !tideway_base::bsonutil::is_truthy(value)) {
         return Err(CommandError::new(
             ErrorCode::Location6026501,
             "The 'clusteredIndex' option does not support {autoIndexId: false}",
@@ -169,7 +173,7 @@ fn is_id_ascending(spec: &Document) -> bool {
     let mut fields = key.iter();
     matches!(
         (fields.next(), fields.next()),
-        (Some((field, value)), None) if field == "_id" && crate::bsonutil::as_f64(value) == Some(1.0)
+        (Some((field, value)), None) if field == "_id" && tideway_base::bsonutil::as_f64(value) == Some(1.0)
     )
 }
 
@@ -206,7 +210,7 @@ fn parse_spec(raw: &Document) -> CommandResult<Document> {
             "unique" => match value {
                 Bson::Boolean(flag) => unique = Some(*flag),
                 other if safe_number_long(other).is_some() => {
-                    unique = Some(crate::bsonutil::is_truthy(other));
+                    unique = Some(tideway_base::bsonutil::is_truthy(other));
                 }
                 _ => return Err(wrong("expected types '[bool, long, int, decimal, double]'")),
             },
@@ -223,7 +227,7 @@ fn parse_spec(raw: &Document) -> CommandResult<Document> {
 }
 
 /// The options `create` stores for a clustered collection (in place of what the client sent).
-pub fn stored_options(clustered: &ClusteredCreate, options: &mut Document) {
+pub(crate) fn stored_options(clustered: &ClusteredCreate, options: &mut Document) {
     options.insert(CLUSTERED_INDEX, clustered.spec.clone());
     if let Some(seconds) = clustered.expire_after_seconds {
         options.insert(EXPIRE_AFTER_SECONDS, seconds);
@@ -231,18 +235,14 @@ pub fn stored_options(clustered: &ClusteredCreate, options: &mut Document) {
 }
 
 /// The canonical clustered index spec of a clustered collection.
-pub fn clustered_spec(meta: &CollectionMeta) -> Option<&Document> {
+pub(crate) fn clustered_spec(meta: &CollectionMeta) -> Option<&Document> {
     meta.options.get_document(CLUSTERED_INDEX).ok()
-}
-
-pub fn is_clustered(meta: &CollectionMeta) -> bool {
-    clustered_spec(meta).is_some()
 }
 
 /// What `listIndexes` shows for index `index` of `meta`: for a clustered collection, the `_id_`
 /// index is shown as mongod's `formatClusterKeyForListIndexes` builds it (the canonical spec,
 /// the collection's collation, `expireAfterSeconds`, `clustered: true`).
-pub fn listed_spec(meta: &CollectionMeta, index: &IndexSpec) -> Document {
+pub(crate) fn listed_spec(meta: &CollectionMeta, index: &IndexSpec) -> Document {
     let Some(spec) = clustered_spec(meta).filter(|_| index.is_id_index()) else {
         return index.spec.clone();
     };
@@ -259,7 +259,7 @@ pub fn listed_spec(meta: &CollectionMeta, index: &IndexSpec) -> Document {
 
 /// Whether `dropIndexes`'s `index` argument names the clustered index (by name, key pattern or
 /// in a list of names): mongod refuses that with 5979800 before anything else.
-pub fn check_drop_indexes(meta: &CollectionMeta, index: Option<&Bson>) -> CommandResult<()> {
+pub(crate) fn check_drop_indexes(meta: &CollectionMeta, index: Option<&Bson>) -> CommandResult<()> {
     let Some(spec) = clustered_spec(meta) else {
         return Ok(());
     };
@@ -281,7 +281,7 @@ pub fn check_drop_indexes(meta: &CollectionMeta, index: Option<&Bson>) -> Comman
 }
 
 /// `collMod`'s `index: {name | keyPattern, hidden}` on the clustered index: 6011800 as mongod.
-pub fn check_hide_index(meta: &CollectionMeta, change: &Document) -> CommandResult<()> {
+pub(crate) fn check_hide_index(meta: &CollectionMeta, change: &Document) -> CommandResult<()> {
     let Some(spec) = clustered_spec(meta) else {
         return Ok(());
     };
@@ -301,7 +301,7 @@ pub fn check_hide_index(meta: &CollectionMeta, change: &Document) -> CommandResu
 
 /// Validates `collMod`'s top-level `expireAfterSeconds` for `meta` (72 unless the collection is
 /// clustered by `_id` or a time series, whose buckets mongod clusters); `None` when the field is absent (or null, as mongod's IDL reads it).
-pub fn parse_coll_mod(
+pub(crate) fn parse_coll_mod(
     meta: &CollectionMeta,
     body: &Document,
     now_ms: i64,
@@ -309,7 +309,7 @@ pub fn parse_coll_mod(
     let Some(value) = present(body, EXPIRE_AFTER_SECONDS) else {
         return Ok(None);
     };
-    if !is_clustered(meta) && !crate::timeseries::is_timeseries(meta) {
+    if !meta.clustered() && !tideway_exec::timeseries::is_timeseries(meta) {
         return Err(CommandError::new(
             ErrorCode::InvalidOptions,
             "'expireAfterSeconds' option is only supported on collections clustered by _id",

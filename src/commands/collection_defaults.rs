@@ -19,11 +19,11 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::storage::Namespace;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::Namespace;
 
 /// The options of `create` this module owns.
-pub const CREATE_OPTIONS: &[&str] = &[
+pub(crate) const CREATE_OPTIONS: &[&str] = &[
     "storageEngine",
     "indexOptionDefaults",
     CHANGE_STREAM_PRE_AND_POST_IMAGES,

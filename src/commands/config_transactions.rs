@@ -14,10 +14,10 @@
 
 use bson::doc;
 
-use crate::dispatch::CommandContext;
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::storage::Namespace;
-use crate::wire::Reply;
+use crate::command::CommandContext;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::Namespace;
+use tideway_wire::Reply;
 
 /// Where mongod keeps its session records.
 pub fn namespace() -> Namespace {
@@ -52,7 +52,7 @@ pub(crate) async fn read(
 /// record forgets its session's retryable writes: jstests/replsets/
 /// retryable_writes_direct_write_to_config_transactions.js); tideway's records are not
 /// documents of a collection, so it says so instead of writing something it would not read.
-pub fn refuse_write(ns: &Namespace) -> CommandResult<()> {
+pub(crate) fn refuse_write(ns: &Namespace) -> CommandResult<()> {
     if *ns != namespace() {
         return Ok(());
     }

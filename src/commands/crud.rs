@@ -19,30 +19,30 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::{
     batch, check_hint, collation_for, collection_namespace, let_variables, optional_bool,
-    optional_document, validate_writable_namespace, write_options, wrong_type,
+    optional_document, validate_writable_namespace, write_options,
 };
 use crate::commands::find::parse_projection;
 use crate::commands::retryable::{self, RetryableWrite, StatementKind};
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, document_id, CollectionView};
-use crate::limits::{self, StorageWrite};
-use crate::planner::{self, Query};
-use crate::query::collation::CollationChoice;
-use crate::query::update::parse_array_filters;
-use crate::query::variables::{with_command_variables, CommandVariables};
-use crate::query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use crate::state::bump;
-use crate::storage::{
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::limits::{self, StorageWrite};
+use tideway_exec::executor::{document_id, CollectionView};
+use tideway_exec::planner::{self, Query};
+use tideway_exec::timeseries::{self, Timeseries};
+use tideway_exec::ttl;
+use tideway_exec::validation::{self, CollectionValidator};
+use tideway_query::collation::CollationChoice;
+use tideway_query::update::parse_array_filters;
+use tideway_query::variables::{with_command_variables, CommandVariables};
+use tideway_query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
+use tideway_storage::{
     Namespace, Record, RecordSession, Storage, StorageError, WriteMeta, WriteOp, WriteOptions,
     WriteOutcome,
 };
-use crate::timeseries::{self, Timeseries};
-use crate::ttl;
-use crate::validation::{self, CollectionValidator};
-use crate::wire::MAX_BSON_OBJECT_SIZE;
+use tideway_wire::MAX_BSON_OBJECT_SIZE;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -160,7 +160,7 @@ fn check_id(id: &Bson) -> CommandResult<()> {
             ErrorCode::InvalidIdField,
             format!(
                 "The '_id' value cannot be of type {}",
-                crate::query::display::type_name(id)
+                tideway_base::display::type_name(id)
             ),
         )),
         _ => match dollar_field(id) {
@@ -362,7 +362,7 @@ impl<'a> WriteContext<'a> {
             .as_ref()
             .is_some_and(|meta| meta.capped().is_some())
         {
-            crate::capped::INSERTED.notify_waiters();
+            tideway_exec::capped::INSERTED.notify_waiters();
         }
         Ok(results)
     }
@@ -534,7 +534,7 @@ impl<'a> WriteContext<'a> {
     }
 
     async fn find_all(&self, query: &Query) -> CommandResult<Vec<Record>> {
-        let (records, report) = exec::find_all(
+        let (records, report) = planner::find_all(
             self.storage(),
             &self.ctx.state.plan_cache,
             &self.view,
@@ -550,7 +550,7 @@ impl<'a> WriteContext<'a> {
             wanted: Some(1),
             ..query.clone()
         };
-        let (first, report) = exec::first_match(
+        let (first, report) = planner::first_match(
             self.storage(),
             &self.ctx.state.plan_cache,
             &self.view,
@@ -562,7 +562,7 @@ impl<'a> WriteContext<'a> {
     }
 
     /// Tells the running op how the write's read went (`currentOp`, the profiler).
-    fn report(&self, report: exec::ReadReport) {
+    fn report(&self, report: planner::ReadReport) {
         self.ctx.op.set_plan_summary(report.plan_summary);
         self.ctx
             .op
@@ -694,7 +694,7 @@ impl StatementOutcome {
         let count = |field: &str| {
             entry
                 .get(field)
-                .and_then(crate::bsonutil::as_f64)
+                .and_then(tideway_base::bsonutil::as_f64)
                 .map_or(0, |n| n as usize)
         };
         StatementOutcome {
@@ -749,7 +749,7 @@ pub(crate) fn parse_update(
             update,
             array_filters,
         )?)),
-        Some(other) => Err(wrong_type(ctx.name, shown, other, "object")),
+        Some(other) => Err(CommandError::wrong_type(ctx.name, shown, other, "object")),
     }
 }
 
@@ -914,9 +914,16 @@ async fn run_delete_statement(
     let query = writer.query(&filter, None, statement);
     let limit = match statement.get("limit") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
-            crate::bsonutil::as_f64(value).unwrap_or(0.0)
+            tideway_base::bsonutil::as_f64(value).unwrap_or(0.0)
         }
-        Some(other) => return Err(wrong_type("delete", "deletes.limit", other, "int")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                "delete",
+                "deletes.limit",
+                other,
+                "int",
+            ))
+        }
         None => {
             return Err(CommandError::new(
                 ErrorCode::Location40414,
@@ -962,7 +969,9 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         let result = match &retry {
             Some(retry) => {
                 let stmt_id = retry.stmt_id(index);
-                let limit = statement.get("limit").and_then(crate::bsonutil::as_f64);
+                let limit = statement
+                    .get("limit")
+                    .and_then(tideway_base::bsonutil::as_f64);
                 if limit == Some(0.0) {
                     Err(retryable::refuse_multi("limit=0"))
                 } else if let Some(entry) = retry.executed(stmt_id) {

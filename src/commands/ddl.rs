@@ -7,20 +7,21 @@ use bson::{doc, Binary, Bson, Document};
 
 use crate::async_handler;
 use crate::auth::privileges::{Action, Target};
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::{
     collection_namespace, optional_bool, optional_document, validate_database_name,
-    validate_writable_namespace, wrong_type,
+    validate_writable_namespace,
 };
 use crate::commands::find::buffered_cursor;
 use crate::commands::{clustered, collection_defaults};
-use crate::dispatch::{command_fields, CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::CollectionView;
-use crate::query::collation::Collation;
-use crate::query::Filter;
-use crate::storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
-use crate::timeseries;
-use crate::wire::Reply;
+use tideway_base::command::command_fields;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::executor::CollectionView;
+use tideway_exec::{timeseries, ttl};
+use tideway_query::collation::Collation;
+use tideway_query::Filter;
+use tideway_storage::{CollectionMeta, CollectionStats, Namespace, StorageError};
+use tideway_wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -99,23 +100,27 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     // time series, the clustered index, then the capped options in mongod's order (`capped`,
     // `size`, `max`).
     let now_ms = ctx.state.clock.now_ms();
-    let timeseries = timeseries::validate_create(&ns, body, now_ms)?;
+    let timeseries = timeseries::validate_create(&ns, body)?;
+    let timeseries_expiry = match (&timeseries, body.get(clustered::EXPIRE_AFTER_SECONDS)) {
+        (None, _) | (_, None | Some(Bson::Null | Bson::Undefined)) => None,
+        (Some(_), Some(value)) => Some(ttl::parse_clustered_expire_after(value, now_ms)?),
+    };
     let clustered = match timeseries {
         Some(_) => None,
         None => clustered::validate_create(body, now_ms)?,
     };
-    let mut options = crate::capped::create_options(body)?.unwrap_or_default();
+    let mut options = tideway_exec::capped::create_options(body)?.unwrap_or_default();
     for (name, value) in command_fields(body) {
         if matches!(name.as_str(), "capped" | "size" | "max") {
             continue;
         }
-        if let Some(timeseries) = &timeseries {
+        if let Some(spec) = &timeseries {
             if name == timeseries::OPTION {
-                options.insert(name.clone(), timeseries.spec.clone());
+                options.insert(name.clone(), spec.clone());
                 continue;
             }
             if name == clustered::EXPIRE_AFTER_SECONDS {
-                if let Some(seconds) = timeseries.expire_after_seconds {
+                if let Some(seconds) = timeseries_expiry {
                     options.insert(name.clone(), seconds);
                 }
                 continue;
@@ -130,7 +135,14 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         if name == "collation" {
             let collation = match value {
                 Bson::Document(spec) => Collation::parse(spec)?,
-                other => return Err(wrong_type("create", "collation", other, "object")),
+                other => {
+                    return Err(CommandError::wrong_type(
+                        "create",
+                        "collation",
+                        other,
+                        "object",
+                    ))
+                }
             };
             // The simple collation is the absence of one: not stored, not listed.
             if let Some(collation) = collation {
@@ -138,8 +150,10 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
             continue;
         }
-        if crate::validation::OPTIONS.contains(&name.as_str()) {
-            if let Some(stored) = crate::validation::check_option("create", &ns, name, value)? {
+        if tideway_exec::validation::OPTIONS.contains(&name.as_str()) {
+            if let Some(stored) =
+                tideway_exec::validation::check_option("create", &ns, name, value)?
+            {
                 options.insert(name.clone(), stored);
             }
             continue;
@@ -185,7 +199,7 @@ async fn create(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     crate::commands::operations::check_profile_drop(ctx, &ns)?;
-    if ns == crate::storage::oplog::oplog_namespace() {
+    if ns == tideway_storage::oplog::oplog_namespace() {
         // mongod's drop_collection.cpp: the live oplog stays; a standalone's engine resizes it
         // (replSetResizeOplog) rather than drop it.
         return Err(match ctx.state.repl {
@@ -217,11 +231,11 @@ async fn drop(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn drop_database(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     // mongod's IDL reads the argument as a number and requires exactly 1.
     let argument = body.get("dropDatabase").unwrap_or(&Bson::Null);
-    match crate::bsonutil::as_f64(argument) {
+    match tideway_base::bsonutil::as_f64(argument) {
         None if !matches!(argument, Bson::Null | Bson::Undefined) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field 'dropDatabase.dropDatabase' is the wrong type '{}', expected types '[long, int, decimal, double']",
-                crate::query::display::type_name(argument)
+                tideway_base::display::type_name(argument)
             )))
         }
         Some(1.0) => {}
@@ -310,7 +324,7 @@ fn collection_entry(meta: &CollectionMeta) -> Document {
         "info": {"readOnly": false, "uuid": uuid_binary(meta.uuid)},
     };
     // A clustered collection has no separate `_id` index: mongod lists no `idIndex`.
-    if !clustered::is_clustered(meta) {
+    if !meta.clustered() {
         entry.insert("idIndex", doc! {"v": 2, "key": {"_id": 1}, "name": "_id_"});
     }
     entry
@@ -365,7 +379,7 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
 fn string_field<'a>(body: &'a Document, command: &str, field: &str) -> CommandResult<&'a str> {
     match body.get(field) {
         Some(Bson::String(value)) => Ok(value),
-        Some(other) => Err(wrong_type(command, field, other, "string")),
+        Some(other) => Err(CommandError::wrong_type(command, field, other, "string")),
         None => Err(CommandError::new(
             ErrorCode::Location40414,
             format!("BSON field '{command}.{field}' is missing but a required field"),
@@ -444,7 +458,7 @@ fn scale(ctx: &CommandContext, body: &Document) -> CommandResult<i64> {
 /// Storage statistics of the viewed collection (`None` if it does not exist) with documents that
 /// have expired at the view's time but are not deleted yet left out of the count (their bytes are
 /// still on disk, so sizes keep them).
-pub async fn visible_stats(
+pub(crate) async fn visible_stats(
     ctx: &CommandContext<'_>,
     view: &CollectionView,
 ) -> CommandResult<Option<CollectionStats>> {
@@ -457,7 +471,7 @@ pub async fn visible_stats(
     if !policies.is_empty() {
         // Stored and expired counts from one snapshot: exact while the reaper deletes.
         let backlog =
-            crate::reaper::backlog(storage, meta, policies, view.visibility.now_ms).await?;
+            tideway_exec::reaper::backlog(storage, meta, policies, view.visibility.now_ms).await?;
         stats.count = backlog.documents.saturating_sub(backlog.pending);
     }
     Ok(Some(stats))
@@ -545,7 +559,7 @@ pub async fn storage_stats(
         "storageSize": scaled(stats.storage_size),
         "freeStorageSize": 0_i64,
     };
-    reply.extend(crate::capped::stats_fields(meta, scale));
+    reply.extend(tideway_exec::capped::stats_fields(meta, scale));
     reply.extend(doc! {
         "nindexes": meta.indexes.len() as i32,
         "indexBuilds": [],

@@ -4,16 +4,16 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::bsonutil::is_truthy;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::handshake::MONGODB_VERSION;
+use crate::commands::registry::{command_counters, visible_commands};
 use crate::config::StorageKind;
-use crate::dispatch::{
-    command_counters, command_fields, visible_commands, CommandContext, CommandSpec,
-};
-use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::{read, ServerState};
-use crate::wire::Compressor;
 use crate::{async_handler, sync_handler};
+use tideway_base::bsonutil::is_truthy;
+use tideway_base::command::command_fields;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_wire::Compressor;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -94,7 +94,7 @@ async fn server_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
     let ttl_status = if body.get("ttl").is_some_and(|flag| !is_truthy(flag)) {
         Document::new()
     } else {
-        crate::reaper::status(&state.reaper, state.storage.as_ref(), now_ms).await?
+        tideway_exec::reaper::status(&state.reaper, state.storage.as_ref(), now_ms).await?
     };
     let stats = &state.stats;
     let uptime = state.started.elapsed();
@@ -260,7 +260,7 @@ fn get_log(ctx: &CommandContext, body: &Document) -> CommandResult {
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "Argument to getLog must be of type String; found {other} of type {}",
-                crate::query::display::type_name(other)
+                tideway_base::display::type_name(other)
             )))
         }
         None => "",

@@ -12,26 +12,26 @@ use std::time::Instant;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::aggregate::pipeline_stages;
 use crate::commands::args::{
-    collection_namespace, let_variables, optional_bool, optional_document, required, wrong_type,
+    collection_namespace, let_variables, optional_bool, optional_document, required,
 };
 use crate::commands::crud::{parse_update, statement_variables};
 use crate::commands::ddl::visible_stats;
 use crate::commands::find::{
     count_window, distinct_read, matches_in, query_target, read_target, start_find,
 };
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::ScanStats;
-use crate::planner::explain::{
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::executor::Access;
+use tideway_exec::executor::ScanStats;
+use tideway_exec::planner::explain::{
     access_stages, count, count_scan_stage, distinct_scan_stages, parsed_query, query_hash, wrap,
 };
-use crate::planner::Access;
-use crate::planner::PlanSummary;
-use crate::query::variables::with_command_variables;
-use crate::query::UpdateContext;
-use crate::storage::Record;
+use tideway_exec::planner::PlanSummary;
+use tideway_query::variables::with_command_variables;
+use tideway_query::UpdateContext;
+use tideway_storage::Record;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "explain",
@@ -60,7 +60,12 @@ pub fn verbosity(body: &Document) -> CommandResult<Verbosity> {
                 "Enumeration value '{other}' for field 'explain.verbosity' is not a valid value."
             ))),
         },
-        Some(other) => Err(wrong_type("explain", "verbosity", other, "string")),
+        Some(other) => Err(CommandError::wrong_type(
+            "explain",
+            "verbosity",
+            other,
+            "string",
+        )),
     }
 }
 
@@ -117,7 +122,7 @@ async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 /// The explain of aggregate `body` at `verbosity` (`explain: true` on `aggregate` itself is the
 /// `queryPlanner` explain; a read through a view explains its aggregate at the verbosity asked).
-pub async fn explain_aggregate_command(
+pub(crate) async fn explain_aggregate_command(
     ctx: &CommandContext<'_>,
     body: &Document,
     verbosity: Verbosity,
@@ -157,7 +162,7 @@ fn query_planner(
 
 fn planner_document(
     ns: &str,
-    filter: &crate::query::Filter,
+    filter: &tideway_query::Filter,
     shape: &str,
     winning: Document,
     rejected: Vec<Bson>,
@@ -215,7 +220,7 @@ fn execution_stats(
 
 /// What one candidate did during the planner's trial.
 fn trial_stats(
-    plan: &crate::planner::QueryPlan,
+    plan: &tideway_exec::planner::QueryPlan,
     summary: &PlanSummary,
     trial: &ScanStats,
 ) -> Document {
@@ -387,7 +392,7 @@ async fn explain_count(
             stage.extend(count_fields(matched));
             stage
         };
-        let shape = crate::planner::shape_key(&query);
+        let shape = tideway_exec::planner::shape_key(&query);
         let planner = planner_document(&ns, &query.filter, &shape, fast_count(None), Vec::new());
         if verbosity == Verbosity::QueryPlanner {
             return Ok(explain_reply(planner, None));
@@ -470,9 +475,9 @@ async fn explain_aggregate(
     let documents = pipeline_stages(body)?;
     let variables = let_variables(ctx, body)?;
     let pipeline =
-        with_command_variables(&variables, || crate::query::Pipeline::parse(&documents))?;
+        with_command_variables(&variables, || tideway_query::Pipeline::parse(&documents))?;
     // As the pipeline runs: each `$match` as far ahead as it may go.
-    let documents = crate::query::pipeline::reorder_stages(&documents);
+    let documents = tideway_query::pipeline::reorder_stages(&documents);
     if pipeline.source().is_some() {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
@@ -481,7 +486,7 @@ async fn explain_aggregate(
     }
     let filter = match pipeline.leading_filter() {
         Some(filter) => filter.clone(),
-        None => crate::query::Filter::parse(&Document::new())?,
+        None => tideway_query::Filter::parse(&Document::new())?,
     };
     let (sort, wanted) = pipeline
         .leading_sort()
@@ -564,7 +569,7 @@ async fn explain_write(
     let filter = optional_document(ctx, statement, filter_field)?
         .cloned()
         .unwrap_or_default();
-    let filter = with_command_variables(&variables, || crate::query::Filter::parse(&filter))?;
+    let filter = with_command_variables(&variables, || tideway_query::Filter::parse(&filter))?;
     let update = match kind {
         WriteKind::Delete => None,
         _ => parse_update(ctx, statement, update_field, update_field, &variables)?,
@@ -584,13 +589,13 @@ async fn explain_write(
         WriteKind::Update => !optional_bool(ctx, statement, "multi")?.unwrap_or(false),
         WriteKind::Delete => statement
             .get("limit")
-            .and_then(crate::bsonutil::as_f64)
+            .and_then(tideway_base::bsonutil::as_f64)
             .is_some_and(|limit| limit == 1.0),
         WriteKind::FindAndModify => true,
     };
     let sort = match (kind, optional_document(ctx, body, "sort")?) {
         (WriteKind::FindAndModify, Some(sort)) => {
-            Some(crate::query::SortSpec::parse(sort)?).filter(|sort| !sort.is_empty())
+            Some(tideway_query::SortSpec::parse(sort)?).filter(|sort| !sort.is_empty())
         }
         _ => None,
     };

@@ -7,23 +7,23 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::{
     check_hint, collation_for, collection_namespace, let_variables, optional_bool,
-    optional_document, optional_i64, optional_non_negative, required, wrong_type,
+    optional_document, optional_i64, optional_non_negative, required,
 };
 use crate::cursor::{output_record, Cursor, CursorSource, PulledPipeline, DEFAULT_FIRST_BATCH};
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::exec::{self, CollectionView, ScanStats, Visibility};
-use crate::planner::{self, PlanSummary, Query, QueryPlan};
-use crate::query::compare::compare_values_with;
-use crate::query::pipeline::DocumentStream;
-use crate::query::variables::{with_command_variables, CommandVariables};
-use crate::query::{Filter, Projection, SortSpec};
-use crate::sorter::{self, Sorter};
 use crate::state::bump;
-use crate::storage::{Namespace, ReapSource, Record};
-use crate::wire::Reply;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::executor::{self, CollectionView, ScanStats, Visibility};
+use tideway_exec::planner::{self, PlanSummary, Query, QueryPlan};
+use tideway_query::compare::compare_values_with;
+use tideway_query::pipeline::DocumentStream;
+use tideway_query::sorter::{self, Sorter};
+use tideway_query::variables::{with_command_variables, CommandVariables};
+use tideway_query::{Filter, Projection, SortSpec};
+use tideway_storage::{Namespace, ReapSource, Record};
+use tideway_wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -69,14 +69,14 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// Options that shape a cursor's first batch.
-pub struct BatchOptions {
+pub(crate) struct BatchOptions {
     pub batch_size: Option<u64>,
     pub single_batch: bool,
     pub no_timeout: bool,
 }
 
 /// Produces the first batch from `cursor` and registers it if it has more to give.
-pub async fn open_cursor(
+pub(crate) async fn open_cursor(
     ctx: &CommandContext<'_>,
     mut cursor: Cursor,
     visibility: &Visibility,
@@ -137,35 +137,79 @@ fn parse_filter(
     with_command_variables(variables, || Filter::parse(&filter))
 }
 
-fn parse_sort(ctx: &CommandContext, body: &Document) -> CommandResult<Option<SortSpec>> {
-    optional_document(ctx, body, "sort")?
-        .map(SortSpec::parse_find)
-        .transpose()
-        .map(|sort| sort.filter(|sort| !sort.is_empty()))
+/// What a `find`'s `sort` asks for.
+enum FindSort {
+    /// No sort (absent or empty).
+    None,
+    Keys(SortSpec),
+    /// `{$natural: ±1}`: no sort but a collection scan in that direction (mongod rewrites it
+    /// into a `$natural` hint), backwards for a negative number.
+    Natural {
+        reverse: bool,
+    },
 }
 
-/// `Some(reverse)` for a sort that is exactly `{$natural: 1 | -1}`.
-fn natural_sort_direction(sort: &Document) -> Option<bool> {
-    match sort.iter().next() {
-        Some((key, direction)) if sort.len() == 1 && key == "$natural" => {
-            crate::bsonutil::as_f64(direction).map(|direction| direction < 0.0)
-        }
-        _ => None,
+/// The `sort` of `body`, with mongod's checks of a `$natural` sort against the rest of the query
+/// (parsed_find_command.cpp `isValid`): alone in its sort, not with `$text`, and with no hint
+/// but a `$natural` one of the same number.
+fn parse_sort(ctx: &CommandContext, body: &Document, filter: &Filter) -> CommandResult<FindSort> {
+    let Some(spec) = optional_document(ctx, body, "sort")? else {
+        return Ok(FindSort::None);
+    };
+    let Some(direction) = spec.get("$natural") else {
+        let sort = SortSpec::parse_find(spec)?;
+        return Ok(if sort.is_empty() {
+            FindSort::None
+        } else {
+            FindSort::Keys(sort)
+        });
+    };
+    if spec.len() != 1 {
+        return Err(CommandError::bad_value(format!(
+            "Cannot include '$natural' in compound sort: {}",
+            tideway_base::display::value_string(&Bson::Document(spec.clone()))
+        )));
     }
+    if filter.text().is_some() {
+        return Err(CommandError::bad_value(
+            "text expression not allowed with $natural sort order",
+        ));
+    }
+    // mongod compares the two as `numberInt()`: truncated, 0 when not a number.
+    let number_int = |value: &Bson| tideway_base::bsonutil::as_f64(value).map_or(0.0, f64::trunc);
+    match body.get("hint") {
+        Some(Bson::Document(hint)) if hint.is_empty() => {}
+        Some(Bson::Document(hint)) if hint.contains_key("$natural") => {
+            if hint.get("$natural").map(number_int) != Some(number_int(direction)) {
+                return Err(CommandError::bad_value(
+                    "$natural hint must be in the same direction as $natural sort order",
+                ));
+            }
+        }
+        None | Some(Bson::Null) => {}
+        Some(_) => {
+            return Err(CommandError::bad_value(
+                "index hint not allowed with $natural sort order",
+            ))
+        }
+    }
+    Ok(FindSort::Natural {
+        reverse: tideway_base::bsonutil::as_f64(direction).is_some_and(|direction| direction < 0.0),
+    })
 }
 
 /// The `$meta` names a read's projection may use: tideway's TTL metadata and the text score.
 const PROJECTION_META: &[&str] = &[
-    crate::ttl::META_LAST_MODIFIED,
-    crate::ttl::META_EXPIRE_AT,
-    crate::query::TEXT_SCORE_META,
+    tideway_exec::ttl::META_LAST_MODIFIED,
+    tideway_exec::ttl::META_EXPIRE_AT,
+    tideway_query::TEXT_SCORE_META,
 ];
 
 /// Whether a projection or sort spec asks for `{$meta: "textScore"}` (at its top level).
 fn asks_text_score(spec: Option<&Document>) -> bool {
     spec.is_some_and(|spec| {
         spec.values().any(|value| {
-            matches!(value, Bson::Document(meta) if meta.get_str("$meta") == Ok(crate::query::TEXT_SCORE_META))
+            matches!(value, Bson::Document(meta) if meta.get_str("$meta") == Ok(tideway_query::TEXT_SCORE_META))
         })
     })
 }
@@ -179,7 +223,7 @@ fn text_score_unavailable() -> CommandError {
 }
 
 /// The command's projection (`field`), its expressions seeing the command's `variables`.
-pub fn parse_projection(
+pub(crate) fn parse_projection(
     ctx: &CommandContext,
     body: &Document,
     field: &str,
@@ -204,10 +248,17 @@ fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()
     }
     if tailable {
         // query_request_helper.cpp
+        // `{$natural: 1}` in any numeric type (mongod compares it numerically).
         let natural_sort = match optional_document(ctx, body, "sort")? {
             None => true,
-            // `{$natural: 1}` in any numeric type (mongod compares it numerically).
-            Some(sort) => sort.is_empty() || natural_sort_direction(sort) == Some(false),
+            Some(sort) => {
+                sort.is_empty()
+                    || (sort.len() == 1
+                        && sort
+                            .get("$natural")
+                            .and_then(tideway_base::bsonutil::as_f64)
+                            == Some(1.0))
+            }
         };
         if !natural_sort {
             return Err(CommandError::bad_value(
@@ -235,7 +286,7 @@ fn reject_unsupported(ctx: &CommandContext, body: &Document) -> CommandResult<()
 }
 
 /// A `find` planned and ready to read: its cursor and what explain reports about it.
-pub struct FindRun {
+pub(crate) struct FindRun {
     pub cursor: Cursor,
     pub view: CollectionView,
     pub planned: PlanSummary,
@@ -251,12 +302,19 @@ pub struct FindRun {
 
 /// Parses, plans and starts a `find`: skips what `skip` asks, and runs a blocking sort when
 /// the plan does not provide the order.
-pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<FindRun> {
+pub(crate) async fn start_find(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+) -> CommandResult<FindRun> {
     let ns = collection_namespace(ctx, body)?;
     reject_unsupported(ctx, body)?;
     let variables = let_variables(ctx, body)?;
     let filter = parse_filter(ctx, body, "filter", &variables)?;
-    let sort = parse_sort(ctx, body)?;
+    let (sort, natural_sort) = match parse_sort(ctx, body, &filter)? {
+        FindSort::None => (None, None),
+        FindSort::Keys(sort) => (Some(sort), None),
+        FindSort::Natural { reverse } => (None, Some(reverse)),
+    };
     let projection = parse_projection(ctx, body, "projection", &variables)?;
     let text_score = asks_text_score(optional_document(ctx, body, "projection")?)
         || sort.as_ref().is_some_and(SortSpec::has_text_score);
@@ -276,23 +334,15 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     check_hint(&ns, view.meta.as_ref(), body)?;
     let tailable = optional_bool(ctx, body, "tailable")? == Some(true);
     if tailable && view.meta.as_ref().and_then(|meta| meta.capped()).is_none() {
-        return Err(crate::capped::tailable_refused());
+        return Err(tideway_exec::capped::tailable_refused());
     }
-    // A capped collection's natural order is insertion order, not `_id` order: `{$natural: ±1}`
-    // is a collection scan in that direction.
-    let natural_scan = view
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.capped())
-        .and_then(|_| natural_sort_direction(optional_document(ctx, body, "sort").ok()??));
-    let sort = sort.filter(|_| natural_scan.is_none());
     let (filter, sort) = collated(ctx.name, body, &view, filter, sort)?;
     let query = Query {
         filter,
         sort: sort.clone(),
         wanted: limit.map(|limit| skip.saturating_add(limit)),
         // A tailable cursor follows insertion order: a forward collection scan.
-        hint: match (tailable, natural_scan) {
+        hint: match (tailable, natural_sort) {
             (true, _) => planner::Hint::Natural { reverse: false },
             (false, Some(reverse)) => planner::Hint::Natural { reverse },
             (false, None) => planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
@@ -358,7 +408,10 @@ pub async fn start_find(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
         view,
         planned: summary,
         drained,
-        sort: optional_document(ctx, body, "sort")?.cloned(),
+        // A `$natural` sort is no sort: the plan reads in that order.
+        sort: optional_document(ctx, body, "sort")?
+            .filter(|_| natural_sort.is_none())
+            .cloned(),
         skip,
         limit,
         projection: optional_document(ctx, body, "projection")?.cloned(),
@@ -375,7 +428,11 @@ async fn find(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply>
 async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
     let id = match body.get("getMore") {
         Some(Bson::Int64(id)) => *id,
-        Some(other) => return Err(wrong_type("getMore", "getMore", other, "long")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                "getMore", "getMore", other, "long",
+            ))
+        }
         None => {
             return Err(CommandError::new(
                 ErrorCode::FailedToParse,
@@ -422,15 +479,15 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             ));
         }
         Some(ms) if ms > 0 => ms as u64,
-        _ => crate::capped::DEFAULT_AWAIT_MS,
+        _ => tideway_exec::capped::DEFAULT_AWAIT_MS,
     };
     let before = cursor.scan_stats();
     // Clients insert into capped collections through `crud`, which notifies `INSERTED`; the
     // oplog is appended to by the engine, which notifies `oplog_appended`.
-    let appended = if cursor.collection == Some(crate::storage::oplog::oplog_namespace()) {
+    let appended = if cursor.collection == Some(tideway_storage::oplog::oplog_namespace()) {
         ctx.state.storage.oplog_appended()
     } else {
-        &crate::capped::INSERTED
+        &tideway_exec::capped::INSERTED
     };
     // Registered before reading, so an insert between the read and the wait still wakes it.
     let mut inserted = std::pin::pin!(appended.notified());
@@ -512,7 +569,7 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     let mut not_found = Vec::new();
     for (index, id) in ids.iter().enumerate() {
         let Bson::Int64(id) = id else {
-            return Err(wrong_type(
+            return Err(CommandError::wrong_type(
                 "killCursors",
                 &format!("cursors.{index}"),
                 id,
@@ -540,7 +597,7 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
 }
 
 /// What [`matches_in`] read.
-pub struct PlannedMatches {
+pub(crate) struct PlannedMatches {
     /// The matching records (none when only counted).
     pub records: Vec<Record>,
     /// How many matched.
@@ -553,7 +610,7 @@ pub struct PlannedMatches {
 
 /// The collection and query a read plans: `filter` over `ns`, with the `collation` and `hint`
 /// of `options` checked, and `sort` and `wanted` as the command would plan with.
-pub async fn read_target(
+pub(crate) async fn read_target(
     ctx: &CommandContext<'_>,
     ns: &Namespace,
     filter: Filter,
@@ -590,7 +647,7 @@ pub fn collated(
 
 /// [`read_target`] of a command that names its collection first and its filter `query`
 /// (`count`, `distinct`).
-pub async fn query_target(
+pub(crate) async fn query_target(
     ctx: &CommandContext<'_>,
     body: &Document,
 ) -> CommandResult<(CollectionView, Query)> {
@@ -603,7 +660,7 @@ pub async fn query_target(
 /// when the plan yields the query's order, reading stops after `wanted`. With `count_only`,
 /// the records are counted, from index keys when the plan allows it and nothing can be hidden
 /// by expiry.
-pub async fn matches_in(
+pub(crate) async fn matches_in(
     ctx: &CommandContext<'_>,
     view: &CollectionView,
     query: &Query,
@@ -654,7 +711,7 @@ pub async fn matches_in(
 /// The number of documents `filter` matches, counted from the index keys of `plan` alone
 /// (mongod's `COUNT_SCAN`) when the plan allows it and nothing in the collection can be hidden
 /// by expiry (judging expiry needs the documents); `None` otherwise.
-pub async fn count_from_keys(
+pub(crate) async fn count_from_keys(
     ctx: &CommandContext<'_>,
     view: &CollectionView,
     plan: &QueryPlan,
@@ -685,7 +742,7 @@ pub async fn count_from_keys(
 
 /// `count`'s `skip` and `limit` (a negative limit counts like its absolute value, as mongod
 /// does; 0 is no limit).
-pub fn count_window(
+pub(crate) fn count_window(
     ctx: &CommandContext<'_>,
     body: &Document,
 ) -> CommandResult<(u64, Option<u64>)> {
@@ -715,7 +772,7 @@ async fn count(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 /// What `distinct` read: the values, and how (a `DISTINCT_SCAN` of an index, or a plan whose
 /// documents were all read).
-pub struct DistinctRead {
+pub(crate) struct DistinctRead {
     pub values: Vec<Bson>,
     /// Whether the values came from a `DISTINCT_SCAN` (the summary's plan is its index scan).
     pub distinct_scan: bool,
@@ -725,7 +782,7 @@ pub struct DistinctRead {
 
 /// Runs `distinct`: by jumping through an index on the key when one answers it, otherwise by
 /// reading every matching document.
-pub async fn distinct_read(
+pub(crate) async fn distinct_read(
     ctx: &CommandContext<'_>,
     body: &Document,
 ) -> CommandResult<DistinctRead> {
@@ -736,7 +793,8 @@ pub async fn distinct_read(
         .as_ref()
         .and_then(|meta| planner::distinct_scan(meta, &query.filter, key, &query.hint));
     if let Some(scan) = scan {
-        let (mut values, stats) = exec::distinct_values(ctx.storage(), &view, &scan, key).await?;
+        let (mut values, stats) =
+            executor::distinct_values(ctx.storage(), &view, &scan, key).await?;
         ctx.op.set_plan_summary(format!(
             "DISTINCT_SCAN {}",
             planner::key_pattern_summary(&scan.index)
@@ -754,7 +812,7 @@ pub async fn distinct_read(
     let collation = query.filter.collation().as_deref();
     let mut values: Vec<Bson> = Vec::new();
     for record in &matches.records {
-        exec::push_distinct(&mut values, &record.doc, key, collation);
+        executor::push_distinct(&mut values, &record.doc, key, collation);
     }
     values.sort_by(|a, b| compare_values_with(a, b, collation));
     Ok(DistinctRead {
@@ -772,7 +830,7 @@ async fn distinct(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 
 /// The cursor reply of a result computed in full (catalog listings, aggregation results):
 /// `documents` paged by the command's `cursor.batchSize`, under the cursor namespace `cursor_ns`.
-pub async fn buffered_cursor(
+pub(crate) async fn buffered_cursor(
     ctx: &CommandContext<'_>,
     body: &Document,
     cursor_ns: String,
@@ -782,7 +840,7 @@ pub async fn buffered_cursor(
 }
 
 /// A cursor over a pipeline's output.
-pub async fn stream_cursor(
+pub(crate) async fn stream_cursor(
     ctx: &CommandContext<'_>,
     body: &Document,
     cursor_ns: String,
@@ -808,7 +866,7 @@ async fn computed_cursor(
 /// A cursor over a pipeline with no blocking stage, run as batches are asked for over the
 /// documents of `ns` still to be read, which `visibility` judges now and each `getMore`
 /// judges again; named `cursor_ns` (`ns`, or the view read through).
-pub async fn pulled_pipeline_cursor(
+pub(crate) async fn pulled_pipeline_cursor(
     ctx: &CommandContext<'_>,
     body: &Document,
     cursor_ns: String,

@@ -8,16 +8,18 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::wire::{Compressor, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE};
+use crate::command::{CommandContext, CommandSpec};
 use crate::{async_handler, sync_handler};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_wire::{
+    Compressor, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE,
+};
 
 /// The MongoDB release whose wire behaviour tideway implements (maxWireVersion 25: drivers send
 /// `bulkWrite` and a statement's `sort` from 8.0 on).
-pub const MONGODB_VERSION: &str = "8.0.0";
-pub const MONGODB_VERSION_ARRAY: [i32; 4] = [8, 0, 0, 0];
-pub const MAX_WIRE_VERSION: i32 = 25;
+pub(crate) const MONGODB_VERSION: &str = "8.0.0";
+pub(crate) const MONGODB_VERSION_ARRAY: [i32; 4] = [8, 0, 0, 0];
+pub(crate) const MAX_WIRE_VERSION: i32 = 25;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {

@@ -8,14 +8,14 @@ use std::collections::BTreeMap;
 
 use bson::{doc, Bson, Document};
 
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::display::{type_name, value_string};
-use crate::query::text::{Language, MAX_WORD_WEIGHT};
-use crate::storage::IndexKind;
+use tideway_base::display::{type_name, value_string};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::text::{Language, MAX_WORD_WEIGHT};
+use tideway_storage::IndexKind;
 
 /// mongod's `IndexNames::findPluginName`: the first string value of the key pattern, else
 /// `wildcard` at the first `$**` field, else the empty name of an ordered (btree) index.
-pub fn plugin_name(key: &Document) -> String {
+pub(crate) fn plugin_name(key: &Document) -> String {
     for (field, value) in key {
         if let Bson::String(name) = value {
             return name.clone();
@@ -33,7 +33,7 @@ fn cannot_create(message: impl Into<String>) -> CommandError {
 
 /// Checks the key pattern rules that depend on the index kind and returns the kind. `wrap`
 /// turns a reason into the command's "Error in specification …" error.
-pub fn check_key_pattern(
+pub(crate) fn check_key_pattern(
     raw: &Document,
     key: &Document,
     wrap: &dyn Fn(&str) -> CommandError,
@@ -67,7 +67,7 @@ pub fn check_key_pattern(
                 return Err(wrap("Can't use more than one index plugin for a single index."))
             }
             Bson::String(kind) => hashed_fields += usize::from(kind == "hashed"),
-            number => match crate::bsonutil::as_f64(number) {
+            number => match tideway_base::bsonutil::as_f64(number) {
                 Some(value) if value.is_nan() => {
                     return Err(wrap("Values in the index key pattern cannot be NaN."))
                 }
@@ -93,7 +93,7 @@ pub fn check_key_pattern(
     if plugin == "wildcard" && key.len() != 1 {
         return Err(wrap("wildcard indexes do not allow compounding"));
     }
-    let flag = |name: &str| raw.get(name).is_some_and(crate::bsonutil::is_truthy);
+    let flag = |name: &str| raw.get(name).is_some_and(tideway_base::bsonutil::is_truthy);
     match plugin.as_str() {
         "hashed" => {
             if hashed_fields > 1 {
@@ -180,7 +180,10 @@ fn check_field_name(
 }
 
 /// Validates `wildcardProjection` (mongod's errors) for a wildcard key pattern `key`.
-pub fn check_wildcard_projection(key: &Document, projection: &Bson) -> CommandResult<Document> {
+pub(crate) fn check_wildcard_projection(
+    key: &Document,
+    projection: &Bson,
+) -> CommandResult<Document> {
     if plugin_name(key) != "wildcard" {
         return Err(CommandError::bad_value(
             "The field 'wildcardProjection' is only allowed in 'wildcard' indexes",
@@ -238,7 +241,7 @@ pub fn check_wildcard_projection(key: &Document, projection: &Bson) -> CommandRe
         if path == "_id" {
             continue;
         }
-        let include = crate::bsonutil::is_truthy(value);
+        let include = tideway_base::bsonutil::is_truthy(value);
         match inclusion {
             Some(true) if !include => {
                 return Err(caused_by(
@@ -259,7 +262,7 @@ pub fn check_wildcard_projection(key: &Document, projection: &Bson) -> CommandRe
 }
 
 /// The parts of a text index spec mongod's `FTSSpec::fixSpec` normalises.
-pub struct TextSpec {
+pub(crate) struct TextSpec {
     /// `{prefix…, _fts: "text", _ftsx: 1, suffix…}`.
     pub key: Document,
     pub weights: Document,
@@ -268,7 +271,7 @@ pub struct TextSpec {
 }
 
 /// `FTSSpec::fixSpec` for text index version 3.
-pub fn normalize_text_spec(raw: &Document, key: &Document) -> CommandResult<TextSpec> {
+pub(crate) fn normalize_text_spec(raw: &Document, key: &Document) -> CommandResult<TextSpec> {
     let mut weights: BTreeMap<String, i64> = BTreeMap::new();
     let mut normalized = Document::new();
     let mut added_fts = false;
@@ -296,7 +299,7 @@ pub fn normalize_text_spec(raw: &Document, key: &Document) -> CommandResult<Text
             if stage == 1 {
                 stage = 2;
             }
-            let direction = crate::bsonutil::as_f64(value).unwrap_or(0.0);
+            let direction = tideway_base::bsonutil::as_f64(value).unwrap_or(0.0);
             if direction != 1.0 && direction != -1.0 {
                 return Err(cannot_create(
                     "expected value 1 or -1 for non-text key in compound index",
@@ -309,7 +312,7 @@ pub fn normalize_text_spec(raw: &Document, key: &Document) -> CommandResult<Text
         None => {}
         Some(Bson::Document(given)) => {
             for (field, weight) in given {
-                let Some(number) = crate::bsonutil::as_f64(weight) else {
+                let Some(number) = tideway_base::bsonutil::as_f64(weight) else {
                     return Err(cannot_create("weight for text index needs numeric type"));
                 };
                 // mongod keeps weights as ints (numberInt truncation).
@@ -392,7 +395,7 @@ pub fn normalize_text_spec(raw: &Document, key: &Document) -> CommandResult<Text
     };
     match raw.get("textIndexVersion") {
         None => {}
-        Some(version) => match crate::bsonutil::as_f64(version) {
+        Some(version) => match tideway_base::bsonutil::as_f64(version) {
             Some(3.0) => {}
             Some(2.0) => {
                 return Err(CommandError::new(
@@ -423,14 +426,14 @@ pub fn normalize_text_spec(raw: &Document, key: &Document) -> CommandResult<Text
 }
 
 /// The error mongod gives for a second text index (67).
-pub fn second_text_index(existing: &str) -> CommandError {
+pub(crate) fn second_text_index(existing: &str) -> CommandError {
     cannot_create(format!(
         "only one text index per collection allowed, found existing text index \"{existing}\""
     ))
 }
 
 /// Options only text indexes take.
-pub const TEXT_OPTIONS: &[&str] = &[
+pub(crate) const TEXT_OPTIONS: &[&str] = &[
     "weights",
     "default_language",
     "language_override",
@@ -438,7 +441,7 @@ pub const TEXT_OPTIONS: &[&str] = &[
 ];
 
 /// The spec fields a text index adds after the common ones, in mongod's order.
-pub fn text_spec_fields(text: &TextSpec) -> Document {
+pub(crate) fn text_spec_fields(text: &TextSpec) -> Document {
     doc! {
         "weights": text.weights.clone(),
         "default_language": text.default_language.as_str(),

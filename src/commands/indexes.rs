@@ -5,22 +5,22 @@
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
-use crate::commands::args::{collection_namespace, validate_writable_namespace, wrong_type};
+use crate::command::{CommandContext, CommandSpec};
+use crate::commands::args::{collection_namespace, validate_writable_namespace};
 use crate::commands::find::buffered_cursor;
 use crate::commands::index_kinds::{self, TEXT_OPTIONS};
 use crate::commands::{clustered, collection_defaults};
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::collation::{Collation, CollationChoice};
-use crate::query::display::document_string;
-use crate::query::Filter;
-use crate::reaper;
-use crate::storage::keycodec::Direction;
-use crate::storage::{CollectionMeta, IndexKind, IndexSpec, Namespace};
-use crate::timeseries;
-use crate::ttl;
-use crate::validation;
-use crate::wire::Reply;
+use tideway_base::display::document_string;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::reaper;
+use tideway_exec::timeseries;
+use tideway_exec::ttl;
+use tideway_exec::validation;
+use tideway_query::collation::{Collation, CollationChoice};
+use tideway_query::keycodec::Direction;
+use tideway_query::Filter;
+use tideway_storage::{CollectionMeta, IndexKind, IndexSpec, Namespace};
+use tideway_wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -114,7 +114,14 @@ fn parse_index_spec(
     let key_pattern = match raw.get("key") {
         Some(Bson::Document(key)) if !key.is_empty() => key,
         Some(Bson::Document(_)) => return Err(cannot_create(raw, "Index keys cannot be empty.")),
-        Some(other) => return Err(wrong_type("createIndexes", "indexes.key", other, "object")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                "createIndexes",
+                "indexes.key",
+                other,
+                "object",
+            ))
+        }
         None => {
             return Err(CommandError::new(
                 ErrorCode::FailedToParse,
@@ -134,7 +141,14 @@ fn parse_index_spec(
         }
         Some(Bson::String(name)) if !name.is_empty() => name.clone(),
         Some(Bson::String(_)) => return Err(cannot_create(raw, "index name cannot be empty")),
-        Some(other) => return Err(wrong_type("createIndexes", "indexes.name", other, "string")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                "createIndexes",
+                "indexes.name",
+                other,
+                "string",
+            ))
+        }
         None => {
             return Err(CommandError::new(
                 ErrorCode::FailedToParse,
@@ -171,7 +185,7 @@ fn parse_index_spec(
     let mut key = Vec::new();
     for (field, direction) in text_spec.as_ref().map_or(key_pattern, |text| &text.key) {
         if kind != IndexKind::Ordered {
-            let descending = crate::bsonutil::as_f64(direction).is_some_and(|d| d < 0.0);
+            let descending = tideway_base::bsonutil::as_f64(direction).is_some_and(|d| d < 0.0);
             key.push((
                 field.clone(),
                 if descending {
@@ -195,7 +209,7 @@ fn parse_index_spec(
                     format!("tideway does not support '{kind}' indexes, only ascending and descending keys"),
                 ))
             }
-            number => match crate::bsonutil::as_f64(number) {
+            number => match tideway_base::bsonutil::as_f64(number) {
                 Some(value) if value > 0.0 => Direction::Ascending,
                 Some(value) if value < 0.0 => Direction::Descending,
                 Some(_) => return Err(cannot_create(raw, "Values in the index key pattern cannot be 0.")),
@@ -204,7 +218,7 @@ fn parse_index_spec(
                         raw,
                         &format!(
                             "Values in v:2 index key pattern cannot be of type {}. Only numbers > 0, numbers < 0, and strings are allowed.",
-                            crate::query::display::type_name(number)
+                            tideway_base::display::type_name(number)
                         ),
                     ))
                 }
@@ -231,7 +245,7 @@ fn parse_index_spec(
         None => default_collation.clone(),
         Some(Bson::Document(spec)) => Collation::parse(spec)?,
         Some(other) => {
-            return Err(wrong_type(
+            return Err(CommandError::wrong_type(
                 "createIndexes",
                 "indexes.collation",
                 other,
@@ -264,10 +278,15 @@ fn parse_index_spec(
         match raw.get(field) {
             None | Some(Bson::Null) => Ok(false),
             Some(Bson::Boolean(value)) => Ok(*value),
-            Some(value) => crate::bsonutil::as_f64(value)
+            Some(value) => tideway_base::bsonutil::as_f64(value)
                 .map(|number| number != 0.0)
                 .ok_or_else(|| {
-                    wrong_type("createIndexes", &format!("indexes.{field}"), value, "bool")
+                    CommandError::wrong_type(
+                        "createIndexes",
+                        &format!("indexes.{field}"),
+                        value,
+                        "bool",
+                    )
                 }),
         }
     };
@@ -289,7 +308,7 @@ fn parse_index_spec(
             Some(filter.clone())
         }
         Some(other) => {
-            return Err(wrong_type(
+            return Err(CommandError::wrong_type(
                 "createIndexes",
                 "indexes.partialFilterExpression",
                 other,
@@ -429,11 +448,31 @@ fn check_conflict(requested: &IndexSpec, existing: &IndexSpec) -> CommandResult<
     }
 }
 
+/// [`reaper::change_policies`] with the server's reaper, policy gates, storage and clock.
+async fn change_policies<T>(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+    ttl_involved: bool,
+    change: impl std::future::Future<Output = CommandResult<T>>,
+) -> CommandResult<T> {
+    let state = ctx.state;
+    reaper::change_policies(
+        &state.reaper,
+        &state.policy_gates,
+        state.storage.as_ref(),
+        state.clock.as_ref(),
+        ns,
+        ttl_involved,
+        change,
+    )
+    .await
+}
+
 async fn create_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     let creates_ttl = matches!(body.get("indexes"), Some(Bson::Array(specs))
         if specs.iter().any(|spec| matches!(spec, Bson::Document(spec) if spec.contains_key("expireAfterSeconds"))));
-    reaper::change_policies(ctx.state, &ns, creates_ttl, build_indexes(ctx, body, &ns)).await
+    change_policies(ctx, &ns, creates_ttl, build_indexes(ctx, body, &ns)).await
 }
 
 async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> CommandResult {
@@ -441,7 +480,14 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
     validate_writable_namespace(&ns)?;
     let raw_specs = match body.get("indexes") {
         Some(Bson::Array(specs)) => specs,
-        Some(other) => return Err(wrong_type("createIndexes", "indexes", other, "array")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                "createIndexes",
+                "indexes",
+                other,
+                "array",
+            ))
+        }
         None => {
             return Err(CommandError::new(
                 ErrorCode::Location40414,
@@ -466,7 +512,12 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
     let mut requested = Vec::new();
     for raw in raw_specs {
         let Bson::Document(raw) = raw else {
-            return Err(wrong_type("createIndexes", "indexes", raw, "object"));
+            return Err(CommandError::wrong_type(
+                "createIndexes",
+                "indexes",
+                raw,
+                "object",
+            ));
         };
         let spec = parse_index_spec(raw, &default_collation)?;
         if let Some(timeseries) = &timeseries {
@@ -476,7 +527,7 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
     }
     let created_collection = existing.is_none();
     let existing_indexes: Vec<IndexSpec> = existing.map_or_else(
-        || vec![id_index_spec()],
+        || vec![IndexSpec::id_index()],
         |meta| meta.indexes.iter().map(|index| (**index).clone()).collect(),
     );
     let mut to_create: Vec<IndexSpec> = Vec::new();
@@ -515,7 +566,7 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
             .iter()
             .any(|spec| spec.spec.contains_key("expireAfterSeconds"))
     {
-        return Err(crate::capped::ttl_index_refused());
+        return Err(tideway_exec::capped::ttl_index_refused());
     }
     if before + to_create.len() > MAX_INDEXES {
         return Err(CommandError::new(
@@ -532,20 +583,6 @@ async fn build_indexes(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace
         "numIndexesAfter": meta.indexes.len() as i32,
         "createdCollectionAutomatically": created_collection,
     })
-}
-
-/// The `_id_` index every collection has.
-pub fn id_index_spec() -> IndexSpec {
-    IndexSpec {
-        name: IndexSpec::ID_INDEX_NAME.into(),
-        key: vec![("_id".into(), Direction::Ascending)],
-        unique: true,
-        sparse: false,
-        partial_filter: None,
-        spec: doc! {"v": 2, "key": {"_id": 1}, "name": IndexSpec::ID_INDEX_NAME},
-        catalog_only: false,
-        collation: None,
-    }
 }
 
 async fn list_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Reply> {
@@ -579,7 +616,7 @@ async fn drop_indexes(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
         .collection(&ns)
         .await?
         .is_some_and(|meta| !ttl::TtlPolicies::from_meta(&meta).is_empty());
-    reaper::change_policies(ctx.state, &ns, has_policies, remove_indexes(ctx, body, &ns)).await
+    change_policies(ctx, &ns, has_policies, remove_indexes(ctx, body, &ns)).await
 }
 
 async fn remove_indexes(
@@ -630,7 +667,12 @@ async fn remove_indexes(
             let mut found = Vec::new();
             for name in names {
                 let Bson::String(name) = name else {
-                    return Err(wrong_type("dropIndexes", "index", name, "string"));
+                    return Err(CommandError::wrong_type(
+                        "dropIndexes",
+                        "index",
+                        name,
+                        "string",
+                    ));
                 };
                 found.push(find_by_name(name)?);
             }
@@ -645,7 +687,14 @@ async fn remove_indexes(
             })?;
             (vec![find_by_name(&index.name)?], false)
         }
-        Some(other) => return Err(wrong_type("dropIndexes", "index", other, "string")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                "dropIndexes",
+                "index",
+                other,
+                "string",
+            ))
+        }
         None => {
             return Err(CommandError::new(
                 ErrorCode::Location40414,
@@ -688,7 +737,7 @@ fn collmod_expire_after(index: &IndexSpec, value: &Bson) -> CommandResult<i32> {
     if index
         .spec
         .get("expireAfterSeconds")
-        .is_some_and(|old| crate::bsonutil::as_f64(old).is_none())
+        .is_some_and(|old| tideway_base::bsonutil::as_f64(old).is_none())
     {
         return Err(invalid("existing expireAfterSeconds field is not a number"));
     }
@@ -699,13 +748,7 @@ async fn coll_mod(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let ns = collection_namespace(ctx, body)?;
     let changes_ttl = body.contains_key(clustered::EXPIRE_AFTER_SECONDS)
         || matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
-    reaper::change_policies(
-        ctx.state,
-        &ns,
-        changes_ttl,
-        modify_collection(ctx, body, &ns),
-    )
-    .await
+    change_policies(ctx, &ns, changes_ttl, modify_collection(ctx, body, &ns)).await
 }
 
 async fn modify_collection(
@@ -714,7 +757,7 @@ async fn modify_collection(
     ns: &Namespace,
 ) -> CommandResult {
     let ns = ns.clone();
-    if let Some((option, _)) = crate::dispatch::command_fields(body).find(|(field, _)| {
+    if let Some((option, _)) = tideway_base::command::command_fields(body).find(|(field, _)| {
         ![
             "index",
             "cappedSize",
@@ -742,12 +785,12 @@ async fn modify_collection(
     let meta = timeseries::client_meta(meta);
     let makes_ttl = matches!(body.get("index"), Some(Bson::Document(change)) if change.contains_key("expireAfterSeconds"));
     if makes_ttl && meta.capped().is_some() {
-        return Err(crate::capped::ttl_coll_mod_refused());
+        return Err(tideway_exec::capped::ttl_coll_mod_refused());
     }
     // Collection options (validation settings, capped limits, a clustered TTL): checked, then
     // stored once the whole command is known to be valid.
     let mut options = meta.options.clone();
-    for (name, value) in crate::dispatch::command_fields(body) {
+    for (name, value) in tideway_base::command::command_fields(body) {
         if validation::OPTIONS.contains(&name.as_str()) {
             match validation::check_option("collMod", &ns, name, value)? {
                 Some(stored) => options.insert(name.clone(), stored),
@@ -765,7 +808,7 @@ async fn modify_collection(
             };
         }
     }
-    crate::capped::apply_coll_mod(&meta, body, &mut options)?;
+    tideway_exec::capped::apply_coll_mod(&meta, body, &mut options)?;
     if let Some(change) = clustered::parse_coll_mod(&meta, body, ctx.state.clock.now_ms())? {
         clustered::apply_coll_mod(&mut options, change);
     }
@@ -789,7 +832,9 @@ async fn modify_index(
 ) -> CommandResult {
     let storage = ctx.storage();
     let Bson::Document(change) = change else {
-        return Err(wrong_type("collMod", "index", change, "object"));
+        return Err(CommandError::wrong_type(
+            "collMod", "index", change, "object",
+        ));
     };
     clustered::check_hide_index(meta, change)?;
     let index = match (change.get("name"), change.get("keyPattern")) {
@@ -838,7 +883,7 @@ async fn modify_index(
         let new = collmod_expire_after(index, value)?;
         let old = spec
             .get("expireAfterSeconds")
-            .and_then(crate::bsonutil::as_f64)
+            .and_then(tideway_base::bsonutil::as_f64)
             .map(|old| old as i64);
         // coll_mod_index.cpp replies with both even when the value does not change.
         if let Some(old) = old {
@@ -849,7 +894,12 @@ async fn modify_index(
     }
     if let Some(value) = hidden {
         let Bson::Boolean(new) = value else {
-            return Err(wrong_type("collMod", "index.hidden", value, "bool"));
+            return Err(CommandError::wrong_type(
+                "collMod",
+                "index.hidden",
+                value,
+                "bool",
+            ));
         };
         if index.is_id_index() {
             return Err(CommandError::bad_value("can't hide _id index"));

@@ -25,18 +25,16 @@ use std::cmp::Ordering;
 use bson::{doc, Bson, Document};
 
 use crate::async_handler;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::aggregate::{read_namespace, write_merge, write_out};
-use crate::commands::args::{
-    collection_namespace, let_variables, missing_field, validate_writable_namespace, wrong_type,
-};
+use crate::commands::args::{collection_namespace, let_variables, validate_writable_namespace};
 use crate::commands::find::{matches_in, read_target};
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::js::{self, JsProgram};
-use crate::query::compare::compare_values_with;
-use crate::query::pipeline::{MergeSpec, OutTarget};
-use crate::query::{Filter, PipelineContext, SortSpec};
-use crate::storage::Namespace;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::compare::compare_values_with;
+use tideway_query::js::{self, JsProgram};
+use tideway_query::pipeline::{MergeSpec, OutTarget};
+use tideway_query::{Filter, PipelineContext, SortSpec};
+use tideway_storage::Namespace;
 
 pub const COMMANDS: &[CommandSpec] = &[CommandSpec {
     name: "mapReduce",
@@ -95,7 +93,7 @@ fn parse_out(value: &Bson) -> CommandResult<Output> {
                 "'inline' must be specified alone",
             ));
         }
-        if crate::bsonutil::as_f64(inline) != Some(1.0) {
+        if tideway_base::bsonutil::as_f64(inline) != Some(1.0) {
             return Err(bad_value("'inline' takes only numeric '1'"));
         }
         return Ok(Output::Inline);
@@ -191,14 +189,14 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
         sort: None,
         limit: None,
     };
-    for (field, value) in crate::dispatch::command_fields(body) {
+    for (field, value) in tideway_base::command::command_fields(body) {
         match field.as_str() {
             "map" => map = Some(parse_code(field, value)?),
             "reduce" => reduce = Some(parse_code(field, value)?),
             "out" => output = Some(parse_out(value)?),
             "query" => match value {
                 Bson::Document(query) => spec.query = query.clone(),
-                other => return Err(wrong_type(IDL_NAME, field, other, "object")),
+                other => return Err(CommandError::wrong_type(IDL_NAME, field, other, "object")),
             },
             "sort" => match value {
                 Bson::Document(sort) if sort.is_empty() => {
@@ -208,14 +206,14 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
                     ))
                 }
                 Bson::Document(sort) => spec.sort = Some(sort.clone()),
-                other => return Err(wrong_type(IDL_NAME, field, other, "object")),
+                other => return Err(CommandError::wrong_type(IDL_NAME, field, other, "object")),
             },
             "limit" => {
                 let limit = match value {
                     Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-                        crate::bsonutil::as_f64(value).unwrap_or(0.0)
+                        tideway_base::bsonutil::as_f64(value).unwrap_or(0.0)
                     }
-                    other => return Err(wrong_type(IDL_NAME, field, other, "long")),
+                    other => return Err(CommandError::wrong_type(IDL_NAME, field, other, "long")),
                 };
                 // mongod's `$limit` of its translated pipeline refuses 0 and negatives.
                 if limit.is_nan() || limit < 1.0 {
@@ -242,7 +240,7 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
             // Honoured by the read (`read_target`), which checks it.
             "collation" => {
                 if !matches!(value, Bson::Document(_)) {
-                    return Err(wrong_type(IDL_NAME, field, value, "object"));
+                    return Err(CommandError::wrong_type(IDL_NAME, field, value, "object"));
                 }
             }
             // Accepted without effect: no timing details are reported, `jsMode` is ignored by
@@ -250,7 +248,7 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
             // it (`commands::schema`).
             "verbose" | "bypassDocumentValidation" | "jsMode" => {
                 if !matches!(value, Bson::Boolean(_)) {
-                    return Err(wrong_type(IDL_NAME, field, value, "bool"));
+                    return Err(CommandError::wrong_type(IDL_NAME, field, value, "bool"));
                 }
             }
             _ => {
@@ -261,9 +259,9 @@ fn parse_spec(body: &Document) -> CommandResult<MapReduceSpec> {
             }
         }
     }
-    spec.map = map.ok_or_else(|| missing_field(IDL_NAME, "map"))?;
-    spec.reduce = reduce.ok_or_else(|| missing_field(IDL_NAME, "reduce"))?;
-    spec.output = output.ok_or_else(|| missing_field(IDL_NAME, "out"))?;
+    spec.map = map.ok_or_else(|| CommandError::idl_missing_field(IDL_NAME, "map"))?;
+    spec.reduce = reduce.ok_or_else(|| CommandError::idl_missing_field(IDL_NAME, "reduce"))?;
+    spec.output = output.ok_or_else(|| CommandError::idl_missing_field(IDL_NAME, "out"))?;
     Ok(spec)
 }
 
@@ -312,7 +310,7 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
     for document in &documents {
         ctx.deadline.check()?;
         for (key, value) in program.call_emitting(MAP, document)? {
-            emitted_bytes += crate::bsonutil::encoded_size(&doc! {"k": &key, "v": &value});
+            emitted_bytes += tideway_base::bsonutil::encoded_size(&doc! {"k": &key, "v": &value});
             if emitted_bytes > max_bytes {
                 return Err(CommandError::new(
                     ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
@@ -394,7 +392,7 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
     })
 }
 
-fn stream(documents: Vec<Document>) -> crate::query::pipeline::DocumentStream {
+fn stream(documents: Vec<Document>) -> tideway_query::pipeline::DocumentStream {
     Box::new(documents.into_iter().map(Ok))
 }
 

@@ -21,12 +21,13 @@ mod index_kinds;
 pub mod indexes;
 mod map_reduce;
 pub mod operations;
+pub mod registry;
 pub mod retryable;
 pub mod schema;
 mod sessions;
 pub mod views;
 
-use crate::dispatch::CommandSpec;
+use crate::command::CommandSpec;
 
 /// Every command this server knows, test-only ones included.
 pub fn all() -> impl Iterator<Item = &'static CommandSpec> {

@@ -6,16 +6,18 @@
 use bson::{doc, Bson, Document};
 
 use crate::auth::privileges::{Action, Target};
+use crate::client::ClientInfo;
+use crate::command::{CommandContext, CommandSpec};
 use crate::commands::args::validate_database_name;
-use crate::dispatch::{is_generic_argument, ClientInfo, CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::ops::CURRENT_OP_COMMAND_BYTES;
 use crate::profiler::{ProfileFilter, PROFILE_COLLECTION};
-use crate::query::display::{type_name, value_string};
-use crate::query::{CurrentOpRequest, Filter};
 use crate::state::ServerState;
-use crate::storage::{Namespace, StorageError};
 use crate::{async_handler, sync_handler};
+use tideway_base::command::is_generic_argument;
+use tideway_base::display::{type_name, value_string};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::{CurrentOpRequest, Filter};
+use tideway_storage::{Namespace, StorageError};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -56,7 +58,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// `idleConnections`, every connection with nothing running. Commands are cut to 1000 bytes
 /// with `truncateOps`. `allUsers`, `idleSessions`, `localOps` and `backtrace` change nothing on a
 /// server without users, sessions, shards or latches; `idleCursors` is refused.
-pub fn current_ops(
+pub(crate) fn current_ops(
     state: &ServerState,
     viewer: &ClientInfo,
     request: &CurrentOpRequest,
@@ -97,7 +99,10 @@ pub fn current_ops(
 /// mongod runs `currentOp` as `[{$currentOp: {idleConnections: $all, allUsers: !$ownOps,
 /// truncateOps: true}}, {$match: <other fields>}]` and replies `{inprog: [...]}`.
 fn current_op(ctx: &CommandContext, body: &Document) -> CommandResult {
-    let truthy = |field: &str| body.get(field).is_some_and(crate::bsonutil::is_truthy);
+    let truthy = |field: &str| {
+        body.get(field)
+            .is_some_and(tideway_base::bsonutil::is_truthy)
+    };
     let mut filter = Document::new();
     for (name, value) in body.iter().skip(1) {
         if !matches!(name.as_str(), "$all" | "$ownOps" | "$truncateOps")
@@ -114,7 +119,7 @@ fn current_op(ctx: &CommandContext, body: &Document) -> CommandResult {
         truncate_ops: !ctx.state.params.test_commands_enabled()
             || body
                 .get("$truncateOps")
-                .is_none_or(crate::bsonutil::is_truthy),
+                .is_none_or(tideway_base::bsonutil::is_truthy),
         idle_sessions: true,
         ..CurrentOpRequest::default()
     };
@@ -204,7 +209,7 @@ async fn kill_op(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 async fn profile(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let level = match body.get("profile") {
         Some(value @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => {
-            crate::bsonutil::as_f64(value)
+            tideway_base::bsonutil::as_f64(value)
                 .filter(|level| level.is_finite())
                 .map_or(-1, |level| level.trunc().clamp(-1e18, 1e18) as i64)
         }
@@ -218,7 +223,7 @@ async fn profile(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     };
     let slowms = match body.get("slowms") {
         None | Some(Bson::Null) => None,
-        Some(value) => crate::bsonutil::as_f64(value).map(|ms| ms.trunc() as i64),
+        Some(value) => tideway_base::bsonutil::as_f64(value).map(|ms| ms.trunc() as i64),
     };
     let sample_rate = match body.get("sampleRate") {
         Some(Bson::Double(rate)) => Some(*rate),
@@ -313,7 +318,7 @@ async fn create_profile_collection(ctx: &CommandContext<'_>, db: &str) -> Comman
 
 /// Whether dropping `ns` must be refused because the profiler is writing to it (mongod's
 /// IllegalOperation).
-pub fn check_profile_drop(ctx: &CommandContext, ns: &Namespace) -> CommandResult<()> {
+pub(crate) fn check_profile_drop(ctx: &CommandContext, ns: &Namespace) -> CommandResult<()> {
     if ns.coll == PROFILE_COLLECTION && ctx.state.profiler.level(&ns.db) != 0 {
         return Err(CommandError::new(
             ErrorCode::IllegalOperation,
@@ -331,7 +336,7 @@ async fn sleep(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let number = |field: &str, code: ErrorCode| -> CommandResult<Option<i64>> {
         match body.get(field) {
             None => Ok(None),
-            Some(value) => crate::bsonutil::as_f64(value)
+            Some(value) => tideway_base::bsonutil::as_f64(value)
                 .map(|n| Some(n as i64))
                 .ok_or_else(|| CommandError::new(code, format!("'{field}' must be a number."))),
         }
@@ -376,7 +381,9 @@ async fn sleep(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             }
         }
     }
-    if body.get("w").is_some_and(crate::bsonutil::is_truthy) || body.contains_key("lockTarget") {
+    if body.get("w").is_some_and(tideway_base::bsonutil::is_truthy)
+        || body.contains_key("lockTarget")
+    {
         return Err(CommandError::new(
             ErrorCode::NotImplemented,
             "tideway has no lock manager: sleep cannot hold a lock",

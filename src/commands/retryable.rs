@@ -1,7 +1,7 @@
 //! Retryable writes (replica-set mode): `insert`, `update`, `delete`, `findAndModify` and
 //! `bulkWrite` carrying `lsid` + `txnNumber`. As mongod's `config.transactions`, every statement
 //! that wrote is recorded under its session, in the same storage commit as its write
-//! ([`crate::storage::Storage::write_recorded`]): a header `{txnNumber, lastWriteOpTime: {ts, t},
+//! ([`tideway_storage::Storage::write_recorded`]): a header `{txnNumber, lastWriteOpTime: {ts, t},
 //! lastWriteDate}` and, per statement, its reply part; a commit stores only the statements it
 //! ran, so a command of many statements costs in proportion to them. A retry of the same
 //! `txnNumber` reads that number's statements (one range read) and answers them (listing them in `retriedStmtIds`) and runs the
@@ -19,13 +19,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bson::spec::BinarySubtype;
 use bson::{doc, Bson, Document};
 
-use crate::dispatch::CommandContext;
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::storage::oplog::EntryTime;
-use crate::storage::{RecordSession, SessionRecord, WriteOp, WriteOutcome};
+use crate::command::CommandContext;
+use crate::session_id::{session_id_document, session_key};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::oplog::EntryTime;
+use tideway_storage::{RecordSession, SessionRecord, WriteOp, WriteOutcome};
 
 /// Sessions that ran retryable writes since the start: their newest `txnNumber` (a command
 /// that wrote nothing leaves no record, but still makes older numbers too old) and their lock.
@@ -37,7 +37,7 @@ pub struct Sessions {
 impl Sessions {
     /// Drops the slots of `keys` no command holds (sessions whose logical session expired:
     /// their stored records still answer retries, as after a restart).
-    pub fn forget(&self, keys: &[Vec<u8>]) {
+    pub(crate) fn forget(&self, keys: &[Vec<u8>]) {
         let mut slots = lock(&self.slots);
         for key in keys {
             if slots
@@ -85,9 +85,6 @@ pub(crate) struct RetryableWrite {
     _session: tokio::sync::OwnedMutexGuard<Option<i64>>,
 }
 
-/// sha256 of no bytes: the `uid` part of a session id without authentication, as mongod shows it.
-const NO_USER_UID: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
 impl RetryableWrite {
     /// The retryable write `body` asks for (`txnNumber` in replica-set mode; dispatch refused it
     /// elsewhere), or `None`.
@@ -108,7 +105,7 @@ impl RetryableWrite {
             other => {
                 return Err(CommandError::type_mismatch(format!(
                     "BSON field 'OperationSessionInfo.txnNumber' is the wrong type '{}', expected type 'long'",
-                    crate::query::display::type_name(other)
+                    tideway_base::display::type_name(other)
                 )))
             }
         };
@@ -124,7 +121,7 @@ impl RetryableWrite {
             Some(other) => {
                 return Err(CommandError::type_mismatch(format!(
                     "BSON field 'stmtId' is the wrong type '{}', expected type 'int'",
-                    crate::query::display::type_name(other)
+                    tideway_base::display::type_name(other)
                 )))
             }
         };
@@ -258,7 +255,7 @@ impl RetryableWrite {
         let key = self.key.clone();
         let txn_number = self.txn_number;
         Box::new(
-            move |results: &[crate::storage::StorageResult<WriteOutcome>], time: EntryTime| {
+            move |results: &[tideway_storage::StorageResult<WriteOutcome>], time: EntryTime| {
                 let statements: Vec<(i32, Document)> = entries
                     .into_iter()
                     .zip(results)
@@ -316,29 +313,6 @@ pub(crate) fn transactions_documents(records: Vec<(Vec<u8>, Document)>) -> Vec<D
         .collect()
 }
 
-/// A session's id as mongod stores it (`config.transactions`' and `config.system.sessions`'
-/// `_id`): `{id: <UUID>, uid: <BinData sha256>}` from its key (see [`lsid_key`]); the `uid` of
-/// a session the client sent without one is that of no user.
-pub(crate) fn session_id_document(key: &[u8]) -> Option<Document> {
-    let (id, uid) = (key.get(..16)?, key.get(16..)?);
-    let uid = if uid.is_empty() {
-        no_user_uid()
-    } else {
-        uid.to_vec()
-    };
-    Some(doc! {
-        "id": bson::Binary { subtype: BinarySubtype::Uuid, bytes: id.to_vec() },
-        "uid": bson::Binary { subtype: BinarySubtype::Generic, bytes: uid },
-    })
-}
-
-/// [`NO_USER_UID`] as bytes.
-fn no_user_uid() -> Vec<u8> {
-    (0..NO_USER_UID.len() / 2)
-        .filter_map(|at| u8::from_str_radix(NO_USER_UID.get(at * 2..at * 2 + 2)?, 16).ok())
-        .collect()
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -382,45 +356,6 @@ fn statement_entry(
         }
         _ => None,
     }
-}
-
-/// The session's key in storage (`lsid.id`'s bytes, then `lsid.uid`'s if any) and how mongod
-/// shows the session in messages.
-pub(crate) fn session_key(body: &Document) -> CommandResult<(Vec<u8>, String)> {
-    let lsid = body.get_document("lsid").map_err(|_| {
-        CommandError::new(
-            ErrorCode::InvalidOptions,
-            "Transaction number requires a session ID to also be specified",
-        )
-    })?;
-    let key = lsid_key(lsid)
-        .ok_or_else(|| CommandError::bad_value("lsid.id must be a UUID (BinData subtype 4)"))?;
-    let shown_id = bson::Uuid::from_bytes(key[..16].try_into().unwrap_or([0; 16])).to_string();
-    let uid = match key.get(16..) {
-        Some(uid) if !uid.is_empty() => uid.iter().map(|byte| format!("{byte:02x}")).collect(),
-        _ => NO_USER_UID.to_owned(),
-    };
-    Ok((key, format!("{shown_id} - {uid}")))
-}
-
-/// The key every session registry uses for the session `lsid` names (retryable writes,
-/// transactions, the logical session cache, open cursors): `lsid.id`'s 16 bytes, then
-/// `lsid.uid`'s bytes if given. `None` unless `lsid.id` is a UUID.
-pub(crate) fn lsid_key(lsid: &Document) -> Option<Vec<u8>> {
-    let id = match lsid.get("id") {
-        Some(Bson::Binary(binary))
-            if binary.subtype == BinarySubtype::Uuid && binary.bytes.len() == 16 =>
-        {
-            &binary.bytes
-        }
-        _ => return None,
-    };
-    let mut key = Vec::with_capacity(48);
-    key.extend_from_slice(id);
-    if let Some(Bson::Binary(uid)) = lsid.get("uid") {
-        key.extend_from_slice(&uid.bytes);
-    }
-    Some(key)
 }
 
 /// mongod's refusal of a `multi: true` update or delete op in a retryable `bulkWrite`

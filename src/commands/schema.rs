@@ -13,9 +13,9 @@
 
 use bson::{Bson, Document};
 
-use crate::bsonutil::as_f64;
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::display::{type_name, value_string};
+use tideway_base::bsonutil::as_f64;
+use tideway_base::display::{type_name, value_string};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 /// The BSON types a field accepts, as mongod's IDL types name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -853,8 +853,13 @@ fn is_absent(value: &Bson) -> bool {
 }
 
 /// Checks `body`'s fields against the description of `command`.
-pub fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()> {
-    validate_fields(command, args, crate::dispatch::command_fields(body), body)
+pub(crate) fn validate(command: &str, args: &Args, body: &Document) -> CommandResult<()> {
+    validate_fields(
+        command,
+        args,
+        tideway_base::command::command_fields(body),
+        body,
+    )
 }
 
 /// Checks `fields` (of `document`) against `args`; `context` names them in messages, as

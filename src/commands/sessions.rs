@@ -11,11 +11,10 @@
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
-use crate::commands::args::{missing_field, wrong_type};
-use crate::commands::retryable::lsid_key;
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::CommandResult;
+use crate::command::{CommandContext, CommandSpec};
+use crate::session_id::lsid_key;
 use crate::sync_handler;
+use tideway_base::error::{CommandError, CommandResult};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -135,8 +134,11 @@ fn session_keys(ctx: &CommandContext, body: &Document) -> CommandResult<Vec<Vec<
     let mut keys = Vec::with_capacity(entries.len());
     for entry in entries.iter().filter_map(Bson::as_document) {
         let key = lsid_key(entry).ok_or_else(|| match entry.get("id") {
-            None => missing_field(error_context(ctx.name), &format!("{}.id", ctx.name)),
-            Some(id) => wrong_type(
+            None => CommandError::idl_missing_field(
+                error_context(ctx.name),
+                &format!("{}.id", ctx.name),
+            ),
+            Some(id) => CommandError::wrong_type(
                 error_context(ctx.name),
                 &format!("{}.id", ctx.name),
                 id,
@@ -163,14 +165,16 @@ fn session_list(ctx: &CommandContext, body: &Document) -> CommandResult {
     let context = error_context(ctx.name);
     let argument = body.get(ctx.name).unwrap_or(&Bson::Null);
     let Bson::Array(entries) = argument else {
-        return Err(wrong_type(context, ctx.name, argument, "array"));
+        return Err(CommandError::wrong_type(
+            context, ctx.name, argument, "array",
+        ));
     };
     if let Some((index, bad)) = entries
         .iter()
         .enumerate()
         .find(|(_, entry)| !matches!(entry, Bson::Document(_)))
     {
-        return Err(wrong_type(
+        return Err(CommandError::wrong_type(
             context,
             &format!("{}.{index}", ctx.name),
             bad,

@@ -25,18 +25,19 @@
 use bson::{doc, Bson, Document};
 use futures::future::BoxFuture;
 
-use crate::commands::args::{validate_writable_namespace, wrong_type};
-use crate::dispatch::{command_fields, CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::query::collation::Collation;
-use crate::storage::{Namespace, TtlClass, WriteMeta, WriteOp, WriteOptions};
-use crate::wire::Reply;
+use crate::command::{CommandContext, CommandSpec};
+use crate::commands::args::validate_writable_namespace;
+use tideway_base::command::command_fields;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_query::collation::Collation;
+use tideway_storage::{Namespace, TtlClass, WriteMeta, WriteOp, WriteOptions};
+use tideway_wire::Reply;
 
 /// The collection of each database that holds its view definitions.
-pub const SYSTEM_VIEWS: &str = "system.views";
+pub(crate) const SYSTEM_VIEWS: &str = "system.views";
 
 /// mongod's `ViewGraph::kMaxViewDepth`: views on views, at most this many deep.
-pub const MAX_VIEW_DEPTH: usize = 20;
+pub(crate) const MAX_VIEW_DEPTH: usize = 20;
 
 /// Serializes changes to view definitions, so the cycle and depth checks see a settled catalog.
 static CATALOG_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -318,7 +319,7 @@ fn definition_fields(
     let view_on = match body.get("viewOn") {
         None => None,
         Some(Bson::String(name)) => Some(name.clone()),
-        Some(other) => return Err(wrong_type(command, "viewOn", other, "string")),
+        Some(other) => return Err(CommandError::wrong_type(command, "viewOn", other, "string")),
     };
     let pipeline = match body.get("pipeline") {
         None => None,
@@ -327,11 +328,17 @@ fn definition_fields(
                 .iter()
                 .map(|stage| match stage {
                     Bson::Document(stage) => Ok(stage.clone()),
-                    other => Err(wrong_type(command, "pipeline", other, "object")),
+                    other => Err(CommandError::wrong_type(
+                        command, "pipeline", other, "object",
+                    )),
                 })
                 .collect::<CommandResult<Vec<_>>>()?,
         ),
-        Some(other) => return Err(wrong_type(command, "pipeline", other, "array")),
+        Some(other) => {
+            return Err(CommandError::wrong_type(
+                command, "pipeline", other, "array",
+            ))
+        }
     };
     Ok((view_on, pipeline))
 }
@@ -340,7 +347,7 @@ fn definition_fields(
 /// stage writes (`$out`, `$merge`), streams changes or ignores the collection.
 fn validate_pipeline(view: &ViewDefinition) -> CommandResult<()> {
     let context = format!("Invalid pipeline for view {}", view.ns);
-    crate::query::Pipeline::parse(&view.pipeline).map_err(|error| error.caused(&context))?;
+    tideway_query::Pipeline::parse(&view.pipeline).map_err(|error| error.caused(&context))?;
     for (position, stage) in view.pipeline.iter().enumerate() {
         let Some(name) = stage.keys().next() else {
             continue;
@@ -483,7 +490,14 @@ async fn create(ctx: &CommandContext<'_>, body: &Document, ns: &Namespace) -> Co
             "collation" => {
                 let spec = match value {
                     Bson::Document(spec) => Collation::parse(spec)?,
-                    other => return Err(wrong_type("create", "collation", other, "object")),
+                    other => {
+                        return Err(CommandError::wrong_type(
+                            "create",
+                            "collation",
+                            other,
+                            "object",
+                        ))
+                    }
                 };
                 collation = Some(spec.map(|collation| collation.spec().clone()));
             }
@@ -584,7 +598,10 @@ async fn drop(ctx: &CommandContext<'_>, view: &ViewDefinition) -> CommandResult<
 
 /// A read option a view cannot honour (mongod's `asAggregationCommand` refusals).
 fn unsupported_find_option(body: &Document) -> Option<CommandError> {
-    let truthy = |name: &str| body.get(name).is_some_and(crate::bsonutil::is_truthy);
+    let truthy = |name: &str| {
+        body.get(name)
+            .is_some_and(tideway_base::bsonutil::is_truthy)
+    };
     let non_empty = |name: &str| matches!(body.get(name), Some(Bson::Document(document)) if !document.is_empty());
     let option = |name: &str| {
         CommandError::new(
@@ -623,7 +640,7 @@ fn unsupported_find_option(body: &Document) -> Option<CommandError> {
     }
     let limit_one = body
         .get("limit")
-        .and_then(crate::bsonutil::as_f64)
+        .and_then(tideway_base::bsonutil::as_f64)
         .is_some_and(|limit| limit == 1.0);
     if truthy("singleBatch") && !limit_one {
         return Some(option("singleBatch"));
@@ -659,13 +676,13 @@ fn find_stages(body: &Document) -> Vec<Document> {
     }
     if let Some(skip) = body
         .get("skip")
-        .filter(|skip| crate::bsonutil::as_f64(skip) != Some(0.0))
+        .filter(|skip| tideway_base::bsonutil::as_f64(skip) != Some(0.0))
     {
         stages.push(doc! {"$skip": skip.clone()});
     }
     if let Some(limit) = body
         .get("limit")
-        .filter(|limit| crate::bsonutil::as_f64(limit) != Some(0.0))
+        .filter(|limit| tideway_base::bsonutil::as_f64(limit) != Some(0.0))
     {
         stages.push(doc! {"$limit": limit.clone()});
     }
@@ -686,14 +703,14 @@ fn count_stages(body: &Document) -> Vec<Document> {
     }
     if let Some(skip) = body
         .get("skip")
-        .and_then(crate::bsonutil::as_f64)
+        .and_then(tideway_base::bsonutil::as_f64)
         .filter(|skip| *skip > 0.0)
     {
         stages.push(doc! {"$skip": skip as i64});
     }
     if let Some(limit) = body
         .get("limit")
-        .and_then(crate::bsonutil::as_f64)
+        .and_then(tideway_base::bsonutil::as_f64)
         .filter(|limit| *limit != 0.0)
     {
         stages.push(doc! {"$limit": limit.abs() as i64});
@@ -763,7 +780,7 @@ fn aggregate_body(
             }
         }
     } else if let Some(other) = body.get("collation") {
-        return Err(wrong_type(name, "collation", other, "object"));
+        return Err(CommandError::wrong_type(name, "collation", other, "object"));
     }
     let own = match name {
         "find" => {
@@ -849,7 +866,7 @@ pub(crate) async fn read(
         "count" => {
             let counted = first_batch(reply)?
                 .first()
-                .and_then(|result| result.get("count").and_then(crate::bsonutil::as_f64))
+                .and_then(|result| result.get("count").and_then(tideway_base::bsonutil::as_f64))
                 .unwrap_or(0.0) as i64;
             let n = i32::try_from(counted).map_or(Bson::Int64(counted), Bson::Int32);
             Ok(doc! {"n": n}.into())
@@ -904,7 +921,7 @@ async fn explain(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Opt
 /// `$graphLookup`'s `from`, `$unionWith`'s `coll`, through `$lookup` and `$unionWith`
 /// sub-pipelines and `$facet` branches (mongod's `LiteParsedPipeline::getInvolvedNamespaces`).
 /// Iterative: a client's nesting never deepens the stack.
-pub fn involved_names(stages: &[Document]) -> Vec<String> {
+pub(crate) fn involved_names(stages: &[Document]) -> Vec<String> {
     let mut names = Vec::new();
     let mut pending: Vec<&Document> = stages.iter().rev().collect();
     while let Some(stage) = pending.pop() {
@@ -1012,10 +1029,10 @@ async fn reached_views(
 /// (as a `$lookup`/`$graphLookup`/`$unionWith` source, at any depth) has that collation as its
 /// default (mongod's `collatorCompatibleWithPipeline`: 167 otherwise), and that following them
 /// ends (279).
-pub async fn check_involved_views(
+pub(crate) async fn check_involved_views(
     ctx: &CommandContext<'_>,
     stages: &[Document],
-    collation: &crate::query::collation::CollationChoice,
+    collation: &tideway_query::collation::CollationChoice,
 ) -> CommandResult<()> {
     let names = involved_names(stages);
     if names.is_empty() {
@@ -1062,7 +1079,7 @@ async fn validate_involved(ctx: &CommandContext<'_>, view: &ViewDefinition) -> C
 
 /// The view `name` of the command's database resolved to its collection, when it is a view: what
 /// a stage reading it as another collection (`$lookup`, `$graphLookup`, `$unionWith`) runs.
-pub async fn source_of(
+pub(crate) async fn source_of(
     ctx: &CommandContext<'_>,
     ns: &Namespace,
 ) -> CommandResult<Option<ResolvedView>> {
@@ -1073,7 +1090,10 @@ pub async fn source_of(
 }
 
 /// Refuses a write into `ns` when it is a view (`$out`, `$merge`, `bulkWrite`: mongod's 166).
-pub async fn refuse_write_target(ctx: &CommandContext<'_>, ns: &Namespace) -> CommandResult<()> {
+pub(crate) async fn refuse_write_target(
+    ctx: &CommandContext<'_>,
+    ns: &Namespace,
+) -> CommandResult<()> {
     match lookup(ctx, ns).await? {
         Some(_) => Err(not_a_collection(ns)),
         None => Ok(()),
@@ -1082,7 +1102,7 @@ pub async fn refuse_write_target(ctx: &CommandContext<'_>, ns: &Namespace) -> Co
 
 /// `renameCollection`'s view checks, as mongod's `checkSourceAndTargetNamespaces`: a view is not
 /// renamed (166), and a collection is not renamed over a view (48, `dropTarget` or not).
-pub async fn check_rename(
+pub(crate) async fn check_rename(
     ctx: &CommandContext<'_>,
     from: &Namespace,
     to: &Namespace,

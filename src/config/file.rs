@@ -18,8 +18,8 @@ use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
 use super::{Config, StorageKind};
-use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::tls::TlsMode;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 /// What a configuration file sets: `None` (or empty) where it says nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

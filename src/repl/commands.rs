@@ -5,10 +5,10 @@
 
 use bson::{doc, Document};
 
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::command::{CommandContext, CommandSpec};
 use crate::repl::{cluster_time, ReplSet, TERM};
 use crate::sync_handler;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {

@@ -7,7 +7,7 @@
 //! Invariants:
 //! - Standalone (no `--replSet`) is unchanged: no replica-set field in `hello`, no cluster time in
 //!   replies, `txnNumber` refused with 20 as on a standalone mongod.
-//! - The cluster time is storage's ([`crate::storage::Storage::cluster_time`]): it only moves when
+//! - The cluster time is storage's ([`tideway_storage::Storage::cluster_time`]): it only moves when
 //!   a write commits, so `operationTime` never goes back, and a read after a write sees a time at
 //!   least the write's. [`cluster_time`] is the one place deciding what is reported before the
 //!   first write ever (the wall clock's second, increment 0, as a fresh mongod).
@@ -27,15 +27,15 @@ use bson::oid::ObjectId;
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document, Timestamp};
 
-use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::ServerState;
-use crate::storage::{
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::{
     Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
 };
-use crate::wire::Reply;
+use tideway_wire::Reply;
 
 /// Where mongod keeps the set's configuration.
-pub fn config_namespace() -> Namespace {
+pub(crate) fn config_namespace() -> Namespace {
     Namespace::new("local", "system.replset")
 }
 
@@ -44,7 +44,7 @@ pub const TERM: i64 = 1;
 
 /// `--replSet`'s value checked as mongod checks it (a set name; mongod also accepts
 /// `name/seed,seed` seed lists, which a one-node set has no use for).
-pub fn check_set_name(name: &str) -> CommandResult<String> {
+pub(crate) fn check_set_name(name: &str) -> CommandResult<String> {
     if name.is_empty() {
         return Err(CommandError::bad_value("replSet set name may not be empty"));
     }
@@ -57,7 +57,7 @@ pub fn check_set_name(name: &str) -> CommandResult<String> {
 }
 
 /// [`check_set_name`] for clap.
-pub fn parse_set_name(name: &str) -> Result<String, String> {
+pub(crate) fn parse_set_name(name: &str) -> Result<String, String> {
     check_set_name(name).map_err(|error| error.errmsg)
 }
 
@@ -102,12 +102,12 @@ impl ReplSet {
     }
 
     /// The server is shutting down: awaitable `hello`s stop waiting.
-    pub fn stop_waiting(&self) {
+    pub(crate) fn stop_waiting(&self) {
         self.stopping.send_replace(true);
     }
 
     /// Waits `wait`, or less if the server shuts down meanwhile.
-    pub async fn await_topology_change(&self, wait: Duration) {
+    pub(crate) async fn await_topology_change(&self, wait: Duration) {
         let mut stopping = self.stopping.subscribe();
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -131,7 +131,7 @@ impl ReplSet {
 
 /// The host name clients use for the listener at `addr`: an unspecified address (0.0.0.0, ::) is
 /// reached as 127.0.0.1.
-pub fn host_of(addr: &SocketAddr) -> String {
+pub(crate) fn host_of(addr: &SocketAddr) -> String {
     if addr.ip().is_unspecified() {
         format!("127.0.0.1:{}", addr.port())
     } else {
@@ -306,7 +306,7 @@ fn timestamp_date(time: Timestamp) -> bson::DateTime {
 }
 
 /// `electionId` of term `term`: mongod's `OID::fromTerm`, `7fffffff` then the term.
-pub fn election_id(term: i64) -> ObjectId {
+pub(crate) fn election_id(term: i64) -> ObjectId {
     let mut bytes = [0u8; 12];
     bytes[..4].copy_from_slice(&0x7fff_ffffu32.to_be_bytes());
     bytes[4..].copy_from_slice(&term.to_be_bytes());
@@ -319,7 +319,7 @@ fn optime(time: Timestamp) -> Document {
 }
 
 /// Appends `$clusterTime` and `operationTime` to a reply (success or error) in replica-set mode.
-pub fn decorate_reply(state: &ServerState, reply: &mut Reply) {
+pub(crate) fn decorate_reply(state: &ServerState, reply: &mut Reply) {
     if state.repl.is_none() {
         return;
     }
@@ -337,7 +337,7 @@ pub fn decorate_reply(state: &ServerState, reply: &mut Reply) {
 
 /// The replica-set fields of `hello` (after the standalone ones it shares), or nothing on a
 /// standalone server.
-pub fn hello_fields(state: &ServerState) -> Option<Document> {
+pub(crate) fn hello_fields(state: &ServerState) -> Option<Document> {
     let repl = state.repl.as_ref()?;
     let member = repl.member.get()?;
     let time = cluster_time(state);
@@ -362,14 +362,14 @@ pub fn hello_fields(state: &ServerState) -> Option<Document> {
 }
 
 /// `topologyVersion`: the counter never moves (the topology of a one-node set never changes).
-pub fn topology_version(repl: &ReplSet) -> Document {
+pub(crate) fn topology_version(repl: &ReplSet) -> Document {
     doc! {"processId": repl.process_id, "counter": 0_i64}
 }
 
 /// How long an awaitable `hello` waits: it may return at once only when the client's
 /// `topologyVersion` is not this process's current one; otherwise it waits `maxAwaitTimeMS`
 /// (the topology never changes, so the wait always runs out). `None`: answer at once.
-pub fn hello_wait(state: &ServerState, body: &Document) -> CommandResult<Option<Duration>> {
+pub(crate) fn hello_wait(state: &ServerState, body: &Document) -> CommandResult<Option<Duration>> {
     let Some(repl) = &state.repl else {
         return Ok(None);
     };
@@ -378,11 +378,11 @@ pub fn hello_wait(state: &ServerState, body: &Document) -> CommandResult<Option<
     else {
         return Ok(None);
     };
-    let max_await_ms = crate::bsonutil::as_f64(max_await)
+    let max_await_ms = tideway_base::bsonutil::as_f64(max_await)
         .filter(|ms| *ms >= 0.0)
         .ok_or_else(|| CommandError::bad_value("maxAwaitTimeMS must be a non-negative integer"))?;
     let current = client_version.get("processId") == Some(&Bson::ObjectId(repl.process_id))
-        && crate::bsonutil::as_f64(client_version.get("counter").unwrap_or(&Bson::Null))
+        && tideway_base::bsonutil::as_f64(client_version.get("counter").unwrap_or(&Bson::Null))
             == Some(0.0);
     if !current {
         return Ok(None);
@@ -396,7 +396,7 @@ const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModi
 /// Checks a command's session options (`txnNumber`, `startTransaction`, `autocommit`): refused
 /// on a standalone server (20, as mongod); in replica-set mode `txnNumber` is accepted on the
 /// retryable writes, multi-document transactions are refused (238).
-pub fn check_session_options(
+pub(crate) fn check_session_options(
     state: &ServerState,
     command: &str,
     body: &Document,
@@ -431,14 +431,14 @@ pub fn check_session_options(
 /// write (`w: "majority"`, `w: 0` and `w: 1` are satisfied by this node; more nodes cannot be;
 /// a named mode does not exist in its configuration); a malformed concern is the command's
 /// error.
-pub fn write_concern_error(body: &Document) -> CommandResult<Option<Document>> {
+pub(crate) fn write_concern_error(body: &Document) -> CommandResult<Option<Document>> {
     let concern = match body.get("writeConcern") {
         None | Some(Bson::Null) => return Ok(None),
         Some(Bson::Document(concern)) => concern,
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
-                crate::query::display::type_name(other)
+                tideway_base::display::type_name(other)
             )))
         }
     };
@@ -450,7 +450,7 @@ pub fn write_concern_error(body: &Document) -> CommandResult<Option<Document>> {
             "codeName": ErrorCode::UnknownReplWriteConcern.name(),
             "errmsg": format!("No write concern mode named '{mode}' found in replica set configuration"),
         }),
-        Some(number) => match crate::bsonutil::as_f64(number) {
+        Some(number) => match tideway_base::bsonutil::as_f64(number) {
             Some(nodes) if (0.0..=1.0).contains(&nodes) => None,
             Some(_) => Some(doc! {
                 "code": ErrorCode::UnsatisfiableWriteConcern.code(),
@@ -472,7 +472,7 @@ pub fn write_concern_error(body: &Document) -> CommandResult<Option<Document>> {
 /// refused; an `afterClusterTime` past the cluster time fails at once, as mongod answers it: every
 /// time this server reports (`operationTime`, `$clusterTime`) is one a committed write already
 /// took, so a later one cannot come from it and waiting would not help.
-pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult<()> {
+pub(crate) fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult<()> {
     if state.repl.is_none() {
         return Ok(());
     }
@@ -482,7 +482,7 @@ pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult
     let Bson::Document(read_concern) = read_concern else {
         return Err(CommandError::type_mismatch(format!(
             "BSON field 'readConcern' is the wrong type '{}', expected type 'object'",
-            crate::query::display::type_name(read_concern)
+            tideway_base::display::type_name(read_concern)
         )));
     };
     match read_concern.get("level") {
@@ -506,7 +506,7 @@ pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field 'readConcern.level' is the wrong type '{}', expected type 'string'",
-                crate::query::display::type_name(other)
+                tideway_base::display::type_name(other)
             )))
         }
     }
@@ -550,7 +550,7 @@ pub fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field 'readConcern.afterClusterTime' is the wrong type '{}', expected type 'timestamp'",
-                crate::query::display::type_name(other)
+                tideway_base::display::type_name(other)
             )))
         }
     };

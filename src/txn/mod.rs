@@ -19,17 +19,17 @@ use std::time::Duration;
 
 use bson::{doc, Bson, Document};
 
-use crate::commands::retryable::session_key;
-use crate::dispatch::{CommandContext, CommandSpec};
-use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::command::{CommandContext, CommandSpec};
+use crate::session_id::session_key;
 use crate::state::ServerState;
-use crate::storage::StorageError;
-use crate::wire::Reply;
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_storage::StorageError;
+use tideway_wire::Reply;
 
-pub use storage::{Intents, TxnStorage};
+pub(crate) use storage::{Intents, TxnStorage};
 
 /// The label mongod puts on errors after which the whole transaction may be retried.
-pub const TRANSIENT: &str = "TransientTransactionError";
+pub(crate) const TRANSIENT: &str = "TransientTransactionError";
 
 /// The commands a transaction may run (mongod's `txnCmdAllowlist`, less those of sharding).
 const ALLOWED: &[&str] = &[
@@ -100,7 +100,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// `error` with `label` added to its `errorLabels`.
-pub fn labelled(error: CommandError, label: &str) -> CommandError {
+pub(crate) fn labelled(error: CommandError, label: &str) -> CommandError {
     let mut extra = error.extra.clone().unwrap_or_default();
     let mut labels = match extra.remove("errorLabels") {
         Some(Bson::Array(labels)) => labels,
@@ -293,7 +293,7 @@ impl Transactions {
     /// Aborts every transaction that has run `limit_ms` or longer at `now_ms` (whose session is
     /// not in the middle of a command: the next round takes it), and forgets sessions idle for
     /// `idle_ms` with no transaction running; returns how many transactions it aborted.
-    pub fn abort_expired(&self, now_ms: i64, limit_ms: i64, idle_ms: i64) -> usize {
+    pub(crate) fn abort_expired(&self, now_ms: i64, limit_ms: i64, idle_ms: i64) -> usize {
         let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
         let mut aborted = 0;
         for session in sessions {
@@ -323,7 +323,7 @@ impl Transactions {
 
     /// Aborts the running transactions of the sessions whose keys are listed
     /// (`endSessions`, `killSessions`), waiting for a command they run to finish.
-    pub async fn abort_sessions(&self, keys: &[Vec<u8>]) {
+    pub(crate) async fn abort_sessions(&self, keys: &[Vec<u8>]) {
         for key in keys {
             let session = lock(&self.sessions).get(key).cloned();
             if let Some(session) = session {
@@ -337,7 +337,7 @@ impl Transactions {
     }
 
     /// Aborts every running transaction (`killAllSessions`).
-    pub async fn abort_all(&self) {
+    pub(crate) async fn abort_all(&self) {
         let keys: Vec<Vec<u8>> = lock(&self.sessions).keys().cloned().collect();
         self.abort_sessions(&keys).await;
     }
@@ -370,7 +370,7 @@ impl Transactions {
 /// Whether a `getMore` may read on cursor `id` opened by `opened_in` (a transaction's identity)
 /// from `running` (the statement's transaction): only the transaction that opened a cursor
 /// reads on it, and a cursor opened outside one is read outside (mongod's getmore_cmd.cpp).
-pub fn check_cursor(
+pub(crate) fn check_cursor(
     id: i64,
     opened_in: Option<(u64, i64)>,
     running: Option<&Arc<TxnStorage>>,
@@ -478,7 +478,10 @@ fn check_pipeline(command: &str, body: &Document) -> CommandResult<()> {
     if command != "aggregate" {
         return Ok(());
     }
-    if body.get("explain").is_some_and(crate::bsonutil::is_truthy) {
+    if body
+        .get("explain")
+        .is_some_and(tideway_base::bsonutil::is_truthy)
+    {
         return Err(CommandError::new(
             ErrorCode::OperationNotSupportedInTransaction,
             "Operation not permitted in transaction :: caused by :: Explain for the aggregate command cannot run within a multi-document transaction",
@@ -602,7 +605,7 @@ const LIFETIME_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Aborts transactions past `transactionLifetimeLimitSeconds`, checking every second (mongod
 /// checks every half of the limit: a transaction here outlives it by at most a second), until
 /// `stop`.
-pub async fn abort_expired_transactions(
+pub(crate) async fn abort_expired_transactions(
     state: Arc<ServerState>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -714,7 +717,7 @@ async fn commit_transaction(ctx: &CommandContext<'_>, body: &Document) -> Comman
         let result = if txn.has_writes() {
             let now_ms = clock.now_ms();
             let mut commit = txn.commit(|meta| {
-                Arc::new(crate::ttl::TtlPolicies::from_meta(meta)).expired_predicate(now_ms)
+                Arc::new(tideway_exec::ttl::TtlPolicies::from_meta(meta)).expired_predicate(now_ms)
             });
             commit.session = doc! {"lsid": lsid, "txnNumber": txn_number};
             commit.force_durable = options.force_durable;

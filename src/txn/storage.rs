@@ -15,8 +15,15 @@
 //! - Staged documents carry revisions of their own, from [`LOCAL_REVS`] up, so the
 //!   revision checks of later statements work on them exactly as on stored documents.
 //! - A scan is the snapshot's scan with the staged documents merged in by position (the
-//!   snapshot's stored keys, `Snapshot::entry_position` for staged entries): pages, resume keys
-//!   and costs stay the snapshot's, plus the staged documents of the scanned collection.
+//!   snapshot's stored keys; for staged entries, `Snapshot::entry_position` in an index, and in
+//!   a collection scan `Snapshot::record_position` for a rewritten document, which keeps its
+//!   place, or `Snapshot::appended_position` for an inserted one, after every stored document
+//!   in the order the transaction first wrote them, which is the order the commit inserts
+//!   them): pages, resume keys and costs stay the snapshot's, plus the staged documents of the
+//!   scanned collection.
+//! - A document inserted where the snapshot holds one with its `_id` (deleted or superseded by
+//!   the transaction) commits as a delete and an insert, so it goes to the end of natural order
+//!   as outside a transaction; any other rewrite of a stored document commits as a replacement.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -27,11 +34,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bson::{doc, Bson, Document, RawDocumentBuf};
 
-use crate::clock::Clock;
-use crate::error::ErrorCode;
-use crate::storage::indexkeys::IndexKeyer;
-use crate::storage::keycodec::{encode_id, prefix_successor};
-use crate::storage::{
+use tideway_base::clock::Clock;
+use tideway_base::error::ErrorCode;
+use tideway_query::keycodec::{encode_id, prefix_successor};
+use tideway_storage::indexkeys::IndexKeyer;
+use tideway_storage::{
     CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace,
     RawRecord, ReapPage, ReapRequest, ReapSource, Record, RecordPredicate, RecordSession, ScanPage,
     ScanRequest, ScanSource, Snapshot, Storage, StorageError, StorageResult, TransactionCommit,
@@ -39,7 +46,7 @@ use crate::storage::{
 };
 
 /// Revisions of staged documents start here, far above any the engine hands out.
-pub const LOCAL_REVS: u64 = 1 << 62;
+pub(crate) const LOCAL_REVS: u64 = 1 << 62;
 
 /// Which running transaction claimed each document it wrote: a second writer conflicts.
 #[derive(Debug, Default)]
@@ -100,35 +107,43 @@ struct StagedDoc {
     /// When the transaction first wrote it: the commit applies documents in this order, the
     /// order of the statements.
     seq: u64,
+    /// A statement inserted it while the snapshot holds a document with its `_id` (deleted or
+    /// superseded earlier): it commits as a delete and a new insert, so it leaves its place in
+    /// natural order for the end.
+    reinserted: bool,
 }
 
 impl StagedDoc {
     /// What committing the document does: a `Replace`/`Delete` of the snapshot's revision, an
-    /// `Insert` where the snapshot had none; nothing for a document inserted and deleted again.
-    fn final_op(&self) -> Option<WriteOp> {
+    /// `Insert` where the snapshot had none (a `Delete` and an `Insert` when it was reinserted);
+    /// nothing for a document inserted and deleted again.
+    fn final_ops(&self) -> Vec<WriteOp> {
         let meta = |record: &Record| WriteMeta {
             last_write_ms: record.last_write_ms,
             ttl: record.ttl,
         };
+        let insert = |record: &Record| WriteOp::Insert {
+            doc: record.doc.document().clone(),
+            meta: meta(record),
+            supersede: self.supersede.clone(),
+        };
+        let delete = |rev: u64| WriteOp::Delete {
+            id: self.id.clone(),
+            expected_rev: Some(rev),
+        };
         match (self.base_rev, &self.now) {
-            (None, None) => None,
-            (Some(rev), None) => Some(WriteOp::Delete {
-                id: self.id.clone(),
-                expected_rev: Some(rev),
-            }),
-            (Some(rev), Some(record)) => Some(WriteOp::Replace {
+            (None, None) => Vec::new(),
+            (Some(rev), None) => vec![delete(rev)],
+            (Some(rev), Some(record)) if self.reinserted => vec![delete(rev), insert(record)],
+            (Some(rev), Some(record)) => vec![WriteOp::Replace {
                 id: self.id.clone(),
                 expected_rev: rev,
                 doc: record.doc.document().clone(),
                 meta: meta(record),
                 supersede: self.supersede.clone(),
                 replacement: self.replacement,
-            }),
-            (None, Some(record)) => Some(WriteOp::Insert {
-                doc: record.doc.document().clone(),
-                meta: meta(record),
-                supersede: self.supersede.clone(),
-            }),
+            }],
+            (None, Some(record)) => vec![insert(record)],
         }
     }
 }
@@ -153,6 +168,8 @@ struct StagedWrite {
     now: Option<(Document, WriteMeta)>,
     supersede: Option<RecordPredicate>,
     replacement: bool,
+    /// The statement inserts the document.
+    inserted: bool,
 }
 
 impl StagedWrite {
@@ -161,6 +178,7 @@ impl StagedWrite {
             now: None,
             supersede: None,
             replacement: false,
+            inserted: false,
         }
     }
 }
@@ -286,7 +304,7 @@ impl TxnStorage {
     }
 
     /// Whether the transaction wrote anything (a read-only one commits nothing).
-    pub fn has_writes(&self) -> bool {
+    pub(crate) fn has_writes(&self) -> bool {
         lock(&self.staged)
             .collections
             .values()
@@ -318,11 +336,10 @@ impl TxnStorage {
                     .push((ns.clone(), created.options.clone(), indexes));
             }
             for doc in collection.docs.values() {
-                if let Some(op) = doc.final_op() {
-                    writes.push((doc.seq, ns, op));
-                }
+                writes.extend(doc.final_ops().into_iter().map(|op| (doc.seq, ns, op)));
             }
         }
+        // Stable: a reinserted document's delete stays before its insert.
         writes.sort_by_key(|(seq, _, _)| *seq);
         let mut rules: BTreeMap<&Namespace, Option<RecordPredicate>> = BTreeMap::new();
         for (_, ns, op) in writes {
@@ -419,6 +436,7 @@ impl TxnStorage {
             now,
             supersede,
             replacement,
+            inserted,
         } = write;
         let mut staged = lock(&self.staged);
         let rev = staged.next_rev;
@@ -427,9 +445,11 @@ impl TxnStorage {
         let previous = collection
             .docs
             .get(&id_key)
-            .map(|doc| (doc.base_rev, doc.seq));
-        let base_rev = previous.map(|(rev, _)| rev).or(base_rev).flatten();
-        let seq = previous.map_or(rev, |(_, seq)| seq);
+            .map(|doc| (doc.base_rev, doc.seq, doc.reinserted));
+        let base_rev = previous.map(|(rev, _, _)| rev).or(base_rev).flatten();
+        let seq = previous.map_or(rev, |(_, seq, _)| seq);
+        let reinserted = previous.is_some_and(|(_, _, reinserted)| reinserted)
+            || (inserted && base_rev.is_some());
         collection.docs.insert(
             id_key,
             StagedDoc {
@@ -444,6 +464,7 @@ impl TxnStorage {
                 supersede,
                 replacement,
                 seq,
+                reinserted,
             },
         );
         rev
@@ -583,6 +604,7 @@ impl TxnStorage {
                             now: Some((doc, write_meta)),
                             supersede,
                             replacement: false,
+                            inserted: true,
                         },
                     )
                     .await?;
@@ -611,6 +633,7 @@ impl TxnStorage {
                             now: Some((doc, write_meta)),
                             supersede,
                             replacement,
+                            inserted: false,
                         },
                     )
                     .await?;
@@ -634,7 +657,7 @@ impl TxnStorage {
 
     /// A new collection's catalog entry, as the engine would create it.
     fn created_meta(ns: &Namespace, options: Document, indexes: Vec<IndexSpec>) -> CollectionMeta {
-        let mut all = vec![Arc::new(crate::commands::indexes::id_index_spec())];
+        let mut all = vec![Arc::new(IndexSpec::id_index())];
         all.extend(indexes.into_iter().map(Arc::new));
         CollectionMeta {
             ns: ns.clone(),
@@ -645,21 +668,17 @@ impl TxnStorage {
         }
     }
 
-    /// The staged documents' entries in `request`'s source and ranges after its resume key,
-    /// each with its position (as the snapshot's scan positions its entries), in scan order.
+    /// The staged documents' entries in `request`'s source and ranges, each with where it sits
+    /// among the scan's positions (as the snapshot's scan positions its entries), unordered.
     fn staged_entries(
         &self,
         ns: &Namespace,
         meta: Option<&CollectionMeta>,
         request: &ScanRequest,
         staged: &StagedCollection,
-    ) -> StorageResult<Vec<(Vec<u8>, Record)>> {
+    ) -> StorageResult<Vec<(StagedPosition, Record)>> {
         let (index, keys, ranges) = match &request.source {
-            ScanSource::Collection => (
-                IndexSpec::ID_INDEX_NAME,
-                SourceKeys::Id,
-                vec![(Bound::Unbounded, Bound::Unbounded)],
-            ),
+            ScanSource::Collection => return self.staged_records(ns, staged),
             ScanSource::Index { name, ranges } if name == IndexSpec::ID_INDEX_NAME => {
                 (name.as_str(), SourceKeys::Id, ranges.clone())
             }
@@ -690,7 +709,7 @@ impl TxnStorage {
                 }
                 let position = match &staged.created {
                     // Not in the snapshot's catalog: its positions follow the engine's rule for
-                    // a collection scan (the `_id` key) or, for an index, (key, `_id` key).
+                    // an index, (key, `_id` key), or the `_id` key for `_id_`.
                     Some(_) if index != IndexSpec::ID_INDEX_NAME => [key, id_key.clone()].concat(),
                     Some(_) => id_key.clone(),
                     None => self
@@ -698,22 +717,90 @@ impl TxnStorage {
                         .entry_position(ns, index, &key, id_key)
                         .ok_or_else(|| StorageError::IndexNotFound(index.to_string()))?,
                 };
-                let after_resume = match &request.resume_after {
-                    None => true,
-                    Some(resume) if request.reverse => position < *resume,
-                    Some(resume) => position > *resume,
-                };
-                if after_resume {
-                    entries.push((position, record.clone()));
-                }
+                entries.push((StagedPosition::Known(position), record.clone()));
             }
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        if request.reverse {
-            entries.reverse();
         }
         Ok(entries)
     }
+
+    /// The staged documents as a collection scan meets them: a document the snapshot holds
+    /// where it is stored (unless reinserted), the others after every stored document in the
+    /// order the transaction first wrote them, as the commit inserts them (in a clustered
+    /// collection, everything at its `_id`).
+    fn staged_records(
+        &self,
+        ns: &Namespace,
+        staged: &StagedCollection,
+    ) -> StorageResult<Vec<(StagedPosition, Record)>> {
+        let mut entries = Vec::new();
+        for (id_key, doc) in &staged.docs {
+            let Some(record) = &doc.now else {
+                continue;
+            };
+            let position = match &staged.created {
+                // Only staged documents to order among themselves.
+                Some(created) if created.clustered() => StagedPosition::Known(id_key.clone()),
+                Some(_) => StagedPosition::Known(doc.seq.to_be_bytes().to_vec()),
+                None if doc.base_rev.is_some() && !doc.reinserted => {
+                    StagedPosition::OfStored(id_key.clone())
+                }
+                None => StagedPosition::Known(
+                    self.snapshot
+                        .appended_position(ns, id_key, doc.seq)
+                        .ok_or_else(|| StorageError::NamespaceNotFound(ns.clone()))?,
+                ),
+            };
+            entries.push((position, record.clone()));
+        }
+        Ok(entries)
+    }
+
+    /// `entries` with their positions resolved, those after `request`'s resume key, in scan
+    /// order.
+    async fn staged_in_order(
+        &self,
+        ns: &Namespace,
+        request: &ScanRequest,
+        entries: Vec<(StagedPosition, Record)>,
+    ) -> StorageResult<Vec<(Vec<u8>, Record)>> {
+        let mut ordered = Vec::with_capacity(entries.len());
+        for (position, record) in entries {
+            let position = match position {
+                StagedPosition::Known(position) => position,
+                StagedPosition::OfStored(id_key) => {
+                    match self.snapshot.record_position(ns, &id_key).await? {
+                        Some(position) => position,
+                        None => {
+                            return Err(StorageError::Corrupt(format!(
+                                "a document of {ns} is missing from the transaction's snapshot"
+                            )))
+                        }
+                    }
+                }
+            };
+            let after_resume = match &request.resume_after {
+                None => true,
+                Some(resume) if request.reverse => position < *resume,
+                Some(resume) => position > *resume,
+            };
+            if after_resume {
+                ordered.push((position, record));
+            }
+        }
+        ordered.sort_by(|a, b| a.0.cmp(&b.0));
+        if request.reverse {
+            ordered.reverse();
+        }
+        Ok(ordered)
+    }
+}
+
+/// Where a staged entry sits among a scan's positions.
+enum StagedPosition {
+    Known(Vec<u8>),
+    /// Where the snapshot stores the document with this `_id` key
+    /// (`Snapshot::record_position`).
+    OfStored(Vec<u8>),
 }
 
 #[async_trait]
@@ -896,6 +983,7 @@ impl Storage for TxnStorage {
         let Some((created, written, staged_entries)) = staged else {
             return self.snapshot.scan(ns, request).await;
         };
+        let staged_entries = self.staged_in_order(ns, &request, staged_entries).await?;
         let snapshot_page = if created {
             ScanPage::default()
         } else {

@@ -17,9 +17,9 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use tideway::clock::{Clock, ManualClock};
 use tideway::config::StorageKind;
 use tideway::{Config, Server, ServerState};
+use tideway_base::clock::{Clock, ManualClock};
 
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -71,7 +71,7 @@ impl TestServer {
     pub async fn start_with_storage(
         config: Config,
         clock: Arc<dyn Clock>,
-        storage: Arc<dyn tideway::storage::Storage>,
+        storage: Arc<dyn tideway_storage::Storage>,
     ) -> TestServer {
         let state = ServerState::new(config, clock, storage).expect("valid test configuration");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -1,0 +1,545 @@
+//! The in-memory catalog (namespace → collection entry with its numeric table ids and prepared
+//! indexes) and its persisted form, one BSON document per collection in the `catalog` table.
+//!
+//! Invariants: readers only ever see a catalog whose changes are committed (the writer stages a
+//! copy and publishes it after the commit); `CollectionEntry::meta.indexes` is always `_id_`
+//! followed by the secondary indexes in `indexes` order. Decoding never panics: malformed
+//! catalog documents are `StorageError::Corrupt`.
+//!
+//! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
+//! Long, name, key: [[path, 1 | -1 | "hashed" | "text" | "wildcard"], ...], unique, sparse,
+//! catalogOnly, partialFilterExpression?, spec}]}`. A catalog-only index has an id (and a
+//! reserved table name) but its table is never created. Components of hashed, text and wildcard
+//! indexes are stored by kind name (their kind is read from `spec.key`; the names only make
+//! builds without those kinds refuse such a catalog instead of misreading it); ordered
+//! components are stored as before, so existing catalogs decode unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bson::spec::BinarySubtype;
+use bson::{doc, Binary, Bson, Document};
+
+use super::format::{
+    corrupt, data_table_name, decoded_document, expiry_table_name, index_table_name,
+    natural_table_name, raw_record,
+};
+use crate::indexkeys::{DocumentKeys, IndexKeyer};
+use crate::{CollectionMeta, ExpiryOrder, IndexKind, IndexSpec, Namespace, StorageResult};
+use tideway_base::bsonutil::decode_fields;
+use tideway_query::collation::Collation;
+use tideway_query::keycodec::Direction;
+
+/// Every collection, by namespace. Cloned (shallowly) when the writer stages a change.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Catalog {
+    pub collections: BTreeMap<Namespace, Arc<CollectionEntry>>,
+}
+
+impl Catalog {
+    /// The collections of `db`, sorted by name.
+    pub(crate) fn metas_of(&self, db: &str) -> Vec<CollectionMeta> {
+        self.collections
+            .values()
+            .filter(|entry| entry.meta.ns.db == db)
+            .map(|entry| entry.meta.clone())
+            .collect()
+    }
+
+    pub fn meta(&self, ns: &Namespace) -> Option<CollectionMeta> {
+        self.collections.get(ns).map(|entry| entry.meta.clone())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct CollectionEntry {
+    pub id: u64,
+    pub meta: CollectionMeta,
+    /// `d.<id>`.
+    pub data_table: String,
+    /// Secondary indexes (everything but `_id_`).
+    pub indexes: Vec<IndexEntry>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct IndexEntry {
+    pub id: u64,
+    /// `i.<id>`.
+    pub table: String,
+    pub keyer: IndexKeyer,
+    /// Some document has (or had) more than one key in it, as mongod's multikey flag: once set,
+    /// it stays. While unset, each document has at most one entry, so entries count documents.
+    pub multikey: bool,
+    /// Being built: writes maintain it, the build fills in the documents stored before it
+    /// began, and it is not in `meta.indexes` (nothing reads it) until the build finishes. One
+    /// found at open belongs to a build a crash interrupted and is dropped.
+    pub building: bool,
+}
+
+impl IndexEntry {
+    pub fn new(id: u64, spec: IndexSpec) -> StorageResult<IndexEntry> {
+        Ok(IndexEntry {
+            id,
+            table: index_table_name(id),
+            keyer: IndexKeyer::new(spec)?,
+            multikey: false,
+            building: false,
+        })
+    }
+
+    pub fn spec(&self) -> &IndexSpec {
+        self.keyer.spec()
+    }
+
+    pub fn unique(&self) -> bool {
+        self.keyer.spec().unique
+    }
+
+    /// Whether the engine keeps entries for this index (not catalog-only).
+    pub fn maintained(&self) -> bool {
+        !self.keyer.spec().catalog_only
+    }
+}
+
+/// Computes a stored document's keys in every maintained index of a collection, decoding only the
+/// top-level fields those keys depend on (the whole document when a partial filter must be
+/// evaluated).
+pub(super) struct StoredKeyer<'e> {
+    /// The maintained indexes, in `CollectionEntry::indexes` order.
+    pub indexes: Vec<&'e IndexEntry>,
+    /// `None`: decode everything.
+    fields: Option<Vec<&'e str>>,
+}
+
+impl<'e> StoredKeyer<'e> {
+    pub fn new(entry: &'e CollectionEntry) -> StoredKeyer<'e> {
+        StoredKeyer::over(
+            entry
+                .indexes
+                .iter()
+                .filter(|index| index.maintained())
+                .collect(),
+        )
+    }
+
+    /// A keyer for `indexes` alone (those being built).
+    pub fn over(indexes: Vec<&'e IndexEntry>) -> StoredKeyer<'e> {
+        let fields = indexes
+            .iter()
+            .map(|index| {
+                let spec = index.spec();
+                let plain_fields = matches!(spec.kind(), IndexKind::Ordered | IndexKind::Hashed);
+                (spec.partial_filter.is_none() && plain_fields).then(|| {
+                    spec.key
+                        .iter()
+                        .map(|(path, _)| path.split('.').next().unwrap_or_default())
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|roots| roots.into_iter().flatten().collect());
+        StoredKeyer { indexes, fields }
+    }
+
+    /// The keys of a stored record, one list per maintained index. A document whose keys cannot
+    /// be computed (impossible while the invariants hold) has none in that index.
+    pub fn keys(&self, record: &[u8]) -> StorageResult<Vec<Vec<Vec<u8>>>> {
+        Ok(self
+            .entries_of(record, false)?
+            .into_iter()
+            .map(|entries| entries.keys)
+            .collect())
+    }
+
+    /// [`StoredKeyer::keys`] with each document's type bits (see `indexkeys`).
+    pub fn entries(&self, record: &[u8]) -> StorageResult<Vec<DocumentKeys>> {
+        self.entries_of(record, true)
+    }
+
+    fn entries_of(&self, record: &[u8], with_type_bits: bool) -> StorageResult<Vec<DocumentKeys>> {
+        if self.indexes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let document = self.document(record)?;
+        Ok(self
+            .indexes
+            .iter()
+            .map(|index| {
+                let entries = match with_type_bits {
+                    true => index.keyer.entries(&document),
+                    false => index.keyer.keys(&document).map(|keys| DocumentKeys {
+                        keys,
+                        type_bits: None,
+                    }),
+                };
+                entries.unwrap_or_default()
+            })
+            .collect())
+    }
+
+    /// The part of a stored record's document the indexes' keys depend on.
+    pub fn document(&self, record: &[u8]) -> StorageResult<Document> {
+        match &self.fields {
+            Some(fields) => decode_fields(raw_record(record)?.doc, |name| fields.contains(&name))
+                .map_err(|error| corrupt(format!("stored document: {error}"))),
+            None => decoded_document(record),
+        }
+    }
+
+    /// The ids of the maintained indexes: keys computed under one keyer are valid under another
+    /// only if these are equal.
+    pub(crate) fn index_ids(&self) -> Vec<u64> {
+        self.indexes.iter().map(|index| index.id).collect()
+    }
+}
+
+impl CollectionEntry {
+    pub fn new(
+        id: u64,
+        ns: Namespace,
+        uuid: [u8; 16],
+        options: Document,
+        id_index: IndexSpec,
+        indexes: Vec<IndexEntry>,
+    ) -> CollectionEntry {
+        let mut entry = CollectionEntry {
+            id,
+            meta: CollectionMeta {
+                ns,
+                uuid,
+                options,
+                indexes: vec![Arc::new(id_index)],
+                multikey_indexes: Vec::new(),
+            },
+            data_table: data_table_name(id),
+            indexes,
+        };
+        entry.sync_index_specs();
+        entry
+    }
+
+    /// Rebuilds `meta.indexes` (keeping the `_id_` spec) and `meta.multikey_indexes` from
+    /// the finished `indexes`.
+    pub(crate) fn sync_index_specs(&mut self) {
+        self.meta.indexes.truncate(1);
+        self.meta.indexes.extend(
+            self.indexes
+                .iter()
+                .filter(|index| !index.building)
+                .map(|index| Arc::new(index.spec().clone())),
+        );
+        self.meta.multikey_indexes = self
+            .indexes
+            .iter()
+            .filter(|index| index.multikey && !index.building)
+            .map(|index| index.spec().name.clone())
+            .collect();
+    }
+
+    pub fn id_index(&self) -> &IndexSpec {
+        &self.meta.indexes[0]
+    }
+
+    pub fn index_named(&self, name: &str) -> Option<&IndexEntry> {
+        self.indexes.iter().find(|index| index.spec().name == name)
+    }
+
+    /// `lw.<id>` or `ox.<id>`.
+    pub(crate) fn expiry_table(&self, order: ExpiryOrder) -> String {
+        expiry_table_name(order, self.id)
+    }
+
+    /// `n.<id>`, the natural order (insertion order) of a collection that is not clustered;
+    /// `None` for a clustered one, whose natural order is its data table's `_id` order.
+    pub(crate) fn natural_table(&self) -> Option<String> {
+        (!self.meta.clustered()).then(|| natural_table_name(self.id))
+    }
+
+    /// Every table the collection may have: data, both expiry tables, natural order, then each
+    /// index (tables that were never created included; deleting those is a no-op).
+    pub(crate) fn table_names(&self) -> Vec<String> {
+        [
+            self.data_table.clone(),
+            self.expiry_table(ExpiryOrder::LastWrite),
+            self.expiry_table(ExpiryOrder::OwnExpiry),
+            natural_table_name(self.id),
+        ]
+        .into_iter()
+        .chain(self.indexes.iter().map(|index| index.table.clone()))
+        .collect()
+    }
+
+    pub fn encode(&self) -> StorageResult<Vec<u8>> {
+        let indexes: Vec<Bson> = self
+            .indexes
+            .iter()
+            .map(|index| {
+                let spec = index.spec();
+                let kinds = spec.key_kinds();
+                let key: Vec<Bson> = spec
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(position, (path, direction))| {
+                        let kind_name = kinds
+                            .get(position)
+                            .and_then(|(_, kind)| kind.catalog_name());
+                        let component = match (kind_name, direction) {
+                            (Some(name), _) => Bson::String(name.to_string()),
+                            (None, Direction::Ascending) => Bson::Int32(1),
+                            (None, Direction::Descending) => Bson::Int32(-1),
+                        };
+                        Bson::Array(vec![Bson::String(path.clone()), component])
+                    })
+                    .collect();
+                let mut encoded = doc! {
+                    "id": index.id as i64,
+                    "name": spec.name.as_str(),
+                    "key": key,
+                    "unique": spec.unique,
+                    "sparse": spec.sparse,
+                    "catalogOnly": spec.catalog_only,
+                    "multikey": index.multikey,
+                    "building": index.building,
+                    "spec": spec.spec.clone(),
+                };
+                if let Some(filter) = &spec.partial_filter {
+                    encoded.insert("partialFilterExpression", filter.clone());
+                }
+                Bson::Document(encoded)
+            })
+            .collect();
+        let document = doc! {
+            "db": self.meta.ns.db.as_str(),
+            "coll": self.meta.ns.coll.as_str(),
+            "uuid": Binary { subtype: BinarySubtype::Uuid, bytes: self.meta.uuid.to_vec() },
+            "options": self.meta.options.clone(),
+            "idIndex": self.id_index().spec.clone(),
+            "indexes": indexes,
+        };
+        bson::to_vec(&document).map_err(|error| corrupt(format!("catalog entry: {error}")))
+    }
+
+    pub fn decode(id: u64, bytes: &[u8]) -> StorageResult<CollectionEntry> {
+        let document = Document::from_reader(bytes)
+            .map_err(|error| corrupt(format!("catalog entry {id}: {error}")))?;
+        let field = |name: &str| {
+            document
+                .get(name)
+                .ok_or_else(|| corrupt(format!("catalog entry {id} has no {name}")))
+        };
+        let ns = Namespace::new(string(field("db")?)?, string(field("coll")?)?);
+        let uuid: [u8; 16] = match field("uuid")? {
+            Bson::Binary(binary) => binary.bytes.as_slice().try_into().map_err(corrupt)?,
+            _ => return Err(corrupt("catalog uuid is not binary")),
+        };
+        let options = document_of(field("options")?)?.clone();
+        let mut id_index = IndexSpec::id_index();
+        id_index.spec = document_of(field("idIndex")?)?.clone();
+        let Bson::Array(encoded_indexes) = field("indexes")? else {
+            return Err(corrupt("catalog indexes is not an array"));
+        };
+        let indexes = encoded_indexes
+            .iter()
+            .map(|encoded| decode_index(document_of(encoded)?))
+            .collect::<StorageResult<Vec<_>>>()?;
+        Ok(CollectionEntry::new(
+            id, ns, uuid, options, id_index, indexes,
+        ))
+    }
+}
+
+fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
+    let field = |name: &str| {
+        encoded
+            .get(name)
+            .ok_or_else(|| corrupt(format!("catalog index has no {name}")))
+    };
+    let id = match field("id")? {
+        Bson::Int64(id) => u64::try_from(*id).map_err(corrupt)?,
+        _ => return Err(corrupt("catalog index id is not a long")),
+    };
+    let Bson::Array(key_fields) = field("key")? else {
+        return Err(corrupt("catalog index key is not an array"));
+    };
+    let key = key_fields
+        .iter()
+        .map(|pair| match pair {
+            Bson::Array(pair) => match pair.as_slice() {
+                [Bson::String(path), Bson::Int32(direction)] => Ok((
+                    path.clone(),
+                    if *direction < 0 {
+                        Direction::Descending
+                    } else {
+                        Direction::Ascending
+                    },
+                )),
+                [Bson::String(path), Bson::String(kind)]
+                    if ["hashed", "text", "wildcard"].contains(&kind.as_str()) =>
+                {
+                    Ok((path.clone(), Direction::Ascending))
+                }
+                _ => Err(corrupt("catalog index key field is malformed")),
+            },
+            _ => Err(corrupt("catalog index key field is not an array")),
+        })
+        .collect::<StorageResult<Vec<_>>>()?;
+    let boolean = |name: &str| match field(name)? {
+        Bson::Boolean(value) => Ok(*value),
+        _ => Err(corrupt(format!("catalog index {name} is not a boolean"))),
+    };
+    let spec = document_of(field("spec")?)?;
+    let spec = IndexSpec {
+        name: string(field("name")?)?,
+        key,
+        unique: boolean("unique")?,
+        sparse: boolean("sparse")?,
+        partial_filter: match encoded.get("partialFilterExpression") {
+            Some(filter) => Some(document_of(filter)?.clone()),
+            None => None,
+        },
+        spec: spec.clone(),
+        catalog_only: boolean("catalogOnly")?,
+        collation: match spec.get("collation") {
+            Some(Bson::Document(collation)) => Collation::parse(collation)
+                .map_err(|error| corrupt(format!("catalog index collation: {}", error.errmsg)))?,
+            _ => None,
+        },
+    };
+    // A stored partial filter that no longer parses is corruption, not a user error.
+    let mut index =
+        IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))?;
+    // Entries written before the flag existed carry none: assume the worst.
+    index.multikey = encoded.get_bool("multikey").unwrap_or(true);
+    index.building = encoded.get_bool("building").unwrap_or(false);
+    Ok(index)
+}
+
+fn string(value: &Bson) -> StorageResult<String> {
+    match value {
+        Bson::String(text) => Ok(text.clone()),
+        _ => Err(corrupt("catalog field is not a string")),
+    }
+}
+
+fn document_of(value: &Bson) -> StorageResult<&Document> {
+    match value {
+        Bson::Document(document) => Ok(document),
+        _ => Err(corrupt("catalog field is not a document")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_round_trips() {
+        let index = IndexEntry::new(
+            7,
+            IndexSpec {
+                name: "a_1_b_-1".into(),
+                key: vec![
+                    ("a".into(), Direction::Ascending),
+                    ("b".into(), Direction::Descending),
+                ],
+                unique: true,
+                sparse: false,
+                partial_filter: Some(doc! {"a": {"$gt": 1}}),
+                spec: doc! {"v": 2, "key": {"a": 1, "b": -1}, "name": "a_1_b_-1", "unique": true},
+                catalog_only: true,
+                collation: None,
+            },
+        )
+        .unwrap();
+        let entry = CollectionEntry::new(
+            3,
+            Namespace::new("db", "c"),
+            [9; 16],
+            doc! {"capped": false},
+            IndexSpec::id_index(),
+            vec![index],
+        );
+        let decoded = CollectionEntry::decode(3, &entry.encode().unwrap()).unwrap();
+        assert_eq!(decoded.meta, entry.meta);
+        assert_eq!(decoded.indexes[0].id, 7);
+        assert_eq!(decoded.indexes[0].table, "i.7");
+        assert_eq!(decoded.data_table, "d.3");
+        assert_eq!(
+            decoded.table_names(),
+            vec!["d.3", "lw.3", "ox.3", "n.3", "i.7"],
+            "every table, so drops remove them all"
+        );
+        assert!(!decoded.indexes[0].maintained());
+        assert!(!decoded.indexes[0].multikey);
+        let mut multikey = entry.clone();
+        multikey.indexes[0].multikey = true;
+        let decoded = CollectionEntry::decode(3, &multikey.encode().unwrap()).unwrap();
+        assert!(decoded.indexes[0].multikey);
+        assert!(CollectionEntry::decode(3, b"garbage").is_err());
+    }
+
+    /// Catalogs written before the multikey flag existed: every index may be multikey.
+    #[test]
+    fn a_missing_multikey_flag_means_multikey() {
+        let index = IndexEntry::new(1, IndexSpec::id_index()).unwrap();
+        let entry = CollectionEntry::new(
+            2,
+            Namespace::new("db", "c"),
+            [1; 16],
+            doc! {},
+            IndexSpec::id_index(),
+            vec![index],
+        );
+        let mut encoded = Document::from_reader(entry.encode().unwrap().as_slice()).unwrap();
+        let indexes = encoded.get_array_mut("indexes").unwrap();
+        if let Some(Bson::Document(index)) = indexes.first_mut() {
+            index.remove("multikey");
+        }
+        let decoded = CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()).unwrap();
+        assert!(decoded.indexes[0].multikey);
+    }
+
+    /// Non-ordered components are stored by kind name and decode back to the same spec.
+    #[test]
+    fn special_kinds_round_trip_with_kind_names() {
+        let spec = IndexSpec {
+            name: "b_1_h_hashed".into(),
+            key: vec![
+                ("b".into(), Direction::Descending),
+                ("h".into(), Direction::Ascending),
+            ],
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": {"b": -1, "h": "hashed"}, "name": "b_1_h_hashed"},
+            catalog_only: false,
+            collation: None,
+        };
+        let entry = CollectionEntry::new(
+            4,
+            Namespace::new("db", "c"),
+            [2; 16],
+            doc! {},
+            IndexSpec::id_index(),
+            vec![IndexEntry::new(9, spec).unwrap()],
+        );
+        let bytes = entry.encode().unwrap();
+        let stored = Document::from_reader(bytes.as_slice()).unwrap();
+        let key = stored.get_array("indexes").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_array("key")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            key,
+            bson::bson!([["b", -1], ["h", "hashed"]])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        let decoded = CollectionEntry::decode(4, &bytes).unwrap();
+        assert_eq!(decoded.meta, entry.meta);
+        assert_eq!(decoded.indexes[0].spec().kind(), crate::IndexKind::Hashed);
+    }
+}
