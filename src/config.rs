@@ -8,6 +8,7 @@
 //! names and has no other side effect.
 
 pub mod file;
+pub(crate) mod tls;
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -16,8 +17,9 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
-use crate::tls::TlsMode;
-use tideway_base::error::CommandError;
+use tideway_base::error::{CommandError, CommandResult};
+
+pub use tls::TlsMode;
 
 /// Where data lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -132,7 +134,7 @@ pub struct Config {
 
     /// Run as the primary of a one-member replica set of this name (mongod's `--replSet`;
     /// `replication.replSetName` in the file). Standalone without it.
-    #[arg(long = "replSet", env = "TIDEWAY_REPL_SET", value_name = "NAME", value_parser = crate::repl::parse_set_name)]
+    #[arg(long = "replSet", env = "TIDEWAY_REPL_SET", value_name = "NAME", value_parser = parse_set_name)]
     pub repl_set: Option<String>,
 
     /// Print the effective configuration as a YAML configuration file and exit.
@@ -216,7 +218,7 @@ impl Config {
         T: Into<OsString> + Clone,
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-        crate::tls::refuse_unsupported_flags(args.iter().map(OsString::as_os_str))
+        tls::refuse_unsupported_flags(args.iter().map(OsString::as_os_str))
             .map_err(LoadError::Inconsistent)?;
         let matches = Config::command()
             .try_get_matches_from(args)
@@ -232,7 +234,7 @@ impl Config {
             let settings = file::parse(&text).map_err(LoadError::File)?;
             config.apply_file(settings, |id| set_explicitly(&matches, id));
         }
-        crate::tls::check_settings(&config).map_err(LoadError::Inconsistent)?;
+        tls::check_settings(&config).map_err(LoadError::Inconsistent)?;
         Ok(config)
     }
 
@@ -376,6 +378,25 @@ fn set_explicitly(matches: &ArgMatches, id: &str) -> bool {
     )
 }
 
+/// `--replSet`'s value checked as mongod checks it (a set name; mongod also accepts
+/// `name/seed,seed` seed lists, which a one-node set has no use for).
+pub(crate) fn check_set_name(name: &str) -> CommandResult<String> {
+    if name.is_empty() {
+        return Err(CommandError::bad_value("replSet set name may not be empty"));
+    }
+    if name.contains('/') {
+        return Err(CommandError::bad_value(format!(
+            "tideway's replica set has one member: --replSet takes a set name without a seed list, got '{name}'"
+        )));
+    }
+    Ok(name.to_owned())
+}
+
+/// [`check_set_name`] for clap.
+pub(crate) fn parse_set_name(name: &str) -> Result<String, String> {
+    check_set_name(name).map_err(|error| error.errmsg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,7 +506,11 @@ mod tests {
             config.set_parameter,
             vec!["allowDiskUseByDefault=false", "ttlMonitorSleepSecs=9"]
         );
-        let parameters = crate::params::Parameters::from_config(&config).unwrap();
+        let parameters = crate::params::Parameters::at_startup(
+            config.enable_test_commands,
+            &config.set_parameter,
+        )
+        .unwrap();
         assert_eq!(parameters.ttl_monitor_sleep_secs(), 9);
         assert!(!parameters.allow_disk_use_by_default());
         let long = load(&["--config", path]).unwrap();

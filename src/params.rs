@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use bson::{doc, Bson, Document};
 
-use crate::config::Config;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 /// The feature compatibility version that matches `buildInfo.version` and `maxWireVersion`.
@@ -335,12 +334,15 @@ pub(crate) fn check_startup_parameter(name: &str, value: &str) -> CommandResult<
 impl Parameters {
     /// The parameters from `--enableTestCommands` and every `--setParameter name=value`, in order
     /// (a later assignment of the same name wins).
-    pub(crate) fn from_config(config: &Config) -> CommandResult<Parameters> {
+    pub(crate) fn at_startup(
+        enable_test_commands: bool,
+        set_parameter: &[String],
+    ) -> CommandResult<Parameters> {
         let parameters = Parameters::default();
         parameters
             .enable_test_commands
-            .store(config.enable_test_commands, Ordering::Relaxed);
-        for assignment in &config.set_parameter {
+            .store(enable_test_commands, Ordering::Relaxed);
+        for assignment in set_parameter {
             let (name, value) = assignment.split_once('=').ok_or_else(|| {
                 CommandError::bad_value(format!("Illegal option assignment: \"{assignment}\""))
             })?;
@@ -480,20 +482,21 @@ impl Parameters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
     use clap::Parser;
+
+    fn from_config(config: &Config) -> CommandResult<Parameters> {
+        Parameters::at_startup(config.enable_test_commands, &config.set_parameter)
+    }
 
     #[test]
     fn startup_flags_set_test_commands() {
-        let off = Parameters::from_config(&Config::default()).unwrap();
+        let off = from_config(&Config::default()).unwrap();
         assert_eq!(off.get("enableTestCommands"), Some(Bson::Boolean(false)));
         let flag = Config::parse_from(["tideway", "--enableTestCommands"]);
-        assert!(Parameters::from_config(&flag)
-            .unwrap()
-            .test_commands_enabled());
+        assert!(from_config(&flag).unwrap().test_commands_enabled());
         let set = Config::parse_from(["tideway", "--setParameter", "enableTestCommands=1"]);
-        assert!(Parameters::from_config(&set)
-            .unwrap()
-            .test_commands_enabled());
+        assert!(from_config(&set).unwrap().test_commands_enabled());
     }
 
     #[test]
@@ -505,7 +508,7 @@ mod tests {
             "x",
         ] {
             let config = Config::parse_from(["tideway", "--setParameter", arg]);
-            assert!(Parameters::from_config(&config).is_err(), "{arg}");
+            assert!(from_config(&config).is_err(), "{arg}");
         }
     }
 
@@ -518,7 +521,7 @@ mod tests {
             "--setParameter",
             "ttlMonitorEnabled=false",
         ]);
-        let parameters = Parameters::from_config(&config).unwrap();
+        let parameters = from_config(&config).unwrap();
         assert_eq!(parameters.ttl_monitor_sleep_secs(), 5);
         assert!(!parameters.ttl_monitor_enabled());
         assert_eq!(
@@ -566,7 +569,7 @@ mod tests {
             "--setParameter",
             "internalQueryFacetBufferSizeBytes=4096",
         ]);
-        let parameters = Parameters::from_config(&config).unwrap();
+        let parameters = from_config(&config).unwrap();
         assert_eq!(parameters.stage_limits().facet_buffer_bytes, 4096);
         assert_eq!(
             parameters.set(

@@ -115,7 +115,7 @@ impl ServerState {
         clock: Arc<dyn Clock>,
         storage: Arc<dyn Storage>,
     ) -> CommandResult<Arc<ServerState>> {
-        let params = Parameters::from_config(&config)?;
+        let params = Parameters::at_startup(config.enable_test_commands, &config.set_parameter)?;
         let startup_warnings = startup_warnings(&config);
         let auth = crate::auth::authz::ServerAuth::new(config.auth);
         let repl = config.repl_set.clone().map(crate::repl::ReplSet::new);

@@ -1,5 +1,5 @@
-//! The TLS transport (mongod's `--tlsMode` family), with rustls on the ring provider: the mode and
-//! file settings and mongod's startup checks of them, the server's certificate and client-CA
+//! The TLS transport (mongod's `--tlsMode` family), with rustls on the ring provider (its settings
+//! and mongod's startup checks of them are `config::tls`): the server's certificate and client-CA
 //! configuration (reloadable while the server runs), and the accept step that turns a fresh TCP
 //! connection into a plain or a TLS stream before `conn` sees it.
 //!
@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use clap::ValueEnum;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -29,125 +28,8 @@ use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::Config;
+use crate::config::{Config, TlsMode};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
-
-/// mongod's `net.tls.mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum TlsMode {
-    /// No TLS: every connection is plain.
-    #[default]
-    #[value(name = "disabled")]
-    Disabled,
-    /// Plain and TLS connections on the same port (mongod: outgoing connections plain).
-    #[value(name = "allowTLS")]
-    AllowTls,
-    /// Plain and TLS connections on the same port (mongod: outgoing connections TLS).
-    #[value(name = "preferTLS")]
-    PreferTls,
-    /// TLS connections only; plain ones are closed.
-    #[value(name = "requireTLS")]
-    RequireTls,
-}
-
-impl TlsMode {
-    /// The name mongod uses (`getCmdLineOpts`, the configuration file).
-    pub fn name(self) -> &'static str {
-        match self {
-            TlsMode::Disabled => "disabled",
-            TlsMode::AllowTls => "allowTLS",
-            TlsMode::PreferTls => "preferTLS",
-            TlsMode::RequireTls => "requireTLS",
-        }
-    }
-
-    /// The mode called `name`, with mongod's refusal for any other.
-    pub fn parse(name: &str) -> CommandResult<TlsMode> {
-        TlsMode::value_variants()
-            .iter()
-            .copied()
-            .find(|mode| mode.name() == name)
-            .ok_or_else(|| CommandError::bad_value(format!("unsupported value for tlsMode {name}")))
-    }
-}
-
-/// mongod's consistency checks of the TLS options (`ssl_options_server.cpp`), worded as mongod
-/// words them. Reads no file.
-pub(crate) fn check_settings(config: &Config) -> CommandResult<()> {
-    if config.tls_mode == TlsMode::Disabled {
-        if config.tls_certificate_key_file.is_some()
-            || config.tls_ca_file.is_some()
-            || config.tls_allow_connections_without_certificates
-        {
-            return Err(CommandError::bad_value(
-                "need to enable TLS via the sslMode/tlsMode flag when using TLS configuration parameters",
-            ));
-        }
-        return Ok(());
-    }
-    if config.tls_certificate_key_file.is_none() {
-        return Err(CommandError::bad_value(
-            "need tlsCertificateKeyFile or certificateSelector when TLS is enabled",
-        ));
-    }
-    Ok(())
-}
-
-/// mongod's TLS flags tideway does not implement, with the configuration-file key each sets (the
-/// file refuses those keys itself, `config::file`): a command line naming one is refused before
-/// anything else is parsed, so none is ever ignored.
-pub(crate) const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
-    ("--tlsCRLFile", "net.tls.CRLFile"),
-    (
-        "--tlsCertificateKeyFilePassword",
-        "net.tls.certificateKeyFilePassword",
-    ),
-    ("--tlsCertificateSelector", "net.tls.certificateSelector"),
-    (
-        "--tlsClusterCertificateSelector",
-        "net.tls.clusterCertificateSelector",
-    ),
-    ("--tlsClusterFile", "net.tls.clusterFile"),
-    ("--tlsClusterPassword", "net.tls.clusterPassword"),
-    ("--tlsClusterCAFile", "net.tls.clusterCAFile"),
-    ("--tlsDisabledProtocols", "net.tls.disabledProtocols"),
-    (
-        "--tlsAllowInvalidCertificates",
-        "net.tls.allowInvalidCertificates",
-    ),
-    (
-        "--tlsAllowInvalidHostnames",
-        "net.tls.allowInvalidHostnames",
-    ),
-    ("--tlsFIPSMode", "net.tls.FIPSMode"),
-    ("--tlsLogVersions", "net.tls.logVersions"),
-    (
-        "--tlsClusterAuthX509Attributes",
-        "net.tls.clusterAuthX509.attributes",
-    ),
-    (
-        "--tlsClusterAuthX509ExtensionValue",
-        "net.tls.clusterAuthX509.extensionValue",
-    ),
-];
-
-/// The first of `args` that is an unsupported TLS flag (`--flag` or `--flag=value`), refused
-/// with 238 NotImplemented naming the flag and its file key.
-pub(crate) fn refuse_unsupported_flags<'a>(
-    args: impl IntoIterator<Item = &'a std::ffi::OsStr>,
-) -> CommandResult<()> {
-    for arg in args {
-        let Some(arg) = arg.to_str() else { continue };
-        let flag = arg.split_once('=').map_or(arg, |(flag, _)| flag);
-        if let Some((flag, key)) = UNSUPPORTED_FLAGS.iter().find(|(name, _)| *name == flag) {
-            return Err(CommandError::new(
-                ErrorCode::NotImplemented,
-                format!("tideway does not support {flag} ({key}): remove it to start"),
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// How long a client may take over its TLS handshake before the connection is closed.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -182,7 +64,7 @@ pub enum Accepted {
 impl TlsTransport {
     /// The transport `config` asks for, its files read and checked; `None` with TLS disabled.
     pub(crate) fn from_config(config: &Config) -> CommandResult<Option<Arc<TlsTransport>>> {
-        check_settings(config)?;
+        crate::config::tls::check_settings(config)?;
         let Some(certificate_key_file) = config.tls_certificate_key_file.clone() else {
             return Ok(None);
         };
@@ -503,17 +385,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_have_mongods_names() {
-        for mode in TlsMode::value_variants() {
-            assert_eq!(TlsMode::parse(mode.name()).unwrap(), *mode);
-        }
-        assert_eq!(
-            TlsMode::parse("requireSSL").unwrap_err().errmsg,
-            "unsupported value for tlsMode requireSSL"
-        );
-    }
-
-    #[test]
     fn a_client_hello_is_told_from_a_mongodb_message() {
         // A TLS 1.2/1.3 ClientHello record of 512 bytes: 16 03 01 02 00 01 00 01 fc.
         let hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc];
@@ -524,22 +395,6 @@ mod tests {
         assert!(!looks_like_client_hello(&message));
         assert!(!looks_like_client_hello(&[0x16, 0x03]));
         assert!(!looks_like_client_hello(&[0x3a, 0, 0, 0, 1, 0, 0, 0, 0]));
-    }
-
-    #[test]
-    fn unsupported_flags_are_refused_by_name() {
-        let refused = |args: &[&str]| {
-            refuse_unsupported_flags(args.iter().map(std::ffi::OsStr::new))
-                .err()
-                .map(|error| error.errmsg)
-        };
-        assert_eq!(refused(&["tideway", "--tlsMode", "requireTLS"]), None);
-        assert_eq!(
-            refused(&["tideway", "--tlsCRLFile", "/etc/crl.pem"]).as_deref(),
-            Some("tideway does not support --tlsCRLFile (net.tls.CRLFile): remove it to start")
-        );
-        assert!(refused(&["tideway", "--tlsDisabledProtocols=TLS1_0"])
-            .is_some_and(|message| message.contains("net.tls.disabledProtocols")));
     }
 
     #[test]

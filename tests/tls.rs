@@ -14,7 +14,7 @@ use mongodb::Client;
 
 use common::pki::{tls_client, Pki};
 use common::{client_options, test_config, TestServer};
-use tideway::tls::TlsMode;
+use tideway::config::TlsMode;
 use tideway::Config;
 
 fn plain_client(server: &TestServer) -> Client {

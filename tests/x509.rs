@@ -18,7 +18,7 @@ use mongodb::Client;
 
 use common::pki::{tls_options, Pki, CLIENT_SUBJECT};
 use common::{command_error, TestServer};
-use tideway::tls::TlsMode;
+use tideway::config::TlsMode;
 use tideway::Config;
 
 const EXTERNAL: &str = "$external";

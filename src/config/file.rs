@@ -18,7 +18,7 @@ use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
 use super::{Config, StorageKind};
-use crate::tls::TlsMode;
+use crate::config::TlsMode;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 /// What a configuration file sets: `None` (or empty) where it says nothing.
@@ -305,7 +305,7 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
             }
             "setParameter" => settings.set_parameter = set_parameters(value)?,
             "replication.replSetName" => {
-                settings.repl_set = Some(crate::repl::check_set_name(&value_text(&key, value)?)?);
+                settings.repl_set = Some(crate::config::check_set_name(&value_text(&key, value)?)?);
             }
             "replication.oplogSizeMB" => {
                 let megabytes = int(&key, value)?;

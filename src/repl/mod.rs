@@ -42,25 +42,6 @@ pub(crate) fn config_namespace() -> Namespace {
 /// The term of this node's (only) election: the set never holds another.
 pub const TERM: i64 = 1;
 
-/// `--replSet`'s value checked as mongod checks it (a set name; mongod also accepts
-/// `name/seed,seed` seed lists, which a one-node set has no use for).
-pub(crate) fn check_set_name(name: &str) -> CommandResult<String> {
-    if name.is_empty() {
-        return Err(CommandError::bad_value("replSet set name may not be empty"));
-    }
-    if name.contains('/') {
-        return Err(CommandError::bad_value(format!(
-            "tideway's replica set has one member: --replSet takes a set name without a seed list, got '{name}'"
-        )));
-    }
-    Ok(name.to_owned())
-}
-
-/// [`check_set_name`] for clap.
-pub(crate) fn parse_set_name(name: &str) -> Result<String, String> {
-    check_set_name(name).map_err(|error| error.errmsg)
-}
-
 /// The replica-set side of a server started with `--replSet`.
 #[derive(Debug)]
 pub struct ReplSet {

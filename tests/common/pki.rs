@@ -13,7 +13,7 @@ use rcgen::{
 };
 
 use super::{client_options, test_config, TestServer};
-use tideway::tls::TlsMode;
+use tideway::config::TlsMode;
 use tideway::Config;
 
 /// The RFC 2253 subject of [`Pki::client`].
