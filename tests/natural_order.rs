@@ -47,6 +47,14 @@ fn batch_ids(cursor: &Document, batch: &str) -> Vec<Bson> {
 }
 
 /// The `_id`s of an unsorted read of the whole collection through the driver.
+/// The `_id`s of `documents`, in their order.
+fn ids_of(documents: Vec<Document>) -> Vec<Bson> {
+    documents
+        .into_iter()
+        .map(|document| document.get("_id").unwrap().clone())
+        .collect()
+}
+
 async fn unsorted(coll: &Collection<Document>) -> Vec<Bson> {
     let documents: Vec<Document> = coll
         .find(doc! {})
@@ -56,10 +64,7 @@ async fn unsorted(coll: &Collection<Document>) -> Vec<Bson> {
         .try_collect()
         .await
         .unwrap();
-    documents
-        .into_iter()
-        .map(|document| document.get("_id").unwrap().clone())
-        .collect()
+    ids_of(documents)
 }
 
 fn reversed(ids: &[Bson]) -> Vec<Bson> {
@@ -341,10 +346,7 @@ async fn aggregate_count_and_map_reads_without_a_sort_follow_insertion_order() {
             .try_collect()
             .await
             .unwrap();
-        let found: Vec<Bson> = documents
-            .into_iter()
-            .map(|document| document.get("_id").unwrap().clone())
-            .collect();
+        let found: Vec<Bson> = ids_of(documents);
         assert_eq!(found, ids, "{pipeline:?}");
     }
     // `$natural` hints reach the aggregation's read too.
@@ -356,10 +358,7 @@ async fn aggregate_count_and_map_reads_without_a_sort_follow_insertion_order() {
         .try_collect()
         .await
         .unwrap();
-    let found: Vec<Bson> = documents
-        .into_iter()
-        .map(|document| document.get("_id").unwrap().clone())
-        .collect();
+    let found: Vec<Bson> = ids_of(documents);
     assert_eq!(found, reversed(&ids));
     // `$group` with `$push` and `$first` see documents in natural order.
     let grouped: Vec<Document> = coll
@@ -534,10 +533,7 @@ async fn a_transaction_reads_its_own_writes_in_natural_order_and_commits_it() {
         }
         let mut cursor = find.session(&mut session).await.unwrap();
         let documents: Vec<Document> = cursor.stream(&mut session).try_collect().await.unwrap();
-        let found: Vec<Bson> = documents
-            .into_iter()
-            .map(|document| document.get("_id").unwrap().clone())
-            .collect();
+        let found: Vec<Bson> = ids_of(documents);
         assert_eq!(found, expected, "inside the transaction");
     }
     // Outside it, nothing yet.

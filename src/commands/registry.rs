@@ -55,6 +55,8 @@ pub(crate) fn command_counters() -> impl Iterator<Item = (&'static str, &'static
         .map(|(name, counters)| (*name, counters))
 }
 
+/// The command registered as `name` (or an alias of it); a test-only one only while test
+/// commands are enabled.
 pub(crate) fn lookup(state: &ServerState, name: &str) -> Option<&'static CommandSpec> {
     registry()
         .by_name
