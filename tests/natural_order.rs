@@ -386,6 +386,34 @@ async fn aggregate_count_and_map_reads_without_a_sort_follow_insertion_order() {
     server.stop().await;
 }
 
+/// `mapReduce` reads its input as `find` does: a `{$natural: ±1}` sort is the read's direction, so
+/// with `limit: 1` the first or the last inserted document is mapped.
+#[tokio::test]
+async fn map_reduce_with_a_natural_sort_maps_in_insertion_order() {
+    let server = TestServer::start().await;
+    let db = server.client().database("natural");
+    let coll = db.collection::<Document>("people");
+    let ids = insert_mixed(&coll).await;
+    for (direction, expected) in [(1, &ids[0]), (-1, &ids[ids.len() - 1])] {
+        let reply = db
+            .run_command(doc! {
+                "mapReduce": "people",
+                "map": "function() { emit(1, this._id); }",
+                "reduce": "function(key, values) { return values[0]; }",
+                "sort": {"$natural": direction},
+                "limit": 1,
+                "out": {"inline": 1},
+            })
+            .await
+            .unwrap();
+        let results = reply.get_array("results").unwrap();
+        assert_eq!(results.len(), 1, "{reply}");
+        let result = results[0].as_document().unwrap();
+        assert_eq!(result.get("value"), Some(expected), "{direction}: {reply}");
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn insertion_order_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();

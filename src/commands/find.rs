@@ -143,10 +143,8 @@ enum FindSort {
     None,
     Keys(SortSpec),
     /// `{$natural: ±1}`: no sort but a collection scan in that direction (mongod rewrites it
-    /// into a `$natural` hint), backwards for a negative number.
-    Natural {
-        reverse: bool,
-    },
+    /// into a `$natural` hint).
+    Natural(planner::Hint),
 }
 
 /// The `sort` of `body`, with mongod's checks of a `$natural` sort against the rest of the query
@@ -193,9 +191,7 @@ fn parse_sort(ctx: &CommandContext, body: &Document, filter: &Filter) -> Command
             ))
         }
     }
-    Ok(FindSort::Natural {
-        reverse: tideway_base::bsonutil::as_f64(direction).is_some_and(|direction| direction < 0.0),
-    })
+    Ok(FindSort::Natural(planner::Hint::natural(direction)))
 }
 
 /// The `$meta` names a read's projection may use: tideway's TTL metadata and the text score.
@@ -313,8 +309,9 @@ pub(crate) async fn start_find(
     let (sort, natural_sort) = match parse_sort(ctx, body, &filter)? {
         FindSort::None => (None, None),
         FindSort::Keys(sort) => (Some(sort), None),
-        FindSort::Natural { reverse } => (None, Some(reverse)),
+        FindSort::Natural(hint) => (None, Some(hint)),
     };
+    let sorts_naturally = natural_sort.is_some();
     let projection = parse_projection(ctx, body, "projection", &variables)?;
     let text_score = asks_text_score(optional_document(ctx, body, "projection")?)
         || sort.as_ref().is_some_and(SortSpec::has_text_score);
@@ -344,7 +341,7 @@ pub(crate) async fn start_find(
         // A tailable cursor follows insertion order: a forward collection scan.
         hint: match (tailable, natural_sort) {
             (true, _) => planner::Hint::Natural { reverse: false },
-            (false, Some(reverse)) => planner::Hint::Natural { reverse },
+            (false, Some(natural)) => natural,
             (false, None) => planner::resolve_hint(view.meta.as_ref(), body.get("hint")),
         },
         needed_fields: projection
@@ -410,7 +407,7 @@ pub(crate) async fn start_find(
         drained,
         // A `$natural` sort is no sort: the plan reads in that order.
         sort: optional_document(ctx, body, "sort")?
-            .filter(|_| natural_sort.is_none())
+            .filter(|_| !sorts_naturally)
             .cloned(),
         skip,
         limit,

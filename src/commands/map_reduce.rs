@@ -30,6 +30,7 @@ use crate::commands::aggregate::{read_namespace, write_merge, write_out};
 use crate::commands::args::{collection_namespace, let_variables, validate_writable_namespace};
 use crate::commands::find::{matches_in, read_target};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_exec::planner::Hint;
 use tideway_query::compare::compare_values_with;
 use tideway_query::js::{self, JsProgram};
 use tideway_query::pipeline::{MergeSpec, OutTarget};
@@ -277,8 +278,21 @@ async fn map_reduce(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
 
     // The input: read as `find` reads, expired documents hidden.
     let filter = Filter::parse(&spec.query)?;
-    let sort = spec.sort.as_ref().map(SortSpec::parse_find).transpose()?;
-    let (view, query) = read_target(ctx, &ns, filter, body, sort, spec.limit).await?;
+    // `{$natural: ±1}` is no sort but the read's direction, as in `find`.
+    let natural = spec
+        .sort
+        .as_ref()
+        .filter(|sort| sort.len() == 1)
+        .and_then(|sort| sort.get("$natural"))
+        .map(Hint::natural);
+    let sort = match natural {
+        Some(_) => None,
+        None => spec.sort.as_ref().map(SortSpec::parse_find).transpose()?,
+    };
+    let (view, mut query) = read_target(ctx, &ns, filter, body, sort, spec.limit).await?;
+    if let Some(natural) = natural {
+        query.hint = natural;
+    }
     let matches = matches_in(ctx, &view, &query, false).await?;
     let mut documents: Vec<Document> = matches
         .records

@@ -65,9 +65,12 @@ pub(crate) fn lookup(state: &ServerState, name: &str) -> Option<&'static Command
         .filter(|spec| !spec.test_only || state.params.test_commands_enabled())
 }
 
-/// The counters of the command registered as `name` (an alias counts for its command).
+/// The counters of the command registered as `name` (an alias counts for its command; a
+/// canonical name costs one lookup).
 pub(crate) fn counters_of(name: &str) -> Option<&'static CommandCounters> {
     let registry = registry();
-    let canonical = registry.by_name.get(name)?.name;
-    registry.counters.get(canonical)
+    registry
+        .counters
+        .get(name)
+        .or_else(|| registry.counters.get(registry.by_name.get(name)?.name))
 }

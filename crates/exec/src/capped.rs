@@ -5,8 +5,8 @@
 //!
 //! Invariants: options are stored as mongod reports them (`capped: true`, `size` rounded up to a
 //! multiple of 256, `max` only when given, 2147483647 meaning "no limit"), so `listCollections`
-//! returns them unchanged and `tideway_storage::CappedLimits::of_options` reads them back. The engine enforces the limits
-//! (`storage::CappedLimits`): insertion order and rollover live in storage, never here.
+//! returns them unchanged and `tideway_storage::CappedLimits::of_options` reads them back. The
+//! engine enforces the limits: insertion order and rollover live in storage, never here.
 //! Must not: do I/O.
 
 use bson::{doc, Bson, Document};
@@ -17,8 +17,6 @@ use tideway_storage::{CappedLimits, CollectionMeta};
 
 /// The largest `size`/`cappedSize`: 1 PB (mongod's `create.idl`).
 pub const MAX_SIZE_BYTES: i64 = 1 << 50;
-/// `max`/`cappedMax` must be below 2^31; 0 or less (and 2^31 - 1) means no limit.
-const NO_MAX_DOCS: i64 = CappedLimits::NO_MAX_DOCS;
 
 /// Woken whenever a capped collection receives documents: `awaitData` getMores wait on it
 /// (and re-read; a wake-up for another collection only costs them a read).
@@ -63,10 +61,14 @@ fn checked_size(field: &str, value: &Bson) -> CommandResult<i64> {
 /// (`adjustCappedMaxDocs`).
 fn checked_max(field: &str, value: &Bson) -> CommandResult<i64> {
     let max = safe_i64(value);
-    if max > NO_MAX_DOCS {
-        return Err(out_of_range(field, "<", NO_MAX_DOCS + 1, max));
+    if max > CappedLimits::NO_MAX_DOCS {
+        return Err(out_of_range(field, "<", CappedLimits::NO_MAX_DOCS + 1, max));
     }
-    Ok(if max <= 0 { NO_MAX_DOCS } else { max })
+    Ok(if max <= 0 {
+        CappedLimits::NO_MAX_DOCS
+    } else {
+        max
+    })
 }
 
 /// `safeBool`: a boolean, or a number other than 0.
@@ -152,7 +154,7 @@ pub fn stats_fields(meta: &CollectionMeta, scale: i64) -> Document {
         None => doc! {"capped": false},
         Some(limits) => doc! {
             "capped": true,
-            "max": limits.max_docs.map_or(NO_MAX_DOCS, |max| max as i64),
+            "max": limits.max_docs.map_or(CappedLimits::NO_MAX_DOCS, |max| max as i64),
             "maxSize": (limits.max_bytes as i64) / scale.max(1),
         },
     }
@@ -214,7 +216,7 @@ mod tests {
         let options = create_options(&doc! {"capped": true, "size": 256.5, "max": 0}).unwrap();
         assert_eq!(
             options,
-            Some(doc! {"capped": true, "size": 256, "max": NO_MAX_DOCS as i32})
+            Some(doc! {"capped": true, "size": 256, "max": CappedLimits::NO_MAX_DOCS as i32})
         );
         assert_eq!(create_options(&doc! {"capped": false}).unwrap(), None);
     }

@@ -11,8 +11,8 @@ use bson::{doc, Bson, Document};
 
 use super::{
     CollectionMeta, ExpiryOrder, IndexSpec, KeyRange, Namespace, RawRecord, ReapRequest,
-    ReapSource, Record, RecordPredicate, ScanRequest, ScanSource, Storage, StorageError, TimeRange,
-    TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    ReapSource, Record, RecordPredicate, ScanPage, ScanRequest, ScanSource, Storage, StorageError,
+    TimeRange, TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 use tideway_query::keycodec::{encode_id, encode_key, Direction};
 
@@ -1405,21 +1405,7 @@ pub async fn scans(storage: &dyn Storage) {
     ));
 
     // Writes between pages: the scan continues after the resume key.
-    let first = storage
-        .scan(
-            &ns,
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: None,
-                reverse: false,
-                limit: 10,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await
-        .unwrap();
+    let first = collection_page(storage, &ns, None, false, 10).await;
     assert_eq!(ids(&first.records), int_ids((30..N).rev()));
     // The resume key's own document goes too: the scan continues after its place.
     write_ok(
@@ -1432,21 +1418,7 @@ pub async fn scans(storage: &dyn Storage) {
         ],
     )
     .await;
-    let rest = storage
-        .scan(
-            &ns,
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: first.resume,
-                reverse: false,
-                limit: 1000,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await
-        .unwrap();
+    let rest = collection_page(storage, &ns, first.resume, false, 1000).await;
     let mut expected = int_ids((11..30).rev());
     expected.extend(int_ids((0..10).rev()));
     expected.push(Bson::Double(5.5));
@@ -1568,21 +1540,7 @@ pub async fn natural_order(storage: &dyn Storage) {
 
     // Paging: the page's last document is deleted; the scan goes on after its place, and sees
     // what was inserted since at the end.
-    let page = storage
-        .scan(
-            &ns,
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: None,
-                reverse: false,
-                limit: 3,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await
-        .unwrap();
+    let page = collection_page(storage, &ns, None, false, 3).await;
     assert_eq!(ids(&page.records), expected[..3].to_vec());
     assert!(!page.position_lost);
     let last = expected[2].clone();
@@ -1601,21 +1559,7 @@ pub async fn natural_order(storage: &dyn Storage) {
         "resumed after a deleted position"
     );
     // In reverse too.
-    let page = storage
-        .scan(
-            &ns,
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: None,
-                reverse: true,
-                limit: 2,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await
-        .unwrap();
+    let page = collection_page(storage, &ns, None, true, 2).await;
     let reversed: Vec<Bson> = expected.iter().rev().cloned().collect();
     assert_eq!(ids(&page.records), reversed[..2].to_vec());
     let second_last = reversed[1].clone();
@@ -1677,42 +1621,14 @@ pub async fn natural_order(storage: &dyn Storage) {
         .unwrap();
     write_ok(storage, &capped, docs(&first)).await;
     assert_natural(storage, &capped, &first, "capped").await;
-    let page = storage
-        .scan(
-            &capped,
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: None,
-                reverse: false,
-                limit: 1,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await
-        .unwrap();
+    let page = collection_page(storage, &capped, None, false, 1).await;
     assert_eq!(page.positions.len(), 1, "capped scans list positions");
     // Two more: "Bob" and "Barak" roll over.
     write_ok(storage, &capped, docs(&second[..2])).await;
     let mut kept: Vec<Bson> = first[2..].to_vec();
     kept.extend_from_slice(&second[..2]);
     assert_natural(storage, &capped, &kept, "capped after rollover").await;
-    let lost = storage
-        .scan(
-            &capped,
-            ScanRequest {
-                source: ScanSource::Collection,
-                resume_after: page.resume,
-                reverse: false,
-                limit: 10,
-                hide: None,
-                key_filter: None,
-                covered: false,
-            },
-        )
-        .await
-        .unwrap();
+    let lost = collection_page(storage, &capped, page.resume, false, 10).await;
     assert!(
         lost.position_lost && lost.records.is_empty(),
         "capped resume after rollover"
@@ -1756,6 +1672,31 @@ pub async fn natural_order(storage: &dyn Storage) {
     cleanup(storage, db).await;
 }
 
+/// One page of a collection scan: at most `limit` records after `resume_after`.
+async fn collection_page(
+    storage: &dyn Storage,
+    ns: &Namespace,
+    resume_after: Option<Vec<u8>>,
+    reverse: bool,
+    limit: usize,
+) -> ScanPage {
+    storage
+        .scan(
+            ns,
+            ScanRequest {
+                source: ScanSource::Collection,
+                resume_after,
+                reverse,
+                limit,
+                hide: None,
+                key_filter: None,
+                covered: false,
+            },
+        )
+        .await
+        .expect("scan")
+}
+
 /// The rest of a collection scan after `resume` (`None`: nothing more), in one call per record.
 async fn scan_all_after(
     storage: &dyn Storage,
@@ -1765,21 +1706,7 @@ async fn scan_all_after(
 ) -> Vec<Bson> {
     let mut found = Vec::new();
     while let Some(after) = resume.take() {
-        let page = storage
-            .scan(
-                ns,
-                ScanRequest {
-                    source: ScanSource::Collection,
-                    resume_after: Some(after),
-                    reverse,
-                    limit: 1,
-                    hide: None,
-                    key_filter: None,
-                    covered: false,
-                },
-            )
-            .await
-            .expect("scan");
+        let page = collection_page(storage, ns, Some(after), reverse, 1).await;
         assert!(
             !page.position_lost,
             "only capped collections lose positions"

@@ -111,7 +111,12 @@ impl CollectionMeta {
     /// `create` stores it): its natural order is `_id` order. Fixed at creation: options set
     /// later keep it.
     pub fn clustered(&self) -> bool {
-        self.options.get_document(CLUSTERED_INDEX_OPTION).is_ok()
+        Self::is_clustered(&self.options)
+    }
+
+    /// [`CollectionMeta::clustered`] for a collection with these options.
+    pub fn is_clustered(options: &Document) -> bool {
+        options.get_document(CLUSTERED_INDEX_OPTION).is_ok()
     }
 
     /// The capped collection's limits (`options.capped`, `size`, `max` as `create` stored
@@ -149,7 +154,8 @@ pub struct CappedLimits {
 }
 
 impl CappedLimits {
-    /// The stored `max` meaning "no limit" (2^31 - 1, as mongod lists it).
+    /// The stored `max` meaning "no limit" (2^31 - 1, as mongod lists it); `max`/`cappedMax`
+    /// must be below 2^31, and 0 or less means no limit too.
     pub const NO_MAX_DOCS: i64 = 0x7fff_ffff;
 
     /// The limits of a capped collection's stored options (`capped`, `size`, `max` as `create`

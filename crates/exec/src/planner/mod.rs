@@ -87,6 +87,16 @@ pub enum Hint {
     Index(String),
 }
 
+impl Hint {
+    /// `{$natural: direction}` (a `$natural` hint, or a `find` sort that names one): backwards
+    /// for a negative number.
+    pub fn natural(direction: &Bson) -> Hint {
+        Hint::Natural {
+            reverse: tideway_base::bsonutil::as_f64(direction).is_some_and(|number| number < 0.0),
+        }
+    }
+}
+
 /// An index's key pattern as plan summaries show it: `{ a: 1, b: -1 }`.
 pub fn key_pattern_summary(index: &IndexSpec) -> String {
     let fields: Vec<String> = index
@@ -1022,10 +1032,7 @@ pub fn resolve_hint(meta: Option<&CollectionMeta>, hint: Option<&Bson>) -> Hint 
         Some(Bson::String(name)) => Hint::Index(name.clone()),
         Some(Bson::Document(key)) if key.is_empty() => Hint::None,
         Some(Bson::Document(key)) => match key.iter().next() {
-            Some((field, value)) if field == "$natural" => Hint::Natural {
-                reverse: tideway_base::bsonutil::as_f64(value)
-                    .is_some_and(|direction| direction < 0.0),
-            },
+            Some((field, value)) if field == "$natural" => Hint::natural(value),
             _ => meta
                 .and_then(|meta| meta.index_with_key(key))
                 .map_or(Hint::None, |index| Hint::Index(index.name.clone())),

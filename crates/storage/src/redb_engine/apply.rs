@@ -9,8 +9,9 @@
 //! half-way; they are returned as `StorageError::Io` and poison the whole group. Every document
 //! mutation keeps the data table, the maintained index tables, the expiry tables (`lw.`, `ox.`)
 //! and natural order (`n.`: an insert files its record id last, a replacement keeps it, a
-//! deletion unfiles it) in step; catalog-only indexes have no table and are never touched. Catalog changes are written
-//! to the `catalog` table and staged in the batch (published only after the commit).
+//! deletion unfiles it) in step; catalog-only indexes have no table and are never touched.
+//! Catalog changes are written to the `catalog` table and staged in the batch (published only
+//! after the commit).
 //!
 //! Must not: read outside the batch's transaction, or touch the published catalog.
 
@@ -343,14 +344,13 @@ pub(super) fn set_collection_options(
     let mut entry = (*require(batch, ns)?).clone();
     let mut command = doc! {"collMod": ns.coll.as_str()};
     command.extend(options.clone());
-    let clustered = entry.meta.clustered();
-    entry.meta.options = options;
     // The layout (natural order table or none) was decided at creation.
-    if entry.meta.clustered() != clustered {
+    if CollectionMeta::is_clustered(&options) != entry.meta.clustered() {
         return Err(StorageError::InvalidIndex(format!(
             "the clustered index of {ns} cannot be added or removed"
         )));
     }
+    entry.meta.options = options;
     let uuid = entry.meta.uuid;
     put_entry(batch, entry)?;
     log_command(batch, ns, Some(uuid), command)?;
@@ -1104,7 +1104,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             None => None,
         };
         Ok(CollectionTables {
-            natural: entry.natural_table().map(|name| open(&name)).transpose()?,
+            natural: entry.natural_table.as_deref().map(&open).transpose()?,
             capped,
             keyer: StoredKeyer::new(entry),
             became_multikey: Vec::new(),

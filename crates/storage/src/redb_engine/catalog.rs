@@ -57,6 +57,10 @@ pub(super) struct CollectionEntry {
     pub meta: CollectionMeta,
     /// `d.<id>`.
     pub data_table: String,
+    /// `n.<id>`, the natural order (insertion order) of a collection that is not clustered;
+    /// `None` for a clustered one, whose natural order is its data table's `_id` order (fixed at
+    /// creation, as clusteredness is).
+    pub natural_table: Option<String>,
     /// Secondary indexes (everything but `_id_`).
     pub indexes: Vec<IndexEntry>,
 }
@@ -201,6 +205,8 @@ impl CollectionEntry {
         id_index: IndexSpec,
         indexes: Vec<IndexEntry>,
     ) -> CollectionEntry {
+        let natural_table =
+            (!CollectionMeta::is_clustered(&options)).then(|| natural_table_name(id));
         let mut entry = CollectionEntry {
             id,
             meta: CollectionMeta {
@@ -211,6 +217,7 @@ impl CollectionEntry {
                 multikey_indexes: Vec::new(),
             },
             data_table: data_table_name(id),
+            natural_table,
             indexes,
         };
         entry.sync_index_specs();
@@ -246,12 +253,6 @@ impl CollectionEntry {
     /// `lw.<id>` or `ox.<id>`.
     pub(crate) fn expiry_table(&self, order: ExpiryOrder) -> String {
         expiry_table_name(order, self.id)
-    }
-
-    /// `n.<id>`, the natural order (insertion order) of a collection that is not clustered;
-    /// `None` for a clustered one, whose natural order is its data table's `_id` order.
-    pub(crate) fn natural_table(&self) -> Option<String> {
-        (!self.meta.clustered()).then(|| natural_table_name(self.id))
     }
 
     /// Every table the collection may have: data, both expiry tables, natural order, then each

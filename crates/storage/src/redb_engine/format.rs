@@ -284,7 +284,8 @@ pub(super) fn set_record_header(record: &mut [u8], rev: u64, meta: WriteMeta, re
         header[9..17].copy_from_slice(&meta.last_write_ms.to_be_bytes());
         header[17] = class;
         header[18..26].copy_from_slice(&expire_at_ms.to_be_bytes());
-        header[26..34].copy_from_slice(&record_id_key(record_id));
+        header[FORMAT_4_RECORD_HEADER_LEN..RECORD_HEADER_LEN]
+            .copy_from_slice(&record_id_key(record_id));
     }
 }
 
@@ -337,7 +338,7 @@ pub(super) fn record_header(record: &[u8]) -> StorageResult<RecordHeader> {
     Ok(RecordHeader {
         rev,
         meta: WriteMeta { last_write_ms, ttl },
-        record_id: record_id_of(&header[26..34])?,
+        record_id: record_id_of(&header[FORMAT_4_RECORD_HEADER_LEN..RECORD_HEADER_LEN])?,
     })
 }
 

@@ -439,15 +439,9 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
         (version, counters)
     };
     match version {
-        Some(FORMAT_VERSION) => {}
-        None => {
-            txn.open_table(META)
-                .map_err(io)?
-                .insert(META_FORMAT_VERSION, FORMAT_VERSION)
-                .map_err(io)?;
-        }
+        Some(FORMAT_VERSION) | None => {}
         Some(older) if (OLDEST_READABLE_FORMAT_VERSION..FORMAT_VERSION).contains(&older) => {
-            // Each conversion runs once, in the commit that marks the file current.
+            // Each conversion runs once, in the commit that marks the file current (below).
             if older < 4 {
                 // Versions 2 and 3 kept each session's record whole.
                 sessions::convert_whole_records(&txn)?;
@@ -455,10 +449,6 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
             // Versions 2 to 4 had no record ids, and natural order for capped collections only.
             natural::convert(&txn, &mut counters)?;
             counters.save(&txn)?;
-            txn.open_table(META)
-                .map_err(io)?
-                .insert(META_FORMAT_VERSION, FORMAT_VERSION)
-                .map_err(io)?;
         }
         Some(other) => {
             return Err(StorageError::Corrupt(format!(
@@ -467,6 +457,12 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
                  others; start with an empty --dbpath (or use the tideway build that wrote it)"
             )))
         }
+    }
+    if version != Some(FORMAT_VERSION) {
+        txn.open_table(META)
+            .map_err(io)?
+            .insert(META_FORMAT_VERSION, FORMAT_VERSION)
+            .map_err(io)?;
     }
     // Create the fixed tables so readers always find them.
     txn.open_table(CATALOG).map_err(io)?;

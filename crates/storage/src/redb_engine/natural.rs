@@ -57,7 +57,7 @@ fn convert_collection(
 ) -> StorageResult<u64> {
     let positions_name = format_4_natural_position_table_name(entry.id);
     let capped = entry.meta.capped().is_some();
-    let natural_name = entry.natural_table();
+    let natural_name = entry.natural_table.as_deref();
     let mut rewritten = 0u64;
     let mut after: Option<Vec<u8>> = None;
     loop {

@@ -230,8 +230,8 @@ pub(super) fn scan(
     };
     // A collection scan reads natural order: the `n.` table (record id → `_id` key), except in
     // a clustered collection, whose data table is in `_id` order. Positions are record ids.
-    let natural = match (&index, reads_index, entry.natural_table()) {
-        (None, false, Some(name)) => match open_table(txn, &name)? {
+    let natural = match (&index, reads_index, entry.natural_table.as_deref()) {
+        (None, false, Some(name)) => match open_table(txn, name)? {
             Some(table) => Some(table),
             None => return Ok(empty),
         },
@@ -320,7 +320,7 @@ pub(super) fn record_position(
     let Some(record) = data.get(id_key).map_err(io)? else {
         return Ok(None);
     };
-    Ok(Some(match entry.natural_table() {
+    Ok(Some(match entry.natural_table.as_deref() {
         Some(_) => record_id_key(record_header(record.value())?.record_id).to_vec(),
         None => id_key.to_vec(),
     }))
@@ -337,7 +337,7 @@ pub(super) fn appended_position(
     insert_order: u64,
 ) -> Option<Vec<u8>> {
     let entry = view.entry(ns)?;
-    Some(match entry.natural_table() {
+    Some(match entry.natural_table.as_deref() {
         Some(_) => [record_id_key(u64::MAX), record_id_key(insert_order)].concat(),
         None => id_key.to_vec(),
     })

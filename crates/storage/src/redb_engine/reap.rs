@@ -193,8 +193,8 @@ pub(super) fn plan(
         )?,
     ];
     // Documents that expire together were usually inserted together: often dense here too.
-    let natural_run = match entry.natural_table() {
-        Some(name) => KeyRun::new(natural_keys, open_table(&txn, &name)?.as_ref())?,
+    let natural_run = match entry.natural_table.as_deref() {
+        Some(name) => KeyRun::new(natural_keys, open_table(&txn, name)?.as_ref())?,
         None => KeyRun::default(),
     };
     Ok(Some(ReapPlan {
