@@ -21,7 +21,7 @@ pub struct ClientInfo {
     /// Whether the connection is TLS (`crate::tls`).
     pub tls: bool,
     /// The RFC 2253 subject of the client certificate the TLS handshake verified against
-    /// `--tlsCAFile`: the user name MONGODB-X509 authenticates (`auth::x509`).
+    /// `--tlsCAFile`: the user name MONGODB-X509 authenticates (`access::x509`).
     pub peer_certificate_subject: Option<String>,
     /// The server itself running a command through dispatch (the session cache's refresh):
     /// never subject to authorization, as mongod's internal clients.

@@ -15,6 +15,12 @@ use tideway_base::limits::Deadline;
 use tideway_query::sorter::SortLimits;
 use tideway_wire::Reply;
 
+/// Dispatch's entry point as a value: a handler that runs commands as the server itself (the
+/// session cache's refresh, as mongod's `DBDirectClient`) reaches it through its context, so
+/// no handler imports `dispatch`.
+pub type InternalDispatch =
+    for<'a> fn(&'a Arc<ServerState>, &'a Arc<ClientInfo>, &'a Document) -> BoxFuture<'a, Reply>;
+
 /// What a handler gets besides the command body.
 pub struct CommandContext<'a> {
     pub state: &'a Arc<ServerState>,
@@ -36,6 +42,8 @@ pub struct CommandContext<'a> {
     /// The key of the command's logical session (`lsid`), which the session cache marked used
     /// (`crate::sessions`).
     pub session: Option<&'a [u8]>,
+    /// Runs another command as the server itself (see [`InternalDispatch`]).
+    pub dispatch: InternalDispatch,
 }
 
 impl<'a> CommandContext<'a> {
@@ -51,6 +59,7 @@ impl<'a> CommandContext<'a> {
             op: self.op,
             txn: self.txn,
             session: self.session,
+            dispatch: self.dispatch,
         }
     }
 

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use bson::{Bson, Document, RawDocumentBuf};
 
 use tideway_base::error::{CommandError, CommandResult};
+use tideway_base::limits::MAX_BATCH_BYTES;
 use tideway_exec::executor::{DocStream, Visibility};
 use tideway_query::pipeline::{DocumentStream, PulledRun};
 use tideway_query::sorter::Sorted;
@@ -21,8 +22,6 @@ use tideway_storage::{Namespace, Record, Storage, StorageError, StorageResult, T
 pub(crate) const IDLE_TIMEOUT_MS: i64 = 10 * 60 * 1000;
 /// Default size of a first batch, in documents (mongod's).
 pub(crate) const DEFAULT_FIRST_BATCH: u64 = 101;
-/// Replies carry at most this many bytes of documents per batch.
-pub(crate) const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
 
 /// Where a cursor's documents come from.
 pub enum CursorSource {
@@ -94,7 +93,7 @@ pub struct Cursor {
     pub tailable: bool,
     /// With `tailable`: a getMore that finds nothing waits for inserts (`awaitData`).
     pub await_data: bool,
-    /// A change stream's cursor (`changes::stream`): its getMores are served there, and
+    /// A change stream's cursor (`commands::change_stream`): its getMores are served there, and
     /// dropping or renaming the watched collection does not kill it (the stream reports it).
     pub change_stream: Option<Box<crate::changes::ChangeStream>>,
     /// The transaction that opened the cursor (`TxnStorage::identity`): only its statements
@@ -104,7 +103,7 @@ pub struct Cursor {
     /// `killSessions`, `endSessions` and the session's expiry kill it.
     pub session: Option<Vec<u8>>,
     /// The users the opening connection had authenticated as: under `--auth` only a connection
-    /// authenticated as one of them may read on (`auth::authz::coauthorized`).
+    /// authenticated as one of them may read on (`access::enforce::coauthorized`).
     pub owner: Vec<crate::auth::UserName>,
 }
 

@@ -30,6 +30,15 @@ use tideway_wire::Reply;
 const OWN_OPCOUNTER: &[&str] = &["insert", "find", "update", "delete", "getMore", "bulkWrite"];
 
 /// Runs one command and returns its reply document (success or error); never fails.
+/// [`dispatch`] as a [`crate::command::InternalDispatch`] value.
+pub fn dispatch_boxed<'a>(
+    state: &'a Arc<ServerState>,
+    client: &'a Arc<ClientInfo>,
+    body: &'a Document,
+) -> futures::future::BoxFuture<'a, Reply> {
+    Box::pin(dispatch(state, client, body))
+}
+
 pub async fn dispatch(
     state: &Arc<ServerState>,
     client: &Arc<ClientInfo>,
@@ -56,12 +65,21 @@ pub async fn dispatch(
         }
     };
     // Replica-set mode: every reply gossips the cluster time.
-    crate::repl::decorate_reply(state, &mut reply);
+    if state.repl.is_some() {
+        crate::repl::decorate_reply(state.storage.as_ref(), &mut reply);
+    }
     if elapsed_ms >= state.profiler.slowms() {
         tracing::info!(name, elapsed_ms, conn = client.connection_id, "Slow query");
     }
     if let Some(finished) = finished {
-        crate::profiler::finish(state, finished, &reply).await;
+        crate::profiler::finish(
+            &state.profiler,
+            state.storage.as_ref(),
+            state.clock.as_ref(),
+            finished,
+            &reply,
+        )
+        .await;
     }
     reply
 }
@@ -138,21 +156,22 @@ async fn checked_spec(
             ))
         }
     };
-    let auth_rule = crate::auth::authz::check_authenticated(state, client, spec, db, body).await?;
+    let auth_rule =
+        crate::access::enforce::check_authenticated(state, client, spec, db, body).await?;
     if spec.admin_only && db != "admin" {
         return Err(CommandError::new(
             ErrorCode::Unauthorized,
             format!("{} may only be run against the admin database.", spec.name),
         ));
     }
-    crate::repl::check_session_options(state, spec.name, body)?;
+    crate::repl::check_session_options(state.repl.as_ref(), spec.name, body)?;
     if !OWN_OPCOUNTER.contains(&spec.name) {
         bump(&state.stats.opcounters.command, 1);
     }
     if let Some(args) = crate::commands::schema::args_for(spec.name) {
         crate::commands::schema::validate(spec.name, args, body)?;
     }
-    crate::auth::authz::check_privileges(state, client, auth_rule, db, body).await?;
+    crate::access::enforce::check_privileges(state, client, auth_rule, db, body).await?;
     Ok(spec)
 }
 
@@ -176,7 +195,11 @@ async fn run_handler(
     let session = state.sessions.touch(body, state.clock.now_ms());
     // A statement of a multi-document transaction runs inside it (replica-set mode).
     let statement = match &state.repl {
-        Some(repl) => repl.transactions.enter(state, spec.name, body).await?,
+        Some(repl) => {
+            repl.transactions
+                .enter(&state.storage, state.clock.as_ref(), spec.name, body)
+                .await?
+        }
         None => None,
     };
     let ctx = CommandContext {
@@ -188,6 +211,7 @@ async fn run_handler(
         op,
         txn: statement.as_ref().map(|statement| &statement.storage),
         session: session.as_deref(),
+        dispatch: dispatch_boxed,
     };
     // Server-side JavaScript the handler runs sees the switch, the budgets and this deadline.
     let work = tideway_query::js::scoped(
@@ -195,7 +219,9 @@ async fn run_handler(
         ctx.deadline,
         Box::pin(async {
             // Replica-set mode: `readConcern` (`afterClusterTime` may wait) before the command.
-            crate::repl::check_read_concern(state, body)?;
+            if state.repl.is_some() {
+                crate::repl::check_read_concern(state.storage.as_ref(), body)?;
+            }
             // A command naming a view is served by `commands::views`, any other by its handler.
             crate::commands::views::run(&ctx, spec, body).await
         }),

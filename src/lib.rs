@@ -4,6 +4,7 @@
 //! document) → `dispatch` (registry, shared checks, error replies) → `commands::*` (thin handlers).
 //! See docs/architecture.md for the module map and invariants.
 
+pub mod access;
 pub mod auth;
 mod changes;
 mod client;

@@ -27,11 +27,12 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 
 use crate::ops::Op;
-use crate::state::ServerState;
+use tideway_base::clock::Clock;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_query::Filter;
 use tideway_storage::{
-    Namespace, ScanRequest, ScanSource, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOptions,
+    Namespace, ScanRequest, ScanSource, Storage, StorageResult, TtlClass, WriteMeta, WriteOp,
+    WriteOptions,
 };
 
 /// mongod's `system.profile` capped size.
@@ -291,9 +292,14 @@ fn number(value: i64) -> Bson {
 }
 
 /// Profiles `finished` if its settings say so. Never fails: a write error is logged.
-pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &tideway_wire::Reply) {
+pub async fn finish(
+    profiler: &Profiler,
+    storage: &dyn Storage,
+    clock: &dyn Clock,
+    finished: Finished,
+    reply: &tideway_wire::Reply,
+) {
     let millis = i64::try_from(finished.op.started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let profiler = &state.profiler;
     let Finished {
         settings,
         op,
@@ -304,7 +310,7 @@ pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &tidewa
     if unfiltered_level_one && millis < profiler.slowms_setting() {
         return;
     }
-    let entry = entry(state, &op, millis, reply, error.as_ref());
+    let entry = entry(clock, &op, millis, reply, error.as_ref());
     let profile = match (settings.level, &settings.filter) {
         (level, _) if level >= 2 => true,
         (_, Some(filter)) => {
@@ -317,7 +323,7 @@ pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &tidewa
     if !profile {
         return;
     }
-    if let Err(error) = write_entry(state, &db, entry).await {
+    if let Err(error) = write_entry(profiler, storage, clock, &db, entry).await {
         tracing::warn!(%error, op = op.name, ns = %op.ns, "could not write a profile entry");
     }
 }
@@ -325,7 +331,7 @@ pub async fn finish(state: &Arc<ServerState>, finished: Finished, reply: &tidewa
 /// The `system.profile` entry of `op`, in mongod's field order (`OpDebug::append`, then `ts`,
 /// `client`, `appName`, `allUsers`, `user`).
 pub fn entry(
-    state: &ServerState,
+    clock: &dyn Clock,
     op: &Op,
     millis: i64,
     reply: &tideway_wire::Reply,
@@ -387,7 +393,7 @@ pub fn entry(
     if let Some(summary) = op.plan_summary() {
         out.insert("planSummary", summary);
     }
-    out.insert("ts", state.clock.now());
+    out.insert("ts", clock.now());
     out.insert("client", op.client.host());
     if let Some(app_name) = op.client.app_name() {
         out.insert("appName", app_name);
@@ -399,7 +405,7 @@ pub fn entry(
 
 /// An `_id` that sorts in insertion order: the server clock's seconds, then a process-wide
 /// counter (seeded from the wall clock, so it keeps increasing across restarts).
-fn entry_id(state: &ServerState) -> ObjectId {
+fn entry_id(clock: &dyn Clock) -> ObjectId {
     static NEXT: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
     let counter = NEXT.get_or_init(|| {
         let nanos = std::time::SystemTime::now()
@@ -407,7 +413,7 @@ fn entry_id(state: &ServerState) -> ObjectId {
             .map_or(0, |elapsed| elapsed.as_nanos() as u64);
         AtomicU64::new(nanos)
     });
-    let seconds = u32::try_from(state.clock.now_ms().max(0) / 1000).unwrap_or(u32::MAX);
+    let seconds = u32::try_from(clock.now_ms().max(0) / 1000).unwrap_or(u32::MAX);
     let sequence = counter.fetch_add(1, Ordering::Relaxed);
     let mut bytes = [0u8; 12];
     bytes[..4].copy_from_slice(&seconds.to_be_bytes());
@@ -416,14 +422,20 @@ fn entry_id(state: &ServerState) -> ObjectId {
 }
 
 /// Writes `entry` to `<db>.system.profile`, then keeps the collection within its bound.
-async fn write_entry(state: &Arc<ServerState>, db: &str, entry: Document) -> StorageResult<()> {
+async fn write_entry(
+    profiler: &Profiler,
+    storage: &dyn Storage,
+    clock: &dyn Clock,
+    db: &str,
+    entry: Document,
+) -> StorageResult<()> {
     let ns = Namespace::new(db, PROFILE_COLLECTION);
-    let mut document = doc! {"_id": entry_id(state)};
+    let mut document = doc! {"_id": entry_id(clock)};
     document.extend(entry);
     let op = WriteOp::Insert {
         doc: document,
         meta: WriteMeta {
-            last_write_ms: state.clock.now_ms(),
+            last_write_ms: clock.now_ms(),
             ttl: TtlClass::Default,
         },
         supersede: None,
@@ -433,16 +445,15 @@ async fn write_entry(state: &Arc<ServerState>, db: &str, entry: Document) -> Sto
         force_durable: false,
         background: true,
     };
-    for result in state.storage.write(&ns, vec![op], options).await? {
+    for result in storage.write(&ns, vec![op], options).await? {
         result?;
     }
-    trim(state, &ns).await
+    trim(profiler, storage, &ns).await
 }
 
 /// Deletes the oldest entries while the collection holds more than its bound.
-async fn trim(state: &ServerState, ns: &Namespace) -> StorageResult<()> {
-    let _trimming = state.profiler.trimming.lock().await;
-    let storage = state.storage.as_ref();
+async fn trim(profiler: &Profiler, storage: &dyn Storage, ns: &Namespace) -> StorageResult<()> {
+    let _trimming = profiler.trimming.lock().await;
     let size = storage.stats(ns).await?.data_size;
     let Some(mut excess) = size
         .checked_sub(PROFILE_COLLECTION_BYTES)

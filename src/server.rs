@@ -50,7 +50,17 @@ impl Server {
     /// as its member (`repl::start`); to be called before [`Server::run`]. Nothing on a
     /// standalone server.
     pub async fn start_replication(&self) -> tideway_base::error::CommandResult<()> {
-        crate::repl::start(&self.state, &self.local_addrs()).await
+        let Some(repl) = &self.state.repl else {
+            return Ok(());
+        };
+        crate::repl::start(
+            repl,
+            self.state.storage.as_ref(),
+            self.state.clock.as_ref(),
+            self.state.config.port,
+            &self.local_addrs(),
+        )
+        .await
     }
 
     pub fn state(&self) -> &Arc<ServerState> {
@@ -61,7 +71,12 @@ impl Server {
     /// request.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         // The oplog exists before the first write can happen, or the server does not serve.
-        if let Err(error) = crate::changes::ensure_oplog(&self.state).await {
+        if let Err(error) = crate::changes::ensure_oplog(
+            self.state.storage.as_ref(),
+            self.state.config.oplog_size_mb(),
+        )
+        .await
+        {
             tracing::error!(%error, "cannot create the oplog (local.oplog.rs); not serving");
             return;
         }
@@ -72,11 +87,11 @@ impl Server {
         let cursor_reaper = tokio::spawn(reap_idle_cursors(self.state.clone(), stop_rx.clone()));
         let ttl_reaper = tokio::spawn(run_ttl_monitor(self.state.clone(), stop_rx.clone()));
         let time_keeper = tokio::spawn(record_time(self.state.clone(), stop_rx.clone()));
-        let transaction_limit = tokio::spawn(crate::txn::abort_expired_transactions(
+        let transaction_limit = tokio::spawn(abort_expired_transactions(
             self.state.clone(),
             stop_rx.clone(),
         ));
-        let session_refresh = tokio::spawn(crate::sessions::refresh_periodically(
+        let session_refresh = tokio::spawn(refresh_sessions_periodically(
             self.state.clone(),
             stop_rx.clone(),
         ));
@@ -181,6 +196,46 @@ async fn record_time(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
         }
         if stopping {
             return;
+        }
+    }
+}
+
+const LIFETIME_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Aborts transactions past `transactionLifetimeLimitSeconds`, checking every second (mongod
+/// checks every half of the limit: a transaction here outlives it by at most a second), until
+/// `stop`.
+async fn abort_expired_transactions(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    let Some(repl) = &state.repl else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            () = tokio::time::sleep(LIFETIME_CHECK_INTERVAL) => {
+                let limit_ms = state.params.transaction_lifetime_limit_secs() * 1000;
+                let idle_ms = state.params.logical_session_timeout_minutes() * 60_000;
+                repl.transactions.abort_expired(state.clock.now_ms(), limit_ms, idle_ms);
+            }
+        }
+    }
+}
+
+/// Refreshes the cache every `logicalSessionRefreshMillis` until `stop`.
+async fn refresh_sessions_periodically(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let interval_ms = u64::try_from(state.params.logical_session_refresh_ms()).unwrap_or(1);
+        let stopping = tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => true,
+            () = tokio::time::sleep(std::time::Duration::from_millis(interval_ms.max(1))) => false,
+        };
+        if stopping {
+            return;
+        }
+        if let Err(error) =
+            crate::commands::sessions::refresh(&state, crate::dispatch::dispatch_boxed).await
+        {
+            tracing::info!(%error, "Failed to refresh session cache, will try again at the next refresh interval");
         }
     }
 }

@@ -26,15 +26,18 @@
 //! back for the next one. Nothing here decides TTL visibility: the TTL index does.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use bson::{doc, Bson, Document};
 
-use crate::client::ClientInfo;
+use futures::future::BoxFuture;
+
+use crate::cursor::CursorRegistry;
+use crate::repl::ReplSet;
 use crate::session_id::{lsid_key, session_id_document};
-use crate::state::ServerState;
+use tideway_base::clock::Clock;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
-use tideway_storage::Namespace;
+use tideway_storage::{Namespace, Storage};
 use tideway_wire::Reply;
 
 /// Where session records live (mongod's `NamespaceString::kLogicalSessionsNamespace`).
@@ -52,8 +55,20 @@ pub(crate) fn is_sessions_namespace(ns: &Namespace) -> bool {
 }
 
 /// `localLogicalSessionTimeoutMinutes` as `hello` and `startSession` report it.
-pub(crate) fn timeout_minutes(state: &ServerState) -> i32 {
-    i32::try_from(state.params.logical_session_timeout_minutes()).unwrap_or(i32::MAX)
+pub(crate) fn timeout_minutes(params: &crate::params::Parameters) -> i32 {
+    i32::try_from(params.logical_session_timeout_minutes()).unwrap_or(i32::MAX)
+}
+
+/// What a refresh reaches beyond the cache: storage and the clock, the session timeout, the
+/// server state of sessions (cursors, replica-set transactions and retryable writes), and
+/// `run`, which runs a command on `config` as the server itself (dispatch).
+pub struct RefreshHost<'a> {
+    pub storage: &'a dyn Storage,
+    pub clock: &'a dyn Clock,
+    pub timeout_minutes: i64,
+    pub cursors: &'a CursorRegistry,
+    pub repl: Option<&'a ReplSet>,
+    pub run: &'a (dyn Fn(Document) -> BoxFuture<'a, Reply> + Send + Sync),
 }
 
 #[derive(Debug, Default)]
@@ -128,11 +143,10 @@ impl SessionCache {
 
     /// Flushes the cache to `config.system.sessions` and ends the server state of sessions
     /// that ended or expired (see the module documentation).
-    pub async fn refresh(&self, state: &Arc<ServerState>) -> CommandResult<Refreshed> {
+    pub async fn refresh(&self, host: &RefreshHost<'_>) -> CommandResult<Refreshed> {
         let _one_at_a_time = self.refreshing.lock().await;
-        let client = Arc::new(ClientInfo::internal());
-        let timeout_ms = state.params.logical_session_timeout_minutes() * 60_000;
-        setup_collection(state, &client, timeout_ms / 1000).await?;
+        let timeout_ms = host.timeout_minutes * 60_000;
+        setup_collection(host, timeout_ms / 1000).await?;
         let (active, ending) = {
             let mut cache = lock(&self.cache);
             (
@@ -145,7 +159,7 @@ impl SessionCache {
             .filter(|(key, _)| !ending.contains(key))
             .collect();
         active.sort();
-        let now_ms = state.clock.now_ms();
+        let now_ms = host.clock.now_ms();
         let mut done = Refreshed::default();
         let mut first_error = None;
         let mut failed = Vec::new();
@@ -162,7 +176,7 @@ impl SessionCache {
                 .collect();
             let command =
                 doc! {"update": SESSIONS_COLLECTION, "updates": updates, "ordered": false};
-            let failed_at = match run(state, &client, command).await {
+            let failed_at = match run(host, command).await {
                 Ok(reply) => write_error_indexes(&reply),
                 Err(error) => {
                     first_error.get_or_insert(error);
@@ -187,7 +201,7 @@ impl SessionCache {
                 .collect();
             let command =
                 doc! {"delete": SESSIONS_COLLECTION, "deletes": deletes, "ordered": false};
-            if let Err(error) = run(state, &client, command).await {
+            if let Err(error) = run(host, command).await {
                 first_error.get_or_insert(error);
             }
         }
@@ -221,9 +235,9 @@ impl SessionCache {
         done.expired = expired.len();
         let closed: HashSet<&[u8]> = expired.iter().chain(&ending).map(Vec::as_slice).collect();
         if !closed.is_empty() {
-            done.cursors_closed = state.cursors.kill_sessions(|key| closed.contains(key));
+            done.cursors_closed = host.cursors.kill_sessions(|key| closed.contains(key));
         }
-        if let (Some(repl), false) = (&state.repl, expired.is_empty()) {
+        if let (Some(repl), false) = (host.repl, expired.is_empty()) {
             repl.transactions.abort_sessions(&expired).await;
             repl.sessions.forget(&expired);
         }
@@ -240,13 +254,9 @@ impl SessionCache {
 /// Makes sure `config.system.sessions` has its TTL index with the configured timeout (mongod's
 /// `setupSessionsCollection`: `createIndexes` if the index is missing, `collMod` if its
 /// `expireAfterSeconds` differs).
-async fn setup_collection(
-    state: &Arc<ServerState>,
-    client: &Arc<ClientInfo>,
-    timeout_secs: i64,
-) -> CommandResult<()> {
+async fn setup_collection(host: &RefreshHost<'_>, timeout_secs: i64) -> CommandResult<()> {
     let ns = Namespace::new(SESSIONS_DB, SESSIONS_COLLECTION);
-    let meta = state.storage.collection(&ns).await?;
+    let meta = host.storage.collection(&ns).await?;
     let index = meta.as_ref().and_then(|meta| {
         meta.indexes
             .iter()
@@ -271,29 +281,22 @@ async fn setup_collection(
         }
         Some(_) => return Ok(()),
     };
-    run(state, client, command)
-        .await
-        .map(drop)
-        .map_err(|error| {
-            CommandError::new(
-                error.code,
-                format!(
-                    "Failed to create {SESSIONS_DB}.{SESSIONS_COLLECTION} :: caused by :: {}",
-                    error.errmsg
-                ),
-            )
-        })
+    run(host, command).await.map(drop).map_err(|error| {
+        CommandError::new(
+            error.code,
+            format!(
+                "Failed to create {SESSIONS_DB}.{SESSIONS_COLLECTION} :: caused by :: {}",
+                error.errmsg
+            ),
+        )
+    })
 }
 
 /// Runs `command` on the `config` database as the server itself, through dispatch; its error
 /// reply as an error.
-async fn run(
-    state: &Arc<ServerState>,
-    client: &Arc<ClientInfo>,
-    mut command: Document,
-) -> CommandResult<Document> {
+async fn run(host: &RefreshHost<'_>, mut command: Document) -> CommandResult<Document> {
     command.insert("$db", SESSIONS_DB);
-    let reply = match crate::dispatch::dispatch(state, client, &command).await {
+    let reply = match (host.run)(command).await {
         Reply::Document(reply) => reply,
         Reply::Raw(raw) => raw
             .to_document()
@@ -328,24 +331,4 @@ fn write_error_indexes(reply: &Document) -> Vec<usize> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Refreshes the cache every `logicalSessionRefreshMillis` until `stop`.
-pub(crate) async fn refresh_periodically(
-    state: Arc<ServerState>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        let interval_ms = u64::try_from(state.params.logical_session_refresh_ms()).unwrap_or(1);
-        let stopping = tokio::select! {
-            _ = stop.wait_for(|stopping| *stopping) => true,
-            () = tokio::time::sleep(std::time::Duration::from_millis(interval_ms.max(1))) => false,
-        };
-        if stopping {
-            return;
-        }
-        if let Err(error) = state.sessions.refresh(&state).await {
-            tracing::info!(%error, "Failed to refresh session cache, will try again at the next refresh interval");
-        }
-    }
 }

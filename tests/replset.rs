@@ -434,9 +434,15 @@ async fn a_retry_after_a_restart_is_answered_from_the_record() {
         storage,
     )
     .unwrap();
-    let error = tideway::repl::start(&state, &["127.0.0.1:1".parse().unwrap()])
-        .await
-        .unwrap_err();
+    let error = tideway::repl::start(
+        state.repl.as_ref().unwrap(),
+        state.storage.as_ref(),
+        state.clock.as_ref(),
+        1,
+        &["127.0.0.1:1".parse().unwrap()],
+    )
+    .await
+    .unwrap_err();
     assert_eq!(
         error.errmsg,
         "Local replica set configuration document reports set name of rs0, but command line reports other"

@@ -1,16 +1,13 @@
-//! Enforcement under `--auth`: what each command requires (mongod's `requiresAuth` and each
-//! command's privilege check, as data: [`rule`]), the check dispatch runs before every command,
-//! the localhost exception, and the privileges of a connection's users (resolved from their
-//! roles, cached per connection until any user or role changes).
+//! What each command requires under `--auth` (mongod's `requiresAuth` and each command's
+//! privilege check, as data: [`rule`] and the needs it derives from the command body), the
+//! authorization state shared across connections ([`ServerAuth`]: whether `--auth` is on, the
+//! generation that invalidates every connection's resolved privileges when a user or role
+//! changes, whether a user has been seen), and the per-connection [`PrivilegeCache`].
+//! `crate::access::enforce` applies them before every command.
 //!
-//! Invariants: without `--auth` nothing here runs (one boolean test per command). With it, a
-//! command that is not answered before authentication fails with 13 "Command <name> requires
-//! authentication" until the connection has authenticated, before its arguments are parsed (as
-//! mongod's pre-parse check); an authenticated user lacking a privilege gets 13 "not authorized
-//! on <db> to execute command <command>". While no user exists, a connection from a loopback
-//! address may run anything (mongod's localhost exception, `enableLocalhostAuthBypass`); once a
-//! user has been seen the exception ends for the server's lifetime, as mongod caches it. Every
-//! registered command has a rule (a unit test walks the registry).
+//! Invariants: every registered command has a rule (a unit test walks the registry); the
+//! needs of a command are derived from its body alone, within [`MAX_PIPELINE_DEPTH`] nested
+//! pipelines.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -19,10 +16,6 @@ use bson::{Bson, Document};
 
 use super::name_and_db;
 use super::privileges::{Action, PrivilegeSet, Target};
-use crate::client::ClientInfo;
-use crate::command::CommandSpec;
-use crate::state::ServerState;
-use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
 use Action as A;
 
@@ -34,7 +27,7 @@ pub struct ServerAuth {
     /// Bumped by every change to users or roles: cached privileges older than it are stale.
     generation: AtomicU64,
     /// Whether any user exists: 0 not known yet, 1 none, 2 some (then for good).
-    users_exist: AtomicU8,
+    pub(crate) users_exist: AtomicU8,
 }
 
 impl ServerAuth {
@@ -57,7 +50,7 @@ impl ServerAuth {
         self.changed();
     }
 
-    fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 }
@@ -69,11 +62,27 @@ pub struct PrivilegeCache {
 }
 
 impl PrivilegeCache {
-    pub fn clear(&self) {
-        *self
-            .entry
+    /// The privileges resolved at `generation`, if those are the ones kept.
+    pub(crate) fn at(&self, generation: u64) -> Option<Arc<PrivilegeSet>> {
+        match &*self.lock() {
+            Some((kept, set)) if *kept == generation => Some(Arc::clone(set)),
+            _ => None,
+        }
+    }
+
+    /// Keeps `set`, resolved at `generation`.
+    pub(crate) fn keep(&self, generation: u64, set: Arc<PrivilegeSet>) {
+        *self.lock() = Some((generation, set));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<PrivilegeSet>)>> {
+        self.entry
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn clear(&self) {
+        *self.lock() = None;
     }
 }
 
@@ -186,6 +195,11 @@ pub struct Needs<'a> {
 }
 
 impl<'a> Needs<'a> {
+    /// Whether the command needs no privilege at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     fn cluster(&mut self, actions: &'static [Action]) {
         self.entries.push((Target::Cluster, actions));
     }
@@ -218,7 +232,7 @@ impl<'a> Needs<'a> {
         }
     }
 
-    fn allowed_by(&self, privileges: &PrivilegeSet) -> bool {
+    pub(crate) fn allowed_by(&self, privileges: &PrivilegeSet) -> bool {
         self.entries.iter().all(|(target, actions)| {
             actions
                 .iter()
@@ -638,7 +652,7 @@ fn viewed_databases<'a>(
     }
 }
 
-fn rule_needs<'a>(rule: Rule, db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
+pub(crate) fn rule_needs<'a>(rule: Rule, db: &'a str, body: &'a Document, needs: &mut Needs<'a>) {
     let name = body.keys().next().map(String::as_str).unwrap_or_default();
     match rule {
         Rule::PreAuth | Rule::AnyUser => {}
@@ -647,178 +661,6 @@ fn rule_needs<'a>(rule: Rule, db: &'a str, body: &'a Document, needs: &mut Needs
         Rule::Cluster(actions) => needs.cluster(actions),
         Rule::Computed(compute) => compute(db, body, needs),
     }
-}
-
-/// Whether the localhost exception lets `client` do anything: no user exists yet and the
-/// connection comes from a loopback address.
-async fn localhost_bypass(state: &ServerState, client: &ClientInfo) -> CommandResult<bool> {
-    // Once a user exists (the steady state), one atomic load decides.
-    let known = state.auth.users_exist.load(Ordering::Acquire);
-    if known == 2
-        || !state.params.enable_localhost_auth_bypass()
-        || !super::client_host(client).is_some_and(|ip| ip.is_loopback())
-    {
-        return Ok(false);
-    }
-    let exist = known == 0 && super::users::any_user_exists(state).await?;
-    state
-        .auth
-        .users_exist
-        .store(if exist { 2 } else { 1 }, Ordering::Release);
-    Ok(!exist)
-}
-
-/// The privileges of the connection's users; `None` when nothing is checked (no `--auth`, or
-/// the localhost exception). Resolved once per connection and change of users or roles.
-pub async fn privileges(
-    state: &ServerState,
-    client: &ClientInfo,
-) -> CommandResult<Option<Arc<PrivilegeSet>>> {
-    if !state.auth.enabled || client.internal || localhost_bypass(state, client).await? {
-        return Ok(None);
-    }
-    let generation = state.auth.generation();
-    if let Some((cached_generation, set)) = client
-        .auth
-        .privileges
-        .entry
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .as_ref()
-    {
-        if *cached_generation == generation {
-            return Ok(Some(set.clone()));
-        }
-    }
-    let mut set = PrivilegeSet::default();
-    for (_, roles) in super::authenticated_users(state, client).await? {
-        set.extend(&super::roles::resolve(state, &roles).await?);
-    }
-    let set = Arc::new(set);
-    *client
-        .auth
-        .privileges
-        .entry
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((generation, set.clone()));
-    Ok(Some(set))
-}
-
-/// The check dispatch runs before parsing a command's arguments: an unauthenticated
-/// connection may run only the pre-authentication commands. Answers the command's rule for
-/// [`check_privileges`] (`None`: nothing is checked, no `--auth` or the server's own client).
-pub(crate) async fn check_authenticated(
-    state: &ServerState,
-    client: &ClientInfo,
-    spec: &CommandSpec,
-    db: &str,
-    body: &Document,
-) -> CommandResult<Option<Rule>> {
-    if !state.auth.enabled || client.internal {
-        return Ok(None);
-    }
-    let Some(rule) = rule(spec.name) else {
-        // Unreachable for a registered command (see the registry test); refuse, never allow.
-        return Err(unauthorized(db, body));
-    };
-    if matches!(rule, Rule::PreAuth)
-        || client.auth.is_authenticated()
-        || localhost_bypass(state, client).await?
-    {
-        return Ok(Some(rule));
-    }
-    Err(CommandError::new(
-        ErrorCode::Unauthorized,
-        format!("Command {} requires authentication", spec.name),
-    ))
-}
-
-/// The privilege check dispatch runs once the arguments are known to be well formed, with the
-/// rule [`check_authenticated`] answered.
-pub(crate) async fn check_privileges(
-    state: &ServerState,
-    client: &ClientInfo,
-    rule: Option<Rule>,
-    db: &str,
-    body: &Document,
-) -> CommandResult<()> {
-    let Some(rule) = rule else {
-        return Ok(());
-    };
-    let mut needs = Needs::default();
-    rule_needs(rule, db, body, &mut needs);
-    if needs.entries.is_empty() || views_only_itself(db, body, client) {
-        return Ok(());
-    }
-    match privileges(state, client).await? {
-        None => Ok(()),
-        Some(privileges) if needs.allowed_by(&privileges) => Ok(()),
-        Some(_) => Err(unauthorized(db, body)),
-    }
-}
-
-/// mongod lets a user always view its own user document: `usersInfo` naming only users the
-/// connection is authenticated as needs no `viewUser`.
-fn views_only_itself(db: &str, body: &Document, client: &ClientInfo) -> bool {
-    if body.keys().next().map(String::as_str) != Some("usersInfo") {
-        return false;
-    }
-    let users = client.auth.users();
-    let is_caller = |value: &Bson| {
-        name_and_db(value, "user", db).is_some_and(|(user, user_db)| {
-            users
-                .iter()
-                .any(|known| known.user == user && known.db == user_db)
-        })
-    };
-    match body.get("usersInfo") {
-        Some(Bson::Array(named)) => !named.is_empty() && named.iter().all(is_caller),
-        Some(value) => is_caller(value),
-        None => false,
-    }
-}
-
-/// Whether `viewer` runs as the same user as something `owner` started (an operation, a
-/// cursor): mongod's `isCoauthorizedWith`. Always without `--auth` and for the server's own
-/// client; else when both are unauthenticated or they share a user.
-pub(crate) fn coauthorized(
-    state: &ServerState,
-    viewer: &ClientInfo,
-    owner: &[super::UserName],
-) -> bool {
-    if !state.auth.enabled || viewer.internal {
-        return true;
-    }
-    let mine = viewer.auth.users();
-    (mine.is_empty() && owner.is_empty()) || mine.iter().any(|user| owner.contains(user))
-}
-
-pub(crate) fn foreign_cursor(id: i64) -> CommandError {
-    CommandError::new(
-        ErrorCode::Unauthorized,
-        format!("cursor id {id} was not created by the authenticated user"),
-    )
-}
-
-/// Fields drivers send as OP_MSG document sequences, which mongod's message (the command
-/// body alone) does not show.
-const SEQUENCE_FIELDS: &[&str] = &["documents", "updates", "deletes", "ops", "nsInfo"];
-
-/// mongod's refusal of a command the caller lacks a privilege for: the command as mongod
-/// prints a BSON object, without its document sequences.
-pub(crate) fn unauthorized(db: &str, body: &Document) -> CommandError {
-    let shown: Document = body
-        .iter()
-        .filter(|(field, _)| !SEQUENCE_FIELDS.contains(&field.as_str()))
-        .map(|(field, value)| (field.clone(), value.clone()))
-        .collect();
-    CommandError::new(
-        ErrorCode::Unauthorized,
-        format!(
-            "not authorized on {db} to execute command {}",
-            tideway_base::display::value_string(&Bson::Document(shown))
-        ),
-    )
 }
 
 #[cfg(test)]

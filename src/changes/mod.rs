@@ -11,37 +11,32 @@
 pub mod stream;
 pub mod token;
 
-pub use stream::{get_more, open, ChangeStream};
+pub use stream::{ChangeStream, Reader};
 
 use bson::doc;
 
-use crate::state::ServerState;
 use tideway_storage::oplog::oplog_namespace;
-use tideway_storage::{StorageError, StorageResult};
+use tideway_storage::{Storage, StorageError, StorageResult};
 
-/// Creates the oplog if the configuration asks for one and it does not exist yet.
-pub(crate) async fn ensure_oplog(state: &ServerState) -> StorageResult<()> {
-    let Some(megabytes) = state.config.oplog_size_mb() else {
+/// Creates the oplog of `megabytes` (the configuration's, `None` without one) if it does not
+/// exist yet.
+pub(crate) async fn ensure_oplog(
+    storage: &dyn Storage,
+    megabytes: Option<u64>,
+) -> StorageResult<()> {
+    let Some(megabytes) = megabytes else {
         return Ok(());
     };
     let ns = oplog_namespace();
     let bytes = i64::try_from(megabytes.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
     let options = doc! {"capped": true, "size": bytes};
-    match state
-        .storage
-        .create_collection(&ns, options, Vec::new())
-        .await
-    {
+    match storage.create_collection(&ns, options, Vec::new()).await {
         Ok(_) | Err(StorageError::NamespaceExists(_)) => Ok(()),
         Err(error) => Err(error),
     }
 }
 
 /// Whether the server keeps an oplog (so change streams can be opened).
-pub(crate) async fn has_oplog(state: &ServerState) -> StorageResult<bool> {
-    Ok(state
-        .storage
-        .collection(&oplog_namespace())
-        .await?
-        .is_some())
+pub(crate) async fn has_oplog(storage: &dyn Storage) -> StorageResult<bool> {
+    Ok(storage.collection(&oplog_namespace()).await?.is_some())
 }

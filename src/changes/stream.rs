@@ -1,7 +1,8 @@
 //! `$changeStream`: opens a change stream over the oplog (a collection's, a database's or, on
 //! `admin` with `allChangesForCluster`, the cluster's), turns oplog entries into mongod's change
-//! events, runs the stages that follow `$changeStream` over each event, and serves the
-//! tailable+awaitData cursor's batches with `postBatchResumeToken`.
+//! events, runs the stages that follow `$changeStream` over each event, and makes the batches
+//! (with `postBatchResumeToken`) that the stream's tailable+awaitData cursor serves
+//! (`commands::change_stream`).
 //!
 //! Invariants: events come out in oplog order, each once: the stream's position (`from`) only
 //! moves past an entry once every event it makes was handed out or filtered; an entry whose
@@ -10,17 +11,16 @@
 //! everywhere: `updateLookup` reads through the collection's visibility. Reaper deletions are
 //! `delete` events with tideway's `expired: true` and `expireAt` (docs/ttl.md).
 
-use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document, Timestamp};
 
 use super::token::{Mark, ResumeToken};
-use crate::command::CommandContext;
-use crate::commands::args::optional_i64;
-use crate::cursor::{Cursor, CursorSource};
+use tideway_base::clock::Clock;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::limits::MAX_BATCH_BYTES;
+use tideway_exec::executor::{CollectionView, PolicyGates};
 use tideway_query::keycodec::encode_id;
 use tideway_query::pipeline::PulledRun;
 use tideway_query::{Pipeline, PipelineContext};
@@ -41,7 +41,7 @@ const FOLLOWING_STAGES: &[&str] = &[
 ];
 
 /// mongod's default `maxAwaitTimeMS` for a change stream's getMore.
-const DEFAULT_AWAIT_MS: u64 = 1000;
+pub(crate) const DEFAULT_AWAIT_MS: u64 = 1000;
 /// Oplog entries read per storage page.
 const PAGE_ENTRIES: usize = 256;
 
@@ -100,120 +100,97 @@ pub struct ChangeStream {
     invalidated: bool,
 }
 
-/// `aggregate` whose first stage is `$changeStream`; `collection` is `None` for `aggregate: 1`.
-pub async fn open(
-    ctx: &CommandContext<'_>,
-    body: &Document,
-    collection: Option<Namespace>,
-    stages: &[Document],
-) -> CommandResult<Reply> {
-    if !super::has_oplog(ctx.state).await? {
-        // A standalone mongod's answer: change streams need the oplog.
-        return Err(CommandError::new(
-            ErrorCode::Location40573,
-            "The $changeStream stage is only supported on replica sets",
-        ));
-    }
-    let Some(Bson::Document(spec)) = stages[0].get("$changeStream") else {
-        return Err(CommandError::new(
-            ErrorCode::Location50808,
-            "$changeStream stage expects a document as argument",
-        ));
-    };
-    let spec = Spec::parse(spec)?;
-    let scope = scope_of(ctx.db, collection, spec.all_changes_for_cluster)?;
-    let (leading_filter, run) = following_stages(ctx, &stages[1..])?;
-    let (from, delivered_at) = start(ctx, &spec).await?;
-    let mut stream = ChangeStream {
-        scope,
-        full_document: spec.full_document,
-        before_change: spec.before_change,
-        show_expanded: spec.show_expanded,
-        from,
-        delivered_at,
-        leading_filter,
-        run,
-        invalidated: false,
-    };
-    let cursor_options = body.get_document("cursor").ok();
-    let batch_size = cursor_options
-        .and_then(|cursor| cursor.get("batchSize"))
-        .and_then(tideway_base::bsonutil::as_f64)
-        .map_or(crate::cursor::DEFAULT_FIRST_BATCH, |size| {
-            size.max(0.0) as u64
-        });
-    let (batch, token) = stream.next_batch(ctx, batch_size).await?;
-    let ns = match &stream.scope {
-        Scope::Collection(ns) => ns.to_string(),
-        _ => format!("{}.$cmd.aggregate", ctx.db),
-    };
-    let id = if stream.invalidated {
-        0
-    } else {
-        let mut cursor = Cursor::new(
-            ns.clone(),
-            None,
-            CursorSource::Buffered(VecDeque::new()),
-            None,
-            None,
-        );
-        cursor.tailable = true;
-        cursor.await_data = true;
-        cursor.change_stream = Some(Box::new(stream));
-        cursor.session = ctx.session.map(<[u8]>::to_vec);
-        cursor.owner = ctx.client.auth.users();
-        ctx.state.cursors.register(cursor, ctx.state.clock.now_ms())
-    };
-    Ok(reply(id, &ns, batch, token, "firstBatch"))
+/// What a change stream reads: the oplog, and for `fullDocument: "updateLookup"` the
+/// collections as a command sees them now (visibility judged by `gates` and `clock`).
+pub struct Reader<'a> {
+    pub storage: &'a dyn Storage,
+    pub gates: &'a PolicyGates,
+    pub clock: &'a dyn Clock,
 }
 
-/// `getMore` on a change stream's cursor: the events committed since the last batch, waiting
-/// up to `maxTimeMS` (default 1 s) for the first one.
-pub async fn get_more(
-    ctx: &CommandContext<'_>,
-    id: i64,
-    mut cursor: Cursor,
-    batch_size: Option<u64>,
-    body: &Document,
-) -> CommandResult<Reply> {
-    let await_ms = match optional_i64(ctx, body, "maxTimeMS")? {
-        Some(ms) if ms > 0 => ms as u64,
-        _ => DEFAULT_AWAIT_MS,
-    };
-    let Some(mut stream) = cursor.change_stream.take() else {
-        return Err(CommandError::internal("not a change stream cursor"));
-    };
-    let max = batch_size.unwrap_or(u64::MAX);
-    let storage = Arc::clone(&ctx.state.storage);
-    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(await_ms);
-    let (batch, token) = loop {
-        // Registered before reading, so a commit between the read and the wait still wakes it.
-        let appended = storage.oplog_appended().notified();
-        let mut appended = std::pin::pin!(appended);
-        appended.as_mut().enable();
-        let (batch, token) = stream.next_batch(ctx, max).await?;
-        if !batch.is_empty() || stream.invalidated {
-            break (batch, token);
+impl ChangeStream {
+    /// The stream `aggregate` opens when its first stage is `$changeStream`, on `db` and
+    /// `collection` (`None` for `aggregate: 1`).
+    pub async fn open(
+        reader: &Reader<'_>,
+        db: &str,
+        collection: Option<Namespace>,
+        stages: &[Document],
+    ) -> CommandResult<ChangeStream> {
+        if !super::has_oplog(reader.storage).await? {
+            // A standalone mongod's answer: change streams need the oplog.
+            return Err(CommandError::new(
+                ErrorCode::Location40573,
+                "The $changeStream stage is only supported on replica sets",
+            ));
         }
-        if tokio::time::timeout_at(until, appended).await.is_err() {
-            break (batch, token);
+        let Some(Bson::Document(spec)) = stages[0].get("$changeStream") else {
+            return Err(CommandError::new(
+                ErrorCode::Location50808,
+                "$changeStream stage expects a document as argument",
+            ));
+        };
+        let spec = Spec::parse(spec)?;
+        let scope = scope_of(db, collection, spec.all_changes_for_cluster)?;
+        let (leading_filter, run) = following_stages(reader.clock, &stages[1..])?;
+        let (from, delivered_at) = start(reader.storage, &spec).await?;
+        Ok(ChangeStream {
+            scope,
+            full_document: spec.full_document,
+            before_change: spec.before_change,
+            show_expanded: spec.show_expanded,
+            from,
+            delivered_at,
+            leading_filter,
+            run,
+            invalidated: false,
+        })
+    }
+
+    /// The namespace its cursor reports: the collection's, else `<db>.$cmd.aggregate`.
+    pub fn cursor_namespace(&self, db: &str) -> String {
+        match &self.scope {
+            Scope::Collection(ns) => ns.to_string(),
+            _ => format!("{db}.$cmd.aggregate"),
         }
-    };
-    let ns = cursor.ns.clone();
-    let reply_id = if stream.invalidated {
-        0
-    } else {
-        cursor.change_stream = Some(stream);
-        ctx.state
-            .cursors
-            .checkin(id, cursor, ctx.state.clock.now_ms());
-        id
-    };
-    Ok(reply(reply_id, &ns, batch, token, "nextBatch"))
+    }
+
+    /// Whether an invalidate was handed out (the stream is over; its cursor closes).
+    pub fn invalidated(&self) -> bool {
+        self.invalidated
+    }
+
+    /// A getMore's batch: up to `max` events, waiting until `until` for the first one.
+    pub async fn await_batch(
+        &mut self,
+        reader: &Reader<'_>,
+        max: u64,
+        until: tokio::time::Instant,
+    ) -> CommandResult<(Vec<Document>, ResumeToken)> {
+        loop {
+            // Registered before reading, so a commit between the read and the wait still wakes it.
+            let appended = reader.storage.oplog_appended().notified();
+            let mut appended = std::pin::pin!(appended);
+            appended.as_mut().enable();
+            let (batch, token) = self.next_batch(reader, max).await?;
+            if !batch.is_empty() || self.invalidated {
+                return Ok((batch, token));
+            }
+            if tokio::time::timeout_at(until, appended).await.is_err() {
+                return Ok((batch, token));
+            }
+        }
+    }
 }
 
 /// A cursor reply with `postBatchResumeToken`, which drivers require of change streams.
-fn reply(id: i64, ns: &str, batch: Vec<Document>, token: ResumeToken, batch_name: &str) -> Reply {
+pub fn reply(
+    id: i64,
+    ns: &str,
+    batch: Vec<Document>,
+    token: ResumeToken,
+    batch_name: &str,
+) -> Reply {
     let mut cursor = Document::new();
     cursor.insert(batch_name, batch);
     cursor.insert("postBatchResumeToken", token.to_document());
@@ -361,7 +338,7 @@ fn scope_of(db: &str, collection: Option<Namespace>, all: bool) -> CommandResult
 
 /// The stages after `$changeStream`: only those mongod allows there.
 fn following_stages(
-    ctx: &CommandContext<'_>,
+    clock: &dyn Clock,
     stages: &[Document],
 ) -> CommandResult<(Option<Arc<tideway_query::Filter>>, PulledRun)> {
     for stage in stages {
@@ -380,14 +357,14 @@ fn following_stages(
         }
     }
     let pipeline = Arc::new(Pipeline::parse(stages)?);
-    let context = PipelineContext::at(bson::DateTime::from_millis(ctx.state.clock.now_ms()));
+    let context = PipelineContext::at(bson::DateTime::from_millis(clock.now_ms()));
     let leading_filter = pipeline.leading_filter().cloned().map(Arc::new);
     Ok((leading_filter, PulledRun::new(pipeline, 0, context)?))
 }
 
 /// Where the stream starts reading, and the entry whose event a resume token delivered.
 async fn start(
-    ctx: &CommandContext<'_>,
+    storage: &dyn Storage,
     spec: &Spec,
 ) -> CommandResult<(Bound<Timestamp>, Option<Timestamp>)> {
     let resumed = spec.resume_after.or(spec.start_after);
@@ -395,9 +372,9 @@ async fn start(
         .map(|token| token.ts)
         .or(spec.start_at_operation_time);
     let Some(resume_ts) = resume_ts else {
-        return Ok((Bound::Excluded(ctx.state.storage.cluster_time()), None));
+        return Ok((Bound::Excluded(storage.cluster_time()), None));
     };
-    if let Some(oldest) = oldest_entry(ctx.state.storage.as_ref()).await? {
+    if let Some(oldest) = oldest_entry(storage).await? {
         if resume_ts < oldest {
             return Err(CommandError::new(
                 ErrorCode::ChangeStreamHistoryLost,
@@ -451,12 +428,12 @@ impl ChangeStream {
     /// Up to `max` events committed after the stream's position, and the batch's
     /// `postBatchResumeToken`: the last event's token, or (having read every entry) a
     /// high-water mark at the newest entry time known to be read.
-    async fn next_batch(
+    pub async fn next_batch(
         &mut self,
-        ctx: &CommandContext<'_>,
+        reader: &Reader<'_>,
         max: u64,
     ) -> CommandResult<(Vec<Document>, ResumeToken)> {
-        let storage = ctx.state.storage.as_ref();
+        let storage = reader.storage;
         // Every entry at or before this time committed before it was published: the scans
         // below see them all.
         let mut high_water = storage.cluster_time();
@@ -467,7 +444,7 @@ impl ChangeStream {
         // backlog of large events is served over several replies, each within the wire limit.
         let mut bytes = 0;
         let full = |batch: &Vec<Document>, bytes: usize| {
-            (batch.len() as u64) >= max || bytes >= crate::cursor::MAX_BATCH_BYTES
+            (batch.len() as u64) >= max || bytes >= MAX_BATCH_BYTES
         };
         while !full(&batch, bytes) && !self.invalidated {
             let page = storage
@@ -485,7 +462,7 @@ impl ChangeStream {
                 let Ok(ts) = entry.get_timestamp("ts") else {
                     continue;
                 };
-                for (event, mark) in self.events_of(ctx, &entry, ts).await? {
+                for (event, mark) in self.events_of(reader, &entry, ts).await? {
                     if mark == Mark::Invalidate {
                         self.invalidated = true;
                     }
@@ -536,7 +513,7 @@ impl ChangeStream {
     /// stream, before the following stages.
     async fn events_of(
         &self,
-        ctx: &CommandContext<'_>,
+        reader: &Reader<'_>,
         entry: &Document,
         ts: Timestamp,
     ) -> CommandResult<Vec<(Document, Mark)>> {
@@ -589,7 +566,7 @@ impl ChangeStream {
                         event.insert("fullDocument", o.clone());
                     }
                     "update" => {
-                        if let Some(full) = self.post_image(ctx, entry, db, coll, &id).await? {
+                        if let Some(full) = self.post_image(reader, entry, db, coll, &id).await? {
                             event.insert("fullDocument", full);
                         }
                     }
@@ -682,7 +659,7 @@ impl ChangeStream {
     /// is gone or expired) or the entry's post-image (`whenAvailable`, `required`).
     async fn post_image(
         &self,
-        ctx: &CommandContext<'_>,
+        reader: &Reader<'_>,
         entry: &Document,
         db: &str,
         coll: &str,
@@ -692,8 +669,18 @@ impl ChangeStream {
             FullDocument::Default => None,
             FullDocument::UpdateLookup => {
                 let ns = Namespace::new(db, coll);
-                let found = match ctx.state.storage.get(&ns, id).await? {
-                    Some(record) if ctx.state.view(&ns).await?.visibility.is_visible(&record) => {
+                let found = match reader.storage.get(&ns, id).await? {
+                    Some(record)
+                        if CollectionView::open(
+                            reader.gates,
+                            reader.storage,
+                            reader.clock,
+                            &ns,
+                        )
+                        .await?
+                        .visibility
+                        .is_visible(&record) =>
+                    {
                         Some(record.doc.into_document())
                     }
                     _ => None,

@@ -87,7 +87,7 @@ pub(crate) async fn aggregate_as(
         .is_some_and(|stage| stage.contains_key("$changeStream"))
         && cursor_ns.is_none()
     {
-        return crate::changes::open(ctx, body, collection, &stages).await;
+        return super::change_stream::open(ctx, body, collection, &stages).await;
     }
     if body
         .get("explain")

@@ -264,12 +264,12 @@ async fn list_databases(ctx: &CommandContext<'_>, body: &Document) -> CommandRes
     // Under --auth, a user without the `listDatabases` action (or asking for
     // `authorizedDatabases`) sees only the databases it has privileges on, as mongod.
     let authorized_only = optional_bool(ctx, body, "authorizedDatabases")?;
-    let shown = match crate::auth::authz::privileges(ctx.state, ctx.client).await? {
+    let shown = match crate::access::enforce::privileges(ctx.state, ctx.client).await? {
         Some(privileges) => {
             let may_list = privileges.allows(Target::Cluster, Action::listDatabases);
             match authorized_only {
                 Some(false) if !may_list => {
-                    return Err(crate::auth::authz::unauthorized(ctx.db, body))
+                    return Err(crate::access::enforce::unauthorized(ctx.db, body))
                 }
                 Some(false) => None,
                 Some(true) => Some(privileges),
@@ -337,7 +337,7 @@ async fn list_collections(ctx: &CommandContext<'_>, body: &Document) -> CommandR
         Filter::parse(optional_document(ctx, body, "filter")?.unwrap_or(&Document::new()))?;
     // `authorizedCollections` (with `nameOnly`) under --auth: a user without the
     // `listCollections` action sees the collections it has any privilege on, as mongod.
-    let shown = match crate::auth::authz::privileges(ctx.state, ctx.client).await? {
+    let shown = match crate::access::enforce::privileges(ctx.state, ctx.client).await? {
         Some(privileges)
             if optional_bool(ctx, body, "authorizedCollections")? == Some(true)
                 && !privileges.allows(Target::Database(ctx.db), Action::listCollections) =>

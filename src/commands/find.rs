@@ -447,9 +447,9 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
             format!("cursor id {id} not found"),
         )
     })?;
-    if !crate::auth::authz::coauthorized(ctx.state, ctx.client, &cursor.owner) {
+    if !crate::access::enforce::coauthorized(ctx.state, ctx.client, &cursor.owner) {
         ctx.state.cursors.checkin(id, cursor, now_ms);
-        return Err(crate::auth::authz::foreign_cursor(id));
+        return Err(crate::access::enforce::foreign_cursor(id));
     }
     if cursor.ns != requested_ns {
         let ns = cursor.ns.clone();
@@ -465,7 +465,7 @@ async fn get_more(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Re
     }
     bump(&ctx.state.stats.opcounters.getmore, 1);
     if cursor.change_stream.is_some() {
-        return crate::changes::get_more(ctx, id, cursor, batch_size, body).await;
+        return super::change_stream::get_more(ctx, id, cursor, batch_size, body).await;
     }
     let await_ms = match crate::commands::args::optional_i64(ctx, body, "maxTimeMS")? {
         // mongod: getmore_cmd.cpp
@@ -554,7 +554,7 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
     }
     let ids = required("killCursors", body, "cursors", "array", Bson::as_array)?;
     // Under --auth a connection kills its own cursors, or any with `killAnyCursor`.
-    let kill_any = crate::auth::authz::privileges(ctx.state, ctx.client)
+    let kill_any = crate::access::enforce::privileges(ctx.state, ctx.client)
         .await?
         .is_none_or(|privileges| {
             privileges.allows(
@@ -574,10 +574,10 @@ async fn kill_cursors(ctx: &CommandContext<'_>, body: &Document) -> CommandResul
             ));
         };
         if !ctx.state.cursors.may_kill(*id, |owner| {
-            crate::auth::authz::coauthorized(ctx.state, ctx.client, owner)
+            crate::access::enforce::coauthorized(ctx.state, ctx.client, owner)
         }) && !kill_any
         {
-            return Err(crate::auth::authz::foreign_cursor(*id));
+            return Err(crate::access::enforce::foreign_cursor(*id));
         }
         if ctx.state.cursors.kill(*id) {
             killed.push(Bson::Int64(*id));

@@ -50,8 +50,10 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 async fn hello(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     // An awaitable hello from a driver's streaming monitor (replica-set mode only).
-    if let (Some(wait), Some(repl)) = (crate::repl::hello_wait(ctx.state, body)?, &ctx.state.repl) {
-        repl.await_topology_change(wait).await;
+    if let Some(repl) = &ctx.state.repl {
+        if let Some(wait) = crate::repl::hello_wait(repl, body)? {
+            repl.await_topology_change(wait).await;
+        }
     }
     if body.contains_key("client") && ctx.client.metadata_received.swap(true, Ordering::Relaxed) {
         return Err(CommandError::new(
@@ -83,7 +85,12 @@ async fn hello(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
         "ismaster"
     };
     reply.insert(writable_field, true);
-    if let Some(fields) = crate::repl::hello_fields(ctx.state) {
+    let repl_fields = ctx
+        .state
+        .repl
+        .as_ref()
+        .and_then(|repl| crate::repl::hello_fields(repl, ctx.state.storage.as_ref()));
+    if let Some(fields) = repl_fields {
         reply.extend(fields);
     }
     reply.insert("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE);
@@ -92,16 +99,17 @@ async fn hello(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     reply.insert("localTime", ctx.state.clock.now());
     reply.insert(
         "logicalSessionTimeoutMinutes",
-        crate::sessions::timeout_minutes(ctx.state),
+        crate::sessions::timeout_minutes(&ctx.state.params),
     );
     reply.insert("connectionId", ctx.client.connection_id);
     reply.insert("minWireVersion", 0);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
-    if let Some(mechanisms) = crate::auth::sasl_supported_mechs(ctx.state, body).await {
+    if let Some(mechanisms) = crate::access::sasl_supported_mechs(ctx.state, body).await {
         reply.insert("saslSupportedMechs", mechanisms);
     }
-    if let Some(answer) = crate::auth::speculative_authenticate(ctx.state, ctx.client, body).await {
+    if let Some(answer) = crate::access::speculative_authenticate(ctx.state, ctx.client, body).await
+    {
         reply.insert("speculativeAuthenticate", answer);
     }
     if let Ok(requested) = body.get_array("compression") {

@@ -8,6 +8,7 @@ pub mod args;
 mod bulk_write;
 mod capped_convert;
 mod certificates;
+mod change_stream;
 pub mod clustered;
 pub mod collection_defaults;
 pub mod config_transactions;
@@ -22,9 +23,11 @@ pub mod indexes;
 mod map_reduce;
 pub mod operations;
 pub mod registry;
+mod repl;
 pub mod retryable;
 pub mod schema;
-mod sessions;
+pub(crate) mod sessions;
+mod transactions;
 pub mod views;
 
 use crate::command::CommandSpec;
@@ -47,10 +50,10 @@ pub fn all() -> impl Iterator<Item = &'static CommandSpec> {
         aggregate::COMMANDS,
         map_reduce::COMMANDS,
         explain::COMMANDS,
-        crate::repl::commands::COMMANDS,
-        crate::txn::COMMANDS,
-        crate::auth::COMMANDS,
-        crate::auth::role_commands::COMMANDS,
+        repl::COMMANDS,
+        transactions::COMMANDS,
+        crate::access::COMMANDS,
+        crate::access::role_commands::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -74,7 +74,8 @@ pub(crate) fn current_ops(
     let limit = request.truncate_ops.then_some(CURRENT_OP_COMMAND_BYTES);
     // `allUsers: false` ($ownOps) under --auth: the operations of the viewer's own users.
     let shown = |client: &ClientInfo| {
-        request.all_users || crate::auth::authz::coauthorized(state, viewer, &client.auth.users())
+        request.all_users
+            || crate::access::enforce::coauthorized(state, viewer, &client.auth.users())
     };
     let running = state.ops.running();
     let mut out: Vec<Document> = running
@@ -181,11 +182,11 @@ fn parse_opid(body: &Document) -> CommandResult<i64> {
 /// operation of another user is refused with 13, as mongod's `KillOpCmdBase`).
 async fn kill_op(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
     let opid = parse_opid(body)?;
-    if let Some(privileges) = crate::auth::authz::privileges(ctx.state, ctx.client).await? {
+    if let Some(privileges) = crate::access::enforce::privileges(ctx.state, ctx.client).await? {
         let owned = i32::try_from(opid).ok().is_some_and(|opid| {
             ctx.state.ops.running().iter().any(|op| {
                 op.opid == opid
-                    && crate::auth::authz::coauthorized(
+                    && crate::access::enforce::coauthorized(
                         ctx.state,
                         ctx.client,
                         &op.client.auth.users(),
@@ -193,7 +194,7 @@ async fn kill_op(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
             })
         });
         if !owned && !privileges.allows(Target::Cluster, Action::killop) {
-            return Err(crate::auth::authz::unauthorized(ctx.db, body));
+            return Err(crate::access::enforce::unauthorized(ctx.db, body));
         }
     }
     tracing::info!(op_id = opid, "Going to kill op");

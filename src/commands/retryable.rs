@@ -27,36 +27,6 @@ use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_storage::oplog::EntryTime;
 use tideway_storage::{RecordSession, SessionRecord, WriteOp, WriteOutcome};
 
-/// Sessions that ran retryable writes since the start: their newest `txnNumber` (a command
-/// that wrote nothing leaves no record, but still makes older numbers too old) and their lock.
-#[derive(Debug, Default)]
-pub struct Sessions {
-    slots: Mutex<HashMap<Vec<u8>, SessionSlot>>,
-}
-
-impl Sessions {
-    /// Drops the slots of `keys` no command holds (sessions whose logical session expired:
-    /// their stored records still answer retries, as after a restart).
-    pub(crate) fn forget(&self, keys: &[Vec<u8>]) {
-        let mut slots = lock(&self.slots);
-        for key in keys {
-            if slots
-                .get(key)
-                .is_some_and(|slot| Arc::strong_count(slot) == 1)
-            {
-                slots.remove(key);
-            }
-        }
-    }
-}
-
-/// Slots kept before the idle ones are dropped (each a key and a lock: the map stays small however
-/// many sessions come and go).
-const MAX_IDLE_SLOTS: usize = 10_000;
-
-/// One session's newest `txnNumber`, locked for the whole of each of its retryable writes.
-type SessionSlot = Arc<tokio::sync::Mutex<Option<i64>>>;
-
 /// What kind of statement a write belongs to: decides the reply part recorded for it (inserts
 /// record through [`RetryableWrite::record_inserts`]).
 #[derive(Clone, Copy, Debug)]
@@ -125,17 +95,7 @@ impl RetryableWrite {
                 )))
             }
         };
-        let slot = {
-            let mut slots = lock(&repl.sessions.slots);
-            if slots.len() >= MAX_IDLE_SLOTS {
-                // Only slots no command holds are dropped: their newest txnNumber is in the
-                // stored record whenever a statement wrote, and a statement that wrote nothing
-                // may run again harmlessly.
-                slots.retain(|_, slot| Arc::strong_count(slot) > 1);
-            }
-            slots.entry(key.clone()).or_default().clone()
-        };
-        let mut session = slot.lock_owned().await;
+        let mut session = repl.sessions.slot(&key).lock_owned().await;
         let stored = ctx.state.storage.session_record(&key).await?;
         let stored_txn = stored
             .as_ref()

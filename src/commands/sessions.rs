@@ -11,10 +11,17 @@
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
 
-use crate::command::{CommandContext, CommandSpec};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::client::ClientInfo;
+use crate::command::{CommandContext, CommandSpec, InternalDispatch};
 use crate::session_id::lsid_key;
+use crate::state::ServerState;
 use crate::sync_handler;
 use tideway_base::error::{CommandError, CommandResult};
+use tideway_wire::Reply;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -74,7 +81,9 @@ fn start_session(ctx: &CommandContext, _body: &Document) -> CommandResult {
         subtype: BinarySubtype::Uuid,
         bytes: id,
     };
-    Ok(doc! {"id": {"id": id}, "timeoutMinutes": crate::sessions::timeout_minutes(ctx.state)})
+    Ok(
+        doc! {"id": {"id": id}, "timeoutMinutes": crate::sessions::timeout_minutes(&ctx.state.params)},
+    )
 }
 
 /// `refreshSessions`: the listed sessions are in use now.
@@ -95,7 +104,7 @@ fn end_sessions(ctx: &CommandContext, body: &Document) -> CommandResult {
 
 /// `refreshLogicalSessionCacheNow` (test only): flushes the session cache now.
 async fn refresh_cache_now(ctx: &CommandContext<'_>, _body: &Document) -> CommandResult {
-    ctx.state.sessions.refresh(ctx.state).await?;
+    refresh(ctx.state, ctx.dispatch).await?;
     Ok(Document::new())
 }
 
@@ -182,4 +191,26 @@ fn session_list(ctx: &CommandContext, body: &Document) -> CommandResult {
         ));
     }
     Ok(Document::new())
+}
+
+/// Flushes the logical session cache (see [`crate::sessions`]), running its writes through
+/// `dispatch` as the server itself.
+pub(crate) async fn refresh(
+    state: &Arc<ServerState>,
+    dispatch: InternalDispatch,
+) -> CommandResult<crate::sessions::Refreshed> {
+    let client = Arc::new(ClientInfo::internal());
+    let run = |command: Document| -> BoxFuture<'_, Reply> {
+        let client = &client;
+        Box::pin(async move { dispatch(state, client, &command).await })
+    };
+    let host = crate::sessions::RefreshHost {
+        storage: state.storage.as_ref(),
+        clock: state.clock.as_ref(),
+        timeout_minutes: state.params.logical_session_timeout_minutes(),
+        cursors: &state.cursors,
+        repl: state.repl.as_ref(),
+        run: &run,
+    };
+    state.sessions.refresh(&host).await
 }

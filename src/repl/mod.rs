@@ -17,7 +17,7 @@
 //!
 //! Must not: write anything but its configuration document; know storage engines.
 
-pub mod commands;
+pub mod retryable;
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -27,10 +27,10 @@ use bson::oid::ObjectId;
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document, Timestamp};
 
-use crate::state::ServerState;
+use tideway_base::clock::Clock;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_storage::{
-    Namespace, ScanRequest, ScanSource, TtlClass, WriteMeta, WriteOp, WriteOptions,
+    Namespace, ScanRequest, ScanSource, Storage, TtlClass, WriteMeta, WriteOp, WriteOptions,
 };
 use tideway_wire::Reply;
 
@@ -51,7 +51,7 @@ pub struct ReplSet {
     /// Set once the listener is known ([`start`]).
     member: OnceLock<Member>,
     /// Retryable-write sessions (see `commands::retryable`).
-    pub sessions: crate::commands::retryable::Sessions,
+    pub sessions: retryable::Sessions,
     /// Multi-document transactions (see `crate::txn`).
     pub transactions: crate::txn::Transactions,
     /// Set at shutdown: awaitable `hello`s answer at once instead of holding their connection.
@@ -60,11 +60,11 @@ pub struct ReplSet {
 
 /// This node as the set knows it once started.
 #[derive(Clone, Debug)]
-struct Member {
+pub(crate) struct Member {
     /// `host:port` clients reach it at.
     host: String,
     /// The stored configuration document.
-    config: Document,
+    pub(crate) config: Document,
     /// When this node became primary (its start).
     election_date: bson::DateTime,
     election_time: Timestamp,
@@ -76,7 +76,7 @@ impl ReplSet {
             name,
             process_id: ObjectId::new(),
             member: OnceLock::new(),
-            sessions: crate::commands::retryable::Sessions::default(),
+            sessions: retryable::Sessions::default(),
             transactions: crate::txn::Transactions::default(),
             stopping: tokio::sync::watch::Sender::new(false),
         }
@@ -96,7 +96,7 @@ impl ReplSet {
         }
     }
 
-    fn member(&self) -> CommandResult<&Member> {
+    pub(crate) fn member(&self) -> CommandResult<&Member> {
         self.member.get().ok_or_else(|| {
             CommandError::new(
                 ErrorCode::NotWritablePrimary,
@@ -125,19 +125,21 @@ pub(crate) fn host_of(addr: &SocketAddr) -> String {
 /// start. A dbpath initiated under another set name is refused (the caller stops the server).
 /// The member's host follows the listener: a restart on another port rewrites it (version + 1).
 /// Does nothing on a standalone server or when already started.
-pub async fn start(state: &ServerState, addrs: &[SocketAddr]) -> CommandResult<()> {
-    let Some(repl) = &state.repl else {
-        return Ok(());
-    };
+pub async fn start(
+    repl: &ReplSet,
+    storage: &dyn Storage,
+    clock: &dyn Clock,
+    default_port: u16,
+    addrs: &[SocketAddr],
+) -> CommandResult<()> {
     if repl.member.get().is_some() {
         return Ok(());
     }
     let host = addrs
         .first()
-        .map_or_else(|| format!("127.0.0.1:{}", state.config.port), host_of);
+        .map_or_else(|| format!("127.0.0.1:{default_port}"), host_of);
     let ns = config_namespace();
-    let page = state
-        .storage
+    let page = storage
         .scan(
             &ns,
             ScanRequest {
@@ -152,7 +154,7 @@ pub async fn start(state: &ServerState, addrs: &[SocketAddr]) -> CommandResult<(
         )
         .await?;
     let meta = WriteMeta {
-        last_write_ms: state.clock.now_ms(),
+        last_write_ms: clock.now_ms(),
         ttl: TtlClass::Never,
     };
     let config = match page.records.into_iter().next() {
@@ -178,7 +180,7 @@ pub async fn start(state: &ServerState, addrs: &[SocketAddr]) -> CommandResult<(
                     meta,
                     supersede: None,
                 };
-                write_config(state, op).await?;
+                write_config(storage, op).await?;
             }
             stored
         }
@@ -190,27 +192,26 @@ pub async fn start(state: &ServerState, addrs: &[SocketAddr]) -> CommandResult<(
                 meta,
                 supersede: None,
             };
-            write_config(state, op).await?;
+            write_config(storage, op).await?;
             config
         }
     };
     let _ = repl.member.set(Member {
         host,
         config,
-        election_date: state.clock.now(),
-        election_time: cluster_time(state),
+        election_date: clock.now(),
+        election_time: cluster_time(storage),
     });
     Ok(())
 }
 
-async fn write_config(state: &ServerState, op: WriteOp) -> CommandResult<()> {
+async fn write_config(storage: &dyn Storage, op: WriteOp) -> CommandResult<()> {
     let options = WriteOptions {
         ordered: true,
         force_durable: true,
         background: false,
     };
-    for result in state
-        .storage
+    for result in storage
         .write(&config_namespace(), vec![op], options)
         .await?
     {
@@ -268,8 +269,8 @@ fn initial_config(name: &str, host: &str) -> Document {
 
 /// The cluster time to report now: the newest write's, or before any write the wall clock's
 /// second with increment 0 (what a fresh mongod reports; below any time a write will take).
-pub fn cluster_time(state: &ServerState) -> Timestamp {
-    let time = state.storage.cluster_time();
+pub fn cluster_time(storage: &dyn Storage) -> Timestamp {
+    let time = storage.cluster_time();
     if time.time != 0 || time.increment != 0 {
         return time;
     }
@@ -300,11 +301,8 @@ fn optime(time: Timestamp) -> Document {
 }
 
 /// Appends `$clusterTime` and `operationTime` to a reply (success or error) in replica-set mode.
-pub(crate) fn decorate_reply(state: &ServerState, reply: &mut Reply) {
-    if state.repl.is_none() {
-        return;
-    }
-    let time = cluster_time(state);
+pub(crate) fn decorate_reply(storage: &dyn Storage, reply: &mut Reply) {
+    let time = cluster_time(storage);
     let gossip = doc! {
         "clusterTime": time,
         "signature": {
@@ -318,10 +316,9 @@ pub(crate) fn decorate_reply(state: &ServerState, reply: &mut Reply) {
 
 /// The replica-set fields of `hello` (after the standalone ones it shares), or nothing on a
 /// standalone server.
-pub(crate) fn hello_fields(state: &ServerState) -> Option<Document> {
-    let repl = state.repl.as_ref()?;
+pub(crate) fn hello_fields(repl: &ReplSet, storage: &dyn Storage) -> Option<Document> {
     let member = repl.member.get()?;
-    let time = cluster_time(state);
+    let time = cluster_time(storage);
     let date = timestamp_date(time);
     let version = member.config.get_i32("version").unwrap_or(1);
     Some(doc! {
@@ -350,10 +347,7 @@ pub(crate) fn topology_version(repl: &ReplSet) -> Document {
 /// How long an awaitable `hello` waits: it may return at once only when the client's
 /// `topologyVersion` is not this process's current one; otherwise it waits `maxAwaitTimeMS`
 /// (the topology never changes, so the wait always runs out). `None`: answer at once.
-pub(crate) fn hello_wait(state: &ServerState, body: &Document) -> CommandResult<Option<Duration>> {
-    let Some(repl) = &state.repl else {
-        return Ok(None);
-    };
+pub(crate) fn hello_wait(repl: &ReplSet, body: &Document) -> CommandResult<Option<Duration>> {
     let (Some(Bson::Document(client_version)), Some(max_await)) =
         (body.get("topologyVersion"), body.get("maxAwaitTimeMS"))
     else {
@@ -378,7 +372,7 @@ const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModi
 /// on a standalone server (20, as mongod); in replica-set mode `txnNumber` is accepted on the
 /// retryable writes, multi-document transactions are refused (238).
 pub(crate) fn check_session_options(
-    state: &ServerState,
+    repl: Option<&ReplSet>,
     command: &str,
     body: &Document,
 ) -> CommandResult<()> {
@@ -389,7 +383,7 @@ pub(crate) fn check_session_options(
     {
         return Ok(());
     }
-    if state.repl.is_none() {
+    if repl.is_none() {
         return Err(CommandError::new(
             ErrorCode::IllegalOperation,
             "Transaction numbers are only allowed on a replica set member or mongos",
@@ -453,10 +447,7 @@ pub(crate) fn write_concern_error(body: &Document) -> CommandResult<Option<Docum
 /// refused; an `afterClusterTime` past the cluster time fails at once, as mongod answers it: every
 /// time this server reports (`operationTime`, `$clusterTime`) is one a committed write already
 /// took, so a later one cannot come from it and waiting would not help.
-pub(crate) fn check_read_concern(state: &ServerState, body: &Document) -> CommandResult<()> {
-    if state.repl.is_none() {
-        return Ok(());
-    }
+pub(crate) fn check_read_concern(storage: &dyn Storage, body: &Document) -> CommandResult<()> {
     let Some(read_concern) = body.get("readConcern") else {
         return Ok(());
     };
@@ -535,7 +526,7 @@ pub(crate) fn check_read_concern(state: &ServerState, body: &Document) -> Comman
             )))
         }
     };
-    let current = cluster_time(state);
+    let current = cluster_time(storage);
     if (after.time, after.increment) <= (current.time, current.increment) {
         return Ok(());
     }
@@ -556,10 +547,14 @@ fn show_timestamp(time: Timestamp) -> String {
 
 /// The pieces of the status and configuration replies `commands` builds.
 impl ReplSet {
-    fn status_member(&self, state: &ServerState) -> CommandResult<Document> {
+    pub(crate) fn status_member(
+        &self,
+        storage: &dyn Storage,
+        started: std::time::Instant,
+    ) -> CommandResult<Document> {
         let member = self.member()?;
-        let time = cluster_time(state);
-        let uptime = state.started.elapsed().as_secs() as i64;
+        let time = cluster_time(storage);
+        let uptime = started.elapsed().as_secs() as i64;
         Ok(doc! {
             "_id": 0,
             "name": member.host.as_str(),

@@ -1,7 +1,8 @@
 //! Multi-document transactions (replica-set mode): the per-session transaction state machine
 //! (`startTransaction`, statements with `autocommit: false`, `commitTransaction`,
 //! `abortTransaction`), the checks mongod makes of a statement's session fields, error labels,
-//! the lifetime limit, and the hooks dispatch calls around every statement. A running
+//! the lifetime limit, and the hooks dispatch calls around every statement (the two commands are
+//! `commands::transactions`; the lifetime task is started by `server`). A running
 //! transaction reads and writes through its [`TxnStorage`] (see `storage.rs` for isolation and
 //! conflicts).
 //!
@@ -15,15 +16,13 @@ pub mod storage;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bson::{doc, Bson, Document};
 
-use crate::command::{CommandContext, CommandSpec};
 use crate::session_id::session_key;
-use crate::state::ServerState;
+use tideway_base::clock::Clock;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
-use tideway_storage::StorageError;
+use tideway_storage::{Storage, StorageError};
 use tideway_wire::Reply;
 
 pub(crate) use storage::{Intents, TxnStorage};
@@ -57,8 +56,9 @@ pub struct Transactions {
     next_id: AtomicU64,
     /// `serverStatus.transactions` totals.
     started: AtomicU64,
-    committed: AtomicU64,
-    aborted: AtomicU64,
+    /// Shared with the commit task, which outlives its command.
+    committed: Arc<AtomicU64>,
+    aborted: Arc<AtomicU64>,
 }
 
 /// One session's newest transaction.
@@ -124,7 +124,7 @@ fn no_such_transaction(message: String) -> CommandError {
 }
 
 /// The session fields of a transaction statement: `txnNumber`, and whether it starts one.
-struct Fields {
+pub(crate) struct Fields {
     txn_number: i64,
     start: bool,
 }
@@ -178,7 +178,8 @@ impl Transactions {
     /// abort are their own commands and pass through.
     pub async fn enter(
         &self,
-        state: &ServerState,
+        storage: &Arc<dyn Storage>,
+        clock: &dyn Clock,
         command: &str,
         body: &Document,
     ) -> CommandResult<Option<Statement>> {
@@ -191,7 +192,7 @@ impl Transactions {
         check_allowed(command, body)?;
         let (key, shown) = session_key(body)?;
         let mut session = self.session(key).lock_owned().await;
-        session.last_used_ms = state.clock.now_ms();
+        session.last_used_ms = clock.now_ms();
         let newest = session.txn_number;
         if let Some(newest) = newest.filter(|newest| fields.txn_number < *newest) {
             return Err(too_old(fields.txn_number, &shown, newest));
@@ -205,9 +206,9 @@ impl Transactions {
             }
             self.end(&mut session, None);
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let started_ms = state.clock.now_ms();
+            let started_ms = clock.now_ms();
             let storage = TxnStorage::begin(
-                Arc::clone(&state.storage),
+                Arc::clone(storage),
                 Arc::clone(&self.intents),
                 (id, fields.txn_number),
                 started_ms,
@@ -581,67 +582,14 @@ fn is_transient(code: ErrorCode) -> bool {
     )
 }
 
-pub const COMMANDS: &[CommandSpec] = &[
-    CommandSpec {
-        name: "commitTransaction",
-        aliases: &[],
-        help: "Commits the session's running multi-document transaction.",
-        admin_only: true,
-        test_only: false,
-        handler: crate::async_handler!(commit_transaction),
-    },
-    CommandSpec {
-        name: "abortTransaction",
-        aliases: &[],
-        help: "Aborts the session's running multi-document transaction.",
-        admin_only: true,
-        test_only: false,
-        handler: crate::async_handler!(abort_transaction),
-    },
-];
-
-const LIFETIME_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Aborts transactions past `transactionLifetimeLimitSeconds`, checking every second (mongod
-/// checks every half of the limit: a transaction here outlives it by at most a second), until
-/// `stop`.
-pub(crate) async fn abort_expired_transactions(
-    state: Arc<ServerState>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let Some(repl) = &state.repl else {
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|stopping| *stopping) => return,
-            () = tokio::time::sleep(LIFETIME_CHECK_INTERVAL) => {
-                let limit_ms = state.params.transaction_lifetime_limit_secs() * 1000;
-                let idle_ms = state.params.logical_session_timeout_minutes() * 60_000;
-                repl.transactions.abort_expired(state.clock.now_ms(), limit_ms, idle_ms);
-            }
-        }
-    }
-}
-
 /// A commit's or abort's session fields; 125 without them (checked before anything else).
-fn require_fields(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<Fields> {
+pub(crate) fn require_fields(command: &str, body: &Document) -> CommandResult<Fields> {
     fields(body)?.ok_or_else(|| {
         CommandError::new(
             ErrorCode::CommandFailed,
-            format!("{} must be run within a transaction", ctx.name),
+            format!("{command} must be run within a transaction"),
         )
     })
-}
-
-fn transactions<'a>(ctx: &CommandContext<'a>) -> CommandResult<&'a Transactions> {
-    match &ctx.state.repl {
-        Some(repl) => Ok(&repl.transactions),
-        None => Err(CommandError::new(
-            ErrorCode::IllegalOperation,
-            "Transaction numbers are only allowed on a replica set member or mongos",
-        )),
-    }
 }
 
 impl Transactions {
@@ -649,12 +597,12 @@ impl Transactions {
     /// `txnNumber`.
     async fn finishing(
         &self,
-        ctx: &CommandContext<'_>,
+        command: &str,
         body: &Document,
     ) -> CommandResult<(tokio::sync::OwnedMutexGuard<Session>, i64)> {
-        let fields = require_fields(ctx, body)?;
+        let fields = require_fields(command, body)?;
         if fields.start {
-            let what = if ctx.name == "commitTransaction" {
+            let what = if command == "commitTransaction" {
                 "commit"
             } else {
                 "an abort"
@@ -677,81 +625,100 @@ impl Transactions {
         }
         Ok((session, fields.txn_number))
     }
-}
 
-/// `commitTransaction`: stores everything the transaction wrote in one atomic commit, or
-/// nothing (a conflict found now is a `WriteConflict` the whole transaction may retry). A
-/// committed transaction's commit may be retried and answers ok again.
-async fn commit_transaction(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    require_fields(ctx, body)?;
-    let transactions = transactions(ctx)?;
-    let options = crate::commands::args::write_options(ctx, body)?;
-    let concern_error = crate::repl::write_concern_error(body)?;
-    let (mut session, txn_number) = transactions.finishing(ctx, body).await?;
-    let running = match std::mem::take(&mut session.state) {
-        State::Running(running) => running,
-        State::Committed => {
-            session.state = State::Committed;
-            return Ok(with_concern_error(concern_error));
-        }
-        other => {
-            session.state = other;
-            // With a write-concern error the client must not retry the whole transaction.
-            return Err(match concern_error {
-                Some(_) => CommandError::new(
-                    ErrorCode::NoSuchTransaction,
-                    format!("Transaction with {{ txnNumber: {txn_number} }} has been aborted."),
-                ),
-                None => aborted(txn_number),
-            });
-        }
-    };
-    let server = Arc::clone(ctx.state);
-    let storage = Arc::clone(&ctx.state.storage);
-    let clock = Arc::clone(&ctx.state.clock);
-    let lsid = body.get("lsid").cloned().unwrap_or(Bson::Null);
-    // Run to the end even if the client goes away or maxTimeMS passes: the session must learn
-    // the outcome, so that a retried commit answers it.
-    let commit = tokio::spawn(async move {
-        let txn = running.storage;
-        let result = if txn.has_writes() {
-            let now_ms = clock.now_ms();
-            let mut commit = txn.commit(|meta| {
-                Arc::new(tideway_exec::ttl::TtlPolicies::from_meta(meta)).expired_predicate(now_ms)
-            });
-            commit.session = doc! {"lsid": lsid, "txnNumber": txn_number};
-            commit.force_durable = options.force_durable;
-            storage.commit_transaction(commit).await
-        } else {
-            Ok(())
+    /// `commitTransaction`: stores everything the transaction wrote in one atomic commit, or
+    /// nothing (a conflict found now is a `WriteConflict` the whole transaction may retry). A
+    /// committed transaction's commit may be retried and answers ok again.
+    pub(crate) async fn commit(
+        &self,
+        command: &str,
+        body: &Document,
+        storage: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
+        force_durable: bool,
+        concern_error: Option<Document>,
+    ) -> CommandResult {
+        let (mut session, txn_number) = self.finishing(command, body).await?;
+        let running = match std::mem::take(&mut session.state) {
+            State::Running(running) => running,
+            State::Committed => {
+                session.state = State::Committed;
+                return Ok(with_concern_error(concern_error));
+            }
+            other => {
+                session.state = other;
+                // With a write-concern error the client must not retry the whole transaction.
+                return Err(match concern_error {
+                    Some(_) => CommandError::new(
+                        ErrorCode::NoSuchTransaction,
+                        format!("Transaction with {{ txnNumber: {txn_number} }} has been aborted."),
+                    ),
+                    None => aborted(txn_number),
+                });
+            }
         };
-        txn.release();
-        session.state = match result {
-            Ok(()) => State::Committed,
-            Err(_) => State::Aborted,
-        };
-        if let Some(repl) = &server.repl {
+        let totals = (Arc::clone(&self.committed), Arc::clone(&self.aborted));
+        let lsid = body.get("lsid").cloned().unwrap_or(Bson::Null);
+        // Run to the end even if the client goes away or maxTimeMS passes: the session must learn
+        // the outcome, so that a retried commit answers it.
+        let commit = tokio::spawn(async move {
+            let txn = running.storage;
+            let result = if txn.has_writes() {
+                let now_ms = clock.now_ms();
+                let mut commit = txn.commit(|meta| {
+                    Arc::new(tideway_exec::ttl::TtlPolicies::from_meta(meta))
+                        .expired_predicate(now_ms)
+                });
+                commit.session = doc! {"lsid": lsid, "txnNumber": txn_number};
+                commit.force_durable = force_durable;
+                storage.commit_transaction(commit).await
+            } else {
+                Ok(())
+            };
+            txn.release();
+            session.state = match result {
+                Ok(()) => State::Committed,
+                Err(_) => State::Aborted,
+            };
             let total = match result {
-                Ok(()) => &repl.transactions.committed,
-                Err(_) => &repl.transactions.aborted,
+                Ok(()) => totals.0,
+                Err(_) => totals.1,
             };
             total.fetch_add(1, Ordering::Relaxed);
+            result
+        });
+        match commit.await {
+            Ok(Ok(())) => Ok(with_concern_error(concern_error)),
+            Ok(Err(error)) => {
+                let error = match error {
+                    // A key another writer took since the snapshot: the transaction lost the race.
+                    StorageError::DuplicateKey { .. } => StorageError::WriteConflict,
+                    error => error,
+                };
+                Err(label_transient(CommandError::from(error)))
+            }
+            Err(error) => Err(CommandError::internal(format!(
+                "the commit did not finish: {error}"
+            ))),
         }
-        result
-    });
-    match commit.await {
-        Ok(Ok(())) => Ok(with_concern_error(concern_error)),
-        Ok(Err(error)) => {
-            let error = match error {
-                // A key another writer took since the snapshot: the transaction lost the race.
-                StorageError::DuplicateKey { .. } => StorageError::WriteConflict,
-                error => error,
-            };
-            Err(label_transient(CommandError::from(error)))
+    }
+
+    /// `abortTransaction`: discards everything the transaction wrote.
+    pub(crate) async fn abort(
+        &self,
+        command: &str,
+        body: &Document,
+        concern_error: Option<Document>,
+    ) -> CommandResult {
+        let (mut session, txn_number) = self.finishing(command, body).await?;
+        match &session.state {
+            State::Running(_) => {
+                self.end(&mut session, Some(State::Aborted));
+                Ok(with_concern_error(concern_error))
+            }
+            State::Committed => Err(committed(txn_number)),
+            State::Aborted | State::None => Err(aborted(txn_number)),
         }
-        Err(error) => Err(CommandError::internal(format!(
-            "the commit did not finish: {error}"
-        ))),
     }
 }
 
@@ -759,21 +726,5 @@ fn with_concern_error(concern_error: Option<Document>) -> Document {
     match concern_error {
         Some(error) => doc! {"writeConcernError": error},
         None => Document::new(),
-    }
-}
-
-/// `abortTransaction`: discards everything the transaction wrote.
-async fn abort_transaction(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    require_fields(ctx, body)?;
-    let transactions = transactions(ctx)?;
-    let concern_error = crate::repl::write_concern_error(body)?;
-    let (mut session, txn_number) = transactions.finishing(ctx, body).await?;
-    match &session.state {
-        State::Running(_) => {
-            transactions.end(&mut session, Some(State::Aborted));
-            Ok(with_concern_error(concern_error))
-        }
-        State::Committed => Err(committed(txn_number)),
-        State::Aborted | State::None => Err(aborted(txn_number)),
     }
 }

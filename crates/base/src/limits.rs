@@ -30,6 +30,9 @@ pub const MAX_USER_STORAGE_DEPTH: usize = MAX_BSON_DEPTH - 20;
 pub const MAX_FIELD_PATH_COMPONENTS: usize = MAX_BSON_DEPTH;
 /// Components of a dotted path in a query filter.
 pub const MAX_FILTER_PATH_COMPONENTS: usize = MAX_USER_STORAGE_DEPTH;
+/// Replies carry at most this many bytes of documents per batch (a 16 MiB message with room for
+/// the reply's other fields).
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
 /// Stack of every thread that runs requests: recursion bounded by the limits above needs a small
 /// fraction of it even in debug builds.
 pub const THREAD_STACK_BYTES: usize = 8 * 1024 * 1024;

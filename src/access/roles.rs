@@ -12,10 +12,10 @@ use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
-use super::privileges::{
+use super::{store, RoleName};
+use crate::auth::privileges::{
     builtin_privileges_transitive, Action, ActionSet, PrivilegeSet, ResourcePattern,
 };
-use super::{store, RoleName};
 use crate::state::ServerState;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_storage::Namespace;

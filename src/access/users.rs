@@ -14,8 +14,9 @@ use std::collections::BTreeSet;
 
 use bson::{doc, Binary, Bson, Document};
 
-use super::scram::{Credential, Mechanism};
 use super::store;
+use crate::auth::scram::{Credential, Mechanism};
+use crate::auth::RoleName;
 use crate::command::CommandContext;
 use crate::state::ServerState;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
@@ -23,30 +24,6 @@ use tideway_storage::{Namespace, WriteOp};
 
 pub(crate) const USERS_DB: &str = "admin";
 pub(crate) const USERS_COLLECTION: &str = "system.users";
-
-/// A role as a user holds it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RoleName {
-    pub role: String,
-    pub db: String,
-}
-
-impl RoleName {
-    pub fn to_document(&self) -> Document {
-        doc! {"role": &self.role, "db": &self.db}
-    }
-
-    pub(crate) fn is_builtin(&self) -> bool {
-        super::privileges::is_builtin_role(&self.role, &self.db)
-    }
-}
-
-impl std::fmt::Display for RoleName {
-    /// mongod's `RoleName` in messages: `role@db`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}@{}", self.role, self.db)
-    }
-}
 
 pub(crate) fn users_ns() -> Namespace {
     Namespace::new(USERS_DB, USERS_COLLECTION)
@@ -160,7 +137,7 @@ pub(super) fn parse_role_names(
 ) -> CommandResult<Vec<RoleName>> {
     let mut resolved = Vec::with_capacity(roles.len());
     for role in roles {
-        let (name, db) = super::name_and_db(role, "role", ctx.db).ok_or_else(|| {
+        let (name, db) = crate::auth::name_and_db(role, "role", ctx.db).ok_or_else(|| {
             CommandError::bad_value(if role.as_document().is_some() {
                 "Role names must be either strings or objects with 'role' and 'db' fields"
             } else {
@@ -462,7 +439,7 @@ enum UsersQuery {
 }
 
 fn parse_user_name(ctx: &CommandContext, value: &Bson) -> CommandResult<(String, String)> {
-    let (user, db) = super::name_and_db(value, "user", ctx.db).ok_or_else(|| {
+    let (user, db) = crate::auth::name_and_db(value, "user", ctx.db).ok_or_else(|| {
         CommandError::bad_value(if value.as_document().is_some() {
             "User name must contain 'user' and 'db' string fields"
         } else {

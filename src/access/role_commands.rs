@@ -16,11 +16,11 @@ use std::collections::BTreeSet;
 
 use bson::{doc, Bson, Document};
 
-use super::privileges::{Action, ActionSet, Privilege, PrivilegeSet, ResourcePattern};
 use super::roles::{self, role_id, roles_ns};
 use super::users::{self, command_name, parse_role_names, roles_array, roles_of};
 use super::{store, RoleName};
 use crate::async_handler;
+use crate::auth::privileges::{Action, ActionSet, Privilege, PrivilegeSet, ResourcePattern};
 use crate::command::{CommandContext, CommandSpec};
 use crate::state::ServerState;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
@@ -575,7 +575,7 @@ enum RolesQuery {
 }
 
 fn parse_role_name(ctx: &CommandContext, value: &Bson) -> CommandResult<RoleName> {
-    let (role, db) = super::name_and_db(value, "role", ctx.db).ok_or_else(|| {
+    let (role, db) = crate::auth::name_and_db(value, "role", ctx.db).ok_or_else(|| {
         CommandError::bad_value(if value.as_document().is_some() {
             "Role name must contain 'role' and 'db' string fields"
         } else {
@@ -725,21 +725,22 @@ async fn roles_info(ctx: &CommandContext<'_>, body: &Document) -> CommandResult 
     }
     let mut described = Vec::new();
     for name in &names {
-        let stored = match super::privileges::builtin_privileges_transitive(&name.role, &name.db) {
-            // A built-in role is synthesized from its definition, with no roles of its own
-            // (its privileges already include theirs).
-            Some(privileges) => {
-                let mut synthesized = doc! {"db": &name.db, "role": &name.role, "roles": []};
-                if show_privileges {
-                    synthesized.insert("privileges", privilege_documents(&privileges));
+        let stored =
+            match crate::auth::privileges::builtin_privileges_transitive(&name.role, &name.db) {
+                // A built-in role is synthesized from its definition, with no roles of its own
+                // (its privileges already include theirs).
+                Some(privileges) => {
+                    let mut synthesized = doc! {"db": &name.db, "role": &name.role, "roles": []};
+                    if show_privileges {
+                        synthesized.insert("privileges", privilege_documents(&privileges));
+                    }
+                    synthesized
                 }
-                synthesized
-            }
-            None => match roles::find_role_document(ctx.state, name).await? {
-                Some(stored) => stored,
-                None => continue,
-            },
-        };
+                None => match roles::find_role_document(ctx.state, name).await? {
+                    Some(stored) => stored,
+                    None => continue,
+                },
+            };
         let subroles = roles_of(&stored);
         let mut role = filtered_role(&stored, show_privileges, show_restrictions);
         append_resolved(
@@ -766,7 +767,7 @@ async fn database_roles(
 ) -> CommandResult {
     let mut described = Vec::new();
     if flag(body, "showBuiltinRoles") {
-        for name in super::privileges::builtin_role_names(ctx.db) {
+        for name in crate::auth::privileges::builtin_role_names(ctx.db) {
             let mut role = doc! {
                 "role": name,
                 "db": ctx.db,
@@ -775,9 +776,10 @@ async fn database_roles(
                 "inheritedRoles": [],
             };
             if show_privileges {
-                let privileges = super::privileges::builtin_privileges_transitive(name, ctx.db)
-                    .map(|privileges| privilege_documents(&privileges))
-                    .unwrap_or_default();
+                let privileges =
+                    crate::auth::privileges::builtin_privileges_transitive(name, ctx.db)
+                        .map(|privileges| privilege_documents(&privileges))
+                        .unwrap_or_default();
                 role.insert("privileges", privileges.clone());
                 role.insert("inheritedPrivileges", privileges);
             }

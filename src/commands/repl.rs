@@ -66,7 +66,7 @@ fn repl_set_initiate(ctx: &CommandContext, _body: &Document) -> CommandResult {
 
 fn repl_set_get_status(ctx: &CommandContext, _body: &Document) -> CommandResult {
     let repl = repl_set(ctx, NOT_RUNNING)?;
-    let time = cluster_time(ctx.state);
+    let time = cluster_time(ctx.state.storage.as_ref());
     let optime = doc! {"ts": time, "t": TERM};
     let date = bson::DateTime::from_millis(i64::from(time.time) * 1000);
     Ok(doc! {
@@ -90,7 +90,7 @@ fn repl_set_get_status(ctx: &CommandContext, _body: &Document) -> CommandResult 
             "lastAppliedWallTime": date,
             "lastDurableWallTime": date,
         },
-        "members": [repl.status_member(ctx.state)?],
+        "members": [repl.status_member(ctx.state.storage.as_ref(), ctx.state.started)?],
     })
 }
 
