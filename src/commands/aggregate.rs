@@ -24,6 +24,7 @@ use crate::cursor::PulledPipeline;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_exec::planner::{self, Query};
 use tideway_query::collation::CollationChoice;
+use tideway_query::expr::command_variables::{with_command_variables, CommandVariables};
 use tideway_query::pipeline::lookup::{Candidates, Lookup, UnionWith};
 use tideway_query::pipeline::PipelineBuffers;
 use tideway_query::pipeline::{
@@ -31,8 +32,6 @@ use tideway_query::pipeline::{
     ForeignBatch, MergeSpec, MergeWrite, OutTarget, PipelineRun, PulledRun, SourceStage, Step,
 };
 use tideway_query::sorter;
-use tideway_query::variables::with_command_variables;
-use tideway_query::variables::CommandVariables;
 use tideway_query::{Filter, Pipeline, PipelineContext};
 use tideway_storage::Namespace;
 use tideway_wire::Reply;

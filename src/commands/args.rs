@@ -8,7 +8,7 @@ use tideway_base::bsonutil::as_f64;
 use tideway_base::display::type_name;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_query::collation::{self, Collation, CollationChoice};
-use tideway_query::variables::CommandVariables;
+use tideway_query::expr::command_variables::CommandVariables;
 use tideway_storage::{CollectionMeta, Namespace, WriteOptions};
 
 /// mongod's limit on `db.collection` length in bytes.

@@ -39,7 +39,7 @@ use tideway_base::bsonutil::{as_f64, encoded_size};
 use tideway_base::display::value_string;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_exec::executor::Visibility;
-use tideway_query::variables::CommandVariables;
+use tideway_query::expr::command_variables::CommandVariables;
 use tideway_storage::{Namespace, WriteOptions};
 use tideway_wire::Reply;
 

@@ -35,8 +35,8 @@ use tideway_exec::timeseries::{self, Timeseries};
 use tideway_exec::ttl;
 use tideway_exec::validation::{self, CollectionValidator};
 use tideway_query::collation::CollationChoice;
+use tideway_query::expr::command_variables::{with_command_variables, CommandVariables};
 use tideway_query::update::parse_array_filters;
-use tideway_query::variables::{with_command_variables, CommandVariables};
 use tideway_query::{upsert_document, Filter, SortSpec, Update, UpdateContext};
 use tideway_storage::{
     Namespace, Record, RecordSession, Storage, StorageError, WriteMeta, WriteOp, WriteOptions,

@@ -29,7 +29,7 @@ use tideway_exec::planner::explain::{
     access_stages, count, count_scan_stage, distinct_scan_stages, parsed_query, query_hash, wrap,
 };
 use tideway_exec::planner::PlanSummary;
-use tideway_query::variables::with_command_variables;
+use tideway_query::expr::command_variables::with_command_variables;
 use tideway_query::UpdateContext;
 use tideway_storage::Record;
 

@@ -12,7 +12,8 @@
 //!
 //! This module does not plan queries or touch storage; `tideway_exec::bounds` reads the parsed
 //! tree to derive index bounds, and execution still re-checks every document with
-//! [`Filter::matches`].
+//! [`Filter::matches`]. Of the language it uses only `crate::expr` (for `$expr`); projections,
+//! pipelines and updates sit above it.
 
 use std::cmp::Ordering;
 
@@ -51,7 +52,7 @@ pub struct Filter {
 #[derive(Debug)]
 pub struct AggregateCondition {
     source: Bson,
-    expression: crate::pipeline::expr::Expr,
+    expression: crate::expr::Expr,
     now: bson::DateTime,
 }
 
@@ -61,7 +62,7 @@ impl AggregateCondition {
             .expression
             .evaluate_collated(document, self.now, state.collation)
         {
-            Ok(value) => crate::pipeline::expr::truthy(&value),
+            Ok(value) => crate::expr::truthy(&value),
             Err(error) => {
                 state.error.get_or_insert(error);
                 false
@@ -590,9 +591,10 @@ fn parse_document(filter: &Document) -> CommandResult<Expr> {
                 }))),
                 "expr" => conjuncts.push(Expr::Aggregate(Arc::new(AggregateCondition {
                     source: value.clone(),
-                    expression: crate::pipeline::expr::Expr::parse(value)?,
+                    expression: crate::expr::Expr::parse(value)?,
                     // `$$NOW` is the command's time when a command parses the filter.
-                    now: crate::variables::command_time().unwrap_or_else(bson::DateTime::now),
+                    now: crate::expr::command_variables::command_time()
+                        .unwrap_or_else(bson::DateTime::now),
                 }))),
                 "sampleRate" => conjuncts.push(parse_sample_rate(value)?),
                 "jsonSchema" => conjuncts.push(Expr::Schema(Arc::new(JsonSchema::parse(value)?))),

@@ -1,7 +1,10 @@
 //! Aggregation pipelines: parsing `[{$stage: spec}, ...]` into stages and running them over
-//! documents in memory. Owns the stage semantics; expressions live in [`expr`], `$group` and
-//! its accumulators in [`group`]. Filters, projections and sort orders reuse
-//! [`Filter`], [`Projection`] and [`SortSpec`].
+//! documents in memory. Owns the stage semantics, and sits above the rest of the language:
+//! expressions, their evaluation context and the accumulators `$group` and `$setWindowFields`
+//! fold through are [`crate::expr`]; filters, projections and sort orders reuse [`Filter`],
+//! [`Projection`] and [`SortSpec`]. It never uses `update`: a pipeline-style update runs a
+//! pipeline (parsed by [`Pipeline::parse_update`]), and `$merge` writes its update statements
+//! as documents, checking its `whenMatched` pipeline with that same parse.
 //!
 //! Invariants:
 //! - Parsing validates every stage up front with mongod's codes and messages: a stage document
@@ -22,15 +25,12 @@ mod bucket;
 mod bucket_auto;
 mod buffers;
 mod densify;
-pub mod expr;
 mod facet;
 mod fields;
 mod fill;
 mod granularity;
 pub mod graph_lookup;
 mod group;
-mod group_js;
-mod group_n;
 pub mod lookup;
 mod merge;
 mod optimize;
@@ -49,40 +49,19 @@ pub use run::{
 };
 pub(crate) use run::{BufferPurpose, DocumentBuffer};
 
-use bson::{Bson, DateTime, Document};
+use bson::{Bson, Document};
 
-use super::collation::CollationChoice;
 use super::filter::Filter;
 use super::numeric::Number;
 use super::projection::Projection;
 use super::sort::SortSpec;
-use expr::Expr;
+use crate::expr::{Expr, PipelineContext};
 use fields::FieldTree;
 use group::Group;
 use tideway_base::display::{document_string, type_name, value_string};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_base::limits::{exceeds_depth, MAX_BSON_DEPTH};
 use unwind::{Unwind, Unwound};
-
-/// What a run needs from outside: the clock for `$$NOW`, and the collation its string
-/// comparisons (`$match`, `$sort`, `$group` keys, expressions) use.
-#[derive(Clone, Debug)]
-pub struct PipelineContext {
-    /// The value of `$$NOW` for the whole run.
-    pub now: DateTime,
-    /// `None`: the simple collation.
-    pub collation: CollationChoice,
-}
-
-impl PipelineContext {
-    /// A run at `now` under the simple collation.
-    pub fn at(now: DateTime) -> PipelineContext {
-        PipelineContext {
-            now,
-            collation: None,
-        }
-    }
-}
 
 /// A first stage that does not read the collection's documents.
 #[derive(Clone, Debug, PartialEq)]
@@ -374,10 +353,11 @@ impl Pipeline {
         Ok(pipeline)
     }
 
-    /// Parses the pipeline of a pipeline-style update: only `$addFields`/`$set`, `$project`,
-    /// `$unset` and `$replaceRoot`/`$replaceWith` may appear (any other stage mongod knows is
-    /// 72 InvalidOptions, after the pipeline parsed).
-    pub fn parse_update(stages: &[Document]) -> CommandResult<Pipeline> {
+    /// Parses the pipeline of a pipeline-style update (an update's `u: [stage, …]`, or the
+    /// `whenMatched` pipeline of `$merge`): every stage must be a document (FailedToParse), and
+    /// only `$addFields`/`$set`, `$project`, `$unset` and `$replaceRoot`/`$replaceWith` may appear
+    /// (any other stage mongod knows is 72 InvalidOptions, after the pipeline parsed).
+    pub fn parse_update(stages: &[Bson]) -> CommandResult<Pipeline> {
         const UPDATE_STAGES: &[&str] = &[
             "$addFields",
             "$set",
@@ -386,7 +366,17 @@ impl Pipeline {
             "$replaceRoot",
             "$replaceWith",
         ];
-        let pipeline = Pipeline::parse(stages)?;
+        let stages = stages
+            .iter()
+            .map(|stage| match stage {
+                Bson::Document(stage) => Ok(stage.clone()),
+                _ => Err(fail(
+                    ErrorCode::FailedToParse,
+                    "Update argument must be either an object or an array",
+                )),
+            })
+            .collect::<CommandResult<Vec<Document>>>()?;
+        let pipeline = Pipeline::parse(&stages)?;
         for name in stages.iter().filter_map(|stage| stage.keys().next()) {
             if !UPDATE_STAGES.contains(&name.as_str()) {
                 return Err(fail(
@@ -1088,7 +1078,7 @@ impl Stage {
                             format!(
                                 "{what}must evaluate to an object, but resulting value was: {}. Type of resulting value: '{}'. Input document: {}",
                                 other.as_ref().map_or("MISSING".to_string(), |_| value_string(&shown)),
-                                expr::value_type_name(&other),
+                                crate::expr::value_type_name(&other),
                                 document_string(document)
                             ),
                         ))
@@ -1101,18 +1091,11 @@ impl Stage {
 
 #[cfg(test)]
 pub(crate) mod fixtures {
-    //! Shared helpers for the pipeline, expression and accumulator tests.
+    //! Shared helpers for the pipeline and stage tests (the expression-level ones, `now`,
+    //! `context`, `eval` and `assert_value`, are [`crate::expr::fixtures`]).
     use super::*;
     use crate::compare::identical_documents;
-
-    /// A fixed `$$NOW`: 2021-03-04T05:06:07.089Z.
-    pub fn now() -> DateTime {
-        DateTime::from_millis(1_614_834_367_089)
-    }
-
-    pub fn context() -> PipelineContext {
-        PipelineContext::at(now())
-    }
+    use crate::expr::fixtures::context;
 
     /// Parses and runs `stages` (the leading `$match` included, as a caller would apply it).
     pub fn run(stages: Vec<Document>, input: Vec<Document>) -> CommandResult<Vec<Document>> {
@@ -1173,16 +1156,6 @@ pub(crate) mod fixtures {
         Pipeline::parse(&stages).expect_err("pipeline should be rejected")
     }
 
-    /// Evaluates one expression against `document`.
-    pub(crate) fn eval(expression: Bson, document: &Document) -> CommandResult<Option<Bson>> {
-        Expr::parse(&expression)?.evaluate_collated(document, now(), None)
-    }
-
-    #[track_caller]
-    pub(crate) fn eval_ok(expression: Bson, document: &Document) -> Option<Bson> {
-        eval(expression, document).expect("expression evaluates")
-    }
-
     /// Byte-identical documents (field order and numeric types matter).
     #[track_caller]
     pub(crate) fn assert_documents(actual: &[Document], expected: &[Document]) {
@@ -1190,16 +1163,6 @@ pub(crate) mod fixtures {
         for (a, e) in actual.iter().zip(expected) {
             assert!(identical_documents(a, e), "{actual:?} != {expected:?}");
         }
-    }
-
-    /// Identical values (numeric types matter).
-    #[track_caller]
-    pub(crate) fn assert_value(actual: Option<Bson>, expected: Bson) {
-        let actual = actual.expect("a value, not missing");
-        assert!(
-            crate::compare::identical_values(&actual, &expected),
-            "{actual:?} != {expected:?}"
-        );
     }
 
     pub fn sales() -> Vec<Document> {
@@ -1216,7 +1179,8 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::*;
     use super::*;
-    use bson::doc;
+    use crate::expr::fixtures::{context, eval, now};
+    use bson::{doc, DateTime};
 
     #[test]
     fn copies_are_bounded_within_and_across_stages() {

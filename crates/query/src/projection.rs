@@ -19,13 +19,16 @@
 //!   `$literal` (`{total: {$add: ["$a", "$b"]}}`, `$slice` with an expression argument) are
 //!   aggregation expressions, compiled at parse time (seeing the command's `let` variables) and
 //!   evaluated against each document by [`Projection::apply_find`] at the command's `$$NOW`.
+//!
+//! Of the language it uses `crate::expr` and `crate::filter` (`$elemMatch`);
+//! pipelines (`$project`) and updates sit above it.
 
 use bson::{Bson, Document};
 
+use super::expr::Expr;
 use super::filter::Filter;
 use super::numeric::Number;
 use super::path;
-use super::pipeline::expr::Expr;
 use tideway_base::display::{element_string, type_name};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_base::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
@@ -235,7 +238,8 @@ impl Projection {
             },
         )?;
         projection.expressions = expressions.into();
-        projection.now = crate::variables::command_time().unwrap_or_else(bson::DateTime::now);
+        projection.now =
+            crate::expr::command_variables::command_time().unwrap_or_else(bson::DateTime::now);
         Ok(projection)
     }
 

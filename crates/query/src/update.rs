@@ -11,7 +11,10 @@
 //!   so new fields are appended in that order regardless of operator order.
 //! - `_id` never changes on an existing document: any change is ImmutableField (66).
 //!
-//! This module does not choose which documents to update, and does no I/O.
+//! This module does not choose which documents to update, and does no I/O. It is the top of the
+//! language: a pipeline-style update runs a [`Pipeline`] of one-document stages (which never
+//! uses this module); filters give upserts their equality fields, `arrayFilters` and `$pull`
+//! their conditions.
 
 use std::cmp::Ordering;
 
@@ -21,10 +24,11 @@ use super::collation::CollationChoice;
 use super::compare::{
     compare_values_with, identical_documents, identical_values, values_equal_with,
 };
+use super::expr::PipelineContext;
 use super::filter::{ElementMatcher, Filter};
 use super::numeric::{apply_arithmetic, zero_like, Arithmetic, Number};
 use super::path::{self, array_index};
-use super::pipeline::{Pipeline, PipelineContext};
+use super::pipeline::Pipeline;
 use super::sort::SortSpec;
 use tideway_base::display::{document_string, element_string, type_name, value_string};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
@@ -239,16 +243,7 @@ impl Update {
                 "arrayFilters may not be specified for pipeline-style updates",
             ));
         }
-        let stages = stages
-            .iter()
-            .map(|stage| match stage {
-                Bson::Document(stage) => Ok(stage.clone()),
-                _ => Err(failed_to_parse(
-                    "Update argument must be either an object or an array",
-                )),
-            })
-            .collect::<CommandResult<Vec<Document>>>()?;
-        Ok(Update::Pipeline(Box::new(Pipeline::parse_update(&stages)?)))
+        Ok(Update::Pipeline(Box::new(Pipeline::parse_update(stages)?)))
     }
 
     /// The dotted paths an operator update may write (`$rename` contributes both of its

@@ -211,11 +211,8 @@ fn explain_logical(
                 "operatorName": "$expr",
                 "specifiedAs": {"$expr": expression.clone()},
             };
-            let evaluated = tideway_query::pipeline::expr::evaluate_once(
-                expression,
-                document,
-                bson::DateTime::now(),
-            );
+            let evaluated =
+                tideway_query::expr::evaluate_once(expression, document, bson::DateTime::now());
             match evaluated {
                 Ok(value) => {
                     details.insert(

@@ -8,8 +8,8 @@
 
 use bson::{doc, Bson, Document};
 
-use super::expr::Expr;
 use crate::compare::{canonical_type_rank, compare_values};
+use crate::expr::Expr;
 use tideway_base::display::{type_name, value_string};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 

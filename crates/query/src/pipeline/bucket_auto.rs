@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
-use super::expr::Expr;
 use super::granularity::Granularity;
-use super::group::{AccumulatorState, Group};
-use super::{DocumentStream, PipelineContext};
+use super::group::Group;
+use super::DocumentStream;
 use crate::collation::CollationChoice;
 use crate::compare::compare_values_with;
+use crate::expr::accumulator::AccumulatorState;
+use crate::expr::{Expr, PipelineContext};
 use crate::numeric::Number;
 use crate::sort::KeyOrder;
 use tideway_base::display::{type_name, value_string};

@@ -30,12 +30,12 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
-use super::expr::{add_numbers, number_bson, TimeUnit};
 use super::fields::validate_output_path;
 use super::lookup::comparison_key;
-use super::{DocumentStream, PipelineContext};
+use super::DocumentStream;
 use crate::collation::{Collation, CollationChoice};
 use crate::compare::compare_values_with;
+use crate::expr::{add_numbers, number_bson, PipelineContext, TimeUnit};
 use crate::numeric::Number;
 use crate::path;
 use crate::sort::KeyOrder;

@@ -20,8 +20,9 @@ use std::sync::Arc;
 use bson::{Bson, Document};
 
 use super::run::StageLimits;
-use super::{Buffers, Pipeline, PipelineContext, PipelineRun};
+use super::{Buffers, Pipeline, PipelineRun};
 use crate::compare::compare_values;
+use crate::expr::PipelineContext;
 use crate::sort::KeyOrder;
 use tideway_base::bsonutil::encoded_size;
 use tideway_base::display::{element_string, type_name};

@@ -3,8 +3,8 @@
 
 use bson::{Bson, Document};
 
-use super::expr::Expr;
-use super::{fail, PipelineContext};
+use super::fail;
+use crate::expr::{Expr, PipelineContext};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_base::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
 

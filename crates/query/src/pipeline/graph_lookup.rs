@@ -18,10 +18,9 @@ use std::collections::HashSet;
 
 use bson::{doc, Bson, Document};
 
-use super::expr::Expr;
 use super::lookup::comparison_key;
-use super::PipelineContext;
 use crate::collation::Collation;
+use crate::expr::{Expr, PipelineContext};
 use crate::filter::Filter;
 use crate::path;
 use tideway_base::display::type_name;
@@ -368,8 +367,9 @@ impl GraphSearch<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{context, parse_error};
+    use super::super::fixtures::parse_error;
     use super::*;
+    use crate::expr::fixtures::context;
 
     fn graph(spec: Document) -> GraphLookup {
         GraphLookup::parse(&Bson::Document(spec)).expect("valid $graphLookup")

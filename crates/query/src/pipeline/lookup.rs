@@ -23,11 +23,11 @@ use std::collections::HashMap;
 
 use bson::{doc, Bson, Document};
 
-use super::expr::{validate_variable_name, Expr};
-use super::{Pipeline, PipelineContext};
+use super::Pipeline;
 use crate::collation::Collation;
+use crate::expr::command_variables::{with_command_variables, CommandVariables};
+use crate::expr::{validate_variable_name, Expr, PipelineContext};
 use crate::path;
-use crate::variables::{with_command_variables, CommandVariables};
 use tideway_base::display::type_name;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 

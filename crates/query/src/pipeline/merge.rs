@@ -1,6 +1,8 @@
 //! `$merge`: the specification (`into`, `on`, `whenMatched`, `whenNotMatched`, `let`) parsed as
 //! mongod parses it, and the write each output document becomes: an insert, or an update
-//! statement the caller runs through the normal write path.
+//! statement the caller runs through the normal write path. Update statements are documents
+//! here (nothing of `crate::update` is used): a `whenMatched` pipeline is checked with
+//! [`Pipeline::parse_update`], the parse a pipeline-style update uses.
 //!
 //! Invariants:
 //! - The writes are mongod's merge strategies: `replace` is a replacement, `merge` a `$set` of
@@ -13,10 +15,9 @@
 
 use bson::{doc, oid::ObjectId, Bson, Document};
 
-use super::expr::{validate_variable_name, Expr};
-use super::PipelineContext;
-use crate::update::Update;
-use crate::variables::{with_command_variables, CommandVariables};
+use super::Pipeline;
+use crate::expr::command_variables::{with_command_variables, CommandVariables};
+use crate::expr::{validate_variable_name, Expr, PipelineContext};
 use tideway_base::display::type_name;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
@@ -427,7 +428,7 @@ fn parse_pipeline_lets(
     let scope = CommandVariables::in_scope()
         .unwrap_or_else(|| CommandVariables::at(bson::DateTime::now()))
         .with_values(lets.iter().map(|(name, _)| (name.clone(), None)).collect());
-    with_command_variables(&scope, || Update::parse_pipeline(stages, &Vec::new()))?;
+    with_command_variables(&scope, || Pipeline::parse_update(stages))?;
     Ok(lets)
 }
 
@@ -436,7 +437,7 @@ mod tests {
     //! Cases from mongod's jstests/aggregation/sources/merge/*.js (on_fields_validation.js,
     //! all_modes.js) and document_source_merge.cpp's error codes.
     use super::*;
-    use crate::pipeline::fixtures::context;
+    use crate::expr::fixtures::context;
 
     fn parse_error(spec: Bson) -> i32 {
         MergeSpec::parse(&spec)

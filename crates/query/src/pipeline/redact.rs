@@ -11,9 +11,8 @@
 
 use bson::{Bson, Document};
 
-use super::expr::Expr;
-use super::PipelineContext;
-use crate::variables::{with_command_variables, CommandVariables};
+use crate::expr::command_variables::{with_command_variables, CommandVariables};
+use crate::expr::{Expr, PipelineContext};
 use tideway_base::display::value_string;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 

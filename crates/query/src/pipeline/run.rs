@@ -25,11 +25,12 @@ use bson::{doc, Bson, Document};
 
 use super::group::GroupTable;
 use super::{
-    check_built_depth, check_built_size, count_output, evaluate_documents, fail, Pipeline,
-    PipelineContext, Stage, Unwound,
+    check_built_depth, check_built_size, count_output, evaluate_documents, fail, Pipeline, Stage,
+    Unwound,
 };
 use crate::collation::CollationChoice;
 use crate::compare::compare_values_with;
+use crate::expr::PipelineContext;
 use crate::sort::KeyOrder;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_base::limits::Deadline;
@@ -1023,7 +1024,7 @@ fn sink_push(
 
 /// A document's group key and accumulator arguments, as a spill buffer holds them (a missing
 /// argument is an empty document in `v`, a present one `{x: value}`).
-fn spilled_arguments(key: Bson, values: Vec<super::expr::Value>) -> Document {
+fn spilled_arguments(key: Bson, values: Vec<crate::expr::Value>) -> Document {
     let values: Vec<Bson> = values
         .into_iter()
         .map(|value| match value {
@@ -1034,7 +1035,7 @@ fn spilled_arguments(key: Bson, values: Vec<super::expr::Value>) -> Document {
     doc! {"k": key, "v": values}
 }
 
-fn read_spilled(document: Document) -> CommandResult<(Bson, Vec<super::expr::Value>)> {
+fn read_spilled(document: Document) -> CommandResult<(Bson, Vec<crate::expr::Value>)> {
     let corrupt =
         || tideway_base::error::CommandError::internal("corrupt spilled $group arguments");
     let key = document.get("k").cloned().ok_or_else(corrupt)?;
@@ -1060,7 +1061,7 @@ struct SpilledGroups {
     /// What a group's initializers (`n`, `initArgs`) are evaluated in.
     context: PipelineContext,
     /// The first arguments of the next spilled group, read ahead.
-    pending: Option<(Bson, Vec<super::expr::Value>)>,
+    pending: Option<(Bson, Vec<crate::expr::Value>)>,
     held: Option<std::vec::IntoIter<CommandResult<Document>>>,
 }
 

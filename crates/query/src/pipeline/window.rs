@@ -24,12 +24,12 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
-use super::expr::Expr;
+use super::fail;
 use super::fields::validate_output_path;
 use super::run::DocumentStream;
-use super::{fail, PipelineContext};
 use crate::collation::CollationChoice;
 use crate::compare::compare_values_with;
+use crate::expr::{Expr, PipelineContext};
 use crate::sort::{KeyOrder, SortSpec};
 use spec::Function;
 use tideway_base::display::{type_name, value_string};

@@ -14,14 +14,15 @@ use bson::{Bson, DateTime, Document};
 
 use super::spec::{Bound, Function, RangeBound, RankKind, Window};
 use crate::compare::{compare_values, compare_values_with};
-use crate::numeric::{apply_arithmetic, Arithmetic, Decimal, Number};
-use crate::pipeline::expr::TimeUnit;
-use crate::pipeline::expr::{
+use crate::expr::accumulator::{AccumulatorOp, AccumulatorState};
+use crate::expr::PipelineContext;
+use crate::expr::TimeUnit;
+use crate::expr::{
     add_numbers, evaluate_add, evaluate_divide, evaluate_multiply, evaluate_subtract, is_nullish,
     number_bson, Expr, Value,
 };
-use crate::pipeline::group::{AccumulatorOp, AccumulatorState};
-use crate::pipeline::{fail, PipelineContext};
+use crate::numeric::{apply_arithmetic, Arithmetic, Decimal, Number};
+use crate::pipeline::fail;
 use crate::sort::SortSpec;
 use tideway_base::display::type_name;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};

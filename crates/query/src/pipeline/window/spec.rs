@@ -10,13 +10,11 @@ use bson::{Bson, DateTime, Document};
 
 use super::{element, parse_error};
 use crate::compare::compare_values;
+use crate::expr::accumulator::{parse_top_bottom, AccumulatorOp};
+use crate::expr::accumulator_n::{constant_n, parse_n_accumulator};
+use crate::expr::{accumulator_argument, divide_decimal, parse_quantile_spec, Expr, TimeUnit};
 use crate::numeric::{Decimal, Number};
-use crate::pipeline::expr::{
-    accumulator_argument, divide_decimal, parse_quantile_spec, Expr, TimeUnit,
-};
 use crate::pipeline::fail;
-use crate::pipeline::group::{parse_n_accumulator, parse_top_bottom, AccumulatorOp};
-use crate::pipeline::group_n::constant_n;
 use crate::sort::{Direction, SortSpec};
 use tideway_base::display::{type_name, value_string};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};

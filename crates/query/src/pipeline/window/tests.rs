@@ -4,7 +4,8 @@
 use bson::{doc, Bson, DateTime, Document};
 
 use super::SetWindowFields;
-use crate::pipeline::fixtures::{context, parse_error, run, run_ok};
+use crate::expr::fixtures::context;
+use crate::pipeline::fixtures::{parse_error, run, run_ok};
 use tideway_base::error::ErrorCode;
 
 fn date(text: &str) -> Bson {

@@ -1,7 +1,8 @@
 //! Command variables: a command's `let` (and a pipeline update's `c` constants) evaluated once,
 //! before the command reads anything, and the parse scope in which the command's expressions
 //! (`$expr` in filters, pipeline stages, pipeline updates) name them as `$$name` and read the
-//! command's time as `$$NOW`.
+//! command's time as `$$NOW`. They belong to the expression engine: parsing an expression
+//! resolves `$$name` against this scope, and computing a variable's value evaluates one.
 //!
 //! Invariants:
 //! - Values are computed against no document: a field path or `$$ROOT` in one is mongod's 4890500;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use bson::{Bson, DateTime, Document};
 
-use super::pipeline::expr::{validate_variable_name, Expr};
+use super::{validate_variable_name, Expr};
 use tideway_base::error::{CommandError, CommandResult};
 
 /// A command's time and its variables with their values (`None`: the expression evaluated to

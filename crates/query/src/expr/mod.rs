@@ -1,17 +1,29 @@
-//! The aggregation expression language: parsing `$`-operator documents, field paths
-//! (`"$a.b"`), variables (`"$$ROOT"`, `"$$NOW"`, `"$$REMOVE"`, `$let`/`$map`/`$filter` names)
-//! and literals into an [`Expr`] tree, and evaluating it against one document.
+//! The aggregation expression engine, the layer below filters (`$expr`), projections
+//! (expressions in `find` projections) and pipelines: parsing `$`-operator documents, field
+//! paths (`"$a.b"`), variables (`"$$ROOT"`, `"$$NOW"`, `"$$REMOVE"`, `$let`/`$map`/`$filter`
+//! names, a command's `let`) and literals into an [`Expr`] tree, and evaluating it against one
+//! document in a [`PipelineContext`] (`$$NOW` and the collation). It uses only the value-level
+//! modules (`compare`, `numeric`, `collation`, `sort`, `hash`, `js`), never `filter`,
+//! `projection`, `update` or `pipeline`.
 //!
 //! This file holds what every operator shares: the [`Expr`] tree, parsing dispatch (the
-//! operator-name tables), the evaluation environment ([`Vars`]) and the evaluation dispatch
-//! (`evaluate`, `apply_op`). Each operator family parses and evaluates itself in its own file:
-//! `arithmetic`, `math` (exponents, logarithms, bitwise), `string`, `string_search` (searching,
-//! slicing, replacing), `regex`, `date` (with `date_arith`, `date_parse`
-//! and the `timezone` they share), `array` (with `$filter`/`$map`), `array_ops` (`$reduce`,
-//! `$zip`, `$range`, `$indexOfArray`, `$sortArray`, the N expressions), `set`, `trigonometry`,
-//! `object`, `quantile` (`$median`, `$percentile`, shared with `$group`), `convert` (`$convert`,
-//! `$to*`), `conditional` (boolean, comparison and conditional operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps, `$toHashedIndexKey`), `function` (`$function`, JavaScript through `crate::js`) and
+//! operator-name tables), the evaluation context ([`PipelineContext`]) and environment
+//! ([`Vars`]) and the evaluation dispatch (`evaluate`, `apply_op`). Each operator family parses
+//! and evaluates itself in its own file: `arithmetic`, `math` (exponents, logarithms, bitwise),
+//! `string`, `string_search` (searching, slicing, replacing), `regex`, `date` (with
+//! `date_arith`, `date_parse` and the `timezone` they share), `array` (with `$filter`/`$map`),
+//! `array_ops` (`$reduce`, `$zip`, `$range`, `$indexOfArray`, `$sortArray`, the N
+//! expressions), `set`, `trigonometry`, `object`, `quantile` (`$median`, `$percentile`, shared
+//! with `$group`), `convert` (`$convert`, `$to*`), `conditional` (boolean, comparison and
+//! conditional operators), `misc` (`$isNumber`, `$rand`, sizes, timestamps,
+//! `$toHashedIndexKey`), `function` (`$function`, JavaScript through `crate::js`) and
 //! `variables` (`$let` and the variable scope of `$filter`/`$map`/`$reduce`).
+//!
+//! The accumulators live here too, because the expressions of their names fold arrays through
+//! them: [`accumulator`] (each op and its running state, shared by `$group`, `$bucketAuto`,
+//! `$setWindowFields` and the expressions), [`accumulator_n`] (the `n` of the N accumulators
+//! and expressions) and [`accumulator_js`] (`$accumulator`). [`command_variables`] holds a
+//! command's `let` variables and the parse scope in which expressions name them.
 //!
 //! Invariants:
 //! - A value is `Option<Bson>`: `None` is mongod's "missing" (a path that names nothing, or
@@ -31,17 +43,20 @@ use std::cmp::Ordering;
 
 use bson::{Bson, DateTime, Document};
 
-use super::group::{AccumulatorOp, AccumulatorState};
-use crate::collation::Collation;
+use crate::collation::{Collation, CollationChoice};
 use crate::compare::compare_values_with;
 use crate::numeric::Number;
 use tideway_base::display::{type_name, value_string};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_base::limits::{check_field_path_length, MAX_FIELD_PATH_COMPONENTS};
 
+pub(crate) mod accumulator;
+pub(crate) mod accumulator_js;
+pub(crate) mod accumulator_n;
 mod arithmetic;
 mod array;
 mod array_ops;
+pub mod command_variables;
 mod conditional;
 mod convert;
 mod date;
@@ -70,6 +85,7 @@ pub(crate) use object::merge_object_into;
 pub(crate) use quantile::{accumulator_argument, parse_quantile_spec, quantile_result, Samples};
 pub(crate) use string::TrimSide;
 
+use accumulator::{AccumulatorOp, AccumulatorState};
 use arithmetic::{evaluate_mod, evaluate_round, evaluate_unary_numeric};
 use array::{
     evaluate_array_elem_at, evaluate_concat_arrays, evaluate_filter, evaluate_first_last,
@@ -150,6 +166,27 @@ pub(crate) fn compare_optional(a: &Value, b: &Value, collation: Option<&Collatio
 /// builds is made of such copies, so this bounds them all, however the operators nest: without
 /// it `$let`/`$map` over `[ "$$x", "$$x" ]` doubles a value per level and exhausts memory.
 pub(crate) const MAX_COPIED_BYTES: usize = 16 * 1024 * 1024 + 16 * 1024;
+
+/// What evaluating needs from outside, for a whole pipeline run or one statement: the clock for
+/// `$$NOW`, and the collation string comparisons (`$match`, `$sort`, `$group` keys,
+/// expressions) use.
+#[derive(Clone, Debug)]
+pub struct PipelineContext {
+    /// The value of `$$NOW` for the whole run.
+    pub now: DateTime,
+    /// `None`: the simple collation.
+    pub collation: CollationChoice,
+}
+
+impl PipelineContext {
+    /// A run at `now` under the simple collation.
+    pub fn at(now: DateTime) -> PipelineContext {
+        PipelineContext {
+            now,
+            collation: None,
+        }
+    }
+}
 
 /// Evaluation environment: `$$ROOT`, `$$CURRENT` (which field paths read: the root document
 /// except where `$redact` descends), `$$NOW`, and the user variables bound by enclosing
@@ -426,7 +463,7 @@ impl Expr {
     pub(crate) fn evaluate_in(
         &self,
         root: &Document,
-        context: &crate::pipeline::PipelineContext,
+        context: &PipelineContext,
     ) -> CommandResult<Value> {
         self.evaluate_collated(root, context.now, context.collation.as_deref())
     }
@@ -446,7 +483,7 @@ impl Expr {
         &self,
         root: &Document,
         current: &Document,
-        context: &crate::pipeline::PipelineContext,
+        context: &PipelineContext,
     ) -> CommandResult<Value> {
         let mut vars = Vars::new(root, context.now);
         vars.current = current;
@@ -538,7 +575,7 @@ fn parse_string(text: &str, scope: &Scope) -> CommandResult<Expr> {
             user if scope.names.iter().any(|bound| bound == user) => {
                 Variable::User(user.to_string())
             }
-            other => match crate::variables::lookup(other) {
+            other => match command_variables::lookup(other) {
                 Some(value) => Variable::Command(value),
                 None => {
                     return Err(fail(
@@ -949,7 +986,7 @@ fn evaluate(expr: &Expr, vars: &mut Vars) -> CommandResult<Value> {
         Expr::Field(_) | Expr::Variable(Variable::Root | Variable::Current, _)
             if vars.reads_forbidden =>
         {
-            Err(crate::variables::reads_document())
+            Err(command_variables::reads_document())
         }
         Expr::Field(parts) => vars.copied(field_value(vars.current, parts)),
         Expr::Variable(variable, parts) => {
@@ -1162,11 +1199,49 @@ fn apply_op(op: Op, values: Vec<Value>, collation: Option<&Collation>) -> Comman
 }
 
 #[cfg(test)]
+pub(crate) mod fixtures {
+    //! Shared helpers for the expression, accumulator and pipeline tests.
+    use bson::{Bson, DateTime, Document};
+
+    use super::{Expr, PipelineContext};
+    use tideway_base::error::CommandResult;
+
+    /// A fixed `$$NOW`: 2021-03-04T05:06:07.089Z.
+    pub(crate) fn now() -> DateTime {
+        DateTime::from_millis(1_614_834_367_089)
+    }
+
+    pub(crate) fn context() -> PipelineContext {
+        PipelineContext::at(now())
+    }
+
+    /// Evaluates one expression against `document`.
+    pub(crate) fn eval(expression: Bson, document: &Document) -> CommandResult<Option<Bson>> {
+        Expr::parse(&expression)?.evaluate_collated(document, now(), None)
+    }
+
+    #[track_caller]
+    pub(crate) fn eval_ok(expression: Bson, document: &Document) -> Option<Bson> {
+        eval(expression, document).expect("expression evaluates")
+    }
+
+    /// Identical values (numeric types matter).
+    #[track_caller]
+    pub(crate) fn assert_value(actual: Option<Bson>, expected: Bson) {
+        let actual = actual.expect("a value, not missing");
+        assert!(
+            crate::compare::identical_values(&actual, &expected),
+            "{actual:?} != {expected:?}"
+        );
+    }
+}
+
+#[cfg(test)]
 mod test_support {
     //! Helpers the family files' tests share.
     use bson::{Bson, Document};
 
-    use super::super::fixtures::{assert_value, eval, eval_ok};
+    use super::fixtures::{assert_value, eval, eval_ok};
     use tideway_base::error::CommandError;
 
     fn empty() -> Document {
@@ -1220,7 +1295,7 @@ mod test_support {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{assert_value, eval_ok, now};
+    use super::fixtures::{assert_value, eval_ok, now};
     use super::test_support::error;
     use bson::{doc, Bson};
     use tideway_base::error::ErrorCode;

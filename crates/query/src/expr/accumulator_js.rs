@@ -6,7 +6,7 @@
 //! - `init`, `accumulate`, `merge` and `finalize` are constant strings or Code; `merge` is
 //!   required (as mongod's parser does) but never called: one node never merges partial states.
 //! - `initArgs` is evaluated once, when a group starts, against what the group's initializers
-//!   read (`group_n::key_fields`: in `$group` the key when it is a document, so `"$city"` reads
+//!   read (`accumulator_n::key_fields`: in `$group` the key when it is a document, so `"$city"` reads
 //!   the key's `city`, else an empty document, mongod's `expandId`; in `$bucketAuto` an empty
 //!   document); `accumulateArgs` against each document. Both must evaluate to arrays, checked
 //!   when used (4544711, 4544712).
@@ -20,9 +20,8 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 
-use super::expr::{Expr, Value};
+use super::{Expr, PipelineContext, Value};
 use crate::js::JsProgram;
-use crate::pipeline::PipelineContext;
 use tideway_base::display::{type_name, value_string};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
@@ -207,8 +206,8 @@ fn array_argument(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{parse_error, run, run_ok};
     use crate::js::{with_limits, JsLimits};
+    use crate::pipeline::fixtures::{parse_error, run, run_ok};
     use bson::{doc, Bson, Document};
     use tideway_base::error::ErrorCode;
     use tideway_base::limits::Deadline;

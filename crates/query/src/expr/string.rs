@@ -283,7 +283,7 @@ pub(super) fn evaluate_trim(
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{error, value};
-    use crate::pipeline::fixtures::assert_value;
+    use crate::expr::fixtures::assert_value;
     use bson::Bson;
 
     #[test]

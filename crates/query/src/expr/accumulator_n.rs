@@ -13,8 +13,8 @@ use std::borrow::Cow;
 
 use bson::{Bson, Document};
 
-use super::expr::{Expr, Value};
-use super::group::AccumulatorOp;
+use super::accumulator::AccumulatorOp;
+use super::{Expr, Value};
 use crate::numeric::Number;
 use tideway_base::display::value_string;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
@@ -31,7 +31,7 @@ pub(crate) fn key_fields(key: &Bson) -> Cow<'_, Document> {
 
 /// `n` of an N (or `$topN`/`$bottomN`) window function: a constant positive integer (mongod's
 /// 5787902/5787903/5787908).
-pub(super) fn constant_n(operator: &str, n: &Expr) -> CommandResult<usize> {
+pub(crate) fn constant_n(operator: &str, n: &Expr) -> CommandResult<usize> {
     match n.evaluate_constant(bson::DateTime::now()) {
         Ok(value) => n_value(&value),
         Err(error) if error.code == ErrorCode::Location4890500 => Err(CommandError::new(

@@ -453,7 +453,7 @@ fn decimal_from_scientific(text: &str) -> Option<Decimal128> {
 mod tests {
     use super::super::test_support::{error, value};
     use crate::compare::fixtures::decimal;
-    use crate::pipeline::fixtures::assert_value;
+    use crate::expr::fixtures::assert_value;
     use bson::{oid::ObjectId, Bson, DateTime};
     use tideway_base::error::ErrorCode;
 

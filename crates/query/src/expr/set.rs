@@ -253,7 +253,7 @@ mod tests {
 
     use super::super::test_support::error;
     use crate::compare::identical_values;
-    use crate::pipeline::fixtures::{assert_value, eval_ok};
+    use crate::expr::fixtures::{assert_value, eval_ok};
 
     /// The manual's `experiments` collection (`$setUnion`, `$setIntersection`,
     /// `$setDifference`, `$setIsSubset` pages).

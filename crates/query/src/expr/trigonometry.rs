@@ -304,7 +304,7 @@ mod tests {
 
     use super::super::test_support::{error, value};
     use super::stream_double;
-    use crate::pipeline::fixtures::{assert_value, eval_ok};
+    use crate::expr::fixtures::{assert_value, eval_ok};
 
     fn decimal(text: &str) -> Bson {
         Bson::Decimal128(text.parse::<Decimal128>().expect("a decimal literal"))

@@ -3,14 +3,14 @@
 //!
 //! Invariants: a null or missing array input gives null (except `$range`, which refuses it, as
 //! mongod does); element comparisons (`$indexOfArray`, `$sortArray`, `$minN`/`$maxN`) use the
-//! run's collation. The N expressions fold the array through the `$group` accumulator states
+//! run's collation. The N expressions fold the array through the accumulator states
 //! ([`AccumulatorState`]) so both forms keep one set of rules; their `n` is evaluated per
 //! document and checked as the accumulators check a constant one. `$sortArray` is stable.
 
 use bson::Bson;
 
-use super::super::group::{AccumulatorOp, AccumulatorState};
-use super::super::group_n::{n_arguments, n_operator, n_value};
+use super::accumulator::{AccumulatorOp, AccumulatorState};
+use super::accumulator_n::{n_arguments, n_operator, n_value};
 use super::string_search::index_argument;
 use super::variables::with_variable;
 use super::{evaluate, fail, is_nullish, parse, value_type_name, Expr, Scope, Value, Vars};

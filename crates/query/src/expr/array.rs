@@ -430,7 +430,7 @@ pub(super) fn evaluate_slice(values: Vec<Value>) -> CommandResult<Value> {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::error;
-    use crate::pipeline::fixtures::{assert_value, eval_ok};
+    use crate::expr::fixtures::{assert_value, eval_ok};
     use bson::{doc, Bson};
 
     #[test]

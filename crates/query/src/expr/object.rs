@@ -406,7 +406,7 @@ pub(super) fn evaluate_array_to_object(value: Value) -> CommandResult<Value> {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::error;
-    use crate::pipeline::fixtures::{assert_value, eval_ok};
+    use crate::expr::fixtures::{assert_value, eval_ok};
     use bson::{doc, Bson};
 
     #[test]

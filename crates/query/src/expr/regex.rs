@@ -437,7 +437,7 @@ mod tests {
     //! Expected values come from MongoDB's reference pages of the regex operators (their
     //! examples), mongod's `regex.js` jstest and, for errors, mongod's `expression.cpp` codes.
     use super::super::test_support::{check_errors, check_over, check_values, value};
-    use crate::pipeline::fixtures::{assert_value, eval};
+    use crate::expr::fixtures::{assert_value, eval};
     use bson::{bson, doc, Bson, Document, Regex as BsonRegex};
 
     fn regex(pattern: &str, options: &str) -> Bson {

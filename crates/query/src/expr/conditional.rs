@@ -229,7 +229,7 @@ pub(super) fn evaluate_comparison(
 mod tests {
     use super::super::test_support::{error, value};
     use crate::compare::fixtures::decimal;
-    use crate::pipeline::fixtures::assert_value;
+    use crate::expr::fixtures::assert_value;
     use bson::Bson;
 
     #[test]

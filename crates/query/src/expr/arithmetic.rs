@@ -598,7 +598,7 @@ pub(super) fn evaluate_round(op: Op, values: Vec<Value>) -> CommandResult<Value>
 mod tests {
     use super::super::test_support::{error, value};
     use crate::compare::fixtures::decimal;
-    use crate::pipeline::fixtures::assert_value;
+    use crate::expr::fixtures::assert_value;
     use bson::{Bson, DateTime};
 
     #[test]
