@@ -4,10 +4,14 @@
 //!
 //! Layout (format version [`FORMAT_VERSION`], stored in `meta`; versions from
 //! [`OLDEST_READABLE_FORMAT_VERSION`] on are converted when opened, others are refused):
-//! - `meta` (`&str` → u64): `format_version`, `next_rev`, `next_collection_id`, `next_index_id`.
+//! - `meta` (`&str` → u64): `format_version`, `time_high_water_ms`.
 //! - `catalog` (collection id u64 → BSON, see `catalog.rs`).
 //! - `sizes` (table name → (key bytes, value bytes)): running byte totals per data/index table
-//!   (expiry and natural tables are not counted).
+//!   (expiry and natural tables are not counted); and, under names that start with a NUL byte
+//!   (no table's name does), the writer's counters as (value, 0): [`COUNTER_NEXT_REV`],
+//!   [`COUNTER_NEXT_COLLECTION_ID`], [`COUNTER_NEXT_INDEX_ID`], [`COUNTER_LAST_TIMESTAMP`].
+//!   Every commit writes both the counters and the size totals of what it wrote: one table,
+//!   so one small B-tree, takes them.
 //! - `d.<collection id>` (encoded `_id` → record): record = [`RECORD_HEADER_LEN`]-byte header
 //!   then the document's BSON bytes. Header: [`RECORD_VERSION`] u8, rev u64 BE, last_write_ms
 //!   i64 BE, TTL class u8 (0 `Default`, 1 `Never`, 2 `Own`), expire_at_ms i64 BE (0 unless
@@ -73,7 +77,10 @@ use crate::{
 /// a capped collection's documents keep their insertion numbers as record ids, an ordinary
 /// collection's get new ones in `_id` order (the only order known), a clustered collection's 0;
 /// `np.` tables are dropped; all in the commit that marks it 5.
-pub(super) const FORMAT_VERSION: u64 = 5;
+/// 6: the writer's counters in `sizes` (they were `next_rev`, `next_collection_id`,
+/// `next_index_id` and `last_timestamp` in `meta`), moved when the file is opened, in the commit
+/// that marks it 6.
+pub(super) const FORMAT_VERSION: u64 = 6;
 /// The oldest format version this build opens.
 pub(super) const OLDEST_READABLE_FORMAT_VERSION: u64 = 2;
 /// First byte of an index entry value that carries type bits.
@@ -108,12 +115,27 @@ pub(super) const SESSION_STATEMENTS: TableDefinition<&[u8], &[u8]> =
 const STATEMENT_SUFFIX_LEN: usize = 8 + 4;
 
 pub(super) const META_FORMAT_VERSION: &str = "format_version";
-pub(super) const META_NEXT_REV: &str = "next_rev";
-pub(super) const META_NEXT_COLLECTION_ID: &str = "next_collection_id";
-pub(super) const META_NEXT_INDEX_ID: &str = "next_index_id";
+/// Where format versions 2 to 5 kept the writer's counters in `meta` (now the `COUNTER_` names
+/// in `sizes`), in the order of [`COUNTERS`].
+pub(super) const FORMAT_5_META_COUNTERS: [&str; 4] = [
+    "next_rev",
+    "next_collection_id",
+    "next_index_id",
+    "last_timestamp",
+];
+pub(super) const COUNTER_NEXT_REV: &str = "\0next_rev";
+pub(super) const COUNTER_NEXT_COLLECTION_ID: &str = "\0next_collection_id";
+pub(super) const COUNTER_NEXT_INDEX_ID: &str = "\0next_index_id";
 /// The newest cluster time a write took ([`crate::Storage::cluster_time`]), as
 /// `seconds << 32 | increment`.
-pub(super) const META_LAST_TIMESTAMP: &str = "last_timestamp";
+pub(super) const COUNTER_LAST_TIMESTAMP: &str = "\0last_timestamp";
+/// The counters' names in `sizes`, in the order of [`FORMAT_5_META_COUNTERS`].
+pub(super) const COUNTERS: [&str; 4] = [
+    COUNTER_NEXT_REV,
+    COUNTER_NEXT_COLLECTION_ID,
+    COUNTER_NEXT_INDEX_ID,
+    COUNTER_LAST_TIMESTAMP,
+];
 /// The latest server time recorded ([`crate::Storage::record_time`]), in ms.
 pub(super) const META_TIME_HIGH_WATER: &str = "time_high_water_ms";
 

@@ -54,9 +54,8 @@ use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
 use self::database::{DbSlot, Source};
 use self::format::{
-    io, CATALOG, FORMAT_VERSION, META, META_FORMAT_VERSION, META_LAST_TIMESTAMP,
-    META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV, META_TIME_HIGH_WATER,
-    OLDEST_READABLE_FORMAT_VERSION, SIZES,
+    io, CATALOG, COUNTERS, FORMAT_5_META_COUNTERS, FORMAT_VERSION, META, META_FORMAT_VERSION,
+    META_TIME_HIGH_WATER, OLDEST_READABLE_FORMAT_VERSION, SIZES,
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
@@ -420,21 +419,30 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
     let txn = db.begin_write().map_err(io)?;
     let (version, mut counters) = {
         let meta = txn.open_table(META).map_err(io)?;
-        let stored = |name: &str, absent: u64| -> StorageResult<u64> {
-            Ok(meta
-                .get(name)
-                .map_err(io)?
-                .map_or(absent, |value| value.value()))
-        };
+        let sizes = txn.open_table(SIZES).map_err(io)?;
         let version = meta
             .get(META_FORMAT_VERSION)
             .map_err(io)?
             .map(|version| version.value());
+        // Format versions 2 to 5 kept the counters in `meta`.
+        let moved = version.is_none_or(|version| version >= 6);
+        let mut values = [1, 1, 1, 0];
+        for (slot, (name, old_name)) in COUNTERS.iter().zip(FORMAT_5_META_COUNTERS).enumerate() {
+            let stored = if moved {
+                sizes.get(*name).map_err(io)?.map(|value| value.value().0)
+            } else {
+                meta.get(old_name).map_err(io)?.map(|value| value.value())
+            };
+            if let Some(stored) = stored {
+                values[slot] = stored;
+            }
+        }
+        let [next_rev, next_collection_id, next_index_id, last_timestamp] = values;
         let counters = Counters {
-            next_rev: stored(META_NEXT_REV, 1)?,
-            next_collection_id: stored(META_NEXT_COLLECTION_ID, 1)?,
-            next_index_id: stored(META_NEXT_INDEX_ID, 1)?,
-            last_timestamp: stored(META_LAST_TIMESTAMP, 0)?,
+            next_rev,
+            next_collection_id,
+            next_index_id,
+            last_timestamp,
         };
         (version, counters)
     };
@@ -446,9 +454,17 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
                 // Versions 2 and 3 kept each session's record whole.
                 sessions::convert_whole_records(&txn)?;
             }
-            // Versions 2 to 4 had no record ids, and natural order for capped collections only.
-            natural::convert(&txn, &mut counters)?;
+            if older < 5 {
+                // Versions 2 to 4 had no record ids, and natural order for capped collections
+                // only.
+                natural::convert(&txn, &mut counters)?;
+            }
+            // Versions 2 to 5 kept the counters in `meta`.
             counters.save(&txn)?;
+            let mut meta = txn.open_table(META).map_err(io)?;
+            for old_name in FORMAT_5_META_COUNTERS {
+                meta.remove(old_name).map_err(io)?;
+            }
         }
         Some(other) => {
             return Err(StorageError::Corrupt(format!(

@@ -222,7 +222,7 @@ async fn older_format_versions_are_refused() {
     assert!(matches!(error, StorageError::Corrupt(_)), "{error:?}");
     let message = error.to_string();
     assert!(
-        message.contains("unsupported data format version 1: this build reads versions 2 to 5"),
+        message.contains("unsupported data format version 1: this build reads versions 2 to 6"),
         "{message}"
     );
 }
@@ -386,8 +386,8 @@ fn stored_format_version(dir: &std::path::Path) -> u64 {
 fn write_format_4_layout(dir: &std::path::Path, version: u64) {
     use super::format::{
         bytes_table, format_4_natural_position_table_name, natural_table_name, record_header,
-        record_id_key, CATALOG, FORMAT_4_RECORD_HEADER_LEN, FORMAT_4_RECORD_VERSION, META,
-        META_FORMAT_VERSION, RECORD_HEADER_LEN, SIZES,
+        record_id_key, CATALOG, FORMAT_4_RECORD_HEADER_LEN, FORMAT_4_RECORD_VERSION,
+        RECORD_HEADER_LEN, SIZES,
     };
     use redb::ReadableTable;
     let db = redb::Database::create(dir.join(super::DATA_FILE_NAME)).unwrap();
@@ -451,11 +451,24 @@ fn write_format_4_layout(dir: &std::path::Path, version: u64) {
                 .unwrap();
         }
     }
-    txn.open_table(META)
-        .unwrap()
-        .insert(META_FORMAT_VERSION, version)
-        .unwrap();
+    mark_format_version(&txn, version);
     txn.commit().unwrap();
+}
+
+/// Marks the file of `txn` with format `version`; below 6, with the writer's counters where those
+/// versions kept them (`meta`, not `sizes`).
+fn mark_format_version(txn: &redb::WriteTransaction, version: u64) {
+    use super::format::{COUNTERS, FORMAT_5_META_COUNTERS, META, META_FORMAT_VERSION, SIZES};
+    let mut meta = txn.open_table(META).unwrap();
+    meta.insert(META_FORMAT_VERSION, version).unwrap();
+    if version < 6 {
+        let mut sizes = txn.open_table(SIZES).unwrap();
+        for (name, old_name) in COUNTERS.into_iter().zip(FORMAT_5_META_COUNTERS) {
+            if let Some((value, _)) = sizes.remove(name).unwrap().map(|value| value.value()) {
+                meta.insert(old_name, value).unwrap();
+            }
+        }
+    }
 }
 
 /// The names of the tables in the redb file in `dir` that start with `prefix`, sorted.
@@ -486,6 +499,76 @@ async fn natural_ids(storage: &RedbStorage, coll: &Namespace) -> Vec<Bson> {
 /// (the only order a format 4 file knows), a capped one keeps its insertion order, a clustered
 /// one reads in `_id` order; documents, revisions, sizes, indexes and expiry entries are
 /// unchanged; later inserts go to the end; the file is marked version 5 and no `np.` is left.
+/// Format 6 keeps the writer's counters in `sizes`; a format 5 file kept them in `meta`. Opening
+/// one moves them, so revisions, record ids and collection ids go on from where they were (a
+/// counter read as its initial value would hand out a record id twice).
+#[tokio::test]
+async fn format_5_counters_move_to_sizes_when_opened() {
+    use super::format::{COUNTERS, FORMAT_5_META_COUNTERS, META, SIZES};
+    let dir = TempDir::new().unwrap();
+    let (first, second) = (ns("first"), ns("second"));
+    let first_revs = {
+        let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+        let outcomes = write_ok(
+            &storage,
+            &first,
+            vec![insert(doc! {"_id": "b"}), insert(doc! {"_id": "a"})],
+        )
+        .await;
+        outcomes
+            .iter()
+            .map(|outcome| match outcome {
+                WriteOutcome::Inserted { rev, .. } => *rev,
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<u64>>()
+    };
+    {
+        let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        mark_format_version(&txn, 5);
+        txn.commit().unwrap();
+    }
+    let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
+    let outcomes = write_ok(&storage, &first, vec![insert(doc! {"_id": "0"})]).await;
+    let WriteOutcome::Inserted { rev, .. } = outcomes[0] else {
+        panic!("{outcomes:?}");
+    };
+    assert!(
+        first_revs.iter().all(|old| *old < rev),
+        "{first_revs:?} then {rev}"
+    );
+    // Natural order: the document inserted after reopening comes last.
+    assert_eq!(
+        natural_ids(&storage, &first).await,
+        vec![Bson::from("b"), Bson::from("a"), Bson::from("0")]
+    );
+    // A new collection does not reuse the first one's id (its tables would be the first's).
+    write_ok(&storage, &second, vec![insert(doc! {"_id": 1})]).await;
+    assert_eq!(natural_ids(&storage, &first).await.len(), 3);
+    drop(storage);
+    assert_eq!(
+        stored_format_version(dir.path()),
+        super::format::FORMAT_VERSION
+    );
+    let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let meta = txn.open_table(META).unwrap();
+    for old_name in FORMAT_5_META_COUNTERS {
+        assert!(
+            meta.get(old_name).unwrap().is_none(),
+            "{old_name} left in meta"
+        );
+    }
+    let sizes = txn.open_table(SIZES).unwrap();
+    for name in COUNTERS {
+        assert!(
+            sizes.get(name).unwrap().is_some(),
+            "{name:?} missing from sizes"
+        );
+    }
+}
+
 #[tokio::test]
 async fn format_4_files_get_record_ids_when_opened() {
     let dir = TempDir::new().unwrap();
@@ -636,7 +719,10 @@ async fn format_4_files_get_record_ids_when_opened() {
     kept.push(Bson::String("Aaron".into()));
     assert_eq!(natural_ids(&storage, &capped).await, kept);
     drop(storage);
-    assert_eq!(stored_format_version(dir.path()), 5);
+    assert_eq!(
+        stored_format_version(dir.path()),
+        super::format::FORMAT_VERSION
+    );
     assert!(tables_named(dir.path(), "np.").is_empty());
     // Opening again converts nothing more.
     let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();
@@ -1998,10 +2084,7 @@ async fn whole_session_records_of_format_version_3_are_split_into_rows_when_open
                 bson::to_vec(&whole).unwrap().as_slice(),
             )
             .unwrap();
-        txn.open_table(super::format::META)
-            .unwrap()
-            .insert(super::format::META_FORMAT_VERSION, 3)
-            .unwrap();
+        mark_format_version(&txn, 3);
         txn.commit().unwrap();
     }
     let storage = RedbStorage::open(dir.path(), Durability::Durable).unwrap();

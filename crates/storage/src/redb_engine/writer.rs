@@ -51,7 +51,8 @@ use redb::WriteTransaction;
 use super::catalog::Catalog;
 use super::database::{BeginError, DbSlot};
 use super::format::{
-    io, META, META_LAST_TIMESTAMP, META_NEXT_COLLECTION_ID, META_NEXT_INDEX_ID, META_NEXT_REV,
+    io, COUNTER_LAST_TIMESTAMP, COUNTER_NEXT_COLLECTION_ID, COUNTER_NEXT_INDEX_ID,
+    COUNTER_NEXT_REV, SIZES,
 };
 use crate::{StorageError, StorageResult};
 
@@ -104,7 +105,7 @@ impl Shared {
     }
 }
 
-/// Id counters and the cluster time, persisted in `meta` with every commit.
+/// Id counters and the cluster time, persisted in `sizes` with every commit.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Counters {
     pub next_rev: u64,
@@ -150,14 +151,15 @@ impl Counters {
     }
 
     pub fn save(&self, txn: &WriteTransaction) -> StorageResult<()> {
-        let mut meta = txn.open_table(META).map_err(io)?;
-        meta.insert(META_LAST_TIMESTAMP, self.last_timestamp)
-            .map_err(io)?;
-        meta.insert(META_NEXT_REV, self.next_rev).map_err(io)?;
-        meta.insert(META_NEXT_COLLECTION_ID, self.next_collection_id)
-            .map_err(io)?;
-        meta.insert(META_NEXT_INDEX_ID, self.next_index_id)
-            .map_err(io)?;
+        let mut sizes = txn.open_table(SIZES).map_err(io)?;
+        for (name, value) in [
+            (COUNTER_NEXT_REV, self.next_rev),
+            (COUNTER_NEXT_COLLECTION_ID, self.next_collection_id),
+            (COUNTER_NEXT_INDEX_ID, self.next_index_id),
+            (COUNTER_LAST_TIMESTAMP, self.last_timestamp),
+        ] {
+            sizes.insert(name, (value, 0)).map_err(io)?;
+        }
         Ok(())
     }
 }
