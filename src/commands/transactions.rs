@@ -5,7 +5,7 @@ use bson::Document;
 
 use crate::command::{CommandContext, CommandSpec};
 use crate::txn::{require_fields, Transactions};
-use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::error::CommandResult;
 
 pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -30,10 +30,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 fn transactions<'a>(ctx: &CommandContext<'a>) -> CommandResult<&'a Transactions> {
     match &ctx.state.repl {
         Some(repl) => Ok(&repl.transactions),
-        None => Err(CommandError::new(
-            ErrorCode::IllegalOperation,
-            "Transaction numbers are only allowed on a replica set member or mongos",
-        )),
+        None => Err(crate::repl::standalone_session_options()),
     }
 }
 

@@ -365,6 +365,15 @@ pub(crate) fn hello_wait(repl: &ReplSet, body: &Document) -> CommandResult<Optio
     Ok(Some(Duration::from_millis(max_await_ms as u64)))
 }
 
+/// mongod's answer on a standalone server to a command carrying `txnNumber`,
+/// `startTransaction` or `autocommit`, and to `commitTransaction`/`abortTransaction`.
+pub(crate) fn standalone_session_options() -> CommandError {
+    CommandError::new(
+        ErrorCode::IllegalOperation,
+        "Transaction numbers are only allowed on a replica set member or mongos",
+    )
+}
+
 /// The commands that may carry `txnNumber` outside a transaction (mongod's retryable writes).
 const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify", "bulkWrite"];
 
@@ -384,10 +393,7 @@ pub(crate) fn check_session_options(
         return Ok(());
     }
     if repl.is_none() {
-        return Err(CommandError::new(
-            ErrorCode::IllegalOperation,
-            "Transaction numbers are only allowed on a replica set member or mongos",
-        ));
+        return Err(standalone_session_options());
     }
     if body.contains_key("startTransaction") || body.contains_key("autocommit") {
         // Multi-document transactions: `crate::txn` checks the rest.
