@@ -37,13 +37,13 @@ fn transactions<'a>(ctx: &CommandContext<'a>) -> CommandResult<&'a Transactions>
 /// `commitTransaction`: stores everything the transaction wrote in one atomic commit, or
 /// nothing (see [`Transactions::commit`]).
 async fn commit_transaction(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    require_fields(ctx.name, body)?;
+    let fields = require_fields(ctx.name, body)?;
     let transactions = transactions(ctx)?;
     let options = super::args::write_options(ctx, body)?;
     let concern_error = crate::repl::write_concern_error(body)?;
     transactions
         .commit(
-            ctx.name,
+            fields,
             body,
             std::sync::Arc::clone(&ctx.state.storage),
             std::sync::Arc::clone(&ctx.state.clock),
@@ -55,8 +55,8 @@ async fn commit_transaction(ctx: &CommandContext<'_>, body: &Document) -> Comman
 
 /// `abortTransaction`: discards everything the transaction wrote.
 async fn abort_transaction(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    require_fields(ctx.name, body)?;
+    let fields = require_fields(ctx.name, body)?;
     let transactions = transactions(ctx)?;
     let concern_error = crate::repl::write_concern_error(body)?;
-    transactions.abort(ctx.name, body, concern_error).await
+    transactions.abort(fields, body, concern_error).await
 }

@@ -593,20 +593,15 @@ pub(crate) fn require_fields(command: &str, body: &Document) -> CommandResult<Fi
 }
 
 impl Transactions {
-    /// The session a commit or abort names, locked, with its fields checked; and its
-    /// `txnNumber`.
+    /// The session a commit or abort (`what`, as mongod's message names it) names, locked,
+    /// with its `fields` (from [`require_fields`]) checked; and its `txnNumber`.
     async fn finishing(
         &self,
-        command: &str,
+        what: &str,
+        fields: Fields,
         body: &Document,
     ) -> CommandResult<(tokio::sync::OwnedMutexGuard<Session>, i64)> {
-        let fields = require_fields(command, body)?;
         if fields.start {
-            let what = if command == "commitTransaction" {
-                "commit"
-            } else {
-                "an abort"
-            };
             return Err(CommandError::new(
                 ErrorCode::OperationNotSupportedInTransaction,
                 format!("Cannot start a transaction with {what}"),
@@ -631,14 +626,14 @@ impl Transactions {
     /// committed transaction's commit may be retried and answers ok again.
     pub(crate) async fn commit(
         &self,
-        command: &str,
+        fields: Fields,
         body: &Document,
         storage: Arc<dyn Storage>,
         clock: Arc<dyn Clock>,
         force_durable: bool,
         concern_error: Option<Document>,
     ) -> CommandResult {
-        let (mut session, txn_number) = self.finishing(command, body).await?;
+        let (mut session, txn_number) = self.finishing("commit", fields, body).await?;
         let running = match std::mem::take(&mut session.state) {
             State::Running(running) => running,
             State::Committed => {
@@ -706,11 +701,11 @@ impl Transactions {
     /// `abortTransaction`: discards everything the transaction wrote.
     pub(crate) async fn abort(
         &self,
-        command: &str,
+        fields: Fields,
         body: &Document,
         concern_error: Option<Document>,
     ) -> CommandResult {
-        let (mut session, txn_number) = self.finishing(command, body).await?;
+        let (mut session, txn_number) = self.finishing("an abort", fields, body).await?;
         match &session.state {
             State::Running(_) => {
                 self.end(&mut session, Some(State::Aborted));

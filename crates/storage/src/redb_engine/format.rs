@@ -8,8 +8,7 @@
 //! - `catalog` (collection id u64 → BSON, see `catalog.rs`).
 //! - `sizes` (table name → (key bytes, value bytes)): running byte totals per data/index table
 //!   (expiry and natural tables are not counted); and, under names that start with a NUL byte
-//!   (no table's name does), the writer's counters as (value, 0): [`COUNTER_NEXT_REV`],
-//!   [`COUNTER_NEXT_COLLECTION_ID`], [`COUNTER_NEXT_INDEX_ID`], [`COUNTER_LAST_TIMESTAMP`].
+//!   (no table's name does), the writer's counters as (value, 0) ([`COUNTERS`]).
 //!   Every commit writes both the counters and the size totals of what it wrote: one table,
 //!   so one small B-tree, takes them.
 //! - `d.<collection id>` (encoded `_id` → record): record = [`RECORD_HEADER_LEN`]-byte header
@@ -115,26 +114,14 @@ pub(super) const SESSION_STATEMENTS: TableDefinition<&[u8], &[u8]> =
 const STATEMENT_SUFFIX_LEN: usize = 8 + 4;
 
 pub(super) const META_FORMAT_VERSION: &str = "format_version";
-/// Where format versions 2 to 5 kept the writer's counters in `meta` (now the `COUNTER_` names
-/// in `sizes`), in the order of [`COUNTERS`].
-pub(super) const FORMAT_5_META_COUNTERS: [&str; 4] = [
-    "next_rev",
-    "next_collection_id",
-    "next_index_id",
-    "last_timestamp",
-];
-pub(super) const COUNTER_NEXT_REV: &str = "\0next_rev";
-pub(super) const COUNTER_NEXT_COLLECTION_ID: &str = "\0next_collection_id";
-pub(super) const COUNTER_NEXT_INDEX_ID: &str = "\0next_index_id";
-/// The newest cluster time a write took ([`crate::Storage::cluster_time`]), as
-/// `seconds << 32 | increment`.
-pub(super) const COUNTER_LAST_TIMESTAMP: &str = "\0last_timestamp";
-/// The counters' names in `sizes`, in the order of [`FORMAT_5_META_COUNTERS`].
-pub(super) const COUNTERS: [&str; 4] = [
-    COUNTER_NEXT_REV,
-    COUNTER_NEXT_COLLECTION_ID,
-    COUNTER_NEXT_INDEX_ID,
-    COUNTER_LAST_TIMESTAMP,
+/// The writer's counters ([`super::writer::Counters::values`] order): each one's name in
+/// `sizes`, and where format versions 2 to 5 kept it in `meta`. `last_timestamp` is the newest
+/// cluster time a write took ([`crate::Storage::cluster_time`]), as `seconds << 32 | increment`.
+pub(super) const COUNTERS: [(&str, &str); 4] = [
+    ("\0next_rev", "next_rev"),
+    ("\0next_collection_id", "next_collection_id"),
+    ("\0next_index_id", "next_index_id"),
+    ("\0last_timestamp", "last_timestamp"),
 ];
 /// The latest server time recorded ([`crate::Storage::record_time`]), in ms.
 pub(super) const META_TIME_HIGH_WATER: &str = "time_high_water_ms";

@@ -54,8 +54,8 @@ use self::background::{BackgroundReader, Pending};
 use self::catalog::{Catalog, CollectionEntry};
 use self::database::{DbSlot, Source};
 use self::format::{
-    io, CATALOG, COUNTERS, FORMAT_5_META_COUNTERS, FORMAT_VERSION, META, META_FORMAT_VERSION,
-    META_TIME_HIGH_WATER, OLDEST_READABLE_FORMAT_VERSION, SIZES,
+    io, CATALOG, COUNTERS, FORMAT_VERSION, META, META_FORMAT_VERSION, META_TIME_HIGH_WATER,
+    OLDEST_READABLE_FORMAT_VERSION, SIZES,
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
@@ -426,25 +426,18 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
             .map(|version| version.value());
         // Format versions 2 to 5 kept the counters in `meta`.
         let moved = version.is_none_or(|version| version >= 6);
-        let mut values = [1, 1, 1, 0];
-        for (slot, (name, old_name)) in COUNTERS.iter().zip(FORMAT_5_META_COUNTERS).enumerate() {
+        let mut values = Counters::INITIAL;
+        for (value, (name, old_name)) in values.iter_mut().zip(COUNTERS) {
             let stored = if moved {
-                sizes.get(*name).map_err(io)?.map(|value| value.value().0)
+                sizes.get(name).map_err(io)?.map(|value| value.value().0)
             } else {
                 meta.get(old_name).map_err(io)?.map(|value| value.value())
             };
             if let Some(stored) = stored {
-                values[slot] = stored;
+                *value = stored;
             }
         }
-        let [next_rev, next_collection_id, next_index_id, last_timestamp] = values;
-        let counters = Counters {
-            next_rev,
-            next_collection_id,
-            next_index_id,
-            last_timestamp,
-        };
-        (version, counters)
+        (version, Counters::from_values(values))
     };
     match version {
         Some(FORMAT_VERSION) | None => {}
@@ -462,7 +455,7 @@ fn init_meta(db: &Database) -> StorageResult<Counters> {
             // Versions 2 to 5 kept the counters in `meta`.
             counters.save(&txn)?;
             let mut meta = txn.open_table(META).map_err(io)?;
-            for old_name in FORMAT_5_META_COUNTERS {
+            for (_, old_name) in COUNTERS {
                 meta.remove(old_name).map_err(io)?;
             }
         }

@@ -458,12 +458,12 @@ fn write_format_4_layout(dir: &std::path::Path, version: u64) {
 /// Marks the file of `txn` with format `version`; below 6, with the writer's counters where those
 /// versions kept them (`meta`, not `sizes`).
 fn mark_format_version(txn: &redb::WriteTransaction, version: u64) {
-    use super::format::{COUNTERS, FORMAT_5_META_COUNTERS, META, META_FORMAT_VERSION, SIZES};
+    use super::format::{COUNTERS, META, META_FORMAT_VERSION, SIZES};
     let mut meta = txn.open_table(META).unwrap();
     meta.insert(META_FORMAT_VERSION, version).unwrap();
     if version < 6 {
         let mut sizes = txn.open_table(SIZES).unwrap();
-        for (name, old_name) in COUNTERS.into_iter().zip(FORMAT_5_META_COUNTERS) {
+        for (name, old_name) in COUNTERS {
             if let Some((value, _)) = sizes.remove(name).unwrap().map(|value| value.value()) {
                 meta.insert(old_name, value).unwrap();
             }
@@ -504,7 +504,7 @@ async fn natural_ids(storage: &RedbStorage, coll: &Namespace) -> Vec<Bson> {
 /// counter read as its initial value would hand out a record id twice).
 #[tokio::test]
 async fn format_5_counters_move_to_sizes_when_opened() {
-    use super::format::{COUNTERS, FORMAT_5_META_COUNTERS, META, SIZES};
+    use super::format::{COUNTERS, META, SIZES};
     let dir = TempDir::new().unwrap();
     let (first, second) = (ns("first"), ns("second"));
     let first_revs = {
@@ -554,14 +554,14 @@ async fn format_5_counters_move_to_sizes_when_opened() {
     let db = redb::Database::create(dir.path().join(super::DATA_FILE_NAME)).unwrap();
     let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
     let meta = txn.open_table(META).unwrap();
-    for old_name in FORMAT_5_META_COUNTERS {
+    for (_, old_name) in COUNTERS {
         assert!(
             meta.get(old_name).unwrap().is_none(),
             "{old_name} left in meta"
         );
     }
     let sizes = txn.open_table(SIZES).unwrap();
-    for name in COUNTERS {
+    for (name, _) in COUNTERS {
         assert!(
             sizes.get(name).unwrap().is_some(),
             "{name:?} missing from sizes"

@@ -50,10 +50,7 @@ use redb::WriteTransaction;
 
 use super::catalog::Catalog;
 use super::database::{BeginError, DbSlot};
-use super::format::{
-    io, COUNTER_LAST_TIMESTAMP, COUNTER_NEXT_COLLECTION_ID, COUNTER_NEXT_INDEX_ID,
-    COUNTER_NEXT_REV, SIZES,
-};
+use super::format::{io, COUNTERS, SIZES};
 use crate::{StorageError, StorageResult};
 
 /// Most jobs committed together.
@@ -116,6 +113,30 @@ pub(super) struct Counters {
 }
 
 impl Counters {
+    /// A new file's counters.
+    pub(super) const INITIAL: [u64; 4] = [1, 1, 1, 0];
+
+    /// The counters in [`COUNTERS`] order.
+    pub(super) fn values(&self) -> [u64; 4] {
+        [
+            self.next_rev,
+            self.next_collection_id,
+            self.next_index_id,
+            self.last_timestamp,
+        ]
+    }
+
+    /// The counters from their values in [`COUNTERS`] order.
+    pub(super) fn from_values(values: [u64; 4]) -> Counters {
+        let [next_rev, next_collection_id, next_index_id, last_timestamp] = values;
+        Counters {
+            next_rev,
+            next_collection_id,
+            next_index_id,
+            last_timestamp,
+        }
+    }
+
     pub(crate) fn take_rev(&mut self) -> u64 {
         let rev = self.next_rev;
         self.next_rev += 1;
@@ -152,13 +173,8 @@ impl Counters {
 
     pub fn save(&self, txn: &WriteTransaction) -> StorageResult<()> {
         let mut sizes = txn.open_table(SIZES).map_err(io)?;
-        for (name, value) in [
-            (COUNTER_NEXT_REV, self.next_rev),
-            (COUNTER_NEXT_COLLECTION_ID, self.next_collection_id),
-            (COUNTER_NEXT_INDEX_ID, self.next_index_id),
-            (COUNTER_LAST_TIMESTAMP, self.last_timestamp),
-        ] {
-            sizes.insert(name, (value, 0)).map_err(io)?;
+        for ((name, _), value) in COUNTERS.iter().zip(self.values()) {
+            sizes.insert(*name, (value, 0)).map_err(io)?;
         }
         Ok(())
     }
