@@ -15,6 +15,7 @@ use tideway_base::clock::{Clock, ServerClock};
 use tideway_base::error::CommandResult;
 use tideway_exec::executor::{CollectionView, PolicyGates};
 use tideway_exec::reaper::Reaper;
+use tideway_exec::ttl::keeps_last_write_order;
 use tideway_storage::redb_engine::{Durability, RedbStorage};
 use tideway_storage::{Namespace, Storage, StorageResult};
 
@@ -195,13 +196,19 @@ impl Drop for ServerState {
 /// `--syncdelay-ms`), or memory only.
 pub fn open_storage(config: &Config) -> StorageResult<Arc<dyn Storage>> {
     match config.storage {
-        StorageKind::Memory => Ok(Arc::new(RedbStorage::in_memory()?)),
+        StorageKind::Memory => Ok(Arc::new(RedbStorage::in_memory_with_rule(
+            keeps_last_write_order,
+        )?)),
         StorageKind::Disk => {
             let durability = match config.syncdelay_ms {
                 Some(sync_delay_ms) => Durability::Relaxed { sync_delay_ms },
                 None => Durability::Durable,
             };
-            Ok(Arc::new(RedbStorage::open(&config.dbpath, durability)?))
+            Ok(Arc::new(RedbStorage::open_with_rule(
+                &config.dbpath,
+                durability,
+                keeps_last_write_order,
+            )?))
         }
     }
 }

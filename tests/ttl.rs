@@ -1075,6 +1075,56 @@ async fn a_ttl_ddl_that_expires_documents_deletes_them_before_it_replies() {
     assert_eq!(f.coll.count_documents(doc! {}).await.unwrap(), 0);
 }
 
+/// Only a collection with a default TTL in seconds keeps its documents ordered by last write
+/// (docs/ttl.md, "Storage"). Setting a default on documents written without one — by
+/// `createIndexes`, by `collMod` from -1, or again after dropping it — expires them by their
+/// write times and reaps them, as if the order had always been kept.
+#[tokio::test]
+async fn a_default_set_after_the_writes_expires_and_reaps_them_by_their_write_times() {
+    let f = Fixture::start().await;
+    f.coll
+        .insert_many((0..30).map(|i| doc! {"_id": format!("a{i}")}))
+        .await
+        .unwrap();
+    f.at(20_000);
+    f.coll.insert_one(doc! {"_id": "b"}).await.unwrap();
+    f.at(40_000);
+    f.set_default_ttl(30).await;
+    assert_eq!(
+        f.ids(doc! {}).await,
+        vec!["b"],
+        "written at T0: expired at T0 + 30 s"
+    );
+    f.ttl_pass().await;
+    assert_eq!(f.deleted_documents().await, 30);
+    assert!(f.stored("a7").await.is_none());
+    f.at(50_000);
+    assert_eq!(f.ttl_pass().await, 1, "b, written at T0 + 20 s");
+    assert!(f.stored("b").await.is_none());
+
+    f.run(doc! {"collMod": "c", "index": {"name": "_ts_1", "expireAfterSeconds": -1}})
+        .await;
+    f.coll
+        .insert_many((0..10).map(|i| doc! {"_id": format!("c{i}")}))
+        .await
+        .unwrap();
+    f.at(100_000);
+    assert_eq!(f.ttl_pass().await, 0, "no default: nothing expires");
+    f.run(doc! {"collMod": "c", "index": {"name": "_ts_1", "expireAfterSeconds": 30}})
+        .await;
+    f.ttl_pass().await;
+    assert_eq!(f.deleted_documents().await, 41, "c*, written at T0 + 50 s");
+    assert_eq!(f.coll.count_documents(doc! {}).await.unwrap(), 0);
+
+    f.run(doc! {"dropIndexes": "c", "index": "_ts_1"}).await;
+    f.coll.insert_one(doc! {"_id": "d"}).await.unwrap();
+    f.at(200_000);
+    f.set_default_ttl(60).await;
+    f.ttl_pass().await;
+    assert_eq!(f.deleted_documents().await, 42, "d, written at T0 + 100 s");
+    assert!(f.stored("d").await.is_none());
+}
+
 #[tokio::test]
 async fn the_server_clock_never_goes_back_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,6 +32,22 @@ pub async fn drop(collection: &Collection<Document>) -> Result<(), OpError> {
     collection.drop().await.map_err(OpError::from)
 }
 
+/// The default TTL `insert_default_ttl` writes under: a day, so nothing expires during a run.
+pub const DEFAULT_TTL_SECONDS: i32 = 86_400;
+
+/// Gives the collection a Cosmos default TTL of [`DEFAULT_TTL_SECONDS`]
+/// (`createIndex({_ts: 1}, {expireAfterSeconds})`).
+pub async fn set_default_ttl(collection: &Collection<Document>) -> Result<(), OpError> {
+    let spec = doc! {"key": {"_ts": 1}, "name": "_ts_1", "expireAfterSeconds": DEFAULT_TTL_SECONDS};
+    collection
+        .client()
+        .database(collection.namespace().db.as_str())
+        .run_command(doc! {"createIndexes": collection.name(), "indexes": [spec]})
+        .await
+        .map(|_| ())
+        .map_err(OpError::from)
+}
+
 /// Makes the collection hold exactly the documents `_id` 0..`docs`: reuses it when its count
 /// already equals `docs` (unless `reload`), otherwise drops and loads it. Returns whether it
 /// loaded.

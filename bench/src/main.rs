@@ -76,7 +76,8 @@ struct Cli {
     /// (the four), find_id_scaling (same as --latency-vs-size), ttl_churn (documents expiring
     /// together under foreground load; not part of all); query planner workloads on the indexed
     /// events collection (not part of all): find_id_events, range_10, newest_5, or_2, planner
-    /// (those four), and insert_indexed (insert_one with three secondary indexes); transfer
+    /// (those four), and insert_indexed (insert_one with three secondary indexes);
+    /// insert_default_ttl (insert_one under a Cosmos default TTL; not part of all); transfer
     /// workloads (replica-set servers; not part of all): two_writes, txn2 (the same two writes in
     /// one transaction), two_writes_hot, txn2_hot (10 accounts instead of 10,000), txn (the four);
     /// connect (connection setup rate, one new connection per operation, in each
@@ -273,6 +274,7 @@ enum WorkloadChoice {
     Or2,
     Planner,
     InsertIndexed,
+    InsertDefaultTtl,
     TwoWrites,
     TwoWritesHot,
     #[value(name = "txn2")]
@@ -387,6 +389,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             WorkloadChoice::Or2 => &[Workload::Or2],
             WorkloadChoice::Planner => &Workload::PLANNER,
             WorkloadChoice::InsertIndexed => &[Workload::InsertIndexed],
+            WorkloadChoice::InsertDefaultTtl => &[Workload::InsertDefaultTtl],
             WorkloadChoice::TwoWrites => &[Workload::TwoWrites],
             WorkloadChoice::TwoWritesHot => &[Workload::TwoWritesHot],
             WorkloadChoice::Txn2 => &[Workload::Txn2],
@@ -732,7 +735,10 @@ async fn run_timed(
                         continue;
                     }
                     let collection = target.collection(workload.collection());
-                    if matches!(setup, Setup::Dropped | Setup::DroppedIndexed) {
+                    if matches!(
+                        setup,
+                        Setup::Dropped | Setup::DroppedIndexed | Setup::DroppedDefaultTtl
+                    ) {
                         if let Err(error) = dataset::drop(&collection).await {
                             eprintln!(
                                 "  could not drop {}: {}",
@@ -755,6 +761,17 @@ async fn run_timed(
                                 "preparing {} and {} on {} failed, run skipped: {}",
                                 workload.collection(),
                                 accounts::TRANSFERS_COLLECTION,
+                                target.label,
+                                error.message
+                            ));
+                            continue;
+                        }
+                    }
+                    if setup == Setup::DroppedDefaultTtl {
+                        if let Err(error) = dataset::set_default_ttl(&collection).await {
+                            problems.push(format!(
+                                "setting the default TTL of {} on {} failed, run skipped: {}",
+                                workload.collection(),
                                 target.label,
                                 error.message
                             ));

@@ -31,6 +31,7 @@ pub fn target_for(workload: Workload) -> Option<RelativeTarget> {
         Workload::Range10 => (Workload::FindIdEvents, Some(0.5)),
         Workload::Newest5 | Workload::Or2 => (Workload::FindIdEvents, Some(1.0 / 3.0)),
         Workload::InsertIndexed => (Workload::InsertOne, Some(0.5)),
+        Workload::InsertDefaultTtl => (Workload::InsertOne, None),
         Workload::Txn2 => (Workload::TwoWrites, None),
         Workload::Txn2Hot => (Workload::TwoWritesHot, None),
         _ => return None,

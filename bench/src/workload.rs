@@ -28,6 +28,9 @@ pub enum Setup {
     Dropped,
     /// Dropped and recreated with the `events` secondary indexes before each run.
     DroppedIndexed,
+    /// Dropped and given a Cosmos default TTL (a `_ts` TTL index of
+    /// [`crate::dataset::DEFAULT_TTL_SECONDS`]) before each run.
+    DroppedDefaultTtl,
     /// An accounts collection loaded once (with [`Workload::accounts`] documents), and the
     /// `transfers` log dropped and created again before each run.
     Accounts,
@@ -55,6 +58,9 @@ pub enum Workload {
     Or2,
     /// `insert_one` of a new document into a collection with the three `events` indexes.
     InsertIndexed,
+    /// `insert_one` of a new document into a collection with a default TTL (nothing expires
+    /// during the run): what the last-write expiry order costs a write.
+    InsertDefaultTtl,
     /// `update_one` `$inc` of a random one of 10,000 accounts and `insert_one` into `transfers`,
     /// without a transaction: the baseline of `txn2`.
     TwoWrites,
@@ -103,6 +109,7 @@ impl Workload {
             Workload::Newest5 => "newest_5",
             Workload::Or2 => "or_2",
             Workload::InsertIndexed => "insert_indexed",
+            Workload::InsertDefaultTtl => "insert_default_ttl",
             Workload::TwoWrites => "two_writes",
             Workload::TwoWritesHot => "two_writes_hot",
             Workload::Txn2 => "txn2",
@@ -116,6 +123,7 @@ impl Workload {
             Workload::InsertOne => "insert_one",
             Workload::InsertMany => "insert_many",
             Workload::InsertIndexed => "insert_indexed",
+            Workload::InsertDefaultTtl => "insert_default_ttl",
             Workload::FindId | Workload::ReadUpdate => PRELOADED_COLLECTION,
             Workload::FindIdEvents | Workload::Range10 | Workload::Newest5 | Workload::Or2 => {
                 events::EVENTS_COLLECTION
@@ -130,6 +138,7 @@ impl Workload {
         match self {
             Workload::InsertOne | Workload::InsertMany => Setup::Dropped,
             Workload::InsertIndexed => Setup::DroppedIndexed,
+            Workload::InsertDefaultTtl => Setup::DroppedDefaultTtl,
             Workload::FindId | Workload::ReadUpdate => Setup::Preloaded,
             Workload::FindIdEvents | Workload::Range10 | Workload::Newest5 | Workload::Or2 => {
                 Setup::Events
@@ -164,7 +173,10 @@ impl Workload {
     pub fn inserts(self) -> bool {
         matches!(
             self,
-            Workload::InsertOne | Workload::InsertMany | Workload::InsertIndexed
+            Workload::InsertOne
+                | Workload::InsertMany
+                | Workload::InsertIndexed
+                | Workload::InsertDefaultTtl
         )
     }
 }
@@ -315,7 +327,9 @@ impl ClientOp {
         mut rng: SplitMix64,
     ) -> Self {
         let documents = match workload {
-            Workload::InsertOne => vec![make_document(None, params.doc_bytes, &mut rng)],
+            Workload::InsertOne | Workload::InsertDefaultTtl => {
+                vec![make_document(None, params.doc_bytes, &mut rng)]
+            }
             Workload::InsertMany => (0..params.batch_size)
                 .map(|_| make_document(None, params.doc_bytes, &mut rng))
                 .collect(),
@@ -352,7 +366,7 @@ impl ClientOp {
     /// Runs one operation; on success returns how many documents it wrote or read.
     pub async fn execute(&mut self) -> Result<u64, OpError> {
         match self.workload {
-            Workload::InsertOne => {
+            Workload::InsertOne | Workload::InsertDefaultTtl => {
                 self.collection.insert_one(&self.documents[0]).await?;
                 Ok(1)
             }

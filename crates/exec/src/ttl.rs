@@ -89,6 +89,18 @@ fn after_seconds(start_ms: i64, seconds: i64) -> i64 {
     start_ms.saturating_add(seconds.saturating_mul(1000))
 }
 
+/// The storage engine's [`tideway_storage::LastWriteRule`]: a collection keeps its documents
+/// ordered by last write only while it has a default TTL in seconds (a `_ts` TTL index with
+/// `expireAfterSeconds` of 1 or more), the one policy that reads that order
+/// ([`TtlPolicies::default_cutoff_ms`]). Without it no document can expire by its last write, so
+/// writes skip the entry; setting a default fills the order in the same atomic step.
+pub fn keeps_last_write_order(meta: &CollectionMeta) -> bool {
+    matches!(
+        TtlPolicies::from_meta(meta).cosmos,
+        Some(CosmosDefault::Seconds(_))
+    )
+}
+
 /// The collection default set by `createIndex({_ts: 1}, {expireAfterSeconds: n})`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CosmosDefault {
@@ -519,6 +531,50 @@ mod tests {
             cosmos: default,
             fields: Vec::new(),
         }
+    }
+
+    /// A collection with a TTL index of `expire_after` on `path` (catalog-only, as `_ts`'s is).
+    fn meta_with_ttl_index(path: &str, expire_after: Bson) -> CollectionMeta {
+        let ttl_index = IndexSpec {
+            name: format!("{path}_1"),
+            key: vec![(
+                path.to_string(),
+                tideway_query::keycodec::Direction::Ascending,
+            )],
+            unique: false,
+            sparse: false,
+            partial_filter: None,
+            spec: doc! {"v": 2, "key": {path: 1}, "name": format!("{path}_1"), "expireAfterSeconds": expire_after},
+            catalog_only: path == TS_FIELD,
+            collation: None,
+        };
+        CollectionMeta {
+            ns: tideway_storage::Namespace::new("db", "c"),
+            uuid: [0; 16],
+            options: Document::new(),
+            indexes: vec![Arc::new(IndexSpec::id_index()), Arc::new(ttl_index)],
+            multikey_indexes: Vec::new(),
+        }
+    }
+
+    /// Only a default TTL in seconds reads the last-write order, so only it keeps one.
+    #[test]
+    fn only_a_default_ttl_in_seconds_keeps_the_last_write_order() {
+        assert!(keeps_last_write_order(&meta_with_ttl_index(
+            TS_FIELD,
+            Bson::Int32(60)
+        )));
+        assert!(!keeps_last_write_order(&meta_with_ttl_index(
+            TS_FIELD,
+            Bson::Int32(-1)
+        )));
+        assert!(!keeps_last_write_order(&meta_with_ttl_index(
+            "at",
+            Bson::Int32(60)
+        )));
+        let mut plain = meta_with_ttl_index(TS_FIELD, Bson::Int32(60));
+        plain.indexes.truncate(1);
+        assert!(!keeps_last_write_order(&plain));
     }
 
     #[test]

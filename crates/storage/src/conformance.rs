@@ -354,6 +354,15 @@ async fn cleanup(storage: &dyn Storage, db: &str) {
     assert!(storage.list_collections(db).await.expect("list").is_empty());
 }
 
+/// The option that makes [`rule_by_option`] select a collection.
+pub const LAST_WRITE_OPTION: &str = "conformanceKeepsLastWrite";
+
+/// The [`crate::LastWriteRule`] [`last_write_rule`] needs its engine opened with: a collection
+/// keeps its `LastWrite` order while its options say `conformanceKeepsLastWrite: true`.
+pub fn rule_by_option(meta: &CollectionMeta) -> bool {
+    meta.options.get_bool(LAST_WRITE_OPTION) == Ok(true)
+}
+
 // ---- checks ----
 
 /// Collections: create, exists, list, options, rename (same db, across dbs, drop_target), drop,
@@ -2692,6 +2701,143 @@ pub async fn reap_all(
         }
     }
     panic!("reaping did not terminate");
+}
+
+/// The `LastWrite` order follows the engine's rule (for an engine opened with
+/// [`rule_by_option`]; [`run_all`] needs one that selects every collection): a collection it
+/// does not select has an empty order while its `OwnExpiry` order is kept; the catalog change
+/// that selects it fills the order from the stored documents, by their current write times;
+/// later writes keep it, and reaping through it deletes; the change that unselects it empties
+/// it, writes leave it empty, and reaping through it finds nothing.
+pub async fn last_write_rule(storage: &dyn Storage) {
+    use ExpiryOrder::LastWrite;
+    let db = "conf_last_write_rule";
+    let ns = Namespace::new(db, "l");
+    let select = |selected: bool| match selected {
+        true => doc! {LAST_WRITE_OPTION: true},
+        false => doc! {},
+    };
+    storage
+        .create_collection(&ns, select(false), Vec::new())
+        .await
+        .expect("create");
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert_with(doc! {"_id": 1}, meta(30, TtlClass::Default), None),
+            insert_with(doc! {"_id": 2}, meta(-5, TtlClass::Default), None),
+            insert_with(doc! {"_id": 3}, meta(10, TtlClass::Never), None),
+            insert_with(doc! {"_id": 4}, meta(10, own(100)), None),
+        ],
+    )
+    .await;
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (Vec::new(), int_ids([4])),
+        "not selected: no last-write entries, own expiry kept"
+    );
+    let rev = current_rev(storage, &ns, 1).await;
+    write_ok(
+        storage,
+        &ns,
+        vec![replace_with(
+            1,
+            rev,
+            doc! {"_id": 1, "x": 1},
+            meta(40, TtlClass::Default),
+            None,
+        )],
+    )
+    .await;
+
+    storage
+        .set_collection_options(&ns, select(true))
+        .await
+        .expect("select");
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([2, 1]), int_ids([4])),
+        "selected: filled from the stored documents"
+    );
+    let at_40 = (Bound::Included(40), Bound::Included(40));
+    assert_eq!(
+        ids(&expiry_all(storage, &ns, LastWrite, at_40, 5).await),
+        int_ids([1]),
+        "filled by the current write time"
+    );
+    let rev = current_rev(storage, &ns, 2).await;
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            insert_with(doc! {"_id": 5}, meta(20, TtlClass::Default), None),
+            delete(2, Some(rev)),
+        ],
+    )
+    .await;
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([5, 1]), int_ids([4])),
+        "selected: writes keep the order"
+    );
+    let always = RecordPredicate::new(|_| true);
+    let up_to_25 = ReapSource::Expiry {
+        order: LastWrite,
+        range: (Bound::Unbounded, Bound::Included(25)),
+    };
+    assert_eq!(reap_all(storage, &ns, up_to_25, 10, &always).await, 1);
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([1]), int_ids([4])),
+        "selected: reaped through the order"
+    );
+
+    storage
+        .set_collection_options(&ns, select(false))
+        .await
+        .expect("unselect");
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (Vec::new(), int_ids([4])),
+        "unselected: emptied"
+    );
+    write_ok(
+        storage,
+        &ns,
+        vec![insert_with(
+            doc! {"_id": 6},
+            meta(0, TtlClass::Default),
+            None,
+        )],
+    )
+    .await;
+    let every_time = ReapSource::Expiry {
+        order: LastWrite,
+        range: ALL_TIMES,
+    };
+    assert_eq!(reap_all(storage, &ns, every_time, 10, &always).await, 0);
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (Vec::new(), int_ids([4])),
+        "unselected: writes and reaping leave it empty"
+    );
+    assert_eq!(
+        ids(&scan_all(storage, &ns, ScanSource::Collection, false, 10).await),
+        int_ids([1, 3, 4, 6]),
+        "every document is still there, in insertion order"
+    );
+
+    storage
+        .set_collection_options(&ns, select(true))
+        .await
+        .expect("select again");
+    assert_eq!(
+        expiry_ids(storage, &ns).await,
+        (int_ids([6, 1]), int_ids([4])),
+        "selected again: filled again"
+    );
+    cleanup(storage, db).await;
 }
 
 /// Counting entries of expiry sources, and reaping: from each kind of source, only documents the

@@ -26,10 +26,13 @@
 //!   acknowledged only after it is on stable storage. `background` writes (TTL reaping) are the
 //!   exception: acknowledged once committed, made durable shortly after; a crash may lose them.
 //! - **Expiry structures are rule-free and exact**: every document carries a [`TtlClass`]; the engine
-//!   keeps, per collection and always (whatever TTL policy exists), the `Default`-class documents
-//!   ordered by `last_write_ms` and the `Own`-class documents ordered by `expire_at_ms`, updated
-//!   atomically with the document. What counts as expired is decided by the caller (`tideway_exec::ttl`);
-//!   storage only orders and evaluates caller-supplied predicates ([`RecordPredicate`]).
+//!   keeps, per collection, the `Own`-class documents ordered by `expire_at_ms` (always) and the
+//!   `Default`-class documents ordered by `last_write_ms` (while the caller's [`LastWriteRule`]
+//!   selects the collection), updated atomically with the document. When a catalog change makes
+//!   the rule select a collection, the same atomic step fills its order from the stored
+//!   documents; when it stops selecting it, the order is emptied. What counts as expired is
+//!   decided by the caller (`tideway_exec::ttl`); storage only orders and evaluates
+//!   caller-supplied predicates ([`RecordPredicate`]) and rules.
 //! - Errors are a small closed set ([`StorageError`]) mapped to MongoDB codes in one place
 //!   (`impl From<StorageError> for CommandError`).
 //! - **I/O errors are survivable**: a write that fails with `Io` or `OutOfDiskSpace` (a full disk)
@@ -536,6 +539,18 @@ pub struct WriteOptions {
 /// A range of times in ms since the epoch, for [`Storage::expiry_scan`].
 pub(crate) type TimeRange = (Bound<i64>, Bound<i64>);
 
+/// Which collections keep the [`ExpiryOrder::LastWrite`] order: the caller's rule (a collection
+/// whose documents can expire by their last write needs it; keeping it for the others costs one
+/// more entry per write and nothing else). An engine evaluates it on a collection's metadata
+/// whenever that changes, and on every collection when it opens.
+pub type LastWriteRule = fn(&CollectionMeta) -> bool;
+
+/// The rule that selects every collection: an engine opened without a rule keeps the order
+/// everywhere, as every engine did before rules existed.
+pub fn every_collection(_: &CollectionMeta) -> bool {
+    true
+}
+
 /// Which expiry structure [`Storage::expiry_scan`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpiryOrder {
@@ -941,7 +956,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// `expire_at_ms` (`OwnExpiry`: `TtlClass::Own` documents) lies in `range`, ascending by that
     /// time then by `_id` key, at most `limit` (at least 1) per page; paged with `resume_after` /
     /// `ScanPage::resume` exactly like [`Storage::scan`]. Costs in proportion to the records
-    /// returned, never to the collection's size. A missing collection scans as empty.
+    /// returned, never to the collection's size. A missing collection scans as empty, and so
+    /// does the `LastWrite` order of a collection the [`LastWriteRule`] does not select.
     async fn expiry_scan(
         &self,
         ns: &Namespace,

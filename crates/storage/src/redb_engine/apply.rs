@@ -7,8 +7,8 @@
 //! every record it will remove) before it mutates anything, so a failing operation leaves no
 //! trace and the group still commits the others. Only redb I/O errors can interrupt a mutation
 //! half-way; they are returned as `StorageError::Io` and poison the whole group. Every document
-//! mutation keeps the data table, the maintained index tables, the expiry tables (`lw.`, `ox.`)
-//! and natural order (`n.`: an insert files its record id last, a replacement keeps it, a
+//! mutation keeps the data table, the maintained index tables, the expiry tables (`ox.`, and
+//! `lw.` while the collection's `last_write_order` holds) and natural order (`n.`: an insert files its record id last, a replacement keeps it, a
 //! deletion unfiles it) in step; catalog-only indexes have no table and are never touched.
 //! Catalog changes are written to the `catalog` table and staged in the batch (published only
 //! after the commit).
@@ -32,8 +32,8 @@ use super::writer::{Batch, Counters};
 use crate::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::oplog::{self, Change, EntryTime, Images};
 use crate::{
-    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, Namespace, RecordPredicate, StorageError,
-    StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
+    CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, LastWriteRule, Namespace,
+    RecordPredicate, StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
 };
 use tideway_query::keycodec::encode_id;
 
@@ -145,8 +145,10 @@ fn save_entry(txn: &WriteTransaction, entry: &CollectionEntry) -> StorageResult<
     Ok(())
 }
 
-/// Persists `entry` and stages it under its namespace.
-fn put_entry(batch: &mut Batch, entry: CollectionEntry) -> StorageResult<Arc<CollectionEntry>> {
+/// Persists `entry` and stages it under its namespace, first bringing its `lw.` in line with
+/// the engine's rule for its (possibly new) metadata.
+fn put_entry(batch: &mut Batch, mut entry: CollectionEntry) -> StorageResult<Arc<CollectionEntry>> {
+    apply_last_write_rule(&batch.txn, &mut entry, batch.last_write_rule)?;
     save_entry(&batch.txn, &entry)?;
     let entry = Arc::new(entry);
     batch
@@ -602,6 +604,58 @@ pub(super) fn abort_index_build(
 
 /// Drops every index a crash left building, from `catalog` and `txn` (at open, before any
 /// other write); whether there was one.
+/// Brings `entry`'s `lw.` in line with `rule` (see [`CollectionEntry::last_write_order`]):
+/// fills it from the records' headers when the rule starts selecting the collection, empties it
+/// when it stops. Whether it changed anything (the caller saves `entry`).
+fn apply_last_write_rule(
+    txn: &WriteTransaction,
+    entry: &mut CollectionEntry,
+    rule: LastWriteRule,
+) -> StorageResult<bool> {
+    let wanted = rule(&entry.meta);
+    if wanted == entry.last_write_order {
+        return Ok(false);
+    }
+    let name = entry.expiry_table(ExpiryOrder::LastWrite);
+    delete_table(txn, &name)?;
+    if wanted {
+        let data = txn.open_table(bytes_table(&entry.data_table)).map_err(io)?;
+        let mut last_write = txn.open_table(bytes_table(&name)).map_err(io)?;
+        for item in data.iter().map_err(io)? {
+            let (id_key, record) = item.map_err(io)?;
+            let meta = record_header(record.value())?.meta;
+            if let Some((ExpiryOrder::LastWrite, at_ms)) =
+                expiry_position(meta.ttl, meta.last_write_ms)
+            {
+                let key = expiry_key(at_ms, id_key.value());
+                last_write.insert(key.as_slice(), &[][..]).map_err(io)?;
+            }
+        }
+    }
+    entry.last_write_order = wanted;
+    Ok(true)
+}
+
+/// [`apply_last_write_rule`] for every collection of a database being opened (its files may
+/// come from a build with another rule, or from format 6 or older, which kept `lw.` for every
+/// collection), saving the entries it changes. Whether it changed any.
+pub(super) fn apply_last_write_rule_at_open(
+    txn: &WriteTransaction,
+    catalog: &mut super::catalog::Catalog,
+    rule: LastWriteRule,
+) -> StorageResult<bool> {
+    let mut changed = false;
+    for entry in catalog.collections.values_mut() {
+        let mut updated = (**entry).clone();
+        if apply_last_write_rule(txn, &mut updated, rule)? {
+            save_entry(txn, &updated)?;
+            *entry = Arc::new(updated);
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
 pub(super) fn drop_interrupted_builds(
     txn: &WriteTransaction,
     catalog: &mut super::catalog::Catalog,
@@ -1190,6 +1244,7 @@ impl<'t, 'e> CollectionTables<'t, 'e> {
             return Ok(());
         };
         let table = match order {
+            ExpiryOrder::LastWrite if !self.entry.last_write_order => return Ok(()),
             ExpiryOrder::LastWrite => &mut self.last_write,
             ExpiryOrder::OwnExpiry => &mut self.own_expiry,
         };

@@ -8,7 +8,8 @@
 //!
 //! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
 //! Long, name, key: [[path, 1 | -1 | "hashed" | "text" | "wildcard"], ...], unique, sparse,
-//! catalogOnly, partialFilterExpression?, spec}]}`. A catalog-only index has an id (and a
+//! catalogOnly, partialFilterExpression?, spec}], lastWriteOrder}` (`lastWriteOrder` absent:
+//! true, as format 6 and older kept `lw.` for every collection). A catalog-only index has an id (and a
 //! reserved table name) but its table is never created. Components of hashed, text and wildcard
 //! indexes are stored by kind name (their kind is read from `spec.key`; the names only make
 //! builds without those kinds refuse such a catalog instead of misreading it); ordered
@@ -63,6 +64,9 @@ pub(super) struct CollectionEntry {
     pub natural_table: Option<String>,
     /// Secondary indexes (everything but `_id_`).
     pub indexes: Vec<IndexEntry>,
+    /// `lw.<id>` holds the collection's `TtlClass::Default` records (the engine's
+    /// `LastWriteRule` selects it); otherwise `lw.<id>` is empty and writes leave it so.
+    pub last_write_order: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -219,6 +223,8 @@ impl CollectionEntry {
             data_table: data_table_name(id),
             natural_table,
             indexes,
+            // Empty until the rule is applied (`apply::put_entry`).
+            last_write_order: false,
         };
         entry.sync_index_specs();
         entry
@@ -316,6 +322,7 @@ impl CollectionEntry {
             "options": self.meta.options.clone(),
             "idIndex": self.id_index().spec.clone(),
             "indexes": indexes,
+            "lastWriteOrder": self.last_write_order,
         };
         bson::to_vec(&document).map_err(|error| corrupt(format!("catalog entry: {error}")))
     }
@@ -343,9 +350,18 @@ impl CollectionEntry {
             .iter()
             .map(|encoded| decode_index(document_of(encoded)?))
             .collect::<StorageResult<Vec<_>>>()?;
-        Ok(CollectionEntry::new(
-            id, ns, uuid, options, id_index, indexes,
-        ))
+        let mut entry = CollectionEntry::new(id, ns, uuid, options, id_index, indexes);
+        // Format 6 and older kept the order for every collection.
+        entry.last_write_order = match document.get("lastWriteOrder") {
+            None => true,
+            Some(Bson::Boolean(kept)) => *kept,
+            Some(_) => {
+                return Err(corrupt(format!(
+                    "catalog entry {id}: lastWriteOrder is not a boolean"
+                )))
+            }
+        };
+        Ok(entry)
     }
 }
 
@@ -498,6 +514,35 @@ mod tests {
         }
         let decoded = CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()).unwrap();
         assert!(decoded.indexes[0].multikey);
+    }
+
+    /// `lastWriteOrder` round-trips; entries written by format 6 and older (without it) kept
+    /// `lw.` for every collection; anything but a boolean is corrupt.
+    #[test]
+    fn last_write_order_flag_decodes_with_its_format_6_default() {
+        let mut entry = CollectionEntry::new(
+            2,
+            Namespace::new("db", "c"),
+            [1; 16],
+            doc! {},
+            IndexSpec::id_index(),
+            Vec::new(),
+        );
+        assert!(!entry.last_write_order);
+        for kept in [false, true] {
+            entry.last_write_order = kept;
+            let decoded = CollectionEntry::decode(2, &entry.encode().unwrap()).unwrap();
+            assert_eq!(decoded.last_write_order, kept);
+        }
+        let mut encoded = Document::from_reader(entry.encode().unwrap().as_slice()).unwrap();
+        encoded.remove("lastWriteOrder");
+        let decoded = CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()).unwrap();
+        assert!(decoded.last_write_order);
+        encoded.insert("lastWriteOrder", 1);
+        assert!(matches!(
+            CollectionEntry::decode(2, &bson::to_vec(&encoded).unwrap()),
+            Err(crate::StorageError::Corrupt(_))
+        ));
     }
 
     /// Non-ordered components are stored by kind name and decode back to the same spec.

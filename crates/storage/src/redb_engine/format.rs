@@ -26,8 +26,10 @@
 //!
 //!   Entries written by format version 2 never have type bits. Catalog-only indexes have no
 //!   table.
-//! - `lw.<collection id>`: one entry per `TtlClass::Default` record: order-preserving i64
-//!   `last_write_ms` (8 bytes, see [`ordered_i64`]) ++ encoded `_id` → empty.
+//! - `lw.<collection id>`: while the collection's catalog entry says `lastWriteOrder` (the
+//!   engine's `LastWriteRule` selects it), one entry per `TtlClass::Default` record:
+//!   order-preserving i64 `last_write_ms` (8 bytes, see [`ordered_i64`]) ++ encoded `_id` →
+//!   empty; otherwise empty.
 //! - `ox.<collection id>`: one entry per `TtlClass::Own` record: order-preserving i64
 //!   `expire_at_ms` ++ encoded `_id` → empty. `Never` records are in neither expiry table.
 //!
@@ -48,7 +50,8 @@
 //! Invariant: in a collection that is not clustered, `n.` holds exactly one entry per document,
 //! under the record id in its header.
 //! Invariant: the expiry tables hold exactly the entries the data table's headers imply
-//! ([`expiry_position`]); writes keep them in step within the same transaction.
+//! ([`expiry_position`]), `lw.` only while `lastWriteOrder` holds (else none); writes keep them
+//! in step within the same transaction.
 //!
 //! Must not: change any of this without bumping [`FORMAT_VERSION`]; panic on bytes read from disk
 //! (malformed bytes are `StorageError::Corrupt`).
@@ -79,7 +82,12 @@ use crate::{
 /// 6: the writer's counters in `sizes` (they were `next_rev`, `next_collection_id`,
 /// `next_index_id` and `last_timestamp` in `meta`), moved when the file is opened, in the commit
 /// that marks it 6.
-pub(super) const FORMAT_VERSION: u64 = 6;
+/// 7: `lw.` only for the collections the engine's `LastWriteRule` selects, marked by
+/// `lastWriteOrder` in their catalog entries (absent: kept, as versions 2 to 6 kept it for every
+/// collection). Every open brings each collection in line with the rule it is opened with
+/// (`apply::apply_last_write_rule_at_open`). Older builds must refuse such a file: they take
+/// `lw.` as complete for every collection and drop `lastWriteOrder` when they rewrite an entry.
+pub(super) const FORMAT_VERSION: u64 = 7;
 /// The oldest format version this build opens.
 pub(super) const OLDEST_READABLE_FORMAT_VERSION: u64 = 2;
 /// First byte of an index entry value that carries type bits.

@@ -59,9 +59,10 @@ use self::format::{
 };
 use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
-    CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
-    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Snapshot, Storage,
-    StorageError, StorageResult, TransactionCommit, WriteOp, WriteOptions, WriteOutcome,
+    every_collection, CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec,
+    LastWriteRule, Namespace, ReapPage, ReapRequest, ReapSource, Record, RecordSession, ScanPage,
+    ScanRequest, Snapshot, Storage, StorageError, StorageResult, TransactionCommit, WriteOp,
+    WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -89,8 +90,18 @@ pub struct RedbStorage {
 }
 
 impl RedbStorage {
-    /// Opens (creating if needed) the database in directory `dbpath`, which it locks.
+    /// Opens (creating if needed) the database in directory `dbpath`, which it locks; every
+    /// collection keeps its `LastWrite` order ([`every_collection`]).
     pub fn open(dbpath: &Path, durability: Durability) -> StorageResult<RedbStorage> {
+        Self::open_with_rule(dbpath, durability, every_collection)
+    }
+
+    /// [`RedbStorage::open`], keeping the `LastWrite` order of the collections `rule` selects.
+    pub fn open_with_rule(
+        dbpath: &Path,
+        durability: Durability,
+        rule: LastWriteRule,
+    ) -> StorageResult<RedbStorage> {
         std::fs::create_dir_all(dbpath).map_err(|error| {
             StorageError::Io(format!(
                 "cannot create --dbpath {}: {error}",
@@ -126,17 +137,29 @@ impl RedbStorage {
             }
         }
         let source = Source::File(dbpath.join(DATA_FILE_NAME));
-        Self::start(source, durability, Some(dbpath.to_path_buf()), Some(lock))
+        Self::start(
+            source,
+            durability,
+            rule,
+            Some(dbpath.to_path_buf()),
+            Some(lock),
+        )
     }
 
-    /// A fresh database in memory (lost on drop).
+    /// A fresh database in memory (lost on drop); every collection keeps its `LastWrite` order.
     pub fn in_memory() -> StorageResult<RedbStorage> {
+        Self::in_memory_with_rule(every_collection)
+    }
+
+    /// [`RedbStorage::in_memory`], keeping the `LastWrite` order of the collections `rule`
+    /// selects.
+    pub fn in_memory_with_rule(rule: LastWriteRule) -> StorageResult<RedbStorage> {
         let backend = Arc::new(redb::backends::InMemoryBackend::new());
         let source = Source::Backend {
             backend,
             name: "the in-memory database",
         };
-        Self::start(source, Durability::Durable, None, None)
+        Self::start(source, Durability::Durable, rule, None, None)
     }
 
     /// A durable engine on `backend` (opening the database already there, or creating one): for
@@ -148,12 +171,13 @@ impl RedbStorage {
             backend: Arc::new(backend),
             name: "the storage backend",
         };
-        Self::start(source, Durability::Durable, None, None)
+        Self::start(source, Durability::Durable, every_collection, None, None)
     }
 
     fn start(
         source: Source,
         durability: Durability,
+        last_write_rule: LastWriteRule,
         dbpath: Option<PathBuf>,
         lock: Option<File>,
     ) -> StorageResult<RedbStorage> {
@@ -162,7 +186,9 @@ impl RedbStorage {
         let time_high_water_ms = read_time_high_water(&db)?;
         let mut catalog = load_catalog(&db)?;
         let txn = db.begin_write().map_err(io)?;
-        if apply::drop_interrupted_builds(&txn, &mut catalog)? {
+        let dropped = apply::drop_interrupted_builds(&txn, &mut catalog)?;
+        let reordered = apply::apply_last_write_rule_at_open(&txn, &mut catalog, last_write_rule)?;
+        if dropped || reordered {
             txn.commit().map_err(io)?;
         }
         let shared = Arc::new(Shared {
@@ -172,6 +198,7 @@ impl RedbStorage {
             cluster_time: AtomicU64::new(counters.last_timestamp),
             catalog_seq: AtomicU64::new(0),
             oplog_appended: tokio::sync::Notify::new(),
+            last_write_rule,
         });
         let (jobs, receiver) = mpsc::channel();
         let writer = Writer::new(shared.clone(), counters, durability);

@@ -60,6 +60,106 @@ async fn conformance_file_relaxed() {
 }
 
 #[tokio::test]
+async fn conformance_last_write_rule_in_memory() {
+    let storage = RedbStorage::in_memory_with_rule(conformance::rule_by_option).unwrap();
+    conformance::last_write_rule(&storage).await;
+}
+
+#[tokio::test]
+async fn conformance_last_write_rule_file() {
+    let dir = TempDir::new().unwrap();
+    let storage =
+        RedbStorage::open_with_rule(dir.path(), Durability::Durable, conformance::rule_by_option)
+            .unwrap();
+    conformance::last_write_rule(&storage).await;
+}
+
+/// Opening applies the rule to every collection: a file written under one rule (or by format
+/// 6 and older, which kept `lw.` everywhere, as [`every_collection`] does) gets its orders
+/// emptied or filled to match the rule it is opened with, durably.
+#[tokio::test]
+async fn opening_applies_the_last_write_rule() {
+    use crate::every_collection;
+    let dir = TempDir::new().unwrap();
+    let kept = ns("kept");
+    let dropped = ns("dropped");
+    let open = |rule: crate::LastWriteRule| {
+        RedbStorage::open_with_rule(dir.path(), Durability::Durable, rule).unwrap()
+    };
+    async fn last_write_ids(storage: &RedbStorage, coll: &Namespace) -> Vec<Bson> {
+        conformance::expiry_all(storage, coll, ExpiryOrder::LastWrite, ALL_TIMES, 10)
+            .await
+            .iter()
+            .map(|record| record.doc.get("_id").cloned().unwrap())
+            .collect()
+    }
+    {
+        let storage = open(every_collection);
+        let keep = doc! {conformance::LAST_WRITE_OPTION: true};
+        storage
+            .create_collection(&kept, keep, Vec::new())
+            .await
+            .unwrap();
+        for coll in [&kept, &dropped] {
+            write_ok(
+                &storage,
+                coll,
+                vec![
+                    insert_with(
+                        doc! {"_id": 1},
+                        conformance::meta(20, TtlClass::Default),
+                        None,
+                    ),
+                    insert_with(
+                        doc! {"_id": 2},
+                        conformance::meta(10, TtlClass::Default),
+                        None,
+                    ),
+                ],
+            )
+            .await;
+            assert_eq!(
+                last_write_ids(&storage, coll).await,
+                [Bson::Int32(2), Bson::Int32(1)]
+            );
+        }
+    }
+    {
+        let storage = open(conformance::rule_by_option);
+        assert_eq!(
+            last_write_ids(&storage, &kept).await,
+            [Bson::Int32(2), Bson::Int32(1)]
+        );
+        assert!(last_write_ids(&storage, &dropped).await.is_empty());
+        write_ok(
+            &storage,
+            &dropped,
+            vec![insert_with(
+                doc! {"_id": 3},
+                conformance::meta(0, TtlClass::Default),
+                None,
+            )],
+        )
+        .await;
+        assert!(last_write_ids(&storage, &dropped).await.is_empty());
+    }
+    {
+        // Emptied for good: reopening with the same rule finds nothing to do.
+        let storage = open(conformance::rule_by_option);
+        assert!(last_write_ids(&storage, &dropped).await.is_empty());
+    }
+    let storage = open(every_collection);
+    assert_eq!(
+        last_write_ids(&storage, &dropped).await,
+        [Bson::Int32(3), Bson::Int32(2), Bson::Int32(1)]
+    );
+    assert_eq!(
+        last_write_ids(&storage, &kept).await,
+        [Bson::Int32(2), Bson::Int32(1)]
+    );
+}
+
+#[tokio::test]
 async fn everything_persists_across_reopen() {
     let dir = TempDir::new().unwrap();
     let coll = ns("persist");
@@ -222,7 +322,7 @@ async fn older_format_versions_are_refused() {
     assert!(matches!(error, StorageError::Corrupt(_)), "{error:?}");
     let message = error.to_string();
     assert!(
-        message.contains("unsupported data format version 1: this build reads versions 2 to 6"),
+        message.contains("unsupported data format version 1: this build reads versions 2 to 7"),
         "{message}"
     );
 }

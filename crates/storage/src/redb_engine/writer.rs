@@ -51,7 +51,7 @@ use redb::WriteTransaction;
 use super::catalog::Catalog;
 use super::database::{BeginError, DbSlot};
 use super::format::{io, COUNTERS, SIZES};
-use crate::{StorageError, StorageResult};
+use crate::{LastWriteRule, StorageError, StorageResult};
 
 /// Most jobs committed together.
 pub(super) const MAX_GROUP_JOBS: usize = 1024;
@@ -84,6 +84,8 @@ pub(super) struct Shared {
     /// Woken after every commit while the oplog exists (`Storage::oplog_appended`): change
     /// streams waiting for entries read on.
     pub oplog_appended: tokio::sync::Notify,
+    /// Which collections keep `lw.` (applied by `apply::put_entry` to every catalog change).
+    pub last_write_rule: LastWriteRule,
 }
 
 impl Shared {
@@ -206,6 +208,8 @@ pub(super) struct Batch {
     catalog: Arc<Catalog>,
     pub counters: Counters,
     poisoned: Option<StorageError>,
+    /// [`Shared::last_write_rule`].
+    pub last_write_rule: LastWriteRule,
 }
 
 impl Batch {
@@ -440,6 +444,7 @@ impl Writer {
             catalog: Arc::clone(&published),
             counters: self.counters,
             poisoned: None,
+            last_write_rule: self.shared.last_write_rule,
         };
         let finishes: Vec<Finish> = group
             .into_iter()
@@ -450,6 +455,7 @@ impl Writer {
             catalog,
             counters,
             poisoned,
+            last_write_rule: _,
         } = batch;
         // Ids handed out stay used even if the commit fails: counters only move forward.
         self.counters = counters;
