@@ -8,8 +8,10 @@
 //! trace and the group still commits the others. Only redb I/O errors can interrupt a mutation
 //! half-way; they are returned as `StorageError::Io` and poison the whole group. Every document
 //! mutation keeps the data table, the maintained index tables, the expiry tables (`ox.`, and
-//! `lw.` while the collection's `last_write_order` holds) and natural order (`n.`: an insert files its record id last, a replacement keeps it, a
-//! deletion unfiles it) in step; catalog-only indexes have no table and are never touched.
+//! `lw.` while the collection's `last_write_order` holds) and natural order (`n.`: an insert
+//! files its record id last, a replacement keeps it, a deletion unfiles it) in step;
+//! catalog-only indexes have no table and are never touched. Every catalog change goes through
+//! `put_entry`, which applies the engine's `LastWriteRule` to the new metadata.
 //! Catalog changes are written to the `catalog` table and staged in the batch (published only
 //! after the commit).
 //!
@@ -602,8 +604,6 @@ pub(super) fn abort_index_build(
     Ok(())
 }
 
-/// Drops every index a crash left building, from `catalog` and `txn` (at open, before any
-/// other write); whether there was one.
 /// Brings `entry`'s `lw.` in line with `rule` (see [`CollectionEntry::last_write_order`]):
 /// fills it from the records' headers when the rule starts selecting the collection, empties it
 /// when it stops. Whether it changed anything (the caller saves `entry`).
@@ -646,16 +646,18 @@ pub(super) fn apply_last_write_rule_at_open(
 ) -> StorageResult<bool> {
     let mut changed = false;
     for entry in catalog.collections.values_mut() {
-        let mut updated = (**entry).clone();
-        if apply_last_write_rule(txn, &mut updated, rule)? {
-            save_entry(txn, &updated)?;
-            *entry = Arc::new(updated);
+        // Not shared yet: no copy.
+        let entry = Arc::make_mut(entry);
+        if apply_last_write_rule(txn, entry, rule)? {
+            save_entry(txn, entry)?;
             changed = true;
         }
     }
     Ok(changed)
 }
 
+/// Drops every index a crash left building, from `catalog` and `txn` (at open, before any
+/// other write); whether there was one.
 pub(super) fn drop_interrupted_builds(
     txn: &WriteTransaction,
     catalog: &mut super::catalog::Catalog,
