@@ -1,0 +1,84 @@
+//! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
+//! the connection target (`target`), the pool, and the schema tideway creates and checks at
+//! startup (`schema`). The engine does not implement `tideway_storage::Storage` yet and no
+//! command line option selects it.
+//!
+//! Invariants (kept as the engine grows):
+//! - All state lives in the database (schema `tideway`): nothing a second node on the same
+//!   database could not see (issue 27).
+//! - Portable SQL only: what PostgreSQL, Citus, YugabyteDB and CockroachDB all accept (no
+//!   extensions, stored procedures, advisory locks or LISTEN/NOTIFY); serialization failures
+//!   (40001, 40P01) are retried or answered as WriteConflict.
+//! - Every error that names the database names it by [`Target::redacted`], never with its
+//!   password.
+
+pub mod schema;
+pub mod target;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use tideway_storage::{StorageError, StorageResult};
+
+pub use target::Target;
+
+/// Connections the pool opens at most when the caller does not say.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// A pool of connections to one database whose schema is current.
+pub struct Database {
+    pool: Pool,
+    target: Target,
+}
+
+impl Database {
+    /// Connects to `uri` (`postgresql://user:password@host:port/db?...`), checks that the
+    /// database answers, and creates or checks tideway's schema ([`schema::bootstrap`]).
+    /// An unreachable database, refused credentials or a newer schema are errors that name the
+    /// URI without its password.
+    pub async fn connect(uri: &str, pool_size: usize) -> StorageResult<Database> {
+        let target = Target::parse(uri)?;
+        let manager = Manager::from_config(
+            target.config().clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|error| target.error("cannot create the connection pool", error))?;
+        let database = Database { pool, target };
+        let mut client = database.client().await?;
+        schema::bootstrap(&mut client, &database.target).await?;
+        Ok(database)
+    }
+
+    /// A pooled connection; an error names the database without its password.
+    pub async fn client(&self) -> StorageResult<deadpool_postgres::Object> {
+        self.pool
+            .get()
+            .await
+            .map_err(|error| self.target.error("cannot connect to PostgreSQL", error))
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+}
+
+/// Whether a database error is a serialization failure or deadlock (40001, 40P01): the
+/// transaction did nothing and may be retried.
+pub fn is_serialization_failure(error: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    error.code().is_some_and(|code| {
+        *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+/// A database error as a storage error, naming the database by `target`.
+pub(crate) fn io(target: &Target, what: &str, error: tokio_postgres::Error) -> StorageError {
+    target.error(what, error)
+}

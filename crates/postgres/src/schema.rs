@@ -1,0 +1,186 @@
+//! tideway's tables in PostgreSQL (schema `tideway`), created and checked at startup.
+//!
+//! Layout of [`SCHEMA_VERSION`] 1 (final once the engine is selectable; until then it may still
+//! change without a version bump, since no data exists in it). Keys are the redb engine's
+//! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
+//! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
+//! - `meta (name → value)`: `schema_version`, the counters, the server time floor.
+//! - `collections (id → db, coll, entry)`: one row per collection; `entry` is the catalog
+//!   document of the redb engine (options, indexes, flags) as BSON.
+//! - `documents ((coll_id, id_key) → record_id, rev, last_write_ms, ttl_class, expire_at_ms,
+//!   body)`: each document's BSON with its header fields as columns. Natural order is the
+//!   `(coll_id, record_id)` index; the two expiry orders are partial indexes
+//!   (`ttl_class` 0 by `last_write_ms`, 2 by `expire_at_ms`), maintained by the insert itself.
+//! - `index_entries ((index_id, key, id_key) → type_bits)` and `unique_entries ((index_id, key) →
+//!   id_key, type_bits)`: secondary index entries; a unique index's uniqueness is the primary key.
+//! - `sessions (key → header)` and `session_statements ((key, txn_number, stmt_id) → body)`:
+//!   session records of retryable writes and transactions.
+//!
+//! Invariant: a database holds either no `tideway.meta` row `schema_version` (never
+//! bootstrapped) or every table of that version. Must not: use what Citus, YugabyteDB or
+//! CockroachDB lack (see the crate invariants).
+
+use tokio_postgres::{Client, IsolationLevel};
+
+use crate::{io, is_serialization_failure, Target};
+use tideway_storage::{StorageError, StorageResult};
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Concurrent bootstraps (several nodes starting together) conflict; each retries this often.
+const BOOTSTRAP_ATTEMPTS: usize = 5;
+
+/// The tables of version 1, in creation order.
+const VERSION_1: &[&str] = &[
+    "CREATE TABLE tideway.collections (
+        id bigint PRIMARY KEY,
+        db text NOT NULL,
+        coll text NOT NULL,
+        entry bytea NOT NULL,
+        UNIQUE (db, coll))",
+    "CREATE TABLE tideway.documents (
+        coll_id bigint NOT NULL,
+        id_key bytea NOT NULL,
+        record_id bigint NOT NULL,
+        rev bigint NOT NULL,
+        last_write_ms bigint NOT NULL,
+        ttl_class smallint NOT NULL,
+        expire_at_ms bigint NOT NULL,
+        body bytea NOT NULL,
+        PRIMARY KEY (coll_id, id_key))",
+    "CREATE INDEX documents_natural ON tideway.documents (coll_id, record_id)",
+    "CREATE INDEX documents_last_write ON tideway.documents (coll_id, last_write_ms, id_key)
+        WHERE ttl_class = 0",
+    "CREATE INDEX documents_own_expiry ON tideway.documents (coll_id, expire_at_ms, id_key)
+        WHERE ttl_class = 2",
+    "CREATE TABLE tideway.index_entries (
+        index_id bigint NOT NULL,
+        key bytea NOT NULL,
+        id_key bytea NOT NULL,
+        type_bits bytea,
+        PRIMARY KEY (index_id, key, id_key))",
+    "CREATE TABLE tideway.unique_entries (
+        index_id bigint NOT NULL,
+        key bytea NOT NULL,
+        id_key bytea NOT NULL,
+        type_bits bytea,
+        PRIMARY KEY (index_id, key))",
+    "CREATE TABLE tideway.sessions (
+        key bytea PRIMARY KEY,
+        header bytea NOT NULL)",
+    "CREATE TABLE tideway.session_statements (
+        key bytea NOT NULL,
+        txn_number bigint NOT NULL,
+        stmt_id integer NOT NULL,
+        body bytea NOT NULL,
+        PRIMARY KEY (key, txn_number, stmt_id))",
+];
+
+/// Creates tideway's schema in an empty database, or checks that the one there is this build's.
+/// A newer version stops startup with a message saying which build can read it. Safe to run
+/// from several nodes at once: one creates, the others find it created.
+pub async fn bootstrap(client: &mut Client, target: &Target) -> StorageResult<()> {
+    let mut last_error = None;
+    for _ in 0..BOOTSTRAP_ATTEMPTS {
+        match try_bootstrap(client, target).await {
+            Err(Retry(error)) => last_error = Some(error),
+            Ok(result) => return result,
+        }
+    }
+    Err(io(
+        target,
+        "cannot create tideway's schema: concurrent startups kept conflicting",
+        last_error.expect("at least one attempt"),
+    ))
+}
+
+/// A conflict with a concurrent bootstrap: try again.
+struct Retry(tokio_postgres::Error);
+
+async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageResult<()>, Retry> {
+    let fail = |what: &str, error: tokio_postgres::Error| {
+        if is_retryable_ddl(&error) {
+            Err(Retry(error))
+        } else {
+            Ok(Err(io(target, what, error)))
+        }
+    };
+    if let Err(error) = client
+        .batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS tideway;
+             CREATE TABLE IF NOT EXISTS tideway.meta (name text PRIMARY KEY, value bigint NOT NULL)",
+        )
+        .await
+    {
+        return fail("cannot create tideway's schema", error);
+    }
+    let txn = match client
+        .build_transaction()
+        .isolation_level(IsolationLevel::Serializable)
+        .start()
+        .await
+    {
+        Ok(txn) => txn,
+        Err(error) => return fail("cannot start the schema check", error),
+    };
+    let stored = match txn
+        .query_opt(
+            "SELECT value FROM tideway.meta WHERE name = 'schema_version' FOR UPDATE",
+            &[],
+        )
+        .await
+    {
+        Ok(row) => row.map(|row| row.get::<_, i64>(0)),
+        Err(error) => return fail("cannot read tideway's schema version", error),
+    };
+    match stored {
+        Some(SCHEMA_VERSION) => return Ok(Ok(())),
+        Some(newer) if newer > SCHEMA_VERSION => {
+            return Ok(Err(StorageError::Corrupt(format!(
+                "the database {} holds tideway schema version {newer}, newer than this build's \
+                 {SCHEMA_VERSION}: start a tideway build that knows version {newer}",
+                target.redacted()
+            ))))
+        }
+        Some(older) => {
+            return Ok(Err(StorageError::Corrupt(format!(
+                "the database {} holds tideway schema version {older}, which this build does not \
+                 upgrade (it knows version {SCHEMA_VERSION} only)",
+                target.redacted()
+            ))))
+        }
+        None => {}
+    }
+    for statement in VERSION_1 {
+        if let Err(error) = txn.batch_execute(statement).await {
+            return fail("cannot create tideway's tables", error);
+        }
+    }
+    if let Err(error) = txn
+        .execute(
+            "INSERT INTO tideway.meta (name, value) VALUES ('schema_version', $1)",
+            &[&SCHEMA_VERSION],
+        )
+        .await
+    {
+        return fail("cannot record tideway's schema version", error);
+    }
+    match txn.commit().await {
+        Ok(()) => Ok(Ok(())),
+        Err(error) => fail("cannot commit tideway's schema", error),
+    }
+}
+
+/// Errors a concurrent bootstrap causes: serialization failures, and the duplicate catalog rows
+/// PostgreSQL reports when two sessions create the same object at once (23505 on `pg_type` or
+/// `pg_namespace`, 42P07 duplicate table, 42P06 duplicate schema).
+fn is_retryable_ddl(error: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    is_serialization_failure(error)
+        || error.code().is_some_and(|code| {
+            *code == SqlState::UNIQUE_VIOLATION
+                || *code == SqlState::DUPLICATE_TABLE
+                || *code == SqlState::DUPLICATE_SCHEMA
+        })
+}

@@ -1,0 +1,123 @@
+//! The database a tideway node uses: its URI parsed into a client configuration, and the same URI
+//! without its password for every message that names it.
+
+use std::error::Error;
+use std::str::FromStr;
+
+use tideway_storage::{StorageError, StorageResult};
+
+/// A parsed `postgresql://` (or `postgres://`) URI.
+#[derive(Clone, Debug)]
+pub struct Target {
+    config: tokio_postgres::Config,
+    redacted: String,
+}
+
+impl Target {
+    /// Parses `uri`; a malformed one is an error naming it without its password.
+    pub fn parse(uri: &str) -> StorageResult<Target> {
+        let redacted = redact(uri);
+        let config = tokio_postgres::Config::from_str(uri).map_err(|error| {
+            StorageError::Io(format!("invalid PostgreSQL URI {redacted}: {error}"))
+        })?;
+        Ok(Target { config, redacted })
+    }
+
+    pub fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// The URI without its password (in the user information or a `password` parameter).
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+
+    /// `what` failed on this database, because of `error` (with every cause below it: the
+    /// client's errors say "db error" and keep the server's message in their source), as a
+    /// storage error (an I/O error: survivable, the next attempt may succeed).
+    pub fn error(&self, what: &str, error: impl Error) -> StorageError {
+        let mut message = error.to_string();
+        let mut cause = error.source();
+        while let Some(inner) = cause {
+            let text = inner.to_string();
+            if !message.ends_with(&text) {
+                message = format!("{message}: {text}");
+            }
+            cause = inner.source();
+        }
+        StorageError::Io(format!("{what} ({}): {message}", self.redacted))
+    }
+}
+
+/// `uri` with the password removed from its user information (`user:secret@` → `user@`) and
+/// from any `password=` query parameter.
+pub fn redact(uri: &str) -> String {
+    let (scheme, rest) = match uri.find("://") {
+        Some(at) => uri.split_at(at + 3),
+        None => ("", uri),
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let (user_info, host) = authority.split_at(at);
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{user}{host}")
+        }
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|parameter| !parameter.starts_with("password="))
+                .collect();
+            match kept.is_empty() {
+                true => path.to_string(),
+                false => format!("{path}?{}", kept.join("&")),
+            }
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_appear() {
+        let cases = [
+            (
+                "postgresql://u:s3cret@h:5432/db",
+                "postgresql://u@h:5432/db",
+            ),
+            ("postgresql://u@h/db", "postgresql://u@h/db"),
+            ("postgres://u:p@ss@h/db", "postgres://u@h/db"),
+            (
+                "postgresql://h/db?password=s3cret&sslmode=disable",
+                "postgresql://h/db?sslmode=disable",
+            ),
+            ("postgresql://h/db?password=s3cret", "postgresql://h/db"),
+            (
+                "postgresql://u:x@h1:1,h2:2/db?application_name=a",
+                "postgresql://u@h1:1,h2:2/db?application_name=a",
+            ),
+        ];
+        for (uri, expected) in cases {
+            assert_eq!(redact(uri), expected, "{uri}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_uri_is_named_without_its_password() {
+        let error = Target::parse("postgresql://u:s3cret@h/db?sslmode=sometimes").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("invalid PostgreSQL URI postgresql://u@h/db"),
+            "{message}"
+        );
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+}

@@ -1,0 +1,232 @@
+//! Startup against a real PostgreSQL: schema creation and its checks, and errors that name the
+//! database without its password. Needs `TIDEWAY_TEST_PG_URI` (a superuser's URI, as `.ci/run`
+//! exports for the throwaway cluster it starts with `.ci/pg-cluster`); each test works in a
+//! database of its own, dropped at the end. Without the variable the tests say so and pass,
+//! except under `CI=true`, where a missing database is a failure.
+
+use tideway_postgres::schema::SCHEMA_VERSION;
+use tideway_postgres::{Database, Target};
+use tokio_postgres::NoTls;
+
+/// The server's URI, if the environment names one.
+fn server_uri() -> Option<String> {
+    match std::env::var("TIDEWAY_TEST_PG_URI") {
+        Ok(uri) => Some(uri),
+        Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but TIDEWAY_TEST_PG_URI is unset: .ci/run starts a cluster and sets it")
+        }
+        Err(_) => {
+            eprintln!("TIDEWAY_TEST_PG_URI is unset: PostgreSQL tests skipped");
+            None
+        }
+    }
+}
+
+/// A fresh database on the test server; dropped by [`Scratch::drop_database`].
+struct Scratch {
+    admin: tokio_postgres::Client,
+    name: String,
+    uri: String,
+}
+
+impl Scratch {
+    async fn create(server: &str) -> Scratch {
+        let (admin, connection) = tokio_postgres::connect(server, NoTls)
+            .await
+            .expect("test server");
+        tokio::spawn(connection);
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let (base, query) = match server.split_once('?') {
+            Some((base, query)) => (base, format!("?{query}")),
+            None => (server, String::new()),
+        };
+        let authority_end = base.rfind('/').filter(|at| *at > "postgresql://".len());
+        let uri = match authority_end {
+            Some(at) => format!("{}/{name}{query}", &base[..at]),
+            None => format!("{base}/{name}{query}"),
+        };
+        Scratch { admin, name, uri }
+    }
+
+    async fn drop_database(self) {
+        self.admin
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
+    let Some(server) = server_uri() else { return };
+    let scratch = Scratch::create(&server).await;
+    let first = Database::connect(&scratch.uri, 2)
+        .await
+        .expect("creates the schema");
+    let client = first.client().await.unwrap();
+    let version: i64 = client
+        .query_one(
+            "SELECT value FROM tideway.meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION);
+    let tables: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'tideway' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            "collections",
+            "documents",
+            "index_entries",
+            "meta",
+            "session_statements",
+            "sessions",
+            "unique_entries"
+        ]
+    );
+    client
+        .execute(
+            "INSERT INTO tideway.collections VALUES (1, 'db', 'c', '\\x00')",
+            &[],
+        )
+        .await
+        .unwrap();
+    drop(client);
+    drop(first);
+    // A second start finds the schema and keeps what it holds.
+    let second = Database::connect(&scratch.uri, 2)
+        .await
+        .expect("finds the schema");
+    let kept: i64 = second
+        .client()
+        .await
+        .unwrap()
+        .query_one("SELECT count(*) FROM tideway.collections", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1);
+    drop(second);
+    scratch.drop_database().await;
+}
+
+#[tokio::test]
+async fn concurrent_startups_create_the_schema_once() {
+    let Some(server) = server_uri() else { return };
+    let scratch = Scratch::create(&server).await;
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let uri = scratch.uri.clone();
+            tokio::spawn(async move { Database::connect(&uri, 1).await.map(|_| ()) })
+        })
+        .collect();
+    for start in starts {
+        start.await.unwrap().expect("every node starts");
+    }
+    scratch.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_newer_schema_stops_startup_naming_both_versions() {
+    let Some(server) = server_uri() else { return };
+    let scratch = Scratch::create(&server).await;
+    let database = Database::connect(&scratch.uri, 1).await.unwrap();
+    database
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE tideway.meta SET value = $1 WHERE name = 'schema_version'",
+            &[&(SCHEMA_VERSION + 1)],
+        )
+        .await
+        .unwrap();
+    drop(database);
+    let error = Database::connect(&scratch.uri, 1)
+        .await
+        .err()
+        .expect("refused");
+    let message = error.to_string();
+    let newer = SCHEMA_VERSION + 1;
+    assert!(
+        message.contains(&format!(
+            "holds tideway schema version {newer}, newer than this build's {SCHEMA_VERSION}"
+        )),
+        "{message}"
+    );
+    assert!(!message.contains(&password_of(&server)), "{message}");
+    scratch.drop_database().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_named_without_its_password() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let uri = format!("postgresql://tideway:s3cret@127.0.0.1:{port}/tideway?connect_timeout=5");
+    let error = Database::connect(&uri, 1).await.err().expect("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("cannot connect to PostgreSQL (postgresql://tideway@127.0.0.1:{port}/tideway?connect_timeout=5)")),
+        "{message}"
+    );
+    assert!(!message.contains("s3cret"), "{message}");
+    assert_eq!(
+        Target::parse(&uri).unwrap().redacted(),
+        format!("postgresql://tideway@127.0.0.1:{port}/tideway?connect_timeout=5")
+    );
+}
+
+#[tokio::test]
+async fn refused_credentials_are_named_without_the_password() {
+    let Some(server) = server_uri() else { return };
+    let Some(wrong) = with_password(&server, "not-the-password") else {
+        return;
+    };
+    let error = Database::connect(&wrong, 1).await.err().expect("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("cannot connect to PostgreSQL"),
+        "{message}"
+    );
+    assert!(
+        message.contains("password authentication failed"),
+        "{message}"
+    );
+    assert!(!message.contains("not-the-password"), "{message}");
+}
+
+/// The password in `uri`'s user information ("" without one).
+fn password_of(uri: &str) -> String {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .and_then(|(user_info, _)| user_info.split_once(':'))
+        .map(|(_, password)| password.to_string())
+        .unwrap_or_default()
+}
+
+/// `uri` with its user information's password replaced (`None` if it has none).
+fn with_password(uri: &str, password: &str) -> Option<String> {
+    let old = password_of(uri);
+    (!old.is_empty()).then(|| uri.replacen(&format!(":{old}@"), &format!(":{password}@"), 1))
+}
