@@ -1,6 +1,6 @@
 //! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
-//! the connection target (`target`), the pool, and the schema tideway creates and checks at
-//! startup (`schema`). The engine does not implement `tideway_storage::Storage` yet and no
+//! the connection target (`target`), the pool, the schema tideway creates and checks at startup
+//! (`schema`), and the database's clock as the one clock for expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no
 //! command line option selects it.
 //!
 //! Invariants (kept as the engine grows):
@@ -12,6 +12,7 @@
 //! - Every error that names the database names it by [`Target::redacted`], never with its
 //!   password.
 
+pub mod clock;
 pub mod schema;
 pub mod target;
 
@@ -20,6 +21,7 @@ use tokio_postgres::NoTls;
 
 use tideway_storage::{StorageError, StorageResult};
 
+pub use clock::ClockSample;
 pub use target::Target;
 
 /// Connections the pool opens at most when the caller does not say.

@@ -4,61 +4,11 @@
 //! database of its own, dropped at the end. Without the variable the tests say so and pass,
 //! except under `CI=true`, where a missing database is a failure.
 
+mod common;
+
+use common::{password_of, server_uri, with_password, Scratch};
 use tideway_postgres::schema::SCHEMA_VERSION;
 use tideway_postgres::{Database, Target};
-use tokio_postgres::NoTls;
-
-/// The server's URI, if the environment names one.
-fn server_uri() -> Option<String> {
-    match std::env::var("TIDEWAY_TEST_PG_URI") {
-        Ok(uri) => Some(uri),
-        Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true but TIDEWAY_TEST_PG_URI is unset: .ci/run starts a cluster and sets it")
-        }
-        Err(_) => {
-            eprintln!("TIDEWAY_TEST_PG_URI is unset: PostgreSQL tests skipped");
-            None
-        }
-    }
-}
-
-/// A fresh database on the test server; dropped by [`Scratch::drop_database`].
-struct Scratch {
-    admin: tokio_postgres::Client,
-    name: String,
-    uri: String,
-}
-
-impl Scratch {
-    async fn create(server: &str) -> Scratch {
-        let (admin, connection) = tokio_postgres::connect(server, NoTls)
-            .await
-            .expect("test server");
-        tokio::spawn(connection);
-        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        let (base, query) = match server.split_once('?') {
-            Some((base, query)) => (base, format!("?{query}")),
-            None => (server, String::new()),
-        };
-        let authority_end = base.rfind('/').filter(|at| *at > "postgresql://".len());
-        let uri = match authority_end {
-            Some(at) => format!("{}/{name}{query}", &base[..at]),
-            None => format!("{base}/{name}{query}"),
-        };
-        Scratch { admin, name, uri }
-    }
-
-    async fn drop_database(self) {
-        self.admin
-            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
-            .await
-            .unwrap();
-    }
-}
 
 #[tokio::test]
 async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
@@ -212,21 +162,4 @@ async fn refused_credentials_are_named_without_the_password() {
         "{message}"
     );
     assert!(!message.contains("not-the-password"), "{message}");
-}
-
-/// The password in `uri`'s user information ("" without one).
-fn password_of(uri: &str) -> String {
-    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    authority
-        .rsplit_once('@')
-        .and_then(|(user_info, _)| user_info.split_once(':'))
-        .map(|(_, password)| password.to_string())
-        .unwrap_or_default()
-}
-
-/// `uri` with its user information's password replaced (`None` if it has none).
-fn with_password(uri: &str, password: &str) -> Option<String> {
-    let old = password_of(uri);
-    (!old.is_empty()).then(|| uri.replacen(&format!(":{old}@"), &format!(":{password}@"), 1))
 }
