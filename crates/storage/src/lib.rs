@@ -40,6 +40,7 @@
 //!   restart, so the same write succeeds once the cause is gone (space freed). Whether the failed
 //!   write itself was applied is unknown, as with a lost reply.
 
+pub mod catalog_doc;
 pub mod conformance;
 mod hashed;
 pub mod indexkeys;

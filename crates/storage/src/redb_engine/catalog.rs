@@ -6,30 +6,22 @@
 //! followed by the secondary indexes in `indexes` order. Decoding never panics: malformed
 //! catalog documents are `StorageError::Corrupt`.
 //!
-//! Persisted document: `{db, coll, uuid: BinData(4), options, idIndex: <spec>, indexes: [{id:
-//! Long, name, key: [[path, 1 | -1 | "hashed" | "text" | "wildcard"], ...], unique, sparse,
-//! catalogOnly, partialFilterExpression?, spec}], lastWriteOrder}` (`lastWriteOrder` absent:
-//! true, as format 6 and older kept `lw.` for every collection). A catalog-only index has an id (and a
-//! reserved table name) but its table is never created. Components of hashed, text and wildcard
-//! indexes are stored by kind name (their kind is read from `spec.key`; the names only make
-//! builds without those kinds refuse such a catalog instead of misreading it); ordered
-//! components are stored as before, so existing catalogs decode unchanged.
+//! Persisted form: `crate::catalog_doc`, the document every engine stores. A catalog-only index
+//! has an id (and a reserved table name) but its table is never created.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bson::spec::BinarySubtype;
-use bson::{doc, Binary, Bson, Document};
+use bson::Document;
 
 use super::format::{
     corrupt, data_table_name, decoded_document, expiry_table_name, index_table_name,
     natural_table_name, raw_record,
 };
+use crate::catalog_doc::{self, IndexRecord};
 use crate::indexkeys::{DocumentKeys, IndexKeyer};
 use crate::{CollectionMeta, ExpiryOrder, IndexKind, IndexSpec, Namespace, StorageResult};
 use tideway_base::bsonutil::decode_fields;
-use tideway_query::collation::Collation;
-use tideway_query::keycodec::Direction;
 
 /// Every collection, by namespace. Cloned (shallowly) when the writer stages a change.
 #[derive(Clone, Debug, Default)]
@@ -275,179 +267,49 @@ impl CollectionEntry {
         .collect()
     }
 
+    /// The persisted catalog document (`crate::catalog_doc`).
     pub fn encode(&self) -> StorageResult<Vec<u8>> {
-        let indexes: Vec<Bson> = self
-            .indexes
-            .iter()
-            .map(|index| {
-                let spec = index.spec();
-                let kinds = spec.key_kinds();
-                let key: Vec<Bson> = spec
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(position, (path, direction))| {
-                        let kind_name = kinds
-                            .get(position)
-                            .and_then(|(_, kind)| kind.catalog_name());
-                        let component = match (kind_name, direction) {
-                            (Some(name), _) => Bson::String(name.to_string()),
-                            (None, Direction::Ascending) => Bson::Int32(1),
-                            (None, Direction::Descending) => Bson::Int32(-1),
-                        };
-                        Bson::Array(vec![Bson::String(path.clone()), component])
-                    })
-                    .collect();
-                let mut encoded = doc! {
-                    "id": index.id as i64,
-                    "name": spec.name.as_str(),
-                    "key": key,
-                    "unique": spec.unique,
-                    "sparse": spec.sparse,
-                    "catalogOnly": spec.catalog_only,
-                    "multikey": index.multikey,
-                    "building": index.building,
-                    "spec": spec.spec.clone(),
-                };
-                if let Some(filter) = &spec.partial_filter {
-                    encoded.insert("partialFilterExpression", filter.clone());
-                }
-                Bson::Document(encoded)
-            })
-            .collect();
-        let document = doc! {
-            "db": self.meta.ns.db.as_str(),
-            "coll": self.meta.ns.coll.as_str(),
-            "uuid": Binary { subtype: BinarySubtype::Uuid, bytes: self.meta.uuid.to_vec() },
-            "options": self.meta.options.clone(),
-            "idIndex": self.id_index().spec.clone(),
-            "indexes": indexes,
-            "lastWriteOrder": self.last_write_order,
-        };
-        bson::to_vec(&document).map_err(|error| corrupt(format!("catalog entry: {error}")))
+        let indexes = self.indexes.iter().map(|index| IndexRecord {
+            id: index.id,
+            spec: index.spec(),
+            multikey: index.multikey,
+            building: index.building,
+        });
+        catalog_doc::encode(&self.meta, indexes, self.last_write_order)
     }
 
     pub fn decode(id: u64, bytes: &[u8]) -> StorageResult<CollectionEntry> {
-        let document = Document::from_reader(bytes)
-            .map_err(|error| corrupt(format!("catalog entry {id}: {error}")))?;
-        let field = |name: &str| {
-            document
-                .get(name)
-                .ok_or_else(|| corrupt(format!("catalog entry {id} has no {name}")))
-        };
-        let ns = Namespace::new(string(field("db")?)?, string(field("coll")?)?);
-        let uuid: [u8; 16] = match field("uuid")? {
-            Bson::Binary(binary) => binary.bytes.as_slice().try_into().map_err(corrupt)?,
-            _ => return Err(corrupt("catalog uuid is not binary")),
-        };
-        let options = document_of(field("options")?)?.clone();
-        let mut id_index = IndexSpec::id_index();
-        id_index.spec = document_of(field("idIndex")?)?.clone();
-        let Bson::Array(encoded_indexes) = field("indexes")? else {
-            return Err(corrupt("catalog indexes is not an array"));
-        };
-        let indexes = encoded_indexes
-            .iter()
-            .map(|encoded| decode_index(document_of(encoded)?))
+        let stored = catalog_doc::decode(id, bytes)?;
+        let indexes = stored
+            .indexes
+            .into_iter()
+            .map(|stored| {
+                // A stored partial filter that no longer parses is corruption, not a user error.
+                let mut index = IndexEntry::new(stored.id, stored.spec)
+                    .map_err(|error| corrupt(format!("catalog index: {error}")))?;
+                index.multikey = stored.multikey;
+                index.building = stored.building;
+                Ok(index)
+            })
             .collect::<StorageResult<Vec<_>>>()?;
-        let mut entry = CollectionEntry::new(id, ns, uuid, options, id_index, indexes);
-        // Format 6 and older kept the order for every collection.
-        entry.last_write_order = match document.get("lastWriteOrder") {
-            None => true,
-            Some(Bson::Boolean(kept)) => *kept,
-            Some(_) => {
-                return Err(corrupt(format!(
-                    "catalog entry {id}: lastWriteOrder is not a boolean"
-                )))
-            }
-        };
+        let mut entry = CollectionEntry::new(
+            id,
+            stored.ns,
+            stored.uuid,
+            stored.options,
+            stored.id_index,
+            indexes,
+        );
+        entry.last_write_order = stored.last_write_order;
         Ok(entry)
-    }
-}
-
-fn decode_index(encoded: &Document) -> StorageResult<IndexEntry> {
-    let field = |name: &str| {
-        encoded
-            .get(name)
-            .ok_or_else(|| corrupt(format!("catalog index has no {name}")))
-    };
-    let id = match field("id")? {
-        Bson::Int64(id) => u64::try_from(*id).map_err(corrupt)?,
-        _ => return Err(corrupt("catalog index id is not a long")),
-    };
-    let Bson::Array(key_fields) = field("key")? else {
-        return Err(corrupt("catalog index key is not an array"));
-    };
-    let key = key_fields
-        .iter()
-        .map(|pair| match pair {
-            Bson::Array(pair) => match pair.as_slice() {
-                [Bson::String(path), Bson::Int32(direction)] => Ok((
-                    path.clone(),
-                    if *direction < 0 {
-                        Direction::Descending
-                    } else {
-                        Direction::Ascending
-                    },
-                )),
-                [Bson::String(path), Bson::String(kind)]
-                    if ["hashed", "text", "wildcard"].contains(&kind.as_str()) =>
-                {
-                    Ok((path.clone(), Direction::Ascending))
-                }
-                _ => Err(corrupt("catalog index key field is malformed")),
-            },
-            _ => Err(corrupt("catalog index key field is not an array")),
-        })
-        .collect::<StorageResult<Vec<_>>>()?;
-    let boolean = |name: &str| match field(name)? {
-        Bson::Boolean(value) => Ok(*value),
-        _ => Err(corrupt(format!("catalog index {name} is not a boolean"))),
-    };
-    let spec = document_of(field("spec")?)?;
-    let spec = IndexSpec {
-        name: string(field("name")?)?,
-        key,
-        unique: boolean("unique")?,
-        sparse: boolean("sparse")?,
-        partial_filter: match encoded.get("partialFilterExpression") {
-            Some(filter) => Some(document_of(filter)?.clone()),
-            None => None,
-        },
-        spec: spec.clone(),
-        catalog_only: boolean("catalogOnly")?,
-        collation: match spec.get("collation") {
-            Some(Bson::Document(collation)) => Collation::parse(collation)
-                .map_err(|error| corrupt(format!("catalog index collation: {}", error.errmsg)))?,
-            _ => None,
-        },
-    };
-    // A stored partial filter that no longer parses is corruption, not a user error.
-    let mut index =
-        IndexEntry::new(id, spec).map_err(|error| corrupt(format!("catalog index: {error}")))?;
-    // Entries written before the flag existed carry none: assume the worst.
-    index.multikey = encoded.get_bool("multikey").unwrap_or(true);
-    index.building = encoded.get_bool("building").unwrap_or(false);
-    Ok(index)
-}
-
-fn string(value: &Bson) -> StorageResult<String> {
-    match value {
-        Bson::String(text) => Ok(text.clone()),
-        _ => Err(corrupt("catalog field is not a string")),
-    }
-}
-
-fn document_of(value: &Bson) -> StorageResult<&Document> {
-    match value {
-        Bson::Document(document) => Ok(document),
-        _ => Err(corrupt("catalog field is not a document")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bson::{doc, Bson};
+    use tideway_query::keycodec::Direction;
 
     #[test]
     fn entry_round_trips() {
