@@ -1,5 +1,5 @@
 //! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
-//! the connection target (`target`), the pool, the schema tideway creates and checks at startup
+//! the connection target (`target`) with TLS on rustls (`tls`), the pool, the schema tideway creates and checks at startup
 //! (`schema`), and the database's clock as the one clock for expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no
 //! command line option selects it.
 //!
@@ -15,9 +15,9 @@
 pub mod clock;
 pub mod schema;
 pub mod target;
+pub mod tls;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 use tideway_storage::{StorageError, StorageResult};
 
@@ -42,7 +42,7 @@ impl Database {
         let target = Target::parse(uri)?;
         let manager = Manager::from_config(
             target.config().clone(),
-            NoTls,
+            tls::connector(target.tls())?,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

@@ -4,27 +4,44 @@
 use std::error::Error;
 use std::str::FromStr;
 
+use crate::tls::{split_tls_parameters, TlsSettings};
 use tideway_storage::{StorageError, StorageResult};
 
 /// A parsed `postgresql://` (or `postgres://`) URI.
 #[derive(Clone, Debug)]
 pub struct Target {
     config: tokio_postgres::Config,
+    tls: TlsSettings,
     redacted: String,
 }
 
 impl Target {
-    /// Parses `uri`; a malformed one is an error naming it without its password.
+    /// Parses `uri` (with libpq's `sslmode` and `sslrootcert`, see [`crate::tls`]); a malformed
+    /// one is an error naming it without its password.
     pub fn parse(uri: &str) -> StorageResult<Target> {
         let redacted = redact(uri);
-        let config = tokio_postgres::Config::from_str(uri).map_err(|error| {
+        let named = |error: StorageError| match error {
+            StorageError::Io(message) => StorageError::Io(format!("{message} ({redacted})")),
+            other => other,
+        };
+        let (rest, tls) = split_tls_parameters(uri).map_err(named)?;
+        let mut config = tokio_postgres::Config::from_str(&rest).map_err(|error| {
             StorageError::Io(format!("invalid PostgreSQL URI {redacted}: {error}"))
         })?;
-        Ok(Target { config, redacted })
+        config.ssl_mode(tls.ssl_mode);
+        Ok(Target {
+            config,
+            tls,
+            redacted,
+        })
     }
 
     pub fn config(&self) -> &tokio_postgres::Config {
         &self.config
+    }
+
+    pub fn tls(&self) -> &TlsSettings {
+        &self.tls
     }
 
     /// The URI without its password (in the user information or a `password` parameter).
@@ -112,10 +129,17 @@ mod tests {
 
     #[test]
     fn a_malformed_uri_is_named_without_its_password() {
+        let error = Target::parse("postgresql://u:s3cret@h/db?keepalives=sometimes").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("invalid PostgreSQL URI postgresql://u@h/db?keepalives=sometimes"),
+            "{message}"
+        );
+        assert!(!message.contains("s3cret"), "{message}");
         let error = Target::parse("postgresql://u:s3cret@h/db?sslmode=sometimes").unwrap_err();
         let message = error.to_string();
         assert!(
-            message.contains("invalid PostgreSQL URI postgresql://u@h/db"),
+            message.contains("(postgresql://u@h/db?sslmode=sometimes)"),
             "{message}"
         );
         assert!(!message.contains("s3cret"), "{message}");
