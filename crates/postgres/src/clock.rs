@@ -10,7 +10,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::{io, Database};
+use crate::Database;
 use tideway_storage::StorageResult;
 
 /// The database server's time read in one statement: wall clock (`clock_timestamp`, not the
@@ -36,11 +36,8 @@ impl Database {
             .query_one(SERVER_TIME_MS, &[])
             .await
             .map_err(|error| {
-                io(
-                    self.target(),
-                    "cannot read the database server's time",
-                    error,
-                )
+                self.target()
+                    .error("cannot read the database server's time", error)
             })?
             .get(0);
         let received = node_now_ms();
@@ -75,7 +72,10 @@ impl Database {
                 &[&ms.max(0)],
             )
             .await
-            .map_err(|error| io(self.target(), "cannot advance the shared clock", error))?;
+            .map_err(|error| {
+                self.target()
+                    .error("cannot advance the shared clock", error)
+            })?;
         Ok(row.get(0))
     }
 
@@ -97,7 +97,7 @@ impl Database {
                 &[&name, &value],
             )
             .await
-            .map_err(|error| io(self.target(), what, error))?;
+            .map_err(|error| self.target().error(what, error))?;
         Ok(row.get(0))
     }
 
@@ -106,7 +106,7 @@ impl Database {
         let row = client
             .query_opt("SELECT value FROM tideway.meta WHERE name = $1", &[&name])
             .await
-            .map_err(|error| io(self.target(), what, error))?;
+            .map_err(|error| self.target().error(what, error))?;
         Ok(row.map(|row| row.get(0)))
     }
 }

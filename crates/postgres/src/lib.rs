@@ -1,7 +1,8 @@
 //! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
-//! the connection target (`target`) with TLS on rustls (`tls`), the pool, the schema tideway creates and checks at startup
-//! (`schema`), and the database's clock as the one clock for expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no
-//! command line option selects it.
+//! the connection target (`target`) with TLS on rustls (`tls`), the pool, the schema tideway
+//! creates and checks at startup (`schema`), and the database's clock as the one clock for
+//! expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no command
+//! line option selects it.
 //!
 //! Invariants (kept as the engine grows):
 //! - All state lives in the database (schema `tideway`): nothing a second node on the same
@@ -19,13 +20,10 @@ pub mod tls;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
-use tideway_storage::{StorageError, StorageResult};
+use tideway_storage::StorageResult;
 
 pub use clock::ClockSample;
 pub use target::Target;
-
-/// Connections the pool opens at most when the caller does not say.
-pub const DEFAULT_POOL_SIZE: usize = 16;
 
 /// A pool of connections to one database whose schema is current.
 pub struct Database {
@@ -78,9 +76,4 @@ pub fn is_serialization_failure(error: &tokio_postgres::Error) -> bool {
     error.code().is_some_and(|code| {
         *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
     })
-}
-
-/// A database error as a storage error, naming the database by `target`.
-pub(crate) fn io(target: &Target, what: &str, error: tokio_postgres::Error) -> StorageError {
-    target.error(what, error)
 }

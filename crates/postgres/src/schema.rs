@@ -4,9 +4,10 @@
 //! change without a version bump, since no data exists in it). Keys are the redb engine's
 //! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
 //! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
-//! - `meta (name → value)`: `schema_version`, the counters, the server time floor.
+//! - `meta (name → value)`: `schema_version`, the counters, the server time floor
+//!   (`time_floor_ms`) and the shared test advance (`clock_advance_ms`), see `clock.rs`.
 //! - `collections (id → db, coll, entry)`: one row per collection; `entry` is the catalog
-//!   document of the redb engine (options, indexes, flags) as BSON.
+//!   document every engine stores (`tideway_storage::catalog_doc`).
 //! - `documents ((coll_id, id_key) → record_id, rev, last_write_ms, ttl_class, expire_at_ms,
 //!   body)`: each document's BSON with its header fields as columns. Natural order is the
 //!   `(coll_id, record_id)` index; the two expiry orders are partial indexes
@@ -22,7 +23,7 @@
 
 use tokio_postgres::{Client, IsolationLevel};
 
-use crate::{io, is_serialization_failure, Target};
+use crate::{is_serialization_failure, Target};
 use tideway_storage::{StorageError, StorageResult};
 
 /// The schema version this build writes and reads.
@@ -81,18 +82,19 @@ const VERSION_1: &[&str] = &[
 /// A newer version stops startup with a message saying which build can read it. Safe to run
 /// from several nodes at once: one creates, the others find it created.
 pub async fn bootstrap(client: &mut Client, target: &Target) -> StorageResult<()> {
-    let mut last_error = None;
-    for _ in 0..BOOTSTRAP_ATTEMPTS {
+    let mut attempt = 1;
+    loop {
         match try_bootstrap(client, target).await {
-            Err(Retry(error)) => last_error = Some(error),
             Ok(result) => return result,
+            Err(Retry(error)) if attempt == BOOTSTRAP_ATTEMPTS => {
+                return Err(target.error(
+                    "cannot create tideway's schema: concurrent startups kept conflicting",
+                    error,
+                ))
+            }
+            Err(Retry(_)) => attempt += 1,
         }
     }
-    Err(io(
-        target,
-        "cannot create tideway's schema: concurrent startups kept conflicting",
-        last_error.expect("at least one attempt"),
-    ))
 }
 
 /// A conflict with a concurrent bootstrap: try again.
@@ -103,7 +105,7 @@ async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageRe
         if is_retryable_ddl(&error) {
             Err(Retry(error))
         } else {
-            Ok(Err(io(target, what, error)))
+            Ok(Err(target.error(what, error)))
         }
     };
     if let Err(error) = client
