@@ -1,7 +1,7 @@
 //! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
 //! the connection target (`target`) with TLS on rustls (`tls`), the pool, the schema tideway
-//! creates and checks at startup (`schema`), and the database's clock as the one clock for
-//! expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no command
+//! creates and checks at startup (`schema`), the catalog's operations (`catalog`), and the
+//! database's clock as the one clock for expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no command
 //! line option selects it.
 //!
 //! Invariants (kept as the engine grows):
@@ -13,10 +13,13 @@
 //! - Every error that names the database names it by [`Target::redacted`], never with its
 //!   password.
 
+pub mod catalog;
 pub mod clock;
 pub mod schema;
 pub mod target;
 pub mod tls;
+
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
@@ -24,6 +27,12 @@ use tideway_storage::StorageResult;
 
 pub use clock::ClockSample;
 pub use target::Target;
+
+/// How long a caller waits for a free pooled connection before an error (never forever: a
+/// command fails with a retryable error instead of hanging).
+pub const POOL_WAIT: Duration = Duration::from_secs(30);
+/// How long opening one connection (TCP, TLS, authentication) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A pool of connections to one database whose schema is current.
 pub struct Database {
@@ -47,6 +56,8 @@ impl Database {
         );
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|error| target.error("cannot create the connection pool", error))?;

@@ -4,7 +4,8 @@
 //! change without a version bump, since no data exists in it). Keys are the redb engine's
 //! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
 //! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
-//! - `meta (name → value)`: `schema_version`, the counters, the server time floor
+//! - `meta (name → value)`: `schema_version`, `catalog_version` (see `catalog.rs`), the server
+//!   time floor
 //!   (`time_floor_ms`) and the shared test advance (`clock_advance_ms`), see `clock.rs`.
 //! - `collections (id → db, coll, entry)`: one row per collection; `entry` is the catalog
 //!   document every engine stores (`tideway_storage::catalog_doc`).
@@ -32,8 +33,10 @@ pub const SCHEMA_VERSION: i64 = 1;
 /// Concurrent bootstraps (several nodes starting together) conflict; each retries this often.
 const BOOTSTRAP_ATTEMPTS: usize = 5;
 
-/// The tables of version 1, in creation order.
+/// The tables and sequences of version 1, in creation order.
 const VERSION_1: &[&str] = &[
+    "CREATE SEQUENCE tideway.catalog_ids",
+    "INSERT INTO tideway.meta (name, value) VALUES ('catalog_version', 0)",
     "CREATE TABLE tideway.collections (
         id bigint PRIMARY KEY,
         db text NOT NULL,

@@ -41,6 +41,27 @@ pub struct StoredCollection {
     pub last_write_order: bool,
 }
 
+impl StoredCollection {
+    /// The metadata the layers above see: `_id_` then every finished secondary index, and the
+    /// names of the finished ones that are multikey.
+    pub fn meta(&self) -> CollectionMeta {
+        let finished = || self.indexes.iter().filter(|index| !index.building);
+        CollectionMeta {
+            ns: self.ns.clone(),
+            uuid: self.uuid,
+            options: self.options.clone(),
+            indexes: std::iter::once(self.id_index.clone())
+                .chain(finished().map(|index| index.spec.clone()))
+                .map(std::sync::Arc::new)
+                .collect(),
+            multikey_indexes: finished()
+                .filter(|index| index.multikey)
+                .map(|index| index.spec.name.clone())
+                .collect(),
+        }
+    }
+}
+
 /// A decoded secondary index.
 pub struct StoredIndex {
     pub id: u64,
