@@ -13,7 +13,7 @@ use bson::Document;
 use deadpool_postgres::Transaction;
 
 use crate::Database;
-use tideway_storage::catalog_doc::{self, IndexRecord, StoredCollection};
+use tideway_storage::catalog_doc::{self, StoredCollection};
 use tideway_storage::indexkeys::IndexKeyer;
 use tideway_storage::{CollectionMeta, IndexSpec, Namespace, StorageError, StorageResult};
 
@@ -74,25 +74,24 @@ impl Database {
             IndexKeyer::new(spec.clone())?;
         }
         let mut client = self.client().await?;
-        let fail = |what: &str, error| self.target().error(what, error);
-        let txn = client
-            .transaction()
-            .await
-            .map_err(|error| fail("cannot create a collection", error))?;
-        let exists = txn
-            .query_opt(
-                "SELECT 1 FROM tideway.collections WHERE db = $1 AND coll = $2 FOR UPDATE",
-                &[&ns.db, &ns.coll],
+        let fail = |error| self.target().error("cannot create a collection", error);
+        let txn = client.transaction().await.map_err(fail)?;
+        // The collection's id, then one per index: one round trip.
+        let ids: Vec<i64> = txn
+            .query(
+                "SELECT nextval('tideway.catalog_ids') FROM generate_series(0, $1::int)",
+                &[&(indexes.len() as i32)],
             )
             .await
-            .map_err(|error| fail("cannot create a collection", error))?;
-        if exists.is_some() {
-            return Err(StorageError::NamespaceExists(ns.clone()));
-        }
-        let mut ids = Vec::with_capacity(indexes.len() + 1);
-        for _ in 0..=indexes.len() {
-            ids.push(next_catalog_id(&txn, self).await?);
-        }
+            .map_err(fail)?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let Some((&collection_id, index_ids)) = ids.split_first() else {
+            return Err(StorageError::Io(
+                "cannot create a collection: no catalog id was returned".to_string(),
+            ));
+        };
         let stored = StoredCollection {
             ns: ns.clone(),
             uuid: uuid::Uuid::new_v4().into_bytes(),
@@ -100,7 +99,7 @@ impl Database {
             id_index: IndexSpec::id_index(),
             indexes: indexes
                 .into_iter()
-                .zip(&ids[1..])
+                .zip(index_ids)
                 .map(|(spec, id)| catalog_doc::StoredIndex {
                     id: *id as u64,
                     spec,
@@ -110,62 +109,46 @@ impl Database {
                 .collect(),
             last_write_order: true,
         };
-        let entry = encode(&stored)?;
+        // Unique on (db, coll): an existing collection, or one a concurrent creator inserted
+        // first, leaves nothing inserted.
         let inserted = txn
             .execute(
                 "INSERT INTO tideway.collections (id, db, coll, entry) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (db, coll) DO NOTHING",
-                &[&ids[0], &ns.db, &ns.coll, &entry],
+                &[&collection_id, &ns.db, &ns.coll, &stored.encode()?],
             )
             .await
-            .map_err(|error| fail("cannot create a collection", error))?;
+            .map_err(fail)?;
         if inserted == 0 {
-            // Created by another node since the check above.
             return Err(StorageError::NamespaceExists(ns.clone()));
         }
         bump_version(&txn, self).await?;
-        txn.commit()
-            .await
-            .map_err(|error| fail("cannot create a collection", error))?;
+        txn.commit().await.map_err(fail)?;
         Ok(stored.meta())
     }
 
     /// Drops the collection with its documents and index entries; `false` if it did not exist.
     pub async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool> {
-        let mut client = self.client().await?;
-        let txn = client
-            .transaction()
-            .await
-            .map_err(|error| self.target().error("cannot drop a collection", error))?;
-        let dropped = remove_collection(&txn, self, ns).await?;
-        if dropped {
-            bump_version(&txn, self).await?;
-        }
-        txn.commit()
-            .await
-            .map_err(|error| self.target().error("cannot drop a collection", error))?;
-        Ok(dropped)
+        Ok(self.drop_collections(&ns.db, Some(&ns.coll)).await? > 0)
     }
 
     /// Drops every collection of `db`.
     pub async fn drop_database(&self, db: &str) -> StorageResult<()> {
+        self.drop_collections(db, None).await.map(|_| ())
+    }
+
+    /// Drops collection `coll` of `db` (every collection of `db` without one) in one
+    /// transaction; how many there were.
+    async fn drop_collections(&self, db: &str, coll: Option<&str>) -> StorageResult<u64> {
         let mut client = self.client().await?;
-        let fail = |error| self.target().error("cannot drop a database", error);
+        let fail = |error| self.target().error("cannot drop collections", error);
         let txn = client.transaction().await.map_err(fail)?;
-        let names: Vec<String> = txn
-            .query("SELECT coll FROM tideway.collections WHERE db = $1", &[&db])
-            .await
-            .map_err(fail)?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        for coll in &names {
-            remove_collection(&txn, self, &Namespace::new(db, coll.as_str())).await?;
-        }
-        if !names.is_empty() {
+        let dropped = remove_collections(&txn, self, db, coll).await?;
+        if dropped > 0 {
             bump_version(&txn, self).await?;
         }
-        txn.commit().await.map_err(fail)
+        txn.commit().await.map_err(fail)?;
+        Ok(dropped)
     }
 
     /// Renames (possibly across databases), keeping documents, indexes, options and uuid. With
@@ -189,12 +172,12 @@ impl Database {
             if !drop_target {
                 return Err(StorageError::NamespaceExists(to.clone()));
             }
-            remove_collection(&txn, self, to).await?;
+            remove_collections(&txn, self, &to.db, Some(&to.coll)).await?;
         }
         stored.ns = to.clone();
         txn.execute(
             "UPDATE tideway.collections SET db = $2, coll = $3, entry = $4 WHERE id = $1",
-            &[&id, &to.db, &to.coll, &encode(&stored)?],
+            &[&id, &to.db, &to.coll, &stored.encode()?],
         )
         .await
         .map_err(fail)?;
@@ -226,7 +209,7 @@ impl Database {
         stored.options = options;
         txn.execute(
             "UPDATE tideway.collections SET entry = $2 WHERE id = $1",
-            &[&id, &encode(&stored)?],
+            &[&id, &stored.encode()?],
         )
         .await
         .map_err(fail)?;
@@ -255,20 +238,44 @@ async fn locked(
     .transpose()
 }
 
-/// Deletes the collection's row, documents and index entries; whether it existed.
-async fn remove_collection(
+/// Deletes collection `coll` of `db` (every collection of `db` without one) with its documents
+/// and index entries, in four statements whatever their number; how many there were.
+async fn remove_collections(
     txn: &Transaction<'_>,
     database: &Database,
-    ns: &Namespace,
-) -> StorageResult<bool> {
-    let Some((id, stored)) = locked(txn, database, ns).await? else {
-        return Ok(false);
-    };
-    let index_ids: Vec<i64> = stored.indexes.iter().map(|index| index.id as i64).collect();
-    let fail = |error| database.target().error("cannot drop a collection", error);
-    txn.execute("DELETE FROM tideway.documents WHERE coll_id = $1", &[&id])
+    db: &str,
+    coll: Option<&str>,
+) -> StorageResult<u64> {
+    let fail = |error| database.target().error("cannot drop collections", error);
+    let removed = txn
+        .query(
+            "DELETE FROM tideway.collections WHERE db = $1 AND ($2::text IS NULL OR coll = $2)
+             RETURNING id, entry",
+            &[&db, &coll],
+        )
         .await
         .map_err(fail)?;
+    let mut collection_ids = Vec::with_capacity(removed.len());
+    let mut index_ids = Vec::new();
+    for row in &removed {
+        let id: i64 = row.get(0);
+        collection_ids.push(id);
+        index_ids.extend(
+            decode(id, row.get(1))?
+                .indexes
+                .iter()
+                .map(|index| index.id as i64),
+        );
+    }
+    if collection_ids.is_empty() {
+        return Ok(0);
+    }
+    txn.execute(
+        "DELETE FROM tideway.documents WHERE coll_id = ANY($1)",
+        &[&collection_ids],
+    )
+    .await
+    .map_err(fail)?;
     for table in ["tideway.index_entries", "tideway.unique_entries"] {
         txn.execute(
             &format!("DELETE FROM {table} WHERE index_id = ANY($1)"),
@@ -277,18 +284,7 @@ async fn remove_collection(
         .await
         .map_err(fail)?;
     }
-    txn.execute("DELETE FROM tideway.collections WHERE id = $1", &[&id])
-        .await
-        .map_err(fail)?;
-    Ok(true)
-}
-
-async fn next_catalog_id(txn: &Transaction<'_>, database: &Database) -> StorageResult<i64> {
-    let row = txn
-        .query_one("SELECT nextval('tideway.catalog_ids')", &[])
-        .await
-        .map_err(|error| database.target().error("cannot take a catalog id", error))?;
-    Ok(row.get(0))
+    Ok(removed.len() as u64)
 }
 
 async fn bump_version(txn: &Transaction<'_>, database: &Database) -> StorageResult<()> {
@@ -307,14 +303,4 @@ async fn bump_version(txn: &Transaction<'_>, database: &Database) -> StorageResu
 
 fn decode(id: i64, entry: &[u8]) -> StorageResult<StoredCollection> {
     catalog_doc::decode(id as u64, entry)
-}
-
-fn encode(stored: &StoredCollection) -> StorageResult<Vec<u8>> {
-    let indexes = stored.indexes.iter().map(|index| IndexRecord {
-        id: index.id,
-        spec: &index.spec,
-        multikey: index.multikey,
-        building: index.building,
-    });
-    catalog_doc::encode(&stored.meta(), indexes, stored.last_write_order)
 }

@@ -1,8 +1,8 @@
 //! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
 //! the connection target (`target`) with TLS on rustls (`tls`), the pool, the schema tideway
 //! creates and checks at startup (`schema`), the catalog's operations (`catalog`), and the
-//! database's clock as the one clock for expiry (`clock`). The engine does not implement `tideway_storage::Storage` yet and no command
-//! line option selects it.
+//! database's clock as the one clock for expiry (`clock`). The engine does not implement
+//! `tideway_storage::Storage` yet and no command line option selects it.
 //!
 //! Invariants (kept as the engine grows):
 //! - All state lives in the database (schema `tideway`): nothing a second node on the same
@@ -13,11 +13,11 @@
 //! - Every error that names the database names it by [`Target::redacted`], never with its
 //!   password.
 
-pub mod catalog;
-pub mod clock;
+mod catalog;
+mod clock;
 pub mod schema;
-pub mod target;
-pub mod tls;
+mod target;
+mod tls;
 
 use std::time::Duration;
 
@@ -30,9 +30,9 @@ pub use target::Target;
 
 /// How long a caller waits for a free pooled connection before an error (never forever: a
 /// command fails with a retryable error instead of hanging).
-pub const POOL_WAIT: Duration = Duration::from_secs(30);
+const POOL_WAIT: Duration = Duration::from_secs(30);
 /// How long opening one connection (TCP, TLS, authentication) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A pool of connections to one database whose schema is current.
 pub struct Database {
@@ -42,7 +42,7 @@ pub struct Database {
 
 impl Database {
     /// Connects to `uri` (`postgresql://user:password@host:port/db?...`), checks that the
-    /// database answers, and creates or checks tideway's schema ([`schema::bootstrap`]).
+    /// database answers, and creates or checks tideway's schema (`schema::bootstrap`).
     /// An unreachable database, refused credentials or a newer schema are errors that name the
     /// URI without its password.
     pub async fn connect(uri: &str, pool_size: usize) -> StorageResult<Database> {
@@ -82,7 +82,7 @@ impl Database {
 
 /// Whether a database error is a serialization failure or deadlock (40001, 40P01): the
 /// transaction did nothing and may be retried.
-pub fn is_serialization_failure(error: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_serialization_failure(error: &tokio_postgres::Error) -> bool {
     use tokio_postgres::error::SqlState;
     error.code().is_some_and(|code| {
         *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED

@@ -84,7 +84,7 @@ const VERSION_1: &[&str] = &[
 /// Creates tideway's schema in an empty database, or checks that the one there is this build's.
 /// A newer version stops startup with a message saying which build can read it. Safe to run
 /// from several nodes at once: one creates, the others find it created.
-pub async fn bootstrap(client: &mut Client, target: &Target) -> StorageResult<()> {
+pub(crate) async fn bootstrap(client: &mut Client, target: &Target) -> StorageResult<()> {
     let mut attempt = 1;
     loop {
         match try_bootstrap(client, target).await {

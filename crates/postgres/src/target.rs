@@ -16,7 +16,7 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses `uri` (with libpq's `sslmode` and `sslrootcert`, see [`crate::tls`]); a malformed
+    /// Parses `uri` (with libpq's `sslmode` and `sslrootcert`, see the `tls` module); a malformed
     /// one is an error naming it without its password.
     pub fn parse(uri: &str) -> StorageResult<Target> {
         let redacted = redact(uri);
@@ -36,11 +36,11 @@ impl Target {
         })
     }
 
-    pub fn config(&self) -> &tokio_postgres::Config {
+    pub(crate) fn config(&self) -> &tokio_postgres::Config {
         &self.config
     }
 
-    pub fn tls(&self) -> &TlsSettings {
+    pub(crate) fn tls(&self) -> &TlsSettings {
         &self.tls
     }
 
@@ -68,7 +68,7 @@ impl Target {
 
 /// `uri` with the password removed from its user information (`user:secret@` → `user@`) and
 /// from any `password=` query parameter.
-pub fn redact(uri: &str) -> String {
+pub(crate) fn redact(uri: &str) -> String {
     let (scheme, rest) = match uri.find("://") {
         Some(at) => uri.split_at(at + 3),
         None => ("", uri),
@@ -83,20 +83,29 @@ pub fn redact(uri: &str) -> String {
         }
         None => authority.to_string(),
     };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let kept: Vec<&str> = query
-                .split('&')
-                .filter(|parameter| !parameter.starts_with("password="))
-                .collect();
-            match kept.is_empty() {
-                true => path.to_string(),
-                false => format!("{path}?{}", kept.join("&")),
-            }
-        }
-        None => tail.to_string(),
-    };
-    format!("{scheme}{authority}{tail}")
+    let (path, parameters) = query_parameters(tail);
+    let kept: Vec<&str> = parameters
+        .filter(|parameter| !parameter.starts_with("password="))
+        .collect();
+    format!("{scheme}{authority}{}", with_query(path, &kept))
+}
+
+/// `uri` split at its query: what comes before the `?`, and the query's `name=value`
+/// parameters (empty ones skipped).
+pub(crate) fn query_parameters(uri: &str) -> (&str, impl Iterator<Item = &str>) {
+    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    (
+        base,
+        query.split('&').filter(|parameter| !parameter.is_empty()),
+    )
+}
+
+/// `base` with `parameters` as its query (no `?` without any).
+pub(crate) fn with_query(base: &str, parameters: &[&str]) -> String {
+    match parameters.is_empty() {
+        true => base.to_string(),
+        false => format!("{base}?{}", parameters.join("&")),
+    }
 }
 
 #[cfg(test)]

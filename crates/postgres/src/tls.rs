@@ -7,7 +7,7 @@
 //! certificate names the host. Unlike libpq, which falls back to `~/.postgresql/root.crt`, the
 //! two verifying modes need `sslrootcert`: a missing one is a configuration error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -21,55 +21,57 @@ use rustls::{
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::target::{query_parameters, with_query};
 use tideway_storage::{StorageError, StorageResult};
 
-/// How the server's certificate is checked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verification {
+/// How the server's certificate is checked, with the CAs the checking modes trust.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verification {
     /// Encrypt without authenticating the server (libpq's `prefer`/`require` without a root).
     None,
-    /// The chain must lead to a trusted root; the name is not checked (`verify-ca`).
-    Chain,
+    /// The chain must lead to a root in this file; the name is not checked (`verify-ca`, and
+    /// `prefer`/`require` with `sslrootcert`).
+    Chain(PathBuf),
     /// The chain, and the certificate must name the host (`verify-full`).
-    Full,
+    Full(PathBuf),
 }
 
 /// The TLS parameters of a URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsSettings {
+pub(crate) struct TlsSettings {
     /// What tokio-postgres negotiates (`verify-*` negotiate as `require`).
     pub ssl_mode: SslMode,
     pub verification: Verification,
-    pub root_cert: Option<PathBuf>,
 }
 
 /// Takes `sslmode` and `sslrootcert` out of `uri`'s query (tokio-postgres knows neither
 /// `verify-*` nor `sslrootcert`), returning the rest of the URI and the settings they make.
-pub fn split_tls_parameters(uri: &str) -> StorageResult<(String, TlsSettings)> {
-    let (base, query) = match uri.split_once('?') {
-        Some((base, query)) => (base, query),
-        None => (uri, ""),
-    };
-    let mut mode = "prefer".to_string();
+pub(crate) fn split_tls_parameters(uri: &str) -> StorageResult<(String, TlsSettings)> {
+    let (base, parameters) = query_parameters(uri);
+    let mut mode = "prefer";
     let mut root_cert = None;
     let mut kept = Vec::new();
-    for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
+    for parameter in parameters {
         match parameter.split_once('=') {
-            Some(("sslmode", value)) => mode = value.to_string(),
+            Some(("sslmode", value)) => mode = value,
             Some(("sslrootcert", value)) => root_cert = Some(PathBuf::from(value)),
             _ => kept.push(parameter),
         }
     }
     let invalid = |message: String| StorageError::Io(format!("invalid PostgreSQL URI: {message}"));
-    let (ssl_mode, verification) = match (mode.as_str(), root_cert.is_some()) {
+    let (ssl_mode, verification) = match (mode, root_cert) {
         ("disable", _) => (SslMode::Disable, Verification::None),
-        ("prefer", false) => (SslMode::Prefer, Verification::None),
-        ("prefer", true) => (SslMode::Prefer, Verification::Chain),
-        ("require", false) => (SslMode::Require, Verification::None),
-        ("require", true) => (SslMode::Require, Verification::Chain),
-        ("verify-ca", true) => (SslMode::Require, Verification::Chain),
-        ("verify-full", true) => (SslMode::Require, Verification::Full),
-        ("verify-ca" | "verify-full", false) => {
+        ("prefer", root) => (
+            SslMode::Prefer,
+            root.map_or(Verification::None, Verification::Chain),
+        ),
+        ("require", root) => (
+            SslMode::Require,
+            root.map_or(Verification::None, Verification::Chain),
+        ),
+        ("verify-ca", Some(root)) => (SslMode::Require, Verification::Chain(root)),
+        ("verify-full", Some(root)) => (SslMode::Require, Verification::Full(root)),
+        ("verify-ca" | "verify-full", None) => {
             return Err(invalid(format!(
                 "sslmode={mode} needs sslrootcert=<a PEM file of the CAs to trust>"
             )))
@@ -80,52 +82,53 @@ pub fn split_tls_parameters(uri: &str) -> StorageResult<(String, TlsSettings)> {
             )))
         }
     };
-    let rest = match kept.is_empty() {
-        true => base.to_string(),
-        false => format!("{base}?{}", kept.join("&")),
-    };
     Ok((
-        rest,
+        with_query(base, &kept),
         TlsSettings {
             ssl_mode,
             verification,
-            root_cert,
         },
     ))
 }
 
 /// The connector for `settings` (used for every connection; with `disable` it never runs).
-pub fn connector(settings: &TlsSettings) -> StorageResult<MakeRustlsConnect> {
+pub(crate) fn connector(settings: &TlsSettings) -> StorageResult<MakeRustlsConnect> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|error| StorageError::Io(format!("TLS to PostgreSQL: {error}")))?;
-    let verifier: Arc<dyn ServerCertVerifier> = match (&settings.root_cert, settings.verification) {
-        (_, Verification::None) | (None, _) => Arc::new(NoVerification(provider)),
-        (Some(path), verification) => {
-            let roots = load_roots(path)?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|error| {
-                    StorageError::Io(format!(
-                        "TLS to PostgreSQL: sslrootcert {}: {error}",
-                        path.display()
-                    ))
-                })?;
-            match verification {
-                Verification::Full => webpki,
-                _ => Arc::new(ChainOnly(webpki)),
-            }
-        }
+    let (root, check_name) = match &settings.verification {
+        Verification::None => (None, false),
+        Verification::Chain(root) => (Some(root), false),
+        Verification::Full(root) => (Some(root), true),
     };
+    let chain = root
+        .map(|root| {
+            WebPkiServerVerifier::builder_with_provider(
+                Arc::new(load_roots(root)?),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|error| {
+                StorageError::Io(format!(
+                    "TLS to PostgreSQL: sslrootcert {}: {error}",
+                    root.display()
+                ))
+            })
+        })
+        .transpose()?;
     let config = builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
+        .with_custom_certificate_verifier(Arc::new(ServerCheck {
+            provider,
+            chain,
+            check_name,
+        }))
         .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
 }
 
-fn load_roots(path: &PathBuf) -> StorageResult<RootCertStore> {
+fn load_roots(path: &Path) -> StorageResult<RootCertStore> {
     let unreadable = |error: String| {
         StorageError::Io(format!(
             "cannot read sslrootcert {}: {error}",
@@ -147,21 +150,35 @@ fn load_roots(path: &PathBuf) -> StorageResult<RootCertStore> {
     Ok(roots)
 }
 
-/// Accepts any certificate but still checks the handshake's signatures with it: encryption
-/// without authentication, libpq's `require` without a root.
+/// The server certificate check of every mode. The handshake's signatures are always verified
+/// with the certificate presented; without `chain` that is all (encryption without
+/// authentication); with it the chain must lead to a trusted root, and with `check_name` the
+/// certificate must also name the host.
 #[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
+struct ServerCheck {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    check_name: bool,
+}
 
-impl ServerCertVerifier for NoVerification {
+impl ServerCertVerifier for ServerCheck {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -174,7 +191,7 @@ impl ServerCertVerifier for NoVerification {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -188,60 +205,14 @@ impl ServerCertVerifier for NoVerification {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The chain check of `verify-ca`: everything WebPKI checks except that the certificate names
-/// the host.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -274,19 +245,19 @@ mod tests {
                 "postgresql://h/db?sslmode=require&sslrootcert=/ca.pem",
                 "postgresql://h/db",
                 SslMode::Require,
-                Verification::Chain,
+                Verification::Chain("/ca.pem".into()),
             ),
             (
                 "postgresql://h/db?sslrootcert=/ca.pem&sslmode=verify-ca",
                 "postgresql://h/db",
                 SslMode::Require,
-                Verification::Chain,
+                Verification::Chain("/ca.pem".into()),
             ),
             (
                 "postgresql://h/db?sslmode=verify-full&sslrootcert=/ca.pem&connect_timeout=3",
                 "postgresql://h/db?connect_timeout=3",
                 SslMode::Require,
-                Verification::Full,
+                Verification::Full("/ca.pem".into()),
             ),
         ];
         for (uri, rest, ssl_mode, verification) in cases {

@@ -6,17 +6,16 @@
 
 mod common;
 
-use common::{password_of, server_uri, with_password, Scratch};
+use common::{password_of, refusal, scratch, server_uri, with_password};
 use tideway_postgres::schema::SCHEMA_VERSION;
 use tideway_postgres::{Database, Target};
 
 #[tokio::test]
 async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
-    let first = Database::connect(&scratch.uri, 2)
-        .await
-        .expect("creates the schema");
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let first = scratch.connect(2).await;
     let client = first.client().await.unwrap();
     let version: i64 = client
         .query_one(
@@ -59,9 +58,7 @@ async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
     drop(client);
     drop(first);
     // A second start finds the schema and keeps what it holds.
-    let second = Database::connect(&scratch.uri, 2)
-        .await
-        .expect("finds the schema");
+    let second = scratch.connect(2).await;
     let kept: i64 = second
         .client()
         .await
@@ -71,14 +68,14 @@ async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
         .unwrap()
         .get(0);
     assert_eq!(kept, 1);
-    drop(second);
     scratch.drop_database().await;
 }
 
 #[tokio::test]
 async fn concurrent_startups_create_the_schema_once() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
+    let Some(scratch) = scratch().await else {
+        return;
+    };
     let starts: Vec<_> = (0..4)
         .map(|_| {
             let uri = scratch.uri.clone();
@@ -93,9 +90,10 @@ async fn concurrent_startups_create_the_schema_once() {
 
 #[tokio::test]
 async fn a_newer_schema_stops_startup_naming_both_versions() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
-    let database = Database::connect(&scratch.uri, 1).await.unwrap();
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let database = scratch.connect(1).await;
     database
         .client()
         .await
@@ -107,11 +105,7 @@ async fn a_newer_schema_stops_startup_naming_both_versions() {
         .await
         .unwrap();
     drop(database);
-    let error = Database::connect(&scratch.uri, 1)
-        .await
-        .err()
-        .expect("refused");
-    let message = error.to_string();
+    let message = refusal(&scratch.uri).await;
     let newer = SCHEMA_VERSION + 1;
     assert!(
         message.contains(&format!(
@@ -119,7 +113,10 @@ async fn a_newer_schema_stops_startup_naming_both_versions() {
         )),
         "{message}"
     );
-    assert!(!message.contains(&password_of(&server)), "{message}");
+    assert!(
+        !message.contains(&password_of(&scratch.server)),
+        "{message}"
+    );
     scratch.drop_database().await;
 }
 
@@ -132,8 +129,7 @@ async fn an_unreachable_database_is_named_without_its_password() {
         .unwrap()
         .port();
     let uri = format!("postgresql://tideway:s3cret@127.0.0.1:{port}/tideway?connect_timeout=5");
-    let error = Database::connect(&uri, 1).await.err().expect("refused");
-    let message = error.to_string();
+    let message = refusal(&uri).await;
     assert!(
         message.contains(&format!("cannot connect to PostgreSQL (postgresql://tideway@127.0.0.1:{port}/tideway?connect_timeout=5)")),
         "{message}"
@@ -151,8 +147,7 @@ async fn refused_credentials_are_named_without_the_password() {
     let Some(wrong) = with_password(&server, "not-the-password") else {
         return;
     };
-    let error = Database::connect(&wrong, 1).await.err().expect("refused");
-    let message = error.to_string();
+    let message = refusal(&wrong).await;
     assert!(
         message.contains("cannot connect to PostgreSQL"),
         "{message}"

@@ -5,8 +5,7 @@
 mod common;
 
 use bson::doc;
-use common::{server_uri, Scratch};
-use tideway_postgres::Database;
+use common::scratch;
 use tideway_storage::conformance::index_spec;
 use tideway_storage::{Namespace, StorageError};
 
@@ -16,9 +15,10 @@ fn names(metas: &[tideway_storage::CollectionMeta]) -> Vec<String> {
 
 #[tokio::test]
 async fn collections_are_created_listed_renamed_and_dropped_as_the_contract_says() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
-    let database = Database::connect(&scratch.uri, 2).await.unwrap();
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let database = scratch.connect(2).await;
     let (a, b) = (Namespace::new("d1", "a"), Namespace::new("d1", "b"));
     let version = database.catalog_version().await.unwrap();
 
@@ -137,16 +137,16 @@ async fn collections_are_created_listed_renamed_and_dropped_as_the_contract_says
         names(&database.list_collections("d4").await.unwrap()),
         ["r"]
     );
-    drop(database);
     scratch.drop_database().await;
 }
 
 #[tokio::test]
 async fn a_drop_removes_the_collections_documents_and_index_entries_with_it() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
+    let Some(scratch) = scratch().await else {
+        return;
+    };
     // Two connections: the test holds one while the drop takes the other.
-    let database = Database::connect(&scratch.uri, 2).await.unwrap();
+    let database = scratch.connect(2).await;
     let ns = Namespace::new("d", "c");
     database
         .create_collection(
@@ -192,6 +192,5 @@ async fn a_drop_removes_the_collections_documents_and_index_entries_with_it() {
             .get(0);
         assert_eq!(left, 0, "{table}");
     }
-    drop((client, database));
     scratch.drop_database().await;
 }

@@ -4,14 +4,14 @@
 
 mod common;
 
-use common::{server_uri, Scratch};
-use tideway_postgres::Database;
+use common::scratch;
 
 #[tokio::test]
 async fn the_offset_of_a_clock_on_the_same_machine_is_within_half_a_round_trip() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
-    let database = Database::connect(&scratch.uri, 1).await.unwrap();
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let database = scratch.connect(1).await;
     for _ in 0..5 {
         let sample = database.measure_clock().await.unwrap();
         // The test server shares this machine's clock: the true offset is 0, so the measured
@@ -23,16 +23,16 @@ async fn the_offset_of_a_clock_on_the_same_machine_is_within_half_a_round_trip()
             "{sample:?}"
         );
     }
-    drop(database);
     scratch.drop_database().await;
 }
 
 #[tokio::test]
 async fn the_time_floor_only_grows_whichever_node_raises_it() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
-    let first = Database::connect(&scratch.uri, 4).await.unwrap();
-    let second = Database::connect(&scratch.uri, 4).await.unwrap();
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let first = scratch.connect(4).await;
+    let second = scratch.connect(4).await;
     assert_eq!(first.time_floor().await.unwrap(), None);
     assert_eq!(first.raise_time_floor(1_000).await.unwrap(), 1_000);
     assert_eq!(
@@ -59,18 +59,18 @@ async fn the_time_floor_only_grows_whichever_node_raises_it() {
     assert_eq!(second.time_floor().await.unwrap(), Some(2_039));
     drop((first, second));
     // A restart (a new pool) finds it.
-    let restarted = Database::connect(&scratch.uri, 1).await.unwrap();
+    let restarted = scratch.connect(1).await;
     assert_eq!(restarted.time_floor().await.unwrap(), Some(2_039));
-    drop(restarted);
     scratch.drop_database().await;
 }
 
 #[tokio::test]
 async fn the_test_advance_is_shared_and_only_grows() {
-    let Some(server) = server_uri() else { return };
-    let scratch = Scratch::create(&server).await;
-    let first = Database::connect(&scratch.uri, 1).await.unwrap();
-    let second = Database::connect(&scratch.uri, 1).await.unwrap();
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let first = scratch.connect(1).await;
+    let second = scratch.connect(1).await;
     assert_eq!(second.clock_advance().await.unwrap(), 0);
     assert_eq!(first.advance_clock(5_000).await.unwrap(), 5_000);
     assert_eq!(second.advance_clock(250).await.unwrap(), 5_250);
@@ -80,6 +80,5 @@ async fn the_test_advance_is_shared_and_only_grows() {
         "never backwards"
     );
     assert_eq!(first.clock_advance().await.unwrap(), 5_250);
-    drop((first, second));
     scratch.drop_database().await;
 }

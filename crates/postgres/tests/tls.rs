@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::server_uri;
+use common::{refusal, server_uri};
 use tideway_postgres::Database;
 
 /// The test cluster's CA file, when the URI is set (required then: the cluster always has one).
@@ -70,11 +70,7 @@ async fn verify_full_checks_the_host_name_and_verify_ca_does_not() {
     };
     let renamed = with_parameters(&renamed, "hostaddr=127.0.0.1");
     let full = with_parameters(&renamed, &format!("sslmode=verify-full&sslrootcert={ca}"));
-    let message = Database::connect(&full, 1)
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let message = refusal(&full).await;
     assert!(
         message.contains("cannot connect to PostgreSQL"),
         "{message}"
@@ -100,11 +96,7 @@ async fn a_server_certificate_from_another_ca_is_refused() {
         &server,
         &format!("sslmode=verify-ca&sslrootcert={other_ca}"),
     );
-    let message = Database::connect(&uri, 1)
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let message = refusal(&uri).await;
     assert!(
         message.contains("invalid peer certificate: UnknownIssuer"),
         "{message}"

@@ -42,6 +42,17 @@ pub struct StoredCollection {
 }
 
 impl StoredCollection {
+    /// Its catalog document (the inverse of [`decode`]).
+    pub fn encode(&self) -> StorageResult<Vec<u8>> {
+        let indexes = self.indexes.iter().map(|index| IndexRecord {
+            id: index.id,
+            spec: &index.spec,
+            multikey: index.multikey,
+            building: index.building,
+        });
+        encode(&self.meta(), indexes, self.last_write_order)
+    }
+
     /// The metadata the layers above see: `_id_` then every finished secondary index, and the
     /// names of the finished ones that are multikey.
     pub fn meta(&self) -> CollectionMeta {
@@ -77,7 +88,6 @@ pub fn encode<'a>(
     indexes: impl Iterator<Item = IndexRecord<'a>>,
     last_write_order: bool,
 ) -> StorageResult<Vec<u8>> {
-    let indexes: Vec<Bson> = indexes.map(encode_index).collect();
     let id_index = meta
         .indexes
         .first()
@@ -89,7 +99,7 @@ pub fn encode<'a>(
         "uuid": Binary { subtype: BinarySubtype::Uuid, bytes: meta.uuid.to_vec() },
         "options": meta.options.clone(),
         "idIndex": id_index,
-        "indexes": indexes,
+        "indexes": indexes.map(encode_index).collect::<Vec<Bson>>(),
         "lastWriteOrder": last_write_order,
     };
     bson::to_vec(&document).map_err(|error| corrupt(format!("catalog entry: {error}")))

@@ -2713,12 +2713,19 @@ pub async fn last_write_rule(storage: &dyn Storage) {
     use ExpiryOrder::LastWrite;
     let db = "conf_last_write_rule";
     let ns = Namespace::new(db, "l");
-    let select = |selected: bool| match selected {
-        true => doc! {LAST_WRITE_OPTION: true},
-        false => doc! {},
-    };
+    /// Makes [`rule_by_option`] select `ns` or not, by a catalog change.
+    async fn select(storage: &dyn Storage, ns: &Namespace, selected: bool) {
+        let options = match selected {
+            true => doc! {LAST_WRITE_OPTION: true},
+            false => doc! {},
+        };
+        storage
+            .set_collection_options(ns, options)
+            .await
+            .expect("set the option the rule reads");
+    }
     storage
-        .create_collection(&ns, select(false), Vec::new())
+        .create_collection(&ns, doc! {}, Vec::new())
         .await
         .expect("create");
     write_ok(
@@ -2751,10 +2758,7 @@ pub async fn last_write_rule(storage: &dyn Storage) {
     )
     .await;
 
-    storage
-        .set_collection_options(&ns, select(true))
-        .await
-        .expect("select");
+    select(storage, &ns, true).await;
     assert_eq!(
         expiry_ids(storage, &ns).await,
         (int_ids([2, 1]), int_ids([4])),
@@ -2793,10 +2797,7 @@ pub async fn last_write_rule(storage: &dyn Storage) {
         "selected: reaped through the order"
     );
 
-    storage
-        .set_collection_options(&ns, select(false))
-        .await
-        .expect("unselect");
+    select(storage, &ns, false).await;
     assert_eq!(
         expiry_ids(storage, &ns).await,
         (Vec::new(), int_ids([4])),
@@ -2828,10 +2829,7 @@ pub async fn last_write_rule(storage: &dyn Storage) {
         "every document is still there, in insertion order"
     );
 
-    storage
-        .set_collection_options(&ns, select(true))
-        .await
-        .expect("select again");
+    select(storage, &ns, true).await;
     assert_eq!(
         expiry_ids(storage, &ns).await,
         (int_ids([6, 1]), int_ids([4])),

@@ -1,6 +1,7 @@
 //! What the PostgreSQL tests share: the test server's URI and scratch databases.
 #![allow(dead_code)]
 
+use tideway_postgres::Database;
 use tokio_postgres::NoTls;
 
 /// The server's URI, if the environment names one.
@@ -17,15 +18,33 @@ pub fn server_uri() -> Option<String> {
     }
 }
 
-/// A fresh database on the test server; dropped by [`Scratch::drop_database`].
+/// A fresh database on the test server ([`server_uri`]), if there is one; dropped by
+/// [`Scratch::drop_database`] (which ends the connections still open to it).
+pub async fn scratch() -> Option<Scratch> {
+    let server = server_uri()?;
+    Some(Scratch::create(&server).await)
+}
+
+/// What [`Database::connect`] to `uri` fails with, as text (it must fail).
+pub async fn refusal(uri: &str) -> String {
+    match Database::connect(uri, 1).await {
+        Ok(_) => panic!("connecting to {uri} succeeded"),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// A database of its own for one test.
 pub struct Scratch {
     admin: tokio_postgres::Client,
     name: String,
+    /// The test server's URI.
+    pub server: String,
+    /// This database's URI.
     pub uri: String,
 }
 
 impl Scratch {
-    pub async fn create(server: &str) -> Scratch {
+    async fn create(server: &str) -> Scratch {
         let (admin, connection) = tokio_postgres::connect(server, NoTls)
             .await
             .expect("test server");
@@ -44,7 +63,19 @@ impl Scratch {
             Some(at) => format!("{}/{name}{query}", &base[..at]),
             None => format!("{base}/{name}{query}"),
         };
-        Scratch { admin, name, uri }
+        Scratch {
+            admin,
+            name,
+            server: server.to_string(),
+            uri,
+        }
+    }
+
+    /// Connects with a pool of `pool_size`, creating or checking the schema.
+    pub async fn connect(&self, pool_size: usize) -> Database {
+        Database::connect(&self.uri, pool_size)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     pub async fn drop_database(self) {
