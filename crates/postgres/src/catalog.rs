@@ -1,65 +1,115 @@
 //! The PostgreSQL engine's catalog: one `tideway.collections` row per collection, holding the
 //! catalog document every engine stores (`tideway_storage::catalog_doc`); collection and index
-//! ids from the sequence `tideway.catalog_ids`.
+//! ids from the sequence `tideway.catalog_ids`. Index builds read the collection's documents
+//! and write their entries in the transaction that adds the index.
 //!
 //! Invariants: every change is one transaction that also bumps `meta.catalog_version`, so a node
 //! can tell whether a catalog it read is still current (issue 27); a collection's row, its
-//! documents and its index entries go together (a drop removes all three in one transaction);
-//! the row's `db`/`coll` columns always equal the namespace inside its `entry`. The engine keeps
-//! both expiry orders for every collection (they are partial indexes PostgreSQL maintains), so
-//! `lastWriteOrder` is always stored as true.
+//! documents and its index entries go together (a drop removes all three in one transaction;
+//! an index appears in the row only with all its entries); the row's `db`/`coll` columns always
+//! equal the namespace inside its `entry`. The engine keeps both expiry orders for every
+//! collection (they are partial indexes PostgreSQL maintains), so `lastWriteOrder` is always
+//! stored as true.
 
 use bson::Document;
-use deadpool_postgres::Transaction;
 
+use crate::collection::Collection;
+use crate::conn::{Attempt, Conn, Failure};
+use crate::entries::{EntryRows, BUILD_PAGE};
 use crate::Database;
-use tideway_storage::catalog_doc::{self, StoredCollection};
-use tideway_storage::indexkeys::IndexKeyer;
+use tideway_storage::catalog_doc::{self, StoredCollection, StoredIndex};
+use tideway_storage::indexkeys::{validate_key_pattern, IndexKeyer};
 use tideway_storage::{CollectionMeta, IndexSpec, Namespace, StorageError, StorageResult};
+
+/// Runs `change` in one transaction on a pooled connection, committing if it succeeds.
+macro_rules! in_transaction {
+    ($database:expr, |$conn:ident| $body:expr) => {{
+        let mut $conn = Conn::get($database).await?;
+        $conn.begin("").await.map_err(Failure::into_storage)?;
+        let result: StorageResult<_> = async { $body }.await;
+        match result {
+            Ok(value) => {
+                $conn.commit().await.map_err(Failure::into_storage)?;
+                Ok(value)
+            }
+            Err(error) => {
+                $conn.rollback().await.map_err(Failure::into_storage)?;
+                Err(error)
+            }
+        }
+    }};
+}
+
+fn storage<T>(attempt: Attempt<T>) -> StorageResult<T> {
+    attempt.map_err(Failure::into_storage)
+}
 
 impl Database {
     /// The catalog's version: changes with every catalog change.
     pub async fn catalog_version(&self) -> StorageResult<i64> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
+        let conn = Conn::get(self).await?;
+        let row = storage(
+            conn.query_opt(
                 "SELECT value FROM tideway.meta WHERE name = 'catalog_version'",
                 &[],
             )
-            .await
-            .map_err(|error| {
-                self.target()
-                    .error("cannot read the catalog version", error)
-            })?;
-        Ok(row.get(0))
+            .await,
+        )?;
+        Ok(row.map_or(0, |row| row.get(0)))
     }
 
     /// Collections of `db`, sorted by name.
     pub async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
+        let conn = Conn::get(self).await?;
+        let rows = storage(
+            conn.query(
                 "SELECT id, entry FROM tideway.collections WHERE db = $1 ORDER BY coll",
                 &[&db],
             )
-            .await
-            .map_err(|error| self.target().error("cannot list collections", error))?;
+            .await,
+        )?;
         rows.iter()
             .map(|row| Ok(decode(row.get(0), row.get(1))?.meta()))
             .collect()
     }
 
     pub async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
+        Ok(self.load_collection(ns).await?.map(|found| found.meta))
+    }
+
+    /// The collection's catalog row, decoded for reads and writes.
+    pub(crate) async fn load_collection(
+        &self,
+        ns: &Namespace,
+    ) -> StorageResult<Option<Collection>> {
+        let conn = Conn::get(self).await?;
+        let row = storage(
+            conn.query_opt(
                 "SELECT id, entry FROM tideway.collections WHERE db = $1 AND coll = $2",
                 &[&ns.db, &ns.coll],
             )
-            .await
-            .map_err(|error| self.target().error("cannot read the catalog", error))?;
-        row.map(|row| Ok(decode(row.get(0), row.get(1))?.meta()))
+            .await,
+        )?;
+        row.map(|row| Collection::decode(row.get(0), row.get(1)))
             .transpose()
+    }
+
+    /// Databases with the bytes of their documents, sorted by name.
+    pub(crate) async fn database_sizes(&self) -> StorageResult<Vec<(String, u64)>> {
+        let conn = Conn::get(self).await?;
+        let rows = storage(
+            conn.query(
+                "SELECT c.db, COALESCE(SUM(octet_length(d.body)), 0)::bigint
+                 FROM tideway.collections c LEFT JOIN tideway.documents d ON d.coll_id = c.id
+                 GROUP BY c.db ORDER BY c.db",
+                &[],
+            )
+            .await,
+        )?;
+        Ok(rows
+            .iter()
+            .map(|row| (row.get(0), row.get::<_, i64>(1).max(0) as u64))
+            .collect())
     }
 
     /// Creates the collection with `_id_` and `indexes` (empty, so complete); `NamespaceExists`
@@ -71,60 +121,14 @@ impl Database {
         indexes: Vec<IndexSpec>,
     ) -> StorageResult<CollectionMeta> {
         for spec in &indexes {
+            validate_key_pattern(spec)?;
             IndexKeyer::new(spec.clone())?;
         }
-        let mut client = self.client().await?;
-        let fail = |error| self.target().error("cannot create a collection", error);
-        let txn = client.transaction().await.map_err(fail)?;
-        // The collection's id, then one per index: one round trip.
-        let ids: Vec<i64> = txn
-            .query(
-                "SELECT nextval('tideway.catalog_ids') FROM generate_series(0, $1::int)",
-                &[&(indexes.len() as i32)],
-            )
-            .await
-            .map_err(fail)?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        let Some((&collection_id, index_ids)) = ids.split_first() else {
-            return Err(StorageError::Io(
-                "cannot create a collection: no catalog id was returned".to_string(),
-            ));
-        };
-        let stored = StoredCollection {
-            ns: ns.clone(),
-            uuid: uuid::Uuid::new_v4().into_bytes(),
-            options,
-            id_index: IndexSpec::id_index(),
-            indexes: indexes
-                .into_iter()
-                .zip(index_ids)
-                .map(|(spec, id)| catalog_doc::StoredIndex {
-                    id: *id as u64,
-                    spec,
-                    multikey: false,
-                    building: false,
-                })
-                .collect(),
-            last_write_order: true,
-        };
-        // Unique on (db, coll): an existing collection, or one a concurrent creator inserted
-        // first, leaves nothing inserted.
-        let inserted = txn
-            .execute(
-                "INSERT INTO tideway.collections (id, db, coll, entry) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (db, coll) DO NOTHING",
-                &[&collection_id, &ns.db, &ns.coll, &stored.encode()?],
-            )
-            .await
-            .map_err(fail)?;
-        if inserted == 0 {
-            return Err(StorageError::NamespaceExists(ns.clone()));
-        }
-        bump_version(&txn, self).await?;
-        txn.commit().await.map_err(fail)?;
-        Ok(stored.meta())
+        in_transaction!(self, |conn| {
+            let stored = insert_collection(&conn, ns, options, indexes).await?;
+            bump_version(&conn).await?;
+            Ok(stored.meta())
+        })
     }
 
     /// Drops the collection with its documents and index entries; `false` if it did not exist.
@@ -140,15 +144,13 @@ impl Database {
     /// Drops collection `coll` of `db` (every collection of `db` without one) in one
     /// transaction; how many there were.
     async fn drop_collections(&self, db: &str, coll: Option<&str>) -> StorageResult<u64> {
-        let mut client = self.client().await?;
-        let fail = |error| self.target().error("cannot drop collections", error);
-        let txn = client.transaction().await.map_err(fail)?;
-        let dropped = remove_collections(&txn, self, db, coll).await?;
-        if dropped > 0 {
-            bump_version(&txn, self).await?;
-        }
-        txn.commit().await.map_err(fail)?;
-        Ok(dropped)
+        in_transaction!(self, |conn| {
+            let dropped = remove_collections(&conn, db, coll).await?;
+            if dropped > 0 {
+                bump_version(&conn).await?;
+            }
+            Ok(dropped)
+        })
     }
 
     /// Renames (possibly across databases), keeping documents, indexes, options and uuid. With
@@ -159,30 +161,29 @@ impl Database {
         to: &Namespace,
         drop_target: bool,
     ) -> StorageResult<()> {
-        let mut client = self.client().await?;
-        let fail = |error| self.target().error("cannot rename a collection", error);
-        let txn = client.transaction().await.map_err(fail)?;
-        let Some((id, mut stored)) = locked(&txn, self, from).await? else {
-            return Err(StorageError::NamespaceNotFound(from.clone()));
-        };
-        if from == to {
-            return Err(StorageError::NamespaceExists(to.clone()));
-        }
-        if locked(&txn, self, to).await?.is_some() {
-            if !drop_target {
+        in_transaction!(self, |conn| {
+            let Some((id, mut stored)) = locked(&conn, from).await? else {
+                return Err(StorageError::NamespaceNotFound(from.clone()));
+            };
+            if from == to {
                 return Err(StorageError::NamespaceExists(to.clone()));
             }
-            remove_collections(&txn, self, &to.db, Some(&to.coll)).await?;
-        }
-        stored.ns = to.clone();
-        txn.execute(
-            "UPDATE tideway.collections SET db = $2, coll = $3, entry = $4 WHERE id = $1",
-            &[&id, &to.db, &to.coll, &stored.encode()?],
-        )
-        .await
-        .map_err(fail)?;
-        bump_version(&txn, self).await?;
-        txn.commit().await.map_err(fail)
+            if locked(&conn, to).await?.is_some() {
+                if !drop_target {
+                    return Err(StorageError::NamespaceExists(to.clone()));
+                }
+                remove_collections(&conn, &to.db, Some(&to.coll)).await?;
+            }
+            stored.ns = to.clone();
+            storage(
+                conn.execute(
+                    "UPDATE tideway.collections SET db = $2, coll = $3, entry = $4 WHERE id = $1",
+                    &[&id, &to.db, &to.coll, &stored.encode()?],
+                )
+                .await,
+            )?;
+            bump_version(&conn).await
+        })
     }
 
     /// Replaces the collection's options (`collMod`); whether it is clustered cannot change
@@ -192,45 +193,300 @@ impl Database {
         ns: &Namespace,
         options: Document,
     ) -> StorageResult<()> {
-        let mut client = self.client().await?;
-        let fail = |error| {
-            self.target()
-                .error("cannot change collection options", error)
-        };
-        let txn = client.transaction().await.map_err(fail)?;
-        let Some((id, mut stored)) = locked(&txn, self, ns).await? else {
-            return Err(StorageError::NamespaceNotFound(ns.clone()));
-        };
-        if CollectionMeta::is_clustered(&options) != CollectionMeta::is_clustered(&stored.options) {
-            return Err(StorageError::InvalidIndex(
-                "a collection's clustered index cannot be added or removed".to_string(),
-            ));
-        }
-        stored.options = options;
-        txn.execute(
-            "UPDATE tideway.collections SET entry = $2 WHERE id = $1",
-            &[&id, &stored.encode()?],
-        )
-        .await
-        .map_err(fail)?;
-        bump_version(&txn, self).await?;
-        txn.commit().await.map_err(fail)
+        in_transaction!(self, |conn| {
+            let Some((id, mut stored)) = locked(&conn, ns).await? else {
+                return Err(StorageError::NamespaceNotFound(ns.clone()));
+            };
+            if CollectionMeta::is_clustered(&options)
+                != CollectionMeta::is_clustered(&stored.options)
+            {
+                return Err(StorageError::InvalidIndex(
+                    "a collection's clustered index cannot be added or removed".to_string(),
+                ));
+            }
+            stored.options = options;
+            save(&conn, id, &stored).await
+        })
+    }
+
+    /// Creates the indexes whose names are new (creating the collection if needed), each built
+    /// from the stored documents in the same transaction: all or nothing (a unique index the
+    /// documents violate is `DuplicateKey`, and no index of the call is left).
+    pub async fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta> {
+        in_transaction!(self, |conn| {
+            let (id, mut stored) = match locked(&conn, ns).await? {
+                Some(found) => found,
+                None => {
+                    insert_collection(&conn, ns, Document::new(), Vec::new()).await?;
+                    bump_version(&conn).await?;
+                    locked(&conn, ns).await?.ok_or_else(|| {
+                        StorageError::Io(format!("collection {ns} vanished while created"))
+                    })?
+                }
+            };
+            let mut new_specs: Vec<IndexSpec> = Vec::new();
+            for spec in specs {
+                let taken = spec.is_id_index()
+                    || stored
+                        .indexes
+                        .iter()
+                        .any(|index| index.spec.name == spec.name)
+                    || new_specs.iter().any(|new| new.name == spec.name);
+                if !taken {
+                    validate_key_pattern(&spec)?;
+                    IndexKeyer::new(spec.clone())?;
+                    new_specs.push(spec);
+                }
+            }
+            if new_specs.is_empty() {
+                return Ok(stored.meta());
+            }
+            let ids = take_catalog_ids(&conn, new_specs.len()).await?;
+            let first_new = stored.indexes.len();
+            stored.indexes.extend(
+                new_specs
+                    .into_iter()
+                    .zip(ids)
+                    .map(|(spec, id)| StoredIndex {
+                        id: id as u64,
+                        spec,
+                        multikey: false,
+                        building: false,
+                    }),
+            );
+            let built = Collection::new(id, stored.clone())?;
+            let multikey = build_indexes(&conn, &built, first_new).await?;
+            for index in &mut stored.indexes {
+                if multikey.contains(&(index.id as i64)) {
+                    index.multikey = true;
+                }
+            }
+            save(&conn, id, &stored).await?;
+            Ok(stored.meta())
+        })
+    }
+
+    /// Drops the named indexes (never `_id_`) with their entries.
+    pub async fn drop_indexes(&self, ns: &Namespace, names: &[String]) -> StorageResult<()> {
+        in_transaction!(self, |conn| {
+            let Some((id, mut stored)) = locked(&conn, ns).await? else {
+                return Err(StorageError::NamespaceNotFound(ns.clone()));
+            };
+            for name in names {
+                if name == IndexSpec::ID_INDEX_NAME {
+                    return Err(StorageError::InvalidIndex(
+                        "cannot drop _id index".to_string(),
+                    ));
+                }
+                if !stored.indexes.iter().any(|index| &index.spec.name == name) {
+                    return Err(StorageError::IndexNotFound(name.clone()));
+                }
+            }
+            let dropped: Vec<i64> = stored
+                .indexes
+                .iter()
+                .filter(|index| names.contains(&index.spec.name))
+                .map(|index| index.id as i64)
+                .collect();
+            delete_index_entries(&conn, &dropped).await?;
+            stored
+                .indexes
+                .retain(|index| !names.contains(&index.spec.name));
+            save(&conn, id, &stored).await
+        })
+    }
+
+    /// Replaces an index's spec document, keeping its key, parsed options and entries.
+    pub async fn update_index_spec(
+        &self,
+        ns: &Namespace,
+        name: &str,
+        spec: Document,
+    ) -> StorageResult<()> {
+        in_transaction!(self, |conn| {
+            let Some((id, mut stored)) = locked(&conn, ns).await? else {
+                return Err(StorageError::NamespaceNotFound(ns.clone()));
+            };
+            if name == IndexSpec::ID_INDEX_NAME {
+                stored.id_index.spec = spec;
+            } else {
+                let index = stored
+                    .indexes
+                    .iter_mut()
+                    .find(|index| index.spec.name == name)
+                    .ok_or_else(|| StorageError::IndexNotFound(name.to_string()))?;
+                let mut updated = index.spec.clone();
+                updated.spec = spec;
+                IndexKeyer::new(updated.clone())?;
+                index.spec = updated;
+            }
+            save(&conn, id, &stored).await
+        })
     }
 }
 
-/// The collection's row, locked for the rest of `txn`.
-async fn locked(
-    txn: &Transaction<'_>,
-    database: &Database,
-    ns: &Namespace,
-) -> StorageResult<Option<(i64, StoredCollection)>> {
-    let row = txn
+/// Flags the indexes `index_ids` of collection `collection_id` multikey, inside the caller's
+/// transaction (the row is locked until it ends).
+pub(crate) async fn mark_multikey(
+    conn: &Conn,
+    collection_id: i64,
+    index_ids: &[i64],
+) -> Attempt<()> {
+    let row = conn
         .query_opt(
+            "SELECT entry FROM tideway.collections WHERE id = $1 FOR UPDATE",
+            &[&collection_id],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let mut stored = decode(collection_id, row.get(0))?;
+    for index in &mut stored.indexes {
+        if index_ids.contains(&(index.id as i64)) {
+            index.multikey = true;
+        }
+    }
+    save(conn, collection_id, &stored).await?;
+    Ok(())
+}
+
+/// Inserts the catalog row of a new collection; `NamespaceExists` if the namespace is taken.
+async fn insert_collection(
+    conn: &Conn,
+    ns: &Namespace,
+    options: Document,
+    indexes: Vec<IndexSpec>,
+) -> StorageResult<StoredCollection> {
+    let ids = take_catalog_ids(conn, indexes.len() + 1).await?;
+    let Some((&collection_id, index_ids)) = ids.split_first() else {
+        return Err(StorageError::Io(
+            "cannot create a collection: no catalog id was returned".to_string(),
+        ));
+    };
+    let stored = StoredCollection {
+        ns: ns.clone(),
+        uuid: uuid::Uuid::new_v4().into_bytes(),
+        options,
+        id_index: IndexSpec::id_index(),
+        indexes: indexes
+            .into_iter()
+            .zip(index_ids)
+            .map(|(spec, id)| StoredIndex {
+                id: *id as u64,
+                spec,
+                multikey: false,
+                building: false,
+            })
+            .collect(),
+        last_write_order: true,
+    };
+    // Unique on (db, coll): an existing collection, or one a concurrent creator inserted
+    // first, leaves nothing inserted.
+    let inserted = storage(
+        conn.execute(
+            "INSERT INTO tideway.collections (id, db, coll, entry) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (db, coll) DO NOTHING",
+            &[&collection_id, &ns.db, &ns.coll, &stored.encode()?],
+        )
+        .await,
+    )?;
+    if inserted == 0 {
+        return Err(StorageError::NamespaceExists(ns.clone()));
+    }
+    Ok(stored)
+}
+
+/// `count` new catalog ids, in one round trip.
+async fn take_catalog_ids(conn: &Conn, count: usize) -> StorageResult<Vec<i64>> {
+    let rows = storage(
+        conn.query(
+            "SELECT nextval('tideway.catalog_ids') FROM generate_series(1, $1::int)",
+            &[&(count as i32)],
+        )
+        .await,
+    )?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// Writes the entries of the indexes `collection.stored.indexes[first_new..]` for every stored
+/// document, a page at a time; the ids of those that became multikey. A unique index the
+/// documents violate is `DuplicateKey` (naming the second document met).
+async fn build_indexes(
+    conn: &Conn,
+    collection: &Collection,
+    first_new: usize,
+) -> StorageResult<Vec<i64>> {
+    let new_ids: Vec<i64> = collection.stored.indexes[first_new..]
+        .iter()
+        .map(|index| index.id as i64)
+        .collect();
+    let building: Vec<_> = collection
+        .indexes
+        .iter()
+        .filter(|index| new_ids.contains(&index.id))
+        .collect();
+    if building.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut multikey = Vec::new();
+    let mut after: Vec<u8> = Vec::new();
+    loop {
+        let rows = storage(
+            conn.query(
+                "SELECT id_key, body FROM tideway.documents
+                 WHERE coll_id = $1 AND id_key > $2 ORDER BY id_key LIMIT $3",
+                &[&collection.id, &after, &BUILD_PAGE],
+            )
+            .await,
+        )?;
+        let Some(last) = rows.last() else {
+            return Ok(multikey);
+        };
+        after = last.get(0);
+        let mut entries = EntryRows::default();
+        let mut documents = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id_key: Vec<u8> = row.get(0);
+            let document = tideway_base::bsonutil::decode_document(row.get::<_, &[u8]>(1))
+                .map_err(|error| StorageError::Corrupt(format!("stored document: {error}")))?;
+            for index in &building {
+                let keys = index.keyer.entries(&document)?;
+                if keys.keys.len() > 1 && !multikey.contains(&index.id) {
+                    multikey.push(index.id);
+                }
+                entries.add(index, &id_key, &keys, documents.len());
+            }
+            documents.push(document);
+        }
+        if let Some((index_id, key, document)) = entries.insert_new(conn).await? {
+            let index = building
+                .iter()
+                .find(|index| index.id == index_id)
+                .ok_or_else(|| StorageError::Io("unknown index in a build".to_string()))?;
+            return Err(index
+                .keyer
+                .duplicate_key(&collection.meta.ns, &documents[document], &key));
+        }
+        if (rows.len() as i64) < BUILD_PAGE {
+            return Ok(multikey);
+        }
+    }
+}
+
+/// The collection's row, locked for the rest of the transaction.
+async fn locked(conn: &Conn, ns: &Namespace) -> StorageResult<Option<(i64, StoredCollection)>> {
+    let row = storage(
+        conn.query_opt(
             "SELECT id, entry FROM tideway.collections WHERE db = $1 AND coll = $2 FOR UPDATE",
             &[&ns.db, &ns.coll],
         )
-        .await
-        .map_err(|error| database.target().error("cannot read the catalog", error))?;
+        .await,
+    )?;
     row.map(|row| {
         let id: i64 = row.get(0);
         Ok((id, decode(id, row.get(1))?))
@@ -238,23 +494,29 @@ async fn locked(
     .transpose()
 }
 
+/// Stores a changed catalog row and bumps the catalog version.
+async fn save(conn: &Conn, id: i64, stored: &StoredCollection) -> StorageResult<()> {
+    storage(
+        conn.execute(
+            "UPDATE tideway.collections SET entry = $2 WHERE id = $1",
+            &[&id, &stored.encode()?],
+        )
+        .await,
+    )?;
+    bump_version(conn).await
+}
+
 /// Deletes collection `coll` of `db` (every collection of `db` without one) with its documents
 /// and index entries, in four statements whatever their number; how many there were.
-async fn remove_collections(
-    txn: &Transaction<'_>,
-    database: &Database,
-    db: &str,
-    coll: Option<&str>,
-) -> StorageResult<u64> {
-    let fail = |error| database.target().error("cannot drop collections", error);
-    let removed = txn
-        .query(
+async fn remove_collections(conn: &Conn, db: &str, coll: Option<&str>) -> StorageResult<u64> {
+    let removed = storage(
+        conn.query(
             "DELETE FROM tideway.collections WHERE db = $1 AND ($2::text IS NULL OR coll = $2)
              RETURNING id, entry",
             &[&db, &coll],
         )
-        .await
-        .map_err(fail)?;
+        .await,
+    )?;
     let mut collection_ids = Vec::with_capacity(removed.len());
     let mut index_ids = Vec::new();
     for row in &removed {
@@ -270,34 +532,35 @@ async fn remove_collections(
     if collection_ids.is_empty() {
         return Ok(0);
     }
-    txn.execute(
-        "DELETE FROM tideway.documents WHERE coll_id = ANY($1)",
-        &[&collection_ids],
-    )
-    .await
-    .map_err(fail)?;
-    for table in ["tideway.index_entries", "tideway.unique_entries"] {
-        txn.execute(
-            &format!("DELETE FROM {table} WHERE index_id = ANY($1)"),
-            &[&index_ids],
+    storage(
+        conn.execute(
+            "DELETE FROM tideway.documents WHERE coll_id = ANY($1)",
+            &[&collection_ids],
         )
-        .await
-        .map_err(fail)?;
-    }
+        .await,
+    )?;
+    delete_index_entries(conn, &index_ids).await?;
     Ok(removed.len() as u64)
 }
 
-async fn bump_version(txn: &Transaction<'_>, database: &Database) -> StorageResult<()> {
-    txn.execute(
-        "UPDATE tideway.meta SET value = value + 1 WHERE name = 'catalog_version'",
-        &[],
-    )
-    .await
-    .map_err(|error| {
-        database
-            .target()
-            .error("cannot record a catalog change", error)
-    })?;
+async fn delete_index_entries(conn: &Conn, index_ids: &[i64]) -> StorageResult<()> {
+    for sql in [
+        "DELETE FROM tideway.index_entries WHERE index_id = ANY($1)",
+        "DELETE FROM tideway.unique_entries WHERE index_id = ANY($1)",
+    ] {
+        storage(conn.execute(sql, &[&index_ids]).await)?;
+    }
+    Ok(())
+}
+
+async fn bump_version(conn: &Conn) -> StorageResult<()> {
+    storage(
+        conn.execute(
+            "UPDATE tideway.meta SET value = value + 1 WHERE name = 'catalog_version'",
+            &[],
+        )
+        .await,
+    )?;
     Ok(())
 }
 

@@ -1,8 +1,10 @@
-//! tideway-postgres: the PostgreSQL storage engine, under construction (issue 26). What exists:
-//! the connection target (`target`) with TLS on rustls (`tls`), the pool, the schema tideway
-//! creates and checks at startup (`schema`), the catalog's operations (`catalog`), and the
-//! database's clock as the one clock for expiry (`clock`). The engine does not implement
-//! `tideway_storage::Storage` yet and no command line option selects it.
+//! tideway-postgres: the PostgreSQL storage engine ([`PgStorage`], the `tideway_storage::Storage`
+//! contract on PostgreSQL; issue 26). Modules: the connection target (`target`) with TLS on
+//! rustls (`tls`), the pool ([`Database`]) and its connections (`conn`), the schema tideway
+//! creates and checks at startup (`schema`), the catalog (`catalog`, decoded by `collection`),
+//! the database's clock as the one clock for expiry (`clock`), document writes (`write`, with
+//! index entries in bulk from `entries` and rows from `records`), reads (`read`), TTL reaping
+//! (`reap`) and transactions' snapshots (`snapshot`), joined in `engine`.
 //!
 //! Invariants (kept as the engine grows):
 //! - All state lives in the database (schema `tideway`): nothing a second node on the same
@@ -15,10 +17,20 @@
 
 mod catalog;
 mod clock;
+mod collection;
+mod conn;
+mod engine;
+mod entries;
+mod read;
+mod reap;
+mod records;
 pub mod schema;
+mod snapshot;
 mod target;
 mod tls;
+mod write;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -26,6 +38,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tideway_storage::StorageResult;
 
 pub use clock::ClockSample;
+pub use engine::PgStorage;
 pub use target::Target;
 
 /// How long a caller waits for a free pooled connection before an error (never forever: a
@@ -37,7 +50,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A pool of connections to one database whose schema is current.
 pub struct Database {
     pool: Pool,
-    target: Target,
+    target: Arc<Target>,
 }
 
 impl Database {
@@ -61,7 +74,10 @@ impl Database {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|error| target.error("cannot create the connection pool", error))?;
-        let database = Database { pool, target };
+        let database = Database {
+            pool,
+            target: Arc::new(target),
+        };
         let mut client = database.client().await?;
         schema::bootstrap(&mut client, &database.target).await?;
         Ok(database)
@@ -77,6 +93,10 @@ impl Database {
 
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    pub(crate) fn shared_target(&self) -> Arc<Target> {
+        Arc::clone(&self.target)
     }
 }
 

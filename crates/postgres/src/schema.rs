@@ -13,8 +13,13 @@
 //!   body)`: each document's BSON with its header fields as columns. Natural order is the
 //!   `(coll_id, record_id)` index; the two expiry orders are partial indexes
 //!   (`ttl_class` 0 by `last_write_ms`, 2 by `expire_at_ms`), maintained by the insert itself.
-//! - `index_entries ((index_id, key, id_key) → type_bits)` and `unique_entries ((index_id, key) →
-//!   id_key, type_bits)`: secondary index entries; a unique index's uniqueness is the primary key.
+//! - `index_entries ((index_id, entry) → id_key, type_bits)` and `unique_entries ((index_id, key)
+//!   → id_key, type_bits)`: secondary index entries under the stored keys every engine uses
+//!   (`tideway_storage::entry_keys`: a non-unique entry is index key ++ `_id` key ++ its length,
+//!   a unique one the index key alone, whose uniqueness is the primary key). `id_key` repeats
+//!   the `_id` a non-unique entry ends with, so a scan joins documents without parsing keys.
+//! - the sequence `revisions`: every write's revision; an insert's is also its record id, so
+//!   record ids only grow and are never reused.
 //! - `sessions (key → header)` and `session_statements ((key, txn_number, stmt_id) → body)`:
 //!   session records of retryable writes and transactions.
 //!
@@ -36,6 +41,7 @@ const BOOTSTRAP_ATTEMPTS: usize = 5;
 /// The tables and sequences of version 1, in creation order.
 const VERSION_1: &[&str] = &[
     "CREATE SEQUENCE tideway.catalog_ids",
+    "CREATE SEQUENCE tideway.revisions",
     "INSERT INTO tideway.meta (name, value) VALUES ('catalog_version', 0)",
     "CREATE TABLE tideway.collections (
         id bigint PRIMARY KEY,
@@ -60,10 +66,10 @@ const VERSION_1: &[&str] = &[
         WHERE ttl_class = 2",
     "CREATE TABLE tideway.index_entries (
         index_id bigint NOT NULL,
-        key bytea NOT NULL,
+        entry bytea NOT NULL,
         id_key bytea NOT NULL,
         type_bits bytea,
-        PRIMARY KEY (index_id, key, id_key))",
+        PRIMARY KEY (index_id, entry))",
     "CREATE TABLE tideway.unique_entries (
         index_id bigint NOT NULL,
         key bytea NOT NULL,

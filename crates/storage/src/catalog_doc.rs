@@ -31,6 +31,7 @@ pub struct IndexRecord<'a> {
 }
 
 /// A decoded catalog document.
+#[derive(Clone, Debug)]
 pub struct StoredCollection {
     pub ns: Namespace,
     pub uuid: [u8; 16],
@@ -74,6 +75,7 @@ impl StoredCollection {
 }
 
 /// A decoded secondary index.
+#[derive(Clone, Debug)]
 pub struct StoredIndex {
     pub id: u64,
     pub spec: IndexSpec,

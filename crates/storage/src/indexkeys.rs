@@ -226,7 +226,7 @@ impl IndexKeyer {
     /// key and type bits: each field's own value, with its BSON type; fields the document did
     /// not have are absent. Dotted key fields are left out (their enclosing documents cannot be
     /// rebuilt). `Corrupt` if the key or the bits do not decode.
-    pub(crate) fn covered_document(&self, key: &[u8], mut bits: &[u8]) -> StorageResult<Document> {
+    pub fn covered_document(&self, key: &[u8], mut bits: &[u8]) -> StorageResult<Document> {
         let corrupt =
             |why: String| StorageError::Corrupt(format!("index {} entry: {why}", self.spec.name));
         let mut document = Document::new();
@@ -350,6 +350,36 @@ impl IndexKeyer {
         }
         Ok(())
     }
+}
+
+/// Rejects key patterns no engine can index (empty, or an index type it does not know:
+/// it knows ordered, hashed, text and wildcard keys).
+pub fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
+    if spec.key.is_empty() {
+        return Err(StorageError::InvalidIndex(format!(
+            "index {} has an empty key pattern",
+            spec.name
+        )));
+    }
+    for (field, value) in &spec.key_pattern() {
+        match value {
+            Bson::String(kind) if kind == "hashed" || kind == "text" => {}
+            Bson::String(kind) => {
+                return Err(StorageError::InvalidIndex(format!(
+                    "index type \"{kind}\" (field {field} of index {}) is not supported; only ascending (1), descending (-1), hashed, text and wildcard keys are",
+                    spec.name
+                )))
+            }
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {}
+            other => {
+                return Err(StorageError::InvalidIndex(format!(
+                    "bad value {other} for field {field} in the key pattern of index {}",
+                    spec.name
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What one document contributes to an index (see [`IndexKeyer::entries`]).

@@ -42,6 +42,7 @@
 
 pub mod catalog_doc;
 pub mod conformance;
+pub mod entry_keys;
 mod hashed;
 pub mod indexkeys;
 pub mod oplog;

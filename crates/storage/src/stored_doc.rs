@@ -34,6 +34,17 @@ impl StoredDoc {
         }
     }
 
+    /// An engine's stored BSON bytes, checked (malformed or too deeply nested bytes are
+    /// `Corrupt`) but not decoded.
+    pub fn from_stored_bytes(bytes: Vec<u8>) -> crate::StorageResult<StoredDoc> {
+        let corrupt =
+            |error: String| crate::StorageError::Corrupt(format!("stored document: {error}"));
+        let raw = RawDocumentBuf::from_bytes(bytes).map_err(|error| corrupt(error.to_string()))?;
+        tideway_base::limits::walk_raw(&raw, tideway_base::limits::MAX_BSON_DEPTH)
+            .map_err(|error| corrupt(error.to_string()))?;
+        Ok(StoredDoc::from_checked_bytes(raw))
+    }
+
     /// The decoded document, decoding it on first use.
     pub fn document(&self) -> &Document {
         self.decoded.get_or_init(|| match self.raw.get() {

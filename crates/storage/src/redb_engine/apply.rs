@@ -260,7 +260,7 @@ pub(super) fn create_collection(
     }
     let mut updated = (*entry).clone();
     for spec in indexes {
-        validate_key_pattern(&spec)?;
+        super::super::indexkeys::validate_key_pattern(&spec)?;
         // The collection is empty: every index is complete as soon as it exists.
         register_index(batch, &mut updated, IndexKeyer::new(spec)?, false)?;
     }
@@ -361,36 +361,6 @@ pub(super) fn set_collection_options(
     Ok(())
 }
 
-/// Rejects key patterns this engine cannot index (empty, or an index type it does not know:
-/// it knows ordered, hashed, text and wildcard keys).
-fn validate_key_pattern(spec: &IndexSpec) -> StorageResult<()> {
-    if spec.key.is_empty() {
-        return Err(StorageError::InvalidIndex(format!(
-            "index {} has an empty key pattern",
-            spec.name
-        )));
-    }
-    for (field, value) in &spec.key_pattern() {
-        match value {
-            Bson::String(kind) if kind == "hashed" || kind == "text" => {}
-            Bson::String(kind) => {
-                return Err(StorageError::InvalidIndex(format!(
-                    "index type \"{kind}\" (field {field} of index {}) is not supported; only ascending (1), descending (-1), hashed, text and wildcard keys are",
-                    spec.name
-                )))
-            }
-            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {}
-            other => {
-                return Err(StorageError::InvalidIndex(format!(
-                    "bad value {other} for field {field} in the key pattern of index {}",
-                    spec.name
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Adds an index to `entry` (its table created, unless catalog-only), `building` or complete;
 /// returns its id. The caller syncs the specs and stores the entry.
 fn register_index(
@@ -433,7 +403,7 @@ pub(super) fn begin_index_build(
         if taken {
             continue;
         }
-        validate_key_pattern(&spec)?;
+        super::super::indexkeys::validate_key_pattern(&spec)?;
         keyers.push(IndexKeyer::new(spec)?);
     }
     let entry = match current {

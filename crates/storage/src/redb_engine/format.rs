@@ -61,6 +61,10 @@ use std::fmt::Display;
 use bson::{Document, RawDocument};
 use redb::TableDefinition;
 
+pub(super) use crate::entry_keys::{
+    expiry_entry_id, expiry_key, ordered_i64, record_id_key, record_id_of,
+};
+use crate::entry_keys::{index_entry_id, index_entry_key};
 use crate::{
     ExpiryOrder, RawRecord, Record, StorageError, StorageResult, StoredDoc, TtlClass, WriteMeta,
 };
@@ -98,10 +102,7 @@ pub(super) const RECORD_HEADER_LEN: usize = 34;
 /// The header version and length of records written by format versions 2 to 4 (no record id).
 pub(super) const FORMAT_4_RECORD_VERSION: u8 = 2;
 pub(super) const FORMAT_4_RECORD_HEADER_LEN: usize = 26;
-/// Bytes of a record id as stored (`n.` keys, scan positions).
-pub(super) const RECORD_ID_LEN: usize = 8;
-/// Bytes of the time prefix of an expiry entry key.
-pub(super) const EXPIRY_TIME_LEN: usize = 8;
+pub(super) use crate::entry_keys::RECORD_ID_LEN;
 
 const TTL_DEFAULT: u8 = 0;
 const TTL_NEVER: u8 = 1;
@@ -158,28 +159,12 @@ pub(super) fn format_4_natural_position_table_name(collection_id: u64) -> String
     format!("np.{collection_id}")
 }
 
-/// The stored form of a record id (`n.` key, scan position): big-endian, so byte order is
-/// numeric order.
-pub(super) fn record_id_key(record_id: u64) -> [u8; RECORD_ID_LEN] {
-    record_id.to_be_bytes()
-}
-
-/// The record id of an `n.` key or a scan position.
-pub(super) fn record_id_of(key: &[u8]) -> StorageResult<u64> {
-    Ok(u64::from_be_bytes(be_bytes(key)?))
-}
-
 /// `lw.<id>` or `ox.<id>`.
 pub(super) fn expiry_table_name(order: ExpiryOrder, collection_id: u64) -> String {
     match order {
         ExpiryOrder::LastWrite => format!("lw.{collection_id}"),
         ExpiryOrder::OwnExpiry => format!("ox.{collection_id}"),
     }
-}
-
-/// Big-endian with the sign bit flipped: byte order equals numeric order.
-pub(super) fn ordered_i64(value: i64) -> [u8; EXPIRY_TIME_LEN] {
-    ((value as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 /// The expiry table and time a record with this class and write time is filed under (`None`
@@ -190,21 +175,6 @@ pub(super) fn expiry_position(ttl: TtlClass, last_write_ms: i64) -> Option<(Expi
         TtlClass::Never => None,
         TtlClass::Own { expire_at_ms } => Some((ExpiryOrder::OwnExpiry, expire_at_ms)),
     }
-}
-
-/// The stored key of an expiry entry.
-pub(super) fn expiry_key(at_ms: i64, id_key: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(EXPIRY_TIME_LEN + id_key.len());
-    key.extend_from_slice(&ordered_i64(at_ms));
-    key.extend_from_slice(id_key);
-    key
-}
-
-/// The encoded `_id` an expiry entry points to.
-pub(super) fn expiry_entry_id(key: &[u8]) -> StorageResult<&[u8]> {
-    key.get(EXPIRY_TIME_LEN..)
-        .filter(|id_key| !id_key.is_empty())
-        .ok_or_else(|| corrupt("expiry entry shorter than its time prefix"))
 }
 
 /// The first bytes of every statement row of session `session_key`: its length (u32 BE) and
@@ -404,12 +374,7 @@ pub(super) fn entry_key(index_key: &[u8], id_key: &[u8], unique: bool) -> Vec<u8
     if unique {
         return index_key.to_vec();
     }
-    let mut key = Vec::with_capacity(index_key.len() + id_key.len() + 4);
-    key.extend_from_slice(index_key);
-    key.extend_from_slice(id_key);
-    // Encoded ids longer than u32::MAX cannot exist (documents are at most 16 MiB).
-    key.extend_from_slice(&(id_key.len() as u32).to_be_bytes());
-    key
+    index_entry_key(index_key, id_key)
 }
 
 /// The stored value of an index entry (see the module docs), with the entry's type bits if any.
@@ -470,15 +435,7 @@ pub(super) fn entry_id<'a>(
     if unique {
         return Ok(split_unique_value(value)?.1);
     }
-    let length_at = key
-        .len()
-        .checked_sub(4)
-        .ok_or_else(|| corrupt("index entry shorter than its id length"))?;
-    let id_len = u32::from_be_bytes(key[length_at..].try_into().map_err(corrupt)?) as usize;
-    let id_at = length_at
-        .checked_sub(id_len)
-        .ok_or_else(|| corrupt("index entry id length out of range"))?;
-    Ok(&key[id_at..length_at])
+    index_entry_id(key)
 }
 
 #[cfg(test)]

@@ -30,16 +30,17 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTableMetadata, TableError};
 use super::catalog::Catalog;
 use super::catalog::{CollectionEntry, IndexEntry};
 use super::format::{
-    bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, ordered_i64,
-    raw_record, record_header, record_id_key, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
+    bytes_table, decode_record, entry_id, entry_type_bits, expiry_entry_id, io, raw_record,
+    record_header, record_id_key, ENTRY_OVERHEAD_BYTES, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::Shared;
+pub(super) use crate::entry_keys::{after_resume, expiry_range, is_empty, stored_range};
 use crate::{
     CollectionStats, EntryCount, ExpiryOrder, IndexKind, IndexSpec, KeyRange, Namespace,
     ReapSource, Record, RecordPredicate, ScanPage, ScanRequest, ScanSource, StorageError,
     StorageResult, TtlClass,
 };
-use tideway_query::keycodec::{encode_id, prefix_successor};
+use tideway_query::keycodec::encode_id;
 
 pub(super) type BytesReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
@@ -133,51 +134,6 @@ pub(super) fn session_statements(
 /// Every session record header, in key order (`Storage::session_records`).
 pub(super) fn session_records(shared: &Shared) -> StorageResult<Vec<(Vec<u8>, Document)>> {
     super::sessions::headers(&begin(shared)?)
-}
-
-/// A contract range as a range over stored keys: lower bound Included or Unbounded, upper bound
-/// Excluded or Unbounded; `None` if it is empty.
-pub(super) fn stored_range((lower, upper): KeyRange) -> Option<KeyRange> {
-    let lower = match lower {
-        Bound::Included(key) => Bound::Included(key),
-        Bound::Excluded(key) => Bound::Included(prefix_successor(&key)?),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    let upper = match upper {
-        Bound::Included(key) => prefix_successor(&key).map_or(Bound::Unbounded, Bound::Excluded),
-        Bound::Excluded(key) => Bound::Excluded(key),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    Some((lower, upper))
-}
-
-/// `range` narrowed to the keys strictly after (before, in reverse) `resume`.
-pub(super) fn after_resume(range: &KeyRange, resume: Option<&[u8]>, reverse: bool) -> KeyRange {
-    let (lower, upper) = range.clone();
-    let Some(resume) = resume else {
-        return (lower, upper);
-    };
-    if reverse {
-        let upper = match upper {
-            Bound::Excluded(key) if key.as_slice() <= resume => Bound::Excluded(key),
-            _ => Bound::Excluded(resume.to_vec()),
-        };
-        (lower, upper)
-    } else {
-        let lower = match lower {
-            Bound::Included(key) if key.as_slice() > resume => Bound::Included(key),
-            _ => Bound::Excluded(resume.to_vec()),
-        };
-        (lower, upper)
-    }
-}
-
-pub(super) fn is_empty((lower, upper): &KeyRange) -> bool {
-    match (lower, upper) {
-        (Bound::Included(low), Bound::Excluded(high)) => low >= high,
-        (Bound::Excluded(low), Bound::Excluded(high)) => low >= high,
-        _ => false,
-    }
 }
 
 pub(super) fn as_slices(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
@@ -473,26 +429,6 @@ fn page(
     })
 }
 
-/// An i64 time range as a stored-key range over expiry keys (time prefix ++ `_id`); `None` if
-/// empty.
-pub(super) fn expiry_range((lower, upper): (Bound<i64>, Bound<i64>)) -> Option<KeyRange> {
-    let time = |at: i64| ordered_i64(at).to_vec();
-    let lower = match lower {
-        Bound::Included(at) => Bound::Included(time(at)),
-        Bound::Excluded(at) => Bound::Included(time(at.checked_add(1)?)),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    let upper = match upper {
-        Bound::Included(at) => at
-            .checked_add(1)
-            .map_or(Bound::Unbounded, |next| Bound::Excluded(time(next))),
-        Bound::Excluded(at) => Bound::Excluded(time(at)),
-        Bound::Unbounded => Bound::Unbounded,
-    };
-    let range = (lower, upper);
-    (!is_empty(&range)).then_some(range)
-}
-
 pub(super) fn expiry_scan(
     shared: &Shared,
     ns: &Namespace,
@@ -783,68 +719,4 @@ pub(super) fn list_databases(shared: &Shared) -> StorageResult<Vec<(String, u64)
         }
     }
     Ok(databases)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn range(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> KeyRange {
-        (lower.map(<[u8]>::to_vec), upper.map(<[u8]>::to_vec))
-    }
-
-    #[test]
-    fn contract_ranges_become_prefix_ranges() {
-        assert_eq!(
-            stored_range(range(Bound::Excluded(b"ab"), Bound::Included(b"ax"))),
-            Some(range(Bound::Included(b"ac"), Bound::Excluded(b"ay")))
-        );
-        assert_eq!(
-            stored_range(range(Bound::Excluded(b"\xff"), Bound::Unbounded)),
-            None
-        );
-        assert_eq!(
-            stored_range(range(Bound::Unbounded, Bound::Included(b"\xff"))),
-            Some(range(Bound::Unbounded, Bound::Unbounded))
-        );
-    }
-
-    #[test]
-    fn time_ranges_become_expiry_key_ranges() {
-        let time = |at: i64| ordered_i64(at).to_vec();
-        assert_eq!(
-            expiry_range((Bound::Excluded(4), Bound::Included(9))),
-            Some((Bound::Included(time(5)), Bound::Excluded(time(10))))
-        );
-        assert_eq!(
-            expiry_range((Bound::Included(-3), Bound::Excluded(0))),
-            Some((Bound::Included(time(-3)), Bound::Excluded(time(0))))
-        );
-        assert_eq!(
-            expiry_range((Bound::Unbounded, Bound::Included(i64::MAX))),
-            Some((Bound::Unbounded, Bound::Unbounded))
-        );
-        assert_eq!(
-            expiry_range((Bound::Excluded(i64::MAX), Bound::Unbounded)),
-            None
-        );
-        assert_eq!(expiry_range((Bound::Included(5), Bound::Excluded(5))), None);
-        assert_eq!(expiry_range((Bound::Included(6), Bound::Included(5))), None);
-    }
-
-    #[test]
-    fn resume_narrows_ranges() {
-        let full = range(Bound::Included(b"b"), Bound::Excluded(b"y"));
-        assert_eq!(
-            after_resume(&full, Some(b"c"), false),
-            range(Bound::Excluded(b"c"), Bound::Excluded(b"y"))
-        );
-        assert_eq!(after_resume(&full, Some(b"a"), false), full);
-        assert_eq!(
-            after_resume(&full, Some(b"c"), true),
-            range(Bound::Included(b"b"), Bound::Excluded(b"c"))
-        );
-        assert!(is_empty(&after_resume(&full, Some(b"z"), false)));
-        assert!(is_empty(&after_resume(&full, Some(b"a"), true)));
-    }
 }

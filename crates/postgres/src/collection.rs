@@ -1,0 +1,135 @@
+//! A collection as the engine's reads and writes use it: its catalog row decoded once, with a
+//! key extractor per maintained index, and the cache of them ([`Collections`]).
+//!
+//! Invariants: a [`Collection`] is immutable and describes one version of its catalog row; the
+//! cache holds a namespace's latest known version and forgets it on every catalog change made
+//! through this engine (`Collections::forget`). Writes and catalog changes are ordered by the
+//! engine's DDL lock (writes share it, catalog changes hold it alone), so a write never uses a
+//! version older than the last catalog change of this node. (Other nodes' changes are issue 27's.)
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tideway_storage::catalog_doc::{self, StoredCollection};
+use tideway_storage::indexkeys::{DocumentKeys, IndexKeyer};
+use tideway_storage::{CappedLimits, CollectionMeta, IndexSpec, Namespace, StorageResult};
+
+/// A secondary index whose entries the engine keeps (not catalog-only, complete).
+#[derive(Debug)]
+pub(crate) struct Maintained {
+    pub id: i64,
+    pub unique: bool,
+    pub multikey: bool,
+    pub keyer: IndexKeyer,
+}
+
+#[derive(Debug)]
+pub(crate) struct Collection {
+    pub id: i64,
+    pub stored: StoredCollection,
+    pub meta: CollectionMeta,
+    /// Maintained secondary indexes, in catalog order.
+    pub indexes: Vec<Maintained>,
+    pub capped: Option<CappedLimits>,
+}
+
+impl Collection {
+    pub fn new(id: i64, stored: StoredCollection) -> StorageResult<Collection> {
+        let indexes = stored
+            .indexes
+            .iter()
+            .filter(|index| !index.building && !index.spec.catalog_only)
+            .map(|index| {
+                Ok(Maintained {
+                    id: index.id as i64,
+                    unique: index.spec.unique,
+                    multikey: index.multikey,
+                    keyer: IndexKeyer::new(index.spec.clone())?,
+                })
+            })
+            .collect::<StorageResult<Vec<_>>>()?;
+        let meta = stored.meta();
+        Ok(Collection {
+            id,
+            capped: meta.capped(),
+            meta,
+            indexes,
+            stored,
+        })
+    }
+
+    pub fn decode(id: i64, entry: &[u8]) -> StorageResult<Collection> {
+        Collection::new(id, catalog_doc::decode(id as u64, entry)?)
+    }
+
+    pub fn clustered(&self) -> bool {
+        self.meta.clustered()
+    }
+
+    /// The named secondary index, if the catalog has it: `Some(None)` for one without entries
+    /// (catalog-only), `None` for an unknown name.
+    pub fn index_named(&self, name: &str) -> Option<Option<&Maintained>> {
+        self.meta.index_named(name)?;
+        Some(
+            self.indexes
+                .iter()
+                .find(|index| index.keyer.spec().name == name),
+        )
+    }
+
+    /// Keys and type bits of `document` in every maintained index, in `indexes` order.
+    pub fn keys_of(&self, document: &bson::Document) -> StorageResult<Vec<DocumentKeys>> {
+        self.indexes
+            .iter()
+            .map(|index| index.keyer.entries(document))
+            .collect()
+    }
+
+    /// Ids of the indexes not yet flagged multikey in which one of `keys` has several keys.
+    pub fn newly_multikey<'k>(&self, keys: impl Iterator<Item = &'k [DocumentKeys]>) -> Vec<i64> {
+        let mut ids = Vec::new();
+        for keys in keys {
+            for (index, keys) in self.indexes.iter().zip(keys) {
+                if keys.keys.len() > 1 && !index.multikey && !ids.contains(&index.id) {
+                    ids.push(index.id);
+                }
+            }
+        }
+        ids
+    }
+
+    pub fn id_index_spec(&self) -> &IndexSpec {
+        &self.stored.id_index
+    }
+}
+
+/// The cache of decoded collections, by namespace.
+#[derive(Debug, Default)]
+pub(crate) struct Collections {
+    by_ns: RwLock<HashMap<Namespace, Arc<Collection>>>,
+}
+
+impl Collections {
+    pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
+        self.by_ns
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(ns)
+            .cloned()
+    }
+
+    pub fn put(&self, collection: Arc<Collection>) {
+        self.by_ns
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(collection.meta.ns.clone(), collection);
+    }
+
+    /// Forgets every cached collection (after a catalog change).
+    pub fn forget(&self) {
+        self.by_ns
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+}

@@ -1,0 +1,173 @@
+//! One pooled connection as the engine uses it: statements prepared once per connection
+//! (`prepare_cached`), explicit transactions that never go back to the pool unfinished, and the
+//! engine's view of database errors ([`Failure`]).
+//!
+//! Invariant: a connection returns to the pool outside any transaction. A [`Conn`] dropped with
+//! its transaction open (a cancelled command) rolls it back on a spawned task before the
+//! connection is reused, or closes the connection when no runtime can run that task.
+
+use std::sync::Arc;
+
+use deadpool_postgres::{ClientWrapper, Object};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
+
+use crate::{is_serialization_failure, Database, Target};
+use tideway_storage::{StorageError, StorageResult};
+
+/// Why a statement failed, as the engine acts on it.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A unique constraint refused a row (23505): a concurrent writer took a key or `_id`
+    /// after this operation checked it. The transaction is aborted; redoing it sees the winner.
+    Unique,
+    /// A serialization failure or deadlock (40001, 40P01): redo the transaction.
+    Serialization,
+    /// Anything else, as the contract's error.
+    Storage(StorageError),
+}
+
+impl From<StorageError> for Failure {
+    fn from(error: StorageError) -> Self {
+        Failure::Storage(error)
+    }
+}
+
+impl Failure {
+    /// The contract's error for a failure that is not redone (or was redone too often).
+    pub fn into_storage(self) -> StorageError {
+        match self {
+            Failure::Unique | Failure::Serialization => StorageError::WriteConflict,
+            Failure::Storage(error) => error,
+        }
+    }
+}
+
+pub(crate) type Attempt<T> = Result<T, Failure>;
+
+/// A pooled connection, possibly inside a transaction this wrapper began.
+pub(crate) struct Conn {
+    target: Arc<Target>,
+    object: Option<Object>,
+    in_transaction: bool,
+}
+
+impl Conn {
+    pub async fn get(database: &Database) -> StorageResult<Conn> {
+        Ok(Conn {
+            object: Some(database.client().await?),
+            target: database.shared_target(),
+            in_transaction: false,
+        })
+    }
+
+    fn client(&self) -> &ClientWrapper {
+        // Present from construction until drop.
+        self.object
+            .as_ref()
+            .expect("connection present until dropped")
+    }
+
+    /// The error for a failed statement: `Unique` and `Serialization` for what a redo fixes,
+    /// otherwise `Io` naming the database (without its password) and `what`.
+    pub fn failure(&self, what: &str, error: tokio_postgres::Error) -> Failure {
+        if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+            return Failure::Unique;
+        }
+        if is_serialization_failure(&error) {
+            return Failure::Serialization;
+        }
+        Failure::Storage(self.target.error(what, error))
+    }
+
+    pub async fn statement(&self, sql: &str) -> Attempt<Statement> {
+        self.client()
+            .prepare_cached(sql)
+            .await
+            .map_err(|error| self.failure("cannot prepare a statement", error))
+    }
+
+    pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<Vec<Row>> {
+        let statement = self.statement(sql).await?;
+        self.client()
+            .query(&statement, params)
+            .await
+            .map_err(|error| self.failure("a query failed", error))
+    }
+
+    pub async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Attempt<Option<Row>> {
+        let statement = self.statement(sql).await?;
+        self.client()
+            .query_opt(&statement, params)
+            .await
+            .map_err(|error| self.failure("a query failed", error))
+    }
+
+    pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<u64> {
+        let statement = self.statement(sql).await?;
+        self.client()
+            .execute(&statement, params)
+            .await
+            .map_err(|error| self.failure("a statement failed", error))
+    }
+
+    /// Begins a transaction (`BEGIN` with its options, e.g. `ISOLATION LEVEL REPEATABLE READ`).
+    pub async fn begin(&mut self, options: &str) -> Attempt<()> {
+        self.in_transaction = true;
+        let sql = format!("BEGIN {options}");
+        self.client()
+            .batch_execute(&sql)
+            .await
+            .map_err(|error| self.failure("cannot begin a transaction", error))
+    }
+
+    /// Commits the open transaction. A failed commit (a serialization failure found at commit,
+    /// a lost connection) leaves the outcome as the error says: redo or unknown.
+    pub async fn commit(&mut self) -> Attempt<()> {
+        let result = self
+            .client()
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|error| self.failure("cannot commit a transaction", error));
+        self.in_transaction = false;
+        result
+    }
+
+    /// Rolls the open transaction back (nothing of it stays).
+    pub async fn rollback(&mut self) -> Attempt<()> {
+        let result = self
+            .client()
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(|error| self.failure("cannot roll a transaction back", error));
+        self.in_transaction = false;
+        result
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if !self.in_transaction {
+            return;
+        }
+        let Some(object) = self.object.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if object.batch_execute("ROLLBACK").await.is_err() {
+                        // Unknown state: never reuse it.
+                        drop(Object::take(object));
+                    }
+                });
+            }
+            Err(_) => drop(Object::take(object)),
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! [`PgStorage`]: the `tideway_storage::Storage` contract on PostgreSQL. It owns the pool
+//! ([`Database`]), the cache of decoded collections and the DDL lock; the work is in `catalog`,
+//! `write`, `read`, `reap` and `snapshot`.
+//!
+//! Invariants: a write holds the DDL lock shared from reading the cached collection to its
+//! commit, and every catalog change holds it alone and forgets the cache, so a write always uses
+//! the catalog of this node's last catalog change. The engine has no oplog (this mode presents
+//! itself as a router, without replica-set features): `oplog_appended` is never notified. The
+//! cluster time is the node's own, never going back (seeded from the database's time floor).
+
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bson::{Bson, Document, Timestamp};
+use tokio::sync::{Notify, RwLock};
+
+use crate::collection::{Collection, Collections};
+use crate::conn::{Conn, Failure};
+use crate::snapshot::PgSnapshot;
+use crate::write::{BatchOptions, Group, Prepared};
+use crate::{read, Database};
+use tideway_storage::{
+    CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
+    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Snapshot, Storage,
+    StorageError, StorageResult, TransactionCommit, WriteOp, WriteOptions, WriteOutcome,
+};
+
+pub struct PgStorage {
+    database: Database,
+    collections: Collections,
+    /// Shared by writes, held alone by catalog changes (see the module invariants).
+    ddl: RwLock<()>,
+    time_high_water_ms: i64,
+    /// The last cluster time taken, packed as `seconds << 32 | increment`.
+    cluster_time: Mutex<u64>,
+    oplog_appended: Notify,
+}
+
+impl std::fmt::Debug for PgStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStorage")
+            .field("database", &self.database.target().redacted())
+            .finish()
+    }
+}
+
+impl PgStorage {
+    /// Connects to `uri` with a pool of `pool_size` connections, creating or checking the
+    /// schema (see [`Database::connect`]).
+    pub async fn open(uri: &str, pool_size: usize) -> StorageResult<PgStorage> {
+        let database = Database::connect(uri, pool_size).await?;
+        let time_high_water_ms = database.time_floor().await?.unwrap_or(0);
+        let seconds = u64::try_from(time_high_water_ms / 1000).unwrap_or(0);
+        Ok(PgStorage {
+            database,
+            collections: Collections::default(),
+            ddl: RwLock::new(()),
+            time_high_water_ms,
+            cluster_time: Mutex::new(seconds << 32),
+            oplog_appended: Notify::new(),
+        })
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.database
+    }
+
+    /// The collection, from the cache or the catalog.
+    async fn cached(&self, ns: &Namespace) -> StorageResult<Option<Arc<Collection>>> {
+        if let Some(found) = self.collections.get(ns) {
+            return Ok(Some(found));
+        }
+        let Some(loaded) = self.database.load_collection(ns).await? else {
+            return Ok(None);
+        };
+        let loaded = Arc::new(loaded);
+        self.collections.put(Arc::clone(&loaded));
+        Ok(Some(loaded))
+    }
+
+    /// Runs a catalog change alone, then forgets the cached catalog.
+    async fn catalog_change<T>(
+        &self,
+        change: impl std::future::Future<Output = StorageResult<T>>,
+    ) -> StorageResult<T> {
+        let _alone = self.ddl.write().await;
+        let result = change.await;
+        self.collections.forget();
+        result
+    }
+
+    /// A new cluster time, greater than every earlier one (see `Storage::cluster_time`).
+    fn take_time(&self) -> u64 {
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs())
+            .min(u64::from(u32::MAX));
+        let mut last = self
+            .cluster_time
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *last = if now_secs > *last >> 32 {
+            now_secs << 32 | 1
+        } else {
+            *last + 1
+        };
+        *last
+    }
+
+    async fn write_ops(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: Option<RecordSession>,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        let creates = ops.iter().any(|op| matches!(op, WriteOp::Insert { .. }));
+        let (_shared, collection) = loop {
+            let shared = self.ddl.read().await;
+            match self.cached(ns).await? {
+                Some(collection) => break (shared, collection),
+                None if creates => {
+                    drop(shared);
+                    match self
+                        .create_collection(ns, Document::new(), Vec::new())
+                        .await
+                    {
+                        Ok(_) | Err(StorageError::NamespaceExists(_)) => {}
+                        Err(error) => return Err(error),
+                    }
+                }
+                None => {
+                    drop(shared);
+                    return self.write_without_collection(&ops, options, record).await;
+                }
+            }
+        };
+        let group = Group {
+            ops: ops
+                .into_iter()
+                .map(|op| Prepared::of(op, &collection))
+                .collect(),
+            collection: &collection,
+            stale: None,
+        };
+        let take_time = || self.take_time();
+        let (mut outcomes, multikey) = self
+            .database
+            .write_batch(
+                std::slice::from_ref(&group),
+                BatchOptions {
+                    ordered: options.ordered,
+                    all_or_nothing: false,
+                    record,
+                    take_time: &take_time,
+                    record_built: false,
+                },
+            )
+            .await?;
+        if multikey {
+            self.collections.forget();
+        }
+        let outcomes = outcomes.pop().unwrap_or_default();
+        for _ in outcomes.iter().filter(|outcome| outcome.is_ok()) {
+            self.take_time();
+        }
+        Ok(outcomes)
+    }
+
+    /// Without a collection there is nothing to replace or delete: every operation fails
+    /// (`WriteConflict`, or its own error), and the session record, if any, is stored alone.
+    async fn write_without_collection(
+        &self,
+        ops: &[WriteOp],
+        options: WriteOptions,
+        record: Option<RecordSession>,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        let mut outcomes = Vec::new();
+        for _ in ops {
+            outcomes.push(Err(StorageError::WriteConflict));
+            if options.ordered {
+                break;
+            }
+        }
+        if let Some(record) = record {
+            let time = tideway_storage::oplog::EntryTime::now(self.take_time());
+            if let Some(record) = record(&outcomes, time) {
+                self.database.store_record_alone(&record).await?;
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn read_conn(&self) -> StorageResult<Conn> {
+        Conn::get(&self.database).await
+    }
+}
+
+fn storage<T>(attempt: Result<T, Failure>) -> StorageResult<T> {
+    attempt.map_err(Failure::into_storage)
+}
+
+fn decode_document(bytes: &[u8]) -> StorageResult<Document> {
+    tideway_base::bsonutil::decode_document(bytes)
+        .map_err(|error| StorageError::Corrupt(format!("stored session record: {error}")))
+}
+
+#[async_trait]
+impl Storage for PgStorage {
+    fn engine_name(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>> {
+        self.database.database_sizes().await
+    }
+
+    fn time_high_water_ms(&self) -> i64 {
+        self.time_high_water_ms
+    }
+
+    fn cluster_time(&self) -> Timestamp {
+        let packed = *self
+            .cluster_time
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if packed & 0xffff_ffff == 0 {
+            // No write yet.
+            return Timestamp {
+                time: 0,
+                increment: 0,
+            };
+        }
+        Timestamp {
+            time: (packed >> 32) as u32,
+            increment: packed as u32,
+        }
+    }
+
+    fn oplog_appended(&self) -> &Notify {
+        &self.oplog_appended
+    }
+
+    async fn record_time(&self, now_ms: i64) -> StorageResult<()> {
+        self.database.raise_time_floor(now_ms).await.map(|_| ())
+    }
+
+    async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>> {
+        self.database.list_collections(db).await
+    }
+
+    async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>> {
+        Ok(self.cached(ns).await?.map(|found| found.meta.clone()))
+    }
+
+    async fn create_collection(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        indexes: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta> {
+        self.catalog_change(self.database.create_collection(ns, options, indexes))
+            .await
+    }
+
+    async fn drop_collection(&self, ns: &Namespace) -> StorageResult<bool> {
+        self.catalog_change(self.database.drop_collection(ns)).await
+    }
+
+    async fn drop_database(&self, db: &str) -> StorageResult<()> {
+        self.catalog_change(self.database.drop_database(db)).await
+    }
+
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> StorageResult<()> {
+        self.catalog_change(self.database.rename_collection(from, to, drop_target))
+            .await
+    }
+
+    async fn set_collection_options(&self, ns: &Namespace, options: Document) -> StorageResult<()> {
+        self.catalog_change(self.database.set_collection_options(ns, options))
+            .await
+    }
+
+    async fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: Vec<IndexSpec>,
+    ) -> StorageResult<CollectionMeta> {
+        self.catalog_change(self.database.create_indexes(ns, specs))
+            .await
+    }
+
+    async fn drop_indexes(&self, ns: &Namespace, names: &[String]) -> StorageResult<()> {
+        self.catalog_change(self.database.drop_indexes(ns, names))
+            .await
+    }
+
+    async fn update_index_spec(
+        &self,
+        ns: &Namespace,
+        name: &str,
+        spec: Document,
+    ) -> StorageResult<()> {
+        self.catalog_change(self.database.update_index_spec(ns, name, spec))
+            .await
+    }
+
+    async fn get(&self, ns: &Namespace, id: &Bson) -> StorageResult<Option<Record>> {
+        let Some(collection) = self.cached(ns).await? else {
+            return Ok(None);
+        };
+        read::get(&self.read_conn().await?, &collection, id).await
+    }
+
+    async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
+        let Some(collection) = self.cached(ns).await? else {
+            return Ok(ScanPage::default());
+        };
+        read::scan(&self.read_conn().await?, &collection, request, false).await
+    }
+
+    async fn expiry_scan(
+        &self,
+        ns: &Namespace,
+        order: ExpiryOrder,
+        range: (Bound<i64>, Bound<i64>),
+        resume_after: Option<Vec<u8>>,
+        limit: usize,
+    ) -> StorageResult<ScanPage> {
+        let Some(collection) = self.cached(ns).await? else {
+            return Ok(ScanPage::default());
+        };
+        read::expiry_scan(
+            &self.read_conn().await?,
+            &collection,
+            order,
+            range,
+            resume_after,
+            limit,
+        )
+        .await
+    }
+
+    async fn count_entries(
+        &self,
+        ns: &Namespace,
+        sources: Vec<ReapSource>,
+    ) -> StorageResult<EntryCount> {
+        let Some(collection) = self.cached(ns).await? else {
+            return Ok(EntryCount::default());
+        };
+        read::count_entries(&self.read_conn().await?, &collection, &sources).await
+    }
+
+    async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
+        let Some(collection) = self.cached(ns).await? else {
+            return Err(StorageError::NamespaceNotFound(ns.clone()));
+        };
+        read::stats(&self.read_conn().await?, &collection).await
+    }
+
+    async fn write(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        self.write_ops(ns, ops, options, None).await
+    }
+
+    async fn write_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: RecordSession,
+    ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        self.write_ops(ns, ops, options, Some(record)).await
+    }
+
+    async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
+        let conn = self.read_conn().await?;
+        let row = storage(
+            conn.query_opt(
+                "SELECT header FROM tideway.sessions WHERE key = $1",
+                &[&key],
+            )
+            .await,
+        )?;
+        row.map(|row| decode_document(row.get(0))).transpose()
+    }
+
+    async fn session_statements(
+        &self,
+        key: &[u8],
+        txn_number: i64,
+    ) -> StorageResult<Vec<(i32, Document)>> {
+        let conn = self.read_conn().await?;
+        let rows = storage(
+            conn.query(
+                "SELECT stmt_id, body FROM tideway.session_statements
+                 WHERE key = $1 AND txn_number = $2 ORDER BY stmt_id",
+                &[&key, &txn_number],
+            )
+            .await,
+        )?;
+        rows.iter()
+            .map(|row| Ok((row.get(0), decode_document(row.get(1))?)))
+            .collect()
+    }
+
+    async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>> {
+        Ok(Arc::new(PgSnapshot::begin(&self.database).await?))
+    }
+
+    async fn commit_transaction(&self, commit: TransactionCommit) -> StorageResult<()> {
+        // Collections the transaction created come first, each in its own catalog change.
+        for (ns, options, indexes) in commit.creates {
+            match self.create_collection(&ns, options, indexes).await {
+                Ok(_) => {}
+                Err(StorageError::NamespaceExists(_)) => return Err(StorageError::WriteConflict),
+                Err(error) => return Err(error),
+            }
+        }
+        let _shared = self.ddl.read().await;
+        let mut collections = Vec::with_capacity(commit.writes.len());
+        for (ns, _, _) in &commit.writes {
+            match self.cached(ns).await? {
+                Some(collection) => collections.push(collection),
+                None => return Err(StorageError::WriteConflict),
+            }
+        }
+        let groups: Vec<Group<'_>> = commit
+            .writes
+            .into_iter()
+            .zip(&collections)
+            .map(|((_, ops, stale), collection)| Group {
+                ops: ops
+                    .into_iter()
+                    .map(|op| Prepared::of(op, collection))
+                    .collect(),
+                collection,
+                stale,
+            })
+            .collect();
+        let take_time = || self.take_time();
+        let record: Option<RecordSession> = commit.record.map(|record| {
+            Box::new(move |_: &[StorageResult<WriteOutcome>], _| Some(record)) as RecordSession
+        });
+        let (_, multikey) = self
+            .database
+            .write_batch(
+                &groups,
+                BatchOptions {
+                    ordered: true,
+                    all_or_nothing: true,
+                    record,
+                    take_time: &take_time,
+                    record_built: false,
+                },
+            )
+            .await?;
+        if multikey {
+            self.collections.forget();
+        }
+        Ok(())
+    }
+
+    async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
+        let conn = self.read_conn().await?;
+        let rows = storage(
+            conn.query("SELECT key, header FROM tideway.sessions ORDER BY key", &[])
+                .await,
+        )?;
+        rows.iter()
+            .map(|row| Ok((row.get(0), decode_document(row.get(1))?)))
+            .collect()
+    }
+
+    async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {
+        let Some(collection) = self.cached(ns).await? else {
+            return Ok(ReapPage {
+                deleted: 0,
+                resume: None,
+            });
+        };
+        self.database.reap(&collection, &request).await
+    }
+}

@@ -1,0 +1,825 @@
+//! Document writes on PostgreSQL (`Storage::write`, `write_recorded`, `commit_transaction`).
+//!
+//! A batch is one database transaction. A batch of plain inserts (no capped collection, no index
+//! becoming multikey, no session record) is first tried as one statement (`insert_fast`: the
+//! documents and every index entry in one data-modifying `WITH`, a single round trip, atomic by
+//! itself); if a key or `_id` is taken there, the batch is redone operation by operation. There
+//! each operation validates completely before it changes anything (the stored document and every
+//! unique key owner are read and locked first, `supersede` judged on them), so an operation that
+//! fails leaves the transaction usable for the next one, as the contract's per-operation
+//! atomicity requires. A unique violation or serialization failure met while mutating (a
+//! concurrent writer won a race the checks could not see) rolls the whole batch back and redoes
+//! it, up to [`ATTEMPTS`] times.
+//!
+//! Revisions come from the sequence `tideway.revisions` inside the statement that writes the
+//! document; an insert's record id is its revision.
+
+use bson::{doc, Bson, Document};
+
+use crate::catalog::mark_multikey;
+use crate::collection::Collection;
+use crate::conn::{Attempt, Conn, Failure};
+use crate::entries::EntryRows;
+use crate::records::{ttl_columns, StoredRecord, RECORD_COLUMNS};
+use crate::Database;
+use tideway_query::keycodec::encode_id;
+use tideway_storage::indexkeys::DocumentKeys;
+use tideway_storage::oplog::EntryTime;
+use tideway_storage::{
+    IndexSpec, RecordPredicate, RecordSession, SessionRecord, StorageError, StorageResult,
+    WriteMeta, WriteOp, WriteOutcome,
+};
+
+/// How often a batch that lost a race is redone before it fails with `WriteConflict`.
+const ATTEMPTS: usize = 8;
+
+/// One operation, encoded and keyed before any statement runs.
+pub(crate) enum Prepared {
+    Insert {
+        id: Bson,
+        id_key: Vec<u8>,
+        doc: Document,
+        body: Vec<u8>,
+        meta: WriteMeta,
+        keys: Vec<DocumentKeys>,
+        supersede: Option<RecordPredicate>,
+    },
+    Replace {
+        id_key: Vec<u8>,
+        expected_rev: u64,
+        doc: Document,
+        body: Vec<u8>,
+        meta: WriteMeta,
+        keys: Vec<DocumentKeys>,
+        supersede: Option<RecordPredicate>,
+    },
+    Delete {
+        id_key: Vec<u8>,
+        expected_rev: Option<u64>,
+    },
+    /// Fails without touching the database (a document that cannot be indexed or encoded).
+    Invalid(StorageError),
+}
+
+impl Prepared {
+    pub fn of(op: WriteOp, collection: &Collection) -> Prepared {
+        let encoded = |doc: &Document| -> StorageResult<(Vec<u8>, Vec<DocumentKeys>)> {
+            let body = bson::to_vec(doc)
+                .map_err(|error| StorageError::Io(format!("cannot encode a document: {error}")))?;
+            Ok((body, collection.keys_of(doc)?))
+        };
+        match op {
+            WriteOp::Insert {
+                doc,
+                meta,
+                supersede,
+            } => {
+                let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+                match encoded(&doc) {
+                    Ok((body, keys)) => Prepared::Insert {
+                        id_key: encode_id(&id),
+                        id,
+                        doc,
+                        body,
+                        meta,
+                        keys,
+                        supersede,
+                    },
+                    Err(error) => Prepared::Invalid(error),
+                }
+            }
+            WriteOp::Replace {
+                id,
+                expected_rev,
+                doc,
+                meta,
+                supersede,
+                ..
+            } => match encoded(&doc) {
+                Ok((body, keys)) => Prepared::Replace {
+                    id_key: encode_id(&id),
+                    expected_rev,
+                    doc,
+                    body,
+                    meta,
+                    keys,
+                    supersede,
+                },
+                Err(error) => Prepared::Invalid(error),
+            },
+            WriteOp::Delete { id, expected_rev } => Prepared::Delete {
+                id_key: encode_id(&id),
+                expected_rev,
+            },
+        }
+    }
+
+    fn keys(&self) -> Option<&[DocumentKeys]> {
+        match self {
+            Prepared::Insert { keys, .. } | Prepared::Replace { keys, .. } => Some(keys),
+            _ => None,
+        }
+    }
+}
+
+/// What a batch asks besides its operations.
+pub(crate) struct BatchOptions<'a> {
+    pub ordered: bool,
+    /// A multi-document transaction's commit: the first failure fails everything (nothing is
+    /// committed) and the isolation is REPEATABLE READ.
+    pub all_or_nothing: bool,
+    /// Builds the session record stored with the batch, from its results and the time of
+    /// its last write.
+    pub record: Option<RecordSession>,
+    /// The cluster time of a write (`seconds << 32 | increment`), taken once per batch.
+    pub take_time: &'a (dyn Fn() -> u64 + Sync),
+    /// Set once `record` ran.
+    pub record_built: bool,
+}
+
+/// Results of a batch: one per attempted operation.
+pub(crate) type Outcomes = Vec<StorageResult<WriteOutcome>>;
+
+/// Whether an operation's failure is its own (the batch goes on) rather than the database's.
+fn is_operation_error(error: &StorageError) -> bool {
+    !matches!(error, StorageError::Io(_) | StorageError::Corrupt(_))
+}
+
+/// The operations of one collection in a batch.
+pub(crate) struct Group<'c> {
+    pub collection: &'c Collection,
+    pub ops: Vec<Prepared>,
+    /// A transaction's rule for stale documents: a `Replace` or `Delete` whose current
+    /// document it holds for is a `WriteConflict`.
+    pub stale: Option<RecordPredicate>,
+}
+
+impl Group<'_> {
+    /// Ids of the indexes the operations make multikey.
+    fn newly_multikey(&self) -> Vec<i64> {
+        self.collection
+            .newly_multikey(self.ops.iter().filter_map(Prepared::keys))
+    }
+}
+
+impl Database {
+    /// Applies `groups` as one batch (see the module docs): one result list per group. Returns
+    /// whether an index became multikey (the caller forgets its cached catalog).
+    pub(crate) async fn write_batch(
+        &self,
+        groups: &[Group<'_>],
+        mut options: BatchOptions<'_>,
+    ) -> StorageResult<(Vec<Outcomes>, bool)> {
+        let multikey: Vec<Vec<i64>> = groups.iter().map(Group::newly_multikey).collect();
+        let any_multikey = multikey.iter().any(|ids| !ids.is_empty());
+        if let [group] = groups {
+            let plain_inserts = !group.ops.is_empty()
+                && group
+                    .ops
+                    .iter()
+                    .all(|op| matches!(op, Prepared::Insert { .. }))
+                && group.collection.capped.is_none()
+                && !any_multikey
+                && options.record.is_none()
+                && !options.all_or_nothing;
+            if plain_inserts {
+                match self.insert_fast(group.collection, &group.ops).await {
+                    Ok(outcomes) => return Ok((vec![outcomes], false)),
+                    Err(Failure::Unique | Failure::Serialization) => {}
+                    Err(Failure::Storage(error)) => return Err(error),
+                }
+            }
+        }
+        let isolation = if options.all_or_nothing {
+            "ISOLATION LEVEL REPEATABLE READ"
+        } else {
+            ""
+        };
+        for attempt in 1..=ATTEMPTS {
+            let mut conn = Conn::get(self).await?;
+            match try_batch(&mut conn, groups, &multikey, isolation, &mut options).await {
+                Ok(outcomes) => return Ok((outcomes, any_multikey)),
+                Err(Failure::Unique | Failure::Serialization) => {
+                    // The transaction is aborted. It is redone from the start unless it is a
+                    // transaction's commit (its driver redoes it whole), its session record was
+                    // already built (the builder runs once), or it lost too often.
+                    conn.rollback().await.map_err(Failure::into_storage)?;
+                    if options.all_or_nothing || options.record_built || attempt == ATTEMPTS {
+                        break;
+                    }
+                }
+                Err(Failure::Storage(error)) => {
+                    conn.rollback().await.map_err(Failure::into_storage)?;
+                    return Err(error);
+                }
+            }
+        }
+        Err(StorageError::WriteConflict)
+    }
+
+    /// Stores a session record with no write beside it (a batch whose operations all failed
+    /// without touching the database).
+    pub(crate) async fn store_record_alone(&self, record: &SessionRecord) -> StorageResult<()> {
+        let mut conn = Conn::get(self).await?;
+        let attempt = async {
+            conn.begin("").await?;
+            store_session_record(&conn, record).await?;
+            conn.commit().await
+        }
+        .await;
+        if attempt.is_err() {
+            conn.rollback().await.map_err(Failure::into_storage)?;
+        }
+        attempt.map_err(Failure::into_storage)
+    }
+
+    /// Inserts plain documents with one statement: every document (revisions from the
+    /// sequence, in batch order) and every index entry. `Failure::Unique` if an `_id` or unique
+    /// key is taken: then nothing was inserted.
+    async fn insert_fast(&self, collection: &Collection, ops: &[Prepared]) -> Attempt<Outcomes> {
+        let mut id_keys = Vec::with_capacity(ops.len());
+        let mut times = Vec::with_capacity(ops.len());
+        let mut classes = Vec::with_capacity(ops.len());
+        let mut expiries = Vec::with_capacity(ops.len());
+        let mut bodies = Vec::with_capacity(ops.len());
+        let mut entries = EntryRows::default();
+        for (source, op) in ops.iter().enumerate() {
+            let Prepared::Insert {
+                id_key,
+                body,
+                meta,
+                keys,
+                ..
+            } = op
+            else {
+                continue;
+            };
+            let (class, expire_at_ms) = ttl_columns(meta.ttl);
+            id_keys.push(id_key.as_slice());
+            times.push(meta.last_write_ms);
+            classes.push(class);
+            expiries.push(expire_at_ms);
+            bodies.push(body.as_slice());
+            for (index, keys) in collection.indexes.iter().zip(keys) {
+                entries.add(index, id_key, keys, source);
+            }
+        }
+        let conn = Conn::get(self).await?;
+        let ((ids, keys, entry_ids, bits), (unique_ids, unique_keys, owners, unique_bits)) =
+            entries.columns();
+        let rows = conn
+            .query(
+                "WITH new_documents AS (
+                    INSERT INTO tideway.documents
+                        (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
+                    SELECT $1, k, r, r, w, c, e, b FROM (
+                        SELECT k, w, c, e, b, nextval('tideway.revisions') AS r FROM (
+                            SELECT * FROM unnest($2::bytea[], $3::bigint[], $4::smallint[],
+                                                 $5::bigint[], $6::bytea[])
+                                WITH ORDINALITY AS t(k, w, c, e, b, o)
+                            ORDER BY o) ordered) numbered
+                    RETURNING id_key, rev),
+                 new_entries AS (
+                    INSERT INTO tideway.index_entries (index_id, entry, id_key, type_bits)
+                    SELECT * FROM unnest($7::bigint[], $8::bytea[], $9::bytea[], $10::bytea[])),
+                 new_unique AS (
+                    INSERT INTO tideway.unique_entries (index_id, key, id_key, type_bits)
+                    SELECT * FROM unnest($11::bigint[], $12::bytea[], $13::bytea[], $14::bytea[]))
+                 SELECT id_key, rev FROM new_documents",
+                &[
+                    &collection.id,
+                    &id_keys,
+                    &times,
+                    &classes,
+                    &expiries,
+                    &bodies,
+                    ids,
+                    keys,
+                    entry_ids,
+                    bits,
+                    unique_ids,
+                    unique_keys,
+                    owners,
+                    unique_bits,
+                ],
+            )
+            .await?;
+        let revs: std::collections::HashMap<Vec<u8>, i64> =
+            rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+        id_keys
+            .iter()
+            .map(|id_key| {
+                let rev = revs.get(*id_key).ok_or_else(|| {
+                    Failure::Storage(StorageError::Io(
+                        "an inserted document's revision was not returned".to_string(),
+                    ))
+                })?;
+                Ok(Ok(WriteOutcome::Inserted {
+                    rev: *rev as u64,
+                    superseded: 0,
+                }))
+            })
+            .collect()
+    }
+}
+
+async fn try_batch(
+    conn: &mut Conn,
+    groups: &[Group<'_>],
+    multikey: &[Vec<i64>],
+    isolation: &str,
+    options: &mut BatchOptions<'_>,
+) -> Attempt<Vec<Outcomes>> {
+    conn.begin(isolation).await?;
+    let mut all = Vec::with_capacity(groups.len());
+    for (group, multikey) in groups.iter().zip(multikey) {
+        if !multikey.is_empty() {
+            mark_multikey(conn, group.collection.id, multikey).await?;
+        }
+        let mut outcomes = Vec::with_capacity(group.ops.len());
+        for op in &group.ops {
+            match apply(conn, group.collection, op, group.stale.as_ref()).await {
+                Ok(outcome) => outcomes.push(Ok(outcome)),
+                Err(Failure::Storage(error)) if is_operation_error(&error) => {
+                    if options.all_or_nothing {
+                        return Err(Failure::Storage(error));
+                    }
+                    outcomes.push(Err(error));
+                    if options.ordered {
+                        break;
+                    }
+                }
+                Err(failure) => return Err(failure),
+            }
+        }
+        all.push(outcomes);
+    }
+    if let Some(record) = options.record.take() {
+        options.record_built = true;
+        let time = EntryTime::now((options.take_time)());
+        let results: Vec<_> = all.iter().flatten().cloned().collect();
+        if let Some(record) = record(&results, time) {
+            store_session_record(conn, &record).await?;
+        }
+    }
+    conn.commit().await?;
+    Ok(all)
+}
+
+/// A stored document to delete with everything that points to it.
+struct Removal {
+    id_key: Vec<u8>,
+    entries: EntryRows,
+}
+
+/// Reads the stored records of `id_keys` of `collection`, locked until the transaction ends.
+async fn locked_records(
+    conn: &Conn,
+    collection: &Collection,
+    id_keys: &[&[u8]],
+) -> Attempt<Vec<(Vec<u8>, StoredRecord)>> {
+    let rows = conn
+        .query(
+            &format!(
+                "SELECT id_key, {RECORD_COLUMNS} FROM tideway.documents
+                 WHERE coll_id = $1 AND id_key = ANY($2) FOR UPDATE"
+            ),
+            &[&collection.id, &id_keys],
+        )
+        .await?;
+    let mut records = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if let Some(record) = StoredRecord::read(row, 1)? {
+            records.push((row.get(0), record));
+        }
+    }
+    Ok(records)
+}
+
+async fn locked_record(
+    conn: &Conn,
+    collection: &Collection,
+    id_key: &[u8],
+) -> Attempt<Option<StoredRecord>> {
+    Ok(locked_records(conn, collection, &[id_key])
+        .await?
+        .pop()
+        .map(|(_, record)| record))
+}
+
+/// What removing the stored `record` of `id_key` deletes.
+fn plan_removal(
+    collection: &Collection,
+    id_key: &[u8],
+    record: &StoredRecord,
+) -> StorageResult<Removal> {
+    let document = record.document()?;
+    let mut entries = EntryRows::default();
+    for (index, keys) in collection
+        .indexes
+        .iter()
+        .zip(collection.keys_of(&document)?)
+    {
+        entries.add(index, id_key, &keys, 0);
+    }
+    Ok(Removal {
+        id_key: id_key.to_vec(),
+        entries,
+    })
+}
+
+async fn remove(conn: &Conn, collection: &Collection, removals: &[Removal]) -> Attempt<()> {
+    if removals.is_empty() {
+        return Ok(());
+    }
+    for removal in removals {
+        removal.entries.delete(conn).await?;
+    }
+    let id_keys: Vec<&[u8]> = removals
+        .iter()
+        .map(|removal| removal.id_key.as_slice())
+        .collect();
+    conn.execute(
+        "DELETE FROM tideway.documents WHERE coll_id = $1 AND id_key = ANY($2)",
+        &[&collection.id, &id_keys],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Resolves a conflict with the stored document `owner`: superseded (added to `superseded`) if
+/// `supersede` holds for it, else `conflict()`.
+async fn resolve_conflict(
+    conn: &Conn,
+    collection: &Collection,
+    owner: &[u8],
+    supersede: Option<&RecordPredicate>,
+    superseded: &mut Vec<Removal>,
+    conflict: impl FnOnce() -> StorageError,
+) -> Attempt<()> {
+    if superseded.iter().any(|removal| removal.id_key == owner) {
+        return Ok(());
+    }
+    let Some(supersede) = supersede else {
+        return Err(Failure::Storage(conflict()));
+    };
+    let Some(record) = locked_record(conn, collection, owner).await? else {
+        return Err(Failure::Storage(conflict()));
+    };
+    if !supersede.holds(&record.raw()?) {
+        return Err(Failure::Storage(conflict()));
+    }
+    superseded.push(plan_removal(collection, owner, &record)?);
+    Ok(())
+}
+
+/// Resolves every new unique key of `document` (one it does not already hold) that another
+/// document holds.
+#[allow(clippy::too_many_arguments)]
+async fn check_unique(
+    conn: &Conn,
+    collection: &Collection,
+    document: &Document,
+    id_key: &[u8],
+    new_keys: &[DocumentKeys],
+    old_keys: Option<&[DocumentKeys]>,
+    supersede: Option<&RecordPredicate>,
+    superseded: &mut Vec<Removal>,
+) -> Attempt<()> {
+    let mut index_ids = Vec::new();
+    let mut keys: Vec<&[u8]> = Vec::new();
+    for (position, (index, new)) in collection.indexes.iter().zip(new_keys).enumerate() {
+        if !index.unique {
+            continue;
+        }
+        let held = old_keys.and_then(|old| old.get(position));
+        for key in &new.keys {
+            if held.is_none_or(|held| held.keys.binary_search(key).is_err()) {
+                index_ids.push(index.id);
+                keys.push(key);
+            }
+        }
+    }
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let owners = conn
+        .query(
+            "SELECT u.index_id, u.key, u.id_key FROM tideway.unique_entries u
+             JOIN unnest($1::bigint[], $2::bytea[]) AS k(index_id, key)
+               ON u.index_id = k.index_id AND u.key = k.key",
+            &[&index_ids, &keys],
+        )
+        .await?;
+    for row in &owners {
+        let owner: Vec<u8> = row.get(2);
+        if owner == id_key {
+            continue;
+        }
+        let index_id: i64 = row.get(0);
+        let key: Vec<u8> = row.get(1);
+        let Some(index) = collection.indexes.iter().find(|index| index.id == index_id) else {
+            continue;
+        };
+        resolve_conflict(conn, collection, &owner, supersede, superseded, || {
+            index
+                .keyer
+                .duplicate_key(&collection.meta.ns, document, &key)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Moves `id_key`'s entries from its `old` keys to its `new` ones, touching only the keys that
+/// differ and the kept keys whose type bits changed.
+async fn move_entries(
+    conn: &Conn,
+    collection: &Collection,
+    id_key: &[u8],
+    old: Option<&[DocumentKeys]>,
+    new: &[DocumentKeys],
+) -> Attempt<()> {
+    let none = DocumentKeys::default();
+    let mut removed = EntryRows::default();
+    let mut added = EntryRows::default();
+    for (position, (index, new)) in collection.indexes.iter().zip(new).enumerate() {
+        let old = old.and_then(|old| old.get(position)).unwrap_or(&none);
+        let bits_changed = old.type_bits != new.type_bits;
+        for key in &old.keys {
+            let kept = new.keys.binary_search(key).is_ok();
+            // A unique entry's bits change by delete and insert; a non-unique one's in place.
+            if !kept || (bits_changed && index.unique) {
+                removed.add_key(index, id_key, key, None, 0);
+            }
+        }
+        for key in &new.keys {
+            if bits_changed || old.keys.binary_search(key).is_err() {
+                added.add_key(index, id_key, key, new.type_bits.as_deref(), 0);
+            }
+        }
+    }
+    if !removed.is_empty() {
+        removed.delete(conn).await?;
+    }
+    if !added.is_empty() {
+        added.insert(conn).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the oldest documents of a capped collection while it holds more than its limits
+/// allow, never `inserted`.
+async fn roll_over(conn: &Conn, collection: &Collection, inserted: &[u8]) -> Attempt<()> {
+    let Some(limits) = collection.capped else {
+        return Ok(());
+    };
+    loop {
+        let row = conn
+            .query_opt(
+                "SELECT count(*), COALESCE(sum(octet_length(body)), 0)::bigint
+                 FROM tideway.documents WHERE coll_id = $1",
+                &[&collection.id],
+            )
+            .await?;
+        let (docs, bytes) = row.map_or((0, 0), |row| (row.get::<_, i64>(0), row.get::<_, i64>(1)));
+        let (docs, bytes) = (docs.max(0) as u64, bytes.max(0) as u64);
+        if bytes <= limits.max_bytes && limits.max_docs.is_none_or(|max| docs <= max) {
+            return Ok(());
+        }
+        let oldest = conn
+            .query_opt(
+                &format!(
+                    "SELECT id_key, {RECORD_COLUMNS} FROM tideway.documents WHERE coll_id = $1
+                     ORDER BY record_id LIMIT 1 FOR UPDATE"
+                ),
+                &[&collection.id],
+            )
+            .await?;
+        let Some(oldest) = oldest else {
+            return Ok(());
+        };
+        let id_key: Vec<u8> = oldest.get(0);
+        if id_key == inserted {
+            return Ok(());
+        }
+        let Some(record) = StoredRecord::read(&oldest, 1)? else {
+            return Ok(());
+        };
+        let removal = plan_removal(collection, &id_key, &record)?;
+        remove(conn, collection, &[removal]).await?;
+    }
+}
+
+fn superseded_count(superseded: &[Removal]) -> u32 {
+    u32::try_from(superseded.len()).unwrap_or(u32::MAX)
+}
+
+/// Applies one operation inside the batch's transaction (see the module docs).
+async fn apply(
+    conn: &Conn,
+    collection: &Collection,
+    op: &Prepared,
+    stale: Option<&RecordPredicate>,
+) -> Attempt<WriteOutcome> {
+    let current = |record: Option<StoredRecord>, expected_rev: Option<u64>| {
+        let record = record
+            .filter(|record| expected_rev.is_none_or(|expected| record.rev == expected))
+            .ok_or(Failure::Storage(StorageError::WriteConflict))?;
+        if let Some(stale) = stale {
+            if stale.holds(&record.raw()?) {
+                return Err(Failure::Storage(StorageError::WriteConflict));
+            }
+        }
+        Ok(record)
+    };
+    match op {
+        Prepared::Insert {
+            id,
+            id_key,
+            doc,
+            body,
+            meta,
+            keys,
+            supersede,
+        } => {
+            if let Some(limits) = collection.capped {
+                if body.len() as u64 > limits.max_bytes {
+                    return Err(Failure::Storage(StorageError::ExceedsCappedSize));
+                }
+            }
+            let mut superseded = Vec::new();
+            if locked_record(conn, collection, id_key).await?.is_some() {
+                resolve_conflict(
+                    conn,
+                    collection,
+                    id_key,
+                    supersede.as_ref(),
+                    &mut superseded,
+                    || StorageError::DuplicateKey {
+                        ns: collection.meta.ns.clone(),
+                        index: IndexSpec::ID_INDEX_NAME.to_string(),
+                        key_pattern: Box::new(collection.id_index_spec().key_pattern()),
+                        key_value: Box::new(doc! {"_id": id.clone()}),
+                    },
+                )
+                .await?;
+            }
+            check_unique(
+                conn,
+                collection,
+                doc,
+                id_key,
+                keys,
+                None,
+                supersede.as_ref(),
+                &mut superseded,
+            )
+            .await?;
+            remove(conn, collection, &superseded).await?;
+            let (class, expire_at_ms) = ttl_columns(meta.ttl);
+            let row = conn
+                .query_opt(
+                    "INSERT INTO tideway.documents
+                        (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
+                     SELECT $1, $2, r, r, $3, $4, $5, $6
+                     FROM (SELECT nextval('tideway.revisions') AS r) numbered
+                     RETURNING rev",
+                    &[
+                        &collection.id,
+                        id_key,
+                        &meta.last_write_ms,
+                        &class,
+                        &expire_at_ms,
+                        body,
+                    ],
+                )
+                .await?;
+            let rev = returned_rev(row)?;
+            move_entries(conn, collection, id_key, None, keys).await?;
+            roll_over(conn, collection, id_key).await?;
+            Ok(WriteOutcome::Inserted {
+                rev,
+                superseded: superseded_count(&superseded),
+            })
+        }
+        Prepared::Replace {
+            id_key,
+            expected_rev,
+            doc,
+            body,
+            meta,
+            keys,
+            supersede,
+        } => {
+            let old = current(
+                locked_record(conn, collection, id_key).await?,
+                Some(*expected_rev),
+            )?;
+            let old_keys = collection.keys_of(&old.document()?)?;
+            let mut superseded = Vec::new();
+            check_unique(
+                conn,
+                collection,
+                doc,
+                id_key,
+                keys,
+                Some(&old_keys),
+                supersede.as_ref(),
+                &mut superseded,
+            )
+            .await?;
+            remove(conn, collection, &superseded).await?;
+            let (class, expire_at_ms) = ttl_columns(meta.ttl);
+            // A replaced document keeps its record id: its place in natural order.
+            let row = conn
+                .query_opt(
+                    "UPDATE tideway.documents SET rev = nextval('tideway.revisions'),
+                        last_write_ms = $3, ttl_class = $4, expire_at_ms = $5, body = $6
+                     WHERE coll_id = $1 AND id_key = $2
+                     RETURNING rev",
+                    &[
+                        &collection.id,
+                        id_key,
+                        &meta.last_write_ms,
+                        &class,
+                        &expire_at_ms,
+                        body,
+                    ],
+                )
+                .await?;
+            let rev = returned_rev(row)?;
+            move_entries(conn, collection, id_key, Some(&old_keys), keys).await?;
+            Ok(WriteOutcome::Replaced {
+                rev,
+                superseded: superseded_count(&superseded),
+            })
+        }
+        Prepared::Delete {
+            id_key,
+            expected_rev,
+        } => {
+            let old = current(
+                locked_record(conn, collection, id_key).await?,
+                *expected_rev,
+            )?;
+            let removal = plan_removal(collection, id_key, &old)?;
+            remove(conn, collection, &[removal]).await?;
+            Ok(WriteOutcome::Deleted)
+        }
+        Prepared::Invalid(error) => Err(Failure::Storage(error.clone())),
+    }
+}
+
+fn returned_rev(row: Option<tokio_postgres::Row>) -> Attempt<u64> {
+    row.map(|row| row.get::<_, i64>(0) as u64).ok_or_else(|| {
+        Failure::Storage(StorageError::Io(
+            "a written document's revision was not returned".to_string(),
+        ))
+    })
+}
+
+/// Stores a session record in the batch's transaction: its header replaces the session's, its
+/// statements join those of its txnNumber (older txnNumbers' rows are deleted).
+pub(crate) async fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attempt<()> {
+    let mut header = doc! {"txnNumber": record.txn_number};
+    for (field, value) in &record.header {
+        if field != "txnNumber" {
+            header.insert(field.clone(), value.clone());
+        }
+    }
+    let encode = |document: &Document| {
+        bson::to_vec(document).map_err(|error| {
+            Failure::Storage(StorageError::Io(format!(
+                "cannot encode a session record: {error}"
+            )))
+        })
+    };
+    conn.execute(
+        "INSERT INTO tideway.sessions (key, header) VALUES ($1, $2)
+         ON CONFLICT (key) DO UPDATE SET header = EXCLUDED.header",
+        &[&record.key, &encode(&header)?],
+    )
+    .await?;
+    conn.execute(
+        "DELETE FROM tideway.session_statements WHERE key = $1 AND txn_number <> $2",
+        &[&record.key, &record.txn_number],
+    )
+    .await?;
+    if !record.statements.is_empty() {
+        let stmt_ids: Vec<i32> = record.statements.iter().map(|(id, _)| *id).collect();
+        let bodies = record
+            .statements
+            .iter()
+            .map(|(_, reply)| encode(reply))
+            .collect::<Attempt<Vec<_>>>()?;
+        conn.execute(
+            "INSERT INTO tideway.session_statements (key, txn_number, stmt_id, body)
+             SELECT $1, $2, s, b FROM unnest($3::int[], $4::bytea[]) AS t(s, b)
+             ON CONFLICT (key, txn_number, stmt_id) DO UPDATE SET body = EXCLUDED.body",
+            &[&record.key, &record.txn_number, &stmt_ids, &bodies],
+        )
+        .await?;
+    }
+    Ok(())
+}
