@@ -28,7 +28,12 @@ pub enum StorageKind {
     Disk,
     /// Process memory only: gone when the server stops. For tests and throwaway environments.
     Memory,
+    /// A PostgreSQL database (`--pgUri`): the server presents itself as a router (`mongos`).
+    Postgres,
 }
+
+/// Connections the PostgreSQL engine keeps open by default (`--pgPoolSize`).
+pub const DEFAULT_PG_POOL_SIZE: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -59,9 +64,19 @@ pub struct Config {
     #[arg(long, env = "TIDEWAY_DBPATH", default_value = "./data")]
     pub dbpath: PathBuf,
 
-    /// Storage engine: durable files under --dbpath, or memory only.
+    /// Storage engine: durable files under --dbpath, memory only, or a PostgreSQL database
+    /// (--pgUri).
     #[arg(long, env = "TIDEWAY_STORAGE", value_enum, default_value_t = StorageKind::Disk)]
     pub storage: StorageKind,
+
+    /// The PostgreSQL database of `--storage postgres`, as
+    /// `postgresql://user:password@host:port/database?sslmode=...` (`storage.postgres.uri`).
+    #[arg(long = "pgUri", env = "TIDEWAY_PG_URI", value_name = "URI")]
+    pub pg_uri: Option<String>,
+
+    /// Connections to PostgreSQL the server keeps at most (`storage.postgres.poolSize`).
+    #[arg(long = "pgPoolSize", env = "TIDEWAY_PG_POOL_SIZE", default_value_t = DEFAULT_PG_POOL_SIZE, value_parser = parse_pool_size)]
+    pub pg_pool_size: usize,
 
     /// Relaxed durability: acknowledge writes before they are flushed, and flush at least every this
     /// many milliseconds (writes with writeConcern j:true still wait). Default: every write is durable
@@ -235,6 +250,7 @@ impl Config {
             config.apply_file(settings, |id| set_explicitly(&matches, id));
         }
         tls::check_settings(&config).map_err(LoadError::Inconsistent)?;
+        check_storage_settings(&config).map_err(LoadError::Inconsistent)?;
         Ok(config)
     }
 
@@ -271,6 +287,16 @@ impl Config {
             explicit("oplog_size_mb"),
         );
         take(&mut self.storage, settings.storage, explicit("storage"));
+        take(
+            &mut self.pg_uri,
+            settings.pg_uri.map(Some),
+            explicit("pg_uri"),
+        );
+        take(
+            &mut self.pg_pool_size,
+            settings.pg_pool_size,
+            explicit("pg_pool_size"),
+        );
         take(
             &mut self.syncdelay_ms,
             settings.syncdelay_ms.map(Some),
@@ -378,6 +404,43 @@ fn set_explicitly(matches: &ArgMatches, id: &str) -> bool {
     )
 }
 
+/// The storage settings that do not go together: `--storage postgres` needs `--pgUri`, and is
+/// a router, so it takes no replica-set or local-durability option; `--pgUri` needs it.
+pub(crate) fn check_storage_settings(config: &Config) -> CommandResult<()> {
+    if config.storage != StorageKind::Postgres {
+        if config.pg_uri.is_some() {
+            return Err(CommandError::bad_value(
+                "--pgUri (storage.postgres.uri) needs --storage postgres",
+            ));
+        }
+        return Ok(());
+    }
+    if config.pg_uri.is_none() {
+        return Err(CommandError::bad_value(
+            "--storage postgres needs --pgUri postgresql://user@host:port/database (or TIDEWAY_PG_URI, storage.postgres.uri)",
+        ));
+    }
+    let refused = [
+        (config.repl_set.is_some(), "--replSet"),
+        (config.oplog_size_mb.is_some(), "--oplogSize"),
+        (config.syncdelay_ms.is_some(), "--syncdelay-ms"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        return Err(CommandError::bad_value(format!(
+            "{flag} cannot be used with --storage postgres: over PostgreSQL tideway answers as a router (mongos), with transactions and retryable writes kept in the database, and durability is the database's commit"
+        )));
+    }
+    Ok(())
+}
+
+/// `--pgPoolSize`: 1 to 10,000 connections.
+fn parse_pool_size(text: &str) -> Result<usize, String> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|size| (1..=10_000).contains(size))
+        .ok_or_else(|| format!("{text} is not a pool size between 1 and 10000"))
+}
+
 /// `--replSet`'s value checked as mongod checks it (a set name; mongod also accepts
 /// `name/seed,seed` seed lists, which a one-node set has no use for).
 pub(crate) fn check_set_name(name: &str) -> CommandResult<String> {
@@ -473,6 +536,44 @@ mod tests {
             load(&["-f", disabled.to_str().unwrap(), "--auth"])
                 .unwrap()
                 .auth
+        );
+    }
+
+    // `--storage postgres` needs `--pgUri`, is a router (no `--replSet`), and the URI comes
+    // from the flag, the variable or `storage.postgres.uri`.
+    #[test]
+    fn postgres_storage_needs_a_uri_and_refuses_replica_set_options() {
+        let refusal = |args: &[&str]| match load(args) {
+            Err(LoadError::Inconsistent(error)) => error.errmsg,
+            other => panic!("{args:?} loaded: {other:?}"),
+        };
+        assert!(refusal(&["--storage", "postgres"]).contains("needs --pgUri"));
+        assert!(refusal(&["--pgUri", "postgresql://u@h/d"]).contains("needs --storage postgres"));
+        let uri = ["--storage", "postgres", "--pgUri", "postgresql://u@h/d"];
+        assert!(
+            refusal(&[&uri[..], &["--replSet", "rs0"]].concat()).starts_with("--replSet cannot")
+        );
+        assert!(refusal(&[&uri[..], &["--oplogSize", "5"]].concat()).starts_with("--oplogSize"));
+        let config = load(&uri).unwrap();
+        assert_eq!(config.storage, StorageKind::Postgres);
+        assert_eq!(config.pg_uri.as_deref(), Some("postgresql://u@h/d"));
+        assert_eq!(config.pg_pool_size, DEFAULT_PG_POOL_SIZE);
+        let (_dir, path) = config_file(
+            "storage:\n  engine: postgres\n  postgres:\n    uri: postgresql://f@h/d\n    poolSize: 4\n",
+        );
+        let from_file = load(&["-f", path.to_str().unwrap()]).unwrap();
+        assert_eq!(from_file.pg_uri.as_deref(), Some("postgresql://f@h/d"));
+        assert_eq!(from_file.pg_pool_size, 4);
+        let mut reloaded = Config::default();
+        reloaded.apply_file(file::parse(&from_file.to_yaml()).unwrap(), |_| false);
+        assert_eq!(
+            (reloaded.storage, reloaded.pg_uri, reloaded.pg_pool_size),
+            (
+                StorageKind::Postgres,
+                Some("postgresql://f@h/d".to_owned()),
+                4
+            ),
+            "--outputConfig writes them back"
         );
     }
 

@@ -12,12 +12,9 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use std::sync::Arc;
-
 use tideway::config::{LoadError, LogFormat};
-use tideway::state::open_storage;
+use tideway::state::open_storage_and_clock;
 use tideway::{Config, Server, ServerState};
-use tideway_base::clock::SystemClock;
 
 fn main() -> ExitCode {
     let config = match Config::load() {
@@ -47,14 +44,14 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let storage = match open_storage(&config) {
-            Ok(storage) => storage,
+        let (storage, clock) = match open_storage_and_clock(&config).await {
+            Ok(opened) => opened,
             Err(error) => {
                 tracing::error!(%error, "cannot open storage");
                 return ExitCode::FAILURE;
             }
         };
-        let state = match ServerState::new(config, Arc::new(SystemClock::default()), storage) {
+        let state = match ServerState::new(config, clock, storage) {
             Ok(state) => state,
             Err(error) => {
                 tracing::error!(%error, "invalid configuration");

@@ -119,7 +119,12 @@ impl ServerState {
         let params = Parameters::at_startup(config.enable_test_commands, &config.set_parameter)?;
         let startup_warnings = startup_warnings(&config);
         let auth = crate::auth::authz::ServerAuth::new(config.auth);
-        let repl = config.repl_set.clone().map(crate::repl::ReplSet::new);
+        let repl = match config.storage {
+            // Over PostgreSQL the server answers as a router (`mongos`): sessions, retryable
+            // writes and transactions without a replica set.
+            StorageKind::Postgres => Some(crate::repl::ReplSet::router()),
+            _ => config.repl_set.clone().map(crate::repl::ReplSet::new),
+        };
         let tls = crate::tls::TlsTransport::from_config(&config)?;
         // Never earlier than any moment the server reported before a restart.
         let clock = Arc::new(ServerClock::new(clock, storage.time_high_water_ms()));
@@ -131,7 +136,7 @@ impl ServerState {
                 tideway_query::sorter::clear_spill_dir(&dir);
                 dir
             }
-            StorageKind::Memory => {
+            StorageKind::Memory | StorageKind::Postgres => {
                 static NEXT_SERVER: AtomicU64 = AtomicU64::new(0);
                 std::env::temp_dir().join(format!(
                     "tideway-{}-{}",
@@ -193,22 +198,37 @@ impl Drop for ServerState {
 }
 
 /// The storage engine the configuration asks for: durable files under `--dbpath` (relaxed with
-/// `--syncdelay-ms`), or memory only.
-pub fn open_storage(config: &Config) -> StorageResult<Arc<dyn Storage>> {
+/// `--syncdelay-ms`), memory only, or a PostgreSQL database (`--pgUri`).
+pub async fn open_storage(config: &Config) -> StorageResult<Arc<dyn Storage>> {
+    Ok(open_storage_and_clock(config).await?.0)
+}
+
+/// [`open_storage`], with the clock the server judges expiry by: the system clock, or over
+/// PostgreSQL the database's ([`tideway_postgres::DatabaseClock`]), which every node on the
+/// database shares.
+pub async fn open_storage_and_clock(
+    config: &Config,
+) -> StorageResult<(Arc<dyn Storage>, Arc<dyn Clock>)> {
+    let system_clock = || Arc::new(tideway_base::clock::SystemClock::default());
     match config.storage {
-        StorageKind::Memory => Ok(Arc::new(RedbStorage::in_memory_with_rule(
-            keeps_last_write_order,
-        )?)),
+        StorageKind::Memory => Ok((
+            Arc::new(RedbStorage::in_memory_with_rule(keeps_last_write_order)?),
+            system_clock(),
+        )),
         StorageKind::Disk => {
             let durability = match config.syncdelay_ms {
                 Some(sync_delay_ms) => Durability::Relaxed { sync_delay_ms },
                 None => Durability::Durable,
             };
-            Ok(Arc::new(RedbStorage::open_with_rule(
-                &config.dbpath,
-                durability,
-                keeps_last_write_order,
-            )?))
+            let storage =
+                RedbStorage::open_with_rule(&config.dbpath, durability, keeps_last_write_order)?;
+            Ok((Arc::new(storage), system_clock()))
+        }
+        StorageKind::Postgres => {
+            let uri = config.pg_uri.as_deref().unwrap_or_default();
+            let storage = tideway_postgres::PgStorage::open(uri, config.pg_pool_size).await?;
+            let clock = storage.clock();
+            Ok((Arc::new(storage), clock))
         }
     }
 }

@@ -308,7 +308,7 @@ async fn full_tmpfs_fails_writes_and_they_resume_once_space_is_freed() {
         dbpath: tmpfs.path().join("db"),
         ..test_config()
     };
-    let storage = tideway::state::open_storage(&config).expect("engine");
+    let storage = tideway::state::open_storage(&config).await.expect("engine");
     let server = start(config.clone(), storage).await;
     let client = server.client();
     let ballast = std::cell::RefCell::new(None);
@@ -323,7 +323,9 @@ async fn full_tmpfs_fails_writes_and_they_resume_once_space_is_freed() {
     drop(client);
     server.stop().await;
 
-    let storage = tideway::state::open_storage(&config).expect("reopens");
+    let storage = tideway::state::open_storage(&config)
+        .await
+        .expect("reopens");
     let server = start(config, storage).await;
     let coll = server
         .client()

@@ -427,7 +427,7 @@ async fn a_retry_after_a_restart_is_answered_from_the_record() {
         repl_set: Some("other".to_owned()),
         ..config
     };
-    let storage = tideway::state::open_storage(&other).unwrap();
+    let storage = tideway::state::open_storage(&other).await.unwrap();
     let state = tideway::ServerState::new(
         other,
         std::sync::Arc::new(tideway_base::clock::SystemClock::default()),

@@ -226,7 +226,7 @@ async fn bad_session_parameters_are_refused_at_startup() {
         "logicalSessionRefreshMillis=0",
     ] {
         let config = config(false, &[parameter]);
-        let storage = tideway::state::open_storage(&config).unwrap();
+        let storage = tideway::state::open_storage(&config).await.unwrap();
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
         assert!(
             tideway::ServerState::new(config, clock, storage).is_err(),

@@ -197,7 +197,8 @@ async fn ping_admin(client: &Client, command: bson::Document) -> bson::Document 
 fn inconsistent_settings_are_refused_as_mongod_refuses_them() {
     let pki = Pki::new();
     let build = |config: &Config| {
-        let storage = tideway::state::open_storage(config).unwrap();
+        let storage =
+            std::sync::Arc::new(tideway_storage::redb_engine::RedbStorage::in_memory().unwrap());
         tideway::ServerState::new(
             config.clone(),
             std::sync::Arc::new(tideway_base::clock::SystemClock::default()),

@@ -810,6 +810,10 @@ async fn kill_sessions_and_the_lifetime_limit_abort_transactions() {
 #[tokio::test]
 async fn committed_transactions_reach_the_oplog_and_change_streams_with_their_session() {
     use futures::StreamExt;
+    if common::on_postgres() {
+        // A router over PostgreSQL keeps no oplog (issue 27).
+        return;
+    }
     let (server, _clock) = rs_server().await;
     let client: Client = server.client();
     let coll: Collection<Document> = client.database("app").collection("feed");

@@ -109,7 +109,7 @@ async fn server_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
             doc! {"total": read(&counter.total), "failed": read(&counter.failed)},
         );
     }
-    let persistent = state.config.storage == StorageKind::Disk;
+    let persistent = state.config.storage != StorageKind::Memory;
     let cursors = &state.cursors;
     let sections = [
         (
@@ -282,9 +282,28 @@ fn get_log(ctx: &CommandContext, body: &Document) -> CommandResult {
     Ok(doc! {"totalLinesWritten": total as i64, "log": lines})
 }
 
+/// The command line with the password of `--pgUri` removed (as mongod hides the passwords its
+/// options take).
+fn redacted_argv(args: impl Iterator<Item = String>) -> Vec<String> {
+    let mut argv = Vec::new();
+    let mut uri_follows = false;
+    for arg in args {
+        let redacted = if uri_follows {
+            tideway_postgres::redact_uri(&arg)
+        } else if let Some(uri) = arg.strip_prefix("--pgUri=") {
+            format!("--pgUri={}", tideway_postgres::redact_uri(uri))
+        } else {
+            arg.clone()
+        };
+        uri_follows = arg == "--pgUri";
+        argv.push(redacted);
+    }
+    argv
+}
+
 fn get_cmd_line_opts(ctx: &CommandContext, _body: &Document) -> CommandResult {
     let config = &ctx.state.config;
-    let argv: Vec<String> = std::env::args().collect();
+    let argv = redacted_argv(std::env::args());
     let mut set_parameter = Document::new();
     for assignment in &config.set_parameter {
         if let Some((name, value)) = assignment.split_once('=') {
@@ -294,6 +313,7 @@ fn get_cmd_line_opts(ctx: &CommandContext, _body: &Document) -> CommandResult {
     let engine = match config.storage {
         StorageKind::Disk => "disk",
         StorageKind::Memory => "memory",
+        StorageKind::Postgres => "postgres",
     };
     let mut parsed = Document::new();
     if let Some(path) = &config.config {

@@ -45,12 +45,17 @@ pub const COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-/// The set, or mongod's standalone answer with `message`.
+/// The set, or mongod's standalone answer with `message`; a router (`mongos`) has no such
+/// command.
 fn repl_set<'a>(ctx: &'a CommandContext, message: &str) -> CommandResult<&'a ReplSet> {
-    ctx.state
-        .repl
-        .as_ref()
-        .ok_or_else(|| CommandError::new(ErrorCode::NoReplicationEnabled, message))
+    match &ctx.state.repl {
+        Some(repl) if repl.router => Err(CommandError::new(
+            ErrorCode::CommandNotFound,
+            format!("no such command: '{}'", ctx.name),
+        )),
+        Some(repl) => Ok(repl),
+        None => Err(CommandError::new(ErrorCode::NoReplicationEnabled, message)),
+    }
 }
 
 const NOT_RUNNING: &str = "not running with --replSet";

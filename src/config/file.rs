@@ -32,8 +32,12 @@ pub struct FileSettings {
     pub max_conns: Option<usize>,
     /// `storage.dbPath`.
     pub dbpath: Option<PathBuf>,
-    /// `storage.engine`: `disk` or `memory`, tideway's engines.
+    /// `storage.engine`: `disk`, `memory` or `postgres`, tideway's engines.
     pub storage: Option<StorageKind>,
+    /// `storage.postgres.uri` (`--pgUri`).
+    pub pg_uri: Option<String>,
+    /// `storage.postgres.poolSize` (`--pgPoolSize`).
+    pub pg_pool_size: Option<usize>,
     /// `storage.journal.commitIntervalMs`: acknowledge before the flush, flush at least this
     /// often (`--syncdelay-ms`).
     pub syncdelay_ms: Option<u64>,
@@ -244,12 +248,27 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
                 settings.storage = Some(match value_text(&key, value)?.as_str() {
                     "disk" => StorageKind::Disk,
                     "memory" => StorageKind::Memory,
+                    "postgres" => StorageKind::Postgres,
                     other => {
                         return Err(CommandError::bad_value(format!(
-                            "Bad value for storage.engine: {other}.  Supported engines are: (disk|memory)"
+                            "Bad value for storage.engine: {other}.  Supported engines are: (disk|memory|postgres)"
                         )))
                     }
                 });
+            }
+            "storage.postgres.uri" => settings.pg_uri = Some(value_text(&key, value)?),
+            "storage.postgres.poolSize" => {
+                let size = int(&key, value)?;
+                settings.pg_pool_size = Some(
+                    usize::try_from(size)
+                        .ok()
+                        .filter(|size| (1..=10_000).contains(size))
+                        .ok_or_else(|| {
+                            CommandError::bad_value(format!(
+                                "storage.postgres.poolSize must be between 1 and 10000, got {size}"
+                            ))
+                        })?,
+                );
             }
             "storage.journal.commitIntervalMs" => {
                 let interval_ms = int(&key, value)?;
@@ -484,8 +503,18 @@ pub fn render(config: &Config) -> String {
     let engine = match config.storage {
         StorageKind::Disk => "disk",
         StorageKind::Memory => "memory",
+        StorageKind::Postgres => "postgres",
     };
     storage.insert(text_node("engine"), text_node(engine));
+    if let Some(uri) = &config.pg_uri {
+        let mut postgres = Hash::new();
+        postgres.insert(text_node("uri"), text_node(uri));
+        postgres.insert(
+            text_node("poolSize"),
+            Yaml::Integer(i64::try_from(config.pg_pool_size).unwrap_or(i64::MAX)),
+        );
+        storage.insert(text_node("postgres"), Yaml::Hash(postgres));
+    }
     if let Some(interval_ms) = config.syncdelay_ms {
         let mut journal = Hash::new();
         journal.insert(
@@ -578,6 +607,9 @@ net:
 storage:
    dbPath: /var/lib/tideway
    engine: memory
+   postgres:
+      uri: postgresql://tideway@127.0.0.1:5432/tideway
+      poolSize: 12
    journal:
       commitIntervalMs: 100
 systemLog:
@@ -611,6 +643,8 @@ replication:
                 max_conns: Some(200),
                 dbpath: Some(PathBuf::from("/var/lib/tideway")),
                 storage: Some(StorageKind::Memory),
+                pg_uri: Some("postgresql://tideway@127.0.0.1:5432/tideway".to_owned()),
+                pg_pool_size: Some(12),
                 syncdelay_ms: Some(100),
                 verbosity: Some(1),
                 slowms: Some(250),
@@ -771,7 +805,11 @@ replication:
             ),
             (
                 "storage:\n  engine: wiredTiger\n",
-                "Bad value for storage.engine: wiredTiger.  Supported engines are: (disk|memory)",
+                "Bad value for storage.engine: wiredTiger.  Supported engines are: (disk|memory|postgres)",
+            ),
+            (
+                "storage:\n  postgres:\n    poolSize: 0\n",
+                "storage.postgres.poolSize must be between 1 and 10000, got 0",
             ),
             (
                 "storage:\n  journal:\n    commitIntervalMs: 501\n",

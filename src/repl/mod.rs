@@ -46,6 +46,10 @@ pub const TERM: i64 = 1;
 #[derive(Debug)]
 pub struct ReplSet {
     pub name: String,
+    /// Router mode (`--storage postgres`): the server answers as a `mongos` (`hello` says
+    /// `msg: "isdbgrid"`, no set, no replication commands) and keeps sessions and transactions
+    /// as a set member does, their records in the database.
+    pub router: bool,
     /// `topologyVersion.processId`: one per process, as mongod.
     pub process_id: ObjectId,
     /// Set once the listener is known ([`start`]).
@@ -73,12 +77,21 @@ pub(crate) struct Member {
 impl ReplSet {
     pub fn new(name: String) -> ReplSet {
         ReplSet {
+            router: false,
             name,
             process_id: ObjectId::new(),
             member: OnceLock::new(),
             sessions: retryable::Sessions::default(),
             transactions: crate::txn::Transactions::default(),
             stopping: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Router mode (see [`ReplSet::router`]).
+    pub fn router() -> ReplSet {
+        ReplSet {
+            router: true,
+            ..ReplSet::new(String::new())
         }
     }
 
@@ -138,6 +151,16 @@ pub async fn start(
     let host = addrs
         .first()
         .map_or_else(|| format!("127.0.0.1:{default_port}"), host_of);
+    if repl.router {
+        // A router stores no set configuration.
+        let _ = repl.member.set(Member {
+            host,
+            config: Document::new(),
+            election_date: clock.now(),
+            election_time: cluster_time(storage),
+        });
+        return Ok(());
+    }
     let ns = config_namespace();
     let page = storage
         .scan(
@@ -318,6 +341,13 @@ pub(crate) fn decorate_reply(storage: &dyn Storage, reply: &mut Reply) {
 /// standalone server.
 pub(crate) fn hello_fields(repl: &ReplSet, storage: &dyn Storage) -> Option<Document> {
     let member = repl.member.get()?;
+    if repl.router {
+        // mongos's hello: the router marker, no set.
+        return Some(doc! {
+            "topologyVersion": topology_version(repl),
+            "msg": "isdbgrid",
+        });
+    }
     let time = cluster_time(storage);
     let date = timestamp_date(time);
     let version = member.config.get_i32("version").unwrap_or(1);

@@ -63,7 +63,10 @@ impl TestServer {
     }
 
     pub async fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> TestServer {
-        let storage = tideway::state::open_storage(&config).expect("storage opens");
+        let config = on_test_storage(config).await;
+        let storage = tideway::state::open_storage(&config)
+            .await
+            .expect("storage opens");
         TestServer::start_with_storage(config, clock, storage).await
     }
 
@@ -116,6 +119,50 @@ impl TestServer {
             .await
             .expect("server stops within 10 s")
             .expect("server task did not panic");
+    }
+}
+
+/// Whether memory-storage tests run on PostgreSQL ([`on_test_storage`]): tests of what that
+/// mode does not have (the oplog, change streams, replica-set commands) skip themselves.
+pub fn on_postgres() -> bool {
+    std::env::var("TIDEWAY_TEST_STORAGE").as_deref() == Ok("postgres")
+}
+
+/// The engine tests run on: with `TIDEWAY_TEST_STORAGE=postgres` (and `TIDEWAY_TEST_PG_URI`,
+/// as `.ci/run` sets them), a memory-storage test runs on PostgreSQL instead, in a fresh database
+/// of its own on the test server; the server is then a router, which keeps sessions and
+/// transactions too, so a `--replSet` the test asked for is dropped.
+pub async fn on_test_storage(config: Config) -> Config {
+    if !on_postgres() || config.storage != StorageKind::Memory {
+        return config;
+    }
+    let server = std::env::var("TIDEWAY_TEST_PG_URI")
+        .expect("TIDEWAY_TEST_STORAGE=postgres needs TIDEWAY_TEST_PG_URI");
+    let (admin, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .expect("the test PostgreSQL server answers");
+    tokio::spawn(connection);
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("a scratch database");
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server.as_str(), String::new()),
+    };
+    let authority_end = base.rfind('/').filter(|at| *at > "postgresql://".len());
+    let uri = match authority_end {
+        Some(at) => format!("{}/{name}{query}", &base[..at]),
+        None => format!("{base}/{name}{query}"),
+    };
+    Config {
+        storage: StorageKind::Postgres,
+        pg_uri: Some(uri),
+        pg_pool_size: 8,
+        repl_set: None,
+        oplog_size_mb: None,
+        ..config
     }
 }
 

@@ -8,10 +8,84 @@
 //! from several nodes keep the largest); the advance only grows; both survive restarts because
 //! they are rows, not node state.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Database;
+use tideway_base::clock::Clock;
 use tideway_storage::StorageResult;
+
+/// How often [`DatabaseClock`] measures the database's clock and reads the shared advance again.
+pub const CLOCK_REFRESH: Duration = Duration::from_secs(10);
+
+/// The server clock of a node over PostgreSQL: this node's wall clock plus the measured offset
+/// of the database server's clock, plus the shared test advance (`advanceClock`, kept in the
+/// database so every node adds the same). Readings between refreshes follow the node's clock at
+/// the last measured offset; the server's `ServerClock` on top keeps it from going backwards
+/// when a new measurement is lower.
+#[derive(Debug, Default)]
+pub struct DatabaseClock {
+    offset_ms: AtomicI64,
+    advance_ms: AtomicI64,
+    /// Set when `advance_ms` could not be stored (retried at the next refresh).
+    unsaved_advance_ms: AtomicI64,
+}
+
+impl DatabaseClock {
+    /// Measures the database's clock and reads the shared advance once, then keeps both fresh
+    /// every [`CLOCK_REFRESH`] on a task that ends with the database.
+    pub async fn start(database: &Arc<Database>) -> StorageResult<Arc<DatabaseClock>> {
+        let clock = Arc::new(DatabaseClock::default());
+        clock.refresh(database).await?;
+        let (weak_clock, weak_database) = (Arc::downgrade(&clock), Arc::downgrade(database));
+        tokio::spawn(async move { keep_fresh(weak_clock, weak_database).await });
+        Ok(clock)
+    }
+
+    async fn refresh(&self, database: &Database) -> StorageResult<()> {
+        let sample = database.measure_clock().await?;
+        self.offset_ms.store(sample.offset_ms, Ordering::SeqCst);
+        let unsaved = self.unsaved_advance_ms.swap(0, Ordering::SeqCst);
+        let shared = match database.advance_clock(unsaved).await {
+            Ok(shared) => shared,
+            Err(error) => {
+                self.unsaved_advance_ms.fetch_add(unsaved, Ordering::SeqCst);
+                return Err(error);
+            }
+        };
+        self.advance_ms.fetch_max(shared, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+async fn keep_fresh(clock: Weak<DatabaseClock>, database: Weak<Database>) {
+    loop {
+        tokio::time::sleep(CLOCK_REFRESH).await;
+        let (Some(clock), Some(database)) = (clock.upgrade(), database.upgrade()) else {
+            return;
+        };
+        if let Err(error) = clock.refresh(&database).await {
+            tracing::warn!(%error, "cannot measure the database's clock; keeping the last offset");
+        }
+    }
+}
+
+impl Clock for DatabaseClock {
+    fn now_ms(&self) -> i64 {
+        node_now_ms()
+            + self.offset_ms.load(Ordering::SeqCst)
+            + self.advance_ms.load(Ordering::SeqCst)
+    }
+
+    /// Moves this node at once; the database's shared advance follows at the next refresh.
+    fn advance_ms(&self, delta_ms: i64) {
+        let delta_ms = delta_ms.max(0);
+        self.advance_ms.fetch_add(delta_ms, Ordering::SeqCst);
+        self.unsaved_advance_ms
+            .fetch_add(delta_ms, Ordering::SeqCst);
+    }
+}
 
 /// The database server's time read in one statement: wall clock (`clock_timestamp`, not the
 /// transaction start), in ms since the epoch.

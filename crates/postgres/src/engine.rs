@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use bson::{Bson, Document, Timestamp};
 use tokio::sync::{Notify, RwLock};
 
+use crate::clock::DatabaseClock;
 use crate::collection::{Collection, Collections};
 use crate::conn::{Conn, Failure};
 use crate::snapshot::PgSnapshot;
@@ -27,7 +28,8 @@ use tideway_storage::{
 };
 
 pub struct PgStorage {
-    database: Database,
+    database: Arc<Database>,
+    clock: Arc<DatabaseClock>,
     collections: Collections,
     /// Shared by writes, held alone by catalog changes (see the module invariants).
     ddl: RwLock<()>,
@@ -49,11 +51,13 @@ impl PgStorage {
     /// Connects to `uri` with a pool of `pool_size` connections, creating or checking the
     /// schema (see [`Database::connect`]).
     pub async fn open(uri: &str, pool_size: usize) -> StorageResult<PgStorage> {
-        let database = Database::connect(uri, pool_size).await?;
+        let database = Arc::new(Database::connect(uri, pool_size).await?);
+        let clock = DatabaseClock::start(&database).await?;
         let time_high_water_ms = database.time_floor().await?.unwrap_or(0);
         let seconds = u64::try_from(time_high_water_ms / 1000).unwrap_or(0);
         Ok(PgStorage {
             database,
+            clock,
             collections: Collections::default(),
             ddl: RwLock::new(()),
             time_high_water_ms,
@@ -64,6 +68,11 @@ impl PgStorage {
 
     pub fn database(&self) -> &Database {
         &self.database
+    }
+
+    /// The clock nodes on this database judge expiry by (see [`DatabaseClock`]).
+    pub fn clock(&self) -> Arc<DatabaseClock> {
+        Arc::clone(&self.clock)
     }
 
     /// The collection, from the cache or the catalog.

@@ -37,9 +37,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
 use tideway_storage::StorageResult;
 
-pub use clock::ClockSample;
+pub use clock::{ClockSample, DatabaseClock};
 pub use engine::PgStorage;
-pub use target::Target;
+pub use target::{redact as redact_uri, Target};
 
 /// How long a caller waits for a free pooled connection before an error (never forever: a
 /// command fails with a retryable error instead of hanging).

@@ -68,7 +68,7 @@ impl Target {
 
 /// `uri` with the password removed from its user information (`user:secret@` → `user@`) and
 /// from any `password=` query parameter.
-pub(crate) fn redact(uri: &str) -> String {
+pub fn redact(uri: &str) -> String {
     let (scheme, rest) = match uri.find("://") {
         Some(at) => uri.split_at(at + 3),
         None => ("", uri),
