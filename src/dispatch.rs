@@ -238,10 +238,11 @@ async fn run_handler(
         () = op.killed() => Err(Deadline::interrupted()),
         () = time_limit => Err(Deadline::exceeded()),
     };
-    match (statement, &state.repl) {
+    let result = match (statement, &state.repl) {
         (Some(statement), Some(repl)) => repl.transactions.leave(statement, result),
         _ => result,
-    }
+    };
+    result.map_err(|error| crate::repl::label_retryable_write(error, spec.name, body))
 }
 
 /// `maxTimeMS`, honoured for every command: a non-negative 32-bit number; 0 means no limit.

@@ -407,6 +407,36 @@ pub(crate) fn standalone_session_options() -> CommandError {
 /// The commands that may carry `txnNumber` outside a transaction (mongod's retryable writes).
 const RETRYABLE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify", "bulkWrite"];
 
+/// Error codes after which a driver may retry a write (the retryable writes specification's
+/// list, as far as tideway answers them).
+const RETRYABLE_WRITE_CODES: &[ErrorCode] = &[
+    ErrorCode::HostUnreachable,
+    ErrorCode::NotWritablePrimary,
+    ErrorCode::InterruptedAtShutdown,
+    ErrorCode::ExceededTimeLimit,
+];
+
+/// The label mongod (4.4+) and mongos put on a retryable write's retryable error: drivers
+/// speaking wire version 9 or later retry a write only when it is there.
+pub(crate) const RETRYABLE_WRITE_LABEL: &str = "RetryableWriteError";
+
+/// `error` labelled `RetryableWriteError` when `body` is a retryable write (`txnNumber` on a
+/// retryable command, outside a transaction) and its code is one a driver retries.
+pub(crate) fn label_retryable_write(
+    error: CommandError,
+    command: &str,
+    body: &Document,
+) -> CommandError {
+    let retryable_write = body.contains_key("txnNumber")
+        && !body.contains_key("autocommit")
+        && RETRYABLE_COMMANDS.contains(&command);
+    if retryable_write && RETRYABLE_WRITE_CODES.contains(&error.code) {
+        crate::txn::labelled(error, RETRYABLE_WRITE_LABEL)
+    } else {
+        error
+    }
+}
+
 /// Checks a command's session options (`txnNumber`, `startTransaction`, `autocommit`): refused
 /// on a standalone server (20, as mongod); in replica-set mode `txnNumber` is accepted on the
 /// retryable writes, multi-document transactions are refused (238).

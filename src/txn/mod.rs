@@ -566,7 +566,7 @@ fn first_write_error(reply: &Reply) -> Option<CommandError> {
 
 /// `error` labelled `TransientTransactionError` if a retry of the whole transaction may
 /// succeed (mongod's `isTransientTransactionError`: write conflicts, lock timeouts, a
-/// transaction that no longer exists).
+/// transaction that no longer exists, the database out of reach).
 fn label_transient(error: CommandError) -> CommandError {
     if is_transient(error.code) {
         labelled(error, TRANSIENT)
@@ -578,7 +578,10 @@ fn label_transient(error: CommandError) -> CommandError {
 fn is_transient(code: ErrorCode) -> bool {
     matches!(
         code,
-        ErrorCode::WriteConflict | ErrorCode::LockTimeout | ErrorCode::NoSuchTransaction
+        ErrorCode::WriteConflict
+            | ErrorCode::LockTimeout
+            | ErrorCode::NoSuchTransaction
+            | ErrorCode::HostUnreachable
     )
 }
 

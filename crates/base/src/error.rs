@@ -58,6 +58,9 @@ error_codes! {
     JSInterpreterFailure = 139,
     DollarPrefixedFieldName = 52,
     InvalidIdField = 53,
+    // The storage engine's database cannot be reached (PostgreSQL down): retryable, as a
+    // network error between mongos and a shard.
+    HostUnreachable = 6,
     NotSingleValueField = 54,
     EmptyFieldName = 56,
     DottedFieldName = 57,

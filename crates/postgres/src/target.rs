@@ -52,7 +52,20 @@ impl Target {
     /// `what` failed on this database, because of `error` (with every cause below it: the
     /// client's errors say "db error" and keep the server's message in their source), as a
     /// storage error (an I/O error: survivable, the next attempt may succeed).
-    pub fn error(&self, what: &str, error: impl Error) -> StorageError {
+    /// `error` as the engine's error: `Unavailable` when the database cannot be reached (no
+    /// connection, a lost one, the server shutting down or not accepting connections), `Io`
+    /// otherwise; either names the database without its password.
+    pub fn error(&self, what: &str, error: impl Error + 'static) -> StorageError {
+        let unreachable = is_unreachable(&error);
+        let message = self.describe(what, error);
+        if unreachable {
+            StorageError::Unavailable(message)
+        } else {
+            StorageError::Io(message)
+        }
+    }
+
+    fn describe(&self, what: &str, error: impl Error) -> String {
         let mut message = error.to_string();
         let mut cause = error.source();
         while let Some(inner) = cause {
@@ -62,7 +75,37 @@ impl Target {
             }
             cause = inner.source();
         }
-        StorageError::Io(format!("{what} ({}): {message}", self.redacted))
+        format!("{what} ({}): {message}", self.redacted)
+    }
+}
+
+/// Whether `error` (or a cause of it) says the database cannot be reached: a pool that could not
+/// hand out a connection, a client error without SQLSTATE (I/O, a closed connection), class 08
+/// (connection exception), or 57P01–57P03 (shutting down, crashed, not yet accepting).
+fn is_unreachable(error: &(dyn Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn Error + 'static)> = Some(error);
+    while let Some(current) = cause {
+        if let Some(pool) = current.downcast_ref::<deadpool_postgres::PoolError>() {
+            return match pool {
+                deadpool_postgres::PoolError::Backend(database) => unreachable_database(database),
+                _ => true,
+            };
+        }
+        if let Some(database) = current.downcast_ref::<tokio_postgres::Error>() {
+            return unreachable_database(database);
+        }
+        cause = current.source();
+    }
+    false
+}
+
+fn unreachable_database(error: &tokio_postgres::Error) -> bool {
+    match error.code() {
+        None => true,
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+        }
     }
 }
 

@@ -142,7 +142,10 @@ pub(crate) type Outcomes = Vec<StorageResult<WriteOutcome>>;
 
 /// Whether an operation's failure is its own (the batch goes on) rather than the database's.
 fn is_operation_error(error: &StorageError) -> bool {
-    !matches!(error, StorageError::Io(_) | StorageError::Corrupt(_))
+    !matches!(
+        error,
+        StorageError::Io(_) | StorageError::Corrupt(_) | StorageError::Unavailable(_)
+    )
 }
 
 /// The operations of one collection in a batch.

@@ -764,6 +764,11 @@ pub enum StorageError {
     CannotIndexParallelArrays(String, String),
     #[error("storage I/O error: {0}")]
     Io(String),
+    /// The engine's database cannot be reached (a remote engine: connection refused, lost or
+    /// timed out). Transient and retryable: nothing of the failed call is known to be applied
+    /// unless it says so, and calls succeed again once the database answers (mongod code 6).
+    #[error("{0}")]
+    Unavailable(String),
     /// The disk (or the quota) is full; the string says what failed. Transient: the same write
     /// succeeds once space is freed (mongod code 14031).
     #[error("No space left on device: {0}")]
@@ -792,6 +797,7 @@ impl From<StorageError> for CommandError {
             StorageError::CannotIndexParallelArrays(..) => ErrorCode::CannotIndexParallelArrays,
             StorageError::OutOfDiskSpace(_) => ErrorCode::OutOfDiskSpace,
             StorageError::Io(_) | StorageError::Corrupt(_) => ErrorCode::InternalError,
+            StorageError::Unavailable(_) => ErrorCode::HostUnreachable,
             StorageError::CannotIndex { code, .. } => *code,
             StorageError::ExceedsCappedSize => ErrorCode::BadValue,
         };
