@@ -106,7 +106,11 @@ async fn run(
     });
     // The level when the command starts decides (mongod reads it as the command begins).
     let profile = state.profiler.settings_at_start(db);
-    let result = run_handler(state, client, body, spec, db, &guard.op).await;
+    let (result, round_trips) = tideway_storage::round_trips::counted(run_handler(
+        state, client, body, spec, db, &guard.op,
+    ))
+    .await;
+    state.stats.round_trips.record(spec.name, round_trips);
     let finished = profile.map(|settings| crate::profiler::Finished {
         settings,
         op: guard.op.clone(),

@@ -68,6 +68,53 @@ pub struct Stats {
     pub opcounters: OpCounters,
     /// Per compressor, in `Compressor::ALL` order.
     pub compression: [CompressionCounters; 3],
+    /// Round trips to a remote engine's database, per command.
+    pub round_trips: RoundTrips,
+}
+
+/// Per command name: how many commands cost round trips to the engine's database, and how many
+/// they cost (`serverStatus.<engine section>.commands`). Commands that cost none (every command
+/// on a local engine) are not recorded, so a local engine never takes the lock.
+#[derive(Debug, Default)]
+pub struct RoundTrips {
+    by_command: std::sync::Mutex<std::collections::BTreeMap<&'static str, (u64, u64)>>,
+}
+
+impl RoundTrips {
+    pub fn record(&self, command: &'static str, trips: u64) {
+        if trips == 0 {
+            return;
+        }
+        let mut by_command = self
+            .by_command
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (commands, total) = by_command.entry(command).or_default();
+        *commands += 1;
+        *total += trips;
+    }
+
+    /// `{<command>: {count, roundTrips, perCommand}}`.
+    pub fn document(&self) -> bson::Document {
+        let by_command = self
+            .by_command
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        by_command
+            .iter()
+            .map(|(command, (count, trips))| {
+                let per_command = *trips as f64 / (*count).max(1) as f64;
+                (
+                    (*command).to_owned(),
+                    bson::Bson::Document(bson::doc! {
+                        "count": i64::try_from(*count).unwrap_or(i64::MAX),
+                        "roundTrips": i64::try_from(*trips).unwrap_or(i64::MAX),
+                        "perCommand": per_command,
+                    }),
+                )
+            })
+            .collect()
+    }
 }
 
 /// mongod's `network.compression.<name>`: bytes into and out of the compressor (replies) and the

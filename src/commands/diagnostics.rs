@@ -189,6 +189,12 @@ async fn server_status(ctx: &CommandContext<'_>, body: &Document) -> CommandResu
         )
     });
     let sections = sections.chain(transport_security);
+    // A remote engine's pool and round trips, with the round trips of each command.
+    let engine = state.storage.status().map(|(name, mut status)| {
+        status.insert("commands", state.stats.round_trips.document());
+        (name, Bson::Document(status))
+    });
+    let sections = sections.chain(engine);
     let mut reply = Document::new();
     for (section, value) in sections {
         let excluded = body.get(section).is_some_and(|flag| !is_truthy(flag));

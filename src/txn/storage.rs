@@ -813,6 +813,10 @@ impl Storage for TxnStorage {
         self.base.list_databases().await
     }
 
+    async fn list_database_names(&self) -> StorageResult<Vec<String>> {
+        self.base.list_database_names().await
+    }
+
     fn time_high_water_ms(&self) -> i64 {
         self.base.time_high_water_ms()
     }

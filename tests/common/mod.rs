@@ -136,9 +136,46 @@ pub async fn on_test_storage(config: Config) -> Config {
     if !on_postgres() || config.storage != StorageKind::Memory {
         return config;
     }
-    let server = std::env::var("TIDEWAY_TEST_PG_URI")
-        .expect("TIDEWAY_TEST_STORAGE=postgres needs TIDEWAY_TEST_PG_URI");
-    let (admin, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+    let uri = scratch_postgres_database(
+        &std::env::var("TIDEWAY_TEST_PG_URI")
+            .expect("TIDEWAY_TEST_STORAGE=postgres needs TIDEWAY_TEST_PG_URI"),
+    )
+    .await;
+    Config {
+        storage: StorageKind::Postgres,
+        pg_uri: Some(uri),
+        pg_pool_size: 8,
+        repl_set: None,
+        oplog_size_mb: None,
+        ..config
+    }
+}
+
+/// A configuration on a fresh database of the test PostgreSQL server, when the environment
+/// names one (`TIDEWAY_TEST_PG_URI`; required under `CI=true`), for tests of the PostgreSQL
+/// mode itself.
+pub async fn postgres_config() -> Option<Config> {
+    let server = match std::env::var("TIDEWAY_TEST_PG_URI") {
+        Ok(server) => server,
+        Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but TIDEWAY_TEST_PG_URI is unset: .ci/run starts a cluster and sets it")
+        }
+        Err(_) => {
+            eprintln!("TIDEWAY_TEST_PG_URI is unset: PostgreSQL test skipped");
+            return None;
+        }
+    };
+    Some(Config {
+        storage: StorageKind::Postgres,
+        pg_uri: Some(scratch_postgres_database(&server).await),
+        pg_pool_size: 8,
+        ..test_config()
+    })
+}
+
+/// Creates a database of its own on the PostgreSQL server `server` and returns its URI.
+async fn scratch_postgres_database(server: &str) -> String {
+    let (admin, connection) = tokio_postgres::connect(server, tokio_postgres::NoTls)
         .await
         .expect("the test PostgreSQL server answers");
     tokio::spawn(connection);
@@ -149,20 +186,12 @@ pub async fn on_test_storage(config: Config) -> Config {
         .expect("a scratch database");
     let (base, query) = match server.split_once('?') {
         Some((base, query)) => (base, format!("?{query}")),
-        None => (server.as_str(), String::new()),
+        None => (server, String::new()),
     };
     let authority_end = base.rfind('/').filter(|at| *at > "postgresql://".len());
-    let uri = match authority_end {
+    match authority_end {
         Some(at) => format!("{}/{name}{query}", &base[..at]),
         None => format!("{base}/{name}{query}"),
-    };
-    Config {
-        storage: StorageKind::Postgres,
-        pg_uri: Some(uri),
-        pg_pool_size: 8,
-        repl_set: None,
-        oplog_size_mb: None,
-        ..config
     }
 }
 

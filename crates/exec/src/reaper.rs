@@ -259,7 +259,7 @@ pub(crate) async fn collections_with_policies(
     storage: &dyn Storage,
 ) -> StorageResult<Vec<CollectionMeta>> {
     let mut found = Vec::new();
-    for (db, _) in storage.list_databases().await? {
+    for db in storage.list_database_names().await? {
         for meta in storage.list_collections(&db).await? {
             if !TtlPolicies::from_meta(&meta).is_empty() {
                 found.push(meta);

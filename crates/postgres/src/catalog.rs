@@ -94,6 +94,19 @@ impl Database {
             .transpose()
     }
 
+    /// Databases that hold a collection, sorted.
+    pub(crate) async fn database_names(&self) -> StorageResult<Vec<String>> {
+        let conn = Conn::get(self).await?;
+        let rows = storage(
+            conn.query(
+                "SELECT DISTINCT db FROM tideway.collections ORDER BY db",
+                &[],
+            )
+            .await,
+        )?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
     /// Databases with the bytes of their documents, sorted by name.
     pub(crate) async fn database_sizes(&self) -> StorageResult<Vec<(String, u64)>> {
         let conn = Conn::get(self).await?;

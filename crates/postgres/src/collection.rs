@@ -3,7 +3,7 @@
 //!
 //! Invariants: a [`Collection`] is immutable and describes one version of its catalog row; the
 //! cache holds a namespace's latest known version and forgets it on every catalog change made
-//! through this engine (`Collections::forget`). Writes and catalog changes are ordered by the
+//! through this engine (`Collections::forget`), absent namespaces included. Writes and catalog changes are ordered by the
 //! engine's DDL lock (writes share it, catalog changes hold it alone), so a write never uses a
 //! version older than the last catalog change of this node. (Other nodes' changes are issue 27's.)
 
@@ -103,14 +103,19 @@ impl Collection {
     }
 }
 
-/// The cache of decoded collections, by namespace.
+/// The cache of decoded collections by namespace, absent ones included (views and profiles
+/// are looked up on every command, and mostly do not exist).
 #[derive(Debug, Default)]
 pub(crate) struct Collections {
-    by_ns: RwLock<HashMap<Namespace, Arc<Collection>>>,
+    by_ns: RwLock<HashMap<Namespace, Option<Arc<Collection>>>>,
+    /// Moves on every [`Collections::forget`]: a version read before a catalog change is
+    /// never cached after it.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Collections {
-    pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
+    /// `None`: not cached; `Some(None)`: known absent.
+    pub fn get(&self, ns: &Namespace) -> Option<Option<Arc<Collection>>> {
         self.by_ns
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -118,18 +123,30 @@ impl Collections {
             .cloned()
     }
 
-    pub fn put(&self, collection: Arc<Collection>) {
-        self.by_ns
+    /// The current generation: read it before loading what [`Collections::put`] caches.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Caches what was loaded at `generation`, unless the catalog changed since.
+    pub fn put(&self, ns: &Namespace, collection: Option<Arc<Collection>>, generation: u64) {
+        let mut by_ns = self
+            .by_ns
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(collection.meta.ns.clone(), collection);
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.generation() == generation {
+            by_ns.insert(ns.clone(), collection);
+        }
     }
 
     /// Forgets every cached collection (after a catalog change).
     pub fn forget(&self) {
-        self.by_ns
+        let mut by_ns = self
+            .by_ns
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clear();
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        by_ns.clear();
     }
 }

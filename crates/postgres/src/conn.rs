@@ -13,7 +13,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::{is_serialization_failure, Database, Target};
+use crate::{is_serialization_failure, Counters, Database, Target};
 use tideway_storage::{StorageError, StorageResult};
 
 /// Why a statement failed, as the engine acts on it.
@@ -49,6 +49,7 @@ pub(crate) type Attempt<T> = Result<T, Failure>;
 /// A pooled connection, possibly inside a transaction this wrapper began.
 pub(crate) struct Conn {
     target: Arc<Target>,
+    counters: Arc<Counters>,
     object: Option<Object>,
     in_transaction: bool,
 }
@@ -58,6 +59,7 @@ impl Conn {
         Ok(Conn {
             object: Some(database.client().await?),
             target: database.shared_target(),
+            counters: database.counters(),
             in_transaction: false,
         })
     }
@@ -81,6 +83,14 @@ impl Conn {
         Failure::Storage(self.target.error(what, error))
     }
 
+    /// Counts one statement sent (one round trip), for the engine and the running command.
+    fn round_trip(&self) {
+        self.counters
+            .round_trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tideway_storage::round_trips::add(1);
+    }
+
     pub async fn statement(&self, sql: &str) -> Attempt<Statement> {
         self.client()
             .prepare_cached(sql)
@@ -90,6 +100,7 @@ impl Conn {
 
     pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<Vec<Row>> {
         let statement = self.statement(sql).await?;
+        self.round_trip();
         self.client()
             .query(&statement, params)
             .await
@@ -102,6 +113,7 @@ impl Conn {
         params: &[&(dyn ToSql + Sync)],
     ) -> Attempt<Option<Row>> {
         let statement = self.statement(sql).await?;
+        self.round_trip();
         self.client()
             .query_opt(&statement, params)
             .await
@@ -110,6 +122,7 @@ impl Conn {
 
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<u64> {
         let statement = self.statement(sql).await?;
+        self.round_trip();
         self.client()
             .execute(&statement, params)
             .await
@@ -119,6 +132,7 @@ impl Conn {
     /// Begins a transaction (`BEGIN` with its options, e.g. `ISOLATION LEVEL REPEATABLE READ`).
     pub async fn begin(&mut self, options: &str) -> Attempt<()> {
         self.in_transaction = true;
+        self.round_trip();
         let sql = format!("BEGIN {options}");
         self.client()
             .batch_execute(&sql)
@@ -129,6 +143,7 @@ impl Conn {
     /// Commits the open transaction. A failed commit (a serialization failure found at commit,
     /// a lost connection) leaves the outcome as the error says: redo or unknown.
     pub async fn commit(&mut self) -> Attempt<()> {
+        self.round_trip();
         let result = self
             .client()
             .batch_execute("COMMIT")
@@ -140,6 +155,7 @@ impl Conn {
 
     /// Rolls the open transaction back (nothing of it stays).
     pub async fn rollback(&mut self) -> Attempt<()> {
+        self.round_trip();
         let result = self
             .client()
             .batch_execute("ROLLBACK")

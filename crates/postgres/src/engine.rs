@@ -77,15 +77,13 @@ impl PgStorage {
 
     /// The collection, from the cache or the catalog.
     async fn cached(&self, ns: &Namespace) -> StorageResult<Option<Arc<Collection>>> {
-        if let Some(found) = self.collections.get(ns) {
-            return Ok(Some(found));
+        if let Some(known) = self.collections.get(ns) {
+            return Ok(known);
         }
-        let Some(loaded) = self.database.load_collection(ns).await? else {
-            return Ok(None);
-        };
-        let loaded = Arc::new(loaded);
-        self.collections.put(Arc::clone(&loaded));
-        Ok(Some(loaded))
+        let generation = self.collections.generation();
+        let loaded = self.database.load_collection(ns).await?.map(Arc::new);
+        self.collections.put(ns, loaded.clone(), generation);
+        Ok(loaded)
     }
 
     /// Runs a catalog change alone, then forgets the cached catalog.
@@ -221,8 +219,16 @@ impl Storage for PgStorage {
         "postgres"
     }
 
+    fn status(&self) -> Option<(&'static str, Document)> {
+        Some(("postgres", self.database.status()))
+    }
+
     async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>> {
         self.database.database_sizes().await
+    }
+
+    async fn list_database_names(&self) -> StorageResult<Vec<String>> {
+        self.database.database_names().await
     }
 
     fn time_high_water_ms(&self) -> i64 {

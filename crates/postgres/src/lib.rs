@@ -30,6 +30,7 @@ mod target;
 mod tls;
 mod write;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Database {
     pool: Pool,
     target: Arc<Target>,
+    counters: Arc<Counters>,
+}
+
+/// What the engine counts of its use of the database (`serverStatus.postgres`).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Statements sent, each one round trip.
+    pub round_trips: AtomicU64,
+    /// Connections asked for while none was idle.
+    pub waits: AtomicU64,
+    /// Time spent getting connections, in µs.
+    pub wait_micros: AtomicU64,
 }
 
 impl Database {
@@ -77,6 +90,7 @@ impl Database {
         let database = Database {
             pool,
             target: Arc::new(target),
+            counters: Arc::default(),
         };
         let mut client = database.client().await?;
         schema::bootstrap(&mut client, &database.target).await?;
@@ -85,10 +99,46 @@ impl Database {
 
     /// A pooled connection; an error names the database without its password.
     pub async fn client(&self) -> StorageResult<deadpool_postgres::Object> {
-        self.pool
+        let started = std::time::Instant::now();
+        if self.pool.status().available == 0 {
+            self.counters.waits.fetch_add(1, Ordering::Relaxed);
+        }
+        let object = self
+            .pool
             .get()
             .await
-            .map_err(|error| self.target.error("cannot connect to PostgreSQL", error))
+            .map_err(|error| self.target.error("cannot connect to PostgreSQL", error));
+        let waited = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters
+            .wait_micros
+            .fetch_add(waited, Ordering::Relaxed);
+        object
+    }
+
+    /// The pool and round trips as `serverStatus.postgres` reports them.
+    pub fn status(&self) -> bson::Document {
+        let pool = self.pool.status();
+        let count = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        let read = |counter: &AtomicU64| {
+            i64::try_from(counter.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+        };
+        bson::doc! {
+            "uri": self.target.redacted(),
+            "pool": {
+                "maxSize": count(pool.max_size),
+                "size": count(pool.size),
+                "available": count(pool.available),
+                "inUse": count(pool.size.saturating_sub(pool.available)),
+                "waiting": count(pool.waiting),
+                "waits": read(&self.counters.waits),
+                "waitMicros": read(&self.counters.wait_micros),
+            },
+            "roundTrips": read(&self.counters.round_trips),
+        }
+    }
+
+    pub(crate) fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
     }
 
     pub fn target(&self) -> &Target {

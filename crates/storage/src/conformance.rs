@@ -411,6 +411,11 @@ pub async fn catalog(storage: &dyn Storage) {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "databases sorted by name");
+    assert_eq!(
+        storage.list_database_names().await.unwrap(),
+        names.into_iter().cloned().collect::<Vec<_>>(),
+        "the names are those of list_databases"
+    );
 
     storage
         .set_collection_options(&b, doc! {"validator": {"x": 1}})

@@ -47,6 +47,7 @@ mod hashed;
 pub mod indexkeys;
 pub mod oplog;
 pub mod redb_engine;
+pub mod round_trips;
 mod stored_doc;
 pub mod textkeys;
 mod typebits;
@@ -890,9 +891,25 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// A short name for `serverStatus.storageEngine.name`.
     fn engine_name(&self) -> &'static str;
 
+    /// Engine-specific figures for `serverStatus`, as a section name and its document (a
+    /// remote engine's connection pool and round trips); `None` for engines without any.
+    fn status(&self) -> Option<(&'static str, Document)> {
+        None
+    }
+
     // ---- catalog ----
     /// Database names with their total storage size in bytes, sorted by name.
     async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>>;
+    /// Database names, sorted: [`Storage::list_databases`] without the sizes, which an engine
+    /// may have to add up.
+    async fn list_database_names(&self) -> StorageResult<Vec<String>> {
+        Ok(self
+            .list_databases()
+            .await?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
+    }
     /// The latest time [`Storage::record_time`] had recorded when the engine opened (0 if none):
     /// the floor of the server clock after a restart.
     fn time_high_water_ms(&self) -> i64;
