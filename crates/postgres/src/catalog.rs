@@ -25,7 +25,7 @@ use tideway_storage::{CollectionMeta, IndexSpec, Namespace, StorageError, Storag
 macro_rules! in_transaction {
     ($database:expr, |$conn:ident| $body:expr) => {{
         let mut $conn = Conn::get($database).await?;
-        $conn.begin("").await.map_err(Failure::into_storage)?;
+        $conn.begin("");
         let result: StorageResult<_> = async { $body }.await;
         match result {
             Ok(value) => {

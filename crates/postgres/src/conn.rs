@@ -1,11 +1,14 @@
 //! One pooled connection as the engine uses it: statements prepared once per connection
-//! (`prepare_cached`), explicit transactions that never go back to the pool unfinished, and the
-//! engine's view of database errors ([`Failure`]).
+//! (`prepare_cached`), explicit transactions that never go back to the pool unfinished, requests
+//! pipelined (a `BEGIN` goes out with the transaction's first statement, deferred statements with
+//! the next one or the `COMMIT`: one round trip each time), and the engine's view of database
+//! errors ([`Failure`]).
 //!
 //! Invariant: a connection returns to the pool outside any transaction. A [`Conn`] dropped with
 //! its transaction open (a cancelled command) rolls it back on a spawned task before the
 //! connection is reused, or closes the connection when no runtime can run that task.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use deadpool_postgres::{ClientWrapper, Object};
@@ -50,6 +53,7 @@ pub(crate) type Attempt<T> = Result<T, Failure>;
 pub(crate) struct Conn {
     target: Arc<Target>,
     counters: Arc<Counters>,
+    pending: std::sync::Mutex<Pending>,
     object: Option<Object>,
     in_transaction: bool,
 }
@@ -60,6 +64,7 @@ impl Conn {
             object: Some(database.client().await?),
             target: database.shared_target(),
             counters: database.counters(),
+            pending: std::sync::Mutex::default(),
             in_transaction: false,
         })
     }
@@ -98,13 +103,53 @@ impl Conn {
             .map_err(|error| self.failure("cannot prepare a statement", error))
     }
 
+    /// Sends what is pending (a `BEGIN`, deferred statements) and then `main`, all in one
+    /// round trip: the requests go out in that order before any reply is awaited. The first
+    /// failure in that order is the result (a statement after a failed one only reports the
+    /// aborted transaction).
+    async fn send<T>(
+        &self,
+        what: &str,
+        main: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Attempt<T> {
+        let pending = std::mem::take(&mut *self.pending());
+        let mut statements = Vec::with_capacity(pending.deferred.len());
+        for deferred in &pending.deferred {
+            statements.push(self.statement(&deferred.sql).await?);
+        }
+        self.round_trip();
+        let begin = async {
+            match &pending.begin {
+                Some(sql) => self.client().batch_execute(sql).await,
+                None => Ok(()),
+            }
+        };
+        let deferred = futures::future::try_join_all(pending.deferred.iter().zip(&statements).map(
+            |(deferred, statement)| {
+                let params: Vec<&(dyn ToSql + Sync)> = deferred
+                    .params
+                    .iter()
+                    .map(|param| param.as_ref() as &(dyn ToSql + Sync))
+                    .collect();
+                async move { self.client().execute(statement, &params).await }
+            },
+        ));
+        let (began, deferred, result) = tokio::join!(begin, deferred, main);
+        began.map_err(|error| self.failure("cannot begin a transaction", error))?;
+        deferred.map_err(|error| self.failure("a statement failed", error))?;
+        result.map_err(|error| self.failure(what, error))
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<Vec<Row>> {
         let statement = self.statement(sql).await?;
-        self.round_trip();
-        self.client()
-            .query(&statement, params)
+        self.send("a query failed", self.client().query(&statement, params))
             .await
-            .map_err(|error| self.failure("a query failed", error))
     }
 
     pub async fn query_opt(
@@ -113,57 +158,90 @@ impl Conn {
         params: &[&(dyn ToSql + Sync)],
     ) -> Attempt<Option<Row>> {
         let statement = self.statement(sql).await?;
-        self.round_trip();
-        self.client()
-            .query_opt(&statement, params)
-            .await
-            .map_err(|error| self.failure("a query failed", error))
+        self.send(
+            "a query failed",
+            self.client().query_opt(&statement, params),
+        )
+        .await
     }
 
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<u64> {
         let statement = self.statement(sql).await?;
-        self.round_trip();
-        self.client()
-            .execute(&statement, params)
-            .await
-            .map_err(|error| self.failure("a statement failed", error))
+        self.send(
+            "a statement failed",
+            self.client().execute(&statement, params),
+        )
+        .await
     }
 
-    /// Begins a transaction (`BEGIN` with its options, e.g. `ISOLATION LEVEL REPEATABLE READ`).
-    pub async fn begin(&mut self, options: &str) -> Attempt<()> {
+    /// Runs `sql` with `params` in the open transaction together with the next statement or
+    /// the commit (one round trip for both); its failure is theirs.
+    pub fn defer(&self, sql: &'static str, params: OwnedParams) {
+        self.pending().deferred.push(Deferred {
+            sql: sql.to_owned(),
+            params,
+        });
+    }
+
+    /// Begins a transaction (`BEGIN` with its options, e.g. `ISOLATION LEVEL REPEATABLE READ`),
+    /// sent with the transaction's first statement.
+    pub fn begin(&mut self, options: &str) {
         self.in_transaction = true;
-        self.round_trip();
-        let sql = format!("BEGIN {options}");
-        self.client()
-            .batch_execute(&sql)
-            .await
-            .map_err(|error| self.failure("cannot begin a transaction", error))
+        self.pending().begin = Some(format!("BEGIN {options}"));
     }
 
-    /// Commits the open transaction. A failed commit (a serialization failure found at commit,
-    /// a lost connection) leaves the outcome as the error says: redo or unknown.
+    /// Commits the open transaction, with the statements still deferred. A failed commit (a
+    /// serialization failure found at commit, a lost connection) leaves the outcome as the error
+    /// says: redo or unknown.
     pub async fn commit(&mut self) -> Attempt<()> {
-        self.round_trip();
-        let result = self
-            .client()
-            .batch_execute("COMMIT")
+        let nothing_sent = {
+            let pending = self.pending();
+            pending.begin.is_some() && pending.deferred.is_empty()
+        };
+        let result = if nothing_sent {
+            *self.pending() = Pending::default();
+            Ok(())
+        } else {
+            self.send(
+                "cannot commit a transaction",
+                self.client().batch_execute("COMMIT"),
+            )
             .await
-            .map_err(|error| self.failure("cannot commit a transaction", error));
+        };
         self.in_transaction = false;
         result
     }
 
-    /// Rolls the open transaction back (nothing of it stays).
+    /// Rolls the open transaction back (nothing of it stays; deferred statements are dropped).
     pub async fn rollback(&mut self) -> Attempt<()> {
-        self.round_trip();
-        let result = self
-            .client()
-            .batch_execute("ROLLBACK")
+        let began = std::mem::take(&mut *self.pending()).begin.is_none();
+        let result = if began && self.in_transaction {
+            self.send(
+                "cannot roll a transaction back",
+                self.client().batch_execute("ROLLBACK"),
+            )
             .await
-            .map_err(|error| self.failure("cannot roll a transaction back", error));
+        } else {
+            Ok(())
+        };
         self.in_transaction = false;
         result
     }
+}
+
+/// Owned parameters of a deferred statement.
+pub(crate) type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
+
+struct Deferred {
+    sql: String,
+    params: OwnedParams,
+}
+
+/// What goes out with the next statement.
+#[derive(Default)]
+struct Pending {
+    begin: Option<String>,
+    deferred: Vec<Deferred>,
 }
 
 impl Drop for Conn {

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use crate::collection::Maintained;
-use crate::conn::{Attempt, Conn, Failure};
+use crate::conn::{Conn, Failure};
 use tideway_storage::entry_keys::index_entry_key;
 use tideway_storage::indexkeys::DocumentKeys;
 use tideway_storage::{StorageError, StorageResult};
@@ -33,10 +33,6 @@ pub(crate) struct EntryRows {
 }
 
 impl EntryRows {
-    pub fn is_empty(&self) -> bool {
-        self.index_ids.is_empty() && self.unique_index_ids.is_empty()
-    }
-
     /// Every key of `keys` in `index` for the document `id_key` (numbered `source`).
     pub fn add(&mut self, index: &Maintained, id_key: &[u8], keys: &DocumentKeys, source: usize) {
         for key in &keys.keys {
@@ -73,29 +69,32 @@ impl EntryRows {
          SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[])
          ON CONFLICT (index_id, entry) DO UPDATE SET type_bits = EXCLUDED.type_bits";
 
-    /// Inserts every row; a unique key another document holds is `Failure::Unique`.
-    pub async fn insert(&self, conn: &Conn) -> Attempt<()> {
+    /// Inserts every row with the connection's next statement (see `Conn::defer`); a unique
+    /// key another document holds fails it with `Failure::Unique`.
+    pub fn insert(&self, conn: &Conn) {
         if !self.index_ids.is_empty() {
-            conn.execute(
+            conn.defer(
                 Self::INSERT_ENTRIES,
-                &[&self.index_ids, &self.entries, &self.entry_ids, &self.bits],
-            )
-            .await?;
+                vec![
+                    Box::new(self.index_ids.clone()),
+                    Box::new(self.entries.clone()),
+                    Box::new(self.entry_ids.clone()),
+                    Box::new(self.bits.clone()),
+                ],
+            );
         }
         if !self.unique_index_ids.is_empty() {
-            conn.execute(
+            conn.defer(
                 "INSERT INTO tideway.unique_entries (index_id, key, id_key, type_bits)
                  SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[])",
-                &[
-                    &self.unique_index_ids,
-                    &self.unique_keys,
-                    &self.unique_ids,
-                    &self.unique_bits,
+                vec![
+                    Box::new(self.unique_index_ids.clone()),
+                    Box::new(self.unique_keys.clone()),
+                    Box::new(self.unique_ids.clone()),
+                    Box::new(self.unique_bits.clone()),
                 ],
-            )
-            .await?;
+            );
         }
-        Ok(())
     }
 
     /// Inserts every row (an index build); the first unique row whose key is taken (by a stored
@@ -157,27 +156,32 @@ impl EntryRows {
         )
     }
 
-    /// Deletes every row (unique ones only where their document still owns them).
-    pub async fn delete(&self, conn: &Conn) -> Attempt<()> {
+    /// Deletes every row (unique ones only where their document still owns them) with the
+    /// connection's next statement.
+    pub fn delete(&self, conn: &Conn) {
         if !self.index_ids.is_empty() {
-            conn.execute(
+            conn.defer(
                 "DELETE FROM tideway.index_entries e
                  USING unnest($1::bigint[], $2::bytea[]) AS r(index_id, entry)
                  WHERE e.index_id = r.index_id AND e.entry = r.entry",
-                &[&self.index_ids, &self.entries],
-            )
-            .await?;
+                vec![
+                    Box::new(self.index_ids.clone()),
+                    Box::new(self.entries.clone()),
+                ],
+            );
         }
         if !self.unique_index_ids.is_empty() {
-            conn.execute(
+            conn.defer(
                 "DELETE FROM tideway.unique_entries e
                  USING unnest($1::bigint[], $2::bytea[], $3::bytea[]) AS r(index_id, key, id_key)
                  WHERE e.index_id = r.index_id AND e.key = r.key AND e.id_key = r.id_key",
-                &[&self.unique_index_ids, &self.unique_keys, &self.unique_ids],
-            )
-            .await?;
+                vec![
+                    Box::new(self.unique_index_ids.clone()),
+                    Box::new(self.unique_keys.clone()),
+                    Box::new(self.unique_ids.clone()),
+                ],
+            );
         }
-        Ok(())
     }
 
     /// The columns of the rows, for a statement that inserts them with other rows

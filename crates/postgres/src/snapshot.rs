@@ -34,9 +34,7 @@ impl std::fmt::Debug for PgSnapshot {
 impl PgSnapshot {
     pub async fn begin(database: &Database) -> StorageResult<PgSnapshot> {
         let mut conn = Conn::get(database).await?;
-        conn.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(Failure::into_storage)?;
+        conn.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY");
         let rows = conn
             .query("SELECT id, entry FROM tideway.collections", &[])
             .await

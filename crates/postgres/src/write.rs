@@ -183,13 +183,13 @@ impl Database {
                     .all(|op| matches!(op, Prepared::Insert { .. }))
                 && group.collection.capped.is_none()
                 && !any_multikey
-                && options.record.is_none()
                 && !options.all_or_nothing;
             if plain_inserts {
-                match self.insert_fast(group.collection, &group.ops).await {
-                    Ok(outcomes) => return Ok((vec![outcomes], false)),
-                    Err(Failure::Unique | Failure::Serialization) => {}
-                    Err(Failure::Storage(error)) => return Err(error),
+                if let Some(outcomes) = self
+                    .insert_quickly(group.collection, &group.ops, &mut options)
+                    .await?
+                {
+                    return Ok((vec![outcomes], false));
                 }
             }
         }
@@ -225,8 +225,8 @@ impl Database {
     pub(crate) async fn store_record_alone(&self, record: &SessionRecord) -> StorageResult<()> {
         let mut conn = Conn::get(self).await?;
         let attempt = async {
-            conn.begin("").await?;
-            store_session_record(&conn, record).await?;
+            conn.begin("");
+            store_session_record(&conn, record)?;
             conn.commit().await
         }
         .await;
@@ -236,41 +236,77 @@ impl Database {
         attempt.map_err(Failure::into_storage)
     }
 
-    /// Inserts plain documents with one statement: every document (revisions from the
-    /// sequence, in batch order) and every index entry. `Failure::Unique` if an `_id` or unique
-    /// key is taken: then nothing was inserted.
-    async fn insert_fast(&self, collection: &Collection, ops: &[Prepared]) -> Attempt<Outcomes> {
-        let mut id_keys = Vec::with_capacity(ops.len());
-        let mut times = Vec::with_capacity(ops.len());
-        let mut classes = Vec::with_capacity(ops.len());
-        let mut expiries = Vec::with_capacity(ops.len());
-        let mut bodies = Vec::with_capacity(ops.len());
-        let mut entries = EntryRows::default();
-        for (source, op) in ops.iter().enumerate() {
-            let Prepared::Insert {
-                id_key,
-                body,
-                meta,
-                keys,
-                ..
-            } = op
-            else {
-                continue;
-            };
-            let (class, expire_at_ms) = ttl_columns(meta.ttl);
-            id_keys.push(id_key.as_slice());
-            times.push(meta.last_write_ms);
-            classes.push(class);
-            expiries.push(expire_at_ms);
-            bodies.push(body.as_slice());
-            for (index, keys) in collection.indexes.iter().zip(keys) {
-                entries.add(index, id_key, keys, source);
-            }
+    /// Plain inserts with one statement ([`insert_statement`]), and the session record with
+    /// the commit: one round trip without a record, two with one. `None` when a key or `_id` is
+    /// taken (nothing was written, the record was not built): the batch goes the careful way.
+    async fn insert_quickly(
+        &self,
+        collection: &Collection,
+        ops: &[Prepared],
+        options: &mut BatchOptions<'_>,
+    ) -> StorageResult<Option<Outcomes>> {
+        let mut conn = Conn::get(self).await?;
+        if options.record.is_some() {
+            conn.begin("");
         }
-        let conn = Conn::get(self).await?;
-        let ((ids, keys, entry_ids, bits), (unique_ids, unique_keys, owners, unique_bits)) =
-            entries.columns();
-        let rows = conn
+        let outcomes = match insert_statement(&conn, collection, ops).await {
+            Ok(outcomes) => outcomes,
+            Err(Failure::Unique | Failure::Serialization) => {
+                conn.rollback().await.map_err(Failure::into_storage)?;
+                return Ok(None);
+            }
+            Err(Failure::Storage(error)) => return Err(error),
+        };
+        if let Some(record) = options.record.take() {
+            options.record_built = true;
+            let time = EntryTime::now((options.take_time)());
+            if let Some(record) = record(&outcomes, time) {
+                store_session_record(&conn, &record).map_err(Failure::into_storage)?;
+            }
+            conn.commit().await.map_err(Failure::into_storage)?;
+        }
+        Ok(Some(outcomes))
+    }
+}
+
+/// Inserts plain documents with one statement: every document (revisions from the sequence, in
+/// batch order) and every index entry. `Failure::Unique` if an `_id` or unique key is taken: then
+/// nothing was inserted.
+async fn insert_statement(
+    conn: &Conn,
+    collection: &Collection,
+    ops: &[Prepared],
+) -> Attempt<Outcomes> {
+    let mut id_keys = Vec::with_capacity(ops.len());
+    let mut times = Vec::with_capacity(ops.len());
+    let mut classes = Vec::with_capacity(ops.len());
+    let mut expiries = Vec::with_capacity(ops.len());
+    let mut bodies = Vec::with_capacity(ops.len());
+    let mut entries = EntryRows::default();
+    for (source, op) in ops.iter().enumerate() {
+        let Prepared::Insert {
+            id_key,
+            body,
+            meta,
+            keys,
+            ..
+        } = op
+        else {
+            continue;
+        };
+        let (class, expire_at_ms) = ttl_columns(meta.ttl);
+        id_keys.push(id_key.as_slice());
+        times.push(meta.last_write_ms);
+        classes.push(class);
+        expiries.push(expire_at_ms);
+        bodies.push(body.as_slice());
+        for (index, keys) in collection.indexes.iter().zip(keys) {
+            entries.add(index, id_key, keys, source);
+        }
+    }
+    let ((ids, keys, entry_ids, bits), (unique_ids, unique_keys, owners, unique_bits)) =
+        entries.columns();
+    let rows = conn
             .query(
                 "WITH new_documents AS (
                     INSERT INTO tideway.documents
@@ -307,23 +343,22 @@ impl Database {
                 ],
             )
             .await?;
-        let revs: std::collections::HashMap<Vec<u8>, i64> =
-            rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-        id_keys
-            .iter()
-            .map(|id_key| {
-                let rev = revs.get(*id_key).ok_or_else(|| {
-                    Failure::Storage(StorageError::Io(
-                        "an inserted document's revision was not returned".to_string(),
-                    ))
-                })?;
-                Ok(Ok(WriteOutcome::Inserted {
-                    rev: *rev as u64,
-                    superseded: 0,
-                }))
-            })
-            .collect()
-    }
+    let revs: std::collections::HashMap<Vec<u8>, i64> =
+        rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+    id_keys
+        .iter()
+        .map(|id_key| {
+            let rev = revs.get(*id_key).ok_or_else(|| {
+                Failure::Storage(StorageError::Io(
+                    "an inserted document's revision was not returned".to_string(),
+                ))
+            })?;
+            Ok(Ok(WriteOutcome::Inserted {
+                rev: *rev as u64,
+                superseded: 0,
+            }))
+        })
+        .collect()
 }
 
 async fn try_batch(
@@ -333,7 +368,7 @@ async fn try_batch(
     isolation: &str,
     options: &mut BatchOptions<'_>,
 ) -> Attempt<Vec<Outcomes>> {
-    conn.begin(isolation).await?;
+    conn.begin(isolation);
     let mut all = Vec::with_capacity(groups.len());
     for (group, multikey) in groups.iter().zip(multikey) {
         if !multikey.is_empty() {
@@ -362,7 +397,7 @@ async fn try_batch(
         let time = EntryTime::now((options.take_time)());
         let results: Vec<_> = all.iter().flatten().cloned().collect();
         if let Some(record) = record(&results, time) {
-            store_session_record(conn, &record).await?;
+            store_session_record(conn, &record)?;
         }
     }
     conn.commit().await?;
@@ -431,23 +466,22 @@ fn plan_removal(
     })
 }
 
-async fn remove(conn: &Conn, collection: &Collection, removals: &[Removal]) -> Attempt<()> {
+/// Deletes the documents of `removals` with their entries, with the connection's next statement.
+fn remove(conn: &Conn, collection: &Collection, removals: &[Removal]) {
     if removals.is_empty() {
-        return Ok(());
+        return;
     }
     for removal in removals {
-        removal.entries.delete(conn).await?;
+        removal.entries.delete(conn);
     }
-    let id_keys: Vec<&[u8]> = removals
+    let id_keys: Vec<Vec<u8>> = removals
         .iter()
-        .map(|removal| removal.id_key.as_slice())
+        .map(|removal| removal.id_key.clone())
         .collect();
-    conn.execute(
+    conn.defer(
         "DELETE FROM tideway.documents WHERE coll_id = $1 AND id_key = ANY($2)",
-        &[&collection.id, &id_keys],
-    )
-    .await?;
-    Ok(())
+        vec![Box::new(collection.id), Box::new(id_keys)],
+    );
 }
 
 /// Resolves a conflict with the stored document `owner`: superseded (added to `superseded`) if
@@ -536,13 +570,13 @@ async fn check_unique(
 
 /// Moves `id_key`'s entries from its `old` keys to its `new` ones, touching only the keys that
 /// differ and the kept keys whose type bits changed.
-async fn move_entries(
+fn move_entries(
     conn: &Conn,
     collection: &Collection,
     id_key: &[u8],
     old: Option<&[DocumentKeys]>,
     new: &[DocumentKeys],
-) -> Attempt<()> {
+) {
     let none = DocumentKeys::default();
     let mut removed = EntryRows::default();
     let mut added = EntryRows::default();
@@ -562,13 +596,8 @@ async fn move_entries(
             }
         }
     }
-    if !removed.is_empty() {
-        removed.delete(conn).await?;
-    }
-    if !added.is_empty() {
-        added.insert(conn).await?;
-    }
-    Ok(())
+    removed.delete(conn);
+    added.insert(conn);
 }
 
 /// Deletes the oldest documents of a capped collection while it holds more than its limits
@@ -610,7 +639,7 @@ async fn roll_over(conn: &Conn, collection: &Collection, inserted: &[u8]) -> Att
             return Ok(());
         };
         let removal = plan_removal(collection, &id_key, &record)?;
-        remove(conn, collection, &[removal]).await?;
+        remove(conn, collection, &[removal]);
     }
 }
 
@@ -636,6 +665,11 @@ async fn apply(
         }
         Ok(record)
     };
+    if stale.is_none() {
+        if let Some(outcome) = apply_quickly(conn, collection, op).await? {
+            return Ok(outcome);
+        }
+    }
     match op {
         Prepared::Insert {
             id,
@@ -679,7 +713,7 @@ async fn apply(
                 &mut superseded,
             )
             .await?;
-            remove(conn, collection, &superseded).await?;
+            remove(conn, collection, &superseded);
             let (class, expire_at_ms) = ttl_columns(meta.ttl);
             let row = conn
                 .query_opt(
@@ -699,7 +733,7 @@ async fn apply(
                 )
                 .await?;
             let rev = returned_rev(row)?;
-            move_entries(conn, collection, id_key, None, keys).await?;
+            move_entries(conn, collection, id_key, None, keys);
             roll_over(conn, collection, id_key).await?;
             Ok(WriteOutcome::Inserted {
                 rev,
@@ -732,7 +766,7 @@ async fn apply(
                 &mut superseded,
             )
             .await?;
-            remove(conn, collection, &superseded).await?;
+            remove(conn, collection, &superseded);
             let (class, expire_at_ms) = ttl_columns(meta.ttl);
             // A replaced document keeps its record id: its place in natural order.
             let row = conn
@@ -752,7 +786,7 @@ async fn apply(
                 )
                 .await?;
             let rev = returned_rev(row)?;
-            move_entries(conn, collection, id_key, Some(&old_keys), keys).await?;
+            move_entries(conn, collection, id_key, Some(&old_keys), keys);
             Ok(WriteOutcome::Replaced {
                 rev,
                 superseded: superseded_count(&superseded),
@@ -767,11 +801,106 @@ async fn apply(
                 *expected_rev,
             )?;
             let removal = plan_removal(collection, id_key, &old)?;
-            remove(conn, collection, &[removal]).await?;
+            remove(conn, collection, &[removal]);
             Ok(WriteOutcome::Deleted)
         }
         Prepared::Invalid(error) => Err(Failure::Storage(error.clone())),
     }
+}
+
+/// A replace or delete in one statement that checks the revision and returns the stored
+/// document it replaced or deleted (its old keys are deleted with the next statement): for
+/// deletes, and for replaces in collections without unique secondary indexes (nothing a
+/// replacement writes can conflict there). `None`: the operation needs `apply`'s checks.
+async fn apply_quickly(
+    conn: &Conn,
+    collection: &Collection,
+    op: &Prepared,
+) -> Attempt<Option<WriteOutcome>> {
+    let with_entries = !collection.indexes.is_empty();
+    match op {
+        Prepared::Replace {
+            id_key,
+            expected_rev,
+            body,
+            meta,
+            keys,
+            ..
+        } if collection.indexes.iter().all(|index| !index.unique) => {
+            let (class, expire_at_ms) = ttl_columns(meta.ttl);
+            let expected = *expected_rev as i64;
+            // A replaced document keeps its record id: its place in natural order.
+            let row = conn
+                .query_opt(
+                    "WITH old AS (
+                        SELECT body FROM tideway.documents
+                        WHERE coll_id = $1 AND id_key = $2 AND rev = $7 FOR UPDATE)
+                     UPDATE tideway.documents d SET rev = nextval('tideway.revisions'),
+                        last_write_ms = $3, ttl_class = $4, expire_at_ms = $5, body = $6
+                     FROM old WHERE d.coll_id = $1 AND d.id_key = $2
+                     RETURNING d.rev, CASE WHEN $8 THEN old.body END",
+                    &[
+                        &collection.id,
+                        id_key,
+                        &meta.last_write_ms,
+                        &class,
+                        &expire_at_ms,
+                        body,
+                        &expected,
+                        &with_entries,
+                    ],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Err(Failure::Storage(StorageError::WriteConflict));
+            };
+            if with_entries {
+                let old_body: Vec<u8> = row.get(1);
+                let old_keys = collection.keys_of(&decode_stored(&old_body)?)?;
+                move_entries(conn, collection, id_key, Some(&old_keys), keys);
+            }
+            Ok(Some(WriteOutcome::Replaced {
+                rev: row.get::<_, i64>(0) as u64,
+                superseded: 0,
+            }))
+        }
+        Prepared::Delete {
+            id_key,
+            expected_rev,
+        } => {
+            let expected = expected_rev.map(|rev| rev as i64);
+            let row = conn
+                .query_opt(
+                    "DELETE FROM tideway.documents
+                     WHERE coll_id = $1 AND id_key = $2 AND ($3::bigint IS NULL OR rev = $3)
+                     RETURNING CASE WHEN $4 THEN body END",
+                    &[&collection.id, id_key, &expected, &with_entries],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Err(Failure::Storage(StorageError::WriteConflict));
+            };
+            if with_entries {
+                let old_body: Vec<u8> = row.get(0);
+                let mut entries = EntryRows::default();
+                for (index, keys) in collection
+                    .indexes
+                    .iter()
+                    .zip(collection.keys_of(&decode_stored(&old_body)?)?)
+                {
+                    entries.add(index, id_key, &keys, 0);
+                }
+                entries.delete(conn);
+            }
+            Ok(Some(WriteOutcome::Deleted))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn decode_stored(body: &[u8]) -> StorageResult<Document> {
+    tideway_base::bsonutil::decode_document(body)
+        .map_err(|error| StorageError::Corrupt(format!("stored document: {error}")))
 }
 
 fn returned_rev(row: Option<tokio_postgres::Row>) -> Attempt<u64> {
@@ -782,9 +911,10 @@ fn returned_rev(row: Option<tokio_postgres::Row>) -> Attempt<u64> {
     })
 }
 
-/// Stores a session record in the batch's transaction: its header replaces the session's, its
-/// statements join those of its txnNumber (older txnNumbers' rows are deleted).
-pub(crate) async fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attempt<()> {
+/// Stores a session record with the transaction's next statement (its commit): its header
+/// replaces the session's, its statements join those of its txnNumber (older txnNumbers' rows
+/// are deleted); one statement.
+pub(crate) fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attempt<()> {
     let mut header = doc! {"txnNumber": record.txn_number};
     for (field, value) in &record.header {
         if field != "txnNumber" {
@@ -798,31 +928,28 @@ pub(crate) async fn store_session_record(conn: &Conn, record: &SessionRecord) ->
             )))
         })
     };
-    conn.execute(
-        "INSERT INTO tideway.sessions (key, header) VALUES ($1, $2)
-         ON CONFLICT (key) DO UPDATE SET header = EXCLUDED.header",
-        &[&record.key, &encode(&header)?],
-    )
-    .await?;
-    conn.execute(
-        "DELETE FROM tideway.session_statements WHERE key = $1 AND txn_number <> $2",
-        &[&record.key, &record.txn_number],
-    )
-    .await?;
-    if !record.statements.is_empty() {
-        let stmt_ids: Vec<i32> = record.statements.iter().map(|(id, _)| *id).collect();
-        let bodies = record
-            .statements
-            .iter()
-            .map(|(_, reply)| encode(reply))
-            .collect::<Attempt<Vec<_>>>()?;
-        conn.execute(
-            "INSERT INTO tideway.session_statements (key, txn_number, stmt_id, body)
-             SELECT $1, $2, s, b FROM unnest($3::int[], $4::bytea[]) AS t(s, b)
-             ON CONFLICT (key, txn_number, stmt_id) DO UPDATE SET body = EXCLUDED.body",
-            &[&record.key, &record.txn_number, &stmt_ids, &bodies],
-        )
-        .await?;
-    }
+    let stmt_ids: Vec<i32> = record.statements.iter().map(|(id, _)| *id).collect();
+    let bodies = record
+        .statements
+        .iter()
+        .map(|(_, reply)| encode(reply))
+        .collect::<Attempt<Vec<_>>>()?;
+    conn.defer(
+        "WITH header AS (
+            INSERT INTO tideway.sessions (key, header) VALUES ($1, $2)
+            ON CONFLICT (key) DO UPDATE SET header = EXCLUDED.header),
+         older AS (
+            DELETE FROM tideway.session_statements WHERE key = $1 AND txn_number <> $3)
+         INSERT INTO tideway.session_statements (key, txn_number, stmt_id, body)
+         SELECT $1, $3, s, b FROM unnest($4::int[], $5::bytea[]) AS t(s, b)
+         ON CONFLICT (key, txn_number, stmt_id) DO UPDATE SET body = EXCLUDED.body",
+        vec![
+            Box::new(record.key.clone()),
+            Box::new(encode(&header)?),
+            Box::new(record.txn_number),
+            Box::new(stmt_ids),
+            Box::new(bodies),
+        ],
+    );
     Ok(())
 }
