@@ -54,14 +54,30 @@ pub(crate) struct Conn {
     target: Arc<Target>,
     counters: Arc<Counters>,
     pending: std::sync::Mutex<Pending>,
-    object: Option<Object>,
+    object: Option<Held>,
     in_transaction: bool,
 }
 
 impl Conn {
     pub async fn get(database: &Database) -> StorageResult<Conn> {
         Ok(Conn {
-            object: Some(database.client().await?),
+            object: Some(Held::Own(database.client().await?)),
+            target: database.shared_target(),
+            counters: database.counters(),
+            pending: std::sync::Mutex::default(),
+            in_transaction: false,
+        })
+    }
+
+    /// A connection shared by concurrent reads outside transactions: their statements are
+    /// pipelined on it (see `Database::reader`). Never begins a transaction.
+    pub async fn shared(database: &Database) -> StorageResult<Conn> {
+        let object = match database.reader().await? {
+            Some(shared) => Held::Shared(shared),
+            None => Held::Own(database.client().await?),
+        };
+        Ok(Conn {
+            object: Some(object),
             target: database.shared_target(),
             counters: database.counters(),
             pending: std::sync::Mutex::default(),
@@ -71,9 +87,11 @@ impl Conn {
 
     fn client(&self) -> &ClientWrapper {
         // Present from construction until drop.
-        self.object
-            .as_ref()
-            .expect("connection present until dropped")
+        match self.object.as_ref() {
+            Some(Held::Own(object)) => object,
+            Some(Held::Shared(object)) => object,
+            None => unreachable!("connection present until dropped"),
+        }
     }
 
     /// The error for a failed statement: `Unique` and `Serialization` for what a redo fixes,
@@ -229,6 +247,12 @@ impl Conn {
     }
 }
 
+/// A pooled connection of one caller, or one shared by concurrent reads.
+enum Held {
+    Own(Object),
+    Shared(Arc<Object>),
+}
+
 /// Owned parameters of a deferred statement.
 pub(crate) type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
 
@@ -249,7 +273,7 @@ impl Drop for Conn {
         if !self.in_transaction {
             return;
         }
-        let Some(object) = self.object.take() else {
+        let Some(Held::Own(object)) = self.object.take() else {
             return;
         };
         match tokio::runtime::Handle::try_current() {

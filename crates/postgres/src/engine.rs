@@ -200,7 +200,7 @@ impl PgStorage {
     }
 
     async fn read_conn(&self) -> StorageResult<Conn> {
-        Conn::get(&self.database).await
+        Conn::shared(&self.database).await
     }
 }
 

@@ -306,43 +306,26 @@ async fn insert_statement(
     }
     let ((ids, keys, entry_ids, bits), (unique_ids, unique_keys, owners, unique_bits)) =
         entries.columns();
+    type Param<'p> = &'p (dyn tokio_postgres::types::ToSql + Sync);
+    let mut params: Vec<Param> = vec![
+        &collection.id,
+        &id_keys,
+        &times,
+        &classes,
+        &expiries,
+        &bodies,
+    ];
+    let with_entries = !ids.is_empty();
+    if with_entries {
+        params.extend::<[Param; 4]>([ids, keys, entry_ids, bits]);
+    }
+    let with_unique = !unique_ids.is_empty();
+    if with_unique {
+        params.extend::<[Param; 4]>([unique_ids, unique_keys, owners, unique_bits]);
+    }
     let rows = conn
-            .query(
-                "WITH new_documents AS (
-                    INSERT INTO tideway.documents
-                        (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
-                    SELECT $1, k, r, r, w, c, e, b FROM (
-                        SELECT k, w, c, e, b, nextval('tideway.revisions') AS r FROM (
-                            SELECT * FROM unnest($2::bytea[], $3::bigint[], $4::smallint[],
-                                                 $5::bigint[], $6::bytea[])
-                                WITH ORDINALITY AS t(k, w, c, e, b, o)
-                            ORDER BY o) ordered) numbered
-                    RETURNING id_key, rev),
-                 new_entries AS (
-                    INSERT INTO tideway.index_entries (index_id, entry, id_key, type_bits)
-                    SELECT * FROM unnest($7::bigint[], $8::bytea[], $9::bytea[], $10::bytea[])),
-                 new_unique AS (
-                    INSERT INTO tideway.unique_entries (index_id, key, id_key, type_bits)
-                    SELECT * FROM unnest($11::bigint[], $12::bytea[], $13::bytea[], $14::bytea[]))
-                 SELECT id_key, rev FROM new_documents",
-                &[
-                    &collection.id,
-                    &id_keys,
-                    &times,
-                    &classes,
-                    &expiries,
-                    &bodies,
-                    ids,
-                    keys,
-                    entry_ids,
-                    bits,
-                    unique_ids,
-                    unique_keys,
-                    owners,
-                    unique_bits,
-                ],
-            )
-            .await?;
+        .query(insert_sql(with_entries, with_unique), &params)
+        .await?;
     let revs: std::collections::HashMap<Vec<u8>, i64> =
         rows.iter().map(|row| (row.get(0), row.get(1))).collect();
     id_keys
@@ -359,6 +342,56 @@ async fn insert_statement(
             }))
         })
         .collect()
+}
+
+/// The statement of [`insert_statement`]: the documents (`$1` collection, `$2..$6` columns),
+/// then the non-unique entries and the unique entries (four columns each) when there are any.
+fn insert_sql(with_entries: bool, with_unique: bool) -> &'static str {
+    static VARIANTS: [std::sync::OnceLock<String>; 4] = [const { std::sync::OnceLock::new() }; 4];
+    VARIANTS[usize::from(with_entries) * 2 + usize::from(with_unique)].get_or_init(|| {
+        let mut sql = String::from(
+            "WITH new_documents AS (
+                INSERT INTO tideway.documents
+                    (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
+                SELECT $1, k, r, r, w, c, e, b FROM (
+                    SELECT k, w, c, e, b, nextval('tideway.revisions') AS r FROM (
+                        SELECT * FROM unnest($2::bytea[], $3::bigint[], $4::smallint[],
+                                             $5::bigint[], $6::bytea[])
+                            WITH ORDINALITY AS t(k, w, c, e, b, o)
+                        ORDER BY o) ordered) numbered
+                RETURNING id_key, rev)",
+        );
+        let mut next = 7;
+        let mut columns = || {
+            let list = format!(
+                "${}::bigint[], ${}::bytea[], ${}::bytea[], ${}::bytea[]",
+                next,
+                next + 1,
+                next + 2,
+                next + 3
+            );
+            next += 4;
+            list
+        };
+        if with_entries {
+            sql.push_str(&format!(
+                ", new_entries AS (
+                    INSERT INTO tideway.index_entries (index_id, entry, id_key, type_bits)
+                    SELECT * FROM unnest({}))",
+                columns()
+            ));
+        }
+        if with_unique {
+            sql.push_str(&format!(
+                ", new_unique AS (
+                    INSERT INTO tideway.unique_entries (index_id, key, id_key, type_bits)
+                    SELECT * FROM unnest({}))",
+                columns()
+            ));
+        }
+        sql.push_str(" SELECT id_key, rev FROM new_documents");
+        sql
+    })
 }
 
 async fn try_batch(
