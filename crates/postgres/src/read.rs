@@ -203,13 +203,19 @@ impl Scanned<'_> {
                         .map(|column| format!("d.{column}"))
                         .collect::<Vec<_>>()
                         .join(", ");
+                    // The entries first (a range of the index, limited), then each one's
+                    // document by its key: a plan that never reads the collection whole.
                     format!(
-                        "SELECT e.{position}, e.id_key, e.type_bits, {columns} FROM {table} e
-                     LEFT JOIN tideway.documents d ON d.coll_id = $1 AND d.id_key = e.id_key
-                     WHERE e.index_id = $2 AND e.{position} >= $3 {}
-                     ORDER BY e.{position} {direction} LIMIT ${}",
+                        "SELECT e.{position}, e.id_key, e.type_bits, {columns}
+                         FROM (SELECT {position}, id_key, type_bits FROM {table}
+                               WHERE index_id = $2 AND {position} >= $3 {}
+                               ORDER BY {position} {direction} LIMIT ${}) e
+                         LEFT JOIN LATERAL (
+                             SELECT {RECORD_COLUMNS} FROM tideway.documents
+                             WHERE coll_id = $1 AND id_key = e.id_key) d ON true
+                         ORDER BY e.{position} {direction}",
                         if upper.is_some() {
-                            format!("AND e.{position} < $4")
+                            format!("AND {position} < $4")
                         } else {
                             String::new()
                         },
