@@ -61,7 +61,7 @@ pub(crate) struct Conn {
 impl Conn {
     pub async fn get(database: &Database) -> StorageResult<Conn> {
         Ok(Conn {
-            object: Some(Held::Own(database.client().await?)),
+            object: Some(Held::Own(Box::new(database.client().await?))),
             target: database.shared_target(),
             counters: database.counters(),
             pending: std::sync::Mutex::default(),
@@ -74,7 +74,7 @@ impl Conn {
     pub async fn shared(database: &Database) -> StorageResult<Conn> {
         let object = match database.reader().await? {
             Some(shared) => Held::Shared(shared),
-            None => Held::Own(database.client().await?),
+            None => Held::Own(Box::new(database.client().await?)),
         };
         Ok(Conn {
             object: Some(object),
@@ -249,7 +249,7 @@ impl Conn {
 
 /// A pooled connection of one caller, or one shared by concurrent reads.
 enum Held {
-    Own(Object),
+    Own(Box<Object>),
     Shared(Arc<Object>),
 }
 
@@ -276,6 +276,7 @@ impl Drop for Conn {
         let Some(Held::Own(object)) = self.object.take() else {
             return;
         };
+        let object = *object;
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
