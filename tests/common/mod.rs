@@ -184,15 +184,7 @@ async fn scratch_postgres_database(server: &str) -> String {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .expect("a scratch database");
-    let (base, query) = match server.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (server, String::new()),
-    };
-    let authority_end = base.rfind('/').filter(|at| *at > "postgresql://".len());
-    match authority_end {
-        Some(at) => format!("{}/{name}{query}", &base[..at]),
-        None => format!("{base}/{name}{query}"),
-    }
+    tideway_postgres::uri_with_database(server, &name)
 }
 
 /// The (code, codeName, errmsg) of a command error; panics on success or on other errors.

@@ -40,7 +40,7 @@ use tideway_storage::StorageResult;
 
 pub use clock::{ClockSample, DatabaseClock};
 pub use engine::PgStorage;
-pub use target::{redact as redact_uri, Target};
+pub use target::{redact as redact_uri, uri_with_database, Target};
 
 /// How long a caller waits for a free pooled connection before an error (never forever: a
 /// command fails with a retryable error instead of hanging).

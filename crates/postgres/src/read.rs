@@ -558,19 +558,94 @@ pub(crate) async fn record_position(
     Ok(row.map(|row| record_id_key(row.get::<_, i64>(0) as u64).to_vec()))
 }
 
-/// A statement's SQL for "`column` in this stored range", with its parameters appended.
-fn range_condition<'p>(
-    column: &str,
-    range: &'p (Vec<u8>, Option<Vec<u8>>),
-    params: &mut Params<'p>,
-) -> String {
-    params.push(&range.0);
-    let mut sql = format!("{column} >= ${}", params.len());
-    if let Some(upper) = &range.1 {
-        params.push(upper);
-        sql.push_str(&format!(" AND {column} < ${}", params.len()));
+/// The bounds of a stored range as an inclusive lower key and an exclusive upper one.
+fn key_bounds(range: &KeyRange) -> (Vec<u8>, Option<Vec<u8>>) {
+    let upper = match &range.1 {
+        Bound::Excluded(key) | Bound::Included(key) => Some(key.clone()),
+        Bound::Unbounded => None,
+    };
+    (inclusive_lower(&range.0), upper)
+}
+
+/// One `SELECT id_key …` per source, over one statement's owned parameters (`$1` is the
+/// collection id).
+#[derive(Default)]
+struct SourceQueries {
+    parts: Vec<String>,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl SourceQueries {
+    /// `$n` for a new parameter.
+    fn param(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
+        self.params.push(Box::new(value));
+        format!("${}", self.params.len() + 1)
     }
-    sql
+
+    /// `column >= lower [AND column < upper]` over parameters.
+    fn between<T: ToSql + Sync + Send + 'static>(
+        &mut self,
+        column: &str,
+        (lower, upper): (T, Option<T>),
+    ) -> String {
+        let mut sql = format!("{column} >= {}", self.param(lower));
+        if let Some(upper) = upper {
+            sql.push_str(&format!(" AND {column} < {}", self.param(upper)));
+        }
+        sql
+    }
+
+    fn add(&mut self, collection: &Collection, source: &ReapSource) -> StorageResult<()> {
+        match source {
+            ReapSource::Expiry { order, range } => {
+                let Some(range) = expiry_range(*range) else {
+                    return Ok(());
+                };
+                let (lower, upper) = key_bounds(&range);
+                let times = (
+                    expiry_bound(&lower)?.0,
+                    upper
+                        .as_deref()
+                        .map(expiry_bound)
+                        .transpose()?
+                        .map(|(at, _)| at),
+                );
+                let (class, time) = expiry_columns(*order);
+                let condition = self.between(time, times);
+                self.parts.push(format!(
+                    "SELECT id_key FROM tideway.documents
+                     WHERE coll_id = $1 AND ttl_class = {class} AND {condition}"
+                ));
+            }
+            ReapSource::Index { name, range } => {
+                let Some(range) = stored_range(range.clone()) else {
+                    return Ok(());
+                };
+                let bounds = key_bounds(&range);
+                if name == IndexSpec::ID_INDEX_NAME {
+                    let condition = self.between("id_key", bounds);
+                    self.parts.push(format!(
+                        "SELECT id_key FROM tideway.documents WHERE coll_id = $1 AND {condition}"
+                    ));
+                    return Ok(());
+                }
+                let Some(Some(index)) = collection.index_named(name) else {
+                    return Ok(());
+                };
+                let (table, column) = if index.unique {
+                    ("tideway.unique_entries", "key")
+                } else {
+                    ("tideway.index_entries", "entry")
+                };
+                let index_id = self.param(index.id);
+                let condition = self.between(column, bounds);
+                self.parts.push(format!(
+                    "SELECT id_key FROM {table} WHERE index_id = {index_id} AND {condition}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The documents of the collection, and how many distinct ones the sources' entries point to,
@@ -580,103 +655,27 @@ pub(crate) async fn count_entries(
     collection: &Collection,
     sources: &[ReapSource],
 ) -> StorageResult<EntryCount> {
-    let mut parts: Vec<String> = Vec::new();
-    let mut ranges: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-    let mut times: Vec<i64> = Vec::new();
-    enum Part<'s> {
-        Expiry(ExpiryOrder),
-        Entries(&'s str, &'s str, i64),
-        ById,
-    }
-    let mut plan: Vec<(Part, usize)> = Vec::new();
+    let mut queries = SourceQueries::default();
     for source in sources {
-        match source {
-            ReapSource::Expiry { order, range } => {
-                let Some(range) = expiry_range(*range) else {
-                    continue;
-                };
-                let lower = inclusive_lower(&range.0);
-                let upper = match range.1 {
-                    Bound::Excluded(key) | Bound::Included(key) => Some(key),
-                    Bound::Unbounded => None,
-                };
-                let (low_time, _) = expiry_bound(&lower)?;
-                times.push(low_time);
-                if let Some(upper) = &upper {
-                    times.push(expiry_bound(upper)?.0);
-                }
-                plan.push((Part::Expiry(*order), usize::from(upper.is_some())));
-            }
-            ReapSource::Index { name, range } => {
-                let Some(range) = stored_range(range.clone()) else {
-                    continue;
-                };
-                let lower = inclusive_lower(&range.0);
-                let upper = match range.1 {
-                    Bound::Excluded(key) | Bound::Included(key) => Some(key),
-                    Bound::Unbounded => None,
-                };
-                if name == IndexSpec::ID_INDEX_NAME {
-                    ranges.push((lower, upper));
-                    plan.push((Part::ById, ranges.len() - 1));
-                    continue;
-                }
-                let Some(Some(index)) = collection.index_named(name) else {
-                    continue;
-                };
-                ranges.push((lower, upper));
-                let (table, column) = if index.unique {
-                    ("tideway.unique_entries", "key")
-                } else {
-                    ("tideway.index_entries", "entry")
-                };
-                plan.push((Part::Entries(table, column, index.id), ranges.len() - 1));
-            }
-        }
+        queries.add(collection, source)?;
     }
-    let mut params: Params = vec![&collection.id];
-    let mut next_time = 0;
-    for (part, at) in &plan {
-        match part {
-            Part::Expiry(order) => {
-                let (class, time) = expiry_columns(*order);
-                params.push(&times[next_time]);
-                let mut sql = format!(
-                    "SELECT id_key FROM tideway.documents WHERE coll_id = $1 AND ttl_class = {class} AND {time} >= ${}",
-                    params.len()
-                );
-                next_time += 1;
-                if *at == 1 {
-                    params.push(&times[next_time]);
-                    sql.push_str(&format!(" AND {time} < ${}", params.len()));
-                    next_time += 1;
-                }
-                parts.push(sql);
-            }
-            Part::ById => {
-                let condition = range_condition("id_key", &ranges[*at], &mut params);
-                parts.push(format!(
-                    "SELECT id_key FROM tideway.documents WHERE coll_id = $1 AND {condition}"
-                ));
-            }
-            Part::Entries(table, column, id) => {
-                let condition = range_condition(column, &ranges[*at], &mut params);
-                parts.push(format!(
-                    "SELECT id_key FROM {table} WHERE index_id = {id} AND {condition}"
-                ));
-            }
-        }
-    }
-    let in_sources = if parts.is_empty() {
+    let in_sources = if queries.parts.is_empty() {
         "0::bigint".to_string()
     } else {
         format!(
             "(SELECT count(DISTINCT id_key) FROM ({}) s)",
-            parts.join(" UNION ALL ")
+            queries.parts.join(" UNION ALL ")
         )
     };
     let sql =
         format!("SELECT (SELECT count(*) FROM tideway.documents WHERE coll_id = $1), {in_sources}");
+    let mut params: Params = vec![&collection.id];
+    params.extend(
+        queries
+            .params
+            .iter()
+            .map(|param| param.as_ref() as &(dyn ToSql + Sync)),
+    );
     let row = storage(conn.query_opt(&sql, &params).await)?;
     let (documents, in_sources) =
         row.map_or((0, 0), |row| (row.get::<_, i64>(0), row.get::<_, i64>(1)));

@@ -79,6 +79,20 @@ impl Target {
     }
 }
 
+/// `uri` naming database `database` instead of its own (query parameters kept): how tests and
+/// tools point at a fresh database on the same server.
+pub fn uri_with_database(uri: &str, database: &str) -> String {
+    let (base, query) = match uri.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (uri, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |at| at + 3);
+    match base[authority_start..].find('/') {
+        Some(at) => format!("{}/{database}{query}", &base[..authority_start + at]),
+        None => format!("{base}/{database}{query}"),
+    }
+}
+
 /// Whether `error` (or a cause of it) says the database cannot be reached: a pool that could not
 /// hand out a connection, a client error without SQLSTATE (I/O, a closed connection), class 08
 /// (connection exception), or 57P01–57P03 (shutting down, crashed, not yet accepting).
@@ -154,6 +168,22 @@ pub(crate) fn with_query(base: &str, parameters: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_database_on_the_same_server() {
+        assert_eq!(
+            uri_with_database("postgresql://u:p@h:5/db?sslmode=disable", "t_1"),
+            "postgresql://u:p@h:5/t_1?sslmode=disable"
+        );
+        assert_eq!(
+            uri_with_database("postgresql://u@h:5", "t_2"),
+            "postgresql://u@h:5/t_2"
+        );
+        assert_eq!(
+            uri_with_database("postgresql://h/x/y", "t_3"),
+            "postgresql://h/t_3"
+        );
+    }
 
     #[test]
     fn passwords_never_appear() {

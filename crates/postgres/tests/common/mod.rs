@@ -54,15 +54,7 @@ impl Scratch {
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .unwrap();
-        let (base, query) = match server.split_once('?') {
-            Some((base, query)) => (base, format!("?{query}")),
-            None => (server, String::new()),
-        };
-        let authority_end = base.rfind('/').filter(|at| *at > "postgresql://".len());
-        let uri = match authority_end {
-            Some(at) => format!("{}/{name}{query}", &base[..at]),
-            None => format!("{base}/{name}{query}"),
-        };
+        let uri = tideway_postgres::uri_with_database(server, &name);
         Scratch {
             admin,
             name,
