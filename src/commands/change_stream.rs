@@ -9,7 +9,7 @@ use crate::changes::{ChangeStream, Reader};
 use crate::command::CommandContext;
 use crate::commands::args::optional_i64;
 use crate::cursor::{Cursor, CursorSource, DEFAULT_FIRST_BATCH};
-use tideway_base::error::{CommandError, CommandResult};
+use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_storage::Namespace;
 use tideway_wire::Reply;
 
@@ -28,6 +28,13 @@ pub async fn open(
     collection: Option<Namespace>,
     stages: &[Document],
 ) -> CommandResult<Reply> {
+    if ctx.state.repl.as_ref().is_some_and(|repl| repl.router) {
+        // mongod's code for a deployment without an oplog, with the reason this one has none.
+        return Err(CommandError::new(
+            ErrorCode::Location40573,
+            "The $changeStream stage is not supported by tideway over PostgreSQL yet: change streams need one global order of committed writes, which this storage mode does not keep",
+        ));
+    }
     let reader = reader(ctx);
     let mut stream = ChangeStream::open(&reader, ctx.db, collection, stages).await?;
     let batch_size = body
