@@ -36,15 +36,7 @@ pub async fn get(
 
 /// A forward page of `ns`'s documents.
 fn collection_page(resume_after: Option<Vec<u8>>, limit: usize) -> ScanRequest {
-    ScanRequest {
-        source: ScanSource::Collection,
-        resume_after,
-        reverse: false,
-        limit,
-        hide: None,
-        key_filter: None,
-        covered: false,
-    }
+    ScanRequest::forward(ScanSource::Collection, resume_after, limit)
 }
 
 /// Whether `ns` holds no document.

@@ -106,7 +106,14 @@ pub struct Reader<'a> {
     pub storage: &'a dyn Storage,
     pub gates: &'a PolicyGates,
     pub clock: &'a dyn Clock,
+    /// Why a stream cannot open when storage keeps no oplog (40573's message): a standalone
+    /// server's, or a router's over PostgreSQL.
+    pub without_oplog: &'static str,
 }
+
+/// mongod's message on a standalone server, which keeps no oplog.
+pub const STANDALONE_WITHOUT_OPLOG: &str =
+    "The $changeStream stage is only supported on replica sets";
 
 impl ChangeStream {
     /// The stream `aggregate` opens when its first stage is `$changeStream`, on `db` and
@@ -118,10 +125,10 @@ impl ChangeStream {
         stages: &[Document],
     ) -> CommandResult<ChangeStream> {
         if !super::has_oplog(reader.storage).await? {
-            // A standalone mongod's answer: change streams need the oplog.
+            // mongod's answer where there is no oplog, with this deployment's reason.
             return Err(CommandError::new(
                 ErrorCode::Location40573,
-                "The $changeStream stage is only supported on replica sets",
+                reader.without_oplog,
             ));
         }
         let Some(Bson::Document(spec)) = stages[0].get("$changeStream") else {

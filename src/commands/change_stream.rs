@@ -4,12 +4,12 @@
 
 use bson::Document;
 
-use crate::changes::stream::{reply, DEFAULT_AWAIT_MS};
+use crate::changes::stream::{reply, DEFAULT_AWAIT_MS, STANDALONE_WITHOUT_OPLOG};
 use crate::changes::{ChangeStream, Reader};
 use crate::command::CommandContext;
 use crate::commands::args::optional_i64;
 use crate::cursor::{Cursor, CursorSource, DEFAULT_FIRST_BATCH};
-use tideway_base::error::{CommandError, CommandResult, ErrorCode};
+use tideway_base::error::{CommandError, CommandResult};
 use tideway_storage::Namespace;
 use tideway_wire::Reply;
 
@@ -18,8 +18,16 @@ fn reader<'a>(ctx: &CommandContext<'a>) -> Reader<'a> {
         storage: ctx.state.storage.as_ref(),
         gates: &ctx.state.policy_gates,
         clock: ctx.state.clock.as_ref(),
+        without_oplog: if ctx.state.repl.as_ref().is_some_and(|repl| repl.router) {
+            ROUTER_WITHOUT_OPLOG
+        } else {
+            STANDALONE_WITHOUT_OPLOG
+        },
     }
 }
+
+/// Why a router over PostgreSQL has no change streams.
+const ROUTER_WITHOUT_OPLOG: &str = "The $changeStream stage is not supported by tideway over PostgreSQL yet: change streams need one global order of committed writes, which this storage mode does not keep";
 
 /// `aggregate` whose first stage is `$changeStream`; `collection` is `None` for `aggregate: 1`.
 pub async fn open(
@@ -28,13 +36,6 @@ pub async fn open(
     collection: Option<Namespace>,
     stages: &[Document],
 ) -> CommandResult<Reply> {
-    if ctx.state.repl.as_ref().is_some_and(|repl| repl.router) {
-        // mongod's code for a deployment without an oplog, with the reason this one has none.
-        return Err(CommandError::new(
-            ErrorCode::Location40573,
-            "The $changeStream stage is not supported by tideway over PostgreSQL yet: change streams need one global order of committed writes, which this storage mode does not keep",
-        ));
-    }
     let reader = reader(ctx);
     let mut stream = ChangeStream::open(&reader, ctx.db, collection, stages).await?;
     let batch_size = body

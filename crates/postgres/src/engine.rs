@@ -151,14 +151,29 @@ impl PgStorage {
             collection: &collection,
             stale: None,
         };
+        let outcomes = self
+            .write_groups(std::slice::from_ref(&group), options.ordered, false, record)
+            .await?;
+        Ok(outcomes.into_iter().next().unwrap_or_default())
+    }
+
+    /// Applies `groups` as one batch ([`Database::write_batch`]): a cluster time for every
+    /// operation that succeeds, the cached catalog forgotten when an index became multikey.
+    async fn write_groups(
+        &self,
+        groups: &[Group<'_>],
+        ordered: bool,
+        all_or_nothing: bool,
+        record: Option<RecordSession>,
+    ) -> StorageResult<Vec<crate::write::Outcomes>> {
         let take_time = || self.take_time();
-        let (mut outcomes, multikey) = self
+        let (outcomes, multikey) = self
             .database
             .write_batch(
-                std::slice::from_ref(&group),
+                groups,
                 BatchOptions {
-                    ordered: options.ordered,
-                    all_or_nothing: false,
+                    ordered,
+                    all_or_nothing,
                     record,
                     take_time: &take_time,
                     record_built: false,
@@ -168,8 +183,7 @@ impl PgStorage {
         if multikey {
             self.collections.forget();
         }
-        let outcomes = outcomes.pop().unwrap_or_default();
-        for _ in outcomes.iter().filter(|outcome| outcome.is_ok()) {
+        for _ in outcomes.iter().flatten().filter(|outcome| outcome.is_ok()) {
             self.take_time();
         }
         Ok(outcomes)
@@ -464,26 +478,10 @@ impl Storage for PgStorage {
                 stale,
             })
             .collect();
-        let take_time = || self.take_time();
         let record: Option<RecordSession> = commit.record.map(|record| {
             Box::new(move |_: &[StorageResult<WriteOutcome>], _| Some(record)) as RecordSession
         });
-        let (_, multikey) = self
-            .database
-            .write_batch(
-                &groups,
-                BatchOptions {
-                    ordered: true,
-                    all_or_nothing: true,
-                    record,
-                    take_time: &take_time,
-                    record_built: false,
-                },
-            )
-            .await?;
-        if multikey {
-            self.collections.forget();
-        }
+        self.write_groups(&groups, true, true, record).await?;
         Ok(())
     }
 

@@ -71,15 +71,15 @@ impl EntryRows {
 
     /// Inserts every row with the connection's next statement (see `Conn::defer`); a unique
     /// key another document holds fails it with `Failure::Unique`.
-    pub fn insert(&self, conn: &Conn) {
+    pub fn insert(self, conn: &Conn) {
         if !self.index_ids.is_empty() {
             conn.defer(
                 Self::INSERT_ENTRIES,
                 vec![
-                    Box::new(self.index_ids.clone()),
-                    Box::new(self.entries.clone()),
-                    Box::new(self.entry_ids.clone()),
-                    Box::new(self.bits.clone()),
+                    Box::new(self.index_ids),
+                    Box::new(self.entries),
+                    Box::new(self.entry_ids),
+                    Box::new(self.bits),
                 ],
             );
         }
@@ -88,10 +88,10 @@ impl EntryRows {
                 "INSERT INTO tideway.unique_entries (index_id, key, id_key, type_bits)
                  SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[])",
                 vec![
-                    Box::new(self.unique_index_ids.clone()),
-                    Box::new(self.unique_keys.clone()),
-                    Box::new(self.unique_ids.clone()),
-                    Box::new(self.unique_bits.clone()),
+                    Box::new(self.unique_index_ids),
+                    Box::new(self.unique_keys),
+                    Box::new(self.unique_ids),
+                    Box::new(self.unique_bits),
                 ],
             );
         }
@@ -158,16 +158,13 @@ impl EntryRows {
 
     /// Deletes every row (unique ones only where their document still owns them) with the
     /// connection's next statement.
-    pub fn delete(&self, conn: &Conn) {
+    pub fn delete(self, conn: &Conn) {
         if !self.index_ids.is_empty() {
             conn.defer(
                 "DELETE FROM tideway.index_entries e
                  USING unnest($1::bigint[], $2::bytea[]) AS r(index_id, entry)
                  WHERE e.index_id = r.index_id AND e.entry = r.entry",
-                vec![
-                    Box::new(self.index_ids.clone()),
-                    Box::new(self.entries.clone()),
-                ],
+                vec![Box::new(self.index_ids), Box::new(self.entries)],
             );
         }
         if !self.unique_index_ids.is_empty() {
@@ -176,9 +173,9 @@ impl EntryRows {
                  USING unnest($1::bigint[], $2::bytea[], $3::bytea[]) AS r(index_id, key, id_key)
                  WHERE e.index_id = r.index_id AND e.key = r.key AND e.id_key = r.id_key",
                 vec![
-                    Box::new(self.unique_index_ids.clone()),
-                    Box::new(self.unique_keys.clone()),
-                    Box::new(self.unique_ids.clone()),
+                    Box::new(self.unique_index_ids),
+                    Box::new(self.unique_keys),
+                    Box::new(self.unique_ids),
                 ],
             );
         }

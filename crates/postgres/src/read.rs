@@ -19,7 +19,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::collection::{Collection, Maintained};
 use crate::conn::{Conn, Failure};
-use crate::records::{StoredRecord, RECORD_COLUMNS};
+use crate::records::{record_columns, StoredRecord, RECORD_COLUMNS};
 use tideway_query::keycodec::encode_id;
 use tideway_storage::entry_keys::{
     after_resume, expiry_range, i64_of_ordered, is_empty, record_id_key, stored_range, TIME_LEN,
@@ -48,8 +48,10 @@ pub(crate) async fn get(
     let id_key = encode_id(id);
     let row = storage(
         conn.query_opt(
-            &format!(
-                "SELECT {RECORD_COLUMNS} FROM tideway.documents WHERE coll_id = $1 AND id_key = $2"
+            concat!(
+                "SELECT ",
+                record_columns!(),
+                " FROM tideway.documents WHERE coll_id = $1 AND id_key = $2"
             ),
             &[&collection.id, &id_key],
         )
@@ -198,15 +200,10 @@ impl Scanned<'_> {
                     } else {
                         ("tideway.index_entries", "entry")
                     };
-                    let columns = RECORD_COLUMNS
-                        .split(", ")
-                        .map(|column| format!("d.{column}"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
                     // The entries first (a range of the index, limited), then each one's
                     // document by its key: a plan that never reads the collection whole.
                     format!(
-                        "SELECT e.{position}, e.id_key, e.type_bits, {columns}
+                        "SELECT e.{position}, e.id_key, e.type_bits, d.*
                          FROM (SELECT {position}, id_key, type_bits FROM {table}
                                WHERE index_id = $2 AND {position} >= $3 {}
                                ORDER BY {position} {direction} LIMIT ${}) e
@@ -471,15 +468,8 @@ pub(crate) async fn expiry_scan(
     let Some(range) = expiry_range(range) else {
         return Ok(ScanPage::default());
     };
-    let request = ScanRequest {
-        source: ScanSource::Collection,
-        resume_after,
-        reverse: false,
-        limit,
-        hide: None,
-        key_filter: None,
-        covered: false,
-    };
+    // The expiry order is the source; the request carries the paging.
+    let request = ScanRequest::forward(ScanSource::Collection, resume_after, limit);
     let rules = PageRules {
         request: &request,
         covering: None,

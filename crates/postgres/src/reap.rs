@@ -39,6 +39,7 @@ impl Database {
         let resume = (candidates.len() >= limit)
             .then(|| candidates.last().map(|last| last.position.clone()))
             .flatten();
+        let mut judged: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
         let mut id_keys: Vec<&[u8]> = Vec::new();
         let mut revs: Vec<i64> = Vec::new();
         let mut entries = EntryRows::default();
@@ -46,8 +47,8 @@ impl Database {
             let Some(record) = &candidate.record else {
                 continue;
             };
-            if id_keys.contains(&candidate.id_key.as_slice())
-                || !request.expired.holds(&record.raw()?)
+            // A multikey index lists a document once per key: it is judged once.
+            if !judged.insert(candidate.id_key.as_slice()) || !request.expired.holds(&record.raw()?)
             {
                 continue;
             }

@@ -11,8 +11,17 @@ use tokio_postgres::Row;
 
 use tideway_storage::{RawRecord, Record, StorageError, StorageResult, StoredDoc, TtlClass};
 
-/// The record columns, in the order [`StoredRecord::read`] expects them.
-pub(crate) const RECORD_COLUMNS: &str = "rev, last_write_ms, ttl_class, expire_at_ms, body";
+/// The record columns, in the order [`StoredRecord::read`] expects them, as a literal for
+/// `concat!` (statements on hot paths are literals: no text is built per call).
+macro_rules! record_columns {
+    () => {
+        "rev, last_write_ms, ttl_class, expire_at_ms, body"
+    };
+}
+pub(crate) use record_columns;
+
+/// [`record_columns!`] for statements built at run time.
+pub(crate) const RECORD_COLUMNS: &str = record_columns!();
 
 const CLASS_DEFAULT: i16 = 0;
 const CLASS_NEVER: i16 = 1;

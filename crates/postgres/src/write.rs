@@ -20,9 +20,8 @@ use crate::catalog::mark_multikey;
 use crate::collection::Collection;
 use crate::conn::{Attempt, Conn, Failure};
 use crate::entries::EntryRows;
-use crate::records::{ttl_columns, StoredRecord, RECORD_COLUMNS};
+use crate::records::{record_columns, ttl_columns, StoredRecord};
 use crate::Database;
-use tideway_query::keycodec::encode_id;
 use tideway_storage::indexkeys::DocumentKeys;
 use tideway_storage::oplog::EntryTime;
 use tideway_storage::{
@@ -63,6 +62,10 @@ pub(crate) enum Prepared {
 
 impl Prepared {
     pub fn of(op: WriteOp, collection: &Collection) -> Prepared {
+        let (id, id_key) = match op.checked_id() {
+            Ok((id, id_key)) => (id.clone(), id_key),
+            Err(error) => return Prepared::Invalid(error),
+        };
         let encoded = |doc: &Document| -> StorageResult<(Vec<u8>, Vec<DocumentKeys>)> {
             let body = bson::to_vec(doc)
                 .map_err(|error| StorageError::Io(format!("cannot encode a document: {error}")))?;
@@ -73,23 +76,19 @@ impl Prepared {
                 doc,
                 meta,
                 supersede,
-            } => {
-                let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-                match encoded(&doc) {
-                    Ok((body, keys)) => Prepared::Insert {
-                        id_key: encode_id(&id),
-                        id,
-                        doc,
-                        body,
-                        meta,
-                        keys,
-                        supersede,
-                    },
-                    Err(error) => Prepared::Invalid(error),
-                }
-            }
+            } => match encoded(&doc) {
+                Ok((body, keys)) => Prepared::Insert {
+                    id_key,
+                    id,
+                    doc,
+                    body,
+                    meta,
+                    keys,
+                    supersede,
+                },
+                Err(error) => Prepared::Invalid(error),
+            },
             WriteOp::Replace {
-                id,
                 expected_rev,
                 doc,
                 meta,
@@ -97,7 +96,7 @@ impl Prepared {
                 ..
             } => match encoded(&doc) {
                 Ok((body, keys)) => Prepared::Replace {
-                    id_key: encode_id(&id),
+                    id_key,
                     expected_rev,
                     doc,
                     body,
@@ -107,8 +106,8 @@ impl Prepared {
                 },
                 Err(error) => Prepared::Invalid(error),
             },
-            WriteOp::Delete { id, expected_rev } => Prepared::Delete {
-                id_key: encode_id(&id),
+            WriteOp::Delete { expected_rev, .. } => Prepared::Delete {
+                id_key,
                 expected_rev,
             },
         }
@@ -451,9 +450,10 @@ async fn locked_records(
 ) -> Attempt<Vec<(Vec<u8>, StoredRecord)>> {
     let rows = conn
         .query(
-            &format!(
-                "SELECT id_key, {RECORD_COLUMNS} FROM tideway.documents
-                 WHERE coll_id = $1 AND id_key = ANY($2) FOR UPDATE"
+            concat!(
+                "SELECT id_key, ",
+                record_columns!(),
+                " FROM tideway.documents WHERE coll_id = $1 AND id_key = ANY($2) FOR UPDATE"
             ),
             &[&collection.id, &id_keys],
         )
@@ -500,17 +500,15 @@ fn plan_removal(
 }
 
 /// Deletes the documents of `removals` with their entries, with the connection's next statement.
-fn remove(conn: &Conn, collection: &Collection, removals: &[Removal]) {
+fn remove(conn: &Conn, collection: &Collection, removals: Vec<Removal>) {
     if removals.is_empty() {
         return;
     }
+    let mut id_keys = Vec::with_capacity(removals.len());
     for removal in removals {
         removal.entries.delete(conn);
+        id_keys.push(removal.id_key);
     }
-    let id_keys: Vec<Vec<u8>> = removals
-        .iter()
-        .map(|removal| removal.id_key.clone())
-        .collect();
     conn.defer(
         "DELETE FROM tideway.documents WHERE coll_id = $1 AND id_key = ANY($2)",
         vec![Box::new(collection.id), Box::new(id_keys)],
@@ -654,9 +652,10 @@ async fn roll_over(conn: &Conn, collection: &Collection, inserted: &[u8]) -> Att
         }
         let oldest = conn
             .query_opt(
-                &format!(
-                    "SELECT id_key, {RECORD_COLUMNS} FROM tideway.documents WHERE coll_id = $1
-                     ORDER BY record_id LIMIT 1 FOR UPDATE"
+                concat!(
+                    "SELECT id_key, ",
+                    record_columns!(),
+                    " FROM tideway.documents WHERE coll_id = $1 ORDER BY record_id LIMIT 1 FOR UPDATE"
                 ),
                 &[&collection.id],
             )
@@ -672,12 +671,16 @@ async fn roll_over(conn: &Conn, collection: &Collection, inserted: &[u8]) -> Att
             return Ok(());
         };
         let removal = plan_removal(collection, &id_key, &record)?;
-        remove(conn, collection, &[removal]);
+        remove(conn, collection, vec![removal]);
     }
 }
 
-fn superseded_count(superseded: &[Removal]) -> u32 {
-    u32::try_from(superseded.len()).unwrap_or(u32::MAX)
+/// Deletes the superseded documents (with the next statement); their count.
+fn remove_superseded(conn: &Conn, collection: &Collection, superseded: Vec<Removal>) -> u32 {
+    // At most one per unique index and key of one document: far below u32::MAX.
+    let count = u32::try_from(superseded.len()).unwrap_or(u32::MAX);
+    remove(conn, collection, superseded);
+    count
 }
 
 /// Applies one operation inside the batch's transaction (see the module docs).
@@ -746,32 +749,11 @@ async fn apply(
                 &mut superseded,
             )
             .await?;
-            remove(conn, collection, &superseded);
-            let (class, expire_at_ms) = ttl_columns(meta.ttl);
-            let row = conn
-                .query_opt(
-                    "INSERT INTO tideway.documents
-                        (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
-                     SELECT $1, $2, r, r, $3, $4, $5, $6
-                     FROM (SELECT nextval('tideway.revisions') AS r) numbered
-                     RETURNING rev",
-                    &[
-                        &collection.id,
-                        id_key,
-                        &meta.last_write_ms,
-                        &class,
-                        &expire_at_ms,
-                        body,
-                    ],
-                )
-                .await?;
-            let rev = returned_rev(row)?;
+            let superseded = remove_superseded(conn, collection, superseded);
+            let rev = store_document(conn, collection, id_key, *meta, body, Stored::New).await?;
             move_entries(conn, collection, id_key, None, keys);
             roll_over(conn, collection, id_key).await?;
-            Ok(WriteOutcome::Inserted {
-                rev,
-                superseded: superseded_count(&superseded),
-            })
+            Ok(WriteOutcome::Inserted { rev, superseded })
         }
         Prepared::Replace {
             id_key,
@@ -799,31 +781,11 @@ async fn apply(
                 &mut superseded,
             )
             .await?;
-            remove(conn, collection, &superseded);
-            let (class, expire_at_ms) = ttl_columns(meta.ttl);
-            // A replaced document keeps its record id: its place in natural order.
-            let row = conn
-                .query_opt(
-                    "UPDATE tideway.documents SET rev = nextval('tideway.revisions'),
-                        last_write_ms = $3, ttl_class = $4, expire_at_ms = $5, body = $6
-                     WHERE coll_id = $1 AND id_key = $2
-                     RETURNING rev",
-                    &[
-                        &collection.id,
-                        id_key,
-                        &meta.last_write_ms,
-                        &class,
-                        &expire_at_ms,
-                        body,
-                    ],
-                )
-                .await?;
-            let rev = returned_rev(row)?;
+            let superseded = remove_superseded(conn, collection, superseded);
+            let rev =
+                store_document(conn, collection, id_key, *meta, body, Stored::Replaced).await?;
             move_entries(conn, collection, id_key, Some(&old_keys), keys);
-            Ok(WriteOutcome::Replaced {
-                rev,
-                superseded: superseded_count(&superseded),
-            })
+            Ok(WriteOutcome::Replaced { rev, superseded })
         }
         Prepared::Delete {
             id_key,
@@ -834,7 +796,7 @@ async fn apply(
                 *expected_rev,
             )?;
             let removal = plan_removal(collection, id_key, &old)?;
-            remove(conn, collection, &[removal]);
+            remove(conn, collection, vec![removal]);
             Ok(WriteOutcome::Deleted)
         }
         Prepared::Invalid(error) => Err(Failure::Storage(error.clone())),
@@ -936,7 +898,53 @@ fn decode_stored(body: &[u8]) -> StorageResult<Document> {
         .map_err(|error| StorageError::Corrupt(format!("stored document: {error}")))
 }
 
-fn returned_rev(row: Option<tokio_postgres::Row>) -> Attempt<u64> {
+/// Whether [`store_document`] adds a document or rewrites the stored one.
+#[derive(Clone, Copy)]
+enum Stored {
+    /// A new row: its revision is also its record id (last in natural order).
+    New,
+    /// The stored row: it keeps its record id, its place in natural order.
+    Replaced,
+}
+
+/// Writes the document's row with a new revision from the sequence; returns the revision.
+async fn store_document(
+    conn: &Conn,
+    collection: &Collection,
+    id_key: &[u8],
+    meta: WriteMeta,
+    body: &[u8],
+    stored: Stored,
+) -> Attempt<u64> {
+    let sql = match stored {
+        Stored::New => {
+            "INSERT INTO tideway.documents
+                (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
+             SELECT $1, $2, r, r, $3, $4, $5, $6
+             FROM (SELECT nextval('tideway.revisions') AS r) numbered
+             RETURNING rev"
+        }
+        Stored::Replaced => {
+            "UPDATE tideway.documents SET rev = nextval('tideway.revisions'),
+                last_write_ms = $3, ttl_class = $4, expire_at_ms = $5, body = $6
+             WHERE coll_id = $1 AND id_key = $2
+             RETURNING rev"
+        }
+    };
+    let (class, expire_at_ms) = ttl_columns(meta.ttl);
+    let row = conn
+        .query_opt(
+            sql,
+            &[
+                &collection.id,
+                &id_key,
+                &meta.last_write_ms,
+                &class,
+                &expire_at_ms,
+                &body,
+            ],
+        )
+        .await?;
     row.map(|row| row.get::<_, i64>(0) as u64).ok_or_else(|| {
         Failure::Storage(StorageError::Io(
             "a written document's revision was not returned".to_string(),

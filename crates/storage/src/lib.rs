@@ -515,6 +515,33 @@ pub enum WriteOp {
     Delete { id: Bson, expected_rev: Option<u64> },
 }
 
+impl WriteOp {
+    /// The `_id` the operation writes or deletes and its encoded key, after the checks every
+    /// engine makes before anything else: an insert's document has an `_id`, a replacement
+    /// keeps the replaced one (otherwise `Corrupt`: the caller broke the contract).
+    pub fn checked_id(&self) -> StorageResult<(&Bson, Vec<u8>)> {
+        match self {
+            WriteOp::Insert { doc, .. } => {
+                let id = doc.get("_id").ok_or_else(|| {
+                    StorageError::Corrupt("document to insert has no _id".to_string())
+                })?;
+                Ok((id, keycodec::encode_id(id)))
+            }
+            WriteOp::Replace { id, doc, .. } => {
+                let id_key = keycodec::encode_id(id);
+                if doc.get("_id").map(keycodec::encode_id).as_ref() != Some(&id_key) {
+                    return Err(StorageError::Corrupt(
+                        "replacement document's _id differs from the replaced document's"
+                            .to_string(),
+                    ));
+                }
+                Ok((id, id_key))
+            }
+            WriteOp::Delete { id, .. } => Ok((id, keycodec::encode_id(id))),
+        }
+    }
+}
+
 /// What a successful operation did. `superseded`: how many conflicting documents the operation's
 /// `supersede` predicate let it delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -602,6 +629,21 @@ pub struct ScanRequest {
     /// from its key alone (`IndexKeyer::covered_document`: revision 0, no TTL metadata, counted
     /// as a key examined and no document); other entries fetch their document and reduce it.
     pub covered: bool,
+}
+
+impl ScanRequest {
+    /// A forward page of `source` after `resume_after`: nothing hidden, filtered or covered.
+    pub fn forward(source: ScanSource, resume_after: Option<Vec<u8>>, limit: usize) -> Self {
+        ScanRequest {
+            source,
+            resume_after,
+            reverse: false,
+            limit,
+            hide: None,
+            key_filter: None,
+            covered: false,
+        }
+    }
 }
 
 /// A session record to store with a write ([`Storage::write_recorded`]): built from the
@@ -1095,6 +1137,43 @@ mod tests {
             kinds.iter().map(|(_, kind)| *kind).collect::<Vec<_>>(),
             vec![KeyKind::Descending, KeyKind::Hashed, KeyKind::Wildcard]
         );
+    }
+
+    #[test]
+    fn every_engine_checks_the_id_of_a_write_alike() {
+        let meta = WriteMeta {
+            last_write_ms: 0,
+            ttl: TtlClass::Never,
+        };
+        let insert = |doc: Document| WriteOp::Insert {
+            doc,
+            meta,
+            supersede: None,
+        };
+        let op = insert(doc! {"_id": 5, "a": 1});
+        let (id, key) = op.checked_id().unwrap();
+        assert_eq!(
+            (id, key),
+            (&Bson::Int32(5), keycodec::encode_id(&Bson::Int32(5)))
+        );
+        assert!(matches!(
+            insert(doc! {"a": 1}).checked_id(),
+            Err(StorageError::Corrupt(_))
+        ));
+        let replace = |doc: Document| WriteOp::Replace {
+            id: Bson::Int32(5),
+            expected_rev: 1,
+            doc,
+            meta,
+            supersede: None,
+            replacement: true,
+        };
+        // 5 and 5.0 are the same `_id`; 6 is another document.
+        assert!(replace(doc! {"_id": 5.0}).checked_id().is_ok());
+        assert!(matches!(
+            replace(doc! {"_id": 6}).checked_id(),
+            Err(StorageError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -26,9 +26,9 @@ use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use super::catalog::{CollectionEntry, IndexEntry, StoredKeyer};
 use super::format::{
-    bytes_table, corrupt, entry_id, entry_key, entry_value, expiry_key, expiry_position,
-    index_table_name, io, raw_record, record_document, record_header, record_id_key,
-    record_with_document, set_record_header, CATALOG, RECORD_HEADER_LEN, SIZES,
+    bytes_table, entry_id, entry_key, entry_value, expiry_key, expiry_position, index_table_name,
+    io, raw_record, record_document, record_header, record_id_key, record_with_document,
+    set_record_header, CATALOG, RECORD_HEADER_LEN, SIZES,
 };
 use super::writer::{Batch, Counters};
 use crate::indexkeys::{DocumentKeys, IndexKeyer};
@@ -37,7 +37,6 @@ use crate::{
     CappedLimits, CollectionMeta, ExpiryOrder, IndexSpec, LastWriteRule, Namespace,
     RecordPredicate, StorageError, StorageResult, TtlClass, WriteMeta, WriteOp, WriteOutcome,
 };
-use tideway_query::keycodec::encode_id;
 
 pub(super) type BytesTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
 
@@ -72,56 +71,47 @@ pub(super) enum PreparedOp {
 
 impl PreparedOp {
     pub fn prepare(op: WriteOp) -> PreparedOp {
+        let (id, id_key) = match op.checked_id() {
+            Ok((id, id_key)) => (id.clone(), id_key),
+            Err(error) => return PreparedOp::Invalid(error),
+        };
         match op {
             WriteOp::Insert {
                 doc,
                 meta,
                 supersede,
-            } => {
-                let Some(id) = doc.get("_id").cloned() else {
-                    return PreparedOp::Invalid(corrupt("document to insert has no _id"));
-                };
-                match record_with_document(&doc) {
-                    Ok(record) => PreparedOp::Insert {
-                        id_key: encode_id(&id),
-                        id,
-                        doc,
-                        record,
-                        meta,
-                        supersede,
-                    },
-                    Err(error) => PreparedOp::Invalid(error),
-                }
-            }
+            } => match record_with_document(&doc) {
+                Ok(record) => PreparedOp::Insert {
+                    id_key,
+                    id,
+                    doc,
+                    record,
+                    meta,
+                    supersede,
+                },
+                Err(error) => PreparedOp::Invalid(error),
+            },
             WriteOp::Replace {
-                id,
                 expected_rev,
                 doc,
                 meta,
                 supersede,
                 replacement,
-            } => {
-                let id_key = encode_id(&id);
-                if doc.get("_id").map(encode_id).as_ref() != Some(&id_key) {
-                    return PreparedOp::Invalid(corrupt(
-                        "replacement document's _id differs from the replaced document's",
-                    ));
-                }
-                match record_with_document(&doc) {
-                    Ok(record) => PreparedOp::Replace {
-                        id_key,
-                        expected_rev,
-                        doc,
-                        record,
-                        meta,
-                        supersede,
-                        replacement,
-                    },
-                    Err(error) => PreparedOp::Invalid(error),
-                }
-            }
-            WriteOp::Delete { id, expected_rev } => PreparedOp::Delete {
-                id_key: encode_id(&id),
+                ..
+            } => match record_with_document(&doc) {
+                Ok(record) => PreparedOp::Replace {
+                    id_key,
+                    expected_rev,
+                    doc,
+                    record,
+                    meta,
+                    supersede,
+                    replacement,
+                },
+                Err(error) => PreparedOp::Invalid(error),
+            },
+            WriteOp::Delete { expected_rev, .. } => PreparedOp::Delete {
+                id_key,
                 id,
                 expected_rev,
             },
