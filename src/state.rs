@@ -273,7 +273,12 @@ pub async fn open_storage_and_clock(
         }
         StorageKind::Postgres => {
             let uri = config.pg_uri.as_deref().unwrap_or_default();
-            let storage = tideway_postgres::PgStorage::open(uri, config.pg_pool_size).await?;
+            let storage = tideway_postgres::PgStorage::open_with_rule(
+                uri,
+                config.pg_pool_size,
+                keeps_last_write_order,
+            )
+            .await?;
             let clock = storage.clock();
             Ok((Arc::new(storage), clock))
         }

@@ -8,6 +8,7 @@ mod common;
 use bson::{doc, Bson, Document};
 use mongodb::Collection;
 
+use common::raw::{connect, kind0, op_msg, roundtrip};
 use common::{command_error, TestServer};
 
 fn round_trips_of(status: &Document, command: &str) -> (i64, i64) {
@@ -147,4 +148,95 @@ async fn transactions_and_retryable_writes_work_without_a_replica_set() {
     assert_eq!(retried.get_i32("n"), Ok(1), "{retried}");
     assert!(!retried.contains_key("writeErrors"), "{retried}");
     assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 3);
+}
+
+/// The reply of `command` run on database `app` over a raw connection to `server`: nothing
+/// added by a driver (no implicit session of its own), so two nodes see the same `lsid`.
+async fn run_on(server: &TestServer, mut command: Document) -> Document {
+    command.insert("$db", "app");
+    let mut stream = connect(server).await;
+    roundtrip(&mut stream, &op_msg(1, 0, &[kind0(&command)]))
+        .await
+        .document
+}
+
+#[tokio::test]
+async fn a_retry_on_another_node_is_answered_from_the_record() {
+    let Some(config) = common::postgres_config().await else {
+        return;
+    };
+    let first_node = TestServer::start_with(config.clone()).await;
+    let second_node = TestServer::start_with(config).await;
+    let (first, second) = (&first_node, &second_node);
+    let lsid = doc! {"id": Bson::Binary(bson::Binary {
+        subtype: bson::spec::BinarySubtype::Uuid,
+        bytes: uuid::Uuid::new_v4().as_bytes().to_vec(),
+    })};
+    let insert = doc! {
+        "insert": "carts", "documents": [{"_id": 1, "items": 0}], "lsid": lsid.clone(),
+        "txnNumber": 1_i64,
+    };
+    // Twice without a record, so the collection exists and the catalog (views included) is
+    // cached: creating the collection forgot what the first insert looked up.
+    for id in [-1, 0] {
+        run_on(first, doc! {"insert": "carts", "documents": [{"_id": id}]}).await;
+    }
+    let admin = first_node.client().database("admin");
+    let before = admin.run_command(doc! {"serverStatus": 1}).await.unwrap();
+    assert_eq!(run_on(first, insert.clone()).await.get_i32("n"), Ok(1));
+    let after = admin.run_command(doc! {"serverStatus": 1}).await.unwrap();
+    let (count_before, trips_before) = round_trips_of(&before, "insert");
+    let (count_after, trips_after) = round_trips_of(&after, "insert");
+    assert_eq!(
+        (count_after - count_before, trips_after - trips_before),
+        (1, 2),
+        "a first attempt claims its txnNumber with the write: BEGIN+claim+insert, record+COMMIT"
+    );
+    // A statement that would match nothing when run again: its retry must still report it.
+    let update = doc! {
+        "update": "carts", "updates": [{"q": {"_id": 1, "items": 0}, "u": {"$set": {"items": 5}}}],
+        "lsid": lsid.clone(), "txnNumber": 2_i64,
+    };
+    let updated = run_on(first, update.clone()).await;
+    assert_eq!(
+        (updated.get_i32("n"), updated.get_i32("nModified")),
+        (Ok(1), Ok(1))
+    );
+
+    // The second node never saw the session: its retries are answered from the record.
+    let retried = run_on(second, update).await;
+    assert_eq!(
+        (retried.get_i32("n"), retried.get_i32("nModified")),
+        (Ok(1), Ok(1)),
+        "{retried}"
+    );
+    assert_eq!(
+        retried.get_array("retriedStmtIds").unwrap(),
+        &vec![Bson::Int32(0)]
+    );
+    let retried_insert = run_on(second, insert).await;
+    // txnNumber 1 is older than the session's 2 now.
+    assert_eq!(retried_insert.get_i32("code"), Ok(225), "{retried_insert}");
+    let carts: Collection<Document> = second_node.client().database("app").collection("carts");
+    assert_eq!(carts.count_documents(doc! {}).await.unwrap(), 3);
+    assert_eq!(
+        carts
+            .find_one(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .unwrap()
+            .get("items"),
+        Some(&Bson::Int32(5))
+    );
+    // A newer number on the second node is a first attempt there.
+    let next = run_on(
+        second,
+        doc! {
+            "delete": "carts", "deletes": [{"q": {"_id": 1}, "limit": 1}],
+            "lsid": lsid, "txnNumber": 3_i64,
+        },
+    )
+    .await;
+    assert_eq!(next.get_i32("n"), Ok(1), "{next}");
+    assert!(!next.contains_key("retriedStmtIds"), "{next}");
 }

@@ -449,6 +449,62 @@ async fn a_retry_after_a_restart_is_answered_from_the_record() {
     );
 }
 
+#[tokio::test]
+async fn a_retry_that_would_write_nothing_now_is_answered_from_the_record_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        storage: StorageKind::Disk,
+        dbpath: dir.path().to_path_buf(),
+        ..rs_config()
+    };
+    // Each statement matches nothing once it ran: run again, it would answer n: 0.
+    let update = doc! {
+        "update": "c", "updates": [{"q": {"_id": 1, "a": 1}, "u": {"$set": {"a": 2}}}],
+        "lsid": lsid(10), "txnNumber": 3_i64,
+    };
+    let delete = doc! {
+        "delete": "c", "deletes": [{"q": {"_id": 2}, "limit": 1}],
+        "lsid": lsid(11), "txnNumber": 8_i64,
+    };
+    let server = TestServer::start_with(config.clone()).await;
+    let mut stream = connect(&server).await;
+    raw_command(
+        &mut stream,
+        doc! {"insert": "c", "documents": [{"_id": 1, "a": 1}, {"_id": 2}]},
+    )
+    .await;
+    let updated = raw_command(&mut stream, update.clone()).await;
+    assert_eq!(updated.get_i32("nModified"), Ok(1), "{updated:?}");
+    assert_eq!(
+        raw_command(&mut stream, delete.clone()).await.get_i32("n"),
+        Ok(1)
+    );
+    drop(stream);
+    server.stop().await;
+
+    // After a restart the node knows neither session: the record answers.
+    let server = TestServer::start_with(config).await;
+    let mut stream = connect(&server).await;
+    let retried = raw_command(&mut stream, update).await;
+    assert_eq!(
+        (retried.get_i32("n"), retried.get_i32("nModified")),
+        (Ok(1), Ok(1)),
+        "{retried:?}"
+    );
+    assert_eq!(
+        retried.get_array("retriedStmtIds").unwrap(),
+        &vec![Bson::Int32(0)]
+    );
+    let retried = raw_command(&mut stream, delete).await;
+    assert_eq!(retried.get_i32("n"), Ok(1), "{retried:?}");
+    assert_eq!(
+        retried.get_array("retriedStmtIds").unwrap(),
+        &vec![Bson::Int32(0)]
+    );
+    drop(stream);
+    server.stop().await;
+}
+
 /// `nErrors, nInserted, nMatched, nModified, nUpserted, nDeleted` of a `bulkWrite` reply.
 fn bulk_summary(reply: &Document) -> [i32; 6] {
     [

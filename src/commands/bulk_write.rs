@@ -88,23 +88,17 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
         None => None,
     };
 
-    let retry = RetryableWrite::begin(ctx, body)
-        .await?
-        .map(|retry| Arc::new(retry.with_stmt_ids(stmt_ids)));
-    let mut run = Run {
+    let attempt = Attempt {
         ctx,
+        body,
+        ops: &ops,
         namespaces: &namespaces,
         options,
-        variables,
-        bypass_validation: tideway_exec::validation::bypass_requested(body),
-        writer: None,
-        retry,
-        results: Results::new(errors_only),
+        variables: &variables,
+        errors_only,
     };
-    run.all(&ops).await?;
-    drop(run.writer.take());
-
-    let results = run.results;
+    let (results, retried) =
+        retryable::run(ctx, body, stmt_ids, |retry| attempt.run(retry)).await?;
     let mut reply = if results.items.is_empty() || unacknowledged(body) {
         Reply::cursor(0, CURSOR_NS, Vec::new(), true)
     } else {
@@ -136,11 +130,6 @@ async fn bulk_write(ctx: &CommandContext<'_>, body: &Document) -> CommandResult<
         reply.append_int32(name, i32::try_from(count).unwrap_or(i32::MAX));
     }
     // mongod's reply field, after the counts, only when some op was answered from the record.
-    let retried = run
-        .retry
-        .as_ref()
-        .map(|retry| retry.retried_stmt_ids())
-        .unwrap_or_default();
     if !retried.is_empty() {
         reply.append(
             "retriedStmtIds",
@@ -546,6 +535,42 @@ fn is_interruption(error: &CommandError) -> bool {
 }
 
 /// The command as it runs: the writer of the namespace in use, and the results so far.
+/// What one run of the command's ops needs (a retryable write may run them twice, see
+/// `retryable::run`).
+struct Attempt<'c, 'n> {
+    ctx: &'c CommandContext<'c>,
+    body: &'n Document,
+    ops: &'n [Op<'n>],
+    namespaces: &'n [(Namespace, &'n Document)],
+    options: WriteOptions,
+    variables: &'n CommandVariables,
+    errors_only: bool,
+}
+
+impl Attempt<'_, '_> {
+    /// Runs every op; the results and the statements answered from the session record.
+    async fn run(&self, retry: Option<Arc<RetryableWrite>>) -> CommandResult<(Results, Vec<i32>)> {
+        let mut run = Run {
+            ctx: self.ctx,
+            namespaces: self.namespaces,
+            options: self.options,
+            variables: self.variables.clone(),
+            bypass_validation: tideway_exec::validation::bypass_requested(self.body),
+            writer: None,
+            retry,
+            results: Results::new(self.errors_only),
+        };
+        run.all(self.ops).await?;
+        drop(run.writer.take());
+        let retried = run
+            .retry
+            .as_ref()
+            .map(|retry| retry.retried_stmt_ids())
+            .unwrap_or_default();
+        Ok((run.results, retried))
+    }
+}
+
 struct Run<'c, 'n> {
     ctx: &'c CommandContext<'c>,
     namespaces: &'n [(Namespace, &'n Document)],

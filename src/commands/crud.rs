@@ -343,18 +343,7 @@ impl<'a> WriteContext<'a> {
         ops: Vec<WriteOp>,
         record: Option<RecordSession>,
     ) -> CommandResult<Vec<Result<WriteOutcome, StorageError>>> {
-        let results = match record {
-            Some(record) => {
-                self.storage()
-                    .write_recorded(&self.view.ns, ops, self.options, record)
-                    .await?
-            }
-            None => {
-                self.storage()
-                    .write(&self.view.ns, ops, self.options)
-                    .await?
-            }
-        };
+        let results = self.commit(ops, self.options, record).await?;
         // `awaitData` cursors on a capped collection wait for its inserts.
         if self
             .view
@@ -382,17 +371,31 @@ impl<'a> WriteContext<'a> {
             .retry
             .as_ref()
             .and_then(|retry| retry.record_for(&op, before));
+        self.commit(vec![op], options, record)
+            .await?
+            .pop()
+            .unwrap_or(Err(StorageError::Io("storage returned no result".into())))
+    }
+
+    /// Commits `ops` to the collection; in a retryable write, with the write's claim and
+    /// `record` (see `commands::retryable`).
+    async fn commit(
+        &self,
+        ops: Vec<WriteOp>,
+        options: WriteOptions,
+        record: Option<RecordSession>,
+    ) -> Result<Vec<Result<WriteOutcome, StorageError>>, StorageError> {
         let ns = &self.view.ns;
-        match record {
-            Some(record) => {
-                self.storage()
-                    .write_recorded(ns, vec![op], options, record)
-                    .await?
-            }
-            None => self.storage().write(ns, vec![op], options).await?,
-        }
-        .pop()
-        .unwrap_or(Err(StorageError::Io("storage returned no result".into())))
+        let Some(retry) = &self.retry else {
+            return self.storage().write(ns, ops, options).await;
+        };
+        let (claim, record) = retry.session_write(record);
+        let result = self
+            .storage()
+            .write_recorded(ns, ops, options, claim, record)
+            .await;
+        retry.settle(&result);
+        result
     }
 
     /// Applies `update` to the matched `record`, retrying on write conflicts.
@@ -571,7 +574,14 @@ impl<'a> WriteContext<'a> {
 }
 
 async fn insert(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    retryable::run(ctx, body, None, |retry| insert_attempt(ctx, body, retry)).await
+}
+
+async fn insert_attempt(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    retry: Option<Arc<RetryableWrite>>,
+) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let documents = batch(ctx, body, "documents")?;
     // A retry inserts only the documents whose statements did not run; positions map back.
@@ -845,7 +855,14 @@ async fn run_update_statement(
 }
 
 async fn update(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    retryable::run(ctx, body, None, |retry| update_attempt(ctx, body, retry)).await
+}
+
+async fn update_attempt(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    retry: Option<Arc<RetryableWrite>>,
+) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let statements = batch(ctx, body, "updates")?;
     let (mut matched, mut modified) = (0, 0);
@@ -960,7 +977,14 @@ async fn run_delete_statement(
 }
 
 async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    retryable::run(ctx, body, None, |retry| delete_attempt(ctx, body, retry)).await
+}
+
+async fn delete_attempt(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    retry: Option<Arc<RetryableWrite>>,
+) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let statements = batch(ctx, body, "deletes")?;
     let mut deleted = 0;
@@ -1001,7 +1025,17 @@ async fn delete(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
 }
 
 async fn find_and_modify(ctx: &CommandContext<'_>, body: &Document) -> CommandResult {
-    let retry = RetryableWrite::begin(ctx, body).await?.map(Arc::new);
+    retryable::run(ctx, body, None, |retry| {
+        find_and_modify_attempt(ctx, body, retry)
+    })
+    .await
+}
+
+async fn find_and_modify_attempt(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    retry: Option<Arc<RetryableWrite>>,
+) -> CommandResult {
     let writer = WriteContext::load(ctx, body).await?.retrying(retry.clone());
     let (filter, collation) =
         writer.statement_filter("findAndModify", body, "query", &writer.variables)?;

@@ -9,6 +9,13 @@
 //! match, a write error) leaves no record and runs again when retried, as in mongod. The stored
 //! records are what `config.transactions` lists ([`transactions_documents`]).
 //!
+//! A first attempt reads nothing before it writes ([`run`]): its first commit carries a
+//! [`SessionClaim`] on its txnNumber, which storage refuses, applying nothing, when the session
+//! already used that number or a newer one. A refused claim, or a command that committed nothing
+//! while the record shows its number used, is run again the careful way: the session record is
+//! read first, as above. So a first attempt costs no read, and a retry (on this node or another
+//! sharing the database) is never taken for a first attempt.
+//!
 //! Invariants: commands of one session run one at a time (a per-session lock held for the
 //! whole command), so a retry never overlaps its first attempt; statement ids are the
 //! command's `stmtIds` when given (`bulkWrite`), else its `stmtId` (default 0) plus the
@@ -25,7 +32,48 @@ use crate::command::CommandContext;
 use crate::session_id::{session_id_document, session_key};
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_storage::oplog::EntryTime;
-use tideway_storage::{RecordSession, SessionRecord, WriteOp, WriteOutcome};
+use tideway_storage::{
+    RecordSession, SessionClaim, SessionRecord, StorageError, StorageResult, WriteOp, WriteOutcome,
+};
+
+/// Runs `command`, a retryable write when `body` asks for one (`stmt_ids`: its statement ids
+/// by position, `bulkWrite`'s): first as a first attempt that claims its txnNumber, then, if
+/// that attempt turns out to be a retry or too old, again after reading the session record.
+/// The first run then applied nothing: its claim was refused, or it committed nothing.
+pub(crate) async fn run<T, F>(
+    ctx: &CommandContext<'_>,
+    body: &Document,
+    stmt_ids: Option<Vec<i32>>,
+    command: impl Fn(Option<Arc<RetryableWrite>>) -> F,
+) -> CommandResult<T>
+where
+    F: std::future::Future<Output = CommandResult<T>>,
+{
+    let Some(first) = RetryableWrite::begin(ctx, body, Attempt::Claiming).await? else {
+        return command(None).await;
+    };
+    let first = Arc::new(first.with_stmt_ids(stmt_ids.clone()));
+    let result = command(Some(first.clone())).await;
+    if first.was_first_attempt(ctx).await? {
+        return result;
+    }
+    // Releases the session for the careful run.
+    drop(first);
+    let retry = RetryableWrite::begin(ctx, body, Attempt::Reading)
+        .await?
+        .map(|retry| Arc::new(retry.with_stmt_ids(stmt_ids)));
+    command(retry).await
+}
+
+/// How a retryable write learns whether its statements ran before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    /// Claims its txnNumber with its first commit, reading nothing before (unless this node
+    /// already saw that number or a newer one for the session).
+    Claiming,
+    /// Reads the session record before it runs.
+    Reading,
+}
 
 /// What kind of statement a write belongs to: decides the reply part recorded for it (inserts
 /// record through [`RetryableWrite::record_inserts`]).
@@ -52,15 +100,21 @@ pub(crate) struct RetryableWrite {
     /// An insert's statement positions, by position among the documents it writes (a retry
     /// writes only those that did not run).
     insert_positions: Mutex<Vec<usize>>,
+    /// The claim the next commit carries: set for a first attempt until a commit carrying it
+    /// is applied.
+    claim: Mutex<Option<SessionClaim>>,
+    /// Storage refused the claim: this run applied nothing and must be run again.
+    claim_refused: std::sync::atomic::AtomicBool,
     _session: tokio::sync::OwnedMutexGuard<Option<i64>>,
 }
 
 impl RetryableWrite {
     /// The retryable write `body` asks for (`txnNumber` in replica-set mode; dispatch refused it
     /// elsewhere), or `None`.
-    pub(crate) async fn begin(
+    async fn begin(
         ctx: &CommandContext<'_>,
         body: &Document,
+        attempt: Attempt,
     ) -> CommandResult<Option<RetryableWrite>> {
         let (Some(repl), Some(txn_number)) = (&ctx.state.repl, body.get("txnNumber")) else {
             return Ok(None);
@@ -96,6 +150,17 @@ impl RetryableWrite {
             }
         };
         let mut session = repl.sessions.slot(&key).lock_owned().await;
+        // A number this node has not seen for the session yet is claimed, not read.
+        if attempt == Attempt::Claiming && session.is_none_or(|seen| seen < txn_number) {
+            *session = Some(txn_number);
+            return Ok(Some(RetryableWrite {
+                claim: Mutex::new(Some(SessionClaim {
+                    key: key.clone(),
+                    txn_number,
+                })),
+                ..RetryableWrite::new(key, txn_number, first_stmt_id, HashMap::new(), session)
+            }));
+        }
         let stored = ctx.state.storage.session_record(&key).await?;
         let stored_txn = stored
             .as_ref()
@@ -119,7 +184,23 @@ impl RetryableWrite {
         } else {
             HashMap::new()
         };
-        Ok(Some(RetryableWrite {
+        Ok(Some(RetryableWrite::new(
+            key,
+            txn_number,
+            first_stmt_id,
+            recorded,
+            session,
+        )))
+    }
+
+    fn new(
+        key: Vec<u8>,
+        txn_number: i64,
+        first_stmt_id: i32,
+        recorded: HashMap<i32, Document>,
+        session: tokio::sync::OwnedMutexGuard<Option<i64>>,
+    ) -> RetryableWrite {
+        RetryableWrite {
             key,
             txn_number,
             first_stmt_id,
@@ -128,13 +209,54 @@ impl RetryableWrite {
             retried: Mutex::new(Vec::new()),
             current: Mutex::new(None),
             insert_positions: Mutex::new(Vec::new()),
+            claim: Mutex::new(None),
+            claim_refused: std::sync::atomic::AtomicBool::new(false),
             _session: session,
-        }))
+        }
+    }
+
+    /// What a commit of this write carries: the pending claim, if any, and `record` (a record
+    /// of nothing when `None`). Every commit goes through here and [`RetryableWrite::settle`].
+    pub(crate) fn session_write(
+        &self,
+        record: Option<RecordSession>,
+    ) -> (Option<SessionClaim>, RecordSession) {
+        let record = record.unwrap_or_else(|| Box::new(|_, _| None));
+        (lock(&self.claim).clone(), record)
+    }
+
+    /// Notes how a commit went: applied, its claim is spent; refused, this run must be redone.
+    pub(crate) fn settle<T>(&self, result: &StorageResult<T>) {
+        match result {
+            Ok(_) => *lock(&self.claim) = None,
+            Err(StorageError::TxnNumberUsed) => self
+                .claim_refused
+                .store(true, std::sync::atomic::Ordering::Relaxed),
+            Err(_) => {}
+        }
+    }
+
+    /// After a run: whether it was the first attempt of its txnNumber, so its reply stands.
+    /// A claim still pending means nothing was committed: the session record decides.
+    async fn was_first_attempt(&self, ctx: &CommandContext<'_>) -> CommandResult<bool> {
+        if self
+            .claim_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(false);
+        }
+        if lock(&self.claim).is_none() {
+            return Ok(true);
+        }
+        let stored = ctx.state.storage.session_record(&self.key).await?;
+        Ok(stored
+            .and_then(|record| record.get_i64("txnNumber").ok())
+            .is_none_or(|stored| stored < self.txn_number))
     }
 
     /// The same write, its statements numbered by `stmt_ids` (one per position; the caller
     /// checked the count, as mongod's `bulk_write_common::validateRequest`).
-    pub(crate) fn with_stmt_ids(mut self, stmt_ids: Option<Vec<i32>>) -> Self {
+    fn with_stmt_ids(mut self, stmt_ids: Option<Vec<i32>>) -> Self {
         self.stmt_ids = stmt_ids;
         self
     }

@@ -41,8 +41,8 @@ use tideway_storage::indexkeys::IndexKeyer;
 use tideway_storage::{
     CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, KeyRange, Namespace,
     RawRecord, ReapPage, ReapRequest, ReapSource, Record, RecordPredicate, RecordSession, ScanPage,
-    ScanRequest, ScanSource, Snapshot, Storage, StorageError, StorageResult, TransactionCommit,
-    TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
+    ScanRequest, ScanSource, SessionClaim, Snapshot, Storage, StorageError, StorageResult,
+    TransactionCommit, TtlClass, WriteMeta, WriteOp, WriteOptions, WriteOutcome,
 };
 
 /// Revisions of staged documents start here, far above any the engine hands out.
@@ -1236,8 +1236,11 @@ impl Storage for TxnStorage {
         ns: &Namespace,
         ops: Vec<WriteOp>,
         options: WriteOptions,
+        _claim: Option<SessionClaim>,
         _record: RecordSession,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
+        // A transaction's statements are recorded by its commit (`crate::txn` owns their
+        // txnNumber): they carry neither a claim nor a record of their own.
         self.write(ns, ops, options).await
     }
 

@@ -7,19 +7,23 @@
 //! can tell whether a catalog it read is still current (issue 27); a collection's row, its
 //! documents and its index entries go together (a drop removes all three in one transaction;
 //! an index appears in the row only with all its entries); the row's `db`/`coll` columns always
-//! equal the namespace inside its `entry`. The engine keeps both expiry orders for every
-//! collection (they are partial indexes PostgreSQL maintains), so `lastWriteOrder` is always
-//! stored as true.
+//! equal the namespace inside its `entry`. A collection's `last_write_order` is the engine's
+//! `LastWriteRule` applied to its metadata, and its default-class documents are `ttl_class` 0
+//! (in the `LastWrite` order's partial index) exactly when it is set, 3 otherwise: every change
+//! of the row brings both in line in its transaction ([`apply_last_write_rule`]).
 
 use bson::Document;
 
 use crate::collection::Collection;
 use crate::conn::{Attempt, Conn, Failure};
 use crate::entries::{EntryRows, BUILD_PAGE};
+use crate::records::{CLASS_DEFAULT, CLASS_DEFAULT_UNORDERED};
 use crate::Database;
 use tideway_storage::catalog_doc::{self, StoredCollection, StoredIndex};
 use tideway_storage::indexkeys::{validate_key_pattern, IndexKeyer};
-use tideway_storage::{CollectionMeta, IndexSpec, Namespace, StorageError, StorageResult};
+use tideway_storage::{
+    CollectionMeta, IndexSpec, LastWriteRule, Namespace, StorageError, StorageResult,
+};
 
 /// Runs `change` in one transaction on a pooled connection, committing if it succeeds.
 macro_rules! in_transaction {
@@ -138,7 +142,8 @@ impl Database {
             IndexKeyer::new(spec.clone())?;
         }
         in_transaction!(self, |conn| {
-            let stored = insert_collection(&conn, ns, options, indexes).await?;
+            let stored =
+                insert_collection(&conn, ns, options, indexes, self.last_write_rule).await?;
             bump_version(&conn).await?;
             Ok(stored.meta())
         })
@@ -188,6 +193,7 @@ impl Database {
                 remove_collections(&conn, &to.db, Some(&to.coll)).await?;
             }
             stored.ns = to.clone();
+            apply_last_write_rule(&conn, id, &mut stored, self.last_write_rule).await?;
             storage(
                 conn.execute(
                     "UPDATE tideway.collections SET db = $2, coll = $3, entry = $4 WHERE id = $1",
@@ -218,7 +224,7 @@ impl Database {
                 ));
             }
             stored.options = options;
-            save(&conn, id, &stored).await
+            self.save(&conn, id, &mut stored).await
         })
     }
 
@@ -234,7 +240,8 @@ impl Database {
             let (id, mut stored) = match locked(&conn, ns).await? {
                 Some(found) => found,
                 None => {
-                    insert_collection(&conn, ns, Document::new(), Vec::new()).await?;
+                    let rule = self.last_write_rule;
+                    insert_collection(&conn, ns, Document::new(), Vec::new(), rule).await?;
                     bump_version(&conn).await?;
                     locked(&conn, ns).await?.ok_or_else(|| {
                         StorageError::Io(format!("collection {ns} vanished while created"))
@@ -278,7 +285,7 @@ impl Database {
                     index.multikey = true;
                 }
             }
-            save(&conn, id, &stored).await?;
+            self.save(&conn, id, &mut stored).await?;
             Ok(stored.meta())
         })
     }
@@ -309,7 +316,7 @@ impl Database {
             stored
                 .indexes
                 .retain(|index| !names.contains(&index.spec.name));
-            save(&conn, id, &stored).await
+            self.save(&conn, id, &mut stored).await
         })
     }
 
@@ -337,7 +344,7 @@ impl Database {
                 IndexKeyer::new(updated.clone())?;
                 index.spec = updated;
             }
-            save(&conn, id, &stored).await
+            self.save(&conn, id, &mut stored).await
         })
     }
 }
@@ -364,7 +371,8 @@ pub(crate) async fn mark_multikey(
             index.multikey = true;
         }
     }
-    save(conn, collection_id, &stored).await?;
+    // Multikey flags never change what the `LastWriteRule` answers.
+    store_entry(conn, collection_id, &stored).await?;
     Ok(())
 }
 
@@ -374,6 +382,7 @@ async fn insert_collection(
     ns: &Namespace,
     options: Document,
     indexes: Vec<IndexSpec>,
+    rule: LastWriteRule,
 ) -> StorageResult<StoredCollection> {
     let ids = take_catalog_ids(conn, indexes.len() + 1).await?;
     let Some((&collection_id, index_ids)) = ids.split_first() else {
@@ -397,6 +406,10 @@ async fn insert_collection(
             })
             .collect(),
         last_write_order: true,
+    };
+    let stored = StoredCollection {
+        last_write_order: rule(&stored.meta()),
+        ..stored
     };
     // Unique on (db, coll): an existing collection, or one a concurrent creator inserted
     // first, leaves nothing inserted.
@@ -507,8 +520,43 @@ async fn locked(conn: &Conn, ns: &Namespace) -> StorageResult<Option<(i64, Store
     .transpose()
 }
 
-/// Stores a changed catalog row and bumps the catalog version.
-async fn save(conn: &Conn, id: i64, stored: &StoredCollection) -> StorageResult<()> {
+impl Database {
+    /// Stores a changed catalog row, in line with the `LastWriteRule`, and bumps the catalog
+    /// version.
+    async fn save(&self, conn: &Conn, id: i64, stored: &mut StoredCollection) -> StorageResult<()> {
+        apply_last_write_rule(conn, id, stored, self.last_write_rule).await?;
+        store_entry(conn, id, stored).await
+    }
+
+    /// Makes `rule` the engine's `LastWriteRule` and brings every collection in line with it
+    /// (the database may come from a build with another rule), in one transaction.
+    pub(crate) async fn use_last_write_rule(&mut self, rule: LastWriteRule) -> StorageResult<()> {
+        self.last_write_rule = rule;
+        in_transaction!(self, |conn| {
+            let rows = storage(
+                conn.query(
+                    "SELECT id, entry FROM tideway.collections ORDER BY id FOR UPDATE",
+                    &[],
+                )
+                .await,
+            )?;
+            let mut changed = false;
+            for row in &rows {
+                let id: i64 = row.get(0);
+                let mut stored = decode(id, row.get(1))?;
+                if rule(&stored.meta()) != stored.last_write_order {
+                    self.save(&conn, id, &mut stored).await?;
+                    changed = true;
+                }
+            }
+            Ok(changed)
+        })
+        .map(|_| ())
+    }
+}
+
+/// Stores a changed catalog row as it is and bumps the catalog version.
+async fn store_entry(conn: &Conn, id: i64, stored: &StoredCollection) -> StorageResult<()> {
     storage(
         conn.execute(
             "UPDATE tideway.collections SET entry = $2 WHERE id = $1",
@@ -517,6 +565,36 @@ async fn save(conn: &Conn, id: i64, stored: &StoredCollection) -> StorageResult<
         .await,
     )?;
     bump_version(conn).await
+}
+
+/// Brings `stored.last_write_order` in line with `rule` on its metadata, moving the
+/// collection's default-class documents into or out of the `LastWrite` order (`ttl_class` 3 ⇄
+/// 0), in the caller's transaction. Costs a pass over the collection's documents only when the
+/// answer changes.
+async fn apply_last_write_rule(
+    conn: &Conn,
+    id: i64,
+    stored: &mut StoredCollection,
+    rule: LastWriteRule,
+) -> StorageResult<()> {
+    let wanted = rule(&stored.meta());
+    if wanted == stored.last_write_order {
+        return Ok(());
+    }
+    let (from, to) = if wanted {
+        (CLASS_DEFAULT_UNORDERED, CLASS_DEFAULT)
+    } else {
+        (CLASS_DEFAULT, CLASS_DEFAULT_UNORDERED)
+    };
+    storage(
+        conn.execute(
+            "UPDATE tideway.documents SET ttl_class = $3 WHERE coll_id = $1 AND ttl_class = $2",
+            &[&id, &from, &to],
+        )
+        .await,
+    )?;
+    stored.last_write_order = wanted;
+    Ok(())
 }
 
 /// Deletes collection `coll` of `db` (every collection of `db` without one) with its documents

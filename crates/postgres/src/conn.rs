@@ -27,6 +27,8 @@ pub(crate) enum Failure {
     Unique,
     /// A serialization failure or deadlock (40001, 40P01): redo the transaction.
     Serialization,
+    /// A deferred claim changed no row ([`Conn::defer_claim`]): the transaction must not commit.
+    Refused,
     /// Anything else, as the contract's error.
     Storage(StorageError),
 }
@@ -42,6 +44,7 @@ impl Failure {
     pub fn into_storage(self) -> StorageError {
         match self {
             Failure::Unique | Failure::Serialization => StorageError::WriteConflict,
+            Failure::Refused => StorageError::TxnNumberUsed,
             Failure::Storage(error) => error,
         }
     }
@@ -154,7 +157,15 @@ impl Conn {
         ));
         let (began, deferred, result) = tokio::join!(begin, deferred, main);
         began.map_err(|error| self.failure("cannot begin a transaction", error))?;
-        deferred.map_err(|error| self.failure("a statement failed", error))?;
+        let changed = deferred.map_err(|error| self.failure("a statement failed", error))?;
+        if pending
+            .deferred
+            .iter()
+            .zip(changed)
+            .any(|(deferred, rows)| deferred.claim && rows == 0)
+        {
+            return Err(Failure::Refused);
+        }
         result.map_err(|error| self.failure(what, error))
     }
 
@@ -198,6 +209,17 @@ impl Conn {
         self.pending().deferred.push(Deferred {
             sql: sql.to_owned(),
             params,
+            claim: false,
+        });
+    }
+
+    /// [`Conn::defer`] for a claim: a statement that must change a row, else the statement it
+    /// goes out with fails with [`Failure::Refused`] (the transaction must then roll back).
+    pub fn defer_claim(&self, sql: &'static str, params: OwnedParams) {
+        self.pending().deferred.push(Deferred {
+            sql: sql.to_owned(),
+            params,
+            claim: true,
         });
     }
 
@@ -259,6 +281,8 @@ pub(crate) type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
 struct Deferred {
     sql: String,
     params: OwnedParams,
+    /// Must change a row ([`Conn::defer_claim`]).
+    claim: bool,
 }
 
 /// What goes out with the next statement.

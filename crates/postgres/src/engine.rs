@@ -22,9 +22,10 @@ use crate::snapshot::PgSnapshot;
 use crate::write::{BatchOptions, Group, Prepared};
 use crate::{read, Database};
 use tideway_storage::{
-    CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, Namespace, ReapPage,
-    ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, Snapshot, Storage,
-    StorageError, StorageResult, TransactionCommit, WriteOp, WriteOptions, WriteOutcome,
+    CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, LastWriteRule, Namespace,
+    ReapPage, ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, SessionClaim,
+    Snapshot, Storage, StorageError, StorageResult, TransactionCommit, WriteOp, WriteOptions,
+    WriteOutcome,
 };
 
 pub struct PgStorage {
@@ -51,7 +52,20 @@ impl PgStorage {
     /// Connects to `uri` with a pool of `pool_size` connections, creating or checking the
     /// schema (see [`Database::connect`]).
     pub async fn open(uri: &str, pool_size: usize) -> StorageResult<PgStorage> {
-        let database = Arc::new(Database::connect(uri, pool_size).await?);
+        PgStorage::open_with_rule(uri, pool_size, tideway_storage::every_collection).await
+    }
+
+    /// [`PgStorage::open`] keeping the `LastWrite` order only for the collections `rule`
+    /// selects (the server's: those with a default TTL); every collection is brought in line
+    /// with it first.
+    pub async fn open_with_rule(
+        uri: &str,
+        pool_size: usize,
+        rule: LastWriteRule,
+    ) -> StorageResult<PgStorage> {
+        let mut database = Database::connect(uri, pool_size).await?;
+        database.use_last_write_rule(rule).await?;
+        let database = Arc::new(database);
         let clock = DatabaseClock::start(&database).await?;
         let time_high_water_ms = database.time_floor().await?.unwrap_or(0);
         let seconds = u64::try_from(time_high_water_ms / 1000).unwrap_or(0);
@@ -120,6 +134,7 @@ impl PgStorage {
         ns: &Namespace,
         ops: Vec<WriteOp>,
         options: WriteOptions,
+        claim: Option<SessionClaim>,
         record: Option<RecordSession>,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
         let creates = ops.iter().any(|op| matches!(op, WriteOp::Insert { .. }));
@@ -139,7 +154,9 @@ impl PgStorage {
                 }
                 None => {
                     drop(shared);
-                    return self.write_without_collection(&ops, options, record).await;
+                    return self
+                        .write_without_collection(&ops, options, claim, record)
+                        .await;
                 }
             }
         };
@@ -152,7 +169,13 @@ impl PgStorage {
             stale: None,
         };
         let outcomes = self
-            .write_groups(std::slice::from_ref(&group), options.ordered, false, record)
+            .write_groups(
+                std::slice::from_ref(&group),
+                options.ordered,
+                false,
+                claim,
+                record,
+            )
             .await?;
         Ok(outcomes.into_iter().next().unwrap_or_default())
     }
@@ -164,6 +187,7 @@ impl PgStorage {
         groups: &[Group<'_>],
         ordered: bool,
         all_or_nothing: bool,
+        claim: Option<SessionClaim>,
         record: Option<RecordSession>,
     ) -> StorageResult<Vec<crate::write::Outcomes>> {
         let take_time = || self.take_time();
@@ -175,6 +199,7 @@ impl PgStorage {
                     ordered,
                     all_or_nothing,
                     record,
+                    claim,
                     take_time: &take_time,
                     record_built: false,
                 },
@@ -190,11 +215,13 @@ impl PgStorage {
     }
 
     /// Without a collection there is nothing to replace or delete: every operation fails
-    /// (`WriteConflict`, or its own error), and the session record, if any, is stored alone.
+    /// (`WriteConflict`, or its own error), and the claim and session record, if any, are
+    /// committed alone.
     async fn write_without_collection(
         &self,
         ops: &[WriteOp],
         options: WriteOptions,
+        claim: Option<SessionClaim>,
         record: Option<RecordSession>,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
         let mut outcomes = Vec::new();
@@ -204,12 +231,13 @@ impl PgStorage {
                 break;
             }
         }
-        if let Some(record) = record {
+        let record = record.and_then(|record| {
             let time = tideway_storage::oplog::EntryTime::now(self.take_time());
-            if let Some(record) = record(&outcomes, time) {
-                self.database.store_record_alone(&record).await?;
-            }
-        }
+            record(&outcomes, time)
+        });
+        self.database
+            .store_record_alone(claim.as_ref(), record.as_ref())
+            .await?;
         Ok(outcomes)
     }
 
@@ -400,7 +428,7 @@ impl Storage for PgStorage {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
-        self.write_ops(ns, ops, options, None).await
+        self.write_ops(ns, ops, options, None, None).await
     }
 
     async fn write_recorded(
@@ -408,21 +436,36 @@ impl Storage for PgStorage {
         ns: &Namespace,
         ops: Vec<WriteOp>,
         options: WriteOptions,
+        claim: Option<SessionClaim>,
         record: RecordSession,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
-        self.write_ops(ns, ops, options, Some(record)).await
+        self.write_ops(ns, ops, options, claim, Some(record)).await
     }
 
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>> {
         let conn = self.read_conn().await?;
         let row = storage(
             conn.query_opt(
-                "SELECT header FROM tideway.sessions WHERE key = $1",
+                "SELECT header, txn_number FROM tideway.sessions WHERE key = $1",
                 &[&key],
             )
             .await,
         )?;
-        row.map(|row| decode_document(row.get(0))).transpose()
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut header = match row.get::<_, Option<&[u8]>>(0) {
+            Some(bytes) => decode_document(bytes)?,
+            None => Document::new(),
+        };
+        // A claim newer than the recorded header (its commit recorded nothing) is the newest.
+        let recorded = header.get_i64("txnNumber").ok();
+        if let Some(claimed) = row.get::<_, Option<i64>>(1) {
+            if recorded.is_none_or(|recorded| recorded < claimed) {
+                header.insert("txnNumber", claimed);
+            }
+        }
+        Ok(header.contains_key("txnNumber").then_some(header))
     }
 
     async fn session_statements(
@@ -433,15 +476,26 @@ impl Storage for PgStorage {
         let conn = self.read_conn().await?;
         let rows = storage(
             conn.query(
-                "SELECT stmt_id, body FROM tideway.session_statements
-                 WHERE key = $1 AND txn_number = $2 ORDER BY stmt_id",
+                "SELECT stmt_ids, bodies FROM tideway.session_commits
+                 WHERE key = $1 AND txn_number = $2",
                 &[&key, &txn_number],
             )
             .await,
         )?;
-        rows.iter()
-            .map(|row| Ok((row.get(0), decode_document(row.get(1))?)))
-            .collect()
+        let mut statements = std::collections::BTreeMap::new();
+        for row in &rows {
+            let stmt_ids: Vec<i32> = row.get(0);
+            let bodies: Vec<&[u8]> = row.get(1);
+            if stmt_ids.len() != bodies.len() {
+                return Err(StorageError::Corrupt(
+                    "a session commit's statements and replies differ in number".to_string(),
+                ));
+            }
+            for (stmt_id, body) in stmt_ids.into_iter().zip(bodies) {
+                statements.insert(stmt_id, decode_document(body)?);
+            }
+        }
+        Ok(statements.into_iter().collect())
     }
 
     async fn snapshot(&self) -> StorageResult<Arc<dyn Snapshot>> {
@@ -481,15 +535,18 @@ impl Storage for PgStorage {
         let record: Option<RecordSession> = commit.record.map(|record| {
             Box::new(move |_: &[StorageResult<WriteOutcome>], _| Some(record)) as RecordSession
         });
-        self.write_groups(&groups, true, true, record).await?;
+        self.write_groups(&groups, true, true, None, record).await?;
         Ok(())
     }
 
     async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
         let conn = self.read_conn().await?;
         let rows = storage(
-            conn.query("SELECT key, header FROM tideway.sessions ORDER BY key", &[])
-                .await,
+            conn.query(
+                "SELECT key, header FROM tideway.sessions WHERE header IS NOT NULL ORDER BY key",
+                &[],
+            )
+            .await,
         )?;
         rows.iter()
             .map(|row| Ok((row.get(0), decode_document(row.get(1))?)))

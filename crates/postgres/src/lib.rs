@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
-use tideway_storage::StorageResult;
+use tideway_storage::{LastWriteRule, StorageResult};
 
 pub use clock::{ClockSample, DatabaseClock};
 pub use engine::PgStorage;
@@ -58,6 +58,8 @@ pub struct Database {
     /// replaced when closed. None with a pool under [`MIN_POOL_FOR_READERS`].
     readers: Vec<std::sync::Mutex<Option<Arc<deadpool_postgres::Object>>>>,
     next_reader: std::sync::atomic::AtomicUsize,
+    /// Which collections keep the `LastWrite` order ([`Database::apply_last_write_rule`]).
+    last_write_rule: LastWriteRule,
 }
 
 /// Connections kept for pipelined reads, and the smallest pool that keeps them.
@@ -107,6 +109,7 @@ impl Database {
             counters: Arc::default(),
             readers: (0..readers).map(|_| std::sync::Mutex::new(None)).collect(),
             next_reader: std::sync::atomic::AtomicUsize::new(0),
+            last_write_rule: tideway_storage::every_collection,
         };
         let mut client = database.client().await?;
         schema::bootstrap(&mut client, &database.target).await?;

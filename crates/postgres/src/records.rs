@@ -23,14 +23,21 @@ pub(crate) use record_columns;
 /// [`record_columns!`] for statements built at run time.
 pub(crate) const RECORD_COLUMNS: &str = record_columns!();
 
-const CLASS_DEFAULT: i16 = 0;
+/// `TtlClass::Default` in a collection that keeps the `LastWrite` order: the partial index
+/// `documents_last_write` holds exactly these rows.
+pub(crate) const CLASS_DEFAULT: i16 = 0;
 const CLASS_NEVER: i16 = 1;
 const CLASS_OWN: i16 = 2;
+/// `TtlClass::Default` in a collection that does not keep the `LastWrite` order (the engine's
+/// `LastWriteRule`): out of that index, so writes skip its upkeep.
+pub(crate) const CLASS_DEFAULT_UNORDERED: i16 = 3;
 
-/// `(ttl_class, expire_at_ms)` of a TTL class.
-pub(crate) fn ttl_columns(ttl: TtlClass) -> (i16, i64) {
+/// `(ttl_class, expire_at_ms)` of a TTL class, in a collection that keeps the `LastWrite` order
+/// or not (`last_write_order`).
+pub(crate) fn ttl_columns(ttl: TtlClass, last_write_order: bool) -> (i16, i64) {
     match ttl {
-        TtlClass::Default => (CLASS_DEFAULT, 0),
+        TtlClass::Default if last_write_order => (CLASS_DEFAULT, 0),
+        TtlClass::Default => (CLASS_DEFAULT_UNORDERED, 0),
         TtlClass::Never => (CLASS_NEVER, 0),
         TtlClass::Own { expire_at_ms } => (CLASS_OWN, expire_at_ms),
     }
@@ -38,7 +45,7 @@ pub(crate) fn ttl_columns(ttl: TtlClass) -> (i16, i64) {
 
 fn ttl_of(class: i16, expire_at_ms: i64) -> StorageResult<TtlClass> {
     match class {
-        CLASS_DEFAULT => Ok(TtlClass::Default),
+        CLASS_DEFAULT | CLASS_DEFAULT_UNORDERED => Ok(TtlClass::Default),
         CLASS_NEVER => Ok(TtlClass::Never),
         CLASS_OWN => Ok(TtlClass::Own { expire_at_ms }),
         other => Err(StorageError::Corrupt(format!(

@@ -1,7 +1,7 @@
 //! tideway's tables in PostgreSQL (schema `tideway`), created and checked at startup.
 //!
-//! Layout of [`SCHEMA_VERSION`] 1 (final once the engine is selectable; until then it may still
-//! change without a version bump, since no data exists in it). Keys are the redb engine's
+//! Layout of [`SCHEMA_VERSION`] 2 (each version's statements are in [`UPGRADES`]; a database of
+//! an older version is upgraded in place at startup, in one transaction). Keys are the redb engine's
 //! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
 //! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
 //! - `meta (name → value)`: `schema_version`, `catalog_version` (see `catalog.rs`), the server
@@ -20,8 +20,13 @@
 //!   the `_id` a non-unique entry ends with, so a scan joins documents without parsing keys.
 //! - the sequence `revisions`: every write's revision; an insert's is also its record id, so
 //!   record ids only grow and are never reused.
-//! - `sessions (key → header)` and `session_statements ((key, txn_number, stmt_id) → body)`:
-//!   session records of retryable writes and transactions.
+//! - `sessions (key → header, txn_number)` and `session_commits ((key, txn_number,
+//!   first_stmt_id) → stmt_ids, bodies)`: session records of retryable writes and transactions.
+//!   `txn_number` is the newest number the session claimed or recorded (`header` is NULL while
+//!   only a claim exists); each commit's statements are one row, their replies in `bodies` in
+//!   the order of `stmt_ids`. Version 1 had no `txn_number` (NULL after the upgrade: the first
+//!   claim then fails and the header decides, unless the upgrade found it from the statements)
+//!   and one `session_statements` row per statement.
 //!
 //! Invariant: a database holds either no `tideway.meta` row `schema_version` (never
 //! bootstrapped) or every table of that version. Must not: use what Citus, YugabyteDB or
@@ -33,7 +38,10 @@ use crate::{is_serialization_failure, Target};
 use tideway_storage::{StorageError, StorageResult};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// The statements that bring version `n` to `n + 1`, at index `n` (version 0: no schema).
+const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] = [VERSION_1, VERSION_2];
 
 /// Concurrent bootstraps (several nodes starting together) conflict; each retries this often.
 const BOOTSTRAP_ATTEMPTS: usize = 5;
@@ -85,6 +93,27 @@ const VERSION_1: &[&str] = &[
         stmt_id integer NOT NULL,
         body bytea NOT NULL,
         PRIMARY KEY (key, txn_number, stmt_id))",
+];
+
+/// Version 2: session claims (`sessions.txn_number`), one row per recorded commit.
+const VERSION_2: &[&str] = &[
+    "ALTER TABLE tideway.sessions ADD COLUMN txn_number bigint",
+    "ALTER TABLE tideway.sessions ALTER COLUMN header DROP NOT NULL",
+    "CREATE TABLE tideway.session_commits (
+        key bytea NOT NULL,
+        txn_number bigint NOT NULL,
+        first_stmt_id integer NOT NULL,
+        stmt_ids integer[] NOT NULL,
+        bodies bytea[] NOT NULL,
+        PRIMARY KEY (key, txn_number, first_stmt_id))",
+    "INSERT INTO tideway.session_commits (key, txn_number, first_stmt_id, stmt_ids, bodies)
+        SELECT key, txn_number, stmt_id, ARRAY[stmt_id], ARRAY[body]
+        FROM tideway.session_statements",
+    // Statement rows belong to their header's txnNumber; a header without any (a transaction's)
+    // keeps NULL, which refuses claims until its next record.
+    "UPDATE tideway.sessions SET txn_number = (
+        SELECT max(txn_number) FROM tideway.session_statements s WHERE s.key = sessions.key)",
+    "DROP TABLE tideway.session_statements",
 ];
 
 /// Creates tideway's schema in an empty database, or checks that the one there is this build's.
@@ -145,7 +174,7 @@ async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageRe
         Ok(row) => row.map(|row| row.get::<_, i64>(0)),
         Err(error) => return fail("cannot read tideway's schema version", error),
     };
-    match stored {
+    let from = match stored {
         Some(SCHEMA_VERSION) => return Ok(Ok(())),
         Some(newer) if newer > SCHEMA_VERSION => {
             return Ok(Err(StorageError::Corrupt(format!(
@@ -154,23 +183,26 @@ async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageRe
                 target.redacted()
             ))))
         }
-        Some(older) => {
+        Some(older) if older >= 1 => older,
+        Some(invalid) => {
             return Ok(Err(StorageError::Corrupt(format!(
-                "the database {} holds tideway schema version {older}, which this build does not \
-                 upgrade (it knows version {SCHEMA_VERSION} only)",
+                "the database {} holds an invalid tideway schema version {invalid}",
                 target.redacted()
             ))))
         }
-        None => {}
-    }
-    for statement in VERSION_1 {
-        if let Err(error) = txn.batch_execute(statement).await {
-            return fail("cannot create tideway's tables", error);
+        None => 0,
+    };
+    for statements in &UPGRADES[from as usize..] {
+        for statement in *statements {
+            if let Err(error) = txn.batch_execute(statement).await {
+                return fail("cannot create or upgrade tideway's tables", error);
+            }
         }
     }
     if let Err(error) = txn
         .execute(
-            "INSERT INTO tideway.meta (name, value) VALUES ('schema_version', $1)",
+            "INSERT INTO tideway.meta (name, value) VALUES ('schema_version', $1)
+             ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
             &[&SCHEMA_VERSION],
         )
         .await

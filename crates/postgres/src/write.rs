@@ -18,15 +18,15 @@ use bson::{doc, Bson, Document};
 
 use crate::catalog::mark_multikey;
 use crate::collection::Collection;
-use crate::conn::{Attempt, Conn, Failure};
+use crate::conn::{Attempt, Conn, Failure, OwnedParams};
 use crate::entries::EntryRows;
 use crate::records::{record_columns, ttl_columns, StoredRecord};
 use crate::Database;
 use tideway_storage::indexkeys::DocumentKeys;
 use tideway_storage::oplog::EntryTime;
 use tideway_storage::{
-    IndexSpec, RecordPredicate, RecordSession, SessionRecord, StorageError, StorageResult,
-    WriteMeta, WriteOp, WriteOutcome,
+    IndexSpec, RecordPredicate, RecordSession, SessionClaim, SessionRecord, StorageError,
+    StorageResult, WriteMeta, WriteOp, WriteOutcome,
 };
 
 /// How often a batch that lost a race is redone before it fails with `WriteConflict`.
@@ -130,6 +130,8 @@ pub(crate) struct BatchOptions<'a> {
     /// Builds the session record stored with the batch, from its results and the time of
     /// its last write.
     pub record: Option<RecordSession>,
+    /// The batch's claim on a session's txnNumber, checked before anything else it does.
+    pub claim: Option<SessionClaim>,
     /// The cluster time of a write (`seconds << 32 | increment`), taken once per batch.
     pub take_time: &'a (dyn Fn() -> u64 + Sync),
     /// Set once `record` ran.
@@ -210,22 +212,34 @@ impl Database {
                         break;
                     }
                 }
-                Err(Failure::Storage(error)) => {
+                Err(failure @ (Failure::Storage(_) | Failure::Refused)) => {
                     conn.rollback().await.map_err(Failure::into_storage)?;
-                    return Err(error);
+                    return Err(failure.into_storage());
                 }
             }
         }
         Err(StorageError::WriteConflict)
     }
 
-    /// Stores a session record with no write beside it (a batch whose operations all failed
-    /// without touching the database).
-    pub(crate) async fn store_record_alone(&self, record: &SessionRecord) -> StorageResult<()> {
+    /// Checks `claim` and stores `record` with no write beside them (a batch whose operations
+    /// all failed without touching the database).
+    pub(crate) async fn store_record_alone(
+        &self,
+        claim: Option<&SessionClaim>,
+        record: Option<&SessionRecord>,
+    ) -> StorageResult<()> {
+        if claim.is_none() && record.is_none() {
+            return Ok(());
+        }
         let mut conn = Conn::get(self).await?;
         let attempt = async {
             conn.begin("");
-            store_session_record(&conn, record)?;
+            if let Some(claim) = claim {
+                claim_session(&conn, claim);
+            }
+            if let Some(record) = record {
+                store_session_record(&conn, record)?;
+            }
             conn.commit().await
         }
         .await;
@@ -235,9 +249,10 @@ impl Database {
         attempt.map_err(Failure::into_storage)
     }
 
-    /// Plain inserts with one statement ([`insert_statement`]), and the session record with
-    /// the commit: one round trip without a record, two with one. `None` when a key or `_id` is
-    /// taken (nothing was written, the record was not built): the batch goes the careful way.
+    /// Plain inserts with one statement ([`insert_statement`]), the claim with it and the
+    /// session record with the commit: one round trip without either, two with them. `None`
+    /// when a key or `_id` is taken (nothing was written, the record was not built): the batch
+    /// goes the careful way.
     async fn insert_quickly(
         &self,
         collection: &Collection,
@@ -245,8 +260,12 @@ impl Database {
         options: &mut BatchOptions<'_>,
     ) -> StorageResult<Option<Outcomes>> {
         let mut conn = Conn::get(self).await?;
-        if options.record.is_some() {
+        let in_transaction = options.record.is_some() || options.claim.is_some();
+        if in_transaction {
             conn.begin("");
+        }
+        if let Some(claim) = &options.claim {
+            claim_session(&conn, claim);
         }
         let outcomes = match insert_statement(&conn, collection, ops).await {
             Ok(outcomes) => outcomes,
@@ -254,7 +273,10 @@ impl Database {
                 conn.rollback().await.map_err(Failure::into_storage)?;
                 return Ok(None);
             }
-            Err(Failure::Storage(error)) => return Err(error),
+            Err(failure) => {
+                conn.rollback().await.map_err(Failure::into_storage)?;
+                return Err(failure.into_storage());
+            }
         };
         if let Some(record) = options.record.take() {
             options.record_built = true;
@@ -262,6 +284,8 @@ impl Database {
             if let Some(record) = record(&outcomes, time) {
                 store_session_record(&conn, &record).map_err(Failure::into_storage)?;
             }
+        }
+        if in_transaction {
             conn.commit().await.map_err(Failure::into_storage)?;
         }
         Ok(Some(outcomes))
@@ -293,7 +317,7 @@ async fn insert_statement(
         else {
             continue;
         };
-        let (class, expire_at_ms) = ttl_columns(meta.ttl);
+        let (class, expire_at_ms) = ttl_columns(meta.ttl, collection.stored.last_write_order);
         id_keys.push(id_key.as_slice());
         times.push(meta.last_write_ms);
         classes.push(class);
@@ -401,6 +425,9 @@ async fn try_batch(
     options: &mut BatchOptions<'_>,
 ) -> Attempt<Vec<Outcomes>> {
     conn.begin(isolation);
+    if let Some(claim) = &options.claim {
+        claim_session(conn, claim);
+    }
     let mut all = Vec::with_capacity(groups.len());
     for (group, multikey) in groups.iter().zip(multikey) {
         if !multikey.is_empty() {
@@ -822,7 +849,7 @@ async fn apply_quickly(
             keys,
             ..
         } if collection.indexes.iter().all(|index| !index.unique) => {
-            let (class, expire_at_ms) = ttl_columns(meta.ttl);
+            let (class, expire_at_ms) = ttl_columns(meta.ttl, collection.stored.last_write_order);
             let expected = *expected_rev as i64;
             // A replaced document keeps its record id: its place in natural order.
             let row = conn
@@ -931,7 +958,7 @@ async fn store_document(
              RETURNING rev"
         }
     };
-    let (class, expire_at_ms) = ttl_columns(meta.ttl);
+    let (class, expire_at_ms) = ttl_columns(meta.ttl, collection.stored.last_write_order);
     let row = conn
         .query_opt(
             sql,
@@ -952,9 +979,23 @@ async fn store_document(
     })
 }
 
+/// Claims `claim.txn_number` for its session with the transaction's next statement: the
+/// session row's `txn_number` is set unless it is already that number or newer, in which case
+/// that statement fails with [`Failure::Refused`]. The row stays locked until the transaction
+/// ends, so of two transactions claiming one number only the first to commit changes it.
+pub(crate) fn claim_session(conn: &Conn, claim: &SessionClaim) {
+    conn.defer_claim(
+        "INSERT INTO tideway.sessions (key, txn_number) VALUES ($1, $2)
+         ON CONFLICT (key) DO UPDATE SET txn_number = EXCLUDED.txn_number
+         WHERE tideway.sessions.txn_number < EXCLUDED.txn_number",
+        vec![Box::new(claim.key.clone()), Box::new(claim.txn_number)],
+    );
+}
+
 /// Stores a session record with the transaction's next statement (its commit): its header
-/// replaces the session's, its statements join those of its txnNumber (older txnNumbers' rows
-/// are deleted); one statement.
+/// replaces the session's, its statements join those of its txnNumber as one row
+/// (`session_commits`, keyed by its first stmtId; rows of older txnNumbers are deleted); one
+/// statement.
 pub(crate) fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attempt<()> {
     let mut header = doc! {"txnNumber": record.txn_number};
     for (field, value) in &record.header {
@@ -969,28 +1010,45 @@ pub(crate) fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attem
             )))
         })
     };
+    let mut params: OwnedParams = vec![
+        Box::new(record.key.clone()),
+        Box::new(encode(&header)?),
+        Box::new(record.txn_number),
+    ];
+    let Some(first) = record.statements.iter().map(|(id, _)| *id).min() else {
+        conn.defer(
+            "WITH header AS (
+                INSERT INTO tideway.sessions (key, header, txn_number) VALUES ($1, $2, $3)
+                ON CONFLICT (key) DO UPDATE
+                SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number)
+             DELETE FROM tideway.session_commits WHERE key = $1 AND txn_number <> $3",
+            params,
+        );
+        return Ok(());
+    };
     let stmt_ids: Vec<i32> = record.statements.iter().map(|(id, _)| *id).collect();
     let bodies = record
         .statements
         .iter()
         .map(|(_, reply)| encode(reply))
         .collect::<Attempt<Vec<_>>>()?;
+    params.extend::<[Box<dyn tokio_postgres::types::ToSql + Sync + Send>; 3]>([
+        Box::new(first),
+        Box::new(stmt_ids),
+        Box::new(bodies),
+    ]);
     conn.defer(
         "WITH header AS (
-            INSERT INTO tideway.sessions (key, header) VALUES ($1, $2)
-            ON CONFLICT (key) DO UPDATE SET header = EXCLUDED.header),
+            INSERT INTO tideway.sessions (key, header, txn_number) VALUES ($1, $2, $3)
+            ON CONFLICT (key) DO UPDATE
+            SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number),
          older AS (
-            DELETE FROM tideway.session_statements WHERE key = $1 AND txn_number <> $3)
-         INSERT INTO tideway.session_statements (key, txn_number, stmt_id, body)
-         SELECT $1, $3, s, b FROM unnest($4::int[], $5::bytea[]) AS t(s, b)
-         ON CONFLICT (key, txn_number, stmt_id) DO UPDATE SET body = EXCLUDED.body",
-        vec![
-            Box::new(record.key.clone()),
-            Box::new(encode(&header)?),
-            Box::new(record.txn_number),
-            Box::new(stmt_ids),
-            Box::new(bodies),
-        ],
+            DELETE FROM tideway.session_commits WHERE key = $1 AND txn_number <> $3)
+         INSERT INTO tideway.session_commits (key, txn_number, first_stmt_id, stmt_ids, bodies)
+         VALUES ($1, $3, $4, $5, $6)
+         ON CONFLICT (key, txn_number, first_stmt_id)
+         DO UPDATE SET stmt_ids = EXCLUDED.stmt_ids, bodies = EXCLUDED.bodies",
+        params,
     );
     Ok(())
 }

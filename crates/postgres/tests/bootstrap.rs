@@ -43,7 +43,7 @@ async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
             "documents",
             "index_entries",
             "meta",
-            "session_statements",
+            "session_commits",
             "sessions",
             "unique_entries"
         ]
@@ -117,6 +117,114 @@ async fn a_newer_schema_stops_startup_naming_both_versions() {
         !message.contains(&password_of(&scratch.server)),
         "{message}"
     );
+    scratch.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    // Version 1's session tables, with one retryable write's record of two statements and a
+    // transaction's header without statements.
+    let bson = |document: bson::Document| bson::to_vec(&document).unwrap();
+    {
+        let database = scratch.connect(1).await;
+        let client = database.client().await.unwrap();
+        client
+            .batch_execute(
+                "DROP TABLE tideway.session_commits;
+                 ALTER TABLE tideway.sessions DROP COLUMN txn_number;
+                 ALTER TABLE tideway.sessions ALTER COLUMN header SET NOT NULL;
+                 CREATE TABLE tideway.session_statements (
+                    key bytea NOT NULL, txn_number bigint NOT NULL, stmt_id integer NOT NULL,
+                    body bytea NOT NULL, PRIMARY KEY (key, txn_number, stmt_id));
+                 UPDATE tideway.meta SET value = 1 WHERE name = 'schema_version'",
+            )
+            .await
+            .unwrap();
+        for (key, txn) in [(&b"write"[..], 7_i64), (&b"txn"[..], 3)] {
+            client
+                .execute(
+                    "INSERT INTO tideway.sessions (key, header) VALUES ($1, $2)",
+                    &[&key, &bson(bson::doc! {"txnNumber": txn})],
+                )
+                .await
+                .unwrap();
+        }
+        for (stmt_id, reply) in [(0, bson::doc! {"n": 1}), (1, bson::doc! {"n": 2})] {
+            client
+                .execute(
+                    "INSERT INTO tideway.session_statements VALUES ($1, 7, $2, $3)",
+                    &[&&b"write"[..], &stmt_id, &bson(reply)],
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let storage = tideway_postgres::PgStorage::open(&scratch.uri, 2)
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    let version: i64 = scratch
+        .connect(1)
+        .await
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT value FROM tideway.meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION);
+    use tideway_storage::{Namespace, SessionClaim, Storage, StorageError, WriteOptions};
+    assert_eq!(
+        storage.session_record(b"write").await.unwrap(),
+        Some(bson::doc! {"txnNumber": 7_i64})
+    );
+    assert_eq!(
+        storage.session_statements(b"write", 7).await.unwrap(),
+        [(0, bson::doc! {"n": 1}), (1, bson::doc! {"n": 2})]
+    );
+    async fn claimed(
+        storage: &tideway_postgres::PgStorage,
+        key: &[u8],
+        txn_number: i64,
+    ) -> Result<(), StorageError> {
+        let claim = SessionClaim {
+            key: key.to_vec(),
+            txn_number,
+        };
+        let options = WriteOptions {
+            ordered: true,
+            force_durable: false,
+            background: false,
+        };
+        storage
+            .write_recorded(
+                &Namespace::new("upgraded", "c"),
+                Vec::new(),
+                options,
+                Some(claim),
+                Box::new(|_, _| None),
+            )
+            .await
+            .map(|_| ())
+    }
+    // The retryable write's number was found from its statements; the transaction's was not,
+    // so its next claim is refused (the caller then reads the header).
+    assert!(matches!(
+        claimed(&storage, b"write", 7).await,
+        Err(StorageError::TxnNumberUsed)
+    ));
+    assert!(claimed(&storage, b"write", 8).await.is_ok());
+    assert!(matches!(
+        claimed(&storage, b"txn", 4).await,
+        Err(StorageError::TxnNumberUsed)
+    ));
+    drop(storage);
     scratch.drop_database().await;
 }
 

@@ -16,6 +16,9 @@ use super::{
 };
 use tideway_query::keycodec::{encode_id, encode_key, Direction};
 
+mod sessions;
+pub use sessions::session_records;
+
 pub const META: WriteMeta = WriteMeta {
     last_write_ms: 1_700_000_000_000,
     ttl: TtlClass::Default,
@@ -49,6 +52,7 @@ pub async fn run_all(storage: &dyn Storage) {
     background_writes(storage).await;
     reaping(storage).await;
     hidden_scans(storage).await;
+    session_records(storage).await;
 }
 
 // ---- helpers ----

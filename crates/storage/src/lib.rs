@@ -653,6 +653,22 @@ pub type RecordSession = Box<
     dyn FnOnce(&[StorageResult<WriteOutcome>], oplog::EntryTime) -> Option<SessionRecord> + Send,
 >;
 
+/// A commit's claim on a session's `txnNumber` ([`Storage::write_recorded`]): the commit goes
+/// through only if no earlier commit of session `key` claimed or recorded `txn_number` or a newer
+/// one; otherwise it fails whole with [`StorageError::TxnNumberUsed`] and nothing of it is
+/// applied. The check and the commit are one atomic step, so of two commits claiming the same
+/// number at most one goes through. A retryable write's first commit carries it: a first
+/// attempt then needs no read of the session record before it writes, and a retry is never
+/// taken for a first attempt.
+///
+/// A claim that went through may be kept even when its commit recorded nothing (a later claim
+/// of the same number then fails); callers must read the record when a claim fails.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionClaim {
+    pub key: Vec<u8>,
+    pub txn_number: i64,
+}
+
 /// What [`Storage::write_recorded`] stores for the session under a caller-chosen key: the
 /// statements this commit ran under `txn_number`, and the session's header.
 #[derive(Clone, Debug, PartialEq)]
@@ -826,6 +842,11 @@ pub enum StorageError {
     /// A document larger than its capped collection's size (mongod: 2 BadValue).
     #[error("object to insert exceeds cappedMaxSize")]
     ExceedsCappedSize,
+    /// A [`SessionClaim`] failed: the session already used this txnNumber or a newer one, and
+    /// nothing of the commit was applied. The retryable-write layer answers it by reading the
+    /// session record; it reaches no client.
+    #[error("this txnNumber was already used by the session")]
+    TxnNumberUsed,
 }
 
 impl From<StorageError> for CommandError {
@@ -843,6 +864,7 @@ impl From<StorageError> for CommandError {
             StorageError::Unavailable(_) => ErrorCode::HostUnreachable,
             StorageError::CannotIndex { code, .. } => *code,
             StorageError::ExceedsCappedSize => ErrorCode::BadValue,
+            StorageError::TxnNumberUsed => ErrorCode::TransactionTooOld,
         };
         let command_error = CommandError::new(code, error.to_string());
         match error {
@@ -1056,7 +1078,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
     /// [`Storage::write`], and in the same atomic commit stores the session record `record`
     /// builds from the operations' results (see [`SessionRecord`]; nothing is stored when it
-    /// returns `None`). The cost is in proportion to the statements of this commit, never to
+    /// returns `None`), once `claim`, if any, went through (see [`SessionClaim`]). The cost is in proportion to the statements of this commit, never to
     /// those recorded before. `record` runs on the writer thread: it must be fast and
     /// must not block or call back into storage. Retryable writes keep their outcome this way,
     /// so a write and the proof that it happened are never separated by a crash.
@@ -1065,10 +1087,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
         ns: &Namespace,
         ops: Vec<WriteOp>,
         options: WriteOptions,
+        claim: Option<SessionClaim>,
         record: RecordSession,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>>;
     /// The header of the session record stored under `key` ([`Storage::write_recorded`]):
-    /// `{txnNumber, ..}`, if any.
+    /// `{txnNumber, ..}`, if any; its `txnNumber` is the newest the session claimed or recorded
+    /// (a claim whose commit recorded nothing may leave a header of `txnNumber` alone).
     async fn session_record(&self, key: &[u8]) -> StorageResult<Option<Document>>;
     /// The statements recorded under `txn_number` for session `key`, in stmtId order (one range
     /// read; none once a newer txnNumber was recorded).

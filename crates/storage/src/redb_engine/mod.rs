@@ -61,8 +61,8 @@ use self::writer::{Batch, Counters, Finish, Job, Shared, Writer};
 use super::{
     every_collection, CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec,
     LastWriteRule, Namespace, ReapPage, ReapRequest, ReapSource, Record, RecordSession, ScanPage,
-    ScanRequest, Snapshot, Storage, StorageError, StorageResult, TransactionCommit, WriteOp,
-    WriteOptions, WriteOutcome,
+    ScanRequest, SessionClaim, Snapshot, Storage, StorageError, StorageResult, TransactionCommit,
+    WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub use self::writer::Durability;
@@ -777,7 +777,7 @@ impl Storage for RedbStorage {
         ops: Vec<WriteOp>,
         options: WriteOptions,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
-        self.write_recorded(ns, ops, options, Box::new(|_, _| None))
+        self.write_recorded(ns, ops, options, None, Box::new(|_, _| None))
             .await
     }
 
@@ -786,12 +786,17 @@ impl Storage for RedbStorage {
         ns: &Namespace,
         ops: Vec<WriteOp>,
         options: WriteOptions,
+        claim: Option<SessionClaim>,
         record: RecordSession,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
         let ops: Vec<PreparedOp> = ops.into_iter().map(PreparedOp::prepare).collect();
         let bytes = ops.iter().map(PreparedOp::bytes).sum();
         let ns = ns.clone();
         self.submit(options, bytes, move |batch| {
+            // Checked before anything is written: a refused claim leaves the batch untouched.
+            if let Some(claim) = &claim {
+                sessions::check_claim(&batch.txn, claim)?;
+            }
             let results = apply::write(batch, &ns, ops, options.ordered, None)?;
             // Every successful write took a time: the newest is this batch's last write's.
             let time = crate::oplog::EntryTime::now(batch.counters.last_timestamp);

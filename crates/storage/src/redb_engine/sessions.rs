@@ -18,7 +18,7 @@ use super::format::{
     corrupt, io, session_rows_before, session_statement_id, session_statement_key,
     session_txn_rows, SESSIONS, SESSION_STATEMENTS,
 };
-use crate::{SessionRecord, StorageResult};
+use crate::{SessionClaim, SessionRecord, StorageResult};
 
 /// The field of the version 2/3 whole record that held the statements.
 const WHOLE_RECORD_STATEMENTS: &str = "statements";
@@ -52,6 +52,20 @@ pub(super) fn put(txn: &WriteTransaction, record: &SessionRecord) -> StorageResu
         statements
             .insert(key.as_slice(), to_bytes(reply)?.as_slice())
             .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Fails with `TxnNumberUsed` when session `claim.key` recorded `claim.txn_number` or a newer
+/// one (the redb engine keeps no claim beyond the commit that carries it: its records tell).
+pub(super) fn check_claim(txn: &WriteTransaction, claim: &SessionClaim) -> StorageResult<()> {
+    let sessions = txn.open_table(SESSIONS).map_err(io)?;
+    let stored = sessions
+        .get(claim.key.as_slice())
+        .map_err(io)?
+        .and_then(|stored| stored_txn_number(stored.value()));
+    if stored.is_some_and(|stored| stored >= claim.txn_number) {
+        return Err(crate::StorageError::TxnNumberUsed);
     }
     Ok(())
 }

@@ -2000,6 +2000,7 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                     ordered: false,
                     ..ORDERED
                 },
+                None,
                 Box::new(|results, _| {
                     let done = results.iter().filter(|result| result.is_ok()).count();
                     Some(SessionRecord {
@@ -2018,6 +2019,7 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                 &ns("c"),
                 vec![insert(doc! {"_id": 2})],
                 ORDERED,
+                None,
                 Box::new(|_, _| None),
             )
             .await
@@ -2067,6 +2069,7 @@ async fn record_statements(
             &ns("rows"),
             ops,
             ORDERED,
+            None,
             Box::new(move |_, time| {
                 Some(SessionRecord {
                     key,
