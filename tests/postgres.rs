@@ -189,8 +189,8 @@ async fn a_retry_on_another_node_is_answered_from_the_record() {
     let (count_after, trips_after) = round_trips_of(&after, "insert");
     assert_eq!(
         (count_after - count_before, trips_after - trips_before),
-        (1, 2),
-        "a first attempt claims its txnNumber with the write: BEGIN+claim+insert, record+COMMIT"
+        (1, 1),
+        "a first attempt sends BEGIN, its claim and record, the insert and COMMIT at once"
     );
     // A statement that would match nothing when run again: its retry must still report it.
     let update = doc! {

@@ -84,6 +84,10 @@ pub(crate) enum StatementKind {
     FindAndModify { return_new: bool },
 }
 
+/// What an operation of a commit records if it succeeds: its statement's `(stmtId, reply
+/// part)`, or nothing.
+type StatementEntry = Option<(i32, Document)>;
+
 /// A retryable write command in progress.
 pub(crate) struct RetryableWrite {
     key: Vec<u8>,
@@ -93,7 +97,7 @@ pub(crate) struct RetryableWrite {
     stmt_ids: Option<Vec<i32>>,
     /// The statements recorded under this `txnNumber`, those of this command included as they
     /// commit.
-    recorded: Arc<Mutex<HashMap<i32, Document>>>,
+    recorded: Mutex<HashMap<i32, Document>>,
     retried: Mutex<Vec<i32>>,
     /// The statement whose writes go through now.
     current: Mutex<Option<(i32, StatementKind)>>,
@@ -105,6 +109,8 @@ pub(crate) struct RetryableWrite {
     claim: Mutex<Option<SessionClaim>>,
     /// Storage refused the claim: this run applied nothing and must be run again.
     claim_refused: std::sync::atomic::AtomicBool,
+    /// The entries of the record the next commit carries (see [`RetryableWrite::recorder`]).
+    pending: Mutex<Arc<Vec<StatementEntry>>>,
     _session: tokio::sync::OwnedMutexGuard<Option<i64>>,
 }
 
@@ -205,30 +211,45 @@ impl RetryableWrite {
             txn_number,
             first_stmt_id,
             stmt_ids: None,
-            recorded: Arc::new(Mutex::new(recorded)),
+            recorded: Mutex::new(recorded),
             retried: Mutex::new(Vec::new()),
             current: Mutex::new(None),
             insert_positions: Mutex::new(Vec::new()),
             claim: Mutex::new(None),
             claim_refused: std::sync::atomic::AtomicBool::new(false),
+            pending: Mutex::default(),
             _session: session,
         }
     }
 
-    /// What a commit of this write carries: the pending claim, if any, and `record` (a record
-    /// of nothing when `None`). Every commit goes through here and [`RetryableWrite::settle`].
+    /// What a commit of this write carries: the pending claim, if any, and `record` (built by
+    /// this write's `record_*` just before; a record of nothing when `None`). Every commit goes
+    /// through here and [`RetryableWrite::settle`].
     pub(crate) fn session_write(
         &self,
         record: Option<RecordSession>,
     ) -> (Option<SessionClaim>, RecordSession) {
-        let record = record.unwrap_or_else(|| Box::new(|_, _| None));
+        let record = record.unwrap_or_else(|| {
+            *lock(&self.pending) = Arc::default();
+            Box::new(|_, _| None)
+        });
         (lock(&self.claim).clone(), record)
     }
 
-    /// Notes how a commit went: applied, its claim is spent; refused, this run must be redone.
-    pub(crate) fn settle<T>(&self, result: &StorageResult<T>) {
+    /// Notes how a commit went: applied, its claim is spent and its recorded statements join
+    /// `recorded`; refused, this run must be redone.
+    pub(crate) fn settle(&self, result: &StorageResult<Vec<StorageResult<WriteOutcome>>>) {
         match result {
-            Ok(_) => *lock(&self.claim) = None,
+            Ok(results) => {
+                *lock(&self.claim) = None;
+                let entries = std::mem::take(&mut *lock(&self.pending));
+                let mut recorded = lock(&self.recorded);
+                for (entry, result) in entries.iter().zip(results) {
+                    if let (Some((stmt_id, reply)), Ok(_)) = (entry, result) {
+                        recorded.insert(*stmt_id, reply.clone());
+                    }
+                }
+            }
             Err(StorageError::TxnNumberUsed) => self
                 .claim_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed),
@@ -330,34 +351,33 @@ impl RetryableWrite {
         )
     }
 
-    /// A record builder: the entries of the operations that succeed join the session's record
-    /// (only they are written: the cost of a commit never grows with what was recorded before).
-    fn recorder(&self, entries: Vec<Option<(i32, Document)>>) -> RecordSession {
-        let recorded = self.recorded.clone();
+    /// A record builder: the entries of the operations that succeed are the commit's
+    /// statements (only they are written: the cost of a commit never grows with what was
+    /// recorded before). They join `recorded` once the commit is applied ([`Self::settle`]).
+    fn recorder(&self, entries: Vec<StatementEntry>) -> RecordSession {
+        let entries = Arc::new(entries);
+        *lock(&self.pending) = Arc::clone(&entries);
         let key = self.key.clone();
         let txn_number = self.txn_number;
-        Box::new(
-            move |results: &[tideway_storage::StorageResult<WriteOutcome>], time: EntryTime| {
-                let statements: Vec<(i32, Document)> = entries
-                    .into_iter()
-                    .zip(results)
-                    .filter_map(|(entry, result)| entry.filter(|_| result.is_ok()))
-                    .collect();
-                if statements.is_empty() {
-                    return None;
-                }
-                lock(&recorded).extend(statements.iter().cloned());
-                Some(SessionRecord {
-                    key,
-                    txn_number,
-                    statements,
-                    header: doc! {
-                        "lastWriteOpTime": {"ts": time.ts, "t": crate::repl::TERM},
-                        "lastWriteDate": bson::DateTime::from_millis(time.wall_ms),
-                    },
-                })
-            },
-        )
+        Box::new(move |succeeded: &[bool], time: EntryTime| {
+            let statements: Vec<(i32, Document)> = entries
+                .iter()
+                .zip(succeeded)
+                .filter_map(|(entry, ok)| entry.clone().filter(|_| *ok))
+                .collect();
+            if statements.is_empty() {
+                return None;
+            }
+            Some(SessionRecord {
+                key: key.clone(),
+                txn_number,
+                statements,
+                header: doc! {
+                    "lastWriteOpTime": {"ts": time.ts, "t": crate::repl::TERM},
+                    "lastWriteDate": bson::DateTime::from_millis(time.wall_ms),
+                },
+            })
+        })
     }
 
     /// Adds `retriedStmtIds` to a reply when some statement was answered from the record.

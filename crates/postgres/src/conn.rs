@@ -27,7 +27,8 @@ pub(crate) enum Failure {
     Unique,
     /// A serialization failure or deadlock (40001, 40P01): redo the transaction.
     Serialization,
-    /// A deferred claim changed no row ([`Conn::defer_claim`]): the transaction must not commit.
+    /// A session claim was refused (`write::store_session`: its statement divides by zero,
+    /// SQLSTATE 22012, the only division in the engine's SQL). The transaction is aborted.
     Refused,
     /// Anything else, as the contract's error.
     Storage(StorageError),
@@ -103,6 +104,9 @@ impl Conn {
         if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
             return Failure::Unique;
         }
+        if error.code() == Some(&SqlState::DIVISION_BY_ZERO) {
+            return Failure::Refused;
+        }
         if is_serialization_failure(&error) {
             return Failure::Serialization;
         }
@@ -157,15 +161,7 @@ impl Conn {
         ));
         let (began, deferred, result) = tokio::join!(begin, deferred, main);
         began.map_err(|error| self.failure("cannot begin a transaction", error))?;
-        let changed = deferred.map_err(|error| self.failure("a statement failed", error))?;
-        if pending
-            .deferred
-            .iter()
-            .zip(changed)
-            .any(|(deferred, rows)| deferred.claim && rows == 0)
-        {
-            return Err(Failure::Refused);
-        }
+        deferred.map_err(|error| self.failure("a statement failed", error))?;
         result.map_err(|error| self.failure(what, error))
     }
 
@@ -194,6 +190,29 @@ impl Conn {
         .await
     }
 
+    /// [`Conn::query`], and the open transaction's `COMMIT` right behind it, in the same round
+    /// trip. The transaction is over either way (a failed statement makes the `COMMIT` a
+    /// rollback); the first failure is the result.
+    pub async fn query_and_commit(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Attempt<Vec<Row>> {
+        let statement = self.statement(sql).await?;
+        let both = async {
+            let client = self.client();
+            let (rows, committed) = tokio::join!(
+                client.query(&statement, params),
+                client.batch_execute("COMMIT")
+            );
+            let rows = rows?;
+            committed.map(|()| rows)
+        };
+        let result = self.send("a query failed", both).await;
+        self.in_transaction = false;
+        result
+    }
+
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Attempt<u64> {
         let statement = self.statement(sql).await?;
         self.send(
@@ -209,17 +228,6 @@ impl Conn {
         self.pending().deferred.push(Deferred {
             sql: sql.to_owned(),
             params,
-            claim: false,
-        });
-    }
-
-    /// [`Conn::defer`] for a claim: a statement that must change a row, else the statement it
-    /// goes out with fails with [`Failure::Refused`] (the transaction must then roll back).
-    pub fn defer_claim(&self, sql: &'static str, params: OwnedParams) {
-        self.pending().deferred.push(Deferred {
-            sql: sql.to_owned(),
-            params,
-            claim: true,
         });
     }
 
@@ -281,8 +289,6 @@ pub(crate) type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
 struct Deferred {
     sql: String,
     params: OwnedParams,
-    /// Must change a row ([`Conn::defer_claim`]).
-    claim: bool,
 }
 
 /// What goes out with the next statement.

@@ -201,7 +201,6 @@ impl PgStorage {
                     record,
                     claim,
                     take_time: &take_time,
-                    record_built: false,
                 },
             )
             .await?;
@@ -233,7 +232,7 @@ impl PgStorage {
         }
         let record = record.and_then(|record| {
             let time = tideway_storage::oplog::EntryTime::now(self.take_time());
-            record(&outcomes, time)
+            record(&tideway_storage::successes(&outcomes), time)
         });
         self.database
             .store_record_alone(claim.as_ref(), record.as_ref())
@@ -476,7 +475,10 @@ impl Storage for PgStorage {
         let conn = self.read_conn().await?;
         let rows = storage(
             conn.query(
-                "SELECT stmt_ids, bodies FROM tideway.session_commits
+                "SELECT stmt_ids, bodies FROM tideway.sessions
+                 WHERE key = $1 AND txn_number = $2 AND stmt_ids IS NOT NULL
+                 UNION ALL
+                 SELECT stmt_ids, bodies FROM tideway.session_commits
                  WHERE key = $1 AND txn_number = $2",
                 &[&key, &txn_number],
             )
@@ -532,9 +534,9 @@ impl Storage for PgStorage {
                 stale,
             })
             .collect();
-        let record: Option<RecordSession> = commit.record.map(|record| {
-            Box::new(move |_: &[StorageResult<WriteOutcome>], _| Some(record)) as RecordSession
-        });
+        let record: Option<RecordSession> = commit
+            .record
+            .map(|record| Box::new(move |_: &[bool], _| Some(record.clone())) as RecordSession);
         self.write_groups(&groups, true, true, None, record).await?;
         Ok(())
     }

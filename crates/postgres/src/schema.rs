@@ -20,11 +20,12 @@
 //!   the `_id` a non-unique entry ends with, so a scan joins documents without parsing keys.
 //! - the sequence `revisions`: every write's revision; an insert's is also its record id, so
 //!   record ids only grow and are never reused.
-//! - `sessions (key → header, txn_number)` and `session_commits ((key, txn_number,
-//!   first_stmt_id) → stmt_ids, bodies)`: session records of retryable writes and transactions.
-//!   `txn_number` is the newest number the session claimed or recorded (`header` is NULL while
-//!   only a claim exists); each commit's statements are one row, their replies in `bodies` in
-//!   the order of `stmt_ids`. Version 1 had no `txn_number` (NULL after the upgrade: the first
+//! - `sessions (key → header, txn_number, stmt_ids, bodies)` and `session_commits ((key,
+//!   txn_number, first_stmt_id) → stmt_ids, bodies)`: session records of retryable writes and
+//!   transactions. `txn_number` is the newest number the session claimed or recorded (`header`
+//!   is NULL while only a claim exists); the statements of the commit that claimed it are in the
+//!   session's row, those of later commits of the same number one `session_commits` row per
+//!   commit, replies in `bodies` in the order of `stmt_ids`. Version 1 had no `txn_number` (NULL after the upgrade: the first
 //!   claim then fails and the header decides, unless the upgrade found it from the statements)
 //!   and one `session_statements` row per statement.
 //!
@@ -98,6 +99,8 @@ const VERSION_1: &[&str] = &[
 /// Version 2: session claims (`sessions.txn_number`), one row per recorded commit.
 const VERSION_2: &[&str] = &[
     "ALTER TABLE tideway.sessions ADD COLUMN txn_number bigint",
+    "ALTER TABLE tideway.sessions ADD COLUMN stmt_ids integer[]",
+    "ALTER TABLE tideway.sessions ADD COLUMN bodies bytea[]",
     "ALTER TABLE tideway.sessions ALTER COLUMN header DROP NOT NULL",
     "CREATE TABLE tideway.session_commits (
         key bytea NOT NULL,

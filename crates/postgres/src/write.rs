@@ -134,8 +134,6 @@ pub(crate) struct BatchOptions<'a> {
     pub claim: Option<SessionClaim>,
     /// The cluster time of a write (`seconds << 32 | increment`), taken once per batch.
     pub take_time: &'a (dyn Fn() -> u64 + Sync),
-    /// Set once `record` ran.
-    pub record_built: bool,
 }
 
 /// Results of a batch: one per attempted operation.
@@ -172,7 +170,7 @@ impl Database {
     pub(crate) async fn write_batch(
         &self,
         groups: &[Group<'_>],
-        mut options: BatchOptions<'_>,
+        options: BatchOptions<'_>,
     ) -> StorageResult<(Vec<Outcomes>, bool)> {
         let multikey: Vec<Vec<i64>> = groups.iter().map(Group::newly_multikey).collect();
         let any_multikey = multikey.iter().any(|ids| !ids.is_empty());
@@ -187,7 +185,7 @@ impl Database {
                 && !options.all_or_nothing;
             if plain_inserts {
                 if let Some(outcomes) = self
-                    .insert_quickly(group.collection, &group.ops, &mut options)
+                    .insert_quickly(group.collection, &group.ops, &options)
                     .await?
                 {
                     return Ok((vec![outcomes], false));
@@ -201,14 +199,13 @@ impl Database {
         };
         for attempt in 1..=ATTEMPTS {
             let mut conn = Conn::get(self).await?;
-            match try_batch(&mut conn, groups, &multikey, isolation, &mut options).await {
+            match try_batch(&mut conn, groups, &multikey, isolation, &options).await {
                 Ok(outcomes) => return Ok((outcomes, any_multikey)),
                 Err(Failure::Unique | Failure::Serialization) => {
                     // The transaction is aborted. It is redone from the start unless it is a
-                    // transaction's commit (its driver redoes it whole), its session record was
-                    // already built (the builder runs once), or it lost too often.
+                    // transaction's commit (its driver redoes it whole) or it lost too often.
                     conn.rollback().await.map_err(Failure::into_storage)?;
-                    if options.all_or_nothing || options.record_built || attempt == ATTEMPTS {
+                    if options.all_or_nothing || attempt == ATTEMPTS {
                         break;
                     }
                 }
@@ -234,12 +231,7 @@ impl Database {
         let mut conn = Conn::get(self).await?;
         let attempt = async {
             conn.begin("");
-            if let Some(claim) = claim {
-                claim_session(&conn, claim);
-            }
-            if let Some(record) = record {
-                store_session_record(&conn, record)?;
-            }
+            store_session(&conn, claim, record)?;
             conn.commit().await
         }
         .await;
@@ -249,56 +241,61 @@ impl Database {
         attempt.map_err(Failure::into_storage)
     }
 
-    /// Plain inserts with one statement ([`insert_statement`]), the claim with it and the
-    /// session record with the commit: one round trip without either, two with them. `None`
-    /// when a key or `_id` is taken (nothing was written, the record was not built): the batch
-    /// goes the careful way.
+    /// Plain inserts with one statement ([`insert_statement`]), the session record built for
+    /// every insert succeeding (the statement inserts all or nothing). A retryable write's
+    /// claim and record are part of that statement; a record without a claim goes in a
+    /// transaction with it (`BEGIN`, record, insert, `COMMIT` sent at once). One round trip
+    /// either way. `None` when a key or `_id` is taken (nothing was written): the batch goes
+    /// the careful way, which claims first.
     async fn insert_quickly(
         &self,
         collection: &Collection,
         ops: &[Prepared],
-        options: &mut BatchOptions<'_>,
+        options: &BatchOptions<'_>,
     ) -> StorageResult<Option<Outcomes>> {
         let mut conn = Conn::get(self).await?;
-        let in_transaction = options.record.is_some() || options.claim.is_some();
+        let record = options.record.as_ref().and_then(|record| {
+            let time = EntryTime::now((options.take_time)());
+            record(&vec![true; ops.len()], time)
+        });
+        let claimed = match (&options.claim, &record) {
+            (Some(claim), Some(record)) => {
+                Some(ClaimValues::new(claim, Some(record)).map_err(Failure::into_storage)?)
+            }
+            _ => None,
+        };
+        let in_transaction = claimed.is_none() && (record.is_some() || options.claim.is_some());
         if in_transaction {
             conn.begin("");
+            store_session(&conn, options.claim.as_ref(), record.as_ref())
+                .map_err(Failure::into_storage)?;
         }
-        if let Some(claim) = &options.claim {
-            claim_session(&conn, claim);
-        }
-        let outcomes = match insert_statement(&conn, collection, ops).await {
-            Ok(outcomes) => outcomes,
+        let inserted =
+            insert_statement(&mut conn, collection, ops, claimed.as_ref(), in_transaction);
+        match inserted.await {
+            Ok(outcomes) => Ok(Some(outcomes)),
             Err(Failure::Unique | Failure::Serialization) => {
                 conn.rollback().await.map_err(Failure::into_storage)?;
-                return Ok(None);
+                Ok(None)
             }
             Err(failure) => {
                 conn.rollback().await.map_err(Failure::into_storage)?;
-                return Err(failure.into_storage());
-            }
-        };
-        if let Some(record) = options.record.take() {
-            options.record_built = true;
-            let time = EntryTime::now((options.take_time)());
-            if let Some(record) = record(&outcomes, time) {
-                store_session_record(&conn, &record).map_err(Failure::into_storage)?;
+                Err(failure.into_storage())
             }
         }
-        if in_transaction {
-            conn.commit().await.map_err(Failure::into_storage)?;
-        }
-        Ok(Some(outcomes))
     }
 }
 
 /// Inserts plain documents with one statement: every document (revisions from the sequence, in
-/// batch order) and every index entry. `Failure::Unique` if an `_id` or unique key is taken: then
-/// nothing was inserted.
+/// batch order) and every index entry, and `claimed`'s claim and record if given (refused:
+/// `Failure::Refused`, nothing written); with `commit`, the open transaction's `COMMIT` goes
+/// with it. `Failure::Unique` if an `_id` or unique key is taken: then nothing was inserted.
 async fn insert_statement(
-    conn: &Conn,
+    conn: &mut Conn,
     collection: &Collection,
     ops: &[Prepared],
+    claimed: Option<&ClaimValues>,
+    commit: bool,
 ) -> Attempt<Outcomes> {
     let mut id_keys = Vec::with_capacity(ops.len());
     let mut times = Vec::with_capacity(ops.len());
@@ -346,9 +343,15 @@ async fn insert_statement(
     if with_unique {
         params.extend::<[Param; 4]>([unique_ids, unique_keys, owners, unique_bits]);
     }
-    let rows = conn
-        .query(insert_sql(with_entries, with_unique), &params)
-        .await?;
+    if let Some(claimed) = claimed {
+        params.extend(claimed.params());
+    }
+    let sql = insert_sql(with_entries, with_unique, claimed.is_some());
+    let rows = if commit {
+        conn.query_and_commit(sql, &params).await?
+    } else {
+        conn.query(sql, &params).await?
+    };
     let revs: std::collections::HashMap<Vec<u8>, i64> =
         rows.iter().map(|row| (row.get(0), row.get(1))).collect();
     id_keys
@@ -368,10 +371,13 @@ async fn insert_statement(
 }
 
 /// The statement of [`insert_statement`]: the documents (`$1` collection, `$2..$6` columns),
-/// then the non-unique entries and the unique entries (four columns each) when there are any.
-fn insert_sql(with_entries: bool, with_unique: bool) -> &'static str {
-    static VARIANTS: [std::sync::OnceLock<String>; 4] = [const { std::sync::OnceLock::new() }; 4];
-    VARIANTS[usize::from(with_entries) * 2 + usize::from(with_unique)].get_or_init(|| {
+/// then the non-unique entries and the unique entries (four columns each) when there are any,
+/// then a claim's five ([`claim_ctes`]) when `claimed`.
+fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool) -> &'static str {
+    static VARIANTS: [std::sync::OnceLock<String>; 8] = [const { std::sync::OnceLock::new() }; 8];
+    let variant =
+        usize::from(claimed) * 4 + usize::from(with_entries) * 2 + usize::from(with_unique);
+    VARIANTS[variant].get_or_init(|| {
         let mut sql = String::from(
             "WITH new_documents AS (
                 INSERT INTO tideway.documents
@@ -412,7 +418,14 @@ fn insert_sql(with_entries: bool, with_unique: bool) -> &'static str {
                 columns()
             ));
         }
-        sql.push_str(" SELECT id_key, rev FROM new_documents");
+        if claimed {
+            sql.push_str(&format!(", {}", claim_ctes(next)));
+            sql.push_str(
+                " SELECT id_key, rev, 1 / (SELECT count(*) FROM claimed) FROM new_documents",
+            );
+        } else {
+            sql.push_str(" SELECT id_key, rev FROM new_documents");
+        }
         sql
     })
 }
@@ -422,12 +435,10 @@ async fn try_batch(
     groups: &[Group<'_>],
     multikey: &[Vec<i64>],
     isolation: &str,
-    options: &mut BatchOptions<'_>,
+    options: &BatchOptions<'_>,
 ) -> Attempt<Vec<Outcomes>> {
     conn.begin(isolation);
-    if let Some(claim) = &options.claim {
-        claim_session(conn, claim);
-    }
+    store_session(conn, options.claim.as_ref(), None)?;
     let mut all = Vec::with_capacity(groups.len());
     for (group, multikey) in groups.iter().zip(multikey) {
         if !multikey.is_empty() {
@@ -451,13 +462,10 @@ async fn try_batch(
         }
         all.push(outcomes);
     }
-    if let Some(record) = options.record.take() {
-        options.record_built = true;
+    if let Some(record) = &options.record {
         let time = EntryTime::now((options.take_time)());
-        let results: Vec<_> = all.iter().flatten().cloned().collect();
-        if let Some(record) = record(&results, time) {
-            store_session_record(conn, &record)?;
-        }
+        let succeeded: Vec<bool> = all.iter().flatten().map(Result::is_ok).collect();
+        store_session(conn, None, record(&succeeded, time).as_ref())?;
     }
     conn.commit().await?;
     Ok(all)
@@ -979,59 +987,153 @@ async fn store_document(
     })
 }
 
-/// Claims `claim.txn_number` for its session with the transaction's next statement: the
-/// session row's `txn_number` is set unless it is already that number or newer, in which case
-/// that statement fails with [`Failure::Refused`]. The row stays locked until the transaction
-/// ends, so of two transactions claiming one number only the first to commit changes it.
-pub(crate) fn claim_session(conn: &Conn, claim: &SessionClaim) {
-    conn.defer_claim(
-        "INSERT INTO tideway.sessions (key, txn_number) VALUES ($1, $2)
-         ON CONFLICT (key) DO UPDATE SET txn_number = EXCLUDED.txn_number
-         WHERE tideway.sessions.txn_number < EXCLUDED.txn_number",
-        vec![Box::new(claim.key.clone()), Box::new(claim.txn_number)],
-    );
+/// A claim and the record that goes with it, encoded as [`claim_ctes`] takes them.
+pub(crate) struct ClaimValues {
+    key: Vec<u8>,
+    txn_number: i64,
+    header: Option<Vec<u8>>,
+    stmt_ids: Vec<i32>,
+    bodies: Vec<Vec<u8>>,
 }
 
-/// Stores a session record with the transaction's next statement (its commit): its header
-/// replaces the session's, its statements join those of its txnNumber as one row
-/// (`session_commits`, keyed by its first stmtId; rows of older txnNumbers are deleted); one
-/// statement.
-pub(crate) fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attempt<()> {
+impl ClaimValues {
+    fn new(claim: &SessionClaim, record: Option<&SessionRecord>) -> Attempt<ClaimValues> {
+        let (stmt_ids, bodies) = match record {
+            Some(record) => record_statements(record)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(ClaimValues {
+            key: claim.key.clone(),
+            txn_number: claim.txn_number,
+            header: record.map(record_header).transpose()?,
+            stmt_ids,
+            bodies,
+        })
+    }
+
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 5] {
+        [
+            &self.key,
+            &self.txn_number,
+            &self.header,
+            &self.stmt_ids,
+            &self.bodies,
+        ]
+    }
+
+    fn into_params(self) -> OwnedParams {
+        vec![
+            Box::new(self.key),
+            Box::new(self.txn_number),
+            Box::new(self.header),
+            Box::new(self.stmt_ids),
+            Box::new(self.bodies),
+        ]
+    }
+}
+
+/// The data-modifying `WITH` parts of a claim, parameters `$n..$n+4` as [`ClaimValues`] orders
+/// them: the session row takes the number unless it has it or a newer one (then `claimed` is
+/// empty, and the statement must fail: it ends by dividing by `claimed`'s count), with the
+/// claiming commit's statements in the row itself; older numbers' `session_commits` rows go.
+fn claim_ctes(n: usize) -> String {
+    let [key, txn_number, header, stmt_ids, bodies] = [n, n + 1, n + 2, n + 3, n + 4];
+    format!(
+        "claimed AS (
+            INSERT INTO tideway.sessions AS s (key, txn_number, header, stmt_ids, bodies)
+            VALUES (${key}, ${txn_number}, ${header}, ${stmt_ids}, ${bodies})
+            ON CONFLICT (key) DO UPDATE SET txn_number = EXCLUDED.txn_number,
+                header = COALESCE(EXCLUDED.header, s.header),
+                stmt_ids = EXCLUDED.stmt_ids, bodies = EXCLUDED.bodies
+            WHERE s.txn_number < EXCLUDED.txn_number
+            RETURNING 1),
+         older AS (
+            DELETE FROM tideway.session_commits
+            WHERE key = ${key} AND EXISTS (SELECT 1 FROM claimed))"
+    )
+}
+
+fn encode_session_part(document: &Document) -> Attempt<Vec<u8>> {
+    bson::to_vec(document).map_err(|error| {
+        Failure::Storage(StorageError::Io(format!(
+            "cannot encode a session record: {error}"
+        )))
+    })
+}
+
+/// The stored header of `record`: `{txnNumber, ..its header's other fields}`.
+fn record_header(record: &SessionRecord) -> Attempt<Vec<u8>> {
     let mut header = doc! {"txnNumber": record.txn_number};
     for (field, value) in &record.header {
         if field != "txnNumber" {
             header.insert(field.clone(), value.clone());
         }
     }
-    let encode = |document: &Document| {
-        bson::to_vec(document).map_err(|error| {
-            Failure::Storage(StorageError::Io(format!(
-                "cannot encode a session record: {error}"
-            )))
-        })
+    encode_session_part(&header)
+}
+
+/// `record`'s stmtIds and their encoded replies, in the same order.
+fn record_statements(record: &SessionRecord) -> Attempt<(Vec<i32>, Vec<Vec<u8>>)> {
+    Ok((
+        record.statements.iter().map(|(id, _)| *id).collect(),
+        record
+            .statements
+            .iter()
+            .map(|(_, reply)| encode_session_part(reply))
+            .collect::<Attempt<_>>()?,
+    ))
+}
+
+/// Defers the statement that stores a session's claim and record with the transaction's next
+/// statement (`None`, `None`: nothing).
+///
+/// With a claim: the session row takes `claim.txn_number` unless it already has that number or
+/// a newer one; then the statement divides by zero (SQLSTATE 22012, [`Failure::Refused`]), so
+/// the transaction cannot commit whatever goes with it. The row stays locked until the
+/// transaction ends, so of two transactions claiming one number only the first to commit
+/// changes it. The record's statements, if any, are kept in the row itself (the first commit
+/// of a number has them all; older numbers' `session_commits` rows are deleted).
+///
+/// Without a claim, the record's header replaces the session's and its statements are a
+/// `session_commits` row of their own, beside those of its number.
+pub(crate) fn store_session(
+    conn: &Conn,
+    claim: Option<&SessionClaim>,
+    record: Option<&SessionRecord>,
+) -> Attempt<()> {
+    if let Some(claim) = claim {
+        static CLAIM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = CLAIM.get_or_init(|| {
+            format!(
+                "WITH {} SELECT 1 / (SELECT count(*) FROM claimed)",
+                claim_ctes(1)
+            )
+        });
+        conn.defer(sql, ClaimValues::new(claim, record)?.into_params());
+        return Ok(());
+    }
+    let Some(record) = record else {
+        return Ok(());
     };
     let mut params: OwnedParams = vec![
         Box::new(record.key.clone()),
-        Box::new(encode(&header)?),
+        Box::new(record_header(record)?),
         Box::new(record.txn_number),
     ];
     let Some(first) = record.statements.iter().map(|(id, _)| *id).min() else {
         conn.defer(
             "WITH header AS (
-                INSERT INTO tideway.sessions (key, header, txn_number) VALUES ($1, $2, $3)
+                INSERT INTO tideway.sessions AS s (key, header, txn_number) VALUES ($1, $2, $3)
                 ON CONFLICT (key) DO UPDATE
-                SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number)
+                SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number,
+                    stmt_ids = CASE WHEN s.txn_number = EXCLUDED.txn_number THEN s.stmt_ids END,
+                    bodies = CASE WHEN s.txn_number = EXCLUDED.txn_number THEN s.bodies END)
              DELETE FROM tideway.session_commits WHERE key = $1 AND txn_number <> $3",
             params,
         );
         return Ok(());
     };
-    let stmt_ids: Vec<i32> = record.statements.iter().map(|(id, _)| *id).collect();
-    let bodies = record
-        .statements
-        .iter()
-        .map(|(_, reply)| encode(reply))
-        .collect::<Attempt<Vec<_>>>()?;
+    let (stmt_ids, bodies) = record_statements(record)?;
     params.extend::<[Box<dyn tokio_postgres::types::ToSql + Sync + Send>; 3]>([
         Box::new(first),
         Box::new(stmt_ids),
@@ -1039,9 +1141,11 @@ pub(crate) fn store_session_record(conn: &Conn, record: &SessionRecord) -> Attem
     ]);
     conn.defer(
         "WITH header AS (
-            INSERT INTO tideway.sessions (key, header, txn_number) VALUES ($1, $2, $3)
+            INSERT INTO tideway.sessions AS s (key, header, txn_number) VALUES ($1, $2, $3)
             ON CONFLICT (key) DO UPDATE
-            SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number),
+            SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number,
+                stmt_ids = CASE WHEN s.txn_number = EXCLUDED.txn_number THEN s.stmt_ids END,
+                bodies = CASE WHEN s.txn_number = EXCLUDED.txn_number THEN s.bodies END),
          older AS (
             DELETE FROM tideway.session_commits WHERE key = $1 AND txn_number <> $3)
          INSERT INTO tideway.session_commits (key, txn_number, first_stmt_id, stmt_ids, bodies)

@@ -134,7 +134,8 @@ async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
         client
             .batch_execute(
                 "DROP TABLE tideway.session_commits;
-                 ALTER TABLE tideway.sessions DROP COLUMN txn_number;
+                 ALTER TABLE tideway.sessions DROP COLUMN txn_number, DROP COLUMN stmt_ids,
+                    DROP COLUMN bodies;
                  ALTER TABLE tideway.sessions ALTER COLUMN header SET NOT NULL;
                  CREATE TABLE tideway.session_statements (
                     key bytea NOT NULL, txn_number bigint NOT NULL, stmt_id integer NOT NULL,

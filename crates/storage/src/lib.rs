@@ -646,12 +646,21 @@ impl ScanRequest {
     }
 }
 
-/// A session record to store with a write ([`Storage::write_recorded`]): built from the
-/// operations' results and the time of the batch's last write (its cluster time, as its oplog
-/// entry has it, and the wall clock), `None` to store nothing.
-pub type RecordSession = Box<
-    dyn FnOnce(&[StorageResult<WriteOutcome>], oplog::EntryTime) -> Option<SessionRecord> + Send,
->;
+/// A session record to store with a write ([`Storage::write_recorded`]): built from which
+/// operations succeed (one flag per attempted operation) and the time of the batch's last write
+/// (its cluster time, as its oplog entry has it, and the wall clock), `None` to store nothing.
+///
+/// It depends on nothing else and has no effect of its own: an engine may call it more than
+/// once, and before the operations are applied, with the successes they will have if the
+/// batch commits as it is sent (an engine that applies a batch all or nothing knows them in
+/// advance, so the record can travel with the write).
+pub type RecordSession =
+    Box<dyn Fn(&[bool], oplog::EntryTime) -> Option<SessionRecord> + Send + Sync>;
+
+/// The success flags a [`RecordSession`] is given for `results`.
+pub fn successes(results: &[StorageResult<WriteOutcome>]) -> Vec<bool> {
+    results.iter().map(Result::is_ok).collect()
+}
 
 /// A commit's claim on a session's `txnNumber` ([`Storage::write_recorded`]): the commit goes
 /// through only if no earlier commit of session `key` claimed or recorded `txn_number` or a newer

@@ -21,15 +21,15 @@ fn fresh_key() -> Vec<u8> {
 /// `txn_number`; `None` when none succeeded.
 fn record(key: &[u8], txn_number: i64, statements: Vec<(i32, Document)>) -> RecordSession {
     let key = key.to_vec();
-    Box::new(move |results, _time| {
+    Box::new(move |succeeded, _time| {
         let statements: Vec<(i32, Document)> = statements
-            .into_iter()
-            .zip(results)
-            .filter(|(_, result)| result.is_ok())
-            .map(|(statement, _)| statement)
+            .iter()
+            .zip(succeeded)
+            .filter(|(_, ok)| **ok)
+            .map(|(statement, _)| statement.clone())
             .collect();
         (!statements.is_empty()).then(|| SessionRecord {
-            key,
+            key: key.clone(),
             txn_number,
             statements,
             header: doc! {"last": txn_number},

@@ -800,7 +800,7 @@ impl Storage for RedbStorage {
             let results = apply::write(batch, &ns, ops, options.ordered, None)?;
             // Every successful write took a time: the newest is this batch's last write's.
             let time = crate::oplog::EntryTime::now(batch.counters.last_timestamp);
-            if let Some(session) = record(&results, time) {
+            if let Some(session) = record(&crate::successes(&results), time) {
                 sessions::put(&batch.txn, &session)?;
             }
             Ok(results)

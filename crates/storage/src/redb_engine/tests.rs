@@ -2001,8 +2001,8 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                     ..ORDERED
                 },
                 None,
-                Box::new(|results, _| {
-                    let done = results.iter().filter(|result| result.is_ok()).count();
+                Box::new(|succeeded, _| {
+                    let done = succeeded.iter().filter(|ok| **ok).count();
                     Some(SessionRecord {
                         key: b"session-a".to_vec(),
                         txn_number: 7,
@@ -2072,9 +2072,9 @@ async fn record_statements(
             None,
             Box::new(move |_, time| {
                 Some(SessionRecord {
-                    key,
+                    key: key.clone(),
                     txn_number,
-                    statements: rows,
+                    statements: rows.clone(),
                     header: doc! {"ts": time.ts},
                 })
             }),
