@@ -202,6 +202,9 @@ impl Scanned<'_> {
                     };
                     // The entries first (a range of the index, limited), then each one's
                     // document by its key: a plan that never reads the collection whole.
+                    // `OFFSET 0` keeps the lookup a per-entry subquery: flattened into a join,
+                    // stale statistics (a new collection looks empty) can make it a scan of
+                    // the collection per entry.
                     format!(
                         "SELECT e.{position}, e.id_key, e.type_bits, d.*
                          FROM (SELECT {position}, id_key, type_bits FROM {table}
@@ -209,7 +212,7 @@ impl Scanned<'_> {
                                ORDER BY {position} {direction} LIMIT ${}) e
                          LEFT JOIN LATERAL (
                              SELECT {RECORD_COLUMNS} FROM tideway.documents
-                             WHERE coll_id = $1 AND id_key = e.id_key) d ON true
+                             WHERE coll_id = $1 AND id_key = e.id_key OFFSET 0) d ON true
                          ORDER BY e.{position} {direction}",
                         if upper.is_some() {
                             format!("AND {position} < $4")

@@ -9,7 +9,7 @@
 
 use crate::collection::Collection;
 use crate::conn::{Conn, Failure};
-use crate::entries::EntryRows;
+use crate::entries::{distinct, EntryRows};
 use crate::read::reap_candidates;
 use crate::Database;
 use tideway_storage::{ReapPage, ReapRequest, StorageResult};
@@ -68,22 +68,29 @@ impl Database {
         }
         let ((index_ids, keys, entry_ids, _), (unique_ids, unique_keys, owners, _)) =
             entries.columns();
+        let (distinct_ids, distinct_unique_ids) = (distinct(index_ids), distinct(unique_ids));
+        // Each table is also bounded by its primary key through `= ANY(..)` (see
+        // `EntryRows::delete`): the plan never reads beyond the rows named, whatever the
+        // statistics say about a collection that grew since they were taken.
         let row = conn
             .query_opt(
                 "WITH gone AS (
                     DELETE FROM tideway.documents d
                     USING unnest($2::bytea[], $3::bigint[]) AS judged(id_key, rev)
                     WHERE d.coll_id = $1 AND d.id_key = judged.id_key AND d.rev = judged.rev
+                      AND d.id_key = ANY($2)
                     RETURNING d.id_key),
                  gone_entries AS (
                     DELETE FROM tideway.index_entries e
                     USING unnest($4::bigint[], $5::bytea[], $6::bytea[]) AS r(index_id, entry, id_key)
                     WHERE e.index_id = r.index_id AND e.entry = r.entry
+                      AND e.index_id = ANY($10) AND e.entry = ANY($5)
                       AND r.id_key IN (SELECT id_key FROM gone)),
                  gone_unique AS (
                     DELETE FROM tideway.unique_entries e
                     USING unnest($7::bigint[], $8::bytea[], $9::bytea[]) AS r(index_id, key, id_key)
                     WHERE e.index_id = r.index_id AND e.key = r.key AND e.id_key = r.id_key
+                      AND e.index_id = ANY($11) AND e.key = ANY($8)
                       AND r.id_key IN (SELECT id_key FROM gone))
                  SELECT count(*) FROM gone",
                 &[
@@ -96,6 +103,8 @@ impl Database {
                     unique_ids,
                     unique_keys,
                     owners,
+                    &distinct_ids,
+                    &distinct_unique_ids,
                 ],
             )
             .await

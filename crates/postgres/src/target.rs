@@ -29,6 +29,15 @@ impl Target {
             StorageError::Io(format!("invalid PostgreSQL URI {redacted}: {error}"))
         })?;
         config.ssl_mode(tls.ssl_mode);
+        // Every statement is prepared with parameters, each built for one access path through
+        // an index; a generic plan keeps that path whatever the statistics say about one
+        // parameter's value (a collection created since the last ANALYZE looks empty, and a
+        // custom plan for it may scan it per row), and is not planned again at each execution.
+        let options = match config.get_options() {
+            Some(given) => format!("{given} -c plan_cache_mode=force_generic_plan"),
+            None => "-c plan_cache_mode=force_generic_plan".to_owned(),
+        };
+        config.options(&options);
         Ok(Target {
             config,
             tls,
@@ -167,6 +176,21 @@ pub(crate) fn with_query(base: &str, parameters: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn statements_get_generic_plans_and_given_options_are_kept() {
+        let plain = Target::parse("postgresql://u@h:1/db").unwrap();
+        assert_eq!(
+            plain.config().get_options(),
+            Some("-c plan_cache_mode=force_generic_plan")
+        );
+        let given = Target::parse("postgresql://u@h:1/db?options=-c%20search_path%3Dx").unwrap();
+        assert_eq!(
+            given.config().get_options(),
+            Some("-c search_path=x -c plan_cache_mode=force_generic_plan")
+        );
+    }
+
     use super::*;
 
     #[test]
