@@ -30,6 +30,35 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, String> {
     Document::try_from(raw).map_err(|error| error.to_string())
 }
 
+/// Encodes `document` through bson's own writer (no serde: serde's path writes each ObjectId as
+/// a hex string and parses it back).
+pub fn encode_document(document: &Document) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    document
+        .to_writer(&mut bytes)
+        .map_err(|error| error.to_string())?;
+    Ok(bytes)
+}
+
+/// The size of `document`'s BSON encoding, counted without keeping the bytes.
+pub fn encoded_len(document: &Document) -> Result<usize, String> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    document
+        .to_writer(&mut counter)
+        .map_err(|error| error.to_string())?;
+    Ok(counter.0)
+}
+
 /// The BSON encoding of a value alone: what follows the type byte and the field name of an
 /// element holding it (for values whose parts bson keeps private, such as DbPointer).
 pub fn value_bytes(value: &Bson) -> Vec<u8> {

@@ -67,7 +67,7 @@ impl Prepared {
             Err(error) => return Prepared::Invalid(error),
         };
         let encoded = |doc: &Document| -> StorageResult<(Vec<u8>, Vec<DocumentKeys>)> {
-            let body = bson::to_vec(doc)
+            let body = tideway_base::bsonutil::encode_document(doc)
                 .map_err(|error| StorageError::Io(format!("cannot encode a document: {error}")))?;
             Ok((body, collection.keys_of(doc)?))
         };
@@ -1054,7 +1054,7 @@ fn claim_ctes(n: usize) -> String {
 }
 
 fn encode_session_part(document: &Document) -> Attempt<Vec<u8>> {
-    bson::to_vec(document).map_err(|error| {
+    tideway_base::bsonutil::encode_document(document).map_err(|error| {
         Failure::Storage(StorageError::Io(format!(
             "cannot encode a session record: {error}"
         )))
