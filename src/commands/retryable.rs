@@ -57,22 +57,27 @@ where
     if first.was_first_attempt(ctx).await? {
         return result;
     }
-    // Releases the session for the careful run.
-    drop(first);
-    let retry = RetryableWrite::begin(ctx, body, Attempt::Reading)
+    // The careful run keeps the session the first one held (the command kept no reference).
+    let session = Arc::try_unwrap(first)
+        .map_err(|_| CommandError::internal("a retryable write outlived its command"))?
+        .session;
+    let retry = RetryableWrite::begin(ctx, body, Attempt::Reading(session))
         .await?
         .map(|retry| Arc::new(retry.with_stmt_ids(stmt_ids)));
     command(retry).await
 }
 
+/// The per-session lock ([`crate::repl`]'s session slots): the newest txnNumber this node
+/// began for the session.
+type SessionGuard = tokio::sync::OwnedMutexGuard<Option<i64>>;
+
 /// How a retryable write learns whether its statements ran before.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attempt {
     /// Claims its txnNumber with its first commit, reading nothing before (unless this node
     /// already saw that number or a newer one for the session).
     Claiming,
-    /// Reads the session record before it runs.
-    Reading,
+    /// Reads the session record before it runs, holding the session already.
+    Reading(SessionGuard),
 }
 
 /// What kind of statement a write belongs to: decides the reply part recorded for it (inserts
@@ -111,7 +116,8 @@ pub(crate) struct RetryableWrite {
     claim_refused: std::sync::atomic::AtomicBool,
     /// The entries of the record the next commit carries (see [`RetryableWrite::recorder`]).
     pending: Mutex<Arc<Vec<StatementEntry>>>,
-    _session: tokio::sync::OwnedMutexGuard<Option<i64>>,
+    /// Held for the whole command (see the module's invariants).
+    session: SessionGuard,
 }
 
 impl RetryableWrite {
@@ -155,9 +161,12 @@ impl RetryableWrite {
                 )))
             }
         };
-        let mut session = repl.sessions.slot(&key).lock_owned().await;
+        let (mut session, claiming) = match attempt {
+            Attempt::Claiming => (repl.sessions.slot(&key).lock_owned().await, true),
+            Attempt::Reading(session) => (session, false),
+        };
         // A number this node has not seen for the session yet is claimed, not read.
-        if attempt == Attempt::Claiming && session.is_none_or(|seen| seen < txn_number) {
+        if claiming && session.is_none_or(|seen| seen < txn_number) {
             *session = Some(txn_number);
             return Ok(Some(RetryableWrite {
                 claim: Mutex::new(Some(SessionClaim {
@@ -204,7 +213,7 @@ impl RetryableWrite {
         txn_number: i64,
         first_stmt_id: i32,
         recorded: HashMap<i32, Document>,
-        session: tokio::sync::OwnedMutexGuard<Option<i64>>,
+        session: SessionGuard,
     ) -> RetryableWrite {
         RetryableWrite {
             key,
@@ -218,7 +227,7 @@ impl RetryableWrite {
             claim: Mutex::new(None),
             claim_refused: std::sync::atomic::AtomicBool::new(false),
             pending: Mutex::default(),
-            _session: session,
+            session,
         }
     }
 

@@ -1,9 +1,10 @@
 //! Document writes on PostgreSQL (`Storage::write`, `write_recorded`, `commit_transaction`).
 //!
 //! A batch is one database transaction. A batch of plain inserts (no capped collection, no index
-//! becoming multikey, no session record) is first tried as one statement (`insert_fast`: the
-//! documents and every index entry in one data-modifying `WITH`, a single round trip, atomic by
-//! itself); if a key or `_id` is taken there, the batch is redone operation by operation. There
+//! becoming multikey) is first tried as one statement (`insert_quickly`: the documents, every
+//! index entry and a retryable write's claim and session record in one data-modifying `WITH`, a
+//! single round trip, atomic by itself); if a key or `_id` is taken there, the batch is redone
+//! operation by operation. There
 //! each operation validates completely before it changes anything (the stored document and every
 //! unique key owner are read and locked first, `supersede` judged on them), so an operation that
 //! fails leaves the transaction usable for the next one, as the contract's per-operation
@@ -13,6 +14,11 @@
 //!
 //! Revisions come from the sequence `tideway.revisions` inside the statement that writes the
 //! document; an insert's record id is its revision.
+//!
+//! A session claim (`SessionClaim`) is checked in the batch's own transaction, with its record
+//! ([`store_session`]): refused, it aborts that transaction, so nothing of the batch stays,
+//! whatever its operations found (a retry's insert meeting its own document) — the caller then
+//! reads the record.
 
 use bson::{doc, Bson, Document};
 
@@ -246,7 +252,7 @@ impl Database {
     /// claim and record are part of that statement; a record without a claim goes in a
     /// transaction with it (`BEGIN`, record, insert, `COMMIT` sent at once). One round trip
     /// either way. `None` when a key or `_id` is taken (nothing was written): the batch goes
-    /// the careful way, which claims first.
+    /// the careful way.
     async fn insert_quickly(
         &self,
         collection: &Collection,
@@ -438,7 +444,6 @@ async fn try_batch(
     options: &BatchOptions<'_>,
 ) -> Attempt<Vec<Outcomes>> {
     conn.begin(isolation);
-    store_session(conn, options.claim.as_ref(), None)?;
     let mut all = Vec::with_capacity(groups.len());
     for (group, multikey) in groups.iter().zip(multikey) {
         if !multikey.is_empty() {
@@ -462,11 +467,14 @@ async fn try_batch(
         }
         all.push(outcomes);
     }
-    if let Some(record) = &options.record {
+    // The claim goes with the record, last: refused, it aborts the transaction, so none of the
+    // operations stays (what they found is not reported: the caller reads the record).
+    let record = options.record.as_ref().and_then(|record| {
         let time = EntryTime::now((options.take_time)());
         let succeeded: Vec<bool> = all.iter().flatten().map(Result::is_ok).collect();
-        store_session(conn, None, record(&succeeded, time).as_ref())?;
-    }
+        record(&succeeded, time)
+    });
+    store_session(conn, options.claim.as_ref(), record.as_ref())?;
     conn.commit().await?;
     Ok(all)
 }
@@ -1115,30 +1123,9 @@ pub(crate) fn store_session(
     let Some(record) = record else {
         return Ok(());
     };
-    let mut params: OwnedParams = vec![
-        Box::new(record.key.clone()),
-        Box::new(record_header(record)?),
-        Box::new(record.txn_number),
-    ];
-    let Some(first) = record.statements.iter().map(|(id, _)| *id).min() else {
-        conn.defer(
-            "WITH header AS (
-                INSERT INTO tideway.sessions AS s (key, header, txn_number) VALUES ($1, $2, $3)
-                ON CONFLICT (key) DO UPDATE
-                SET header = EXCLUDED.header, txn_number = EXCLUDED.txn_number,
-                    stmt_ids = CASE WHEN s.txn_number = EXCLUDED.txn_number THEN s.stmt_ids END,
-                    bodies = CASE WHEN s.txn_number = EXCLUDED.txn_number THEN s.bodies END)
-             DELETE FROM tideway.session_commits WHERE key = $1 AND txn_number <> $3",
-            params,
-        );
-        return Ok(());
-    };
+    // A record of no statements (a transaction's) stores the header alone: `$4` is NULL.
+    let first: Option<i32> = record.statements.iter().map(|(id, _)| *id).min();
     let (stmt_ids, bodies) = record_statements(record)?;
-    params.extend::<[Box<dyn tokio_postgres::types::ToSql + Sync + Send>; 3]>([
-        Box::new(first),
-        Box::new(stmt_ids),
-        Box::new(bodies),
-    ]);
     conn.defer(
         "WITH header AS (
             INSERT INTO tideway.sessions AS s (key, header, txn_number) VALUES ($1, $2, $3)
@@ -1149,10 +1136,17 @@ pub(crate) fn store_session(
          older AS (
             DELETE FROM tideway.session_commits WHERE key = $1 AND txn_number <> $3)
          INSERT INTO tideway.session_commits (key, txn_number, first_stmt_id, stmt_ids, bodies)
-         VALUES ($1, $3, $4, $5, $6)
+         SELECT $1, $3, $4::integer, $5::integer[], $6::bytea[] WHERE $4::integer IS NOT NULL
          ON CONFLICT (key, txn_number, first_stmt_id)
          DO UPDATE SET stmt_ids = EXCLUDED.stmt_ids, bodies = EXCLUDED.bodies",
-        params,
+        vec![
+            Box::new(record.key.clone()),
+            Box::new(record_header(record)?),
+            Box::new(record.txn_number),
+            Box::new(first),
+            Box::new(stmt_ids),
+            Box::new(bodies),
+        ],
     );
     Ok(())
 }
