@@ -592,7 +592,7 @@ fn shallow_prefix(value: &Bson, budget: usize) -> Bson {
 
 fn approximate_size(value: &Bson) -> usize {
     match value {
-        Bson::Document(inner) => tideway_base::bsonutil::encoded_len(inner).unwrap_or(0),
+        Bson::Document(inner) => tideway_base::bsonutil::encoded_size(inner),
         Bson::String(text) => text.len() + 5,
         _ => 16,
     }

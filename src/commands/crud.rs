@@ -178,7 +178,8 @@ fn check_id(id: &Bson) -> CommandResult<()> {
 fn check_storable(document: &Document, write: StorageWrite) -> CommandResult<()> {
     limits::check_storage_depth(document, write)?;
     ttl::check_client_document(document)?;
-    let size = tideway_base::bsonutil::encoded_len(document).map_err(CommandError::bad_value)?;
+    let size =
+        tideway_base::bsonutil::checked_encoded_size(document).map_err(CommandError::bad_value)?;
     if size > MAX_BSON_OBJECT_SIZE as usize {
         return Err(CommandError::new(
             ErrorCode::BSONObjectTooLarge,

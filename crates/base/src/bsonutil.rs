@@ -40,8 +40,10 @@ pub fn encode_document(document: &Document) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The size of `document`'s BSON encoding, counted without keeping the bytes.
-pub fn encoded_len(document: &Document) -> Result<usize, String> {
+/// The size of `document`'s BSON encoding, counted by encoding it without keeping the bytes:
+/// unlike [`encoded_size`] (arithmetic only), it fails for what bson cannot encode (a field
+/// name with a NUL byte), as writing the document would.
+pub fn checked_encoded_size(document: &Document) -> Result<usize, String> {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -390,7 +390,7 @@ async fn insert_collection(
             "cannot create a collection: no catalog id was returned".to_string(),
         ));
     };
-    let stored = StoredCollection {
+    let mut stored = StoredCollection {
         ns: ns.clone(),
         uuid: uuid::Uuid::new_v4().into_bytes(),
         options,
@@ -405,12 +405,9 @@ async fn insert_collection(
                 building: false,
             })
             .collect(),
-        last_write_order: true,
+        last_write_order: false,
     };
-    let stored = StoredCollection {
-        last_write_order: rule(&stored.meta()),
-        ..stored
-    };
+    stored.last_write_order = rule(&stored.meta());
     // Unique on (db, coll): an existing collection, or one a concurrent creator inserted
     // first, leaves nothing inserted.
     let inserted = storage(
@@ -540,18 +537,15 @@ impl Database {
                 )
                 .await,
             )?;
-            let mut changed = false;
             for row in &rows {
                 let id: i64 = row.get(0);
                 let mut stored = decode(id, row.get(1))?;
                 if rule(&stored.meta()) != stored.last_write_order {
                     self.save(&conn, id, &mut stored).await?;
-                    changed = true;
                 }
             }
-            Ok(changed)
+            Ok(())
         })
-        .map(|_| ())
     }
 }
 

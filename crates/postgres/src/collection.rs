@@ -98,6 +98,12 @@ impl Collection {
         ids
     }
 
+    /// `(ttl_class, expire_at_ms)` of a document of this collection in TTL class `ttl` (a
+    /// default-class one is in the `LastWrite` order only if the collection keeps it).
+    pub fn ttl_columns(&self, ttl: tideway_storage::TtlClass) -> (i16, i64) {
+        crate::records::ttl_columns(ttl, self.stored.last_write_order)
+    }
+
     pub fn id_index_spec(&self) -> &IndexSpec {
         &self.stored.id_index
     }

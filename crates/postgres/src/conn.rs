@@ -225,10 +225,7 @@ impl Conn {
     /// Runs `sql` with `params` in the open transaction together with the next statement or
     /// the commit (one round trip for both); its failure is theirs.
     pub fn defer(&self, sql: &'static str, params: OwnedParams) {
-        self.pending().deferred.push(Deferred {
-            sql: sql.to_owned(),
-            params,
-        });
+        self.pending().deferred.push(Deferred { sql, params });
     }
 
     /// Begins a transaction (`BEGIN` with its options, e.g. `ISOLATION LEVEL REPEATABLE READ`),
@@ -287,7 +284,7 @@ enum Held {
 pub(crate) type OwnedParams = Vec<Box<dyn ToSql + Sync + Send>>;
 
 struct Deferred {
-    sql: String,
+    sql: &'static str,
     params: OwnedParams,
 }
 

@@ -26,7 +26,7 @@ use crate::catalog::mark_multikey;
 use crate::collection::Collection;
 use crate::conn::{Attempt, Conn, Failure, OwnedParams};
 use crate::entries::EntryRows;
-use crate::records::{record_columns, ttl_columns, StoredRecord};
+use crate::records::{record_columns, StoredRecord};
 use crate::Database;
 use tideway_storage::indexkeys::DocumentKeys;
 use tideway_storage::oplog::EntryTime;
@@ -320,7 +320,7 @@ async fn insert_statement(
         else {
             continue;
         };
-        let (class, expire_at_ms) = ttl_columns(meta.ttl, collection.stored.last_write_order);
+        let (class, expire_at_ms) = collection.ttl_columns(meta.ttl);
         id_keys.push(id_key.as_slice());
         times.push(meta.last_write_ms);
         classes.push(class);
@@ -865,7 +865,7 @@ async fn apply_quickly(
             keys,
             ..
         } if collection.indexes.iter().all(|index| !index.unique) => {
-            let (class, expire_at_ms) = ttl_columns(meta.ttl, collection.stored.last_write_order);
+            let (class, expire_at_ms) = collection.ttl_columns(meta.ttl);
             let expected = *expected_rev as i64;
             // A replaced document keeps its record id: its place in natural order.
             let row = conn
@@ -974,7 +974,7 @@ async fn store_document(
              RETURNING rev"
         }
     };
-    let (class, expire_at_ms) = ttl_columns(meta.ttl, collection.stored.last_write_order);
+    let (class, expire_at_ms) = collection.ttl_columns(meta.ttl);
     let row = conn
         .query_opt(
             sql,
@@ -1071,13 +1071,7 @@ fn encode_session_part(document: &Document) -> Attempt<Vec<u8>> {
 
 /// The stored header of `record`: `{txnNumber, ..its header's other fields}`.
 fn record_header(record: &SessionRecord) -> Attempt<Vec<u8>> {
-    let mut header = doc! {"txnNumber": record.txn_number};
-    for (field, value) in &record.header {
-        if field != "txnNumber" {
-            header.insert(field.clone(), value.clone());
-        }
-    }
-    encode_session_part(&header)
+    encode_session_part(&record.stored_header())
 }
 
 /// `record`'s stmtIds and their encoded replies, in the same order.

@@ -10,6 +10,18 @@ use common::{password_of, refusal, scratch, server_uri, with_password};
 use tideway_postgres::schema::SCHEMA_VERSION;
 use tideway_postgres::{Database, Target};
 
+/// The schema version the database records.
+async fn stored_version(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT value FROM tideway.meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test]
 async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
     let Some(scratch) = scratch().await else {
@@ -17,15 +29,7 @@ async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
     };
     let first = scratch.connect(2).await;
     let client = first.client().await.unwrap();
-    let version: i64 = client
-        .query_one(
-            "SELECT value FROM tideway.meta WHERE name = 'schema_version'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(stored_version(&client).await, SCHEMA_VERSION);
     let tables: Vec<String> = client
         .query(
             "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'tideway' ORDER BY 1",
@@ -166,20 +170,11 @@ async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
     let storage = tideway_postgres::PgStorage::open(&scratch.uri, 2)
         .await
         .unwrap_or_else(|error| panic!("{error}"));
-    let version: i64 = scratch
-        .connect(1)
-        .await
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT value FROM tideway.meta WHERE name = 'schema_version'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, SCHEMA_VERSION);
+    let database = scratch.connect(1).await;
+    assert_eq!(
+        stored_version(&database.client().await.unwrap()).await,
+        SCHEMA_VERSION
+    );
     use tideway_storage::{Namespace, SessionClaim, Storage, StorageError, WriteOptions};
     assert_eq!(
         storage.session_record(b"write").await.unwrap(),

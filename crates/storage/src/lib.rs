@@ -689,8 +689,22 @@ pub struct SessionRecord {
     /// statements).
     pub statements: Vec<(i32, Document)>,
     /// The header's fields (the last write's time...), replacing the previous header's; stored
-    /// as `{txnNumber: txn_number, ..header}`.
+    /// as `{txnNumber: txn_number, ..header}` ([`SessionRecord::stored_header`]).
     pub header: Document,
+}
+
+impl SessionRecord {
+    /// The header as every engine stores it: `{txnNumber: txn_number, ..header}` (a
+    /// `txnNumber` in `header` is ignored).
+    pub fn stored_header(&self) -> Document {
+        let mut header = bson::doc! {"txnNumber": self.txn_number};
+        for (field, value) in &self.header {
+            if field != "txnNumber" {
+                header.insert(field.clone(), value.clone());
+            }
+        }
+        header
+    }
 }
 
 /// Where [`Storage::reap`] finds its candidates: an ordered expiry structure and the range of it

@@ -11,7 +11,7 @@
 //! Must not: panic on stored bytes (malformed rows are `StorageError::Corrupt`), or read outside
 //! the transaction it is given.
 
-use bson::{doc, Bson, Document, RawDocument};
+use bson::{Bson, Document, RawDocument};
 use redb::{ReadTransaction, ReadableTable, TableError, WriteTransaction};
 
 use super::format::{
@@ -26,13 +26,7 @@ const WHOLE_RECORD_STATEMENTS: &str = "statements";
 /// Stores `record` in `txn`: its header replaces the session's, its statements join those of
 /// its txnNumber (rows of older txnNumbers are deleted when the header's txnNumber changes).
 pub(super) fn put(txn: &WriteTransaction, record: &SessionRecord) -> StorageResult<()> {
-    let mut header = doc! {"txnNumber": record.txn_number};
-    for (field, value) in &record.header {
-        if field != "txnNumber" {
-            header.insert(field.clone(), value.clone());
-        }
-    }
-    let value = to_bytes(&header)?;
+    let value = to_bytes(&record.stored_header())?;
     let previous_txn = {
         let mut sessions = txn.open_table(SESSIONS).map_err(io)?;
         let previous = sessions
