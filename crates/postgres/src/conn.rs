@@ -140,7 +140,7 @@ impl Conn {
         let pending = std::mem::take(&mut *self.pending());
         let mut statements = Vec::with_capacity(pending.deferred.len());
         for deferred in &pending.deferred {
-            statements.push(self.statement(&deferred.sql).await?);
+            statements.push(self.statement(deferred.sql).await?);
         }
         self.round_trip();
         let begin = async {
