@@ -60,6 +60,8 @@ pub struct Database {
     next_reader: std::sync::atomic::AtomicUsize,
     /// Which collections keep the `LastWrite` order ([`Database::apply_last_write_rule`]).
     last_write_rule: LastWriteRule,
+    /// The reaper's next page, read while the page before it is deleted.
+    read_ahead: reap::ReadAheadSlot,
 }
 
 /// Connections kept for pipelined reads, and the smallest pool that keeps them.
@@ -110,6 +112,7 @@ impl Database {
             readers: (0..readers).map(|_| std::sync::Mutex::new(None)).collect(),
             next_reader: std::sync::atomic::AtomicUsize::new(0),
             last_write_rule: tideway_storage::every_collection,
+            read_ahead: reap::ReadAheadSlot::default(),
         };
         let mut client = database.client().await?;
         schema::bootstrap(&mut client, &database.target).await?;

@@ -51,6 +51,7 @@ pub async fn run_all(storage: &dyn Storage) {
     catalog_only_indexes(storage).await;
     background_writes(storage).await;
     reaping(storage).await;
+    reaping_between_pages(storage).await;
     hidden_scans(storage).await;
     session_records(storage).await;
 }
@@ -2710,6 +2711,64 @@ pub async fn reap_all(
         }
     }
     panic!("reaping did not terminate");
+}
+
+/// A reap judges each page's documents as read, and an engine may read a page ahead (during
+/// the call before): whether a page sees what was written between two calls or not, a document
+/// rewritten since its page was read survives, and one deleted meanwhile is not counted.
+pub async fn reaping_between_pages(storage: &dyn Storage) {
+    let db = "conf_reaping_pages";
+    let ns = Namespace::new(db, "r");
+    let ops = (1..=6)
+        .map(|i| insert_with(doc! {"_id": i}, meta(0, own(i64::from(i) * 10)), None))
+        .collect();
+    write_ok(storage, &ns, ops).await;
+    let expired =
+        RecordPredicate::new(|record: &RawRecord| !record.doc.get_bool("keep").unwrap_or(false));
+    let request = |resume_after| ReapRequest {
+        expire_at: None,
+        source: ReapSource::Expiry {
+            order: ExpiryOrder::OwnExpiry,
+            range: ALL_TIMES,
+        },
+        resume_after,
+        limit: 2,
+        expired: expired.clone(),
+    };
+    let first = storage.reap(&ns, request(None)).await.expect("reap");
+    assert_eq!(first.deleted, 2);
+    assert!(first.resume.is_some());
+    // Between two calls: 3 rewritten to be kept (same expiry), 4 deleted by a client.
+    let rev = current_rev_of(storage, &ns, &Bson::Int32(3)).await;
+    write_ok(
+        storage,
+        &ns,
+        vec![
+            replace_with(
+                3,
+                rev,
+                doc! {"_id": 3, "keep": true},
+                meta(0, own(30)),
+                None,
+            ),
+            delete(4, None),
+        ],
+    )
+    .await;
+    let mut deleted = 0;
+    let mut resume_after = first.resume;
+    while let Some(resume) = resume_after {
+        let page = storage
+            .reap(&ns, request(Some(resume)))
+            .await
+            .expect("reap");
+        deleted += page.deleted;
+        resume_after = page.resume;
+    }
+    assert_eq!(deleted, 2, "5 and 6; neither the kept 3 nor the deleted 4");
+    let left = scan_all(storage, &ns, ScanSource::Collection, false, 10).await;
+    assert_eq!(ids(&left), vec![Bson::Int32(3)]);
+    cleanup(storage, db).await;
 }
 
 /// The `LastWrite` order follows the engine's rule (for an engine opened with

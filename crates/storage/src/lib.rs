@@ -1137,7 +1137,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// they point to for which `expired` holds, with all its index and expiry entries, as one
     /// atomic background write (see [`WriteOptions::background`]). A document is judged as read
     /// and deleted only if it is still at the revision judged: one rewritten in between survives
-    /// (a later call judges it again). Costs in proportion to the entries read, never to the
+    /// (a later call judges it again). An engine may read a call's entries ahead, during the
+    /// call before with the same request but for `resume_after`: what is written in between
+    /// is judged as read then. Costs in proportion to the entries read, never to the
     /// collection's size. A missing collection or index reaps nothing.
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage>;
 }
