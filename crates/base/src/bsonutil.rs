@@ -30,13 +30,13 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, String> {
     Document::try_from(raw).map_err(|error| error.to_string())
 }
 
-/// Encodes `document` through bson's own writer (no serde: serde's path writes each ObjectId as
-/// a hex string and parses it back).
+/// Encodes `document` as BSON, byte for byte as bson's serializer does, without serde (bson 2's
+/// `Document::to_writer` goes through serde, which writes each ObjectId as a hex string and
+/// parses it back). Fails where bson fails: a field name, regex pattern or regex options with a
+/// NUL byte; and for nesting deeper than [`ENCODE_DEPTH_LIMIT`].
 pub fn encode_document(document: &Document) -> Result<Vec<u8>, String> {
-    let mut bytes = Vec::new();
-    document
-        .to_writer(&mut bytes)
-        .map_err(|error| error.to_string())?;
+    let mut bytes = Vec::with_capacity(256);
+    write_document(&mut bytes, document, 0)?;
     Ok(bytes)
 }
 
@@ -44,37 +44,174 @@ pub fn encode_document(document: &Document) -> Result<Vec<u8>, String> {
 /// unlike [`encoded_size`] (arithmetic only), it fails for what bson cannot encode (a field
 /// name with a NUL byte), as writing the document would.
 pub fn checked_encoded_size(document: &Document) -> Result<usize, String> {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
     let mut counter = Counter(0);
-    document
-        .to_writer(&mut counter)
-        .map_err(|error| error.to_string())?;
+    write_document(&mut counter, document, 0)?;
     Ok(counter.0)
 }
 
+/// Nesting the encoder follows (every document and array counts one level): beyond what any
+/// stored document or reply holds ([`crate::limits::MAX_BSON_DEPTH`] and the reply around it),
+/// a bound on the recursion only.
+pub const ENCODE_DEPTH_LIMIT: usize = 2 * crate::limits::MAX_BSON_DEPTH;
+
+/// Where the encoder puts bytes: a buffer, or a counter of them.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+    fn position(&self) -> usize;
+    /// Writes the little-endian length `value` at `at` (a placeholder put before).
+    fn patch(&mut self, at: usize, value: i32);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn position(&self) -> usize {
+        self.len()
+    }
+    fn patch(&mut self, at: usize, value: i32) {
+        self[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    }
+}
+
+struct Counter(usize);
+
+impl Sink for Counter {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+    fn position(&self) -> usize {
+        self.0
+    }
+    fn patch(&mut self, _: usize, _: i32) {}
+}
+
+/// Puts a length placeholder, runs `body`, and patches the length of everything from the
+/// placeholder on (`trailer` bytes put after `body`: a document's terminating NUL).
+fn framed<S: Sink>(
+    out: &mut S,
+    trailer: &[u8],
+    body: impl FnOnce(&mut S) -> Result<(), String>,
+) -> Result<(), String> {
+    let start = out.position();
+    out.put(&[0; 4]);
+    body(out)?;
+    out.put(trailer);
+    let length = i32::try_from(out.position() - start)
+        .map_err(|_| "document exceeds the maximum BSON size".to_string())?;
+    out.patch(start, length);
+    Ok(())
+}
+
+fn write_document<S: Sink>(out: &mut S, document: &Document, depth: usize) -> Result<(), String> {
+    if depth >= ENCODE_DEPTH_LIMIT {
+        return Err(too_deep());
+    }
+    framed(out, &[0], |out| {
+        document
+            .iter()
+            .try_for_each(|(key, value)| write_element(out, key, value, depth))
+    })
+}
+
+fn write_array<S: Sink>(out: &mut S, items: &[Bson], depth: usize) -> Result<(), String> {
+    if depth >= ENCODE_DEPTH_LIMIT {
+        return Err(too_deep());
+    }
+    framed(out, &[0], |out| {
+        items
+            .iter()
+            .enumerate()
+            .try_for_each(|(index, item)| write_element(out, &index.to_string(), item, depth))
+    })
+}
+
+fn too_deep() -> String {
+    format!("cannot encode a document nested more than {ENCODE_DEPTH_LIMIT} levels")
+}
+
+fn write_cstring<S: Sink>(out: &mut S, text: &str) -> Result<(), String> {
+    if text.contains('\0') {
+        return Err(format!("cstring with interior null: {text:?}"));
+    }
+    out.put(text.as_bytes());
+    out.put(&[0]);
+    Ok(())
+}
+
+fn write_string<S: Sink>(out: &mut S, text: &str) {
+    out.put(&(text.len() as i32 + 1).to_le_bytes());
+    out.put(text.as_bytes());
+    out.put(&[0]);
+}
+
+fn write_element<S: Sink>(
+    out: &mut S,
+    key: &str,
+    value: &Bson,
+    depth: usize,
+) -> Result<(), String> {
+    out.put(&[value.element_type() as u8]);
+    write_cstring(out, key)?;
+    match value {
+        Bson::Double(number) => out.put(&number.to_le_bytes()),
+        Bson::String(text) | Bson::JavaScriptCode(text) | Bson::Symbol(text) => {
+            write_string(out, text)
+        }
+        Bson::Document(inner) => write_document(out, inner, depth + 1)?,
+        Bson::Array(items) => write_array(out, items, depth + 1)?,
+        Bson::Binary(binary) => {
+            let length = binary.bytes.len() as i32;
+            if binary.subtype == bson::spec::BinarySubtype::BinaryOld {
+                out.put(&(length + 4).to_le_bytes());
+                out.put(&[u8::from(binary.subtype)]);
+                out.put(&length.to_le_bytes());
+            } else {
+                out.put(&length.to_le_bytes());
+                out.put(&[u8::from(binary.subtype)]);
+            }
+            out.put(&binary.bytes);
+        }
+        Bson::Undefined | Bson::Null | Bson::MinKey | Bson::MaxKey => {}
+        Bson::ObjectId(id) => out.put(&id.bytes()),
+        Bson::Boolean(flag) => out.put(&[u8::from(*flag)]),
+        Bson::DateTime(date) => out.put(&date.timestamp_millis().to_le_bytes()),
+        Bson::RegularExpression(regex) => {
+            write_cstring(out, &regex.pattern)?;
+            let mut options: Vec<char> = regex.options.chars().collect();
+            options.sort_unstable();
+            write_cstring(out, &options.into_iter().collect::<String>())?;
+        }
+        Bson::JavaScriptCodeWithScope(code) => framed(out, &[], |out| {
+            write_string(out, &code.code);
+            write_document(out, &code.scope, depth + 1)
+        })?,
+        Bson::Int32(number) => out.put(&number.to_le_bytes()),
+        Bson::Timestamp(timestamp) => {
+            out.put(&timestamp.increment.to_le_bytes());
+            out.put(&timestamp.time.to_le_bytes());
+        }
+        Bson::Int64(number) => out.put(&number.to_le_bytes()),
+        Bson::Decimal128(decimal) => out.put(&decimal.bytes()),
+        // bson keeps a DbPointer's parts private: its own serializer writes the value.
+        Bson::DbPointer(_) => {
+            let wrapper =
+                bson::to_vec(&bson::doc! {"": value.clone()}).map_err(|error| error.to_string())?;
+            out.put(&wrapper[6..wrapper.len() - 1]);
+        }
+    }
+    Ok(())
+}
+
 /// The BSON encoding of a value alone: what follows the type byte and the field name of an
-/// element holding it (for values whose parts bson keeps private, such as DbPointer).
+/// element holding it.
 pub fn value_bytes(value: &Bson) -> Vec<u8> {
-    let mut wrapper = Document::new();
-    wrapper.insert("", value.clone());
     let mut bytes = Vec::new();
-    if wrapper.to_writer(&mut bytes).is_err() {
+    // An empty name: the value follows the type byte and the name's NUL.
+    if write_element(&mut bytes, "", value, 0).is_err() {
         return Vec::new();
     }
-    // Length (4), type (1), empty name (1), the value, the document terminator (1).
-    bytes
-        .get(6..bytes.len().saturating_sub(1))
-        .map(<[u8]>::to_vec)
-        .unwrap_or_default()
+    bytes.split_off(2)
 }
 
 /// Decodes only the top-level fields of `raw` that `wanted` accepts, skipping the others unread:
@@ -122,6 +259,10 @@ pub fn value_size(value: &Bson) -> usize {
                 .sum::<usize>()
                 + 1
         }
+        // The old binary subtype repeats the length inside the value.
+        Bson::Binary(binary) if binary.subtype == bson::spec::BinarySubtype::BinaryOld => {
+            4 + 1 + 4 + binary.bytes.len()
+        }
         Bson::Binary(binary) => 4 + 1 + binary.bytes.len(),
         Bson::RegularExpression(regex) => regex.pattern.len() + 1 + regex.options.len() + 1,
         Bson::JavaScriptCodeWithScope(code) => 4 + string(&code.code) + encoded_size(&code.scope),
@@ -134,6 +275,122 @@ pub fn value_size(value: &Bson) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SplitMix64;
+
+    /// A random value of any BSON type, documents and arrays `depth` levels deep at most.
+    fn random_value(rng: &mut SplitMix64, depth: usize) -> Bson {
+        let text = |rng: &mut SplitMix64| {
+            let words = ["", "a", "é", "日本", "x.y", "$k", "long text with spaces"];
+            rng.pick(&words).to_string()
+        };
+        match rng.below(if depth == 0 { 19 } else { 21 }) {
+            0 => Bson::Double(f64::from_bits(rng.next_u64())),
+            1 => Bson::String(text(rng)),
+            2 => Bson::Binary(bson::Binary {
+                subtype: *rng.pick(&[
+                    bson::spec::BinarySubtype::Generic,
+                    bson::spec::BinarySubtype::BinaryOld,
+                    bson::spec::BinarySubtype::Uuid,
+                    bson::spec::BinarySubtype::UserDefined(0x80),
+                ]),
+                bytes: (0..rng.below(20)).map(|_| rng.below(256) as u8).collect(),
+            }),
+            3 => Bson::Undefined,
+            4 => Bson::ObjectId(bson::oid::ObjectId::from_bytes(rng.bytes())),
+            5 => Bson::Boolean(rng.below(2) == 1),
+            6 => Bson::DateTime(bson::DateTime::from_millis(rng.next_u64() as i64)),
+            7 => Bson::Null,
+            8 => Bson::RegularExpression(bson::Regex {
+                pattern: text(rng),
+                options: rng.pick(&["", "i", "xsmi", "ux"]).to_string(),
+            }),
+            9 => Bson::JavaScriptCode(text(rng)),
+            10 => Bson::Symbol(text(rng)),
+            11 => Bson::Int32(rng.next_u64() as i32),
+            12 => Bson::Timestamp(bson::Timestamp {
+                time: rng.next_u64() as u32,
+                increment: rng.next_u64() as u32,
+            }),
+            13 => Bson::Int64(rng.next_u64() as i64),
+            14 => Bson::Decimal128(bson::Decimal128::from_bytes(rng.bytes())),
+            15 => Bson::MinKey,
+            16 => Bson::MaxKey,
+            17 => Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+                code: text(rng),
+                scope: random_document(rng, depth.saturating_sub(1)),
+            }),
+            18 => {
+                let raw = bson::RawDocumentBuf::from_bytes(vec![
+                    26, 0, 0, 0, 12, b'p', 0, 2, 0, 0, 0, b'n', 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                    11, 12, 0,
+                ])
+                .unwrap();
+                Document::try_from(raw.as_ref())
+                    .unwrap()
+                    .get("p")
+                    .unwrap()
+                    .clone()
+            }
+            19 => Bson::Document(random_document(rng, depth - 1)),
+            _ => Bson::Array(
+                (0..rng.below(4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn random_document(rng: &mut SplitMix64, depth: usize) -> Document {
+        (0..rng.below(6))
+            .map(|index| (format!("f{index}"), random_value(rng, depth)))
+            .collect()
+    }
+
+    /// The native encoder writes exactly what bson's serializer writes, for every type.
+    #[test]
+    fn encoding_matches_bsons_serializer() {
+        let mut rng = SplitMix64(0x5EED_B50B);
+        for _ in 0..5_000 {
+            let document = random_document(&mut rng, 4);
+            let expected = bson::to_vec(&document).unwrap();
+            assert_eq!(
+                encode_document(&document).unwrap(),
+                expected,
+                "{document:?}"
+            );
+            assert_eq!(checked_encoded_size(&document).unwrap(), expected.len());
+            assert_eq!(encoded_size(&document), expected.len(), "{document:?}");
+            for value in document.values() {
+                let wrapped = bson::to_vec(&bson::doc! {"": value.clone()}).unwrap();
+                assert_eq!(value_bytes(value), wrapped[6..wrapped.len() - 1].to_vec());
+            }
+        }
+    }
+
+    /// What bson refuses to encode, the native encoder refuses too; nesting is bounded.
+    #[test]
+    fn encoding_refuses_what_bson_refuses() {
+        for document in [
+            bson::doc! {"a\0b": 1},
+            bson::doc! {"a": {"b\0": 1}},
+            bson::doc! {"r": bson::Regex { pattern: "a\0".into(), options: String::new() }},
+            bson::doc! {"r": bson::Regex { pattern: "a".into(), options: "i\0".into() }},
+        ] {
+            assert!(bson::to_vec(&document).is_err());
+            assert!(encode_document(&document).is_err());
+            assert!(checked_encoded_size(&document).is_err());
+        }
+        let mut deep = Bson::Int32(1);
+        for _ in 0..ENCODE_DEPTH_LIMIT {
+            deep = Bson::Array(vec![deep]);
+        }
+        assert!(encode_document(&bson::doc! {"deep": deep.clone()}).is_err());
+        let Bson::Array(mut items) = deep else {
+            unreachable!()
+        };
+        let shallower = items.pop().unwrap();
+        assert!(encode_document(&bson::doc! {"deep": shallower}).is_ok());
+    }
 
     #[test]
     fn numbers_of_every_type_read_as_f64() {

@@ -67,7 +67,8 @@ impl StoredDoc {
         match (raw.into_inner(), decoded.into_inner()) {
             (Some(raw), _) => Ok(raw),
             (None, Some(document)) => {
-                RawDocumentBuf::from_document(&document).map_err(|error| error.to_string())
+                RawDocumentBuf::from_bytes(tideway_base::bsonutil::encode_document(&document)?)
+                    .map_err(|error| error.to_string())
             }
             (None, None) => Ok(RawDocumentBuf::new()),
         }

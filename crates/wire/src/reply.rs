@@ -66,7 +66,7 @@ impl Reply {
     /// The encoded reply; `Err` only for a built document bson cannot encode.
     pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
         match self {
-            Reply::Document(document) => bson::to_vec(document).map_err(|error| error.to_string()),
+            Reply::Document(document) => tideway_base::bsonutil::encode_document(document),
             Reply::Raw(raw) => Ok(raw.as_bytes().to_vec()),
         }
     }
