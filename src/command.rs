@@ -18,8 +18,11 @@ use tideway_wire::Reply;
 /// Dispatch's entry point as a value: a handler that runs commands as the server itself (the
 /// session cache's refresh, as mongod's `DBDirectClient`) reaches it through its context, so
 /// no handler imports `dispatch`.
-pub type InternalDispatch =
-    for<'a> fn(&'a Arc<ServerState>, &'a Arc<ClientInfo>, &'a Document) -> BoxFuture<'a, Reply>;
+pub type InternalDispatch = for<'a> fn(
+    &'a Arc<ServerState>,
+    &'a Arc<ClientInfo>,
+    &'a Arc<Document>,
+) -> BoxFuture<'a, Reply>;
 
 /// What a handler gets besides the command body.
 pub struct CommandContext<'a> {

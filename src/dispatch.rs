@@ -34,7 +34,7 @@ const OWN_OPCOUNTER: &[&str] = &["insert", "find", "update", "delete", "getMore"
 pub fn dispatch_boxed<'a>(
     state: &'a Arc<ServerState>,
     client: &'a Arc<ClientInfo>,
-    body: &'a Document,
+    body: &'a Arc<Document>,
 ) -> futures::future::BoxFuture<'a, Reply> {
     Box::pin(dispatch(state, client, body))
 }
@@ -42,7 +42,7 @@ pub fn dispatch_boxed<'a>(
 pub async fn dispatch(
     state: &Arc<ServerState>,
     client: &Arc<ClientInfo>,
-    body: &Document,
+    body: &Arc<Document>,
 ) -> Reply {
     let started = Instant::now();
     let name = body.keys().next().map(String::as_str).unwrap_or("");
@@ -87,7 +87,7 @@ pub async fn dispatch(
 async fn run(
     state: &Arc<ServerState>,
     client: &Arc<ClientInfo>,
-    body: &Document,
+    body: &Arc<Document>,
     name: &str,
 ) -> (CommandResult<Reply>, Option<crate::profiler::Finished>) {
     let spec = match checked_spec(state, client, body, name).await {

@@ -1,5 +1,5 @@
 //! The registry of running operations: every command dispatch runs is an [`Op`] here while it runs
-//! (mongod's `CurOp`), with its `opid`, client, namespace, a bounded copy of its command document,
+//! (mongod's `CurOp`), with its `opid`, client, namespace, its command document (shared, not copied),
 //! start instant, kill flag and the counters the query layer fills in (`keysExamined`,
 //! `docsExamined`, `nreturned`, `planSummary`, write counts). `currentOp`/`$currentOp` report
 //! them, `killOp` kills them, and the profiler (`profiler.rs`) turns a finished one into a
@@ -14,10 +14,9 @@
 //!   (pooled by the registry's shards, reused, never freed) plus a token unique to the op, so a
 //!   stale switch (copied into a cursor that outlives its command) never sees a later op's kill.
 //! - The request path costs an opid increment, one short lock of one of 16 shards to register and
-//!   one to unregister (each shard also pools the kill cells of its ops), and a copy of the
-//!   command document bounded by [`MAX_COMMAND_COPY_BYTES`] (of a bigger command, a prefix of
-//!   about twice that, rendered as `$truncated` only when reported). Counters are atomics; only
-//!   `planSummary` takes a (per-op) lock.
+//!   one to unregister (each shard also pools the kill cells of its ops), and a reference to the
+//!   command document the request decoded (cut to `$truncated` only when reported). Counters
+//!   are atomics; only `planSummary` takes a (per-op) lock.
 //!
 //! Must not: know about sockets, storage or profiling rules.
 
@@ -34,7 +33,7 @@ use crate::client::ClientInfo;
 
 /// mongod keeps at most this much of a command for the profiler (`appendMaxElementSize`); bigger
 /// commands are kept as `{$truncated: "<rendering>..."}`.
-pub(crate) const MAX_COMMAND_COPY_BYTES: usize = 50 * 1024;
+pub(crate) const MAX_REPORTED_COMMAND_BYTES: usize = 50 * 1024;
 /// The `currentOp` command (and `$currentOp` with `truncateOps`) cuts commands to this size.
 pub(crate) const CURRENT_OP_COMMAND_BYTES: usize = 1000;
 
@@ -144,7 +143,7 @@ pub struct Op {
     /// `<db>.<collection>`, `<db>.$cmd.aggregate`, or the database alone (mongod's rules).
     pub ns: String,
     /// The command document (`$db` and generic arguments included, as mongod shows it).
-    command: CommandCopy,
+    command: Arc<Document>,
     pub kind: OpKind,
     /// The command's registered name.
     pub name: &'static str,
@@ -266,10 +265,10 @@ impl Op {
         }
     }
 
-    /// The command as the profiler records it: whole up to [`MAX_COMMAND_COPY_BYTES`], else
+    /// The command as the profiler records it: whole up to [`MAX_REPORTED_COMMAND_BYTES`], else
     /// `{$truncated: ...}`.
     pub fn command(&self) -> Document {
-        self.command.render(MAX_COMMAND_COPY_BYTES)
+        bounded_command(&self.command, MAX_REPORTED_COMMAND_BYTES)
     }
 
     /// The command that opened the cursor a getMore reads.
@@ -351,10 +350,10 @@ impl Op {
         );
         out.insert("op", self.kind.name());
         out.insert("ns", self.ns.as_str());
-        let limit = command_bytes.map_or(MAX_COMMAND_COPY_BYTES, |limit| {
-            limit.min(MAX_COMMAND_COPY_BYTES)
+        let limit = command_bytes.map_or(MAX_REPORTED_COMMAND_BYTES, |limit| {
+            limit.min(MAX_REPORTED_COMMAND_BYTES)
         });
-        out.insert("command", self.command.render(limit));
+        out.insert("command", bounded_command(&self.command, limit));
         if let Some(summary) = self.plan_summary() {
             out.insert("planSummary", summary);
         }
@@ -451,41 +450,6 @@ fn truncated(prefix: &Document, comment: Option<&Bson>, limit: usize) -> Documen
         out.insert("comment", comment.clone());
     }
     out
-}
-
-/// A command as an op keeps it: whole when it fits in [`MAX_COMMAND_COPY_BYTES`], else only its
-/// leading part, rendered as `$truncated` when someone asks (so a big command costs the request
-/// path a bounded copy, not a rendering).
-#[derive(Debug)]
-enum CommandCopy {
-    Whole(Document),
-    Truncated {
-        prefix: Document,
-        comment: Option<Bson>,
-    },
-}
-
-impl CommandCopy {
-    fn of(body: &Document) -> CommandCopy {
-        if fits_within(body, MAX_COMMAND_COPY_BYTES) {
-            CommandCopy::Whole(body.clone())
-        } else {
-            CommandCopy::Truncated {
-                prefix: prefix_copy(body, MAX_COMMAND_COPY_BYTES.saturating_mul(2)),
-                comment: body.get("comment").cloned(),
-            }
-        }
-    }
-
-    /// As reported where it may take at most `limit` (≤ [`MAX_COMMAND_COPY_BYTES`]) bytes.
-    fn render(&self, limit: usize) -> Document {
-        match self {
-            CommandCopy::Whole(command) => bounded_command(command, limit),
-            CommandCopy::Truncated { prefix, comment } => {
-                truncated(prefix, comment.as_ref(), limit)
-            }
-        }
-    }
 }
 
 /// Whether `document`'s BSON size is at most `limit`, walking at most about `limit` bytes of it.
@@ -646,7 +610,7 @@ pub struct OpStart<'a> {
     pub client: &'a Arc<ClientInfo>,
     pub name: &'static str,
     pub db: &'a str,
-    pub body: &'a Document,
+    pub body: &'a Arc<Document>,
 }
 
 impl OpRegistry {
@@ -659,7 +623,7 @@ impl OpRegistry {
         let raw = self.next_opid.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
         let opid = i32::try_from(raw).unwrap_or(i32::MAX).max(1);
         let ns = command_namespace(start.name, start.db, start.body);
-        let command = CommandCopy::of(start.body);
+        let command = Arc::clone(start.body);
         let mut shard = self.shard(opid);
         let op = Arc::new(Op {
             opid,
@@ -766,7 +730,7 @@ mod tests {
     fn ops_are_registered_while_their_guard_lives() {
         let registry = OpRegistry::default();
         let client = client();
-        let body = doc! {"find": "c", "filter": {"a": 1}, "$db": "test"};
+        let body = Arc::new(doc! {"find": "c", "filter": {"a": 1}, "$db": "test"});
         let guard = registry.start(OpStart {
             client: &client,
             name: "find",
@@ -777,7 +741,7 @@ mod tests {
         assert_eq!(running.len(), 1);
         assert_eq!(running[0].ns, "test.c");
         assert_eq!(running[0].kind.name(), "query");
-        assert_eq!(running[0].command(), body);
+        assert_eq!(running[0].command(), *body);
         let opid = guard.op.opid;
         drop(guard);
         assert!(registry.running().is_empty());
@@ -788,7 +752,7 @@ mod tests {
     fn a_kill_trips_the_switch_and_a_stale_switch_stays_untripped() {
         let registry = OpRegistry::default();
         let client = client();
-        let body = doc! {"ping": 1};
+        let body = Arc::new(doc! {"ping": 1});
         let first = registry.start(OpStart {
             client: &client,
             name: "ping",
@@ -828,7 +792,7 @@ mod tests {
     fn metrics_are_reported_only_once_set() {
         let registry = OpRegistry::default();
         let client = client();
-        let body = doc! {"find": "c"};
+        let body = Arc::new(doc! {"find": "c"});
         let guard = registry.start(OpStart {
             client: &client,
             name: "find",
@@ -868,7 +832,7 @@ mod tests {
         let documents: Vec<Bson> = (0..10_000)
             .map(|i| Bson::Document(doc! {"_id": i, "pad": "x".repeat(20)}))
             .collect();
-        let body = doc! {"insert": "c", "documents": documents, "comment": "mine"};
+        let body = Arc::new(doc! {"insert": "c", "documents": documents, "comment": "mine"});
         let copy = bounded_command(&body, 1000);
         let truncated = copy.get_str("$truncated").unwrap();
         assert!(truncated.len() <= 1000);
@@ -877,19 +841,15 @@ mod tests {
         assert_eq!(copy.get_str("comment").unwrap(), "mine");
         let small = doc! {"find": "c"};
         assert_eq!(bounded_command(&small, 1000), small);
-        // An op keeps a big command's prefix and renders it the same way.
-        assert!(matches!(CommandCopy::of(&small), CommandCopy::Whole(_)));
+        // A big command renders to exactly the limit, from a prefix of about twice that.
         let documents: Vec<Bson> = (0..10_000)
             .map(|i| Bson::Document(doc! {"_id": i, "pad": "x".repeat(20)}))
             .collect();
         let huge = doc! {"insert": "c", "documents": documents.clone(), "more": documents};
-        let kept = CommandCopy::of(&huge);
-        assert!(matches!(kept, CommandCopy::Truncated { .. }));
-        assert_eq!(kept.render(1000), bounded_command(&huge, 1000));
-        let rendered = kept.render(MAX_COMMAND_COPY_BYTES);
+        let rendered = bounded_command(&huge, MAX_REPORTED_COMMAND_BYTES);
         assert_eq!(
             rendered.get_str("$truncated").unwrap().len(),
-            MAX_COMMAND_COPY_BYTES
+            MAX_REPORTED_COMMAND_BYTES
         );
     }
 

@@ -251,11 +251,14 @@ impl RetryableWrite {
         match result {
             Ok(results) => {
                 *lock(&self.claim) = None;
+                // Storage has dropped the record builder by now: the entries are moved, not
+                // copied.
                 let entries = std::mem::take(&mut *lock(&self.pending));
+                let entries = Arc::try_unwrap(entries).unwrap_or_else(|shared| (*shared).clone());
                 let mut recorded = lock(&self.recorded);
-                for (entry, result) in entries.iter().zip(results) {
+                for (entry, result) in entries.into_iter().zip(results) {
                     if let (Some((stmt_id, reply)), Ok(_)) = (entry, result) {
-                        recorded.insert(*stmt_id, reply.clone());
+                        recorded.insert(stmt_id, reply);
                     }
                 }
             }

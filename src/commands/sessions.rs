@@ -202,7 +202,7 @@ pub(crate) async fn refresh(
     let client = Arc::new(ClientInfo::internal());
     let run = |command: Document| -> BoxFuture<'_, Reply> {
         let client = &client;
-        Box::pin(async move { dispatch(state, client, &command).await })
+        Box::pin(async move { dispatch(state, client, &Arc::new(command)).await })
     };
     let host = crate::sessions::RefreshHost {
         storage: state.storage.as_ref(),

@@ -488,13 +488,24 @@ impl Storage for PgStorage {
         for row in &rows {
             let stmt_ids: Vec<i32> = row.get(0);
             let bodies: Vec<&[u8]> = row.get(1);
-            if stmt_ids.len() != bodies.len() {
-                return Err(StorageError::Corrupt(
-                    "a session commit's statements and replies differ in number".to_string(),
-                ));
-            }
-            for (stmt_id, body) in stmt_ids.into_iter().zip(bodies) {
-                statements.insert(stmt_id, decode_document(body)?);
+            // One reply per statement, or one reply for all (`write::record_statements`).
+            match bodies.as_slice() {
+                [shared] if stmt_ids.len() > 1 => {
+                    let reply = decode_document(shared)?;
+                    for stmt_id in stmt_ids {
+                        statements.insert(stmt_id, reply.clone());
+                    }
+                }
+                _ if bodies.len() == stmt_ids.len() => {
+                    for (stmt_id, body) in stmt_ids.into_iter().zip(bodies) {
+                        statements.insert(stmt_id, decode_document(body)?);
+                    }
+                }
+                _ => {
+                    return Err(StorageError::Corrupt(
+                        "a session commit's statements and replies differ in number".to_string(),
+                    ))
+                }
             }
         }
         Ok(statements.into_iter().collect())

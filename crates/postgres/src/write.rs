@@ -1074,16 +1074,22 @@ fn record_header(record: &SessionRecord) -> Attempt<Vec<u8>> {
     encode_session_part(&record.stored_header())
 }
 
-/// `record`'s stmtIds and their encoded replies, in the same order.
+/// `record`'s stmtIds and their encoded replies, in the same order; one reply for all of them
+/// when they are the same (an insert's statements all answer `{n: 1}`), as `session_statements`
+/// reads them.
 fn record_statements(record: &SessionRecord) -> Attempt<(Vec<i32>, Vec<Vec<u8>>)> {
-    Ok((
-        record.statements.iter().map(|(id, _)| *id).collect(),
-        record
+    let stmt_ids = record.statements.iter().map(|(id, _)| *id).collect();
+    let replies = match record.statements.split_first() {
+        Some(((_, first), rest)) if rest.iter().all(|(_, reply)| reply == first) => {
+            vec![encode_session_part(first)?]
+        }
+        _ => record
             .statements
             .iter()
             .map(|(_, reply)| encode_session_part(reply))
             .collect::<Attempt<_>>()?,
-    ))
+    };
+    Ok((stmt_ids, replies))
 }
 
 /// Defers the statement that stores a session's claim and record with the transaction's next

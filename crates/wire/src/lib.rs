@@ -16,6 +16,8 @@ mod reply;
 pub use compression::Compressor;
 pub use reply::Reply;
 
+use std::sync::Arc;
+
 use bson::Document;
 
 use tideway_base::error::{CommandError, ErrorCode};
@@ -115,7 +117,8 @@ pub struct Request {
     pub compressed_sizes: Option<(usize, usize)>,
     /// OP_MSG `moreToCome`: the client expects no reply.
     pub more_to_come: bool,
-    pub command: Result<Document, CommandError>,
+    /// Shared: the running op keeps it for `currentOp` without copying it.
+    pub command: Result<Arc<Document>, CommandError>,
 }
 
 /// Decodes a message whose header has passed [`MessageHeader::check_length`].

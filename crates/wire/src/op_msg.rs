@@ -3,6 +3,8 @@
 //! one of them is answered (unless `moreToCome` forbids a reply) and leaves the connection usable, since
 //! the frame length already told us where the next message starts.
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
 
 use super::{
@@ -27,7 +29,7 @@ pub(super) fn decode(header: &MessageHeader, body: &[u8]) -> Request {
         compressor: None,
         compressed_sizes: None,
         more_to_come: flags & MORE_TO_COME != 0,
-        command: parse(header, body, flags),
+        command: parse(header, body, flags).map(Arc::new),
     }
 }
 
@@ -233,7 +235,7 @@ mod tests {
         );
         let request = decode(&header(), &body);
         assert_eq!(
-            request.command.unwrap(),
+            *request.command.unwrap(),
             doc! {"insert": "c", "$db": "test", "documents": [{"a": 1}, {"a": 2}]}
         );
         assert!(!request.more_to_come);
@@ -313,7 +315,7 @@ mod tests {
         append_checksum(&mut full);
         let with_trailer = &full[HEADER_LEN..];
         assert_eq!(
-            decode(&header, with_trailer).command.unwrap(),
+            *decode(&header, with_trailer).command.unwrap(),
             doc! {"ping": 1}
         );
 

@@ -3,6 +3,8 @@
 //! driver, Java and older PyMongo open every connection with it. Anything else is answered with
 //! 352 UnsupportedOpQueryCommand, as mongod does.
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
 
 use super::{read_cstring, read_document, MessageHeader, ReplyFormat, Request};
@@ -29,7 +31,7 @@ pub(super) fn decode(header: &MessageHeader, body: &[u8]) -> Request {
         compressor: None,
         compressed_sizes: None,
         more_to_come: false,
-        command: parse(body),
+        command: parse(body).map(Arc::new),
     }
 }
 
@@ -114,7 +116,7 @@ mod tests {
         let request = decode(&header(), &query_body("admin.$cmd", &doc! {"isMaster": 1}));
         assert_eq!(request.format, ReplyFormat::OpReply);
         assert_eq!(
-            request.command.unwrap(),
+            *request.command.unwrap(),
             doc! {"isMaster": 1, "$db": "admin"}
         );
     }
@@ -124,7 +126,7 @@ mod tests {
         let query = doc! {"$query": {"ismaster": 1}, "$readPreference": {"mode": "primary"}};
         let request = decode(&header(), &query_body("admin.$cmd", &query));
         assert_eq!(
-            request.command.unwrap(),
+            *request.command.unwrap(),
             doc! {"ismaster": 1, "$db": "admin"}
         );
     }

@@ -115,12 +115,29 @@ pub async fn session_records(storage: &dyn Storage) {
     recorded_insert(storage, &ns, &key, 5, false, (3, 7))
         .await
         .expect("unclaimed write");
+    // And one of two statements whose replies differ.
+    storage
+        .write_recorded(
+            &ns,
+            vec![insert(doc! {"_id": 30}), insert(doc! {"_id": 31})],
+            UNORDERED,
+            None,
+            record(
+                &key,
+                5,
+                vec![(8, doc! {"n": 1, "first": true}), (9, doc! {"n": 1})],
+            ),
+        )
+        .await
+        .expect("unclaimed write");
     assert_eq!(
         storage.session_statements(&key, 5).await.unwrap(),
         [
             (0, doc! {"n": 1}),
             (2, doc! {"n": 1}),
-            (7, doc! {"n": 1, "stmt": 7})
+            (7, doc! {"n": 1, "stmt": 7}),
+            (8, doc! {"n": 1, "first": true}),
+            (9, doc! {"n": 1})
         ]
     );
 
@@ -136,7 +153,7 @@ pub async fn session_records(storage: &dyn Storage) {
             "refused claim {txn_number} wrote"
         );
     }
-    assert_eq!(storage.session_statements(&key, 5).await.unwrap().len(), 3);
+    assert_eq!(storage.session_statements(&key, 5).await.unwrap().len(), 5);
 
     // A newer number: claims, and its statements replace the older number's.
     recorded_insert(storage, &ns, &key, 6, true, (4, 0))
