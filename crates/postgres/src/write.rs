@@ -358,27 +358,30 @@ async fn insert_statement(
     } else {
         conn.query(sql, &params).await?
     };
-    let revs: std::collections::HashMap<Vec<u8>, i64> =
-        rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-    id_keys
-        .iter()
-        .map(|id_key| {
-            let rev = revs.get(*id_key).ok_or_else(|| {
-                Failure::Storage(StorageError::Io(
-                    "an inserted document's revision was not returned".to_string(),
-                ))
-            })?;
-            Ok(Ok(WriteOutcome::Inserted {
-                rev: *rev as u64,
+    let revs: Vec<i64> = match rows.as_slice() {
+        [row] => row.get(0),
+        _ => Vec::new(),
+    };
+    if revs.len() != id_keys.len() {
+        return Err(Failure::Storage(StorageError::Io(
+            "the inserted documents' revisions were not returned".to_string(),
+        )));
+    }
+    Ok(revs
+        .into_iter()
+        .map(|rev| {
+            Ok(WriteOutcome::Inserted {
+                rev: rev as u64,
                 superseded: 0,
-            }))
+            })
         })
-        .collect()
+        .collect())
 }
 
 /// The statement of [`insert_statement`]: the documents (`$1` collection, `$2..$6` columns),
 /// then the non-unique entries and the unique entries (four columns each) when there are any,
-/// then a claim's five ([`claim_ctes`]) when `claimed`.
+/// then a claim's five ([`claim_ctes`]) when `claimed`. Revisions are drawn in batch order
+/// (the natural order is theirs), so the one row it returns lists them sorted: in batch order.
 fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool) -> &'static str {
     static VARIANTS: [std::sync::OnceLock<String>; 8] = [const { std::sync::OnceLock::new() }; 8];
     let variant =
@@ -394,7 +397,7 @@ fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool) -> &'static 
                                              $5::bigint[], $6::bytea[])
                             WITH ORDINALITY AS t(k, w, c, e, b, o)
                         ORDER BY o) ordered) numbered
-                RETURNING id_key, rev)",
+                RETURNING rev)",
         );
         let mut next = 7;
         let mut columns = || {
@@ -427,10 +430,11 @@ fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool) -> &'static 
         if claimed {
             sql.push_str(&format!(", {}", claim_ctes(next)));
             sql.push_str(
-                " SELECT id_key, rev, 1 / (SELECT count(*) FROM claimed) FROM new_documents",
+                " SELECT array_agg(rev ORDER BY rev), 1 / (SELECT count(*) FROM claimed)
+                  FROM new_documents",
             );
         } else {
-            sql.push_str(" SELECT id_key, rev FROM new_documents");
+            sql.push_str(" SELECT array_agg(rev ORDER BY rev) FROM new_documents");
         }
         sql
     })

@@ -928,6 +928,28 @@ pub async fn batches(storage: &dyn Storage) {
 
     let empty = storage.write(&ns2, Vec::new(), ORDERED).await.unwrap();
     assert!(empty.is_empty());
+
+    // Each insert's outcome carries its own document's stored revision (`_id`s descending:
+    // not the order of their keys).
+    let ns3 = Namespace::new(db, "b3");
+    let ids_descending = || (10..15).rev();
+    let results = storage
+        .write(
+            &ns3,
+            ids_descending().map(|i| insert(doc! {"_id": i})).collect(),
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 5);
+    for (i, result) in ids_descending().zip(results) {
+        let rev = inserted_rev(result.expect("inserted"));
+        assert_eq!(
+            current_rev_of(storage, &ns3, &Bson::Int32(i)).await,
+            rev,
+            "_id {i}"
+        );
+    }
     cleanup(storage, db).await;
 }
 
