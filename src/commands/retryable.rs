@@ -375,7 +375,7 @@ impl RetryableWrite {
             let statements: Vec<(i32, Document)> = entries
                 .iter()
                 .zip(succeeded)
-                .filter_map(|(entry, ok)| entry.clone().filter(|_| *ok))
+                .filter_map(|(entry, ok)| entry.as_ref().filter(|_| *ok).cloned())
                 .collect();
             if statements.is_empty() {
                 return None;

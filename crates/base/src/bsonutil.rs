@@ -36,8 +36,13 @@ pub fn decode_document(bytes: &[u8]) -> Result<Document, String> {
 /// NUL byte; and for nesting deeper than [`ENCODE_DEPTH_LIMIT`].
 pub fn encode_document(document: &Document) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::with_capacity(256);
-    write_document(&mut bytes, document, 0)?;
+    append_document(&mut bytes, document)?;
     Ok(bytes)
+}
+
+/// [`encode_document`] at the end of `out` (after a header of the caller's, say).
+pub fn append_document(out: &mut Vec<u8>, document: &Document) -> Result<(), String> {
+    write_document(out, document, 0)
 }
 
 /// The size of `document`'s BSON encoding, counted by encoding it without keeping the bytes:
@@ -97,8 +102,7 @@ fn framed<S: Sink>(
     out.put(&[0; 4]);
     body(out)?;
     out.put(trailer);
-    let length = i32::try_from(out.position() - start)
-        .map_err(|_| "document exceeds the maximum BSON size".to_string())?;
+    let length = length_of(out.position() - start)?;
     out.patch(start, length);
     Ok(())
 }
@@ -118,11 +122,12 @@ fn write_array<S: Sink>(out: &mut S, items: &[Bson], depth: usize) -> Result<(),
     if depth >= ENCODE_DEPTH_LIMIT {
         return Err(too_deep());
     }
+    let mut name = itoa::Buffer::new();
     framed(out, &[0], |out| {
         items
             .iter()
             .enumerate()
-            .try_for_each(|(index, item)| write_element(out, &index.to_string(), item, depth))
+            .try_for_each(|(index, item)| write_element(out, name.format(index), item, depth))
     })
 }
 
@@ -139,10 +144,16 @@ fn write_cstring<S: Sink>(out: &mut S, text: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn write_string<S: Sink>(out: &mut S, text: &str) {
-    out.put(&(text.len() as i32 + 1).to_le_bytes());
+fn write_string<S: Sink>(out: &mut S, text: &str) -> Result<(), String> {
+    out.put(&length_of(text.len() + 1)?.to_le_bytes());
     out.put(text.as_bytes());
     out.put(&[0]);
+    Ok(())
+}
+
+/// A length as BSON writes it: an int32.
+fn length_of(bytes: usize) -> Result<i32, String> {
+    i32::try_from(bytes).map_err(|_| "document exceeds the maximum BSON size".to_string())
 }
 
 fn write_element<S: Sink>(
@@ -156,14 +167,14 @@ fn write_element<S: Sink>(
     match value {
         Bson::Double(number) => out.put(&number.to_le_bytes()),
         Bson::String(text) | Bson::JavaScriptCode(text) | Bson::Symbol(text) => {
-            write_string(out, text)
+            write_string(out, text)?
         }
         Bson::Document(inner) => write_document(out, inner, depth + 1)?,
         Bson::Array(items) => write_array(out, items, depth + 1)?,
         Bson::Binary(binary) => {
-            let length = binary.bytes.len() as i32;
+            let length = length_of(binary.bytes.len())?;
             if binary.subtype == bson::spec::BinarySubtype::BinaryOld {
-                out.put(&(length + 4).to_le_bytes());
+                out.put(&length_of(binary.bytes.len() + 4)?.to_le_bytes());
                 out.put(&[u8::from(binary.subtype)]);
                 out.put(&length.to_le_bytes());
             } else {
@@ -183,7 +194,7 @@ fn write_element<S: Sink>(
             write_cstring(out, &options.into_iter().collect::<String>())?;
         }
         Bson::JavaScriptCodeWithScope(code) => framed(out, &[], |out| {
-            write_string(out, &code.code);
+            write_string(out, &code.code)?;
             write_document(out, &code.scope, depth + 1)
         })?,
         Bson::Int32(number) => out.put(&number.to_le_bytes()),
@@ -239,6 +250,13 @@ pub fn encoded_size(document: &Document) -> usize {
         + 1
 }
 
+/// The number of decimal digits of `index` (an array element's field name).
+fn decimal_len(index: usize) -> usize {
+    index
+        .checked_ilog10()
+        .map_or(1, |digits| digits as usize + 1)
+}
+
 /// The encoded BSON size of a value alone (what follows an element's type byte and name).
 pub fn value_size(value: &Bson) -> usize {
     let string = |text: &str| 4 + text.len() + 1;
@@ -255,7 +273,7 @@ pub fn value_size(value: &Bson) -> usize {
             4 + items
                 .iter()
                 .enumerate()
-                .map(|(index, item)| 1 + index.to_string().len() + 1 + value_size(item))
+                .map(|(index, item)| 1 + decimal_len(index) + 1 + value_size(item))
                 .sum::<usize>()
                 + 1
         }
@@ -365,6 +383,16 @@ mod tests {
                 assert_eq!(value_bytes(value), wrapped[6..wrapped.len() - 1].to_vec());
             }
         }
+    }
+
+    /// Array field names of several digits are written and counted as bson does.
+    #[test]
+    fn long_arrays_encode_as_bson_does() {
+        let document = bson::doc! {"a": (0..120).map(Bson::Int32).collect::<Vec<_>>()};
+        let expected = bson::to_vec(&document).unwrap();
+        assert_eq!(encode_document(&document).unwrap(), expected);
+        assert_eq!(checked_encoded_size(&document).unwrap(), expected.len());
+        assert_eq!(encoded_size(&document), expected.len());
     }
 
     /// What bson refuses to encode, the native encoder refuses too; nesting is bounded.

@@ -94,17 +94,7 @@ impl Database {
         };
         let candidates = match read_ahead {
             Some(candidates) => candidates,
-            None => {
-                let conn = Conn::get(self).await?;
-                reap_candidates(
-                    &conn,
-                    collection,
-                    &request.source,
-                    request.resume_after.as_deref(),
-                    limit,
-                )
-                .await?
-            }
+            None => read_page(self, collection, request).await?,
         };
         let Some(candidates) = candidates else {
             return Ok(ReapPage {
@@ -120,7 +110,6 @@ impl Database {
                 .as_ref()
                 .map(|resume| self.read_next(collection, request, resume)),
         );
-        let conn = Conn::get(self).await?;
         let mut judged: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
         let mut id_keys: Vec<&[u8]> = Vec::new();
         let mut revs: Vec<i64> = Vec::new();
@@ -153,6 +142,7 @@ impl Database {
         let ((index_ids, keys, entry_ids, _), (unique_ids, unique_keys, owners, _)) =
             entries.columns();
         // Rows are matched pairwise through each table's primary key (see `EntryRows::delete`).
+        let conn = Conn::get(self).await?;
         let row = conn
             .query_opt(
                 "WITH gone AS (
@@ -188,9 +178,7 @@ impl Database {
         let deleted = row.map_or(0, |row| row.get::<_, i64>(0)).max(0) as u64;
         Ok(ReapPage { deleted, resume })
     }
-}
 
-impl Database {
     /// Starts reading the page `request` asks for after `resume`, on its own connection.
     fn read_next(
         self: &Arc<Self>,
@@ -203,16 +191,32 @@ impl Database {
             ..request.clone()
         };
         let (database, collection) = (Arc::clone(self), Arc::clone(collection));
-        let (coll_id, source, limit) = (collection.id, next.source.clone(), next.limit.max(1));
-        let resume_after = resume.to_vec();
-        let read = tokio::spawn(async move {
-            let conn = Conn::get(&database).await?;
-            reap_candidates(&conn, &collection, &source, Some(&resume_after), limit).await
-        });
+        let coll_id = collection.id;
+        let read = {
+            let next = next.clone();
+            tokio::spawn(async move { read_page(&database, &collection, &next).await })
+        };
         ReadAhead {
             coll_id,
             request: next,
             read,
         }
     }
+}
+
+/// The candidates of the page `request` asks for, on a connection of its own.
+async fn read_page(
+    database: &Database,
+    collection: &Collection,
+    request: &ReapRequest,
+) -> Candidates {
+    let conn = Conn::get(database).await?;
+    reap_candidates(
+        &conn,
+        collection,
+        &request.source,
+        request.resume_after.as_deref(),
+        request.limit.max(1),
+    )
+    .await
 }

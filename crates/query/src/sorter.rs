@@ -399,7 +399,7 @@ impl SpillFile {
 
     fn write(&mut self, document: &Document) -> CommandResult<()> {
         let bytes =
-            bson::to_vec(document).map_err(|error| CommandError::internal(error.to_string()))?;
+            tideway_base::bsonutil::encode_document(document).map_err(CommandError::internal)?;
         if let Some(writer) = &mut self.writer {
             writer
                 .write_all(&bytes)

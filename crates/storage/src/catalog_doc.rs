@@ -104,7 +104,8 @@ pub fn encode<'a>(
         "indexes": indexes.map(encode_index).collect::<Vec<Bson>>(),
         "lastWriteOrder": last_write_order,
     };
-    bson::to_vec(&document).map_err(|error| corrupt(format!("catalog entry: {error}")))
+    tideway_base::bsonutil::encode_document(&document)
+        .map_err(|error| corrupt(format!("catalog entry: {error}")))
 }
 
 fn encode_index(index: IndexRecord<'_>) -> Bson {

@@ -256,7 +256,7 @@ pub struct GraphSearch<'g> {
 
 fn approximate_size(value: &Bson) -> usize {
     match value {
-        Bson::Document(document) => bson::to_vec(document).map_or(0, |bytes| bytes.len()),
+        Bson::Document(document) => tideway_base::bsonutil::encoded_size(document),
         Bson::String(text) => text.len() + 5,
         Bson::Array(values) => values.iter().map(approximate_size).sum::<usize>() + 5,
         _ => 16,

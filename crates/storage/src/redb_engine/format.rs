@@ -252,8 +252,7 @@ pub(super) fn corrupt(what: impl Display) -> StorageError {
 /// [`set_record_header`] once the revision is known.
 pub(super) fn record_with_document(document: &Document) -> StorageResult<Vec<u8>> {
     let mut record = vec![0u8; RECORD_HEADER_LEN];
-    document
-        .to_writer(&mut record)
+    tideway_base::bsonutil::append_document(&mut record, document)
         .map_err(|error| StorageError::Io(format!("cannot serialize document: {error}")))?;
     Ok(record)
 }

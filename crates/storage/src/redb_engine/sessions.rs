@@ -172,7 +172,8 @@ fn stored_txn_number(header: &[u8]) -> Option<i64> {
 }
 
 fn to_bytes(document: &Document) -> StorageResult<Vec<u8>> {
-    bson::to_vec(document).map_err(|error| corrupt(format!("session record: {error}")))
+    tideway_base::bsonutil::encode_document(document)
+        .map_err(|error| corrupt(format!("session record: {error}")))
 }
 
 fn from_bytes(bytes: &[u8]) -> StorageResult<Document> {
