@@ -91,7 +91,7 @@ pub(crate) enum StatementKind {
 
 /// What an operation of a commit records if it succeeds: its statement's `(stmtId, reply
 /// part)`, or nothing.
-type StatementEntry = Option<(i32, Document)>;
+type StatementEntry = Option<(i32, Arc<Document>)>;
 
 /// A retryable write command in progress.
 pub(crate) struct RetryableWrite {
@@ -102,7 +102,7 @@ pub(crate) struct RetryableWrite {
     stmt_ids: Option<Vec<i32>>,
     /// The statements recorded under this `txnNumber`, those of this command included as they
     /// commit.
-    recorded: Mutex<HashMap<i32, Document>>,
+    recorded: Mutex<HashMap<i32, Arc<Document>>>,
     retried: Mutex<Vec<i32>>,
     /// The statement whose writes go through now.
     current: Mutex<Option<(i32, StatementKind)>>,
@@ -195,6 +195,7 @@ impl RetryableWrite {
                 .session_statements(&key, txn_number)
                 .await?
                 .into_iter()
+                .map(|(stmt_id, reply)| (stmt_id, Arc::new(reply)))
                 .collect()
         } else {
             HashMap::new()
@@ -212,7 +213,7 @@ impl RetryableWrite {
         key: Vec<u8>,
         txn_number: i64,
         first_stmt_id: i32,
-        recorded: HashMap<i32, Document>,
+        recorded: HashMap<i32, Arc<Document>>,
         session: SessionGuard,
     ) -> RetryableWrite {
         RetryableWrite {
@@ -331,7 +332,7 @@ impl RetryableWrite {
     /// The recorded reply part of statement `stmt_id`, if it ran under this `txnNumber`
     /// (noted for `retriedStmtIds`).
     pub(crate) fn executed(&self, stmt_id: i32) -> Option<Document> {
-        let entry = lock(&self.recorded).get(&stmt_id).cloned()?;
+        let entry = Document::clone(lock(&self.recorded).get(&stmt_id)?);
         lock(&self.retried).push(stmt_id);
         Some(entry)
     }
@@ -350,15 +351,16 @@ impl RetryableWrite {
     ) -> Option<RecordSession> {
         let (stmt_id, kind) = (*lock(&self.current))?;
         let entry = statement_entry(kind, op, before)?;
-        Some(self.recorder(vec![Some((stmt_id, entry))]))
+        Some(self.recorder(vec![Some((stmt_id, Arc::new(entry)))]))
     }
 
     /// The record to commit with a batch of inserts whose statement ids are `stmt_ids`.
     pub(crate) fn record_inserts(&self, stmt_ids: Vec<i32>) -> RecordSession {
+        let inserted = Arc::new(doc! {"n": 1});
         self.recorder(
             stmt_ids
                 .into_iter()
-                .map(|id| Some((id, doc! {"n": 1})))
+                .map(|id| Some((id, Arc::clone(&inserted))))
                 .collect(),
         )
     }
@@ -372,7 +374,7 @@ impl RetryableWrite {
         let key = self.key.clone();
         let txn_number = self.txn_number;
         Box::new(move |succeeded: &[bool], time: EntryTime| {
-            let statements: Vec<(i32, Document)> = entries
+            let statements: Vec<(i32, Arc<Document>)> = entries
                 .iter()
                 .zip(succeeded)
                 .filter_map(|(entry, ok)| entry.as_ref().filter(|_| *ok).cloned())

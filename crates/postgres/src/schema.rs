@@ -1,6 +1,6 @@
 //! tideway's tables in PostgreSQL (schema `tideway`), created and checked at startup.
 //!
-//! Layout of [`SCHEMA_VERSION`] 2 (each version's statements are in [`UPGRADES`]; a database of
+//! Layout of [`SCHEMA_VERSION`] 3 (each version's statements are in [`UPGRADES`]; a database of
 //! an older version is upgraded in place at startup, in one transaction). Keys are the redb engine's
 //! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
 //! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
@@ -19,7 +19,9 @@
 //!   a unique one the index key alone, whose uniqueness is the primary key). `id_key` repeats
 //!   the `_id` a non-unique entry ends with, so a scan joins documents without parsing keys.
 //! - the sequence `revisions`: every write's revision; an insert's is also its record id, so
-//!   record ids only grow and are never reused.
+//!   record ids only grow and are never reused. Since version 3 it increments by 1,024: each
+//!   value drawn starts a block the drawing statement owns (an insert of many documents draws
+//!   once per block).
 //! - `sessions (key → header, txn_number, stmt_ids, bodies)` and `session_commits ((key,
 //!   txn_number, first_stmt_id) → stmt_ids, bodies)`: session records of retryable writes and
 //!   transactions. `txn_number` is the newest number the session claimed or recorded (`header`
@@ -39,10 +41,10 @@ use crate::{is_serialization_failure, Target};
 use tideway_storage::{StorageError, StorageResult};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The statements that bring version `n` to `n + 1`, at index `n` (version 0: no schema).
-const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] = [VERSION_1, VERSION_2];
+const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] = [VERSION_1, VERSION_2, VERSION_3];
 
 /// Concurrent bootstraps (several nodes starting together) conflict; each retries this often.
 const BOOTSTRAP_ATTEMPTS: usize = 5;
@@ -118,6 +120,10 @@ const VERSION_2: &[&str] = &[
         SELECT max(txn_number) FROM tideway.session_statements s WHERE s.key = sessions.key)",
     "DROP TABLE tideway.session_statements",
 ];
+
+/// Version 3: each value the revision sequence hands out starts a block of revisions
+/// (`write::REVISION_BLOCK`), so an insert of many documents draws once per block.
+const VERSION_3: &[&str] = &["ALTER SEQUENCE tideway.revisions INCREMENT BY 1024"];
 
 /// Creates tideway's schema in an empty database, or checks that the one there is this build's.
 /// A newer version stops startup with a message saying which build can read it. Safe to run
@@ -229,4 +235,18 @@ fn is_retryable_ddl(error: &tokio_postgres::Error) -> bool {
                 || *code == SqlState::DUPLICATE_TABLE
                 || *code == SqlState::DUPLICATE_SCHEMA
         })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn version_3_sets_the_revision_block() {
+        assert_eq!(
+            super::VERSION_3,
+            [format!(
+                "ALTER SEQUENCE tideway.revisions INCREMENT BY {}",
+                crate::write::REVISION_BLOCK
+            )]
+        );
+    }
 }

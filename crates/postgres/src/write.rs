@@ -13,12 +13,15 @@
 //! it, up to [`ATTEMPTS`] times.
 //!
 //! Revisions come from the sequence `tideway.revisions` inside the statement that writes the
-//! document; an insert's record id is its revision.
+//! document, which uses a value drawn or, inserting many, the block of [`REVISION_BLOCK`]
+//! values it starts; an insert's record id is its revision.
 //!
 //! A session claim (`SessionClaim`) is checked in the batch's own transaction, with its record
 //! ([`store_session`]): refused, it aborts that transaction, so nothing of the batch stays,
 //! whatever its operations found (a retry's insert meeting its own document) — the caller then
 //! reads the record.
+
+use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
 
@@ -34,6 +37,11 @@ use tideway_storage::{
     IndexSpec, RecordPredicate, RecordSession, SessionClaim, SessionRecord, StorageError,
     StorageResult, WriteMeta, WriteOp, WriteOutcome,
 };
+
+/// What the sequence `tideway.revisions` increments by: each value drawn is the first of a
+/// block of revisions its statement owns, so a statement inserting documents draws one value per
+/// block of them instead of one per document (the schema's version 3 sets the increment).
+pub(crate) const REVISION_BLOCK: i64 = 1024;
 
 /// How often a batch that lost a race is redone before it fails with `WriteConflict`.
 const ATTEMPTS: usize = 8;
@@ -352,23 +360,26 @@ async fn insert_statement(
     if let Some(claimed) = claimed {
         params.extend(claimed.params());
     }
-    let sql = insert_sql(with_entries, with_unique, claimed.is_some());
+    let blocks = id_keys.len().div_ceil(REVISION_BLOCK as usize);
+    let sql = insert_sql(with_entries, with_unique, claimed.is_some(), blocks);
     let rows = if commit {
         conn.query_and_commit(sql, &params).await?
     } else {
         conn.query(sql, &params).await?
     };
-    let revs: Vec<i64> = match rows.as_slice() {
+    let bases: Vec<i64> = match rows.as_slice() {
         [row] => row.get(0),
         _ => Vec::new(),
     };
-    if revs.len() != id_keys.len() {
+    if bases.len() != blocks {
         return Err(Failure::Storage(StorageError::Io(
             "the inserted documents' revisions were not returned".to_string(),
         )));
     }
-    Ok(revs
-        .into_iter()
+    Ok(bases
+        .iter()
+        .flat_map(|base| (0..REVISION_BLOCK).map(move |offset| base + offset))
+        .take(id_keys.len())
         .map(|rev| {
             Ok(WriteOutcome::Inserted {
                 rev: rev as u64,
@@ -380,25 +391,44 @@ async fn insert_statement(
 
 /// The statement of [`insert_statement`]: the documents (`$1` collection, `$2..$6` columns),
 /// then the non-unique entries and the unique entries (four columns each) when there are any,
-/// then a claim's five ([`claim_ctes`]) when `claimed`. Revisions are drawn in batch order
-/// (the natural order is theirs), so the one row it returns lists them sorted: in batch order.
-fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool) -> &'static str {
-    static VARIANTS: [std::sync::OnceLock<String>; 8] = [const { std::sync::OnceLock::new() }; 8];
-    let variant =
-        usize::from(claimed) * 4 + usize::from(with_entries) * 2 + usize::from(with_unique);
+/// then a claim's five ([`claim_ctes`]) when `claimed`. It draws one value from the sequence
+/// per [`REVISION_BLOCK`] documents and returns them ascending in one row: the documents'
+/// revisions are those blocks in batch order (the natural order is theirs).
+fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool, blocks: usize) -> &'static str {
+    static VARIANTS: [std::sync::OnceLock<String>; 16] = [const { std::sync::OnceLock::new() }; 16];
+    let several_blocks = blocks > 1;
+    let variant = usize::from(several_blocks) * 8
+        + usize::from(claimed) * 4
+        + usize::from(with_entries) * 2
+        + usize::from(with_unique);
     VARIANTS[variant].get_or_init(|| {
-        let mut sql = String::from(
-            "WITH new_documents AS (
+        // One block (most batches) takes one value; more take one each, in order.
+        let (drawn, revision) = if several_blocks {
+            (
+                "SELECT array_agg(base ORDER BY base) AS bases
+                 FROM (SELECT nextval('tideway.revisions') AS base
+                       FROM generate_series(1, (cardinality($2::bytea[]) + {block} - 1) / {block}))
+                     drawn",
+                "bases[((o - 1) / {block} + 1)::integer] + (o - 1) % {block}",
+            )
+        } else {
+            (
+                "SELECT ARRAY[nextval('tideway.revisions')] AS bases",
+                "bases[1] + o - 1",
+            )
+        };
+        let mut sql = format!(
+            "WITH blocks AS ({drawn}),
+             new_documents AS (
                 INSERT INTO tideway.documents
                     (coll_id, id_key, record_id, rev, last_write_ms, ttl_class, expire_at_ms, body)
                 SELECT $1, k, r, r, w, c, e, b FROM (
-                    SELECT k, w, c, e, b, nextval('tideway.revisions') AS r FROM (
-                        SELECT * FROM unnest($2::bytea[], $3::bigint[], $4::smallint[],
-                                             $5::bigint[], $6::bytea[])
-                            WITH ORDINALITY AS t(k, w, c, e, b, o)
-                        ORDER BY o) ordered) numbered
-                RETURNING rev)",
-        );
+                    SELECT k, w, c, e, b, {revision} AS r
+                    FROM blocks, unnest($2::bytea[], $3::bigint[], $4::smallint[],
+                                        $5::bigint[], $6::bytea[])
+                        WITH ORDINALITY AS t(k, w, c, e, b, o)) numbered)"
+        )
+        .replace("{block}", &REVISION_BLOCK.to_string());
         let mut next = 7;
         let mut columns = || {
             let list = format!(
@@ -429,12 +459,9 @@ fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool) -> &'static 
         }
         if claimed {
             sql.push_str(&format!(", {}", claim_ctes(next)));
-            sql.push_str(
-                " SELECT array_agg(rev ORDER BY rev), 1 / (SELECT count(*) FROM claimed)
-                  FROM new_documents",
-            );
+            sql.push_str(" SELECT bases, 1 / (SELECT count(*) FROM claimed) FROM blocks");
         } else {
-            sql.push_str(" SELECT array_agg(rev ORDER BY rev) FROM new_documents");
+            sql.push_str(" SELECT bases FROM blocks");
         }
         sql
     })
@@ -1084,7 +1111,11 @@ fn record_header(record: &SessionRecord) -> Attempt<Vec<u8>> {
 fn record_statements(record: &SessionRecord) -> Attempt<(Vec<i32>, Vec<Vec<u8>>)> {
     let stmt_ids = record.statements.iter().map(|(id, _)| *id).collect();
     let replies = match record.statements.split_first() {
-        Some(((_, first), rest)) if rest.iter().all(|(_, reply)| reply == first) => {
+        Some(((_, first), rest))
+            if rest
+                .iter()
+                .all(|(_, reply)| Arc::ptr_eq(reply, first) || reply == first) =>
+        {
             vec![encode_session_part(first)?]
         }
         _ => record

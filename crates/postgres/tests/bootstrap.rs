@@ -225,6 +225,74 @@ async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
 }
 
 #[tokio::test]
+async fn a_version_2_database_is_upgraded_to_revision_blocks_that_continue_its_revisions() {
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    use tideway_storage::{Namespace, Storage, WriteMeta, WriteOp, WriteOptions};
+    let ns = Namespace::new("upgraded", "c");
+    let options = WriteOptions {
+        ordered: true,
+        force_durable: false,
+        background: false,
+    };
+    let insert = |id: i32| WriteOp::Insert {
+        doc: bson::doc! {"_id": id},
+        meta: WriteMeta {
+            last_write_ms: 0,
+            ttl: tideway_storage::TtlClass::Default,
+        },
+        supersede: None,
+    };
+    let rev = |result: tideway_storage::StorageResult<tideway_storage::WriteOutcome>| match result {
+        Ok(tideway_storage::WriteOutcome::Inserted { rev, .. }) => rev,
+        other => panic!("expected an insert, got {other:?}"),
+    };
+    // Version 2: a sequence that increments by one, which has handed out revisions up to 5,000.
+    {
+        let database = scratch.connect(1).await;
+        let client = database.client().await.unwrap();
+        client
+            .batch_execute(
+                "ALTER SEQUENCE tideway.revisions INCREMENT BY 1;
+                 SELECT setval('tideway.revisions', 5000);
+                 UPDATE tideway.meta SET value = 2 WHERE name = 'schema_version'",
+            )
+            .await
+            .unwrap();
+    }
+    let storage = tideway_postgres::PgStorage::open(&scratch.uri, 2)
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    let database = scratch.connect(1).await;
+    let client = database.client().await.unwrap();
+    assert_eq!(stored_version(&client).await, SCHEMA_VERSION);
+    let increment: i64 = client
+        .query_one(
+            "SELECT increment_by FROM pg_sequences
+             WHERE schemaname = 'tideway' AND sequencename = 'revisions'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(increment, 1024);
+    let after: Vec<u64> = storage
+        .write(&ns, vec![insert(2), insert(3)], options)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(rev)
+        .collect();
+    assert!(
+        5000 < after[0] && after[0] < after[1],
+        "revisions continue after 5,000: {after:?}"
+    );
+    drop(storage);
+    scratch.drop_database().await;
+}
+
+#[tokio::test]
 async fn an_unreachable_database_is_named_without_its_password() {
     // A port nothing listens on: bind one, note it, close it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

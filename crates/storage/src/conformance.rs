@@ -950,6 +950,33 @@ pub async fn batches(storage: &dyn Storage) {
             "_id {i}"
         );
     }
+
+    // A large batch (an engine may draw its revisions in blocks: several here) still gives each
+    // document its stored revision, increasing in batch order, which is natural order.
+    let ns4 = Namespace::new(db, "b4");
+    let many_descending = || (0..2_500).rev();
+    let results = storage
+        .write(
+            &ns4,
+            many_descending().map(|i| insert(doc! {"_id": i})).collect(),
+            ORDERED,
+        )
+        .await
+        .unwrap();
+    let revs: Vec<u64> = results
+        .into_iter()
+        .map(|result| inserted_rev(result.expect("inserted")))
+        .collect();
+    assert!(
+        revs.windows(2).all(|pair| pair[0] < pair[1]),
+        "revisions increase in batch order"
+    );
+    let stored = scan_all(storage, &ns4, ScanSource::Collection, false, 1000).await;
+    assert_eq!(ids(&stored), int_ids(many_descending()));
+    assert_eq!(
+        stored.iter().map(|record| record.rev).collect::<Vec<_>>(),
+        revs
+    );
     cleanup(storage, db).await;
 }
 

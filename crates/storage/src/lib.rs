@@ -686,8 +686,8 @@ pub struct SessionRecord {
     pub txn_number: i64,
     /// `(stmtId, recorded reply part)` of each statement the commit ran: they join the
     /// statements already recorded under `txn_number` (a newer `txn_number` drops the older
-    /// statements).
-    pub statements: Vec<(i32, Document)>,
+    /// statements). Statements with the same reply may share it (an insert's `{n: 1}`).
+    pub statements: Vec<(i32, Arc<Document>)>,
     /// The header's fields (the last write's time...), replacing the previous header's; stored
     /// as `{txnNumber: txn_number, ..header}` ([`SessionRecord::stored_header`]).
     pub header: Document,

@@ -1,6 +1,8 @@
 //! Conformance checks of session records and claims (`Storage::write_recorded`,
 //! `session_record`, `session_statements`, `session_records`).
 
+use std::sync::Arc;
+
 use bson::{doc, Document};
 
 use super::{cleanup, insert, ORDERED, UNORDERED};
@@ -22,11 +24,11 @@ fn fresh_key() -> Vec<u8> {
 fn record(key: &[u8], txn_number: i64, statements: Vec<(i32, Document)>) -> RecordSession {
     let key = key.to_vec();
     Box::new(move |succeeded, _time| {
-        let statements: Vec<(i32, Document)> = statements
+        let statements: Vec<(i32, Arc<Document>)> = statements
             .iter()
             .zip(succeeded)
             .filter(|(_, ok)| **ok)
-            .map(|(statement, _)| statement.clone())
+            .map(|((stmt_id, reply), _)| (*stmt_id, Arc::new(reply.clone())))
             .collect();
         (!statements.is_empty()).then(|| SessionRecord {
             key: key.clone(),

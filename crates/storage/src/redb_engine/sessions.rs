@@ -11,6 +11,8 @@
 //! Must not: panic on stored bytes (malformed rows are `StorageError::Corrupt`), or read outside
 //! the transaction it is given.
 
+use std::sync::Arc;
+
 use bson::{Bson, Document, RawDocument};
 use redb::{ReadTransaction, ReadableTable, TableError, WriteTransaction};
 
@@ -142,7 +144,7 @@ pub(super) fn convert_whole_records(txn: &WriteTransaction) -> StorageResult<usi
             Some(Bson::Document(statements)) => statements
                 .into_iter()
                 .map(|(stmt_id, reply)| match (stmt_id.parse::<i32>(), reply) {
-                    (Ok(stmt_id), Bson::Document(reply)) => Ok((stmt_id, reply)),
+                    (Ok(stmt_id), Bson::Document(reply)) => Ok((stmt_id, Arc::new(reply))),
                     _ => Err(corrupt(format!(
                         "session record statement {stmt_id:?} is not a stmtId and a document"
                     ))),

@@ -2006,7 +2006,7 @@ async fn a_session_record_is_stored_with_its_write_and_survives_reopen() {
                     Some(SessionRecord {
                         key: b"session-a".to_vec(),
                         txn_number: 7,
-                        statements: vec![(0, doc! {"n": 1})],
+                        statements: vec![(0, std::sync::Arc::new(doc! {"n": 1}))],
                         header: doc! {"n": done as i32},
                     })
                 }),
@@ -2061,8 +2061,8 @@ async fn record_statements(
         .clone()
         .map(|stmt_id| insert(doc! {"_id": format!("{session}/{txn_number}/{stmt_id}")}))
         .collect();
-    let rows: Vec<(i32, bson::Document)> = statements
-        .map(|stmt_id| (stmt_id, doc! {"n": 1, "stmt": stmt_id}))
+    let rows: Vec<(i32, std::sync::Arc<bson::Document>)> = statements
+        .map(|stmt_id| (stmt_id, std::sync::Arc::new(doc! {"n": 1, "stmt": stmt_id})))
         .collect();
     let results = storage
         .write_recorded(
