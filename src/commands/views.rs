@@ -838,7 +838,7 @@ fn aggregate_body(
 fn first_batch(reply: Reply) -> CommandResult<Vec<Document>> {
     let document = match reply {
         Reply::Document(document) => document,
-        Reply::Raw(raw) => Document::try_from(raw.as_ref())
+        Reply::Raw(raw) => tideway_base::bsonutil::document_from_raw(raw.as_ref())
             .map_err(|error| CommandError::internal(format!("a cursor reply: {error}")))?,
     };
     let batch = document

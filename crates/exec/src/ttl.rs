@@ -163,7 +163,7 @@ impl FieldTtl {
             }
         }
         let document = if self.partial.is_some() {
-            Document::try_from(raw).ok()?
+            tideway_base::bsonutil::document_from_raw(raw).ok()?
         } else {
             decode_fields(raw, |name| name == root).ok()?
         };

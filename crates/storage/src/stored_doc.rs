@@ -103,7 +103,7 @@ impl StoredDoc {
 /// Decodes bytes that passed `walk_raw`: every element parses, so the conversion succeeds. Were
 /// that ever wrong, the failure is logged and the document reads as empty rather than panicking.
 fn decode_checked(raw: &RawDocument) -> Document {
-    Document::try_from(raw).unwrap_or_else(|error| {
+    tideway_base::bsonutil::document_from_raw(raw).unwrap_or_else(|error| {
         tracing::error!(%error, "a checked stored document failed to decode");
         Document::new()
     })

@@ -221,7 +221,7 @@ fn read_document(bytes: &[u8]) -> Result<(Document, usize), CommandError> {
     let raw = bson::RawDocument::from_bytes(&bytes[..length])
         .map_err(|error| malformed(error.to_string()))?;
     tideway_base::limits::check_wire_depth(raw)?;
-    let document = Document::try_from(raw).map_err(|error| malformed(error.to_string()))?;
+    let document = tideway_base::bsonutil::document_from_raw(raw).map_err(malformed)?;
     Ok((document, length))
 }
 
