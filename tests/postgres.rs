@@ -85,6 +85,11 @@ async fn the_server_answers_as_a_router_and_reports_its_round_trips() {
         assert!(pool.contains_key(field), "pool.{field} in {pool}");
     }
     assert_eq!(pool.get_i64("maxSize"), Ok(8));
+    // Single inserts go through the group commit, one at a time here.
+    let groups = postgres.get_document("insertGroups").unwrap();
+    let grouped = groups.get_i64("inserts").unwrap();
+    assert!(grouped >= 10, "{groups}");
+    assert!(groups.get_i64("groups").unwrap() <= grouped, "{groups}");
     let uri = postgres.get_str("uri").unwrap();
     let password = common_password(server.state.config.pg_uri.as_deref().unwrap());
     assert!(!uri.contains(&password), "the password is not shown: {uri}");

@@ -21,6 +21,7 @@ mod collection;
 mod conn;
 mod engine;
 mod entries;
+mod group;
 mod read;
 mod reap;
 mod records;
@@ -62,6 +63,8 @@ pub struct Database {
     last_write_rule: LastWriteRule,
     /// The reaper's next page, read while the page before it is deleted.
     read_ahead: reap::ReadAheadSlot,
+    /// Single-document inserts waiting for or in their group's statement (`group.rs`).
+    groups: group::InsertGroups,
 }
 
 /// Connections kept for pipelined reads, and the smallest pool that keeps them.
@@ -77,6 +80,10 @@ pub(crate) struct Counters {
     pub waits: AtomicU64,
     /// Time spent getting connections, in µs.
     pub wait_micros: AtomicU64,
+    /// Statements that wrote a group of single-document inserts (`group.rs`), and the inserts
+    /// they wrote.
+    pub insert_groups: AtomicU64,
+    pub grouped_inserts: AtomicU64,
 }
 
 impl Database {
@@ -113,6 +120,7 @@ impl Database {
             next_reader: std::sync::atomic::AtomicUsize::new(0),
             last_write_rule: tideway_storage::every_collection,
             read_ahead: reap::ReadAheadSlot::default(),
+            groups: group::InsertGroups::default(),
         };
         let mut client = database.client().await?;
         schema::bootstrap(&mut client, &database.target).await?;
@@ -180,6 +188,10 @@ impl Database {
                 "waitMicros": read(&self.counters.wait_micros),
             },
             "roundTrips": read(&self.counters.round_trips),
+            "insertGroups": {
+                "groups": read(&self.counters.insert_groups),
+                "inserts": read(&self.counters.grouped_inserts),
+            },
         }
     }
 

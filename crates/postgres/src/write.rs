@@ -24,6 +24,9 @@
 use std::sync::Arc;
 
 use bson::{doc, Bson, Document};
+use tokio_postgres::Row;
+
+use crate::group::{GroupClaim, Grouped, GroupedInsert};
 
 use crate::catalog::mark_multikey;
 use crate::collection::Collection;
@@ -163,7 +166,7 @@ fn is_operation_error(error: &StorageError) -> bool {
 
 /// The operations of one collection in a batch.
 pub(crate) struct Group<'c> {
-    pub collection: &'c Collection,
+    pub collection: &'c Arc<Collection>,
     pub ops: Vec<Prepared>,
     /// A transaction's rule for stale documents: a `Replace` or `Delete` whose current
     /// document it holds for is a `WriteConflict`.
@@ -182,7 +185,7 @@ impl Database {
     /// Applies `groups` as one batch (see the module docs): one result list per group. Returns
     /// whether an index became multikey (the caller forgets its cached catalog).
     pub(crate) async fn write_batch(
-        &self,
+        self: &Arc<Self>,
         groups: &[Group<'_>],
         options: BatchOptions<'_>,
     ) -> StorageResult<(Vec<Outcomes>, bool)> {
@@ -262,16 +265,30 @@ impl Database {
     /// either way. `None` when a key or `_id` is taken (nothing was written): the batch goes
     /// the careful way.
     async fn insert_quickly(
-        &self,
-        collection: &Collection,
+        self: &Arc<Self>,
+        collection: &Arc<Collection>,
         ops: &[Prepared],
         options: &BatchOptions<'_>,
     ) -> StorageResult<Option<Outcomes>> {
-        let mut conn = Conn::get(self).await?;
         let record = options.record.as_ref().and_then(|record| {
             let time = EntryTime::now((options.take_time)());
             record(&vec![true; ops.len()], time)
         });
+        if let Some(grouped) = groupable(ops, options.claim.as_ref(), record.as_ref())
+            .map_err(Failure::into_storage)?
+        {
+            match self.insert_grouped(collection, grouped).await {
+                Grouped::Inserted(rev) => {
+                    return Ok(Some(vec![Ok(WriteOutcome::Inserted {
+                        rev,
+                        superseded: 0,
+                    })]))
+                }
+                Grouped::Failed(error) => return Err(error),
+                Grouped::Alone => {}
+            }
+        }
+        let mut conn = Conn::get(self).await?;
         let claimed = match (&options.claim, &record) {
             (Some(claim), Some(record)) => {
                 Some(ClaimValues::new(claim, Some(record)).map_err(Failure::into_storage)?)
@@ -311,63 +328,126 @@ async fn insert_statement(
     claimed: Option<&ClaimValues>,
     commit: bool,
 ) -> Attempt<Outcomes> {
-    let mut id_keys = Vec::with_capacity(ops.len());
-    let mut times = Vec::with_capacity(ops.len());
-    let mut classes = Vec::with_capacity(ops.len());
-    let mut expiries = Vec::with_capacity(ops.len());
-    let mut bodies = Vec::with_capacity(ops.len());
-    let mut entries = EntryRows::default();
-    for (source, op) in ops.iter().enumerate() {
-        let Prepared::Insert {
+    let mut columns = InsertColumns::with_capacity(ops.len());
+    for op in ops {
+        if let Prepared::Insert {
             id_key,
             body,
             meta,
             keys,
             ..
         } = op
-        else {
-            continue;
-        };
-        let (class, expire_at_ms) = collection.ttl_columns(meta.ttl);
-        id_keys.push(id_key.as_slice());
-        times.push(meta.last_write_ms);
-        classes.push(class);
-        expiries.push(expire_at_ms);
-        bodies.push(body.as_slice());
-        for (index, keys) in collection.indexes.iter().zip(keys) {
-            entries.add(index, id_key, keys, source);
+        {
+            columns.push(collection, id_key, body, meta, keys);
         }
     }
-    let ((ids, keys, entry_ids, bits), (unique_ids, unique_keys, owners, unique_bits)) =
-        entries.columns();
-    type Param<'p> = &'p (dyn tokio_postgres::types::ToSql + Sync);
-    let mut params: Vec<Param> = vec![
-        &collection.id,
-        &id_keys,
-        &times,
-        &classes,
-        &expiries,
-        &bodies,
-    ];
-    let with_entries = !ids.is_empty();
-    if with_entries {
-        params.extend::<[Param; 4]>([ids, keys, entry_ids, bits]);
-    }
-    let with_unique = !unique_ids.is_empty();
-    if with_unique {
-        params.extend::<[Param; 4]>([unique_ids, unique_keys, owners, unique_bits]);
-    }
+    let (mut params, with_entries, with_unique) = columns.params(collection);
     if let Some(claimed) = claimed {
         params.extend(claimed.params());
     }
-    let blocks = id_keys.len().div_ceil(REVISION_BLOCK as usize);
-    let sql = insert_sql(with_entries, with_unique, claimed.is_some(), blocks);
+    let blocks = blocks_for(columns.len());
+    let shape = if claimed.is_some() {
+        ClaimShape::One
+    } else {
+        ClaimShape::None
+    };
+    let sql = insert_sql(with_entries, with_unique, shape, blocks);
     let rows = if commit {
         conn.query_and_commit(sql, &params).await?
     } else {
         conn.query(sql, &params).await?
     };
-    let bases: Vec<i64> = match rows.as_slice() {
+    Ok(revisions(&rows, blocks, columns.len())?
+        .into_iter()
+        .map(|rev| Ok(WriteOutcome::Inserted { rev, superseded: 0 }))
+        .collect())
+}
+
+/// A parameter of a statement.
+pub(crate) type Param<'p> = &'p (dyn tokio_postgres::types::ToSql + Sync);
+
+/// Plain inserts as [`insert_sql`] takes them: the documents' columns and their index entries.
+pub(crate) struct InsertColumns<'a> {
+    id_keys: Vec<&'a [u8]>,
+    times: Vec<i64>,
+    classes: Vec<i16>,
+    expiries: Vec<i64>,
+    bodies: Vec<&'a [u8]>,
+    entries: EntryRows,
+}
+
+impl<'a> InsertColumns<'a> {
+    pub fn with_capacity(documents: usize) -> Self {
+        InsertColumns {
+            id_keys: Vec::with_capacity(documents),
+            times: Vec::with_capacity(documents),
+            classes: Vec::with_capacity(documents),
+            expiries: Vec::with_capacity(documents),
+            bodies: Vec::with_capacity(documents),
+            entries: EntryRows::default(),
+        }
+    }
+
+    /// Adds the next document of `collection` (`keys`: its keys in each of the collection's
+    /// indexes).
+    pub fn push(
+        &mut self,
+        collection: &Collection,
+        id_key: &'a [u8],
+        body: &'a [u8],
+        meta: &WriteMeta,
+        keys: &[DocumentKeys],
+    ) {
+        let source = self.id_keys.len();
+        let (class, expire_at_ms) = collection.ttl_columns(meta.ttl);
+        self.id_keys.push(id_key);
+        self.times.push(meta.last_write_ms);
+        self.classes.push(class);
+        self.expiries.push(expire_at_ms);
+        self.bodies.push(body);
+        for (index, keys) in collection.indexes.iter().zip(keys) {
+            self.entries.add(index, id_key, keys, source);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.id_keys.len()
+    }
+
+    /// The statement's parameters before any claim's, and whether it has non-unique and unique
+    /// entries to insert.
+    pub fn params<'p>(&'p self, collection: &'p Collection) -> (Vec<Param<'p>>, bool, bool) {
+        let ((ids, keys, entry_ids, bits), (unique_ids, unique_keys, owners, unique_bits)) =
+            self.entries.columns();
+        let mut params: Vec<Param> = vec![
+            &collection.id,
+            &self.id_keys,
+            &self.times,
+            &self.classes,
+            &self.expiries,
+            &self.bodies,
+        ];
+        let with_entries = !ids.is_empty();
+        if with_entries {
+            params.extend::<[Param; 4]>([ids, keys, entry_ids, bits]);
+        }
+        let with_unique = !unique_ids.is_empty();
+        if with_unique {
+            params.extend::<[Param; 4]>([unique_ids, unique_keys, owners, unique_bits]);
+        }
+        (params, with_entries, with_unique)
+    }
+}
+
+/// The revision blocks an insert of `documents` draws.
+pub(crate) fn blocks_for(documents: usize) -> usize {
+    documents.div_ceil(REVISION_BLOCK as usize)
+}
+
+/// The revisions of `documents` inserted by an [`insert_sql`] statement that returned `rows`
+/// (one row: the `blocks` it drew, ascending), in batch order.
+pub(crate) fn revisions(rows: &[Row], blocks: usize, documents: usize) -> Attempt<Vec<u64>> {
+    let bases: Vec<i64> = match rows {
         [row] => row.get(0),
         _ => Vec::new(),
     };
@@ -378,27 +458,78 @@ async fn insert_statement(
     }
     Ok(bases
         .iter()
-        .flat_map(|base| (0..REVISION_BLOCK).map(move |offset| base + offset))
-        .take(id_keys.len())
-        .map(|rev| {
-            Ok(WriteOutcome::Inserted {
-                rev: rev as u64,
-                superseded: 0,
-            })
-        })
+        .flat_map(|base| (0..REVISION_BLOCK).map(move |offset| (base + offset) as u64))
+        .take(documents)
         .collect())
+}
+
+/// The single insert of `ops` as a group member ([`crate::group`]), when it is one: a plain
+/// insert with neither claim nor record, or a claim with a record of its one statement.
+fn groupable(
+    ops: &[Prepared],
+    claim: Option<&SessionClaim>,
+    record: Option<&SessionRecord>,
+) -> Attempt<Option<GroupedInsert>> {
+    let [Prepared::Insert {
+        id_key,
+        body,
+        meta,
+        keys,
+        ..
+    }] = ops
+    else {
+        return Ok(None);
+    };
+    let claim = match (claim, record) {
+        (None, None) => None,
+        (Some(claim), Some(record)) => match record.statements.as_slice() {
+            [(stmt_id, reply)] => Some(GroupClaim {
+                key: claim.key.clone(),
+                txn_number: claim.txn_number,
+                header: record_header(record)?,
+                stmt_id: *stmt_id,
+                reply: encode_session_part(reply)?,
+            }),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    Ok(Some(GroupedInsert {
+        id_key: id_key.clone(),
+        body: body.clone(),
+        meta: *meta,
+        keys: keys.clone(),
+        claim,
+    }))
+}
+
+/// The claims an [`insert_sql`] statement stores.
+#[derive(Clone, Copy)]
+pub(crate) enum ClaimShape {
+    None,
+    /// One claim with its record, parameters as [`claim_ctes`] takes them.
+    One,
+    /// Claims of one statement each (a group's): their keys, numbers, headers, stmtIds and
+    /// replies as five arrays, then their count.
+    Several,
 }
 
 /// The statement of [`insert_statement`]: the documents (`$1` collection, `$2..$6` columns),
 /// then the non-unique entries and the unique entries (four columns each) when there are any,
-/// then a claim's five ([`claim_ctes`]) when `claimed`. It draws one value from the sequence
+/// then a claim's five ([`claim_ctes`]) or a group's six ([`ClaimShape::Several`]) as `claims`
+/// says; the statement fails with a division by zero when a claim is refused. It draws one value from the sequence
 /// per [`REVISION_BLOCK`] documents and returns them ascending in one row: the documents'
 /// revisions are those blocks in batch order (the natural order is theirs).
-fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool, blocks: usize) -> &'static str {
-    static VARIANTS: [std::sync::OnceLock<String>; 16] = [const { std::sync::OnceLock::new() }; 16];
+pub(crate) fn insert_sql(
+    with_entries: bool,
+    with_unique: bool,
+    claims: ClaimShape,
+    blocks: usize,
+) -> &'static str {
+    static VARIANTS: [std::sync::OnceLock<String>; 24] = [const { std::sync::OnceLock::new() }; 24];
     let several_blocks = blocks > 1;
-    let variant = usize::from(several_blocks) * 8
-        + usize::from(claimed) * 4
+    let variant = usize::from(several_blocks) * 12
+        + claims as usize * 4
         + usize::from(with_entries) * 2
         + usize::from(with_unique);
     VARIANTS[variant].get_or_init(|| {
@@ -457,11 +588,35 @@ fn insert_sql(with_entries: bool, with_unique: bool, claimed: bool, blocks: usiz
                 columns()
             ));
         }
-        if claimed {
-            sql.push_str(&format!(", {}", claim_ctes(next)));
-            sql.push_str(" SELECT bases, 1 / (SELECT count(*) FROM claimed) FROM blocks");
-        } else {
-            sql.push_str(" SELECT bases FROM blocks");
+        match claims {
+            ClaimShape::None => sql.push_str(" SELECT bases FROM blocks"),
+            ClaimShape::One => {
+                sql.push_str(&format!(", {}", claim_ctes(next)));
+                sql.push_str(" SELECT bases, 1 / (SELECT count(*) FROM claimed) FROM blocks");
+            }
+            ClaimShape::Several => {
+                let [keys, numbers, headers, stmt_ids, replies, count] =
+                    [next, next + 1, next + 2, next + 3, next + 4, next + 5];
+                sql.push_str(&format!(
+                    ", claimed AS (
+                        INSERT INTO tideway.sessions AS s (key, txn_number, header, stmt_ids, bodies)
+                        SELECT k, t, h, ARRAY[i], ARRAY[r]
+                        FROM unnest(${keys}::bytea[], ${numbers}::bigint[], ${headers}::bytea[],
+                                    ${stmt_ids}::integer[], ${replies}::bytea[]) AS c(k, t, h, i, r)
+                        ON CONFLICT (key) DO UPDATE SET txn_number = EXCLUDED.txn_number,
+                            header = EXCLUDED.header,
+                            stmt_ids = EXCLUDED.stmt_ids, bodies = EXCLUDED.bodies
+                        WHERE s.txn_number < EXCLUDED.txn_number
+                        RETURNING s.key),
+                     older AS (
+                        DELETE FROM tideway.session_commits c USING claimed
+                        WHERE c.key = claimed.key)
+                     SELECT bases,
+                        1 / (CASE WHEN (SELECT count(*) FROM claimed) = ${count}::bigint
+                             THEN 1 ELSE 0 END)
+                     FROM blocks"
+                ));
+            }
         }
         sql
     })

@@ -94,3 +94,65 @@ async fn opening_applies_the_last_write_rule() {
     drop(storage);
     scratch.drop_database().await;
 }
+
+/// Concurrent single-document inserts share statements (`serverStatus.postgres.insertGroups`)
+/// and each still gets its own outcome, refusals included (the conformance check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_inserts_are_written_in_groups() {
+    use bson::doc;
+    use tideway_storage::{Namespace, Storage};
+    let Some(scratch) = common::scratch().await else {
+        return;
+    };
+    let storage = PgStorage::open(&scratch.uri, 8)
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    conformance::concurrent_single_writes(&storage).await;
+    // The collection exists first: concurrent creations would take turns.
+    let ns = Namespace::new("grouped", "c");
+    storage
+        .write(
+            &ns,
+            vec![conformance::insert(doc! {"_id": -1})],
+            conformance::ORDERED,
+        )
+        .await
+        .unwrap();
+    let inserts = (0..64).map(|id| {
+        let storage = &storage;
+        let ns = &ns;
+        async move {
+            storage
+                .write(
+                    ns,
+                    vec![conformance::insert(doc! {"_id": id})],
+                    conformance::ORDERED,
+                )
+                .await
+        }
+    });
+    for result in futures::future::join_all(inserts).await {
+        assert!(matches!(result.as_deref(), Ok([Ok(_)])), "{result:?}");
+    }
+    let all = conformance::scan_all(
+        &storage,
+        &ns,
+        tideway_storage::ScanSource::Collection,
+        false,
+        100,
+    )
+    .await;
+    assert_eq!(all.len(), 65);
+    let status = storage.database().status();
+    let groups = status.get_document("insertGroups").unwrap();
+    let (groups, inserts) = (
+        groups.get_i64("groups").unwrap(),
+        groups.get_i64("inserts").unwrap(),
+    );
+    assert!(
+        inserts > groups,
+        "some statement wrote more than one insert: {groups} groups, {inserts} inserts"
+    );
+    drop(storage);
+    scratch.drop_database().await;
+}

@@ -17,13 +17,13 @@ use super::{
 use tideway_query::keycodec::{encode_id, encode_key, Direction};
 
 mod sessions;
-pub use sessions::session_records;
+pub use sessions::{concurrent_single_writes, session_records};
 
 pub const META: WriteMeta = WriteMeta {
     last_write_ms: 1_700_000_000_000,
     ttl: TtlClass::Default,
 };
-const ORDERED: WriteOptions = WriteOptions {
+pub const ORDERED: WriteOptions = WriteOptions {
     ordered: true,
     force_durable: false,
     background: false,
@@ -54,6 +54,7 @@ pub async fn run_all(storage: &dyn Storage) {
     reaping_between_pages(storage).await;
     hidden_scans(storage).await;
     session_records(storage).await;
+    concurrent_single_writes(storage).await;
 }
 
 // ---- helpers ----

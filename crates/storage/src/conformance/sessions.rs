@@ -198,3 +198,100 @@ pub async fn session_records(storage: &dyn Storage) {
     );
     cleanup(storage, db).await;
 }
+
+/// Concurrent single-document writes, as many commands send them (an engine may commit them
+/// together): each gets its own outcome. Claimed inserts of distinct sessions all go through
+/// with their records; a claim of a used number fails alone (its document not written), an
+/// insert of a taken `_id` fails alone, and so does one taking a (sparse) unique key another
+/// holds.
+pub async fn concurrent_single_writes(storage: &dyn Storage) {
+    let db = "conf_concurrent";
+    let ns = Namespace::new(db, "c");
+    storage
+        .write(&ns, vec![insert(doc! {"_id": 1001, "u": -1})], ORDERED)
+        .await
+        .expect("earlier insert");
+    storage
+        .create_indexes(
+            &ns,
+            vec![super::index_spec("u_1", &[("u", 1)], true, true, None)],
+        )
+        .await
+        .expect("unique index");
+    let base = fresh_key();
+    let key = |session: i32| [base.as_slice(), format!("/{session}").as_bytes()].concat();
+    // Session 0 has used number 9 already; `_id` 1000 and `u: -1` are taken.
+    recorded_insert(storage, &ns, &key(0), 9, true, (1000, 0))
+        .await
+        .expect("earlier write");
+    let ns = &ns;
+    let claimed = (0..24).map(|session| {
+        let key = key(session);
+        async move {
+            let number = if session == 0 { 9 } else { 1 };
+            let id = if session == 5 { 1000 } else { session };
+            (
+                session,
+                recorded_insert(storage, ns, &key, number, true, (id, 0)).await,
+            )
+        }
+    });
+    let plain = (0..8).map(|n| async move {
+        let u = if n == 3 { -1 } else { n };
+        let result = storage
+            .write(ns, vec![insert(doc! {"_id": 100 + n, "u": u})], ORDERED)
+            .await;
+        (n, result)
+    });
+    let (claimed, plain) = futures::future::join(
+        futures::future::join_all(claimed),
+        futures::future::join_all(plain),
+    )
+    .await;
+    for (session, result) in claimed {
+        match session {
+            0 => assert!(
+                matches!(result, Err(StorageError::TxnNumberUsed)),
+                "session 0: {result:?}"
+            ),
+            5 => {
+                let results = result.expect("session 5's write");
+                assert!(
+                    matches!(results[..], [Err(StorageError::DuplicateKey { .. })]),
+                    "session 5: {results:?}"
+                );
+            }
+            _ => {
+                let results = result.expect("claimed write");
+                assert!(
+                    matches!(results[..], [Ok(_)]),
+                    "session {session}: {results:?}"
+                );
+                assert!(present(storage, ns, session).await, "session {session}");
+                assert_eq!(
+                    storage.session_record(&key(session)).await.unwrap(),
+                    Some(doc! {"txnNumber": 1_i64, "last": 1_i64}),
+                    "session {session}"
+                );
+            }
+        }
+    }
+    assert!(
+        !present(storage, ns, 0).await,
+        "a refused claim writes nothing"
+    );
+    for (n, result) in plain {
+        let results = result.expect("plain write");
+        if n == 3 {
+            assert!(
+                matches!(results[..], [Err(StorageError::DuplicateKey { .. })]),
+                "{results:?}"
+            );
+            assert!(!present(storage, ns, 103).await);
+        } else {
+            assert!(matches!(results[..], [Ok(_)]), "insert {n}: {results:?}");
+            assert!(present(storage, ns, 100 + n).await);
+        }
+    }
+    cleanup(storage, db).await;
+}
