@@ -7,8 +7,9 @@
 //! Invariants:
 //! - A group's statement inserts all its documents and stores all its claims, or nothing (one
 //!   statement outside any transaction). When the database refuses it for one member's sake (an
-//!   `_id` or unique key taken, a claim refused, a serialization failure), every member is told
-//!   to run alone, where the refusal is its own: nothing of the group was written.
+//!   `_id` or unique key taken, a claim refused, a serialization failure), nothing of the group
+//!   was written and every member of a group of several is written alone, where the refusal is
+//!   its own; a group of one takes the refusal as its own at once.
 //! - A group holds one session's claim at most and members of one cached collection version
 //!   only; a member that does not fit waits for the next group.
 //! - Groups run on tasks of their own, so a command that stops waiting (its client went away,
@@ -59,6 +60,9 @@ pub(crate) enum Grouped {
     /// Nothing of the group was written, for a reason that may be this insert's own: write it
     /// alone.
     Alone,
+    /// The group was this insert alone and the database refused it (`Unique`, `Serialization`
+    /// or `Refused`): the refusal is its own, as if it had been written alone.
+    Refused(Failure),
     /// The database failed (the outcome of a commit cut off is unknown, as for any write).
     Failed(StorageError),
 }
@@ -70,6 +74,13 @@ struct Member {
     collection: Arc<Collection>,
     insert: GroupedInsert,
     answer: oneshot::Sender<Grouped>,
+}
+
+impl Member {
+    /// The session whose claim the insert carries, if any.
+    fn session(&self) -> Option<&[u8]> {
+        self.insert.claim.as_ref().map(|claim| claim.key.as_slice())
+    }
 }
 
 #[derive(Default)]
@@ -124,33 +135,21 @@ impl InsertGroups {
             return None;
         }
         let first = Arc::clone(&queue.waiting[0].collection);
-        let mut sessions: Vec<&[u8]> = Vec::new();
-        let mut taken = Vec::new();
-        let mut index = 0;
-        while index < queue.waiting.len() && taken.len() < MAX_GROUP {
-            let member = &queue.waiting[index];
-            let session = member
-                .insert
-                .claim
-                .as_ref()
-                .map(|claim| claim.key.as_slice());
-            let fits = Arc::ptr_eq(&member.collection, &first)
-                && session.is_none_or(|key| !sessions.contains(&key));
+        let mut group: Vec<Member> = Vec::new();
+        let mut later = Vec::new();
+        for member in std::mem::take(&mut queue.waiting) {
+            let fits = group.len() < MAX_GROUP
+                && Arc::ptr_eq(&member.collection, &first)
+                && member
+                    .session()
+                    .is_none_or(|key| !group.iter().any(|taken| taken.session() == Some(key)));
             if fits {
-                if let Some(key) = session {
-                    sessions.push(key);
-                }
-                taken.push(index);
+                group.push(member);
+            } else {
+                later.push(member);
             }
-            index += 1;
         }
-        // Remove from the back so the positions stay valid; the group keeps arrival order.
-        let mut group: Vec<Member> = taken
-            .into_iter()
-            .rev()
-            .map(|index| queue.waiting.remove(index))
-            .collect();
-        group.reverse();
+        queue.waiting = later;
         Some(group)
     }
 }
@@ -215,13 +214,19 @@ impl Database {
                     .grouped_inserts
                     .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
+            let alone = group.len() == 1;
             for (index, member) in group.into_iter().enumerate() {
                 let answer = match &outcome {
                     Ok(revs) => Grouped::Inserted(revs[index]),
+                    Err(Failure::Storage(error)) => Grouped::Failed(error.clone()),
+                    Err(Failure::Unique) if alone => Grouped::Refused(Failure::Unique),
+                    Err(Failure::Serialization) if alone => {
+                        Grouped::Refused(Failure::Serialization)
+                    }
+                    Err(Failure::Refused) if alone => Grouped::Refused(Failure::Refused),
                     Err(Failure::Unique | Failure::Serialization | Failure::Refused) => {
                         Grouped::Alone
                     }
-                    Err(Failure::Storage(error)) => Grouped::Failed(error.clone()),
                 };
                 // A member that stopped waiting gets nothing; its insert stands or not as the
                 // statement went.

@@ -285,6 +285,9 @@ impl Database {
                     })]))
                 }
                 Grouped::Failed(error) => return Err(error),
+                // Taken key or lost race: the careful way, as below.
+                Grouped::Refused(Failure::Unique | Failure::Serialization) => return Ok(None),
+                Grouped::Refused(refusal) => return Err(refusal.into_storage()),
                 Grouped::Alone => {}
             }
         }

@@ -22,6 +22,19 @@ async fn stored_version(client: &tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
+/// Opens the scratch database (upgrading its schema) and checks that it is this build's version
+/// now; returns the storage and a client of the database beside it.
+async fn open_upgraded(
+    scratch: &common::Scratch,
+) -> (tideway_postgres::PgStorage, deadpool_postgres::Object) {
+    let storage = tideway_postgres::PgStorage::open(&scratch.uri, 2)
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    let client = scratch.connect(1).await.client().await.unwrap();
+    assert_eq!(stored_version(&client).await, SCHEMA_VERSION);
+    (storage, client)
+}
+
 #[tokio::test]
 async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
     let Some(scratch) = scratch().await else {
@@ -167,14 +180,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
                 .unwrap();
         }
     }
-    let storage = tideway_postgres::PgStorage::open(&scratch.uri, 2)
-        .await
-        .unwrap_or_else(|error| panic!("{error}"));
-    let database = scratch.connect(1).await;
-    assert_eq!(
-        stored_version(&database.client().await.unwrap()).await,
-        SCHEMA_VERSION
-    );
+    let (storage, _client) = open_upgraded(&scratch).await;
     use tideway_storage::{Namespace, SessionClaim, Storage, StorageError, WriteOptions};
     assert_eq!(
         storage.session_record(b"write").await.unwrap(),
@@ -261,12 +267,7 @@ async fn a_version_2_database_is_upgraded_to_revision_blocks_that_continue_its_r
             .await
             .unwrap();
     }
-    let storage = tideway_postgres::PgStorage::open(&scratch.uri, 2)
-        .await
-        .unwrap_or_else(|error| panic!("{error}"));
-    let database = scratch.connect(1).await;
-    let client = database.client().await.unwrap();
-    assert_eq!(stored_version(&client).await, SCHEMA_VERSION);
+    let (storage, client) = open_upgraded(&scratch).await;
     let increment: i64 = client
         .query_one(
             "SELECT increment_by FROM pg_sequences
