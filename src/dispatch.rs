@@ -106,10 +106,8 @@ async fn run(
     });
     // The level when the command starts decides (mongod reads it as the command begins).
     let profile = state.profiler.settings_at_start(db);
-    let (result, round_trips) = tideway_storage::round_trips::counted(run_handler(
-        state, client, body, spec, db, &guard.op,
-    ))
-    .await;
+    let (result, round_trips) =
+        run_on_current_catalog(state, client, body, spec, db, &guard.op).await;
     state.stats.round_trips.record(spec.name, round_trips);
     let finished = profile.map(|settings| crate::profiler::Finished {
         settings,
@@ -119,6 +117,51 @@ async fn run(
     });
     drop(guard);
     (result, finished)
+}
+
+/// How often a command runs again because the catalog it was answered from turned out stale
+/// (another node sharing the database changed it); the last attempt's answer stands.
+const CATALOG_RESTARTS: usize = 3;
+
+/// Runs the command (`run_handler`) in a command scope, again while the storage engine found
+/// the catalog it used stale before the command changed anything (`command_scope::Ran`): so a
+/// command sees every catalog change another node committed before it began. A statement of a
+/// multi-document transaction never runs again (its snapshot holds its own catalog). Also the
+/// round trips to the engine's database, every attempt's.
+async fn run_on_current_catalog(
+    state: &Arc<ServerState>,
+    client: &Arc<ClientInfo>,
+    body: &Document,
+    spec: &'static CommandSpec,
+    db: &str,
+    op: &crate::ops::Op,
+) -> (CommandResult<Reply>, u64) {
+    use tideway_storage::command_scope;
+    let in_transaction = body.contains_key("autocommit");
+    let mut round_trips = 0;
+    let mut attempt = 0;
+    loop {
+        let ran = command_scope::run(
+            run_handler(state, client, body, spec, db, op),
+            !in_transaction,
+        )
+        .await;
+        round_trips += ran.round_trips;
+        if attempt == CATALOG_RESTARTS {
+            return (ran.output, round_trips);
+        }
+        let stale = ran.restart
+            || (ran.unchecked && {
+                // An unreachable database leaves the answer from the cache standing.
+                let current = command_scope::run(state.storage.catalog_current(), false).await;
+                round_trips += current.round_trips;
+                matches!(current.output, Ok(false))
+            });
+        if !stale {
+            return (ran.output, round_trips);
+        }
+        attempt += 1;
+    }
 }
 
 /// The command's registry entry after the checks that need no op: known name, valid `$db`,

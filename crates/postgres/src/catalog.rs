@@ -4,7 +4,10 @@
 //! and write their entries in the transaction that adds the index.
 //!
 //! Invariants: every change is one transaction that also bumps `meta.catalog_version`, so a node
-//! can tell whether a catalog it read is still current (issue 27); a collection's row, its
+//! can tell whether a catalog it read is still current (issue 27), and the changed row's
+//! `version`, which writes check under a lock ([`catalog_guard`]); a change locks the row
+//! (`FOR UPDATE`) before it reads anything, so it waits for writes that checked the version
+//! before it and writes after it find the new version; a collection's row, its
 //! documents and its index entries go together (a drop removes all three in one transaction;
 //! an index appears in the row only with all its entries); the row's `db`/`coll` columns always
 //! equal the namespace inside its `entry`. A collection's `last_write_order` is the engine's
@@ -44,21 +47,31 @@ macro_rules! in_transaction {
     }};
 }
 
+/// The catalog guard of a write, on parameters `$id` (the collection's id) and `$version` (the
+/// version of its row the write was prepared with): takes a key-share lock on the collection's
+/// row, which conflicts only with catalog changes (`FOR UPDATE`, delete), and fails the
+/// transaction with SQLSTATE 22P02 (`Failure::StaleCatalog`, the only text-to-integer cast in
+/// the engine's SQL) when the row is gone or has another version. Its one column, `stale`, is
+/// 0. As a `WITH` part it must be referenced, or it is never run.
+pub(crate) fn catalog_guard(id: usize, version: usize) -> String {
+    format!(
+        "SELECT CAST(CASE WHEN count(*) = 1 THEN '0' ELSE 'stale tideway catalog' END AS integer)
+            AS stale
+         FROM (SELECT 1 FROM tideway.collections WHERE id = ${id} AND version = ${version}
+               FOR KEY SHARE) current_row"
+    )
+}
+
 fn storage<T>(attempt: Attempt<T>) -> StorageResult<T> {
     attempt.map_err(Failure::into_storage)
 }
 
 impl Database {
-    /// The catalog's version: changes with every catalog change.
+    /// The catalog's version: changes with every catalog change (one round trip, on a
+    /// connection shared by reads).
     pub async fn catalog_version(&self) -> StorageResult<i64> {
-        let conn = Conn::get(self).await?;
-        let row = storage(
-            conn.query_opt(
-                "SELECT value FROM tideway.meta WHERE name = 'catalog_version'",
-                &[],
-            )
-            .await,
-        )?;
+        let conn = Conn::shared(self).await?;
+        let row = storage(conn.query_opt(crate::conn::CATALOG_VERSION, &[]).await)?;
         Ok(row.map_or(0, |row| row.get(0)))
     }
 
@@ -89,12 +102,12 @@ impl Database {
         let conn = Conn::get(self).await?;
         let row = storage(
             conn.query_opt(
-                "SELECT id, entry FROM tideway.collections WHERE db = $1 AND coll = $2",
+                "SELECT id, version, entry FROM tideway.collections WHERE db = $1 AND coll = $2",
                 &[&ns.db, &ns.coll],
             )
             .await,
         )?;
-        row.map(|row| Collection::decode(row.get(0), row.get(1)))
+        row.map(|row| Collection::decode(row.get(0), row.get(1), row.get(2)))
             .transpose()
     }
 
@@ -196,7 +209,9 @@ impl Database {
             apply_last_write_rule(&conn, id, &mut stored, self.last_write_rule).await?;
             storage(
                 conn.execute(
-                    "UPDATE tideway.collections SET db = $2, coll = $3, entry = $4 WHERE id = $1",
+                    "UPDATE tideway.collections SET db = $2, coll = $3, entry = $4,
+                        version = version + 1
+                     WHERE id = $1",
                     &[&id, &to.db, &to.coll, &stored.encode()?],
                 )
                 .await,
@@ -278,7 +293,7 @@ impl Database {
                         building: false,
                     }),
             );
-            let built = Collection::new(id, stored.clone())?;
+            let built = Collection::new(id, 0, stored.clone())?;
             let multikey = build_indexes(&conn, &built, first_new).await?;
             for index in &mut stored.indexes {
                 if multikey.contains(&(index.id as i64)) {
@@ -350,7 +365,8 @@ impl Database {
 }
 
 /// Flags the indexes `index_ids` of collection `collection_id` multikey, inside the caller's
-/// transaction (the row is locked until it ends).
+/// transaction (the row is locked until it ends, without conflicting with other writes' catalog
+/// guards: they find the new version when they start after this commits).
 pub(crate) async fn mark_multikey(
     conn: &Conn,
     collection_id: i64,
@@ -358,7 +374,7 @@ pub(crate) async fn mark_multikey(
 ) -> Attempt<()> {
     let row = conn
         .query_opt(
-            "SELECT entry FROM tideway.collections WHERE id = $1 FOR UPDATE",
+            "SELECT entry FROM tideway.collections WHERE id = $1 FOR NO KEY UPDATE",
             &[&collection_id],
         )
         .await?;
@@ -553,7 +569,7 @@ impl Database {
 async fn store_entry(conn: &Conn, id: i64, stored: &StoredCollection) -> StorageResult<()> {
     storage(
         conn.execute(
-            "UPDATE tideway.collections SET entry = $2 WHERE id = $1",
+            "UPDATE tideway.collections SET entry = $2, version = version + 1 WHERE id = $1",
             &[&id, &stored.encode()?],
         )
         .await,

@@ -1,11 +1,13 @@
 //! A collection as the engine's reads and writes use it: its catalog row decoded once, with a
 //! key extractor per maintained index, and the cache of them ([`Collections`]).
 //!
-//! Invariants: a [`Collection`] is immutable and describes one version of its catalog row; the
-//! cache holds a namespace's latest known version and forgets it on every catalog change made
-//! through this engine (`Collections::forget`), absent namespaces included. Writes and catalog changes are ordered by the
-//! engine's DDL lock (writes share it, catalog changes hold it alone), so a write never uses a
-//! version older than the last catalog change of this node. (Other nodes' changes are issue 27's.)
+//! Invariants: a [`Collection`] is immutable and describes one version of its catalog row (its
+//! `version` column); the cache holds a namespace's latest known version and forgets everything
+//! on every catalog change made through this engine (`Collections::forget`), absent namespaces
+//! included, and when the database's catalog version moved past the one the cache was checked
+//! at (another node's change, `PgStorage::check_catalog`). Writes and this node's catalog
+//! changes are ordered by the engine's DDL lock (writes share it, catalog changes hold it
+//! alone); other nodes' changes are caught by the catalog guard in every write's transaction.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -26,6 +28,8 @@ pub(crate) struct Maintained {
 #[derive(Debug)]
 pub(crate) struct Collection {
     pub id: i64,
+    /// The catalog row's `version` this was decoded from (`catalog::catalog_guard` checks it).
+    pub version: i64,
     pub stored: StoredCollection,
     pub meta: CollectionMeta,
     /// Maintained secondary indexes, in catalog order.
@@ -34,7 +38,7 @@ pub(crate) struct Collection {
 }
 
 impl Collection {
-    pub fn new(id: i64, stored: StoredCollection) -> StorageResult<Collection> {
+    pub fn new(id: i64, version: i64, stored: StoredCollection) -> StorageResult<Collection> {
         let indexes = stored
             .indexes
             .iter()
@@ -51,6 +55,7 @@ impl Collection {
         let meta = stored.meta();
         Ok(Collection {
             id,
+            version,
             capped: meta.capped(),
             meta,
             indexes,
@@ -58,8 +63,9 @@ impl Collection {
         })
     }
 
-    pub fn decode(id: i64, entry: &[u8]) -> StorageResult<Collection> {
-        Collection::new(id, catalog_doc::decode(id as u64, entry)?)
+    /// The collection of a catalog row's `id`, `version` and `entry`.
+    pub fn decode(id: i64, version: i64, entry: &[u8]) -> StorageResult<Collection> {
+        Collection::new(id, version, catalog_doc::decode(id as u64, entry)?)
     }
 
     pub fn clustered(&self) -> bool {
@@ -113,10 +119,17 @@ impl Collection {
 /// are looked up on every command, and mostly do not exist).
 #[derive(Debug, Default)]
 pub(crate) struct Collections {
-    by_ns: RwLock<HashMap<Namespace, Option<Arc<Collection>>>>,
+    by_ns: RwLock<Cached>,
     /// Moves on every [`Collections::forget`]: a version read before a catalog change is
     /// never cached after it.
     generation: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Cached {
+    by_ns: HashMap<Namespace, Option<Arc<Collection>>>,
+    /// The database's catalog version when the cache was last found current (`None`: never).
+    checked_at: Option<i64>,
 }
 
 impl Collections {
@@ -125,6 +138,7 @@ impl Collections {
         self.by_ns
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .by_ns
             .get(ns)
             .cloned()
     }
@@ -136,23 +150,42 @@ impl Collections {
 
     /// Caches what was loaded at `generation`, unless the catalog changed since.
     pub fn put(&self, ns: &Namespace, collection: Option<Arc<Collection>>, generation: u64) {
-        let mut by_ns = self
+        let mut cached = self
             .by_ns
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if self.generation() == generation {
-            by_ns.insert(ns.clone(), collection);
+            cached.by_ns.insert(ns.clone(), collection);
         }
     }
 
     /// Forgets every cached collection (after a catalog change).
     pub fn forget(&self) {
-        let mut by_ns = self
+        let mut cached = self
             .by_ns
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.forget_locked(&mut cached);
+    }
+
+    /// Records that the database's catalog version is `version`: everything cached is
+    /// forgotten unless the cache was last found current at that same version. Whether it was.
+    pub fn check(&self, version: i64) -> bool {
+        let mut cached = self
+            .by_ns
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if cached.checked_at == Some(version) {
+            return true;
+        }
+        self.forget_locked(&mut cached);
+        cached.checked_at = Some(version);
+        false
+    }
+
+    fn forget_locked(&self, cached: &mut Cached) {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        by_ns.clear();
+        cached.by_ns.clear();
     }
 }

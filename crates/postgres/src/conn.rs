@@ -30,6 +30,10 @@ pub(crate) enum Failure {
     /// A session claim was refused (`write::store_session`: its statement divides by zero,
     /// SQLSTATE 22012, the only division in the engine's SQL). The transaction is aborted.
     Refused,
+    /// The catalog guard found the collection changed or dropped by another node since the
+    /// write was prepared (`catalog::catalog_guard`, SQLSTATE 22P02). The transaction is
+    /// aborted; redoing it needs the collection's catalog read again.
+    StaleCatalog,
     /// Anything else, as the contract's error.
     Storage(StorageError),
 }
@@ -44,7 +48,9 @@ impl Failure {
     /// The contract's error for a failure that is not redone (or was redone too often).
     pub fn into_storage(self) -> StorageError {
         match self {
-            Failure::Unique | Failure::Serialization => StorageError::WriteConflict,
+            Failure::Unique | Failure::Serialization | Failure::StaleCatalog => {
+                StorageError::WriteConflict
+            }
             Failure::Refused => StorageError::TxnNumberUsed,
             Failure::Storage(error) => error,
         }
@@ -58,6 +64,9 @@ pub(crate) struct Conn {
     target: Arc<Target>,
     counters: Arc<Counters>,
     pending: std::sync::Mutex<Pending>,
+    /// The catalog version read right after the next statement, once asked for
+    /// ([`Conn::check_catalog_after_next`]).
+    catalog_check: std::sync::Mutex<CatalogCheck>,
     object: Option<Held>,
     in_transaction: bool,
 }
@@ -69,6 +78,7 @@ impl Conn {
             target: database.shared_target(),
             counters: database.counters(),
             pending: std::sync::Mutex::default(),
+            catalog_check: std::sync::Mutex::default(),
             in_transaction: false,
         })
     }
@@ -85,6 +95,7 @@ impl Conn {
             target: database.shared_target(),
             counters: database.counters(),
             pending: std::sync::Mutex::default(),
+            catalog_check: std::sync::Mutex::default(),
             in_transaction: false,
         })
     }
@@ -107,6 +118,9 @@ impl Conn {
         if error.code() == Some(&SqlState::DIVISION_BY_ZERO) {
             return Failure::Refused;
         }
+        if error.code() == Some(&SqlState::INVALID_TEXT_REPRESENTATION) {
+            return Failure::StaleCatalog;
+        }
         if is_serialization_failure(&error) {
             return Failure::Serialization;
         }
@@ -118,7 +132,7 @@ impl Conn {
         self.counters
             .round_trips
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tideway_storage::round_trips::add(1);
+        tideway_storage::command_scope::add_round_trips(1);
     }
 
     pub async fn statement(&self, sql: &str) -> Attempt<Statement> {
@@ -128,10 +142,33 @@ impl Conn {
             .map_err(|error| self.failure("cannot prepare a statement", error))
     }
 
+    /// Has the next statement sent followed, in the same round trip, by a read of the
+    /// database's catalog version ([`Conn::take_catalog_version`]): a statement that ran
+    /// before that read used no catalog newer than it.
+    pub fn check_catalog_after_next(&self) {
+        *self.catalog_check() = CatalogCheck::Asked;
+    }
+
+    /// The catalog version read after a statement ([`Conn::check_catalog_after_next`]),
+    /// `None` if no statement was sent since it was asked for.
+    pub fn take_catalog_version(&self) -> Option<StorageResult<i64>> {
+        match std::mem::take(&mut *self.catalog_check()) {
+            CatalogCheck::Read(version) => Some(version),
+            CatalogCheck::None | CatalogCheck::Asked => None,
+        }
+    }
+
+    fn catalog_check(&self) -> std::sync::MutexGuard<'_, CatalogCheck> {
+        self.catalog_check
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Sends what is pending (a `BEGIN`, deferred statements) and then `main`, all in one
-    /// round trip: the requests go out in that order before any reply is awaited. The first
-    /// failure in that order is the result (a statement after a failed one only reports the
-    /// aborted transaction).
+    /// round trip: the requests go out in that order before any reply is awaited (and a
+    /// catalog check asked for goes after `main`, its statement prepared before `main` is
+    /// sent). The first failure in that order is the result (a statement after a failed one
+    /// only reports the aborted transaction).
     async fn send<T>(
         &self,
         what: &str,
@@ -142,6 +179,11 @@ impl Conn {
         for deferred in &pending.deferred {
             statements.push(self.statement(deferred.sql).await?);
         }
+        let asked = matches!(*self.catalog_check(), CatalogCheck::Asked);
+        let check = match asked {
+            true => Some(self.statement(CATALOG_VERSION).await?),
+            false => None,
+        };
         self.round_trip();
         let begin = async {
             match &pending.begin {
@@ -159,7 +201,20 @@ impl Conn {
                 async move { self.client().execute(statement, &params).await }
             },
         ));
-        let (began, deferred, result) = tokio::join!(begin, deferred, main);
+        let checked = async {
+            match &check {
+                Some(statement) => Some(self.client().query_one(statement, &[]).await),
+                None => None,
+            }
+        };
+        let (began, deferred, result, checked) = tokio::join!(begin, deferred, main, checked);
+        if let Some(checked) = checked {
+            *self.catalog_check() = CatalogCheck::Read(
+                checked
+                    .map(|row| row.get(0))
+                    .map_err(|error| self.target.error("cannot read the catalog version", error)),
+            );
+        }
         began.map_err(|error| self.failure("cannot begin a transaction", error))?;
         deferred.map_err(|error| self.failure("a statement failed", error))?;
         result.map_err(|error| self.failure(what, error))
@@ -272,6 +327,19 @@ impl Conn {
         self.in_transaction = false;
         result
     }
+}
+
+/// The database's catalog version (`tideway.meta`, see `catalog.rs`).
+pub(crate) const CATALOG_VERSION: &str =
+    "SELECT value FROM tideway.meta WHERE name = 'catalog_version'";
+
+/// A catalog check of a [`Conn`]: none, asked for with the next statement, or its result.
+#[derive(Default)]
+enum CatalogCheck {
+    #[default]
+    None,
+    Asked,
+    Read(StorageResult<i64>),
 }
 
 /// A pooled connection of one caller, or one shared by concurrent reads.

@@ -4,7 +4,9 @@
 //!
 //! Invariants: a write holds the DDL lock shared from reading the cached collection to its
 //! commit, and every catalog change holds it alone and forgets the cache, so a write always uses
-//! the catalog of this node's last catalog change. The engine has no oplog (this mode presents
+//! the catalog of this node's last catalog change; other nodes' changes are caught by the
+//! catalog guard in every write's transaction and by the check of the catalog version that goes
+//! with a command's first read (`command_scope`; docs/architecture.md, "Catalog"). The engine has no oplog (this mode presents
 //! itself as a router, without replica-set features): `oplog_appended` is never notified. The
 //! cluster time is the node's own, never going back (seeded from the database's time floor).
 
@@ -21,15 +23,18 @@ use crate::conn::{Conn, Failure};
 use crate::snapshot::PgSnapshot;
 use crate::write::{BatchOptions, Group, Prepared};
 use crate::{read, Database};
+use tideway_storage::command_scope::{self, EngineTag};
 use tideway_storage::{
     CollectionMeta, CollectionStats, EntryCount, ExpiryOrder, IndexSpec, LastWriteRule, Namespace,
-    ReapPage, ReapRequest, ReapSource, Record, RecordSession, ScanPage, ScanRequest, SessionClaim,
-    Snapshot, Storage, StorageError, StorageResult, TransactionCommit, WriteOp, WriteOptions,
-    WriteOutcome,
+    ReapPage, ReapRequest, ReapSource, Record, RecordPredicate, RecordSession, ScanPage,
+    ScanRequest, SessionClaim, Snapshot, Storage, StorageError, StorageResult, TransactionCommit,
+    WriteOp, WriteOptions, WriteOutcome,
 };
 
 pub struct PgStorage {
     database: Arc<Database>,
+    /// Names this engine to the command scope (`command_scope::first_catalog_check`).
+    tag: EngineTag,
     clock: Arc<DatabaseClock>,
     collections: Collections,
     /// Shared by writes, held alone by catalog changes (see the module invariants).
@@ -68,11 +73,14 @@ impl PgStorage {
         let database = Arc::new(database);
         let clock = DatabaseClock::start(&database).await?;
         let time_high_water_ms = database.time_floor().await?.unwrap_or(0);
+        let collections = Collections::default();
+        collections.check(database.catalog_version().await?);
         let seconds = u64::try_from(time_high_water_ms / 1000).unwrap_or(0);
         Ok(PgStorage {
             database,
+            tag: EngineTag::unique(),
             clock,
-            collections: Collections::default(),
+            collections,
             ddl: RwLock::new(()),
             time_high_water_ms,
             cluster_time: Mutex::new(seconds << 32),
@@ -89,8 +97,11 @@ impl PgStorage {
         Arc::clone(&self.clock)
     }
 
-    /// The collection, from the cache or the catalog.
+    /// The collection, from the cache or the catalog. Inside a command, the first statement
+    /// that depends on the cache checks it (`command_scope`), so a command sees every catalog
+    /// change that committed before it began, whichever node made it.
     async fn cached(&self, ns: &Namespace) -> StorageResult<Option<Arc<Collection>>> {
+        command_scope::consulted(self.tag);
         if let Some(known) = self.collections.get(ns) {
             return Ok(known);
         }
@@ -107,8 +118,45 @@ impl PgStorage {
     ) -> StorageResult<T> {
         let _alone = self.ddl.write().await;
         let result = change.await;
-        self.collections.forget();
+        // The command changed something: it never runs again.
+        command_scope::checked(self.tag);
+        self.forget_own_change().await;
         result
+    }
+
+    /// Forgets the cached catalog after this node changed it (a catalog command, a multikey
+    /// flag); the cache, emptied, is current as of the version read now (one round trip), so
+    /// the next command is not run again for this node's own change.
+    async fn forget_own_change(&self) {
+        self.collections.forget();
+        if let Ok(version) = self.database.catalog_version().await {
+            self.collections.check(version);
+        }
+    }
+
+    /// A connection for a read that depends on the cached catalog: the first of a command
+    /// whose catalog is unchecked has the check go with its statement ([`PgStorage::checked`]).
+    async fn data_conn(&self) -> StorageResult<Conn> {
+        let conn = Conn::shared(&self.database).await?;
+        if command_scope::needs_check(self.tag) {
+            conn.check_catalog_after_next();
+        }
+        Ok(conn)
+    }
+
+    /// `result` of a read on `conn`, unless the catalog check that went with its statement
+    /// found the cache stale: then the cache is forgotten and the command is run again (it has
+    /// changed nothing: its first statement was this read).
+    fn checked<T>(&self, conn: &Conn, result: StorageResult<T>) -> StorageResult<T> {
+        match conn.take_catalog_version() {
+            None => result,
+            Some(Err(error)) => Err(error),
+            Some(Ok(version)) if self.collections.check(version) => {
+                command_scope::checked(self.tag);
+                result
+            }
+            Some(Ok(_)) => Err(stale_catalog()),
+        }
     }
 
     /// A new cluster time, greater than every earlier one (see `Storage::cluster_time`).
@@ -138,60 +186,73 @@ impl PgStorage {
         record: Option<RecordSession>,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
         let creates = ops.iter().any(|op| matches!(op, WriteOp::Insert { .. }));
-        let (_shared, collection) = loop {
-            let shared = self.ddl.read().await;
-            match self.cached(ns).await? {
-                Some(collection) => break (shared, collection),
-                None if creates => {
-                    drop(shared);
-                    match self
-                        .create_collection(ns, Document::new(), Vec::new())
-                        .await
-                    {
-                        Ok(_) | Err(StorageError::NamespaceExists(_)) => {}
-                        Err(error) => return Err(error),
+        let count = ops.len();
+        // Unchecked, the command has changed nothing yet: a stale catalog runs it again.
+        let unchecked = command_scope::needs_check(self.tag);
+        let mut ops = Unprepared::Ops(ops);
+        for _ in 0..STALE_ATTEMPTS {
+            let (_shared, collection) = loop {
+                let shared = self.ddl.read().await;
+                match self.cached(ns).await? {
+                    Some(collection) => break (shared, collection),
+                    None if creates => {
+                        drop(shared);
+                        match self
+                            .create_collection(ns, Document::new(), Vec::new())
+                            .await
+                        {
+                            Ok(_) | Err(StorageError::NamespaceExists(_)) => {}
+                            Err(error) => return Err(error),
+                        }
+                    }
+                    None => {
+                        drop(shared);
+                        return self
+                            .write_without_collection(count, options, claim, record)
+                            .await;
                     }
                 }
-                None => {
-                    drop(shared);
-                    return self
-                        .write_without_collection(&ops, options, claim, record)
-                        .await;
+            };
+            let group = Group {
+                ops: ops.prepare(&collection),
+                collection,
+                stale: None,
+            };
+            let written = self
+                .write_groups(
+                    std::slice::from_ref(&group),
+                    options.ordered,
+                    false,
+                    claim.as_ref(),
+                    record.as_ref(),
+                )
+                .await?;
+            match written {
+                Some(outcomes) => {
+                    command_scope::checked(self.tag);
+                    return Ok(outcomes.into_iter().next().unwrap_or_default());
                 }
+                None if unchecked => return Err(stale_catalog()),
+                None => ops = Unprepared::Prepared(group.ops),
             }
-        };
-        let group = Group {
-            ops: ops
-                .into_iter()
-                .map(|op| Prepared::of(op, &collection))
-                .collect(),
-            collection: &collection,
-            stale: None,
-        };
-        let outcomes = self
-            .write_groups(
-                std::slice::from_ref(&group),
-                options.ordered,
-                false,
-                claim,
-                record,
-            )
-            .await?;
-        Ok(outcomes.into_iter().next().unwrap_or_default())
+        }
+        Err(StorageError::WriteConflict)
     }
 
     /// Applies `groups` as one batch ([`Database::write_batch`]): a cluster time for every
     /// operation that succeeds, the cached catalog forgotten when an index became multikey.
+    /// `None` (with the cached catalog forgotten) when a collection changed on another node
+    /// since the groups were prepared: nothing was written.
     async fn write_groups(
         &self,
-        groups: &[Group<'_>],
+        groups: &[Group],
         ordered: bool,
         all_or_nothing: bool,
-        claim: Option<SessionClaim>,
-        record: Option<RecordSession>,
-    ) -> StorageResult<Vec<crate::write::Outcomes>> {
+        claim: Option<&SessionClaim>,
+        record: Option<&RecordSession>,
+    ) -> StorageResult<Option<Vec<crate::write::Outcomes>>> {
         let take_time = || self.take_time();
-        let (outcomes, multikey) = self
+        let written = self
             .database
             .write_batch(
                 groups,
@@ -204,13 +265,17 @@ impl PgStorage {
                 },
             )
             .await?;
-        if multikey {
+        let Some((outcomes, multikey)) = written else {
             self.collections.forget();
+            return Ok(None);
+        };
+        if multikey {
+            self.forget_own_change().await;
         }
         for _ in outcomes.iter().flatten().filter(|outcome| outcome.is_ok()) {
             self.take_time();
         }
-        Ok(outcomes)
+        Ok(Some(outcomes))
     }
 
     /// Without a collection there is nothing to replace or delete: every operation fails
@@ -218,13 +283,13 @@ impl PgStorage {
     /// committed alone.
     async fn write_without_collection(
         &self,
-        ops: &[WriteOp],
+        ops: usize,
         options: WriteOptions,
         claim: Option<SessionClaim>,
         record: Option<RecordSession>,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
         let mut outcomes = Vec::new();
-        for _ in ops {
+        for _ in 0..ops {
             outcomes.push(Err(StorageError::WriteConflict));
             if options.ordered {
                 break;
@@ -237,11 +302,49 @@ impl PgStorage {
         self.database
             .store_record_alone(claim.as_ref(), record.as_ref())
             .await?;
+        command_scope::checked(self.tag);
         Ok(outcomes)
     }
 
     async fn read_conn(&self) -> StorageResult<Conn> {
         Conn::shared(&self.database).await
+    }
+}
+
+/// The error of a command that found the cached catalog stale before it changed anything: the
+/// dispatcher runs it again (`command_scope::request_restart`), so a client sees it only when
+/// the catalog kept changing under every attempt.
+fn stale_catalog() -> StorageError {
+    command_scope::request_restart();
+    StorageError::Unavailable(
+        "the catalog changed on another node while the command ran; it was retried too often"
+            .to_string(),
+    )
+}
+
+/// How often a write is prepared again after another node changed its collection's catalog
+/// before it fails with `WriteConflict`.
+const STALE_ATTEMPTS: usize = 8;
+
+/// A write's operations: as the caller gave them, or prepared for a version of the collection
+/// that turned out stale.
+enum Unprepared {
+    Ops(Vec<WriteOp>),
+    Prepared(Vec<Prepared>),
+}
+
+impl Unprepared {
+    fn prepare(self, collection: &Collection) -> Vec<Prepared> {
+        match self {
+            Unprepared::Ops(ops) => ops
+                .into_iter()
+                .map(|op| Prepared::of(op, collection))
+                .collect(),
+            Unprepared::Prepared(prepared) => prepared
+                .into_iter()
+                .map(|op| op.rekeyed(collection))
+                .collect(),
+        }
     }
 }
 
@@ -296,6 +399,12 @@ impl Storage for PgStorage {
 
     fn oplog_appended(&self) -> &Notify {
         &self.oplog_appended
+    }
+
+    async fn catalog_current(&self) -> StorageResult<bool> {
+        Ok(self
+            .collections
+            .check(self.database.catalog_version().await?))
     }
 
     async fn record_time(&self, now_ms: i64) -> StorageResult<()> {
@@ -371,14 +480,18 @@ impl Storage for PgStorage {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(None);
         };
-        read::get(&self.read_conn().await?, &collection, id).await
+        let conn = self.data_conn().await?;
+        let result = read::get(&conn, &collection, id).await;
+        self.checked(&conn, result)
     }
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(ScanPage::default());
         };
-        read::scan(&self.read_conn().await?, &collection, request, false).await
+        let conn = self.data_conn().await?;
+        let result = read::scan(&conn, &collection, request, false).await;
+        self.checked(&conn, result)
     }
 
     async fn expiry_scan(
@@ -392,15 +505,9 @@ impl Storage for PgStorage {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(ScanPage::default());
         };
-        read::expiry_scan(
-            &self.read_conn().await?,
-            &collection,
-            order,
-            range,
-            resume_after,
-            limit,
-        )
-        .await
+        let conn = self.data_conn().await?;
+        let result = read::expiry_scan(&conn, &collection, order, range, resume_after, limit).await;
+        self.checked(&conn, result)
     }
 
     async fn count_entries(
@@ -411,14 +518,18 @@ impl Storage for PgStorage {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(EntryCount::default());
         };
-        read::count_entries(&self.read_conn().await?, &collection, &sources).await
+        let conn = self.data_conn().await?;
+        let result = read::count_entries(&conn, &collection, &sources).await;
+        self.checked(&conn, result)
     }
 
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
         let Some(collection) = self.cached(ns).await? else {
             return Err(StorageError::NamespaceNotFound(ns.clone()));
         };
-        read::stats(&self.read_conn().await?, &collection).await
+        let conn = self.data_conn().await?;
+        let result = read::stats(&conn, &collection).await;
+        self.checked(&conn, result)
     }
 
     async fn write(
@@ -524,32 +635,44 @@ impl Storage for PgStorage {
                 Err(error) => return Err(error),
             }
         }
-        let _shared = self.ddl.read().await;
-        let mut collections = Vec::with_capacity(commit.writes.len());
-        for (ns, _, _) in &commit.writes {
-            match self.cached(ns).await? {
-                Some(collection) => collections.push(collection),
-                None => return Err(StorageError::WriteConflict),
-            }
-        }
-        let groups: Vec<Group<'_>> = commit
-            .writes
-            .into_iter()
-            .zip(&collections)
-            .map(|((_, ops, stale), collection)| Group {
-                ops: ops
-                    .into_iter()
-                    .map(|op| Prepared::of(op, collection))
-                    .collect(),
-                collection,
-                stale,
-            })
-            .collect();
         let record: Option<RecordSession> = commit
             .record
             .map(|record| Box::new(move |_: &[bool], _| Some(record.clone())) as RecordSession);
-        self.write_groups(&groups, true, true, None, record).await?;
-        Ok(())
+        let mut writes: Vec<(Namespace, Unprepared, Option<RecordPredicate>)> = commit
+            .writes
+            .into_iter()
+            .map(|(ns, ops, stale)| (ns, Unprepared::Ops(ops), stale))
+            .collect();
+        for _ in 0..STALE_ATTEMPTS {
+            let _shared = self.ddl.read().await;
+            let mut namespaces = Vec::with_capacity(writes.len());
+            let mut groups = Vec::with_capacity(writes.len());
+            for (ns, ops, stale) in writes {
+                let Some(collection) = self.cached(&ns).await? else {
+                    return Err(StorageError::WriteConflict);
+                };
+                groups.push(Group {
+                    ops: ops.prepare(&collection),
+                    collection,
+                    stale,
+                });
+                namespaces.push(ns);
+            }
+            if self
+                .write_groups(&groups, true, true, None, record.as_ref())
+                .await?
+                .is_some()
+            {
+                command_scope::checked(self.tag);
+                return Ok(());
+            }
+            writes = namespaces
+                .into_iter()
+                .zip(groups)
+                .map(|(ns, group)| (ns, Unprepared::Prepared(group.ops), group.stale))
+                .collect();
+        }
+        Err(StorageError::WriteConflict)
     }
 
     async fn session_records(&self) -> StorageResult<Vec<(Vec<u8>, Document)>> {
@@ -567,12 +690,18 @@ impl Storage for PgStorage {
     }
 
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {
-        let Some(collection) = self.cached(ns).await? else {
-            return Ok(ReapPage {
-                deleted: 0,
-                resume: None,
-            });
-        };
-        self.database.reap(&collection, &request).await
+        for _ in 0..STALE_ATTEMPTS {
+            let Some(collection) = self.cached(ns).await? else {
+                break;
+            };
+            match self.database.reap(&collection, &request).await? {
+                Some(page) => return Ok(page),
+                None => self.collections.forget(),
+            }
+        }
+        Ok(ReapPage {
+            deleted: 0,
+            resume: None,
+        })
     }
 }

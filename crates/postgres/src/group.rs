@@ -198,7 +198,7 @@ impl Database {
         });
         withdraw.answered = true;
         // The group's statement was this command's round trip.
-        tideway_storage::round_trips::add(1);
+        tideway_storage::command_scope::add_round_trips(1);
         outcome
     }
 
@@ -219,6 +219,8 @@ impl Database {
                 let answer = match &outcome {
                     Ok(revs) => Grouped::Inserted(revs[index]),
                     Err(Failure::Storage(error)) => Grouped::Failed(error.clone()),
+                    // The collection's catalog changed: every member is prepared again.
+                    Err(Failure::StaleCatalog) => Grouped::Refused(Failure::StaleCatalog),
                     Err(Failure::Unique) if alone => Grouped::Refused(Failure::Unique),
                     Err(Failure::Serialization) if alone => {
                         Grouped::Refused(Failure::Serialization)
@@ -275,6 +277,7 @@ impl Database {
         } else {
             ClaimShape::None
         };
+        params.push(&collection.version);
         let blocks = blocks_for(columns.len());
         let sql = insert_sql(with_entries, with_unique, shape, blocks);
         let conn = Conn::get(self).await.map_err(Failure::Storage)?;

@@ -7,13 +7,16 @@
 //! Invariant: the delete matches `(id_key, rev)`, so a document rewritten after it was judged
 //! (or after a read ahead read it) survives (PostgreSQL re-checks the condition on the newest
 //! row version); its entries are deleted only for the documents that delete returned, in the
-//! same statement, so a page is atomic. A page read ahead is used only by the call that asks
+//! same statement, so a page is atomic. The delete checks the collection's catalog version
+//! under a key-share lock first (`catalog::catalog_guard`), so it never leaves the entries of an
+//! index another node added behind. A page read ahead is used only by the call that asks
 //! for exactly that page (same collection and request, whose predicates compare by identity:
 //! the same pass); any failure drops it. Costs: two statements per page whatever the
 //! collection's size.
 
 use std::sync::{Arc, Mutex};
 
+use crate::catalog::catalog_guard;
 use crate::collection::Collection;
 use crate::conn::{Conn, Failure};
 use crate::entries::EntryRows;
@@ -69,13 +72,15 @@ impl ReadAheadSlot {
 }
 
 impl Database {
+    /// Reaps the page `request` asks for; `None` when the collection's catalog changed on
+    /// another node since `collection` was read (nothing was deleted: read it anew and retry).
     pub(crate) async fn reap(
         self: &Arc<Self>,
         collection: &Arc<Collection>,
         request: &ReapRequest,
-    ) -> StorageResult<ReapPage> {
+    ) -> StorageResult<Option<ReapPage>> {
         let page = self.reap_page(collection, request).await;
-        if page.is_err() {
+        if !matches!(page, Ok(Some(_))) {
             self.read_ahead.put(None);
         }
         page
@@ -85,7 +90,7 @@ impl Database {
         self: &Arc<Self>,
         collection: &Arc<Collection>,
         request: &ReapRequest,
-    ) -> StorageResult<ReapPage> {
+    ) -> StorageResult<Option<ReapPage>> {
         let limit = request.limit.max(1);
         // A read ahead that failed (the database went away meanwhile) is read again.
         let read_ahead = match self.read_ahead.take(collection.id, request) {
@@ -97,10 +102,10 @@ impl Database {
             None => read_page(self, collection, request).await?,
         };
         let Some(candidates) = candidates else {
-            return Ok(ReapPage {
+            return Ok(Some(ReapPage {
                 deleted: 0,
                 resume: None,
-            });
+            }));
         };
         let resume = (candidates.len() >= limit)
             .then(|| candidates.last().map(|last| last.position.clone()))
@@ -137,18 +142,22 @@ impl Database {
             revs.push(record.rev as i64);
         }
         if id_keys.is_empty() {
-            return Ok(ReapPage { deleted: 0, resume });
+            return Ok(Some(ReapPage { deleted: 0, resume }));
         }
         let ((index_ids, keys, entry_ids, _), (unique_ids, unique_keys, owners, _)) =
             entries.columns();
-        // Rows are matched pairwise through each table's primary key (see `EntryRows::delete`).
-        let conn = Conn::get(self).await?;
-        let row = conn
-            .query_opt(
-                "WITH gone AS (
+        // Rows are matched pairwise through each table's primary key (see `EntryRows::delete`);
+        // the catalog guard runs first (an init plan of `gone`), so the entries deleted are
+        // those of the collection's current indexes.
+        static DELETE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = DELETE.get_or_init(|| {
+            format!(
+                "WITH guard AS ({}),
+                 gone AS (
                     DELETE FROM tideway.documents d
                     USING unnest($2::bytea[], $3::bigint[]) AS judged(id_key, rev)
                     WHERE d.coll_id = $1 AND d.id_key = judged.id_key AND d.rev = judged.rev
+                      AND (SELECT stale FROM guard) = 0
                     RETURNING d.id_key),
                  gone_entries AS (
                     DELETE FROM tideway.index_entries e
@@ -161,6 +170,13 @@ impl Database {
                     WHERE e.index_id = r.index_id AND e.key = r.key AND e.id_key = r.id_key
                       AND r.id_key IN (SELECT id_key FROM gone))
                  SELECT count(*) FROM gone",
+                catalog_guard(1, 10)
+            )
+        });
+        let conn = Conn::get(self).await?;
+        let row = match conn
+            .query_opt(
+                sql,
                 &[
                     &collection.id,
                     &id_keys,
@@ -171,12 +187,17 @@ impl Database {
                     unique_ids,
                     unique_keys,
                     owners,
+                    &collection.version,
                 ],
             )
             .await
-            .map_err(Failure::into_storage)?;
+        {
+            Ok(row) => row,
+            Err(Failure::StaleCatalog) => return Ok(None),
+            Err(failure) => return Err(failure.into_storage()),
+        };
         let deleted = row.map_or(0, |row| row.get::<_, i64>(0)).max(0) as u64;
-        Ok(ReapPage { deleted, resume })
+        Ok(Some(ReapPage { deleted, resume }))
     }
 
     /// Starts reading the page `request` asks for after `resume`, on its own connection.

@@ -1,14 +1,16 @@
 //! tideway's tables in PostgreSQL (schema `tideway`), created and checked at startup.
 //!
-//! Layout of [`SCHEMA_VERSION`] 3 (each version's statements are in [`UPGRADES`]; a database of
+//! Layout of [`SCHEMA_VERSION`] 4 (each version's statements are in [`UPGRADES`]; a database of
 //! an older version is upgraded in place at startup, in one transaction). Keys are the redb engine's
 //! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
 //! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
 //! - `meta (name → value)`: `schema_version`, `catalog_version` (see `catalog.rs`), the server
 //!   time floor
 //!   (`time_floor_ms`) and the shared test advance (`clock_advance_ms`), see `clock.rs`.
-//! - `collections (id → db, coll, entry)`: one row per collection; `entry` is the catalog
-//!   document every engine stores (`tideway_storage::catalog_doc`).
+//! - `collections (id → db, coll, entry, version)`: one row per collection; `entry` is the
+//!   catalog document every engine stores (`tideway_storage::catalog_doc`); `version` grows with
+//!   every change of the row (since version 4), so a write can check in its own transaction that
+//!   the catalog it used is still current (`catalog::catalog_guard`).
 //! - `documents ((coll_id, id_key) → record_id, rev, last_write_ms, ttl_class, expire_at_ms,
 //!   body)`: each document's BSON with its header fields as columns. Natural order is the
 //!   `(coll_id, record_id)` index; the two expiry orders are partial indexes
@@ -41,10 +43,10 @@ use crate::{is_serialization_failure, Target};
 use tideway_storage::{StorageError, StorageResult};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The statements that bring version `n` to `n + 1`, at index `n` (version 0: no schema).
-const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] = [VERSION_1, VERSION_2, VERSION_3];
+const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] = [VERSION_1, VERSION_2, VERSION_3, VERSION_4];
 
 /// Concurrent bootstraps (several nodes starting together) conflict; each retries this often.
 const BOOTSTRAP_ATTEMPTS: usize = 5;
@@ -124,6 +126,10 @@ const VERSION_2: &[&str] = &[
 /// Version 3: each value the revision sequence hands out starts a block of revisions
 /// (`write::REVISION_BLOCK`), so an insert of many documents draws once per block.
 const VERSION_3: &[&str] = &["ALTER SEQUENCE tideway.revisions INCREMENT BY 1024"];
+
+/// Version 4: each collection row's version, for the catalog guard of writes on several nodes.
+const VERSION_4: &[&str] =
+    &["ALTER TABLE tideway.collections ADD COLUMN version bigint NOT NULL DEFAULT 0"];
 
 /// Creates tideway's schema in an empty database, or checks that the one there is this build's.
 /// A newer version stops startup with a message saying which build can read it. Safe to run

@@ -36,12 +36,12 @@ impl PgSnapshot {
         let mut conn = Conn::get(database).await?;
         conn.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY");
         let rows = conn
-            .query("SELECT id, entry FROM tideway.collections", &[])
+            .query("SELECT id, version, entry FROM tideway.collections", &[])
             .await
             .map_err(Failure::into_storage)?;
         let mut collections = HashMap::with_capacity(rows.len());
         for row in &rows {
-            let collection = Collection::decode(row.get(0), row.get(1))?;
+            let collection = Collection::decode(row.get(0), row.get(1), row.get(2))?;
             collections.insert(collection.meta.ns.clone(), Arc::new(collection));
         }
         Ok(PgSnapshot { conn, collections })

@@ -28,7 +28,7 @@ use tokio_postgres::Row;
 
 use crate::group::{GroupClaim, Grouped, GroupedInsert};
 
-use crate::catalog::mark_multikey;
+use crate::catalog::{catalog_guard, mark_multikey};
 use crate::collection::Collection;
 use crate::conn::{Attempt, Conn, Failure, OwnedParams};
 use crate::entries::EntryRows;
@@ -130,6 +130,19 @@ impl Prepared {
         }
     }
 
+    /// The operation prepared again for `collection` (another version of its catalog row: its
+    /// index keys are taken anew).
+    pub fn rekeyed(mut self, collection: &Collection) -> Prepared {
+        if let Prepared::Insert { doc, keys, .. } | Prepared::Replace { doc, keys, .. } = &mut self
+        {
+            match collection.keys_of(doc) {
+                Ok(fresh) => *keys = fresh,
+                Err(error) => return Prepared::Invalid(error),
+            }
+        }
+        self
+    }
+
     fn keys(&self) -> Option<&[DocumentKeys]> {
         match self {
             Prepared::Insert { keys, .. } | Prepared::Replace { keys, .. } => Some(keys),
@@ -146,9 +159,9 @@ pub(crate) struct BatchOptions<'a> {
     pub all_or_nothing: bool,
     /// Builds the session record stored with the batch, from its results and the time of
     /// its last write.
-    pub record: Option<RecordSession>,
+    pub record: Option<&'a RecordSession>,
     /// The batch's claim on a session's txnNumber, checked before anything else it does.
-    pub claim: Option<SessionClaim>,
+    pub claim: Option<&'a SessionClaim>,
     /// The cluster time of a write (`seconds << 32 | increment`), taken once per batch.
     pub take_time: &'a (dyn Fn() -> u64 + Sync),
 }
@@ -165,15 +178,15 @@ fn is_operation_error(error: &StorageError) -> bool {
 }
 
 /// The operations of one collection in a batch.
-pub(crate) struct Group<'c> {
-    pub collection: &'c Arc<Collection>,
+pub(crate) struct Group {
+    pub collection: Arc<Collection>,
     pub ops: Vec<Prepared>,
     /// A transaction's rule for stale documents: a `Replace` or `Delete` whose current
     /// document it holds for is a `WriteConflict`.
     pub stale: Option<RecordPredicate>,
 }
 
-impl Group<'_> {
+impl Group {
     /// Ids of the indexes the operations make multikey.
     fn newly_multikey(&self) -> Vec<i64> {
         self.collection
@@ -182,13 +195,16 @@ impl Group<'_> {
 }
 
 impl Database {
-    /// Applies `groups` as one batch (see the module docs): one result list per group. Returns
-    /// whether an index became multikey (the caller forgets its cached catalog).
+    /// Applies `groups` as one batch (see the module docs): one result list per group, and
+    /// whether an index became multikey (the caller forgets its cached catalog). `None` when
+    /// a group's collection changed on another node since its operations were prepared (the
+    /// catalog guard failed): nothing was written, and the caller prepares them again with the
+    /// collection read anew.
     pub(crate) async fn write_batch(
         self: &Arc<Self>,
-        groups: &[Group<'_>],
+        groups: &[Group],
         options: BatchOptions<'_>,
-    ) -> StorageResult<(Vec<Outcomes>, bool)> {
+    ) -> StorageResult<Option<(Vec<Outcomes>, bool)>> {
         let multikey: Vec<Vec<i64>> = groups.iter().map(Group::newly_multikey).collect();
         let any_multikey = multikey.iter().any(|ids| !ids.is_empty());
         if let [group] = groups {
@@ -201,11 +217,14 @@ impl Database {
                 && !any_multikey
                 && !options.all_or_nothing;
             if plain_inserts {
-                if let Some(outcomes) = self
-                    .insert_quickly(group.collection, &group.ops, &options)
-                    .await?
+                match self
+                    .insert_quickly(&group.collection, &group.ops, &options)
+                    .await
                 {
-                    return Ok((vec![outcomes], false));
+                    Ok(Some(outcomes)) => return Ok(Some((vec![outcomes], false))),
+                    Ok(None) => {}
+                    Err(Failure::StaleCatalog) => return Ok(None),
+                    Err(failure) => return Err(failure.into_storage()),
                 }
             }
         }
@@ -217,7 +236,7 @@ impl Database {
         for attempt in 1..=ATTEMPTS {
             let mut conn = Conn::get(self).await?;
             match try_batch(&mut conn, groups, &multikey, isolation, &options).await {
-                Ok(outcomes) => return Ok((outcomes, any_multikey)),
+                Ok(outcomes) => return Ok(Some((outcomes, any_multikey))),
                 Err(Failure::Unique | Failure::Serialization) => {
                     // The transaction is aborted. It is redone from the start unless it is a
                     // transaction's commit (its driver redoes it whole) or it lost too often.
@@ -225,6 +244,10 @@ impl Database {
                     if options.all_or_nothing || attempt == ATTEMPTS {
                         break;
                     }
+                }
+                Err(Failure::StaleCatalog) => {
+                    conn.rollback().await.map_err(Failure::into_storage)?;
+                    return Ok(None);
                 }
                 Err(failure @ (Failure::Storage(_) | Failure::Refused)) => {
                     conn.rollback().await.map_err(Failure::into_storage)?;
@@ -269,14 +292,12 @@ impl Database {
         collection: &Arc<Collection>,
         ops: &[Prepared],
         options: &BatchOptions<'_>,
-    ) -> StorageResult<Option<Outcomes>> {
-        let record = options.record.as_ref().and_then(|record| {
+    ) -> Attempt<Option<Outcomes>> {
+        let record = options.record.and_then(|record| {
             let time = EntryTime::now((options.take_time)());
             record(&vec![true; ops.len()], time)
         });
-        if let Some(grouped) = groupable(ops, options.claim.as_ref(), record.as_ref())
-            .map_err(Failure::into_storage)?
-        {
+        if let Some(grouped) = groupable(ops, options.claim, record.as_ref())? {
             match self.insert_grouped(collection, grouped).await {
                 Grouped::Inserted(rev) => {
                     return Ok(Some(vec![Ok(WriteOutcome::Inserted {
@@ -284,37 +305,34 @@ impl Database {
                         superseded: 0,
                     })]))
                 }
-                Grouped::Failed(error) => return Err(error),
+                Grouped::Failed(error) => return Err(Failure::Storage(error)),
                 // Taken key or lost race: the careful way, as below.
                 Grouped::Refused(Failure::Unique | Failure::Serialization) => return Ok(None),
-                Grouped::Refused(refusal) => return Err(refusal.into_storage()),
+                Grouped::Refused(refusal) => return Err(refusal),
                 Grouped::Alone => {}
             }
         }
         let mut conn = Conn::get(self).await?;
-        let claimed = match (&options.claim, &record) {
-            (Some(claim), Some(record)) => {
-                Some(ClaimValues::new(claim, Some(record)).map_err(Failure::into_storage)?)
-            }
+        let claimed = match (options.claim, &record) {
+            (Some(claim), Some(record)) => Some(ClaimValues::new(claim, Some(record))?),
             _ => None,
         };
         let in_transaction = claimed.is_none() && (record.is_some() || options.claim.is_some());
         if in_transaction {
             conn.begin("");
-            store_session(&conn, options.claim.as_ref(), record.as_ref())
-                .map_err(Failure::into_storage)?;
+            store_session(&conn, options.claim, record.as_ref())?;
         }
         let inserted =
             insert_statement(&mut conn, collection, ops, claimed.as_ref(), in_transaction);
         match inserted.await {
             Ok(outcomes) => Ok(Some(outcomes)),
             Err(Failure::Unique | Failure::Serialization) => {
-                conn.rollback().await.map_err(Failure::into_storage)?;
+                conn.rollback().await?;
                 Ok(None)
             }
             Err(failure) => {
-                conn.rollback().await.map_err(Failure::into_storage)?;
-                Err(failure.into_storage())
+                conn.rollback().await?;
+                Err(failure)
             }
         }
     }
@@ -348,6 +366,7 @@ async fn insert_statement(
     if let Some(claimed) = claimed {
         params.extend(claimed.params());
     }
+    params.push(&collection.version);
     let blocks = blocks_for(columns.len());
     let shape = if claimed.is_some() {
         ClaimShape::One
@@ -520,7 +539,8 @@ pub(crate) enum ClaimShape {
 /// The statement of [`insert_statement`]: the documents (`$1` collection, `$2..$6` columns),
 /// then the non-unique entries and the unique entries (four columns each) when there are any,
 /// then a claim's five ([`claim_ctes`]) or a group's six ([`ClaimShape::Several`]) as `claims`
-/// says; the statement fails with a division by zero when a claim is refused. It draws one value from the sequence
+/// says, then the collection's catalog version ([`catalog_guard`]); the statement fails with a
+/// division by zero when a claim is refused, and as the guard fails when the catalog is stale. It draws one value from the sequence
 /// per [`REVISION_BLOCK`] documents and returns them ascending in one row: the documents'
 /// revisions are those blocks in batch order (the natural order is theirs).
 pub(crate) fn insert_sql(
@@ -591,15 +611,19 @@ pub(crate) fn insert_sql(
                 columns()
             ));
         }
-        match claims {
-            ClaimShape::None => sql.push_str(" SELECT bases FROM blocks"),
+        // The statement's result: the blocks, and a claim's check (a division by zero when it
+        // is refused), beside the catalog guard, whose parameter comes last.
+        let checked = match claims {
+            ClaimShape::None => String::new(),
             ClaimShape::One => {
                 sql.push_str(&format!(", {}", claim_ctes(next)));
-                sql.push_str(" SELECT bases, 1 / (SELECT count(*) FROM claimed) FROM blocks");
+                next += 5;
+                ", 1 / (SELECT count(*) FROM claimed)".to_string()
             }
             ClaimShape::Several => {
                 let [keys, numbers, headers, stmt_ids, replies, count] =
                     [next, next + 1, next + 2, next + 3, next + 4, next + 5];
+                next += 6;
                 sql.push_str(&format!(
                     ", claimed AS (
                         INSERT INTO tideway.sessions AS s (key, txn_number, header, stmt_ids, bodies)
@@ -613,26 +637,42 @@ pub(crate) fn insert_sql(
                         RETURNING s.key),
                      older AS (
                         DELETE FROM tideway.session_commits c USING claimed
-                        WHERE c.key = claimed.key)
-                     SELECT bases,
-                        1 / (CASE WHEN (SELECT count(*) FROM claimed) = ${count}::bigint
-                             THEN 1 ELSE 0 END)
-                     FROM blocks"
+                        WHERE c.key = claimed.key)"
                 ));
+                format!(
+                    ", 1 / (CASE WHEN (SELECT count(*) FROM claimed) = ${count}::bigint
+                          THEN 1 ELSE 0 END)"
+                )
             }
-        }
+        };
+        sql.push_str(&format!(
+            ", guard AS ({}) SELECT bases{checked} FROM blocks, guard",
+            catalog_guard(1, next)
+        ));
         sql
     })
 }
 
 async fn try_batch(
     conn: &mut Conn,
-    groups: &[Group<'_>],
+    groups: &[Group],
     multikey: &[Vec<i64>],
     isolation: &str,
     options: &BatchOptions<'_>,
 ) -> Attempt<Vec<Outcomes>> {
     conn.begin(isolation);
+    // Each collection's catalog guard goes out with the first statement, before any write.
+    static GUARD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let guard = GUARD.get_or_init(|| catalog_guard(1, 2));
+    for group in groups {
+        conn.defer(
+            guard,
+            vec![
+                Box::new(group.collection.id),
+                Box::new(group.collection.version),
+            ],
+        );
+    }
     let mut all = Vec::with_capacity(groups.len());
     for (group, multikey) in groups.iter().zip(multikey) {
         if !multikey.is_empty() {
@@ -640,7 +680,7 @@ async fn try_batch(
         }
         let mut outcomes = Vec::with_capacity(group.ops.len());
         for op in &group.ops {
-            match apply(conn, group.collection, op, group.stale.as_ref()).await {
+            match apply(conn, &group.collection, op, group.stale.as_ref()).await {
                 Ok(outcome) => outcomes.push(Ok(outcome)),
                 Err(Failure::Storage(error)) if is_operation_error(&error) => {
                     if options.all_or_nothing {
@@ -658,12 +698,12 @@ async fn try_batch(
     }
     // The claim goes with the record, last: refused, it aborts the transaction, so none of the
     // operations stays (what they found is not reported: the caller reads the record).
-    let record = options.record.as_ref().and_then(|record| {
+    let record = options.record.and_then(|record| {
         let time = EntryTime::now((options.take_time)());
         let succeeded: Vec<bool> = all.iter().flatten().map(Result::is_ok).collect();
         record(&succeeded, time)
     });
-    store_session(conn, options.claim.as_ref(), record.as_ref())?;
+    store_session(conn, options.claim, record.as_ref())?;
     conn.commit().await?;
     Ok(all)
 }

@@ -157,6 +157,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
                  CREATE TABLE tideway.session_statements (
                     key bytea NOT NULL, txn_number bigint NOT NULL, stmt_id integer NOT NULL,
                     body bytea NOT NULL, PRIMARY KEY (key, txn_number, stmt_id));
+                 ALTER TABLE tideway.collections DROP COLUMN version;
                  UPDATE tideway.meta SET value = 1 WHERE name = 'schema_version'",
             )
             .await
@@ -262,6 +263,7 @@ async fn a_version_2_database_is_upgraded_to_revision_blocks_that_continue_its_r
             .batch_execute(
                 "ALTER SEQUENCE tideway.revisions INCREMENT BY 1;
                  SELECT setval('tideway.revisions', 5000);
+                 ALTER TABLE tideway.collections DROP COLUMN version;
                  UPDATE tideway.meta SET value = 2 WHERE name = 'schema_version'",
             )
             .await

@@ -41,13 +41,13 @@
 //!   write itself was applied is unknown, as with a lost reply.
 
 pub mod catalog_doc;
+pub mod command_scope;
 pub mod conformance;
 pub mod entry_keys;
 mod hashed;
 pub mod indexkeys;
 pub mod oplog;
 pub mod redb_engine;
-pub mod round_trips;
 mod stored_doc;
 pub mod textkeys;
 mod typebits;
@@ -1011,6 +1011,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Records `now_ms` as a moment the server has reported (kept if later than what is recorded),
     /// as a background write: durable within a second.
     async fn record_time(&self, now_ms: i64) -> StorageResult<()>;
+    /// Whether the catalog the engine answered the running command from is still the
+    /// database's (`command_scope::Ran::unchecked`: an engine shared by several servers, whose
+    /// catalog others change, answers false when it is not, and the command runs again). An
+    /// engine no one else changes is always current.
+    async fn catalog_current(&self) -> StorageResult<bool> {
+        Ok(true)
+    }
     /// Collections of `db`, sorted by name.
     async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>>;
     async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>>;
