@@ -106,8 +106,11 @@ async fn run(
     });
     // The level when the command starts decides (mongod reads it as the command begins).
     let profile = state.profiler.settings_at_start(db);
-    let (result, round_trips) =
-        run_on_current_catalog(state, client, body, spec, db, &guard.op).await;
+    let rerunnable = !body.contains_key("autocommit") && !RUN_ONCE.contains(&spec.name);
+    let (result, round_trips) = run_on_current_catalog(state, rerunnable, || {
+        run_handler(state, client, body, spec, db, &guard.op)
+    })
+    .await;
     state.stats.round_trips.record(spec.name, round_trips);
     let finished = profile.map(|settings| crate::profiler::Finished {
         settings,
@@ -123,29 +126,26 @@ async fn run(
 /// (another node sharing the database changed it); the last attempt's answer stands.
 const CATALOG_RESTARTS: usize = 3;
 
-/// Runs the command (`run_handler`) in a command scope, again while the storage engine found
-/// the catalog it used stale before the command changed anything (`command_scope::Ran`): so a
-/// command sees every catalog change another node committed before it began. A statement of a
-/// multi-document transaction never runs again (its snapshot holds its own catalog). Also the
-/// round trips to the engine's database, every attempt's.
-async fn run_on_current_catalog(
+/// Commands that change the server's state before their first storage statement, so they never
+/// run again (`getMore` has taken its cursor out: it goes on with the plan it has).
+const RUN_ONCE: &[&str] = &["getMore"];
+
+/// Runs the command (`run`) in a command scope, again while the storage engine found the
+/// catalog it used stale before the command changed anything (`command_scope::Ran`): so a
+/// command sees every catalog change another node committed before it began. Only a
+/// `rerunnable` command runs again: not a statement of a multi-document transaction (its
+/// snapshot holds its own catalog), nor one of [`RUN_ONCE`]. Also the round trips to the
+/// engine's database, every attempt's.
+async fn run_on_current_catalog<F: std::future::Future<Output = CommandResult<Reply>>>(
     state: &Arc<ServerState>,
-    client: &Arc<ClientInfo>,
-    body: &Document,
-    spec: &'static CommandSpec,
-    db: &str,
-    op: &crate::ops::Op,
+    rerunnable: bool,
+    run: impl Fn() -> F,
 ) -> (CommandResult<Reply>, u64) {
     use tideway_storage::command_scope;
-    let in_transaction = body.contains_key("autocommit");
     let mut round_trips = 0;
     let mut attempt = 0;
     loop {
-        let ran = command_scope::run(
-            run_handler(state, client, body, spec, db, op),
-            !in_transaction,
-        )
-        .await;
+        let ran = command_scope::run(run(), rerunnable).await;
         round_trips += ran.round_trips;
         if attempt == CATALOG_RESTARTS {
             return (ran.output, round_trips);

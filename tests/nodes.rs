@@ -208,3 +208,33 @@ async fn inserts_racing_an_index_build_on_another_node_all_get_entries() {
         assert_eq!(write_error_code(duplicate), 11000, "sensor {sensor}");
     }
 }
+
+#[tokio::test]
+async fn a_cursor_goes_on_after_a_catalog_change_on_another_node() {
+    let Some((_first, second, on_first, on_second)) = two_nodes("logs").await else {
+        return;
+    };
+    on_second
+        .insert_many((0..5).map(|i| doc! {"_id": i}))
+        .await
+        .unwrap();
+    let db = second.client().database("app");
+    let opened = db
+        .run_command(doc! {"find": "logs", "batchSize": 2})
+        .await
+        .unwrap();
+    let cursor = opened.get_document("cursor").unwrap();
+    let id = cursor.get_i64("id").unwrap();
+    assert_eq!(cursor.get_array("firstBatch").unwrap().len(), 2);
+    // Any catalog change on the other node moves the database's catalog version.
+    on_first
+        .create_index(mongodb::IndexModel::builder().keys(doc! {"at": 1}).build())
+        .await
+        .unwrap();
+    let more = db
+        .run_command(doc! {"getMore": id, "collection": "logs"})
+        .await
+        .unwrap();
+    let next = more.get_document("cursor").unwrap();
+    assert_eq!(next.get_array("nextBatch").unwrap().len(), 3, "{more}");
+}

@@ -5,10 +5,11 @@
 //! Invariants: a write holds the DDL lock shared from reading the cached collection to its
 //! commit, and every catalog change holds it alone and forgets the cache, so a write always uses
 //! the catalog of this node's last catalog change; other nodes' changes are caught by the
-//! catalog guard in every write's transaction and by the check of the catalog version that goes
-//! with a command's first read (`command_scope`; docs/architecture.md, "Catalog"). The engine has no oplog (this mode presents
-//! itself as a router, without replica-set features): `oplog_appended` is never notified. The
-//! cluster time is the node's own, never going back (seeded from the database's time floor).
+//! catalog guard in every write's transaction and by the check of the catalog version that
+//! goes with a command's first read (`command_scope`; docs/architecture.md, "Catalog"). The
+//! engine has no oplog (this mode presents itself as a router, without replica-set features):
+//! `oplog_appended` is never notified. The cluster time is the node's own, never going back
+//! (seeded from the database's time floor).
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -33,7 +34,7 @@ use tideway_storage::{
 
 pub struct PgStorage {
     database: Arc<Database>,
-    /// Names this engine to the command scope (`command_scope::first_catalog_check`).
+    /// Names this engine to the command scope (`command_scope`).
     tag: EngineTag,
     clock: Arc<DatabaseClock>,
     collections: Collections,
@@ -134,20 +135,19 @@ impl PgStorage {
         }
     }
 
-    /// A connection for a read that depends on the cached catalog: the first of a command
-    /// whose catalog is unchecked has the check go with its statement ([`PgStorage::checked`]).
-    async fn data_conn(&self) -> StorageResult<Conn> {
+    /// Runs `read` on a connection shared by reads. The first read of a command whose cached
+    /// catalog is unchecked carries the check behind its statement: if it finds the cache
+    /// stale, the cache is forgotten and the command runs again (it has changed nothing: this
+    /// was its first statement).
+    async fn checked_read<T>(
+        &self,
+        read: impl AsyncFnOnce(&Conn) -> StorageResult<T>,
+    ) -> StorageResult<T> {
         let conn = Conn::shared(&self.database).await?;
         if command_scope::needs_check(self.tag) {
             conn.check_catalog_after_next();
         }
-        Ok(conn)
-    }
-
-    /// `result` of a read on `conn`, unless the catalog check that went with its statement
-    /// found the cache stale: then the cache is forgotten and the command is run again (it has
-    /// changed nothing: its first statement was this read).
-    fn checked<T>(&self, conn: &Conn, result: StorageResult<T>) -> StorageResult<T> {
+        let result = read(&conn).await;
         match conn.take_catalog_version() {
             None => result,
             Some(Err(error)) => Err(error),
@@ -283,13 +283,13 @@ impl PgStorage {
     /// committed alone.
     async fn write_without_collection(
         &self,
-        ops: usize,
+        count: usize,
         options: WriteOptions,
         claim: Option<SessionClaim>,
         record: Option<RecordSession>,
     ) -> StorageResult<Vec<StorageResult<WriteOutcome>>> {
         let mut outcomes = Vec::new();
-        for _ in 0..ops {
+        for _ in 0..count {
             outcomes.push(Err(StorageError::WriteConflict));
             if options.ordered {
                 break;
@@ -480,18 +480,16 @@ impl Storage for PgStorage {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(None);
         };
-        let conn = self.data_conn().await?;
-        let result = read::get(&conn, &collection, id).await;
-        self.checked(&conn, result)
+        self.checked_read(async |conn| read::get(conn, &collection, id).await)
+            .await
     }
 
     async fn scan(&self, ns: &Namespace, request: ScanRequest) -> StorageResult<ScanPage> {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(ScanPage::default());
         };
-        let conn = self.data_conn().await?;
-        let result = read::scan(&conn, &collection, request, false).await;
-        self.checked(&conn, result)
+        self.checked_read(async |conn| read::scan(conn, &collection, request, false).await)
+            .await
     }
 
     async fn expiry_scan(
@@ -505,9 +503,10 @@ impl Storage for PgStorage {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(ScanPage::default());
         };
-        let conn = self.data_conn().await?;
-        let result = read::expiry_scan(&conn, &collection, order, range, resume_after, limit).await;
-        self.checked(&conn, result)
+        self.checked_read(async |conn| {
+            read::expiry_scan(conn, &collection, order, range, resume_after, limit).await
+        })
+        .await
     }
 
     async fn count_entries(
@@ -518,18 +517,16 @@ impl Storage for PgStorage {
         let Some(collection) = self.cached(ns).await? else {
             return Ok(EntryCount::default());
         };
-        let conn = self.data_conn().await?;
-        let result = read::count_entries(&conn, &collection, &sources).await;
-        self.checked(&conn, result)
+        self.checked_read(async |conn| read::count_entries(conn, &collection, &sources).await)
+            .await
     }
 
     async fn stats(&self, ns: &Namespace) -> StorageResult<CollectionStats> {
         let Some(collection) = self.cached(ns).await? else {
             return Err(StorageError::NamespaceNotFound(ns.clone()));
         };
-        let conn = self.data_conn().await?;
-        let result = read::stats(&conn, &collection).await;
-        self.checked(&conn, result)
+        self.checked_read(async |conn| read::stats(conn, &collection).await)
+            .await
     }
 
     async fn write(
@@ -692,16 +689,17 @@ impl Storage for PgStorage {
     async fn reap(&self, ns: &Namespace, request: ReapRequest) -> StorageResult<ReapPage> {
         for _ in 0..STALE_ATTEMPTS {
             let Some(collection) = self.cached(ns).await? else {
-                break;
+                return Ok(ReapPage {
+                    deleted: 0,
+                    resume: None,
+                });
             };
             match self.database.reap(&collection, &request).await? {
                 Some(page) => return Ok(page),
                 None => self.collections.forget(),
             }
         }
-        Ok(ReapPage {
-            deleted: 0,
-            resume: None,
-        })
+        // The catalog kept changing: the pass stops here and the next one goes on.
+        Err(StorageError::WriteConflict)
     }
 }
