@@ -171,11 +171,21 @@ impl Collections {
     /// Records that the database's catalog version is `version`: everything cached is
     /// forgotten unless the cache was last found current at that same version. Whether it was.
     pub fn check(&self, version: i64) -> bool {
+        // Every command's first read asks: a current cache costs a shared lock only.
+        let current = |cached: &Cached| cached.checked_at == Some(version);
+        if current(
+            &self
+                .by_ns
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        ) {
+            return true;
+        }
         let mut cached = self
             .by_ns
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if cached.checked_at == Some(version) {
+        if current(&cached) {
             return true;
         }
         self.forget_locked(&mut cached);

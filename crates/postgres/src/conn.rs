@@ -180,9 +180,10 @@ impl Conn {
             statements.push(self.statement(deferred.sql).await?);
         }
         let asked = matches!(*self.catalog_check(), CatalogCheck::Asked);
-        let check = match asked {
-            true => Some(self.statement(CATALOG_VERSION).await?),
-            false => None,
+        let check = if asked {
+            Some(self.statement(CATALOG_VERSION).await?)
+        } else {
+            None
         };
         self.round_trip();
         let begin = async {

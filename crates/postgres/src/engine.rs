@@ -149,6 +149,8 @@ impl PgStorage {
         }
         let result = read(&conn).await;
         match conn.take_catalog_version() {
+            // A failed read is its own error, whatever the check found.
+            _ if result.is_err() => result,
             None => result,
             Some(Err(error)) => Err(error),
             Some(Ok(version)) if self.collections.check(version) => {
