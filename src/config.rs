@@ -124,6 +124,17 @@ pub struct Config {
     #[arg(long = "enableTestCommands", env = "TIDEWAY_ENABLE_TEST_COMMANDS")]
     pub enable_test_commands: bool,
 
+    /// Test only (needs test commands): this server reads its own system clock this many
+    /// milliseconds off. Over PostgreSQL expiry follows the database's clock regardless, which
+    /// is what a test started with it shows.
+    #[arg(
+        long = "testClockSkewMs",
+        value_name = "MS",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    pub test_clock_skew_ms: i64,
+
     /// Turn server-side JavaScript off (`$where`, `$function`, `$accumulator`, `mapReduce`), as
     /// mongod's `--noscripting` / `security.javascriptEnabled: false`.
     #[arg(long = "noscripting", env = "TIDEWAY_NOSCRIPTING")]
@@ -251,6 +262,7 @@ impl Config {
         }
         tls::check_settings(&config).map_err(LoadError::Inconsistent)?;
         check_storage_settings(&config).map_err(LoadError::Inconsistent)?;
+        check_test_options(&config).map_err(LoadError::Inconsistent)?;
         Ok(config)
     }
 
@@ -431,6 +443,22 @@ pub(crate) fn check_storage_settings(config: &Config) -> CommandResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Test-only options need test commands enabled (`--enableTestCommands`, or the parameter).
+fn check_test_options(config: &Config) -> CommandResult<()> {
+    if config.test_clock_skew_ms == 0 {
+        return Ok(());
+    }
+    let parameters =
+        crate::params::Parameters::at_startup(config.enable_test_commands, &config.set_parameter)?;
+    if parameters.test_commands_enabled() {
+        Ok(())
+    } else {
+        Err(CommandError::bad_value(
+            "--testClockSkewMs is a test option: it needs --enableTestCommands",
+        ))
+    }
 }
 
 /// `--pgPoolSize`: 1 to 10,000 connections.

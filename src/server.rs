@@ -63,6 +63,27 @@ impl Server {
         .await
     }
 
+    /// Over data several servers share: writes this server's heartbeat and reports the servers
+    /// found there, their reaper leases and the clock offset (the startup report). A failure is
+    /// logged, not fatal: the others then treat this server as gone and reap its collections.
+    async fn join_other_servers(&self) {
+        let address = match self.local_addrs().first() {
+            Some(addr) => format!("{}:{}", self.state.hostname, addr.port()),
+            None => format!("{}:{}", self.state.hostname, self.state.config.port),
+        };
+        match self.state.storage.join(&address).await {
+            Ok(None) => {}
+            Ok(Some(nodes)) => tracing::info!(
+                node = %nodes.get_str("thisNode").unwrap_or_default(),
+                clock_offset_ms = nodes.get_i64("clockOffsetMillis").unwrap_or_default(),
+                nodes = %bson::Bson::from(nodes.get_array("members").cloned().unwrap_or_default())
+                    .into_relaxed_extjson(),
+                "joined the servers on the database"
+            ),
+            Err(error) => tracing::warn!(%error, "cannot join the servers on the database"),
+        }
+    }
+
     pub fn state(&self) -> &Arc<ServerState> {
         &self.state
     }
@@ -80,6 +101,8 @@ impl Server {
             tracing::error!(%error, "cannot create the oplog (local.oplog.rs); not serving");
             return;
         }
+        // Before the TTL monitor's first pass takes leases under this server's id.
+        self.join_other_servers().await;
         let (stop_tx, stop_rx) = watch::channel(false);
         // Every connection task holds a sender; `recv` returns `None` once all have finished.
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
@@ -133,6 +156,9 @@ impl Server {
         if let Some(tls_reload) = tls_reload {
             let _ = tls_reload.await;
         }
+        if let Err(error) = self.state.storage.leave().await {
+            tracing::warn!(%error, "cannot leave the servers on the database");
+        }
         tracing::info!("shutdown complete");
     }
 }
@@ -161,8 +187,11 @@ async fn reap_idle_cursors(state: Arc<ServerState>, mut stop: watch::Receiver<bo
 const TIME_RECORD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The TTL monitor: a reaper pass every `ttlMonitorSleepSecs` while `ttlMonitorEnabled` (or at
-/// once when woken), until `stop` turns true.
+/// once when woken), until `stop` turns true, over the collections whose reaper lease this
+/// server holds (all of them unless servers share the data); while disabled it holds none.
 async fn run_ttl_monitor(state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    // Whether a pass may have taken leases since the monitor was last disabled.
+    let mut may_hold_leases = false;
     loop {
         let sleep = Duration::from_secs(state.params.ttl_monitor_sleep_secs());
         tokio::select! {
@@ -171,10 +200,22 @@ async fn run_ttl_monitor(state: Arc<ServerState>, mut stop: watch::Receiver<bool
             _ = tokio::time::sleep(sleep) => {}
         }
         if !state.params.ttl_monitor_enabled() {
+            // Another server on the same data takes this one's collections.
+            if may_hold_leases {
+                match state.storage.release_reaper_leases().await {
+                    Ok(()) => may_hold_leases = false,
+                    Err(error) => tracing::warn!(%error, "cannot release the reaper leases"),
+                }
+            }
             continue;
         }
+        may_hold_leases = true;
         let now_ms = state.clock.now_ms();
-        match state.reaper.run_once(state.storage.as_ref(), now_ms).await {
+        match state
+            .reaper
+            .run_leased(state.storage.as_ref(), now_ms)
+            .await
+        {
             Ok(0) => {}
             Ok(deleted) => tracing::debug!(deleted, "TTL pass"),
             Err(error) => tracing::warn!(%error, "TTL pass failed"),

@@ -256,7 +256,11 @@ pub async fn open_storage(config: &Config) -> StorageResult<Arc<dyn Storage>> {
 pub async fn open_storage_and_clock(
     config: &Config,
 ) -> StorageResult<(Arc<dyn Storage>, Arc<dyn Clock>)> {
-    let system_clock = || Arc::new(tideway_base::clock::SystemClock::default());
+    let system_clock = || {
+        Arc::new(tideway_base::clock::SystemClock::skewed(
+            config.test_clock_skew_ms,
+        ))
+    };
     match config.storage {
         StorageKind::Memory => Ok((
             Arc::new(RedbStorage::in_memory_with_rule(keeps_last_write_order)?),
@@ -277,6 +281,7 @@ pub async fn open_storage_and_clock(
                 uri,
                 config.pg_pool_size,
                 keeps_last_write_order,
+                config.test_clock_skew_ms,
             )
             .await?;
             let clock = storage.clock();

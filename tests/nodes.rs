@@ -238,3 +238,123 @@ async fn a_cursor_goes_on_after_a_catalog_change_on_another_node() {
     let next = more.get_document("cursor").unwrap();
     assert_eq!(next.get_array("nextBatch").unwrap().len(), 3, "{more}");
 }
+
+/// `serverStatus.postgres.nodes` of a node.
+async fn nodes_status(server: &TestServer) -> Document {
+    let status = server
+        .client()
+        .database("admin")
+        .run_command(doc! {"serverStatus": 1})
+        .await
+        .unwrap();
+    status
+        .get_document("postgres")
+        .and_then(|postgres| postgres.get_document("nodes"))
+        .unwrap_or_else(|_| panic!("serverStatus.postgres.nodes in {status:?}"))
+        .clone()
+}
+
+#[tokio::test]
+async fn server_status_names_every_node_on_the_database_and_the_clock_offset() {
+    let Some((first, second, _, _)) = two_nodes("unused").await else {
+        return;
+    };
+    let (on_first, on_second) = (nodes_status(&first).await, nodes_status(&second).await);
+    let first_id = on_first.get_str("thisNode").unwrap();
+    let second_id = on_second.get_str("thisNode").unwrap();
+    assert_ne!(first_id, second_id);
+    // The second joined after the first: its view from joining has both, live.
+    let members = on_second.get_array("members").unwrap();
+    for id in [first_id, second_id] {
+        let member = members
+            .iter()
+            .filter_map(|member| member.as_document())
+            .find(|member| member.get_str("id") == Ok(id))
+            .unwrap_or_else(|| panic!("{id} in {members:?}"));
+        assert_eq!(member.get_bool("live"), Ok(true), "{member:?}");
+        assert!(member.get_i64("clockOffsetMillis").is_ok(), "{member:?}");
+    }
+    // The database server runs on this machine: the offset is about 0.
+    let offset = on_second.get_i64("clockOffsetMillis").unwrap();
+    assert!(offset.abs() < 1_000, "{on_second:?}");
+}
+
+#[tokio::test]
+async fn a_node_whose_own_clock_reads_an_hour_off_judges_expiry_by_the_database() {
+    let Some(config) = common::postgres_config().await else {
+        return;
+    };
+    // Both nodes on the database's clock (as `tideway` runs them), one of them reading its
+    // own system clock an hour ahead.
+    let start = |config: tideway::Config| async move {
+        let (storage, clock) = tideway::state::open_storage_and_clock(&config)
+            .await
+            .unwrap();
+        TestServer::start_with_storage(config, clock, storage).await
+    };
+    let skewed = tideway::Config {
+        test_clock_skew_ms: 3_600_000,
+        enable_test_commands: true,
+        ..config.clone()
+    };
+    let (exact, ahead) = (start(config).await, start(skewed).await);
+    let on_exact = exact
+        .client()
+        .database("app")
+        .collection::<Document>("sessions");
+    let on_ahead = ahead
+        .client()
+        .database("app")
+        .collection::<Document>("sessions");
+    on_exact
+        .create_index(
+            mongodb::IndexModel::builder()
+                .keys(doc! {"_ts": 1})
+                .options(
+                    mongodb::options::IndexOptions::builder()
+                        .expire_after(std::time::Duration::from_secs(3_600))
+                        .build(),
+                )
+                .build(),
+        )
+        .await
+        .unwrap();
+    // Half an hour to live: by the database's clock alive, by the skewed node's own clock
+    // (an hour ahead) long expired. Written through either node, alive on both.
+    on_exact
+        .insert_one(doc! {"_id": "by-exact", "ttl": 1_800})
+        .await
+        .unwrap();
+    on_ahead
+        .insert_one(doc! {"_id": "by-ahead", "ttl": 1_800})
+        .await
+        .unwrap();
+    for (node, collection) in [("exact", &on_exact), ("ahead", &on_ahead)] {
+        let mut ids: Vec<String> = futures::TryStreamExt::try_collect::<Vec<Document>>(
+            collection.find(doc! {}).await.unwrap(),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|found| found.get_str("_id").unwrap().to_owned())
+        .collect();
+        ids.sort();
+        assert_eq!(ids, ["by-ahead", "by-exact"], "on the {node} node");
+    }
+    // Both report the database's time, not an hour apart.
+    let local_time = |server: &TestServer| {
+        let client = server.client();
+        async move {
+            client
+                .database("admin")
+                .run_command(doc! {"serverStatus": 1})
+                .await
+                .unwrap()
+                .get_datetime("localTime")
+                .unwrap()
+                .timestamp_millis()
+        }
+    };
+    let apart = local_time(&ahead).await - local_time(&exact).await;
+    assert!(apart.abs() < 60_000, "{apart} ms apart");
+}

@@ -251,12 +251,37 @@ fn ttl_section<'a>(status: &'a Document, namespace: &str) -> Option<&'a Document
 
 /// `serverStatus`, whole or (`with_ttl_section` false) without its per-collection `ttl`
 /// section, which the polls do not need and which tideway computes from the expired backlog.
-async fn server_status(target: &Target, with_ttl_section: bool) -> Result<Document, OpError> {
+/// With several hosts (nodes on one database, each reaping the collections it holds the lease
+/// of) `metrics.ttl.deletedDocuments` is the sum of every host's, each as it last answered
+/// (`member_deleted`, one per host).
+async fn server_status(
+    target: &Target,
+    with_ttl_section: bool,
+    member_deleted: &mut [i64],
+) -> Result<Document, OpError> {
     let mut command = doc! {"serverStatus": 1};
     if !with_ttl_section {
         command.insert("ttl", 0);
     }
-    match tokio::time::timeout(POLL_TIMEOUT, target.admin().run_command(command)).await {
+    let mut reply = run_status(target.admin(), command).await?;
+    let mut total = None;
+    for (admin, last_known) in target.member_admins().zip(member_deleted.iter_mut()) {
+        // A host that does not answer (killed) counts what it last reported.
+        if let Ok(member) = run_status(admin, doc! {"serverStatus": 1, "ttl": 0}).await {
+            *last_known = deleted_documents(&member).unwrap_or(*last_known);
+        }
+        *total.get_or_insert(0) += *last_known;
+    }
+    if let (Some(total), Ok(metrics)) = (total, reply.get_document_mut("metrics")) {
+        if let Ok(ttl) = metrics.get_document_mut("ttl") {
+            ttl.insert("deletedDocuments", total);
+        }
+    }
+    Ok(reply)
+}
+
+async fn run_status(admin: mongodb::Database, command: Document) -> Result<Document, OpError> {
+    match tokio::time::timeout(POLL_TIMEOUT, admin.run_command(command)).await {
         Ok(Ok(reply)) => Ok(reply),
         Ok(Err(error)) => Err(error.into()),
         Err(_) => Err(OpError::new(
@@ -426,8 +451,9 @@ async fn run_one(
         )
     })?;
     let mut poll_errors = ErrorLog::default();
+    let mut member_deleted = vec![0; target.member_admins().count()];
     // Deletions so far, in case no poll happens before expiry (a load that ends late).
-    let pre_load_deleted = match server_status(target, false).await {
+    let pre_load_deleted = match server_status(target, false, &mut member_deleted).await {
         Ok(status) => deleted_documents(&status),
         Err(error) => {
             poll_errors.record(error);
@@ -541,7 +567,8 @@ async fn run_one(
             continue;
         }
         let sent = Instant::now();
-        let status = match server_status(target, churn.poll_ttl_section).await {
+        let status = match server_status(target, churn.poll_ttl_section, &mut member_deleted).await
+        {
             Ok(status) => status,
             Err(error) => {
                 poll_errors.record(error);
@@ -601,7 +628,7 @@ async fn run_one(
             }
         }
     }
-    let final_ttl_section = match server_status(target, true).await {
+    let final_ttl_section = match server_status(target, true, &mut member_deleted).await {
         Ok(status) => ttl_section(&status, &namespace).cloned(),
         Err(error) => {
             poll_errors.record(error);

@@ -18,6 +18,7 @@
 //! every error path) and talks only to 127.0.0.1.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::fmt;
 use std::future::IntoFuture;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -59,7 +60,7 @@ const INSERT_ONE_BELOW: u64 = 55;
 const INC_BELOW: u64 = 95;
 const BATCH_DOCS: std::ops::RangeInclusive<u64> = 2..=8;
 /// BSON bytes of an insert document besides its pad (so that documents are about `--doc-bytes`).
-const DOC_OVERHEAD: usize = 70;
+pub(crate) const DOC_OVERHEAD: usize = 70;
 /// Lost or unexpected documents listed by name in the report.
 const EXAMPLES: usize = 5;
 
@@ -88,7 +89,7 @@ pub struct CrashLoopSettings {
 /// `_id` of an inserted document: `"<cycle>-<writer>-<seq>"`, `seq` counting the writer's
 /// inserted documents within the cycle from 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct InsertId {
+pub(crate) struct InsertId {
     cycle: u32,
     writer: u32,
     seq: u64,
@@ -133,7 +134,7 @@ struct CounterTally {
 
 /// What the writers were told, over all cycles so far.
 #[derive(Debug, Default)]
-struct Ledger {
+pub(crate) struct Ledger {
     /// Every acknowledged insert: each must be found after every restart.
     acknowledged: Vec<InsertId>,
     /// Per (cycle, writer): inserts sent, i.e. sequence numbers `0..n` were used.
@@ -143,14 +144,14 @@ struct Ledger {
 }
 
 impl Ledger {
-    fn new(writers: u32) -> Self {
+    pub(crate) fn new(writers: u32) -> Self {
         Ledger {
             counters: vec![CounterTally::default(); writers as usize],
             ..Ledger::default()
         }
     }
 
-    fn record(&mut self, cycle: u32, trace: &WriterTrace) {
+    pub(crate) fn record(&mut self, cycle: u32, trace: &WriterTrace) {
         let writer = trace.writer;
         self.acknowledged
             .extend(
@@ -172,7 +173,7 @@ impl Ledger {
     }
 
     /// Compares what a scan found after a restart with what was acknowledged and sent.
-    fn check(&self, found: &Found) -> Check {
+    pub(crate) fn check(&self, found: &Found) -> Check {
         let lost: Vec<InsertId> = self
             .acknowledged
             .iter()
@@ -227,7 +228,7 @@ impl Ledger {
 
 /// What one scan of the collection found.
 #[derive(Debug, Default)]
-struct Found {
+pub(crate) struct Found {
     inserts: HashSet<InsertId>,
     /// Counter `n` by writer.
     counters: HashMap<u32, i64>,
@@ -284,50 +285,50 @@ impl Found {
 
 /// The result of one check after a restart.
 #[derive(Debug, Default)]
-struct Check {
+pub(crate) struct Check {
     /// Insert documents found.
-    inserts_found: usize,
+    pub(crate) inserts_found: usize,
     /// Acknowledged inserts that are missing.
-    lost: Vec<InsertId>,
+    pub(crate) lost: Vec<InsertId>,
     /// Inserts sent without an acknowledgement that were applied anyway.
-    unacknowledged_found: usize,
+    pub(crate) unacknowledged_found: usize,
     /// Acknowledged `$inc`s missing from the counters (sum of the shortfalls).
-    lost_incs: u64,
+    pub(crate) lost_incs: u64,
     /// Counters outside acknowledged ≤ n ≤ sent.
-    counter_violations: Vec<String>,
+    pub(crate) counter_violations: Vec<String>,
     /// Documents that were never sent, or not as they were sent.
-    phantom: Vec<String>,
+    pub(crate) phantom: Vec<String>,
 }
 
 /// One writer's cycle.
 #[derive(Debug, Default)]
-struct WriterTrace {
-    writer: u32,
+pub(crate) struct WriterTrace {
+    pub(crate) writer: u32,
     /// Sequence numbers of its acknowledged inserts.
-    acknowledged_seqs: Vec<u64>,
+    pub(crate) acknowledged_seqs: Vec<u64>,
     /// Documents sent for insertion (the next sequence number).
-    inserts_sent: u64,
-    incs_acknowledged: u64,
-    incs_sent: u64,
+    pub(crate) inserts_sent: u64,
+    pub(crate) incs_acknowledged: u64,
+    pub(crate) incs_sent: u64,
     /// Operations sent while the server was up that failed once it was killed.
-    in_flight_at_kill: u64,
+    pub(crate) in_flight_at_kill: u64,
     /// Errors before the kill: none are expected.
-    errors_while_up: ErrorLog,
-    errors_after_kill: ErrorLog,
+    pub(crate) errors_while_up: ErrorLog,
+    pub(crate) errors_after_kill: ErrorLog,
 }
 
 /// Everything one writer task needs.
-struct Writer {
-    collection: Collection<Document>,
-    cycle: u32,
-    writer: u32,
-    rng: SplitMix64,
-    pad_len: usize,
-    op_timeout: Duration,
+pub(crate) struct Writer {
+    pub(crate) collection: Collection<Document>,
+    pub(crate) cycle: u32,
+    pub(crate) writer: u32,
+    pub(crate) rng: SplitMix64,
+    pub(crate) pad_len: usize,
+    pub(crate) op_timeout: Duration,
     /// Set just before the server is killed.
-    killed: Arc<AtomicBool>,
+    pub(crate) killed: Arc<AtomicBool>,
     /// Set once the server is dead and reaped: finish the current operation and return.
-    stop: Arc<AtomicBool>,
+    pub(crate) stop: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -346,7 +347,7 @@ impl Writer {
         }
     }
 
-    async fn run(mut self) -> WriterTrace {
+    pub(crate) async fn run(mut self) -> WriterTrace {
         let mut trace = WriterTrace {
             writer: self.writer,
             ..WriterTrace::default()
@@ -437,7 +438,7 @@ fn timeout_error(limit: Duration) -> OpError {
 }
 
 /// Runs a driver operation with a time limit.
-async fn timed<T, F>(limit: Duration, operation: F) -> Result<T, OpError>
+pub(crate) async fn timed<T, F>(limit: Duration, operation: F) -> Result<T, OpError>
 where
     F: IntoFuture<Output = mongodb::error::Result<T>>,
 {
@@ -448,35 +449,38 @@ where
 }
 
 /// A started server process, killed and reaped when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Server {
     /// Starts the server on a free port and waits until it accepts TCP; returns it and the
     /// time from spawning to the first accepted connection.
-    async fn start(
-        settings: &CrashLoopSettings,
-        dbpath: &Path,
+    /// The server is `bin --port P args…`; its standard error goes to ours with
+    /// `show_stderr`, nowhere otherwise.
+    pub(crate) async fn start(
+        bin: &Path,
+        args: &[OsString],
+        show_stderr: bool,
     ) -> Result<(Server, Duration), String> {
         let mut attempt = 1;
         loop {
             let port = free_port()?;
             let began = Instant::now();
-            let child = Command::new(&settings.server_bin)
+            let child = Command::new(bin)
                 .arg("--port")
                 .arg(port.to_string())
-                .arg("--dbpath")
-                .arg(dbpath)
-                .args(&settings.server_args)
+                .args(args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(if show_stderr {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                })
                 .spawn()
-                .map_err(|error| {
-                    format!("cannot start {}: {error}", settings.server_bin.display())
-                })?;
+                .map_err(|error| format!("cannot start {}: {error}", bin.display()))?;
             let mut server = Server { child, port };
             match server.wait_ready(began + STARTUP_TIMEOUT).await {
                 Ok(()) => return Ok((server, began.elapsed())),
@@ -521,12 +525,12 @@ impl Server {
     }
 
     /// The exit status, if the process has exited.
-    fn exited(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
     /// Sends SIGKILL (`Child::kill` on Unix); the process dies asynchronously.
-    fn signal_kill(&mut self) -> Result<(), String> {
+    pub(crate) fn signal_kill(&mut self) -> Result<(), String> {
         let pid = self.child.id();
         self.child
             .kill()
@@ -534,7 +538,7 @@ impl Server {
     }
 
     /// Waits for the process to end (after which its `--dbpath` lock is free).
-    fn reap(&mut self) -> Result<(), String> {
+    pub(crate) fn reap(&mut self) -> Result<(), String> {
         let pid = self.child.id();
         self.child
             .wait()
@@ -584,7 +588,10 @@ async fn connect(port: u16, writers: u32) -> Result<Client, String> {
 }
 
 /// Reads the whole collection.
-async fn scan(collection: &Collection<RawDocumentBuf>, pad_len: usize) -> Result<Found, String> {
+pub(crate) async fn scan(
+    collection: &Collection<RawDocumentBuf>,
+    pad_len: usize,
+) -> Result<Found, String> {
     let failed = |error: DriverError| format!("scanning {CRASH_COLLECTION} failed: {error}");
     let mut cursor = collection
         .find(doc! {})
@@ -600,19 +607,19 @@ async fn scan(collection: &Collection<RawDocumentBuf>, pad_len: usize) -> Result
 
 /// One cycle's writes.
 #[derive(Debug, Default)]
-struct CycleWrites {
-    run: Duration,
-    inserts_acknowledged: u64,
-    inserts_unacknowledged: u64,
-    incs_acknowledged: u64,
-    incs_unacknowledged: u64,
-    in_flight_at_kill: u64,
-    errors_while_up: ErrorLog,
-    errors_after_kill: ErrorLog,
+pub(crate) struct CycleWrites {
+    pub(crate) run: Duration,
+    pub(crate) inserts_acknowledged: u64,
+    pub(crate) inserts_unacknowledged: u64,
+    pub(crate) incs_acknowledged: u64,
+    pub(crate) incs_unacknowledged: u64,
+    pub(crate) in_flight_at_kill: u64,
+    pub(crate) errors_while_up: ErrorLog,
+    pub(crate) errors_after_kill: ErrorLog,
 }
 
 impl CycleWrites {
-    fn add(&mut self, trace: &WriterTrace) {
+    pub(crate) fn add(&mut self, trace: &WriterTrace) {
         let acknowledged = trace.acknowledged_seqs.len() as u64;
         self.inserts_acknowledged += acknowledged;
         self.inserts_unacknowledged += trace.inserts_sent - acknowledged;
@@ -724,7 +731,9 @@ struct Restarted {
 }
 
 async fn restart(settings: &CrashLoopSettings, dbpath: &Path) -> Result<Restarted, String> {
-    let (server, start) = Server::start(settings, dbpath).await?;
+    let mut args = vec![OsString::from("--dbpath"), dbpath.into()];
+    args.extend(settings.server_args.iter().map(OsString::from));
+    let (server, start) = Server::start(&settings.server_bin, &args, false).await?;
     let client = connect(server.port, settings.writers).await?;
     Ok(Restarted {
         server,
@@ -817,7 +826,7 @@ async fn run_cycles(
             let elapsed = checking.elapsed();
             totals.check_ms.push(elapsed.as_millis() as u64);
             totals.add_check(&check);
-            report_check(cycle, &check);
+            report_check(&format!("check at the start of cycle {cycle}"), &check);
             Some((check, elapsed))
         };
         let writes = if last {
@@ -877,6 +886,71 @@ async fn run_cycles(
     }
 }
 
+/// `writers` writer tasks of one cycle, stopped together.
+pub(crate) struct WriterGroup {
+    tasks: JoinSet<WriterTrace>,
+    /// Set just before the server is killed.
+    pub(crate) killed: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl WriterGroup {
+    /// Starts the writers of `cycle` (writer `w` draws from `seed` and its cycle and number).
+    pub(crate) fn spawn(
+        collection: &Collection<Document>,
+        cycle: u32,
+        writers: u32,
+        seed: u64,
+        pad_len: usize,
+        op_timeout: Duration,
+    ) -> WriterGroup {
+        let killed = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = JoinSet::new();
+        for writer in 0..writers {
+            tasks.spawn(
+                Writer {
+                    collection: collection.clone(),
+                    cycle,
+                    writer,
+                    rng: SplitMix64::new(seed, (u64::from(cycle) << 32) | u64::from(writer)),
+                    pad_len,
+                    op_timeout,
+                    killed: Arc::clone(&killed),
+                    stop: Arc::clone(&stop),
+                }
+                .run(),
+            );
+        }
+        WriterGroup {
+            tasks,
+            killed,
+            stop,
+        }
+    }
+
+    /// Stops the writers (each finishes its current operation) and records what they did.
+    pub(crate) async fn finish(
+        mut self,
+        cycle: u32,
+        ledger: &mut Ledger,
+    ) -> Result<CycleWrites, String> {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut writes = CycleWrites::default();
+        let mut failure = None;
+        while let Some(joined) = self.tasks.join_next().await {
+            match joined {
+                Ok(trace) => {
+                    ledger.record(cycle, &trace);
+                    writes.add(&trace);
+                }
+                Err(error) => failure = Some(format!("a writer task failed: {error}")),
+            }
+        }
+        failure.map_or(Ok(writes), Err)
+    }
+}
+
 /// Writes for `run_ms`, kills the server mid-write, reaps it and collects the writers. Also
 /// returns the server's exit status if it had exited before the kill.
 async fn write_and_kill(
@@ -888,59 +962,32 @@ async fn write_and_kill(
     run_ms: u64,
     ledger: &mut Ledger,
 ) -> Result<(CycleWrites, Option<ExitStatus>), String> {
-    let killed = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = JoinSet::new();
     let writing = Instant::now();
-    for writer in 0..settings.writers {
-        tasks.spawn(
-            Writer {
-                collection: collection.clone(),
-                cycle,
-                writer,
-                rng: SplitMix64::new(settings.seed, (u64::from(cycle) << 32) | u64::from(writer)),
-                pad_len,
-                op_timeout: settings.op_timeout,
-                killed: Arc::clone(&killed),
-                stop: Arc::clone(&stop),
-            }
-            .run(),
-        );
-    }
+    let group = WriterGroup::spawn(
+        collection,
+        cycle,
+        settings.writers,
+        settings.seed,
+        pad_len,
+        settings.op_timeout,
+    );
     tokio::time::sleep(Duration::from_millis(run_ms)).await;
     let self_exit = server.exited();
-    killed.store(true, Ordering::SeqCst);
+    group.killed.store(true, Ordering::SeqCst);
     let signalled = server.signal_kill();
     let run = writing.elapsed();
     // Operations in flight now fail (the connection dies); none start after this (a new one
     // would wait out server selection against a dead port).
-    stop.store(true, Ordering::SeqCst);
-    let mut writes = CycleWrites {
-        run,
-        ..CycleWrites::default()
-    };
-    let mut failure = signalled.err();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(trace) => {
-                ledger.record(cycle, &trace);
-                writes.add(&trace);
-            }
-            Err(error) => failure = Some(format!("a writer task failed: {error}")),
-        }
-    }
-    if let Err(message) = server.reap() {
-        failure.get_or_insert(message);
-    }
-    match failure {
-        Some(message) => Err(message),
-        None => Ok((writes, self_exit)),
-    }
+    let finished = group.finish(cycle, ledger).await;
+    let reaped = server.reap();
+    signalled?;
+    reaped?;
+    let writes = finished?;
+    Ok((CycleWrites { run, ..writes }, self_exit))
 }
 
 /// Details of a failed check, on stderr.
-fn report_check(cycle: u32, check: &Check) {
-    let context = format!("check at the start of cycle {cycle}");
+pub(crate) fn report_check(context: &str, check: &Check) {
     if !check.lost.is_empty() {
         let mut lost = check.lost.clone();
         lost.sort();

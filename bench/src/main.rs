@@ -9,7 +9,9 @@
 //! `ttl_churn` loads documents that expire together and measures the reaper (visible count
 //! after expiry, time to delete them all, deletions/s) and its effect on foreground clients.
 //! `--crash-loop` starts a server binary itself, SIGKILLs it mid-write cycle after cycle and
-//! checks after every restart that no acknowledged write was lost (`crashloop.rs`).
+//! checks after every restart that no acknowledged write was lost (`crashloop.rs`);
+//! `--node-kill` does the same with three nodes on one PostgreSQL database, killing one of them
+//! mid-run, and checks the reaper lease and the one clock for expiry too (`nodekill.rs`).
 //! The query planner workloads (`find_id_events`, `range_10`, `newest_5`, `or_2`; `events.rs`)
 //! and `insert_indexed` are timed like the others and also reported relative to their baseline
 //! (`relative.rs`); `--index-build` times building one index on a loaded collection
@@ -30,6 +32,7 @@ mod crashloop;
 mod dataset;
 mod events;
 mod index_build;
+mod nodekill;
 mod pki;
 mod relative;
 mod report;
@@ -197,6 +200,21 @@ struct Cli {
     #[arg(long)]
     crash_loop: bool,
 
+    /// Node-kill mode instead of the workloads (issue 27): three nodes of --server-bin on the
+    /// PostgreSQL database --pg-uri, --writers tasks and a TTL writer through all three, SIGKILL
+    /// of one mid-run; checks that no acknowledged write is lost, that the reaper lease moves
+    /// and that expiry follows the database's clock (nodekill.rs). Exits 1 on a failed check.
+    #[arg(long)]
+    node_kill: bool,
+
+    /// --node-kill: the database the nodes share (it is the nodes' --pgUri).
+    #[arg(long, value_name = "URI")]
+    pg_uri: Option<String>,
+
+    /// --node-kill: writing time in all, in seconds; the kill comes halfway.
+    #[arg(long, default_value_t = 8.0)]
+    node_kill_secs: f64,
+
     /// --crash-loop: the server binary, started as `BIN --port P --dbpath DIR`.
     #[arg(long, value_name = "BIN")]
     server_bin: Option<PathBuf>,
@@ -354,6 +372,9 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), String> {
     if let Some(dir) = &cli.make_test_pki {
         return make_test_pki(dir);
+    }
+    if cli.node_kill {
+        return run_node_kill(cli).await;
     }
     if cli.crash_loop {
         return run_crash_loop(cli).await;
@@ -609,11 +630,7 @@ async fn run_crash_loop(cli: Cli) -> Result<(), String> {
     }
     let settings = crashloop::CrashLoopSettings {
         server_bin,
-        server_args: cli
-            .server_args
-            .split_whitespace()
-            .map(str::to_string)
-            .collect(),
+        server_args: server_args(&cli.server_args),
         dbpath: cli.dbpath,
         cycles: cli.cycles,
         writers: cli.writers,
@@ -627,6 +644,34 @@ async fn run_crash_loop(cli: Cli) -> Result<(), String> {
     let output = Output { json: cli.json };
     print_banner(output);
     crashloop::run(settings, output).await
+}
+
+/// `--server-args`, split at whitespace.
+fn server_args(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
+}
+
+async fn run_node_kill(cli: Cli) -> Result<(), String> {
+    let (Some(server_bin), Some(pg_uri)) = (cli.server_bin, cli.pg_uri) else {
+        return Err("--node-kill needs --server-bin and --pg-uri".into());
+    };
+    if cli.writers == 0 {
+        return Err("--writers must be at least 1".into());
+    }
+    let settings = nodekill::NodeKillSettings {
+        server_bin,
+        pg_uri,
+        server_args: server_args(&cli.server_args),
+        writers: cli.writers,
+        run: seconds("node-kill-secs", cli.node_kill_secs, false)?,
+        doc_bytes: cli.doc_bytes,
+        database: cli.db,
+        seed: cli.seed,
+        op_timeout: seconds("op-timeout-secs", cli.op_timeout_secs, false)?,
+    };
+    let output = Output { json: cli.json };
+    print_banner(output);
+    nodekill::run(settings, output).await
 }
 
 /// One timed run's result.

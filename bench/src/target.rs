@@ -24,6 +24,9 @@ pub struct Target {
     tcp_address: Option<(String, u16)>,
     /// The URI's `tlsCAFile`.
     tls_ca_file: Option<PathBuf>,
+    /// With several hosts (routers on one database): a direct client per host, for figures
+    /// each keeps for itself (`ttl_churn` adds up their reapers' deletions).
+    members: Vec<Client>,
 }
 
 impl Target {
@@ -35,6 +38,12 @@ impl Target {
     /// The `admin` database, for server-wide commands such as `serverStatus`.
     pub fn admin(&self) -> Database {
         self.client.database("admin")
+    }
+
+    /// The `admin` database of each host of a URI with several, each reached directly (empty
+    /// with one host: [`Target::admin`] is that host).
+    pub fn member_admins(&self) -> impl Iterator<Item = Database> + '_ {
+        self.members.iter().map(|client| client.database("admin"))
     }
 
     /// The options of the shared client (credentials, TLS, timeouts as the URI said).
@@ -163,6 +172,20 @@ pub async fn connect(
         .run_command(doc! {"ping": 1})
         .await
         .map_err(|error| format!("{display_uri}: ping failed: {error}"))?;
+    let mut members = Vec::new();
+    if options.hosts.len() > 1 {
+        for host in &options.hosts {
+            let mut direct = options.clone();
+            direct.hosts = vec![host.clone()];
+            direct.direct_connection = Some(true);
+            direct.max_pool_size = Some(2);
+            // A host that is down is skipped quickly.
+            direct.server_selection_timeout = Some(Duration::from_millis(200));
+            members.push(
+                Client::with_options(direct).map_err(|error| format!("{display_uri}: {error}"))?,
+            );
+        }
+    }
     Ok(Target {
         label: name.map_or_else(|| default_label(index), str::to_string),
         display_uri,
@@ -171,6 +194,7 @@ pub async fn connect(
         database: database.to_string(),
         tcp_address,
         tls_ca_file,
+        members,
     })
 }
 

@@ -26,6 +26,15 @@ pub struct SystemClock {
     offset_ms: AtomicI64,
 }
 
+impl SystemClock {
+    /// The system clock read `skew_ms` off (a test option).
+    pub fn skewed(skew_ms: i64) -> SystemClock {
+        SystemClock {
+            offset_ms: AtomicI64::new(skew_ms),
+        }
+    }
+}
+
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         let since_epoch = SystemTime::now()

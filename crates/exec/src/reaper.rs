@@ -9,7 +9,8 @@
 //! (see `exec::Visibility`). Invariants: passes never overlap; deletes are background writes in
 //! bounded batches, yielding between batches so foreground requests keep priority (storage does
 //! the heavy reading at low CPU priority); `run_once(now)` is the whole pass, for tests and
-//! `runTtlPass`.
+//! `runTtlPass`; the monitor's `run_leased(now)` covers the collections whose reaper lease this
+//! server holds when several servers share one database.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -143,9 +144,35 @@ impl Reaper {
     /// One full pass over every collection with a TTL policy; the number of documents deleted.
     pub async fn run_once(&self, storage: &dyn Storage, now_ms: i64) -> StorageResult<u64> {
         let _exclusive = self.pass_lock.lock().await;
+        let collections = collections_with_policies(storage).await?;
+        self.pass(storage, collections, now_ms).await
+    }
+
+    /// The TTL monitor's pass: [`Reaper::run_once`] over the collections whose reaper lease
+    /// this server holds (`Storage::reaper_leases`: every collection, unless several servers
+    /// share the data).
+    pub async fn run_leased(&self, storage: &dyn Storage, now_ms: i64) -> StorageResult<u64> {
+        let _exclusive = self.pass_lock.lock().await;
+        let mut collections = collections_with_policies(storage).await?;
+        let namespaces = collections.iter().map(|meta| meta.ns.clone()).collect();
+        let leased: std::collections::HashSet<Namespace> = storage
+            .reaper_leases(namespaces)
+            .await?
+            .into_iter()
+            .collect();
+        collections.retain(|meta| leased.contains(&meta.ns));
+        self.pass(storage, collections, now_ms).await
+    }
+
+    async fn pass(
+        &self,
+        storage: &dyn Storage,
+        collections: Vec<CollectionMeta>,
+        now_ms: i64,
+    ) -> StorageResult<u64> {
         self.metrics.passes.fetch_add(1, Ordering::Relaxed);
         let mut deleted = 0;
-        for meta in collections_with_policies(storage).await? {
+        for meta in collections {
             let policies = Arc::new(TtlPolicies::from_meta(&meta));
             let started = Instant::now();
             deleted += self

@@ -633,13 +633,12 @@ async fn remove_collections(conn: &Conn, db: &str, coll: Option<&str>) -> Storag
     if collection_ids.is_empty() {
         return Ok(0);
     }
-    storage(
-        conn.execute(
-            "DELETE FROM tideway.documents WHERE coll_id = ANY($1)",
-            &[&collection_ids],
-        )
-        .await,
-    )?;
+    for sql in [
+        "DELETE FROM tideway.documents WHERE coll_id = ANY($1)",
+        "DELETE FROM tideway.reaper_leases WHERE coll_id = ANY($1)",
+    ] {
+        storage(conn.execute(sql, &[&collection_ids]).await)?;
+    }
     delete_index_entries(conn, &index_ids).await?;
     Ok(removed.len() as u64)
 }

@@ -26,6 +26,8 @@ pub const CLOCK_REFRESH: Duration = Duration::from_secs(10);
 /// when a new measurement is lower.
 #[derive(Debug, Default)]
 pub struct DatabaseClock {
+    /// How far this node's clock is made to read off (`--testClockSkewMs`, test only).
+    node_skew_ms: i64,
     offset_ms: AtomicI64,
     advance_ms: AtomicI64,
     /// Set when `advance_ms` could not be stored (retried at the next refresh).
@@ -35,8 +37,15 @@ pub struct DatabaseClock {
 impl DatabaseClock {
     /// Measures the database's clock and reads the shared advance once, then keeps both fresh
     /// every [`CLOCK_REFRESH`] on a task that ends with the database.
-    pub async fn start(database: &Arc<Database>) -> StorageResult<Arc<DatabaseClock>> {
-        let clock = Arc::new(DatabaseClock::default());
+    /// `node_skew_ms` moves this node's own clock (a test shows that it does not matter).
+    pub async fn start(
+        database: &Arc<Database>,
+        node_skew_ms: i64,
+    ) -> StorageResult<Arc<DatabaseClock>> {
+        let clock = Arc::new(DatabaseClock {
+            node_skew_ms,
+            ..DatabaseClock::default()
+        });
         clock.refresh(database).await?;
         let (weak_clock, weak_database) = (Arc::downgrade(&clock), Arc::downgrade(database));
         tokio::spawn(async move { keep_fresh(weak_clock, weak_database).await });
@@ -44,7 +53,7 @@ impl DatabaseClock {
     }
 
     async fn refresh(&self, database: &Database) -> StorageResult<()> {
-        let sample = database.measure_clock().await?;
+        let sample = database.measure_clock(self.node_skew_ms).await?;
         self.offset_ms.store(sample.offset_ms, Ordering::SeqCst);
         let unsaved = self.unsaved_advance_ms.swap(0, Ordering::SeqCst);
         let shared = match database.advance_clock(unsaved).await {
@@ -56,6 +65,11 @@ impl DatabaseClock {
         };
         self.advance_ms.fetch_max(shared, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// The database server's clock minus this node's, as last measured.
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::SeqCst)
     }
 }
 
@@ -73,7 +87,7 @@ async fn keep_fresh(clock: Weak<DatabaseClock>, database: Weak<Database>) {
 
 impl Clock for DatabaseClock {
     fn now_ms(&self) -> i64 {
-        node_now_ms()
+        node_now_ms(self.node_skew_ms)
             + self.offset_ms.load(Ordering::SeqCst)
             + self.advance_ms.load(Ordering::SeqCst)
     }
@@ -102,10 +116,11 @@ pub struct ClockSample {
 }
 
 impl Database {
-    /// Measures the database server's clock against this node's with one round trip.
-    pub async fn measure_clock(&self) -> StorageResult<ClockSample> {
+    /// Measures the database server's clock against this node's (read `node_skew_ms` off)
+    /// with one round trip.
+    pub async fn measure_clock(&self, node_skew_ms: i64) -> StorageResult<ClockSample> {
         let client = self.client().await?;
-        let sent = node_now_ms();
+        let sent = node_now_ms(node_skew_ms);
         let server_ms: i64 = client
             .query_one(SERVER_TIME_MS, &[])
             .await
@@ -114,7 +129,7 @@ impl Database {
                     .error("cannot read the database server's time", error)
             })?
             .get(0);
-        let received = node_now_ms();
+        let received = node_now_ms(node_skew_ms);
         Ok(ClockSample {
             offset_ms: server_ms - (sent + received) / 2,
             round_trip_ms: received - sent,
@@ -185,9 +200,10 @@ impl Database {
     }
 }
 
-/// This node's wall clock in ms since the epoch.
-fn node_now_ms() -> i64 {
+/// This node's wall clock in ms since the epoch, read `skew_ms` off.
+fn node_now_ms(skew_ms: i64) -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
+        + skew_ms
 }

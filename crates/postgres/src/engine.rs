@@ -21,6 +21,7 @@ use tokio::sync::{Notify, RwLock};
 use crate::clock::DatabaseClock;
 use crate::collection::{Collection, Collections};
 use crate::conn::{Conn, Failure};
+use crate::nodes::Presence;
 use crate::snapshot::PgSnapshot;
 use crate::write::{BatchOptions, Group, Prepared};
 use crate::{read, Database};
@@ -37,6 +38,8 @@ pub struct PgStorage {
     /// Names this engine to the command scope (`command_scope`).
     tag: EngineTag,
     clock: Arc<DatabaseClock>,
+    /// This node among the nodes on the database: heartbeat and reaper leases.
+    presence: Presence,
     collections: Collections,
     /// Shared by writes, held alone by catalog changes (see the module invariants).
     ddl: RwLock<()>,
@@ -58,21 +61,23 @@ impl PgStorage {
     /// Connects to `uri` with a pool of `pool_size` connections, creating or checking the
     /// schema (see [`Database::connect`]).
     pub async fn open(uri: &str, pool_size: usize) -> StorageResult<PgStorage> {
-        PgStorage::open_with_rule(uri, pool_size, tideway_storage::every_collection).await
+        PgStorage::open_with_rule(uri, pool_size, tideway_storage::every_collection, 0).await
     }
 
     /// [`PgStorage::open`] keeping the `LastWrite` order only for the collections `rule`
     /// selects (the server's: those with a default TTL); every collection is brought in line
-    /// with it first.
+    /// with it first. `node_skew_ms` makes this node's own clock read that far off (a test
+    /// option: expiry follows the database's clock whatever the node's reads).
     pub async fn open_with_rule(
         uri: &str,
         pool_size: usize,
         rule: LastWriteRule,
+        node_skew_ms: i64,
     ) -> StorageResult<PgStorage> {
         let mut database = Database::connect(uri, pool_size).await?;
         database.use_last_write_rule(rule).await?;
         let database = Arc::new(database);
-        let clock = DatabaseClock::start(&database).await?;
+        let clock = DatabaseClock::start(&database, node_skew_ms).await?;
         let time_high_water_ms = database.time_floor().await?.unwrap_or(0);
         let collections = Collections::default();
         collections.check(database.catalog_version().await?);
@@ -81,6 +86,7 @@ impl PgStorage {
             database,
             tag: EngineTag::unique(),
             clock,
+            presence: Presence::new(),
             collections,
             ddl: RwLock::new(()),
             time_high_water_ms,
@@ -366,7 +372,11 @@ impl Storage for PgStorage {
     }
 
     fn status(&self) -> Option<(&'static str, Document)> {
-        Some(("postgres", self.database.status()))
+        let mut status = self.database.status();
+        if let Some(nodes) = self.presence.status(&self.clock) {
+            status.insert("nodes", nodes);
+        }
+        Some(("postgres", status))
     }
 
     async fn list_databases(&self) -> StorageResult<Vec<(String, u64)>> {
@@ -407,6 +417,36 @@ impl Storage for PgStorage {
         Ok(self
             .collections
             .check(self.database.catalog_version().await?))
+    }
+
+    async fn join(&self, address: &str) -> StorageResult<Option<Document>> {
+        self.presence
+            .join(&self.database, &self.clock, address)
+            .await?;
+        Ok(self.presence.status(&self.clock))
+    }
+
+    async fn leave(&self) -> StorageResult<()> {
+        self.presence.leave(&self.database).await
+    }
+
+    async fn reaper_leases(&self, collections: Vec<Namespace>) -> StorageResult<Vec<Namespace>> {
+        let mut by_id = std::collections::HashMap::with_capacity(collections.len());
+        for ns in collections {
+            if let Some(collection) = self.cached(&ns).await? {
+                by_id.insert(collection.id, ns);
+            }
+        }
+        let ids: Vec<i64> = by_id.keys().copied().collect();
+        let held = self.presence.claim_leases(&self.database, &ids).await?;
+        Ok(held
+            .into_iter()
+            .filter_map(|id| by_id.remove(&id))
+            .collect())
+    }
+
+    async fn release_reaper_leases(&self) -> StorageResult<()> {
+        self.presence.release_leases(&self.database).await
     }
 
     async fn record_time(&self, now_ms: i64) -> StorageResult<()> {

@@ -4,7 +4,8 @@
 //! creates and checks at startup (`schema`), the catalog (`catalog`, decoded by `collection`),
 //! the database's clock as the one clock for expiry (`clock`), document writes (`write`, with
 //! index entries in bulk from `entries` and rows from `records`), reads (`read`), TTL reaping
-//! (`reap`) and transactions' snapshots (`snapshot`), joined in `engine`.
+//! (`reap`) and transactions' snapshots (`snapshot`), joined in `engine`; the nodes sharing the
+//! database, with their heartbeats and reaper leases (`nodes`).
 //!
 //! Invariants (kept as the engine grows):
 //! - All state lives in the database (schema `tideway`): nothing a second node on the same
@@ -22,6 +23,7 @@ mod conn;
 mod engine;
 mod entries;
 mod group;
+mod nodes;
 mod read;
 mod reap;
 mod records;
@@ -41,6 +43,7 @@ use tideway_storage::{LastWriteRule, StorageResult};
 
 pub use clock::{ClockSample, DatabaseClock};
 pub use engine::PgStorage;
+pub use nodes::{HEARTBEAT, LIVE_FOR_MS};
 pub use target::{redact as redact_uri, uri_with_database, Target};
 
 /// How long a caller waits for a free pooled connection before an error (never forever: a

@@ -1,6 +1,6 @@
 //! tideway's tables in PostgreSQL (schema `tideway`), created and checked at startup.
 //!
-//! Layout of [`SCHEMA_VERSION`] 4 (each version's statements are in [`UPGRADES`]; a database of
+//! Layout of [`SCHEMA_VERSION`] 5 (each version's statements are in [`UPGRADES`]; a database of
 //! an older version is upgraded in place at startup, in one transaction). Keys are the redb engine's
 //! memcomparable encodings (`tideway_query::keycodec`) in `bytea` columns, whose B-tree order is
 //! bytewise, so bounds, collation keys and both expiry orders mean the same on both engines:
@@ -32,6 +32,9 @@
 //!   commit, replies in `bodies` in the order of `stmt_ids`. Version 1 had no `txn_number` (NULL after the upgrade: the first
 //!   claim then fails and the header decides, unless the upgrade found it from the statements)
 //!   and one `session_statements` row per statement.
+//! - `nodes (id → address, pid, started_ms, heartbeat_ms, clock_offset_ms)` and
+//!   `reaper_leases (coll_id → holder, since_ms)` (since version 5): the nodes on the database
+//!   with their heartbeats, and which node reaps which collection (`nodes.rs`).
 //!
 //! Invariant: a database holds either no `tideway.meta` row `schema_version` (never
 //! bootstrapped) or every table of that version. Must not: use what Citus, YugabyteDB or
@@ -43,10 +46,11 @@ use crate::{is_serialization_failure, Target};
 use tideway_storage::{StorageError, StorageResult};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The statements that bring version `n` to `n + 1`, at index `n` (version 0: no schema).
-const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] = [VERSION_1, VERSION_2, VERSION_3, VERSION_4];
+const UPGRADES: [&[&str]; SCHEMA_VERSION as usize] =
+    [VERSION_1, VERSION_2, VERSION_3, VERSION_4, VERSION_5];
 
 /// Concurrent bootstraps (several nodes starting together) conflict; each retries this often.
 const BOOTSTRAP_ATTEMPTS: usize = 5;
@@ -130,6 +134,21 @@ const VERSION_3: &[&str] = &["ALTER SEQUENCE tideway.revisions INCREMENT BY 1024
 /// Version 4: each collection row's version, for the catalog guard of writes on several nodes.
 const VERSION_4: &[&str] =
     &["ALTER TABLE tideway.collections ADD COLUMN version bigint NOT NULL DEFAULT 0"];
+
+/// Version 5: the nodes on the database and the reaper leases (`nodes.rs`).
+const VERSION_5: &[&str] = &[
+    "CREATE TABLE tideway.nodes (
+        id text PRIMARY KEY,
+        address text NOT NULL,
+        pid bigint NOT NULL,
+        started_ms bigint NOT NULL,
+        heartbeat_ms bigint NOT NULL,
+        clock_offset_ms bigint NOT NULL)",
+    "CREATE TABLE tideway.reaper_leases (
+        coll_id bigint PRIMARY KEY,
+        holder text NOT NULL,
+        since_ms bigint NOT NULL)",
+];
 
 /// Creates tideway's schema in an empty database, or checks that the one there is this build's.
 /// A newer version stops startup with a message saying which build can read it. Safe to run

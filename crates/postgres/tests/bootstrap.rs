@@ -60,6 +60,8 @@ async fn bootstrap_creates_the_schema_once_and_checks_it_after() {
             "documents",
             "index_entries",
             "meta",
+            "nodes",
+            "reaper_leases",
             "session_commits",
             "sessions",
             "unique_entries"
@@ -158,6 +160,7 @@ async fn a_version_1_database_is_upgraded_keeping_its_session_records() {
                     key bytea NOT NULL, txn_number bigint NOT NULL, stmt_id integer NOT NULL,
                     body bytea NOT NULL, PRIMARY KEY (key, txn_number, stmt_id));
                  ALTER TABLE tideway.collections DROP COLUMN version;
+                 DROP TABLE tideway.nodes, tideway.reaper_leases;
                  UPDATE tideway.meta SET value = 1 WHERE name = 'schema_version'",
             )
             .await
@@ -264,6 +267,7 @@ async fn a_version_2_database_is_upgraded_to_revision_blocks_that_continue_its_r
                 "ALTER SEQUENCE tideway.revisions INCREMENT BY 1;
                  SELECT setval('tideway.revisions', 5000);
                  ALTER TABLE tideway.collections DROP COLUMN version;
+                 DROP TABLE tideway.nodes, tideway.reaper_leases;
                  UPDATE tideway.meta SET value = 2 WHERE name = 'schema_version'",
             )
             .await

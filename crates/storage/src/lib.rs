@@ -1018,6 +1018,28 @@ pub trait Storage: Send + Sync + fmt::Debug {
     async fn catalog_current(&self) -> StorageResult<bool> {
         Ok(true)
     }
+
+    // ---- servers sharing the engine's data ----
+    /// Announces this server, listening on `address`, to the other servers on the same data
+    /// (a heartbeat until [`Storage::leave`]) and returns what it found there, for the startup
+    /// report; `None` on an engine one server owns.
+    async fn join(&self, _address: &str) -> StorageResult<Option<Document>> {
+        Ok(None)
+    }
+    /// Stops this server's heartbeat and gives up its reaper leases (at shutdown).
+    async fn leave(&self) -> StorageResult<()> {
+        Ok(())
+    }
+    /// Of `collections`, those whose expired documents this server's TTL monitor deletes: all
+    /// of them on an engine one server owns; on shared data, those whose reaper lease this
+    /// server holds or has just taken from a holder that is gone.
+    async fn reaper_leases(&self, collections: Vec<Namespace>) -> StorageResult<Vec<Namespace>> {
+        Ok(collections)
+    }
+    /// Gives up this server's reaper leases (its TTL monitor is off).
+    async fn release_reaper_leases(&self) -> StorageResult<()> {
+        Ok(())
+    }
     /// Collections of `db`, sorted by name.
     async fn list_collections(&self, db: &str) -> StorageResult<Vec<CollectionMeta>>;
     async fn collection(&self, ns: &Namespace) -> StorageResult<Option<CollectionMeta>>;
