@@ -2,12 +2,14 @@
 //! the reaper lease of each collection (`tideway.reaper_leases`), so that one node reaps a
 //! collection and a dead node's collections pass to a live one.
 //!
-//! Invariants: every time here is the database server's (`clock_timestamp()` inside the
+//! Invariants: every time here is the database server's (`statement_timestamp()` inside the
 //! statements), so no node's own clock decides liveness. A node is live while its heartbeat is
-//! younger than [`LIVE_FOR_MS`]. A lease passes to another node only from a holder that is not
-//! live, or that gave it up, and in one statement (`INSERT … ON CONFLICT DO UPDATE … WHERE`,
-//! which re-checks the row it conflicts with), so two live nodes never take one lease from each
-//! other. The lease divides work, it does not guard correctness: two nodes reaping one
+//! younger than [`LIVE_FOR_MS`]. A lease passes to another node only from a holder that was not
+//! live when the taker read the heartbeats, or that gave it up, through an upsert that
+//! re-checks the row it conflicts with (`INSERT … ON CONFLICT DO UPDATE … WHERE`), so a lease
+//! has one holder at a time and two live nodes never take one from each other. The SQL keeps
+//! to what Citus accepts on reference tables (no volatile functions, no reads of another table
+//! inside a modification). The lease divides work, it does not guard correctness: two nodes reaping one
 //! collection (for at most [`LIVE_FOR_MS`] after a holder stalls) delete each document once,
 //! because every delete re-checks the revision it judged.
 
@@ -30,8 +32,10 @@ pub const LIVE_FOR_MS: i64 = 6_000;
 /// The rows of nodes silent for this long are deleted by any live node's heartbeat.
 const FORGET_AFTER_MS: i64 = 3_600_000;
 
-/// The database server's time in ms since the epoch, inside a statement.
-const DATABASE_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+/// The database server's time in ms since the epoch at the start of the statement
+/// (`statement_timestamp()`: stable, so Citus accepts it in a modification, where it refuses
+/// the volatile `clock_timestamp()`).
+const DATABASE_NOW_MS: &str = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint";
 
 /// This node among the nodes on the database: its id (random, new at every start), whether it
 /// has joined (its heartbeat runs until it leaves), and the last view of every node.
@@ -96,32 +100,45 @@ impl Presence {
     }
 
     /// Of the collections `ids`, those whose reaper lease this node holds after taking every
-    /// lease nobody holds or whose holder is not live.
+    /// lease nobody holds or whose holder is not live (two statements: the live nodes, then the
+    /// leases; a holder that comes back to life between them finds its leases taken).
     pub(crate) async fn claim_leases(
         &self,
         database: &Database,
         ids: &[i64],
     ) -> StorageResult<Vec<i64>> {
         let client = database.client().await?;
+        let failed = |error| database.target().error("cannot take reaper leases", error);
+        // The live nodes first: a statement that modifies a Citus reference table cannot read
+        // another one inside its conflict clause.
+        let live: Vec<String> = client
+            .query(
+                &format!(
+                    "SELECT id FROM tideway.nodes WHERE heartbeat_ms > {DATABASE_NOW_MS} - $1"
+                ),
+                &[&LIVE_FOR_MS],
+            )
+            .await
+            .map_err(failed)?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
         let sql = format!(
-            "WITH now AS (SELECT {DATABASE_NOW_MS} AS ms),
-             taken AS (
+            "WITH taken AS (
                 INSERT INTO tideway.reaper_leases AS lease (coll_id, holder, since_ms)
-                SELECT id, $2, now.ms FROM unnest($1::bigint[]) AS id, now
+                SELECT id, $2, {DATABASE_NOW_MS} FROM unnest($1::bigint[]) AS id
                 ON CONFLICT (coll_id) DO UPDATE
                     SET holder = EXCLUDED.holder, since_ms = EXCLUDED.since_ms
-                    WHERE lease.holder <> EXCLUDED.holder AND NOT EXISTS (
-                        SELECT 1 FROM tideway.nodes node
-                        WHERE node.id = lease.holder AND node.heartbeat_ms > EXCLUDED.since_ms - $3)
+                    WHERE lease.holder <> EXCLUDED.holder AND lease.holder <> ALL($3::text[])
                 RETURNING coll_id)
              SELECT coll_id FROM taken
              UNION
              SELECT coll_id FROM tideway.reaper_leases WHERE holder = $2 AND coll_id = ANY($1)"
         );
         let rows = client
-            .query(&sql, &[&ids, &self.id, &LIVE_FOR_MS])
+            .query(&sql, &[&ids, &self.id, &live])
             .await
-            .map_err(|error| database.target().error("cannot take reaper leases", error))?;
+            .map_err(failed)?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
