@@ -567,6 +567,33 @@ mod tests {
         );
     }
 
+    // A test-only option is refused without test commands, and taken with either way of
+    // turning them on.
+    #[test]
+    fn the_clock_skew_needs_test_commands() {
+        match load(&["--testClockSkewMs", "3600000"]) {
+            Err(LoadError::Inconsistent(error)) => {
+                assert!(
+                    error.errmsg.contains("needs --enableTestCommands"),
+                    "{}",
+                    error.errmsg
+                )
+            }
+            other => panic!("loaded without test commands: {other:?}"),
+        }
+        let flag = load(&["--testClockSkewMs", "-3600000", "--enableTestCommands"]).unwrap();
+        assert_eq!(flag.test_clock_skew_ms, -3_600_000);
+        let parameter = load(&[
+            "--testClockSkewMs",
+            "5",
+            "--setParameter",
+            "enableTestCommands=1",
+        ])
+        .unwrap();
+        assert_eq!(parameter.test_clock_skew_ms, 5);
+        assert_eq!(load(&[]).unwrap().test_clock_skew_ms, 0);
+    }
+
     // `--storage postgres` needs `--pgUri`, is a router (no `--replSet`), and the URI comes
     // from the flag, the variable or `storage.postgres.uri`.
     #[test]
