@@ -239,14 +239,18 @@ async fn a_cursor_goes_on_after_a_catalog_change_on_another_node() {
     assert_eq!(next.get_array("nextBatch").unwrap().len(), 3, "{more}");
 }
 
-/// `serverStatus.postgres.nodes` of a node.
-async fn nodes_status(server: &TestServer) -> Document {
-    let status = server
+async fn server_status(server: &TestServer) -> Document {
+    server
         .client()
         .database("admin")
         .run_command(doc! {"serverStatus": 1})
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// `serverStatus.postgres.nodes` of a node.
+async fn nodes_status(server: &TestServer) -> Document {
+    let status = server_status(server).await;
     status
         .get_document("postgres")
         .and_then(|postgres| postgres.get_document("nodes"))
@@ -342,19 +346,8 @@ async fn a_node_whose_own_clock_reads_an_hour_off_judges_expiry_by_the_database(
         assert_eq!(ids, ["by-ahead", "by-exact"], "on the {node} node");
     }
     // Both report the database's time, not an hour apart.
-    let local_time = |server: &TestServer| {
-        let client = server.client();
-        async move {
-            client
-                .database("admin")
-                .run_command(doc! {"serverStatus": 1})
-                .await
-                .unwrap()
-                .get_datetime("localTime")
-                .unwrap()
-                .timestamp_millis()
-        }
-    };
-    let apart = local_time(&ahead).await - local_time(&exact).await;
+    let local_time =
+        |status: Document| status.get_datetime("localTime").unwrap().timestamp_millis();
+    let apart = local_time(server_status(&ahead).await) - local_time(server_status(&exact).await);
     assert!(apart.abs() < 60_000, "{apart} ms apart");
 }

@@ -232,7 +232,8 @@ fn as_i64(value: &Bson) -> Option<i64> {
     }
 }
 
-fn deleted_documents(status: &Document) -> Option<i64> {
+/// `metrics.ttl.deletedDocuments` of a `serverStatus` reply.
+pub(crate) fn deleted_documents(status: &Document) -> Option<i64> {
     let ttl = status
         .get_document("metrics")
         .ok()?
@@ -241,7 +242,8 @@ fn deleted_documents(status: &Document) -> Option<i64> {
     as_i64(ttl.get("deletedDocuments")?)
 }
 
-fn ttl_section<'a>(status: &'a Document, namespace: &str) -> Option<&'a Document> {
+/// `ttl.<namespace>` of a `serverStatus` reply (tideway's per-collection TTL section).
+pub(crate) fn ttl_section<'a>(status: &'a Document, namespace: &str) -> Option<&'a Document> {
     status
         .get_document("ttl")
         .ok()?

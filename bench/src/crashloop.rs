@@ -60,9 +60,30 @@ const INSERT_ONE_BELOW: u64 = 55;
 const INC_BELOW: u64 = 95;
 const BATCH_DOCS: std::ops::RangeInclusive<u64> = 2..=8;
 /// BSON bytes of an insert document besides its pad (so that documents are about `--doc-bytes`).
-pub(crate) const DOC_OVERHEAD: usize = 70;
+const DOC_OVERHEAD: usize = 70;
 /// Lost or unexpected documents listed by name in the report.
 const EXAMPLES: usize = 5;
+
+/// The writers the crash loop and the node kill run (`--writers`, `--doc-bytes`, `--db`,
+/// `--seed`, `--op-timeout-secs`).
+#[derive(Clone, Debug)]
+pub struct Writers {
+    /// Concurrent writer tasks.
+    pub count: u32,
+    /// Approximate BSON size of each inserted document.
+    pub doc_bytes: usize,
+    pub database: String,
+    pub seed: u64,
+    /// A writer abandons an operation after this long (it then counts as sent, unacknowledged).
+    pub op_timeout: Duration,
+}
+
+impl Writers {
+    /// The length of an inserted document's pad.
+    pub(crate) fn pad_len(&self) -> usize {
+        self.doc_bytes.saturating_sub(DOC_OVERHEAD)
+    }
+}
 
 /// The `--crash-loop` options.
 #[derive(Clone, Debug)]
@@ -74,16 +95,10 @@ pub struct CrashLoopSettings {
     /// after a passing run.
     pub dbpath: Option<PathBuf>,
     pub cycles: u32,
-    pub writers: u32,
     /// Writing time per cycle before the kill, drawn uniformly in `run_ms_min..=run_ms_max`.
     pub run_ms_min: u64,
     pub run_ms_max: u64,
-    /// Approximate BSON size of each inserted document.
-    pub doc_bytes: usize,
-    pub database: String,
-    pub seed: u64,
-    /// A writer abandons an operation after this long (it then counts as sent, unacknowledged).
-    pub op_timeout: Duration,
+    pub writers: Writers,
 }
 
 /// `_id` of an inserted document: `"<cycle>-<writer>-<seq>"`, `seq` counting the writer's
@@ -569,7 +584,7 @@ fn free_port() -> Result<u16, String> {
 
 /// A driver client for exactly this server: direct connection, short timeouts, no retries,
 /// a pool for every writer; pinged once.
-async fn connect(port: u16, writers: u32) -> Result<Client, String> {
+pub(crate) async fn connect(port: u16, writers: u32) -> Result<Client, String> {
     let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&retryWrites=false");
     let mut options = ClientOptions::parse(&uri)
         .await
@@ -577,7 +592,7 @@ async fn connect(port: u16, writers: u32) -> Result<Client, String> {
     options.server_selection_timeout = Some(SERVER_SELECTION_TIMEOUT);
     options.connect_timeout = Some(CONNECT_TIMEOUT);
     options.max_pool_size = Some(writers.saturating_add(2));
-    options.app_name = Some("tideway-bench crash loop".to_string());
+    options.app_name = Some("tideway-bench".to_string());
     let client = Client::with_options(options).map_err(|error| format!("{uri}: {error}"))?;
     client
         .database("admin")
@@ -734,7 +749,7 @@ async fn restart(settings: &CrashLoopSettings, dbpath: &Path) -> Result<Restarte
     let mut args = vec![OsString::from("--dbpath"), dbpath.into()];
     args.extend(settings.server_args.iter().map(OsString::from));
     let (server, start) = Server::start(&settings.server_bin, &args, false).await?;
-    let client = connect(server.port, settings.writers).await?;
+    let client = connect(server.port, settings.writers.count).await?;
     Ok(Restarted {
         server,
         client,
@@ -771,7 +786,7 @@ async fn run_cycles(
     output: Output,
 ) -> Result<(), String> {
     let began = Instant::now();
-    let pad_len = settings.doc_bytes.saturating_sub(DOC_OVERHEAD);
+    let pad_len = settings.writers.pad_len();
     output.text(&format!(
         "crash loop: {} cycles of: start {} --dbpath {}{}, check every earlier acknowledged \
          write, {} writers for {}–{} ms (insert_one ~{} B documents, $inc upserts on one counter \
@@ -784,10 +799,10 @@ async fn run_cycles(
         } else {
             format!(" {}", settings.server_args.join(" "))
         },
-        settings.writers,
+        settings.writers.count,
         settings.run_ms_min,
         settings.run_ms_max,
-        settings.doc_bytes,
+        settings.writers.doc_bytes,
         BATCH_DOCS.start(),
         BATCH_DOCS.end(),
     ));
@@ -801,15 +816,15 @@ async fn run_cycles(
     let table = cycle_table();
     output.text(&table.header());
 
-    let mut ledger = Ledger::new(settings.writers);
+    let mut ledger = Ledger::new(settings.writers.count);
     let mut totals = Totals::default();
-    let mut schedule = SplitMix64::new(settings.seed, u64::MAX);
+    let mut schedule = SplitMix64::new(settings.writers.seed, u64::MAX);
     for cycle in 1..=settings.cycles + 1 {
         let last = cycle > settings.cycles;
         let mut up = restart(settings, dbpath).await?;
         let collection = up
             .client
-            .database(&settings.database)
+            .database(&settings.writers.database)
             .collection::<Document>(CRASH_COLLECTION);
         totals.start_ms.push(up.start.as_millis() as u64);
         let check = if cycle == 1 {
@@ -839,7 +854,6 @@ async fn run_cycles(
                 cycle,
                 &collection,
                 &mut up.server,
-                pad_len,
                 run_ms,
                 &mut ledger,
             )
@@ -895,27 +909,27 @@ pub(crate) struct WriterGroup {
 }
 
 impl WriterGroup {
-    /// Starts the writers of `cycle` (writer `w` draws from `seed` and its cycle and number).
+    /// Starts the writers of `cycle` (each draws from the seed, its cycle and its number).
     pub(crate) fn spawn(
         collection: &Collection<Document>,
         cycle: u32,
-        writers: u32,
-        seed: u64,
-        pad_len: usize,
-        op_timeout: Duration,
+        writers: &Writers,
     ) -> WriterGroup {
         let killed = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = JoinSet::new();
-        for writer in 0..writers {
+        for writer in 0..writers.count {
             tasks.spawn(
                 Writer {
                     collection: collection.clone(),
                     cycle,
                     writer,
-                    rng: SplitMix64::new(seed, (u64::from(cycle) << 32) | u64::from(writer)),
-                    pad_len,
-                    op_timeout,
+                    rng: SplitMix64::new(
+                        writers.seed,
+                        (u64::from(cycle) << 32) | u64::from(writer),
+                    ),
+                    pad_len: writers.pad_len(),
+                    op_timeout: writers.op_timeout,
                     killed: Arc::clone(&killed),
                     stop: Arc::clone(&stop),
                 }
@@ -958,19 +972,11 @@ async fn write_and_kill(
     cycle: u32,
     collection: &Collection<Document>,
     server: &mut Server,
-    pad_len: usize,
     run_ms: u64,
     ledger: &mut Ledger,
 ) -> Result<(CycleWrites, Option<ExitStatus>), String> {
     let writing = Instant::now();
-    let group = WriterGroup::spawn(
-        collection,
-        cycle,
-        settings.writers,
-        settings.seed,
-        pad_len,
-        settings.op_timeout,
-    );
+    let group = WriterGroup::spawn(collection, cycle, &settings.writers);
     tokio::time::sleep(Duration::from_millis(run_ms)).await;
     let self_exit = server.exited();
     group.killed.store(true, Ordering::SeqCst);
@@ -1093,7 +1099,7 @@ fn print_summary(settings: &CrashLoopSettings, output: Output, totals: &Totals, 
     output.text("");
     output.text(&format!(
         "crash loop summary: {} cycles (SIGKILL mid-write) + final restart, {} writers",
-        settings.cycles, settings.writers
+        settings.cycles, settings.writers.count
     ));
     output.text(&format!(
         "  acknowledged: {} inserts, {} $inc; sent without a reply: {} inserts ({} of them \
@@ -1148,7 +1154,7 @@ fn print_summary(settings: &CrashLoopSettings, output: Output, totals: &Totals, 
     output.json(doc! {
         "type": "crash_loop",
         "cycles": i64::from(settings.cycles),
-        "writers": i64::from(settings.writers),
+        "writers": i64::from(settings.writers.count),
         "inserts_acknowledged": totals.inserts_acknowledged as i64,
         "incs_acknowledged": totals.incs_acknowledged as i64,
         "inserts_unacknowledged": totals.inserts_unacknowledged as i64,

@@ -619,11 +619,11 @@ async fn run_index_build(cli: Cli) -> Result<(), String> {
 }
 
 async fn run_crash_loop(cli: Cli) -> Result<(), String> {
-    let Some(server_bin) = cli.server_bin else {
+    let Some(server_bin) = cli.server_bin.clone() else {
         return Err("--crash-loop needs --server-bin (e.g. target/release/tideway)".into());
     };
-    if cli.cycles == 0 || cli.writers == 0 {
-        return Err("--cycles and --writers must be at least 1".into());
+    if cli.cycles == 0 {
+        return Err("--cycles must be at least 1".into());
     }
     if cli.run_ms_min == 0 || cli.run_ms_min > cli.run_ms_max {
         return Err("--run-ms-min must be at least 1 and at most --run-ms-max".into());
@@ -631,15 +631,11 @@ async fn run_crash_loop(cli: Cli) -> Result<(), String> {
     let settings = crashloop::CrashLoopSettings {
         server_bin,
         server_args: server_args(&cli.server_args),
-        dbpath: cli.dbpath,
+        dbpath: cli.dbpath.clone(),
         cycles: cli.cycles,
-        writers: cli.writers,
         run_ms_min: cli.run_ms_min,
         run_ms_max: cli.run_ms_max,
-        doc_bytes: cli.doc_bytes,
-        database: cli.db,
-        seed: cli.seed,
-        op_timeout: seconds("op-timeout-secs", cli.op_timeout_secs, false)?,
+        writers: writers(&cli)?,
     };
     let output = Output { json: cli.json };
     print_banner(output);
@@ -651,23 +647,30 @@ fn server_args(text: &str) -> Vec<String> {
     text.split_whitespace().map(str::to_string).collect()
 }
 
-async fn run_node_kill(cli: Cli) -> Result<(), String> {
-    let (Some(server_bin), Some(pg_uri)) = (cli.server_bin, cli.pg_uri) else {
-        return Err("--node-kill needs --server-bin and --pg-uri".into());
-    };
+/// The writers of `--crash-loop` and `--node-kill`.
+fn writers(cli: &Cli) -> Result<crashloop::Writers, String> {
     if cli.writers == 0 {
         return Err("--writers must be at least 1".into());
     }
+    Ok(crashloop::Writers {
+        count: cli.writers,
+        doc_bytes: cli.doc_bytes,
+        database: cli.db.clone(),
+        seed: cli.seed,
+        op_timeout: seconds("op-timeout-secs", cli.op_timeout_secs, false)?,
+    })
+}
+
+async fn run_node_kill(cli: Cli) -> Result<(), String> {
+    let (Some(server_bin), Some(pg_uri)) = (cli.server_bin.clone(), cli.pg_uri.clone()) else {
+        return Err("--node-kill needs --server-bin and --pg-uri".into());
+    };
     let settings = nodekill::NodeKillSettings {
         server_bin,
         pg_uri,
         server_args: server_args(&cli.server_args),
-        writers: cli.writers,
         run: seconds("node-kill-secs", cli.node_kill_secs, false)?,
-        doc_bytes: cli.doc_bytes,
-        database: cli.db,
-        seed: cli.seed,
-        op_timeout: seconds("op-timeout-secs", cli.op_timeout_secs, false)?,
+        writers: writers(&cli)?,
     };
     let output = Output { json: cli.json };
     print_banner(output);

@@ -31,9 +31,10 @@ use bson::{doc, Bson, Document};
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Collection};
 
+use crate::churn::{deleted_documents, ttl_section};
 use crate::crashloop::{
-    report_check, scan, timed, CycleWrites, Ledger, Server, WriterGroup, CRASH_COLLECTION,
-    DOC_OVERHEAD,
+    connect, report_check, scan, timed, CycleWrites, Ledger, Server, WriterGroup, Writers,
+    CRASH_COLLECTION,
 };
 use crate::report::{thousands, Output};
 use crate::runner::ErrorLog;
@@ -65,13 +66,9 @@ pub struct NodeKillSettings {
     pub pg_uri: String,
     /// Extra arguments of every node.
     pub server_args: Vec<String>,
-    pub writers: u32,
     /// Writing time in all; the kill comes halfway.
     pub run: Duration,
-    pub doc_bytes: usize,
-    pub database: String,
-    pub seed: u64,
-    pub op_timeout: Duration,
+    pub writers: Writers,
 }
 
 /// One started node, with a direct client.
@@ -106,13 +103,7 @@ impl Node {
         .collect();
         args.extend(settings.server_args.iter().map(OsString::from));
         let (server, _) = Server::start(&settings.server_bin, &args, true).await?;
-        let uri = format!(
-            "mongodb://127.0.0.1:{}/?directConnection=true&retryWrites=false",
-            server.port
-        );
-        let client = Client::with_uri_str(&uri)
-            .await
-            .map_err(|error| format!("{uri}: {error}"))?;
+        let client = connect(server.port, 0).await?;
         let mut node = Node {
             name,
             server,
@@ -120,64 +111,63 @@ impl Node {
             id: String::new(),
         };
         node.id = node
-            .nodes_view()
-            .await?
-            .get_str("thisNode")
-            .map_err(|_| format!("node {name}: no thisNode in serverStatus.postgres.nodes"))?
-            .to_owned();
+            .status_field("postgres.nodes.thisNode", |status| {
+                nodes_view(status)?
+                    .get_str("thisNode")
+                    .ok()
+                    .map(str::to_owned)
+            })
+            .await?;
         Ok(node)
     }
 
-    async fn server_status(&self) -> Result<Document, String> {
-        self.client
+    /// What `pick` takes from this node's `serverStatus`; an error naming `what` without it.
+    async fn status_field<T>(
+        &self,
+        what: &str,
+        pick: impl FnOnce(&Document) -> Option<T>,
+    ) -> Result<T, String> {
+        let status = self
+            .client
             .database("admin")
             .run_command(doc! {"serverStatus": 1})
             .await
-            .map_err(|error| format!("node {}: serverStatus failed: {error}", self.name))
+            .map_err(|error| format!("node {}: serverStatus failed: {error}", self.name))?;
+        pick(&status).ok_or_else(|| format!("node {}: no serverStatus.{what}", self.name))
     }
 
     /// `serverStatus.postgres.nodes`: the nodes and their leases as this node last read them.
     async fn nodes_view(&self) -> Result<Document, String> {
-        let status = self.server_status().await?;
-        status
-            .get_document("postgres")
-            .and_then(|postgres| postgres.get_document("nodes"))
-            .cloned()
-            .map_err(|_| format!("node {}: no serverStatus.postgres.nodes", self.name))
+        self.status_field("postgres.nodes", |status| nodes_view(status).cloned())
+            .await
     }
 
-    /// `metrics.ttl.deletedDocuments`.
     async fn deleted_documents(&self) -> Result<i64, String> {
-        let status = self.server_status().await?;
-        status
-            .get_document("metrics")
-            .and_then(|metrics| metrics.get_document("ttl"))
-            .and_then(|ttl| ttl.get_i64("deletedDocuments"))
-            .map_err(|_| format!("node {}: no metrics.ttl.deletedDocuments", self.name))
+        self.status_field("metrics.ttl.deletedDocuments", deleted_documents)
+            .await
     }
 
-    /// `serverStatus.ttl.<ns>.expiredPending`.
     async fn expired_pending(&self, ns: &str) -> Result<i64, String> {
-        let status = self.server_status().await?;
-        status
-            .get_document("ttl")
-            .and_then(|ttl| ttl.get_document(ns))
-            .and_then(|entry| entry.get_i64("expiredPending"))
-            .map_err(|_| {
-                format!(
-                    "node {}: no serverStatus.ttl[{ns}].expiredPending",
-                    self.name
-                )
-            })
+        self.status_field(&format!("ttl[{ns}].expiredPending"), |status| {
+            ttl_section(status, ns)?.get_i64("expiredPending").ok()
+        })
+        .await
     }
 
     async fn local_time_ms(&self) -> Result<i64, String> {
-        let status = self.server_status().await?;
-        status
-            .get_datetime("localTime")
-            .map(|time| time.timestamp_millis())
-            .map_err(|_| format!("node {}: no localTime", self.name))
+        self.status_field("localTime", |status| {
+            Some(status.get_datetime("localTime").ok()?.timestamp_millis())
+        })
+        .await
     }
+}
+
+fn nodes_view(status: &Document) -> Option<&Document> {
+    status
+        .get_document("postgres")
+        .ok()?
+        .get_document("nodes")
+        .ok()
 }
 
 /// The id of the node that holds the reaper lease of `ns` in a nodes view, if a live one does.
@@ -298,19 +288,19 @@ pub async fn run(settings: NodeKillSettings, output: Output) -> Result<(), Strin
         ));
     }
     let began = Instant::now();
-    let ttl_ns = format!("{}.{TTL_COLLECTION}", settings.database);
+    let ttl_ns = format!("{}.{TTL_COLLECTION}", settings.writers.database);
     output.text(&format!(
         "node kill: 3 nodes of {} on one PostgreSQL database (the third reading its own clock \
          {} h ahead), {} writers through all three for {:.1} s with retryable writes, SIGKILL \
          of {ttl_ns}'s reaper lease holder halfway",
         settings.server_bin.display(),
         SKEW_MS / 3_600_000,
-        settings.writers,
+        settings.writers.count,
         settings.run.as_secs_f64(),
     ));
     let first = Node::start(&settings, "n1", &[]).await?;
     let second = Node::start(&settings, "n2", &[]).await?;
-    let app = first.client.database(&settings.database);
+    let app = first.client.database(&settings.writers.database);
     for name in [CRASH_COLLECTION, TTL_COLLECTION] {
         app.collection::<Document>(name)
             .drop()
@@ -348,31 +338,21 @@ pub async fn run(settings: NodeKillSettings, output: Output) -> Result<(), Strin
         .map_err(|error| format!("{uri}: {error}"))?;
     options.server_selection_timeout = Some(Duration::from_secs(5));
     options.connect_timeout = Some(Duration::from_secs(2));
-    options.max_pool_size = Some(settings.writers * 2 + 4);
+    options.max_pool_size = Some(settings.writers.count * 2 + 4);
     options.app_name = Some("tideway-bench node kill".to_string());
     let client = Client::with_options(options).map_err(|error| format!("{uri}: {error}"))?;
     let collection = client
-        .database(&settings.database)
+        .database(&settings.writers.database)
         .collection::<Document>(CRASH_COLLECTION);
     let ttl_stop = Arc::new(AtomicBool::new(false));
     let ttl_writer = tokio::spawn(write_ttl_documents(
         client
-            .database(&settings.database)
+            .database(&settings.writers.database)
             .collection(TTL_COLLECTION),
         Arc::clone(&ttl_stop),
-        settings.op_timeout,
+        settings.writers.op_timeout,
     ));
-    let pad_len = settings.doc_bytes.saturating_sub(DOC_OVERHEAD);
-    let writers = |cycle| {
-        WriterGroup::spawn(
-            &collection,
-            cycle,
-            settings.writers,
-            settings.seed,
-            pad_len,
-            settings.op_timeout,
-        )
-    };
+    let writers = |cycle| WriterGroup::spawn(&collection, cycle, &settings.writers);
     let before_kill = writers(1);
     tokio::time::sleep(settings.run / 2).await;
 
@@ -400,7 +380,7 @@ pub async fn run(settings: NodeKillSettings, output: Output) -> Result<(), Strin
     let after_kill = writers(2);
     let new_holder = wait_for_holder(&other, &ttl_ns, Some(&holder.id)).await;
     let takeover = killed_at.elapsed();
-    let mut ledger = Ledger::new(settings.writers);
+    let mut ledger = Ledger::new(settings.writers.count);
     let remaining = (settings.run / 2).saturating_sub(takeover);
     tokio::time::sleep(remaining.max(AFTER_KILL)).await;
     let first_writes = before_kill.finish(1, &mut ledger).await?;
@@ -438,9 +418,9 @@ pub async fn run(settings: NodeKillSettings, output: Output) -> Result<(), Strin
         let found = scan(
             &node
                 .client
-                .database(&settings.database)
+                .database(&settings.writers.database)
                 .collection(CRASH_COLLECTION),
-            pad_len,
+            settings.writers.pad_len(),
         )
         .await?;
         let check = ledger.check(&found);
@@ -462,7 +442,7 @@ pub async fn run(settings: NodeKillSettings, output: Output) -> Result<(), Strin
                 )
             },
         );
-        let ids = visible_ttl_ids(node, &settings.database).await?;
+        let ids = visible_ttl_ids(node, &settings.writers.database).await?;
         let missing = ttl_trace
             .long_acknowledged
             .iter()

@@ -5,7 +5,7 @@
 //! `version` column); the cache holds a namespace's latest known version and forgets everything
 //! on every catalog change made through this engine (`Collections::forget`), absent namespaces
 //! included, and when the database's catalog version moved past the one the cache was checked
-//! at (another node's change, `PgStorage::check_catalog`). Writes and this node's catalog
+//! at (another node's change, [`Collections::check`]). Writes and this node's catalog
 //! changes are ordered by the engine's DDL lock (writes share it, catalog changes hold it
 //! alone); other nodes' changes are caught by the catalog guard in every write's transaction.
 

@@ -13,7 +13,6 @@
 //! collection (for at most [`LIVE_FOR_MS`] after a holder stalls) delete each document once,
 //! because every delete re-checks the revision it judged.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use bson::{doc, Bson, Document};
 
 use crate::clock::DatabaseClock;
 use crate::Database;
-use tideway_storage::StorageResult;
+use tideway_storage::{StorageError, StorageResult};
 
 /// How often a node writes its heartbeat and reads the other nodes'.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -47,7 +46,9 @@ pub(crate) struct Presence {
 
 #[derive(Debug, Default)]
 struct PresenceState {
-    left: AtomicBool,
+    /// Whether the node has left; held while a heartbeat writes, so none writes the node's row
+    /// again once it has left.
+    left: tokio::sync::Mutex<bool>,
     /// What the last heartbeat read: every node's row with its leases.
     view: Mutex<Option<Document>>,
 }
@@ -63,7 +64,8 @@ impl Presence {
 
     /// Writes this node's row (it listens on `address`), reads every node's, and keeps the
     /// heartbeat going every [`HEARTBEAT`] on a task that ends when the node leaves or the
-    /// database is dropped. Returns the first view of the nodes.
+    /// database is dropped, also when this first heartbeat failed. Returns the first view of
+    /// the nodes.
     pub(crate) async fn join(
         &self,
         database: &Arc<Database>,
@@ -75,17 +77,16 @@ impl Presence {
             address: address.to_owned(),
             clock: Arc::clone(clock),
         };
-        let view = beat.beat(database).await?;
-        self.state.store(view.clone());
+        let first = self.state.beat(&beat, database).await;
         let (state, database) = (Arc::downgrade(&self.state), Arc::downgrade(database));
         tokio::spawn(async move { keep_beating(beat, state, database).await });
-        Ok(view)
+        first?.ok_or_else(|| StorageError::Io("this node has left the database".to_string()))
     }
 
     /// Stops the heartbeat and deletes this node's row and leases: the other nodes take its
     /// collections at their next pass.
     pub(crate) async fn leave(&self, database: &Database) -> StorageResult<()> {
-        self.state.left.store(true, Ordering::SeqCst);
+        *self.state.left.lock().await = true;
         self.release_leases(database).await?;
         let client = database.client().await?;
         client
@@ -175,6 +176,18 @@ impl Presence {
 }
 
 impl PresenceState {
+    /// One heartbeat, its view kept for the status; `None` once the node has left.
+    async fn beat(&self, beat: &Heartbeat, database: &Database) -> StorageResult<Option<Document>> {
+        let left = self.left.lock().await;
+        if *left {
+            return Ok(None);
+        }
+        let view = beat.beat(database).await?;
+        drop(left);
+        self.store(view.clone());
+        Ok(Some(view))
+    }
+
     fn store(&self, view: Document) {
         *self
             .view
@@ -275,11 +288,9 @@ async fn keep_beating(beat: Heartbeat, state: Weak<PresenceState>, database: Wea
         let (Some(state), Some(database)) = (state.upgrade(), database.upgrade()) else {
             return;
         };
-        if state.left.load(Ordering::SeqCst) {
-            return;
-        }
-        match beat.beat(&database).await {
-            Ok(view) => state.store(view),
+        match state.beat(&beat, &database).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
             Err(error) => tracing::warn!(%error, "cannot write this node's heartbeat"),
         }
     }
