@@ -32,6 +32,14 @@ pub enum StorageKind {
     Postgres,
 }
 
+/// The distributed PostgreSQL `--pgDistribute` spreads tideway's tables over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PgDistribute {
+    /// Citus: documents, index entries and session records as distributed tables, the catalog
+    /// as reference tables (docs/scale-out.md).
+    Citus,
+}
+
 /// Connections the PostgreSQL engine keeps open by default (`--pgPoolSize`).
 pub const DEFAULT_PG_POOL_SIZE: usize = 32;
 
@@ -73,6 +81,17 @@ pub struct Config {
     /// `postgresql://user:password@host:port/database?sslmode=...` (`storage.postgres.uri`).
     #[arg(long = "pgUri", env = "TIDEWAY_PG_URI", value_name = "URI")]
     pub pg_uri: Option<String>,
+
+    /// Create tideway's tables distributed over a distributed PostgreSQL, or turn the local
+    /// tables of a database into such (`storage.postgres.distribute`). Nodes on a database whose
+    /// tables are distributed use them so with or without it.
+    #[arg(
+        long = "pgDistribute",
+        env = "TIDEWAY_PG_DISTRIBUTE",
+        value_enum,
+        value_name = "ENGINE"
+    )]
+    pub pg_distribute: Option<PgDistribute>,
 
     /// Connections to PostgreSQL the server keeps at most (`storage.postgres.poolSize`).
     #[arg(long = "pgPoolSize", env = "TIDEWAY_PG_POOL_SIZE", default_value_t = DEFAULT_PG_POOL_SIZE, value_parser = parse_pool_size)]
@@ -310,6 +329,11 @@ impl Config {
             explicit("pg_pool_size"),
         );
         take(
+            &mut self.pg_distribute,
+            settings.pg_distribute.map(Some),
+            explicit("pg_distribute"),
+        );
+        take(
             &mut self.syncdelay_ms,
             settings.syncdelay_ms.map(Some),
             explicit("syncdelay_ms"),
@@ -423,6 +447,11 @@ pub(crate) fn check_storage_settings(config: &Config) -> CommandResult<()> {
         if config.pg_uri.is_some() {
             return Err(CommandError::bad_value(
                 "--pgUri (storage.postgres.uri) needs --storage postgres",
+            ));
+        }
+        if config.pg_distribute.is_some() {
+            return Err(CommandError::bad_value(
+                "--pgDistribute (storage.postgres.distribute) needs --storage postgres",
             ));
         }
         return Ok(());
@@ -604,6 +633,7 @@ mod tests {
         };
         assert!(refusal(&["--storage", "postgres"]).contains("needs --pgUri"));
         assert!(refusal(&["--pgUri", "postgresql://u@h/d"]).contains("needs --storage postgres"));
+        assert!(refusal(&["--pgDistribute", "citus"]).contains("needs --storage postgres"));
         let uri = ["--storage", "postgres", "--pgUri", "postgresql://u@h/d"];
         assert!(
             refusal(&[&uri[..], &["--replSet", "rs0"]].concat()).starts_with("--replSet cannot")
@@ -613,20 +643,31 @@ mod tests {
         assert_eq!(config.storage, StorageKind::Postgres);
         assert_eq!(config.pg_uri.as_deref(), Some("postgresql://u@h/d"));
         assert_eq!(config.pg_pool_size, DEFAULT_PG_POOL_SIZE);
+        assert_eq!(config.pg_distribute, None);
+        let distributed = load(&[&uri[..], &["--pgDistribute", "citus"]].concat()).unwrap();
+        assert_eq!(distributed.pg_distribute, Some(PgDistribute::Citus));
+        assert!(load(&[&uri[..], &["--pgDistribute", "yugabyte"]].concat()).is_err());
         let (_dir, path) = config_file(
-            "storage:\n  engine: postgres\n  postgres:\n    uri: postgresql://f@h/d\n    poolSize: 4\n",
+            "storage:\n  engine: postgres\n  postgres:\n    uri: postgresql://f@h/d\n    poolSize: 4\n    distribute: citus\n",
         );
         let from_file = load(&["-f", path.to_str().unwrap()]).unwrap();
         assert_eq!(from_file.pg_uri.as_deref(), Some("postgresql://f@h/d"));
         assert_eq!(from_file.pg_pool_size, 4);
+        assert_eq!(from_file.pg_distribute, Some(PgDistribute::Citus));
         let mut reloaded = Config::default();
         reloaded.apply_file(file::parse(&from_file.to_yaml()).unwrap(), |_| false);
         assert_eq!(
-            (reloaded.storage, reloaded.pg_uri, reloaded.pg_pool_size),
+            (
+                reloaded.storage,
+                reloaded.pg_uri,
+                reloaded.pg_pool_size,
+                reloaded.pg_distribute
+            ),
             (
                 StorageKind::Postgres,
                 Some("postgresql://f@h/d".to_owned()),
-                4
+                4,
+                Some(PgDistribute::Citus)
             ),
             "--outputConfig writes them back"
         );

@@ -75,6 +75,7 @@ impl Server {
             Ok(None) => {}
             Ok(Some(nodes)) => tracing::info!(
                 node = %nodes.get_str("thisNode").unwrap_or_default(),
+                layout = %nodes.get_str("layout").unwrap_or_default(),
                 clock_offset_ms = nodes.get_i64("clockOffsetMillis").unwrap_or_default(),
                 nodes = %bson::Bson::from(nodes.get_array("members").cloned().unwrap_or_default())
                     .into_relaxed_extjson(),

@@ -280,6 +280,9 @@ pub async fn open_storage_and_clock(
             let storage = tideway_postgres::PgStorage::open_with_rule(
                 uri,
                 config.pg_pool_size,
+                config.pg_distribute.map(|engine| match engine {
+                    crate::config::PgDistribute::Citus => tideway_postgres::Distribution::Citus,
+                }),
                 keeps_last_write_order,
                 config.test_clock_skew_ms,
             )

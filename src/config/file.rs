@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
-use super::{Config, StorageKind};
+use super::{Config, PgDistribute, StorageKind};
 use crate::config::TlsMode;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 
@@ -38,6 +38,8 @@ pub struct FileSettings {
     pub pg_uri: Option<String>,
     /// `storage.postgres.poolSize` (`--pgPoolSize`).
     pub pg_pool_size: Option<usize>,
+    /// `storage.postgres.distribute` (`--pgDistribute`).
+    pub pg_distribute: Option<PgDistribute>,
     /// `storage.journal.commitIntervalMs`: acknowledge before the flush, flush at least this
     /// often (`--syncdelay-ms`).
     pub syncdelay_ms: Option<u64>,
@@ -257,6 +259,16 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
                 });
             }
             "storage.postgres.uri" => settings.pg_uri = Some(value_text(&key, value)?),
+            "storage.postgres.distribute" => {
+                settings.pg_distribute = Some(match value_text(&key, value)?.as_str() {
+                    "citus" => PgDistribute::Citus,
+                    other => {
+                        return Err(CommandError::bad_value(format!(
+                        "Bad value for storage.postgres.distribute: {other}.  Supported: (citus)"
+                    )))
+                    }
+                });
+            }
             "storage.postgres.poolSize" => {
                 let size = int(&key, value)?;
                 settings.pg_pool_size = Some(
@@ -513,6 +525,9 @@ pub fn render(config: &Config) -> String {
             text_node("poolSize"),
             Yaml::Integer(i64::try_from(config.pg_pool_size).unwrap_or(i64::MAX)),
         );
+        if let Some(PgDistribute::Citus) = config.pg_distribute {
+            postgres.insert(text_node("distribute"), text_node("citus"));
+        }
         storage.insert(text_node("postgres"), Yaml::Hash(postgres));
     }
     if let Some(interval_ms) = config.syncdelay_ms {
@@ -610,6 +625,7 @@ storage:
    postgres:
       uri: postgresql://tideway@127.0.0.1:5432/tideway
       poolSize: 12
+      distribute: citus
    journal:
       commitIntervalMs: 100
 systemLog:
@@ -645,6 +661,7 @@ replication:
                 storage: Some(StorageKind::Memory),
                 pg_uri: Some("postgresql://tideway@127.0.0.1:5432/tideway".to_owned()),
                 pg_pool_size: Some(12),
+                pg_distribute: Some(PgDistribute::Citus),
                 syncdelay_ms: Some(100),
                 verbosity: Some(1),
                 slowms: Some(250),

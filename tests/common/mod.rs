@@ -145,6 +145,7 @@ pub async fn on_test_storage(config: Config) -> Config {
         storage: StorageKind::Postgres,
         pg_uri: Some(uri),
         pg_pool_size: 8,
+        pg_distribute: citus_distribution(),
         repl_set: None,
         oplog_size_mb: None,
         ..config
@@ -169,22 +170,89 @@ pub async fn postgres_config() -> Option<Config> {
         storage: StorageKind::Postgres,
         pg_uri: Some(scratch_postgres_database(&server).await),
         pg_pool_size: 8,
+        pg_distribute: citus_distribution(),
         ..test_config()
     })
 }
 
-/// Creates a database of its own on the PostgreSQL server `server` and returns its URI.
+/// Creates a database of its own on the PostgreSQL server `server` and returns its URI. With
+/// `TIDEWAY_TEST_PG_CITUS_WORKERS` (the URIs of a Citus coordinator's workers, comma-separated;
+/// `server` is the coordinator) the database gets Citus on the coordinator and every worker,
+/// with the workers added ([`citus_distribution`] then asks for distributed tables).
 async fn scratch_postgres_database(server: &str) -> String {
     let (admin, connection) = tokio_postgres::connect(server, tokio_postgres::NoTls)
         .await
         .expect("the test PostgreSQL server answers");
     tokio::spawn(connection);
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let workers = citus_workers();
+    if !workers.is_empty() {
+        admin
+            .batch_execute("SET citus.enable_create_database_propagation = on")
+            .await
+            .expect("a Citus coordinator");
+    }
     admin
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .expect("a scratch database");
-    tideway_postgres::uri_with_database(server, &name)
+    let uri = tideway_postgres::uri_with_database(server, &name);
+    if workers.is_empty() {
+        return uri;
+    }
+    let address = "SELECT host(inet_server_addr()), current_setting('port')::int";
+    let mut added = Vec::new();
+    for worker in &workers {
+        let worker = connect_plainly(&tideway_postgres::uri_with_database(worker, &name)).await;
+        worker
+            .batch_execute("CREATE EXTENSION citus")
+            .await
+            .expect("Citus on the worker");
+        let row = worker.query_one(address, &[]).await.unwrap();
+        added.push((row.get::<_, String>(0), row.get::<_, i32>(1)));
+    }
+    let coordinator = connect_plainly(&uri).await;
+    coordinator
+        .batch_execute("CREATE EXTENSION citus")
+        .await
+        .expect("Citus on the coordinator");
+    coordinator
+        .execute(
+            &format!(
+                "SELECT citus_set_coordinator_host(host, port) FROM ({address}) a(host, port)"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    for (host, port) in added {
+        coordinator
+            .execute("SELECT citus_add_node($1, $2)", &[&host, &port])
+            .await
+            .expect("the worker joins");
+    }
+    uri
+}
+
+/// The workers of the Citus coordinator tests run on (`TIDEWAY_TEST_PG_CITUS_WORKERS`), if any.
+fn citus_workers() -> Vec<String> {
+    std::env::var("TIDEWAY_TEST_PG_CITUS_WORKERS")
+        .map(|workers| workers.split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// The distribution PostgreSQL tests ask for: Citus when the test server is a coordinator
+/// (`TIDEWAY_TEST_PG_CITUS_WORKERS`).
+pub fn citus_distribution() -> Option<tideway::config::PgDistribute> {
+    (!citus_workers().is_empty()).then_some(tideway::config::PgDistribute::Citus)
+}
+
+async fn connect_plainly(uri: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(uri, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|error| panic!("{uri}: {error}"));
+    tokio::spawn(connection);
+    client
 }
 
 /// The (code, codeName, errmsg) of a command error; panics on success or on other errors.

@@ -16,6 +16,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
+use crate::schema::Layout;
 use crate::{is_serialization_failure, Counters, Database, Target};
 use tideway_storage::{StorageError, StorageResult};
 
@@ -59,9 +60,21 @@ impl Failure {
 
 pub(crate) type Attempt<T> = Result<T, Failure>;
 
+/// Whether `error` is a unique violation as Citus reports it from a multi-row insert, which it
+/// runs as `COPY` to the shards: SQLSTATE XX000 with the worker's message (`ReportCopyError` in
+/// Citus's `multi_copy.c`).
+fn is_citus_copy_unique(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&SqlState::INTERNAL_ERROR)
+        && error.as_db_error().is_some_and(|db| {
+            db.message()
+                .starts_with("duplicate key value violates unique constraint")
+        })
+}
+
 /// A pooled connection, possibly inside a transaction this wrapper began.
 pub(crate) struct Conn {
     target: Arc<Target>,
+    layout: Layout,
     counters: Arc<Counters>,
     pending: std::sync::Mutex<Pending>,
     /// The catalog version read right after the next statement, once asked for
@@ -76,6 +89,7 @@ impl Conn {
         Ok(Conn {
             object: Some(Held::Own(Box::new(database.client().await?))),
             target: database.shared_target(),
+            layout: database.layout(),
             counters: database.counters(),
             pending: std::sync::Mutex::default(),
             catalog_check: std::sync::Mutex::default(),
@@ -93,11 +107,17 @@ impl Conn {
         Ok(Conn {
             object: Some(object),
             target: database.shared_target(),
+            layout: database.layout(),
             counters: database.counters(),
             pending: std::sync::Mutex::default(),
             catalog_check: std::sync::Mutex::default(),
             in_transaction: false,
         })
+    }
+
+    /// How the tables this connection reads and writes lie (some statements differ on Citus).
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     fn client(&self) -> &ClientWrapper {
@@ -112,7 +132,7 @@ impl Conn {
     /// The error for a failed statement: `Unique` and `Serialization` for what a redo fixes,
     /// otherwise `Io` naming the database (without its password) and `what`.
     pub fn failure(&self, what: &str, error: tokio_postgres::Error) -> Failure {
-        if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+        if error.code() == Some(&SqlState::UNIQUE_VIOLATION) || is_citus_copy_unique(&error) {
             return Failure::Unique;
         }
         if error.code() == Some(&SqlState::DIVISION_BY_ZERO) {

@@ -22,6 +22,7 @@ use crate::clock::DatabaseClock;
 use crate::collection::{Collection, Collections};
 use crate::conn::{Conn, Failure};
 use crate::nodes::Presence;
+use crate::schema::Distribution;
 use crate::snapshot::PgSnapshot;
 use crate::write::{BatchOptions, Group, Prepared};
 use crate::{read, Database};
@@ -61,20 +62,22 @@ impl PgStorage {
     /// Connects to `uri` with a pool of `pool_size` connections, creating or checking the
     /// schema (see [`Database::connect`]).
     pub async fn open(uri: &str, pool_size: usize) -> StorageResult<PgStorage> {
-        PgStorage::open_with_rule(uri, pool_size, tideway_storage::every_collection, 0).await
+        PgStorage::open_with_rule(uri, pool_size, None, tideway_storage::every_collection, 0).await
     }
 
     /// [`PgStorage::open`] keeping the `LastWrite` order only for the collections `rule`
     /// selects (the server's: those with a default TTL); every collection is brought in line
-    /// with it first. `node_skew_ms` makes this node's own clock read that far off (a test
-    /// option: expiry follows the database's clock whatever the node's reads).
+    /// with it first. `distribute` asks for distributed tables ([`Database::connect_with`]).
+    /// `node_skew_ms` makes this node's own clock read that far off (a test option: expiry
+    /// follows the database's clock whatever the node's reads).
     pub async fn open_with_rule(
         uri: &str,
         pool_size: usize,
+        distribute: Option<Distribution>,
         rule: LastWriteRule,
         node_skew_ms: i64,
     ) -> StorageResult<PgStorage> {
-        let mut database = Database::connect(uri, pool_size).await?;
+        let mut database = Database::connect_with(uri, pool_size, distribute).await?;
         database.use_last_write_rule(rule).await?;
         let database = Arc::new(database);
         let clock = DatabaseClock::start(&database, node_skew_ms).await?;
@@ -423,7 +426,10 @@ impl Storage for PgStorage {
         self.presence
             .join(&self.database, &self.clock, address)
             .await?;
-        Ok(self.presence.status(&self.clock))
+        Ok(self.presence.status(&self.clock).map(|mut status| {
+            status.insert("layout", self.database.layout().name());
+            status
+        }))
     }
 
     async fn leave(&self) -> StorageResult<()> {

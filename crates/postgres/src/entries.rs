@@ -63,11 +63,12 @@ impl EntryRows {
     }
 
     /// The statement and parameters that insert the non-unique rows (a row already there takes
-    /// the new type bits).
+    /// the new type bits). The conflict names the primary key, whose columns depend on the
+    /// layout (`schema::CITUS_LAYOUT` widens it).
     const INSERT_ENTRIES: &'static str =
         "INSERT INTO tideway.index_entries (index_id, entry, id_key, type_bits)
          SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[])
-         ON CONFLICT (index_id, entry) DO UPDATE SET type_bits = EXCLUDED.type_bits";
+         ON CONFLICT ON CONSTRAINT index_entries_pkey DO UPDATE SET type_bits = EXCLUDED.type_bits";
 
     /// Inserts every row with the connection's next statement (see `Conn::defer`); a unique
     /// key another document holds fails it with `Failure::Unique`.

@@ -44,6 +44,7 @@ use tideway_storage::{LastWriteRule, StorageResult};
 pub use clock::{ClockSample, DatabaseClock};
 pub use engine::PgStorage;
 pub use nodes::{HEARTBEAT, LIVE_FOR_MS};
+pub use schema::{Distribution, Layout};
 pub use target::{redact as redact_uri, uri_with_database, Target};
 
 /// How long a caller waits for a free pooled connection before an error (never forever: a
@@ -56,6 +57,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Database {
     pool: Pool,
     target: Arc<Target>,
+    layout: Layout,
     counters: Arc<Counters>,
     /// Connections kept out of the pool for reads outside transactions, which pipeline their
     /// statements on them (fewer busy backends, fewer wake-ups than a connection per read);
@@ -91,43 +93,52 @@ pub(crate) struct Counters {
 
 impl Database {
     /// Connects to `uri` (`postgresql://user:password@host:port/db?...`), checks that the
-    /// database answers, and creates or checks tideway's schema (`schema::bootstrap`).
+    /// database answers, and creates or checks tideway's schema (`schema::bootstrap`) in the
+    /// layout the database has (local tables unless a node distributed them).
     /// An unreachable database, refused credentials or a newer schema are errors that name the
     /// URI without its password.
     pub async fn connect(uri: &str, pool_size: usize) -> StorageResult<Database> {
-        let target = Target::parse(uri)?;
-        let manager = Manager::from_config(
-            target.config().clone(),
-            tls::connector(target.tls())?,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(pool_size.max(1))
-            .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|error| target.error("cannot create the connection pool", error))?;
+        Database::connect_with(uri, pool_size, None).await
+    }
+
+    /// [`Database::connect`], creating the tables as `distribute` asks (or turning the local
+    /// tables of a current schema into such tables).
+    pub async fn connect_with(
+        uri: &str,
+        pool_size: usize,
+        distribute: Option<Distribution>,
+    ) -> StorageResult<Database> {
+        let mut target = Target::parse(uri)?;
+        let layout = {
+            let pool = connection_pool(&target, 1)?;
+            let mut client = pool
+                .get()
+                .await
+                .map_err(|error| target.error("cannot connect to PostgreSQL", error))?;
+            schema::bootstrap(&mut client, &target, distribute).await?
+        };
+        target.plan_for(layout);
         let readers = if pool_size >= MIN_POOL_FOR_READERS {
             READERS
         } else {
             0
         };
-        let database = Database {
-            pool,
+        Ok(Database {
+            pool: connection_pool(&target, pool_size)?,
             target: Arc::new(target),
+            layout,
             counters: Arc::default(),
             readers: (0..readers).map(|_| std::sync::Mutex::new(None)).collect(),
             next_reader: std::sync::atomic::AtomicUsize::new(0),
             last_write_rule: tideway_storage::every_collection,
             read_ahead: reap::ReadAheadSlot::default(),
             groups: group::InsertGroups::default(),
-        };
-        let mut client = database.client().await?;
-        schema::bootstrap(&mut client, &database.target).await?;
-        Ok(database)
+        })
+    }
+
+    /// How tideway's tables lie in this database.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// A pooled connection; an error names the database without its password.
@@ -181,6 +192,7 @@ impl Database {
         };
         bson::doc! {
             "uri": self.target.redacted(),
+            "layout": self.layout.name(),
             "pool": {
                 "maxSize": count(pool.max_size),
                 "size": count(pool.size),
@@ -209,6 +221,24 @@ impl Database {
     pub(crate) fn shared_target(&self) -> Arc<Target> {
         Arc::clone(&self.target)
     }
+}
+
+/// A pool of at most `size` connections to `target`.
+fn connection_pool(target: &Target, size: usize) -> StorageResult<Pool> {
+    let manager = Manager::from_config(
+        target.config().clone(),
+        tls::connector(target.tls())?,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .wait_timeout(Some(POOL_WAIT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|error| target.error("cannot create the connection pool", error))
 }
 
 /// Whether a database error is a serialization failure or deadlock (40001, 40P01): the

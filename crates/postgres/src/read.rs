@@ -20,6 +20,7 @@ use tokio_postgres::types::ToSql;
 use crate::collection::{Collection, Maintained};
 use crate::conn::{Conn, Failure};
 use crate::records::{record_columns, StoredRecord, RECORD_COLUMNS};
+use crate::schema::Layout;
 use tideway_query::keycodec::encode_id;
 use tideway_storage::entry_keys::{
     after_resume, expiry_range, i64_of_ordered, is_empty, record_id_key, stored_range, TIME_LEN,
@@ -200,27 +201,42 @@ impl Scanned<'_> {
                     } else {
                         ("tideway.index_entries", "entry")
                     };
-                    // The entries first (a range of the index, limited), then each one's
-                    // document by its key: a plan that never reads the collection whole.
-                    // `OFFSET 0` keeps the lookup a per-entry subquery: flattened into a join,
-                    // stale statistics (a new collection looks empty) can make it a scan of
-                    // the collection per entry.
-                    format!(
-                        "SELECT e.{position}, e.id_key, e.type_bits, d.*
-                         FROM (SELECT {position}, id_key, type_bits FROM {table}
-                               WHERE index_id = $2 AND {position} >= $3 {}
-                               ORDER BY {position} {direction} LIMIT ${}) e
-                         LEFT JOIN LATERAL (
-                             SELECT {RECORD_COLUMNS} FROM tideway.documents
-                             WHERE coll_id = $1 AND id_key = e.id_key OFFSET 0) d ON true
-                         ORDER BY e.{position} {direction}",
+                    let entries = format!(
+                        "SELECT {position}, id_key, type_bits FROM {table}
+                         WHERE index_id = $2 AND {position} >= $3 {}
+                         ORDER BY {position} {direction} LIMIT ${}",
                         if upper.is_some() {
                             format!("AND {position} < $4")
                         } else {
                             String::new()
                         },
                         params.len() + 1
-                    )
+                    );
+                    // The entries first (a range of the index, limited), then each one's
+                    // document by its key: a plan that never reads the collection whole.
+                    match conn.layout() {
+                        // `OFFSET 0` keeps the lookup a per-entry subquery: flattened into a
+                        // join, stale statistics (a new collection looks empty) can make it a
+                        // scan of the collection per entry.
+                        Layout::Local => format!(
+                            "SELECT e.{position}, e.id_key, e.type_bits, d.*
+                             FROM ({entries}) e
+                             LEFT JOIN LATERAL (
+                                 SELECT {RECORD_COLUMNS} FROM tideway.documents
+                                 WHERE coll_id = $1 AND id_key = e.id_key OFFSET 0) d ON true
+                             ORDER BY e.{position} {direction}"
+                        ),
+                        // Citus joins a lateral subquery only to a table it is co-located
+                        // with: the entries become an intermediate result it joins on every
+                        // shard of `documents` (custom plans: the lookups by key).
+                        Layout::Citus => format!(
+                            "WITH e AS MATERIALIZED ({entries})
+                             SELECT e.{position}, e.id_key, e.type_bits, {RECORD_COLUMNS}
+                             FROM e LEFT JOIN tideway.documents d
+                               ON d.coll_id = $1 AND d.id_key = e.id_key
+                             ORDER BY e.{position} {direction}"
+                        ),
+                    }
                 }
                 Scanned::Expiry(order) => {
                     let (low_time, low_id) = expiry_bound(&lower)?;

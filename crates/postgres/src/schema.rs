@@ -36,9 +36,18 @@
 //!   `reaper_leases (coll_id → holder, since_ms)` (since version 5): the nodes on the database
 //!   with their heartbeats, and which node reaps which collection (`nodes.rs`).
 //!
+//! With `--pgDistribute citus` the same tables are Citus tables ([`CITUS_LAYOUT`], recorded as
+//! the `meta` row `layout` = 1): the catalog, `meta`, `nodes` and `reaper_leases` stay local
+//! tables of the coordinator (every node connects to it; Citus serializes row locks on
+//! reference tables, which every write's catalog guard takes), `documents` and `index_entries`
+//! are distributed by `id_key` and co-located (a document's entries on its shard; the entries'
+//! primary key widened to include `id_key`, as Citus requires of a distributed table's unique
+//! constraints), `unique_entries` by `key` (so its primary key still makes a unique index
+//! unique across shards), `sessions` and `session_commits` by `key`.
+//!
 //! Invariant: a database holds either no `tideway.meta` row `schema_version` (never
-//! bootstrapped) or every table of that version. Must not: use what Citus, YugabyteDB or
-//! CockroachDB lack (see the crate invariants).
+//! bootstrapped) or every table of that version, in one layout. Must not: use what Citus,
+//! YugabyteDB or CockroachDB lack (see the crate invariants).
 
 use tokio_postgres::{Client, IsolationLevel};
 
@@ -150,13 +159,61 @@ const VERSION_5: &[&str] = &[
         since_ms bigint NOT NULL)",
 ];
 
-/// Creates tideway's schema in an empty database, or checks that the one there is this build's.
-/// A newer version stops startup with a message saying which build can read it. Safe to run
-/// from several nodes at once: one creates, the others find it created.
-pub(crate) async fn bootstrap(client: &mut Client, target: &Target) -> StorageResult<()> {
+/// What `--pgDistribute` asks for: tideway's tables spread over a distributed PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Distribution {
+    /// Citus tables ([`CITUS_LAYOUT`]); needs the `citus` extension in the database.
+    Citus,
+}
+
+/// How tideway's tables lie in a database (the `meta` row `layout`: absent for local tables,
+/// 1 for Citus).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Ordinary tables.
+    Local,
+    /// Citus distributed tables beside the coordinator's local catalog ([`CITUS_LAYOUT`]).
+    Citus,
+}
+
+impl Layout {
+    /// The name `serverStatus` and the startup report give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Local => "local",
+            Layout::Citus => "citus",
+        }
+    }
+}
+
+/// The statements that turn the current version's local tables into Citus tables (in the
+/// bootstrap's transaction; Citus moves rows already there into the shards).
+const CITUS_LAYOUT: &[&str] = &[
+    "ALTER TABLE tideway.index_entries DROP CONSTRAINT index_entries_pkey,
+        ADD CONSTRAINT index_entries_pkey PRIMARY KEY (index_id, entry, id_key)",
+    "SELECT create_distributed_table('tideway.documents', 'id_key')",
+    "SELECT create_distributed_table('tideway.index_entries', 'id_key',
+        colocate_with => 'tideway.documents')",
+    "SELECT create_distributed_table('tideway.unique_entries', 'key')",
+    "SELECT create_distributed_table('tideway.sessions', 'key')",
+    "SELECT create_distributed_table('tideway.session_commits', 'key',
+        colocate_with => 'tideway.sessions')",
+    "INSERT INTO tideway.meta (name, value) VALUES ('layout', 1)",
+];
+
+/// Creates tideway's schema in an empty database (as Citus tables when `distribute` asks), or
+/// checks that the one there is this build's, and returns its layout. A newer version stops
+/// startup with a message saying which build can read it; `distribute` turns local tables of a
+/// current schema into Citus tables. Safe to run from several nodes at once: one creates, the
+/// others find it created.
+pub(crate) async fn bootstrap(
+    client: &mut Client,
+    target: &Target,
+    distribute: Option<Distribution>,
+) -> StorageResult<Layout> {
     let mut attempt = 1;
     loop {
-        match try_bootstrap(client, target).await {
+        match try_bootstrap(client, target, distribute).await {
             Ok(result) => return result,
             Err(Retry(error)) if attempt == BOOTSTRAP_ATTEMPTS => {
                 return Err(target.error(
@@ -172,7 +229,11 @@ pub(crate) async fn bootstrap(client: &mut Client, target: &Target) -> StorageRe
 /// A conflict with a concurrent bootstrap: try again.
 struct Retry(tokio_postgres::Error);
 
-async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageResult<()>, Retry> {
+async fn try_bootstrap(
+    client: &mut Client,
+    target: &Target,
+    distribute: Option<Distribution>,
+) -> Result<StorageResult<Layout>, Retry> {
     let fail = |what: &str, error: tokio_postgres::Error| {
         if is_retryable_ddl(&error) {
             Err(Retry(error))
@@ -208,8 +269,18 @@ async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageRe
         Ok(row) => row.map(|row| row.get::<_, i64>(0)),
         Err(error) => return fail("cannot read tideway's schema version", error),
     };
+    let layout = match txn
+        .query_opt("SELECT value FROM tideway.meta WHERE name = 'layout'", &[])
+        .await
+    {
+        Ok(Some(row)) if row.get::<_, i64>(0) == 1 => Layout::Citus,
+        Ok(_) => Layout::Local,
+        Err(error) => return fail("cannot read tideway's table layout", error),
+    };
+    let distributing = distribute == Some(Distribution::Citus) && layout == Layout::Local;
     let from = match stored {
-        Some(SCHEMA_VERSION) => return Ok(Ok(())),
+        Some(SCHEMA_VERSION) if !distributing => return Ok(Ok(layout)),
+        Some(SCHEMA_VERSION) => SCHEMA_VERSION,
         Some(newer) if newer > SCHEMA_VERSION => {
             return Ok(Err(StorageError::Corrupt(format!(
                 "the database {} holds tideway schema version {newer}, newer than this build's \
@@ -233,6 +304,28 @@ async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageRe
             }
         }
     }
+    if distributing {
+        match txn
+            .query_opt("SELECT 1 FROM pg_extension WHERE extname = 'citus'", &[])
+            .await
+        {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Ok(Err(StorageError::Io(format!(
+                    "--pgDistribute citus needs the citus extension in the database {} \
+                     (CREATE EXTENSION citus on the coordinator, with its workers added)",
+                    target.redacted()
+                ))))
+            }
+            Err(error) => return fail("cannot look for the citus extension", error),
+        }
+        for statement in CITUS_LAYOUT {
+            if let Err(error) = txn.batch_execute(statement).await {
+                return fail("cannot distribute tideway's tables with Citus", error);
+            }
+        }
+    }
+    let layout = if distributing { Layout::Citus } else { layout };
     if let Err(error) = txn
         .execute(
             "INSERT INTO tideway.meta (name, value) VALUES ('schema_version', $1)
@@ -244,7 +337,7 @@ async fn try_bootstrap(client: &mut Client, target: &Target) -> Result<StorageRe
         return fail("cannot record tideway's schema version", error);
     }
     match txn.commit().await {
-        Ok(()) => Ok(Ok(())),
+        Ok(()) => Ok(Ok(layout)),
         Err(error) => fail("cannot commit tideway's schema", error),
     }
 }

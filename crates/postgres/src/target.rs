@@ -4,6 +4,7 @@
 use std::error::Error;
 use std::str::FromStr;
 
+use crate::schema::Layout;
 use crate::tls::{split_tls_parameters, TlsSettings};
 use tideway_storage::{StorageError, StorageResult};
 
@@ -13,6 +14,8 @@ pub struct Target {
     config: tokio_postgres::Config,
     tls: TlsSettings,
     redacted: String,
+    /// The URI's own `options`, before the plan mode is added ([`Target::plan_for`]).
+    given_options: Option<String>,
 }
 
 impl Target {
@@ -29,20 +32,35 @@ impl Target {
             StorageError::Io(format!("invalid PostgreSQL URI {redacted}: {error}"))
         })?;
         config.ssl_mode(tls.ssl_mode);
-        // Every statement is prepared with parameters, each built for one access path through
-        // an index; a generic plan keeps that path whatever the statistics say about one
-        // parameter's value (a collection created since the last ANALYZE looks empty, and a
-        // custom plan for it may scan it per row), and is not planned again at each execution.
-        let options = match config.get_options() {
-            Some(given) => format!("{given} -c plan_cache_mode=force_generic_plan"),
-            None => "-c plan_cache_mode=force_generic_plan".to_owned(),
-        };
-        config.options(&options);
-        Ok(Target {
+        let given_options = config.get_options().map(str::to_owned);
+        let mut target = Target {
             config,
             tls,
             redacted,
-        })
+            given_options,
+        };
+        target.plan_for(Layout::Local);
+        Ok(target)
+    }
+
+    /// Sets how the database plans tideway's statements on `layout`'s tables. On local tables
+    /// every statement is prepared with parameters, each built for one access path through an
+    /// index; a generic plan keeps that path whatever the statistics say about one parameter's
+    /// value (a collection created since the last ANALYZE looks empty, and a custom plan for it
+    /// may scan it per row), and is not planned again at each execution. Citus cannot turn a
+    /// generic plan of a statement that reaches several shards into a distributed one, so on
+    /// its tables every execution is planned with its values (Citus then routes a statement
+    /// to the shards those values name).
+    pub(crate) fn plan_for(&mut self, layout: Layout) {
+        let mode = match layout {
+            Layout::Local => "force_generic_plan",
+            Layout::Citus => "force_custom_plan",
+        };
+        let options = match &self.given_options {
+            Some(given) => format!("{given} -c plan_cache_mode={mode}"),
+            None => format!("-c plan_cache_mode={mode}"),
+        };
+        self.config.options(&options);
     }
 
     pub(crate) fn config(&self) -> &tokio_postgres::Config {
@@ -188,6 +206,12 @@ mod tests {
         assert_eq!(
             given.config().get_options(),
             Some("-c search_path=x -c plan_cache_mode=force_generic_plan")
+        );
+        let mut citus = given;
+        citus.plan_for(Layout::Citus);
+        assert_eq!(
+            citus.config().get_options(),
+            Some("-c search_path=x -c plan_cache_mode=force_custom_plan")
         );
     }
 

@@ -27,6 +27,7 @@ use bson::{doc, Bson, Document};
 use tokio_postgres::Row;
 
 use crate::group::{GroupClaim, Grouped, GroupedInsert};
+use crate::schema::Layout;
 
 use crate::catalog::{catalog_guard, mark_multikey};
 use crate::collection::Collection;
@@ -297,7 +298,15 @@ impl Database {
             let time = EntryTime::now((options.take_time)());
             record(&vec![true; ops.len()], time)
         });
-        if let Some(grouped) = groupable(ops, options.claim, record.as_ref())? {
+        // On Citus a group's statement joins its sessions' claims as an intermediate result,
+        // which reaches every shard of the session tables (measured: 38 inserts/s grouped,
+        // 192 alone, 8 clients): each insert goes alone there, its claim and record routed to
+        // its session's shard.
+        let grouped = match self.layout {
+            Layout::Local => groupable(ops, options.claim, record.as_ref())?,
+            Layout::Citus => None,
+        };
+        if let Some(grouped) = grouped {
             match self.insert_grouped(collection, grouped).await {
                 Grouped::Inserted(rev) => {
                     return Ok(Some(vec![Ok(WriteOutcome::Inserted {
@@ -714,40 +723,27 @@ struct Removal {
     entries: EntryRows,
 }
 
-/// Reads the stored records of `id_keys` of `collection`, locked until the transaction ends.
-async fn locked_records(
-    conn: &Conn,
-    collection: &Collection,
-    id_keys: &[&[u8]],
-) -> Attempt<Vec<(Vec<u8>, StoredRecord)>> {
-    let rows = conn
-        .query(
-            concat!(
-                "SELECT id_key, ",
-                record_columns!(),
-                " FROM tideway.documents WHERE coll_id = $1 AND id_key = ANY($2) FOR UPDATE"
-            ),
-            &[&collection.id, &id_keys],
-        )
-        .await?;
-    let mut records = Vec::with_capacity(rows.len());
-    for row in &rows {
-        if let Some(record) = StoredRecord::read(row, 1)? {
-            records.push((row.get(0), record));
-        }
-    }
-    Ok(records)
-}
-
+/// Reads the stored record of `id_key` of `collection`, locked until the transaction ends (one
+/// row by its key: Citus locks rows only in a statement routed to one shard).
 async fn locked_record(
     conn: &Conn,
     collection: &Collection,
     id_key: &[u8],
 ) -> Attempt<Option<StoredRecord>> {
-    Ok(locked_records(conn, collection, &[id_key])
-        .await?
-        .pop()
-        .map(|(_, record)| record))
+    let row = conn
+        .query_opt(
+            concat!(
+                "SELECT ",
+                record_columns!(),
+                " FROM tideway.documents WHERE coll_id = $1 AND id_key = $2 FOR UPDATE"
+            ),
+            &[&collection.id, &id_key],
+        )
+        .await?;
+    match row {
+        Some(row) => Ok(StoredRecord::read(&row, 0)?),
+        None => Ok(None),
+    }
 }
 
 /// What removing the stored `record` of `id_key` deletes.
@@ -1102,9 +1098,10 @@ async fn apply_quickly(
                     "WITH old AS (
                         SELECT body FROM tideway.documents
                         WHERE coll_id = $1 AND id_key = $2 AND rev = $7 FOR UPDATE)
-                     UPDATE tideway.documents d SET rev = nextval('tideway.revisions'),
+                     UPDATE tideway.documents d SET rev = numbered.r,
                         last_write_ms = $3, ttl_class = $4, expire_at_ms = $5, body = $6
-                     FROM old WHERE d.coll_id = $1 AND d.id_key = $2
+                     FROM old, (SELECT nextval('tideway.revisions') AS r) numbered
+                     WHERE d.coll_id = $1 AND d.id_key = $2
                      RETURNING d.rev, CASE WHEN $8 THEN old.body END",
                     &[
                         &collection.id,
@@ -1197,8 +1194,11 @@ async fn store_document(
              RETURNING rev"
         }
         Stored::Replaced => {
-            "UPDATE tideway.documents SET rev = nextval('tideway.revisions'),
+            // The revision is drawn in a subquery: Citus refuses volatile functions in an
+            // `UPDATE`'s `SET` on its tables, not in its `FROM`.
+            "UPDATE tideway.documents SET rev = numbered.r,
                 last_write_ms = $3, ttl_class = $4, expire_at_ms = $5, body = $6
+             FROM (SELECT nextval('tideway.revisions') AS r) numbered
              WHERE coll_id = $1 AND id_key = $2
              RETURNING rev"
         }

@@ -24,7 +24,7 @@ async fn the_last_write_rule_holds_on_postgresql() {
     let Some(scratch) = common::scratch().await else {
         return;
     };
-    let storage = PgStorage::open_with_rule(&scratch.uri, 4, conformance::rule_by_option, 0)
+    let storage = PgStorage::open_with_rule(&scratch.uri, 4, None, conformance::rule_by_option, 0)
         .await
         .unwrap_or_else(|error| panic!("{error}"));
     conformance::last_write_rule(&storage).await;
@@ -49,7 +49,7 @@ async fn opening_applies_the_last_write_rule() {
             .map(|record| record.doc.get("_id").cloned().unwrap_or(Bson::Null))
             .collect()
     }
-    let open = |rule| PgStorage::open_with_rule(&scratch.uri, 4, rule, 0);
+    let open = |rule| PgStorage::open_with_rule(&scratch.uri, 4, None, rule, 0);
     let both = [Bson::Int32(2), Bson::Int32(1)];
     {
         let storage = open(tideway_storage::every_collection).await.unwrap();
