@@ -102,12 +102,16 @@ impl Presence {
 
     /// Of the collections `ids`, those whose reaper lease this node holds after taking every
     /// lease nobody holds or whose holder is not live (two statements: the live nodes, then the
-    /// leases; a holder that comes back to life between them finds its leases taken).
+    /// leases; a holder that comes back to life between them finds its leases taken). None
+    /// without collections to reap (a node's monitor asks every pass).
     pub(crate) async fn claim_leases(
         &self,
         database: &Database,
         ids: &[i64],
     ) -> StorageResult<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let client = database.client().await?;
         let failed = |error| database.target().error("cannot take reaper leases", error);
         // The live nodes first: a statement that modifies a Citus reference table cannot read

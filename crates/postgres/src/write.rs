@@ -26,14 +26,13 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 use tokio_postgres::Row;
 
-use crate::group::{GroupClaim, Grouped, GroupedInsert};
-use crate::schema::Layout;
-
 use crate::catalog::{catalog_guard, mark_multikey};
 use crate::collection::Collection;
 use crate::conn::{Attempt, Conn, Failure, OwnedParams};
 use crate::entries::EntryRows;
+use crate::group::{GroupClaim, Grouped, GroupedInsert};
 use crate::records::{record_columns, StoredRecord};
+use crate::schema::Layout;
 use crate::Database;
 use tideway_storage::indexkeys::DocumentKeys;
 use tideway_storage::oplog::EntryTime;
