@@ -24,6 +24,18 @@ fn round_trips_of(status: &Document, command: &str) -> (i64, i64) {
     )
 }
 
+/// How the server's tables lie in the database (`serverStatus.postgres.layout`).
+async fn layout_of(server: &TestServer) -> String {
+    let status = server
+        .client()
+        .database("admin")
+        .run_command(doc! {"serverStatus": 1})
+        .await
+        .unwrap();
+    let postgres = status.get_document("postgres").unwrap();
+    postgres.get_str("layout").unwrap().to_owned()
+}
+
 /// The password in a `postgresql://user:password@…` URI.
 fn common_password(uri: &str) -> String {
     let authority = uri.split("://").nth(1).unwrap_or_default();
@@ -116,6 +128,78 @@ async fn the_server_answers_as_a_router_and_reports_its_round_trips() {
         "one round trip per single insert"
     );
     assert_eq!(delta("find"), (10, 10), "one round trip per point read");
+}
+
+/// On a Citus coordinator (`TIDEWAY_TEST_PG_CITUS_WORKERS`), `--pgDistribute citus` turns the
+/// local tables of a database a node already used into distributed ones: every document, index
+/// entry and unique key is still there, and no copy stays behind in the coordinator's tables.
+#[tokio::test]
+async fn local_tables_are_distributed_with_their_rows() {
+    let Some(config) = common::postgres_config().await else {
+        return;
+    };
+    if common::citus_distribution().is_none() {
+        return; // Needs a Citus coordinator.
+    }
+    let local = tideway::config::Config {
+        pg_distribute: None,
+        ..config.clone()
+    };
+    let server = TestServer::start_with(local).await;
+    let coll: Collection<Document> = server.client().database("app").collection("things");
+    let documents: Vec<Document> = (0..300)
+        .map(|id| doc! {"_id": id, "x": id % 10, "email": format!("u{id}@x")})
+        .collect();
+    coll.insert_many(documents).await.unwrap();
+    let unique = mongodb::options::IndexOptions::builder()
+        .unique(true)
+        .build();
+    coll.create_indexes([
+        mongodb::IndexModel::builder().keys(doc! {"x": 1}).build(),
+        mongodb::IndexModel::builder()
+            .keys(doc! {"email": 1})
+            .options(unique)
+            .build(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(layout_of(&server).await, "local");
+    server.stop().await;
+
+    let server = TestServer::start_with(config.clone()).await;
+    assert_eq!(layout_of(&server).await, "citus");
+    let client = server.client();
+    let coll: Collection<Document> = client.database("app").collection("things");
+    assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 300);
+    assert_eq!(coll.count_documents(doc! {"x": 3}).await.unwrap(), 30);
+    let found = coll.find_one(doc! {"email": "u7@x"}).await.unwrap();
+    assert_eq!(found.and_then(|found| found.get_i32("_id").ok()), Some(7));
+    let duplicate = coll.insert_one(doc! {"_id": 1000, "email": "u7@x"}).await;
+    match duplicate.map_err(|error| *error.kind) {
+        Err(mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(error))) => {
+            assert_eq!(error.code, 11000)
+        }
+        other => panic!("a duplicate key was not refused: {other:?}"),
+    }
+    server.stop().await;
+    let (database, connection) =
+        tokio_postgres::connect(config.pg_uri.as_deref().unwrap(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let left_behind = database
+        .query_one(
+            "SELECT pg_relation_size('tideway.documents') + pg_relation_size('tideway.index_entries')
+                    + pg_relation_size('tideway.unique_entries')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        left_behind.get::<_, i64>(0),
+        0,
+        "rows left in the coordinator's tables"
+    );
 }
 
 /// `--pgDistribute citus` on a database without Citus stops startup with what is missing,

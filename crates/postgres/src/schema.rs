@@ -187,7 +187,7 @@ impl Layout {
 }
 
 /// The statements that turn the current version's local tables into Citus tables (in the
-/// bootstrap's transaction; Citus moves rows already there into the shards).
+/// bootstrap's transaction; rows already there move into the shards).
 const CITUS_LAYOUT: &[&str] = &[
     "ALTER TABLE tideway.index_entries DROP CONSTRAINT index_entries_pkey,
         ADD CONSTRAINT index_entries_pkey PRIMARY KEY (index_id, entry, id_key)",
@@ -198,6 +198,11 @@ const CITUS_LAYOUT: &[&str] = &[
     "SELECT create_distributed_table('tideway.sessions', 'key')",
     "SELECT create_distributed_table('tideway.session_commits', 'key',
         colocate_with => 'tideway.sessions')",
+    // Citus copies rows already there into the shards and keeps the originals in the
+    // coordinator's table, unread, until told to drop them.
+    "SELECT truncate_local_data_after_distributing_table(table_name)
+        FROM unnest(ARRAY['tideway.documents', 'tideway.index_entries', 'tideway.unique_entries',
+            'tideway.sessions', 'tideway.session_commits']::regclass[]) AS table_name",
     "INSERT INTO tideway.meta (name, value) VALUES ('layout', 1)",
 ];
 
