@@ -36,8 +36,17 @@ pub enum StorageKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PgDistribute {
     /// Citus: documents, index entries and session records as distributed tables, the catalog
-    /// as reference tables (docs/scale-out.md).
+    /// local to the coordinator (docs/scale-out.md).
     Citus,
+}
+
+impl PgDistribute {
+    /// What the PostgreSQL engine is asked for.
+    pub fn distribution(self) -> tideway_postgres::Distribution {
+        match self {
+            PgDistribute::Citus => tideway_postgres::Distribution::Citus,
+        }
+    }
 }
 
 /// Connections the PostgreSQL engine keeps open by default (`--pgPoolSize`).

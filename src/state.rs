@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::Config;
 use crate::config::StorageKind;
+use crate::config::{Config, PgDistribute};
 use crate::cursor::CursorRegistry;
 use crate::params::Parameters;
 use tideway_base::clock::{Clock, ServerClock};
@@ -280,9 +280,7 @@ pub async fn open_storage_and_clock(
             let storage = tideway_postgres::PgStorage::open_with_rule(
                 uri,
                 config.pg_pool_size,
-                config.pg_distribute.map(|engine| match engine {
-                    crate::config::PgDistribute::Citus => tideway_postgres::Distribution::Citus,
-                }),
+                config.pg_distribute.map(PgDistribute::distribution),
                 keeps_last_write_order,
                 config.test_clock_skew_ms,
             )

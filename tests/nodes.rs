@@ -239,18 +239,9 @@ async fn a_cursor_goes_on_after_a_catalog_change_on_another_node() {
     assert_eq!(next.get_array("nextBatch").unwrap().len(), 3, "{more}");
 }
 
-async fn server_status(server: &TestServer) -> Document {
-    server
-        .client()
-        .database("admin")
-        .run_command(doc! {"serverStatus": 1})
-        .await
-        .unwrap()
-}
-
 /// `serverStatus.postgres.nodes` of a node.
 async fn nodes_status(server: &TestServer) -> Document {
-    let status = server_status(server).await;
+    let status = server.server_status().await;
     status
         .get_document("postgres")
         .and_then(|postgres| postgres.get_document("nodes"))
@@ -348,6 +339,6 @@ async fn a_node_whose_own_clock_reads_an_hour_off_judges_expiry_by_the_database(
     // Both report the database's time, not an hour apart.
     let local_time =
         |status: Document| status.get_datetime("localTime").unwrap().timestamp_millis();
-    let apart = local_time(server_status(&ahead).await) - local_time(server_status(&exact).await);
+    let apart = local_time(ahead.server_status().await) - local_time(exact.server_status().await);
     assert!(apart.abs() < 60_000, "{apart} ms apart");
 }

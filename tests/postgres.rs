@@ -26,12 +26,7 @@ fn round_trips_of(status: &Document, command: &str) -> (i64, i64) {
 
 /// How the server's tables lie in the database (`serverStatus.postgres.layout`).
 async fn layout_of(server: &TestServer) -> String {
-    let status = server
-        .client()
-        .database("admin")
-        .run_command(doc! {"serverStatus": 1})
-        .await
-        .unwrap();
+    let status = server.server_status().await;
     let postgres = status.get_document("postgres").unwrap();
     postgres.get_str("layout").unwrap().to_owned()
 }
@@ -182,11 +177,7 @@ async fn local_tables_are_distributed_with_their_rows() {
         other => panic!("a duplicate key was not refused: {other:?}"),
     }
     server.stop().await;
-    let (database, connection) =
-        tokio_postgres::connect(config.pg_uri.as_deref().unwrap(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let database = common::connect_plainly(config.pg_uri.as_deref().unwrap()).await;
     let left_behind = database
         .query_one(
             "SELECT pg_relation_size('tideway.documents') + pg_relation_size('tideway.index_entries')
@@ -224,12 +215,8 @@ async fn distributing_needs_citus_in_the_database() {
         error.contains("--pgDistribute citus needs the citus extension in the database"),
         "{error}"
     );
-    let (client, connection) =
-        tokio_postgres::connect(config.pg_uri.as_deref().unwrap(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    let tables = client
+    let database = common::connect_plainly(config.pg_uri.as_deref().unwrap()).await;
+    let tables = database
         .query_one(
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'tideway' AND tablename <> 'meta'",
             &[],

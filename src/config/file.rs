@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 
+use clap::ValueEnum;
 use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
@@ -260,14 +261,13 @@ pub fn parse(text: &str) -> CommandResult<FileSettings> {
             }
             "storage.postgres.uri" => settings.pg_uri = Some(value_text(&key, value)?),
             "storage.postgres.distribute" => {
-                settings.pg_distribute = Some(match value_text(&key, value)?.as_str() {
-                    "citus" => PgDistribute::Citus,
-                    other => {
-                        return Err(CommandError::bad_value(format!(
-                        "Bad value for storage.postgres.distribute: {other}.  Supported: (citus)"
-                    )))
-                    }
-                });
+                let text = value_text(&key, value)?;
+                let engine = PgDistribute::from_str(&text, false).map_err(|_| {
+                    CommandError::bad_value(format!(
+                        "Bad value for storage.postgres.distribute: {text}.  Supported: (citus)"
+                    ))
+                })?;
+                settings.pg_distribute = Some(engine);
             }
             "storage.postgres.poolSize" => {
                 let size = int(&key, value)?;
@@ -525,8 +525,11 @@ pub fn render(config: &Config) -> String {
             text_node("poolSize"),
             Yaml::Integer(i64::try_from(config.pg_pool_size).unwrap_or(i64::MAX)),
         );
-        if let Some(PgDistribute::Citus) = config.pg_distribute {
-            postgres.insert(text_node("distribute"), text_node("citus"));
+        if let Some(engine) = config
+            .pg_distribute
+            .and_then(|engine| engine.to_possible_value())
+        {
+            postgres.insert(text_node("distribute"), text_node(engine.get_name()));
         }
         storage.insert(text_node("postgres"), Yaml::Hash(postgres));
     }
@@ -823,6 +826,10 @@ replication:
             (
                 "storage:\n  engine: wiredTiger\n",
                 "Bad value for storage.engine: wiredTiger.  Supported engines are: (disk|memory|postgres)",
+            ),
+            (
+                "storage:\n  postgres:\n    distribute: yugabyte\n",
+                "Bad value for storage.postgres.distribute: yugabyte.  Supported: (citus)",
             ),
             (
                 "storage:\n  postgres:\n    poolSize: 0\n",

@@ -110,6 +110,15 @@ impl TestServer {
         Client::with_options(options).expect("client options")
     }
 
+    /// The server's `serverStatus` reply.
+    pub async fn server_status(&self) -> bson::Document {
+        self.client()
+            .database("admin")
+            .run_command(bson::doc! {"serverStatus": 1})
+            .await
+            .expect("serverStatus")
+    }
+
     /// Signals shutdown and waits until every connection has finished.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -247,7 +256,8 @@ pub fn citus_distribution() -> Option<tideway::config::PgDistribute> {
     (!citus_workers().is_empty()).then_some(tideway::config::PgDistribute::Citus)
 }
 
-async fn connect_plainly(uri: &str) -> tokio_postgres::Client {
+/// A client of the PostgreSQL database `uri` (without TLS, as the test clusters take it).
+pub async fn connect_plainly(uri: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(uri, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|error| panic!("{uri}: {error}"));

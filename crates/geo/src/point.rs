@@ -179,9 +179,12 @@ pub fn crs(geometry: &Document) -> Result<Crs, Invalid> {
 
 /// Two coordinates from an array or an object, in order (`parseFlatPoint`).
 fn flat_pair(value: Option<&Bson>, extra: Extra) -> Result<(f64, f64), Invalid> {
-    let mut values: Box<dyn Iterator<Item = &Bson>> = match value {
-        Some(Bson::Array(items)) => Box::new(items.iter()),
-        Some(Bson::Document(document)) => Box::new(document.iter().map(|(_, value)| value)),
+    let (first, second, third) = match value {
+        Some(Bson::Array(items)) => (items.first(), items.get(1), items.get(2)),
+        Some(Bson::Document(document)) => {
+            let mut values = document.iter().map(|(_, value)| value);
+            (values.next(), values.next(), values.next())
+        }
         other => {
             return Err(Invalid(format!(
                 "Point must be an array or object, instead got type {}",
@@ -189,15 +192,15 @@ fn flat_pair(value: Option<&Bson>, extra: Extra) -> Result<(f64, f64), Invalid> 
             )))
         }
     };
-    let mut coordinate = || match values.next() {
+    let coordinate = |value: Option<&Bson>| match value {
         Some(value) if is_number(value) => Ok(number(value)),
         other => Err(Invalid(format!(
             "Point must only contain numeric elements, instead got type {}",
             type_name_of(other)
         ))),
     };
-    let (x, y) = (coordinate()?, coordinate()?);
-    if extra == Extra::Refused && values.next().is_some() {
+    let (x, y) = (coordinate(first)?, coordinate(second)?);
+    if extra == Extra::Refused && third.is_some() {
         return Err(Invalid(
             "Point must only contain two numeric elements".to_string(),
         ));

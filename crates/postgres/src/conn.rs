@@ -86,15 +86,8 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub async fn get(database: &Database) -> StorageResult<Conn> {
-        Ok(Conn {
-            object: Some(Held::Own(Box::new(database.client().await?))),
-            target: database.shared_target(),
-            layout: database.layout(),
-            counters: database.counters(),
-            pending: std::sync::Mutex::default(),
-            catalog_check: std::sync::Mutex::default(),
-            in_transaction: false,
-        })
+        let object = Held::Own(Box::new(database.client().await?));
+        Ok(Conn::holding(database, object))
     }
 
     /// A connection shared by concurrent reads outside transactions: their statements are
@@ -104,7 +97,11 @@ impl Conn {
             Some(shared) => Held::Shared(shared),
             None => Held::Own(Box::new(database.client().await?)),
         };
-        Ok(Conn {
+        Ok(Conn::holding(database, object))
+    }
+
+    fn holding(database: &Database, object: Held) -> Conn {
+        Conn {
             object: Some(object),
             target: database.shared_target(),
             layout: database.layout(),
@@ -112,7 +109,7 @@ impl Conn {
             pending: std::sync::Mutex::default(),
             catalog_check: std::sync::Mutex::default(),
             in_transaction: false,
-        })
+        }
     }
 
     /// How the tables this connection reads and writes lie (some statements differ on Citus).

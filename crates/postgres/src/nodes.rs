@@ -114,8 +114,8 @@ impl Presence {
         }
         let client = database.client().await?;
         let failed = |error| database.target().error("cannot take reaper leases", error);
-        // The live nodes first: a statement that modifies a Citus reference table cannot read
-        // another one inside its conflict clause.
+        // The live nodes first, in a statement of their own: an upsert whose conflict clause
+        // reads another table is refused by Citus when the tables are reference tables.
         let live: Vec<String> = client
             .query(
                 &format!(
