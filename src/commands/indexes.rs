@@ -299,7 +299,7 @@ fn parse_index_spec(
     let partial_filter = match raw.get("partialFilterExpression") {
         None => None,
         Some(Bson::Document(filter)) => {
-            if Filter::parse(filter)?.text().is_some() {
+            if Filter::parse(filter)?.refuse_near()?.text().is_some() {
                 return Err(CommandError::new(
                     ErrorCode::CannotCreateIndex,
                     "unsupported expression in partial index: TEXT",

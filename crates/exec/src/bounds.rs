@@ -584,6 +584,8 @@ pub(crate) fn predicate_bounds(
         | Predicate::Size(_)
         | Predicate::Mod { .. }
         | Predicate::Bits(_)
+        | Predicate::Geo(_)
+        | Predicate::Near(_)
         | Predicate::ElemMatchObject(_) => None,
     }
 }

@@ -3,7 +3,7 @@
 
 /// `value` with six significant digits, fixed or scientific as `%g` chooses, trailing zeros
 /// dropped (`190`, `36.5043`, `1e+07`, `1.5e-05`).
-pub(crate) fn six_digits(value: f64) -> String {
+pub fn six_digits(value: f64) -> String {
     if value == 0.0 {
         return "0".to_string();
     }

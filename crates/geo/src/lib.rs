@@ -8,8 +8,10 @@
 //! comes from `s2rst` (a port of the S2 library mongod uses), never from hand-written formulas.
 
 pub mod distance;
-mod format;
+pub mod format;
 pub mod point;
+pub mod relate;
+pub mod shape;
 
 /// The Earth's radius mongod turns angles into meters with (`kRadiusOfEarthInMeters`,
 /// `src/mongo/db/geo/geoconstants.h`; not the 6,371 km mean radius).

@@ -6,7 +6,7 @@
 
 use bson::{Bson, Document};
 use s2rst::s2::LatLng;
-use tideway_base::display::{document_string, type_name};
+use tideway_base::display::type_name;
 
 use crate::format::six_digits;
 use crate::Invalid;
@@ -94,18 +94,16 @@ fn point(value: &Bson, extra: Extra) -> Result<Position, Invalid> {
 /// A GeoJSON `Point` (`{type: "Point", coordinates: [lng, lat, …]}`, with an optional `crs`):
 /// on the sphere, so its coordinates must be a longitude and a latitude.
 pub fn geojson_point(document: &Document) -> Result<Position, Invalid> {
-    match document.get("type") {
-        Some(Bson::String(kind)) if kind == "Point" => {}
-        Some(Bson::String(kind)) if GEOJSON_TYPES.contains(&kind.as_str()) => {
+    // Without a `type` the object is still read as a point (`parseGeoJSONPoint`).
+    if let Some(kind) = document.get("type") {
+        let kind = match kind {
+            Bson::String(kind) if GEOJSON_TYPES.contains(&kind.as_str()) => kind.as_str(),
+            _ => "unknown",
+        };
+        if kind != "Point" {
             return Err(Invalid(format!(
                 "Expected geojson geometry with type Point, but got type {kind}"
-            )))
-        }
-        _ => {
-            return Err(Invalid(format!(
-                "unknown GeoJSON type: {}",
-                document_string(document)
-            )))
+            )));
         }
     }
     if crs(document)? == Crs::StrictSphere {
@@ -218,6 +216,12 @@ pub fn is_valid_lng_lat(lng: f64, lat: f64) -> bool {
     lng.abs() <= 180.0 && lat.abs() <= 90.0
 }
 
+/// The S2 point of a longitude and a latitude (`coordToPoint`).
+pub(crate) fn sphere_point(lng: f64, lat: f64) -> Result<s2rst::s2::Point, Invalid> {
+    check_lng_lat(lng, lat)?;
+    Ok(LatLng::from_degrees(lat, lng).normalized().to_point())
+}
+
 fn check_lng_lat(lng: f64, lat: f64) -> Result<(), Invalid> {
     if is_valid_lng_lat(lng, lat) {
         Ok(())
@@ -230,7 +234,7 @@ fn check_lng_lat(lng: f64, lat: f64) -> Result<(), Invalid> {
     }
 }
 
-fn is_number(value: &Bson) -> bool {
+pub(crate) fn is_number(value: &Bson) -> bool {
     matches!(
         value,
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
@@ -238,7 +242,7 @@ fn is_number(value: &Bson) -> bool {
 }
 
 /// A number's value as a double (a decimal through its text, as mongod's `numberDouble`).
-fn number(value: &Bson) -> f64 {
+pub(crate) fn number(value: &Bson) -> f64 {
     match value {
         Bson::Int32(value) => f64::from(*value),
         Bson::Int64(value) => *value as f64,
@@ -342,11 +346,12 @@ mod tests {
             refusal(query_point(
                 &bson!({"type": "point", "coordinates": [1, 2]})
             )),
-            "unknown GeoJSON type: {type: \"point\", coordinates: [ 1, 2 ]}"
+            "Expected geojson geometry with type Point, but got type unknown"
         );
+        // Without a `type`, `parseGeoJSONPoint` reads the coordinates all the same.
         assert_eq!(
-            refusal(query_point(&bson!({"coordinates": [1, 2]}))),
-            "unknown GeoJSON type: {coordinates: [ 1, 2 ]}"
+            query_point(&bson!({"coordinates": [1, 2]})).map(|p| (p.x, p.y, p.crs)),
+            Ok((1.0, 2.0, Crs::Sphere))
         );
         assert_eq!(
             refusal(query_point(&bson!({"type": "Point"}))),

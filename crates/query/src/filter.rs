@@ -26,6 +26,7 @@ use super::compare::{canonical_type_rank, compare_values_with, values_equal_with
 use super::json_schema::JsonSchema;
 use super::numeric::Number;
 use super::path::{self, LeafArrays};
+use crate::geo::{self, GeoMatch, NearQuery};
 use crate::text::{TextIndex, TextQuery, TextSearch};
 use std::sync::{Arc, OnceLock};
 use tideway_base::display::value_string;
@@ -41,6 +42,9 @@ pub struct Filter {
     root: Expr,
     /// The `$text` conjunct of `root`, if any (found once, at parse time).
     text: Option<Arc<TextMatch>>,
+    /// The near conjunct of `root` (`$near`, `$nearSphere`) with its path, if any (at most one,
+    /// always a top-level conjunct).
+    near: Option<(Vec<String>, Arc<NearQuery>)>,
     /// The collation strings compare under (`None`: the simple collation).
     collation: CollationChoice,
 }
@@ -226,6 +230,10 @@ pub enum Predicate {
         remainder: i64,
     },
     Bits(BitsPredicate),
+    /// `$geoWithin` / `$geoIntersects`.
+    Geo(Arc<GeoMatch>),
+    /// `$near` / `$nearSphere`: matches every value; the plan orders and bounds by distance.
+    Near(Arc<NearQuery>),
 }
 
 /// The value a filter is evaluated against: a whole document, or one array element inside
@@ -305,9 +313,14 @@ impl Filter {
     pub fn parse(filter: &Document) -> CommandResult<Filter> {
         let root = parse_document(filter)?;
         let text = check_text_placement(&root)?;
+        let near = check_near_placement(&root)?;
+        if text.is_some() && near.is_some() {
+            return Err(bad_value("text and geoNear not allowed in same query"));
+        }
         Ok(Filter {
             root,
             text,
+            near,
             collation: None,
         })
     }
@@ -347,6 +360,23 @@ impl Filter {
     /// The filter's `$text` search, if it has one (always a top-level conjunct).
     pub fn text(&self) -> Option<&TextMatch> {
         self.text.as_deref()
+    }
+
+    /// The filter's near query and the path it measures, if it has one (always a top-level
+    /// conjunct).
+    pub fn near(&self) -> Option<(&[String], &NearQuery)> {
+        self.near
+            .as_ref()
+            .map(|(path, near)| (path.as_slice(), near.as_ref()))
+    }
+
+    /// Refuses a near query where results cannot be sorted by distance (an aggregation
+    /// `$match`, `$lookup`, a validator, a partial index filter, a view).
+    pub fn refuse_near(self) -> CommandResult<Filter> {
+        match self.near {
+            Some(_) => Err(crate::geo::near_not_allowed()),
+            None => Ok(self),
+        }
     }
 
     /// Whether the document satisfies the filter.
@@ -448,6 +478,56 @@ impl Filter {
     }
 }
 
+/// The expressions an `$elemMatch` predicate holds (none for other predicates).
+fn elem_match_children(predicate: &Predicate) -> impl Iterator<Item = &Expr> {
+    let children: &[Expr] = match predicate {
+        Predicate::ElemMatchObject(filter) => std::slice::from_ref(&filter.root),
+        Predicate::ElemMatchValue(exprs) => exprs,
+        _ => &[],
+    };
+    children.iter()
+}
+
+/// A near query may appear once, as a top-level conjunct (mongod's `CanonicalQuery::isValid`:
+/// "Too many geoNear expressions", "geo $near must be top-level expr"). Returns it.
+fn check_near_placement(root: &Expr) -> CommandResult<Option<(Vec<String>, Arc<NearQuery>)>> {
+    let mut near = None;
+    let mut count = 0;
+    let mut nested = false;
+    let mut pending: Vec<(&Expr, bool)> = vec![(root, true)];
+    while let Some((expr, top)) = pending.pop() {
+        match expr {
+            Expr::Leaf {
+                path,
+                predicate: Predicate::Near(query),
+            } => {
+                count += 1;
+                match path {
+                    Some(path) if top => near = Some((path.clone(), query.clone())),
+                    _ => nested = true,
+                }
+            }
+            Expr::And(children) => pending.extend(children.iter().map(|child| (child, top))),
+            Expr::Or(children) if children.len() == 1 => pending.push((&children[0], top)),
+            Expr::Or(children) | Expr::Nor(children) => {
+                pending.extend(children.iter().map(|child| (child, false)))
+            }
+            Expr::Not(child) => pending.push((child, false)),
+            Expr::Leaf { predicate, .. } => {
+                pending.extend(elem_match_children(predicate).map(|child| (child, false)))
+            }
+            _ => {}
+        }
+    }
+    if count > 1 {
+        return Err(bad_value("Too many geoNear expressions"));
+    }
+    if nested {
+        return Err(bad_value("geo $near must be top-level expr"));
+    }
+    Ok(near)
+}
+
 /// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
 /// which mongod allows when every branch is indexed, tideway answers 238). Returns it.
 /// The first operator under `expr` that mongod allows only in a query on whole documents
@@ -489,16 +569,10 @@ fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
             Expr::Or(children) => pending.extend(children.iter().map(|child| (child, true))),
             Expr::Nor(children) => pending.extend(children.iter().map(|child| (child, false))),
             Expr::Not(child) => pending.push((child, false)),
-            Expr::Leaf {
-                predicate: Predicate::ElemMatchObject(filter),
-                ..
-            } => pending.push((&filter.root, false)),
-            Expr::Leaf {
-                predicate: Predicate::ElemMatchValue(exprs),
-                ..
-            } => pending.extend(exprs.iter().map(|child| (child, false))),
-            Expr::Leaf { .. }
-            | Expr::Constant(_)
+            Expr::Leaf { predicate, .. } => {
+                pending.extend(elem_match_children(predicate).map(|child| (child, false)))
+            }
+            Expr::Constant(_)
             | Expr::Aggregate(_)
             | Expr::Sample(_)
             | Expr::Where(_)
@@ -688,6 +762,16 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
     if regex_options.is_some() && regex_source.is_none() {
         return Err(bad_value("$options needs a $regex"));
     }
+    // A near query takes the whole object (its distances are siblings of the operator), and
+    // so does `$geoWithin` / `$geoIntersects`, which allows nothing beside it.
+    if let Some(first) = operators.keys().next() {
+        if geo::is_near_operator(first) {
+            return Ok(vec![leaf(
+                path,
+                Predicate::Near(geo::parse_near(operators)?),
+            )]);
+        }
+    }
     let mut exprs = Vec::new();
     for (operator, argument) in operators {
         let comparison = match operator.as_str() {
@@ -745,9 +829,16 @@ fn parse_operators(path: &Option<Vec<String>>, operators: &Document) -> CommandR
                     Predicate::Bits(BitsPredicate::parse(operator, &name, argument)?),
                 )
             }
-            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$text" => {
-                return Err(not_supported(operator))
+            "$near" | "$nearSphere" | "$geoNear" | "$minDistance" | "$maxDistance" => {
+                return Err(bad_value(format!(
+                    "near must be first in: {}",
+                    value_string(&Bson::Document(operators.clone()))
+                )))
             }
+            operator if geo::is_geo_operator(operator) => {
+                leaf(path, Predicate::Geo(geo::parse_geo_match(operators)?))
+            }
+            "$text" => return Err(not_supported(operator)),
             _ => return Err(bad_value(format!("unknown operator: {operator}"))),
         };
         exprs.push(expr);
@@ -1234,6 +1325,8 @@ impl Predicate {
                 .and_then(Number::to_i64_truncated)
                 .is_some_and(|dividend| dividend.wrapping_rem(*divisor) == *remainder),
             Predicate::Bits(bits) => candidate.is_some_and(|value| bits.matches(value)),
+            Predicate::Geo(geo) => candidate.is_some_and(|value| geo.matches(value)),
+            Predicate::Near(_) => true,
             Predicate::ElemMatchObject(filter) => {
                 let Some(Bson::Array(elements)) = candidate else {
                     return None;
@@ -1727,7 +1820,7 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_operators_report_not_implemented() {
+    fn misplaced_operators_are_refused() {
         assert_eq!(
             parse_error(doc! {"$where": 1}).errmsg,
             "$where got bad type"
@@ -1736,10 +1829,21 @@ mod tests {
             parse_error(doc! {"a": {"$where": "1"}}).errmsg,
             "unknown operator: $where"
         );
+        // A near query must lead its operator object, and appear once.
         assert_eq!(
-            parse_error(doc! {"a": {"$near": [0, 0]}}).code,
-            ErrorCode::NotImplemented
+            parse_error(doc! {"a": {"$maxDistance": 1, "$near": [0, 0]}}).errmsg,
+            "near must be first in: { $maxDistance: 1, $near: [ 0, 0 ] }"
         );
+        assert_eq!(
+            parse_error(doc! {"a": {"$near": [0, 0]}, "b": {"$near": [0, 0]}}).errmsg,
+            "Too many geoNear expressions"
+        );
+        assert_eq!(
+            parse_error(doc! {"$nor": [{"a": {"$near": [0, 0]}}]}).errmsg,
+            "geo $near must be top-level expr"
+        );
+        assert!(Filter::parse(&doc! {"$or": [{"a": {"$near": [0, 0]}}]})
+            .is_ok_and(|filter| filter.near().is_some()));
     }
 
     #[test]

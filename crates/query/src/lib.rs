@@ -56,6 +56,7 @@ pub mod compare;
 pub(crate) mod edge_values;
 pub mod expr;
 pub mod filter;
+pub mod geo;
 pub mod hash;
 pub mod js;
 pub mod json_schema;

@@ -329,7 +329,7 @@ impl Pipeline {
                         return Err(match_not_object());
                     };
                     refuse_where(filter)?;
-                    Filter::parse(filter)?;
+                    Filter::parse(filter)?.refuse_near()?;
                     leading_matches.push(filter.clone());
                     continue;
                 }
@@ -648,7 +648,7 @@ fn parse_stage(name: &str, spec: &Bson, stages: &mut Vec<Stage>) -> CommandResul
                 return Err(match_not_object());
             };
             refuse_where(filter)?;
-            let filter = Filter::parse(filter)?;
+            let filter = Filter::parse(filter)?.refuse_near()?;
             if filter.text().is_some() {
                 return Err(fail(
                     ErrorCode::Location17313,

@@ -199,6 +199,12 @@ fn predicate_shape(predicate: &Predicate, out: &mut String) {
         Predicate::Size(_) => out.push_str("size"),
         Predicate::Mod { .. } => out.push_str("mod"),
         Predicate::Bits(bits) => out.push_str(bits.operator()),
+        Predicate::Geo(geo) => {
+            let _ = write!(out, "geo{:?}", geo.relation);
+        }
+        Predicate::Near(near) => {
+            let _ = write!(out, "near{}{}", near.is_near_sphere, near.is_spherical());
+        }
         Predicate::ElemMatchObject(filter) => {
             out.push_str("elemMatch(");
             shape(filter.root(), out);

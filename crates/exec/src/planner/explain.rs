@@ -294,6 +294,8 @@ fn predicate_document(predicate: &Predicate) -> Document {
         }
         Predicate::Mod { divisor, remainder } => doc! {"$mod": [*divisor, *remainder]},
         Predicate::Bits(bits) => doc! {bits.operator(): bits.operand()},
+        Predicate::Geo(geo) => geo.raw.clone(),
+        Predicate::Near(near) => near.raw.clone(),
         Predicate::ElemMatchObject(filter) => doc! {"$elemMatch": parsed_query(filter)},
         Predicate::ElemMatchValue(exprs) => {
             let mut operators = Document::new();

@@ -305,6 +305,11 @@ pub async fn plan(
         plan,
         rejected: Vec::new(),
     };
+    if let Some((path, near)) = query.filter.near() {
+        // No index serves a near query yet (2dsphere and 2d are refused at createIndexes), so
+        // every one is refused as mongod refuses one without a geo index.
+        return Err(no_near_index(&view.ns, path, near, query.sort.as_ref()));
+    }
     if let Some(text) = query.filter.text() {
         let mut plan = text_plan(meta, &query.filter, text)?;
         plan.provides_sort = query.sort.is_none();
@@ -496,6 +501,43 @@ fn range_start(range: &KeyRange) -> &[u8] {
         std::ops::Bound::Included(key) | std::ops::Bound::Excluded(key) => key,
         std::ops::Bound::Unbounded => &[],
     }
+}
+
+/// mongod's refusal of a near query no index can answer (291, `QueryPlanner::plan`'s message
+/// wrapped by `getExecutor`).
+fn no_near_index(
+    ns: &tideway_storage::Namespace,
+    path: &[String],
+    near: &tideway_query::geo::NearQuery,
+    sort: Option<&SortSpec>,
+) -> CommandError {
+    let sort = sort.map_or_else(String::new, |sort| {
+        sort.keys()
+            .map(|(field, direction)| {
+                let direction = if direction == tideway_query::Direction::Descending {
+                    -1
+                } else {
+                    1
+                };
+                format!(" {field}: {direction}")
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    let sort = if sort.is_empty() {
+        "{}".to_string()
+    } else {
+        format!("{{{sort} }}")
+    };
+    CommandError::new(
+        tideway_base::error::ErrorCode::NoQueryExecutionPlans,
+        format!(
+            "error processing query: ns={ns}Tree: GEONEAR  field={} maxdist={} isNearSphere={}\nSort: {sort}\nProj: {{}}\n planner returned error :: caused by :: unable to find index for $geoNear query",
+            path.join("."),
+            tideway_geo::format::six_digits(near.max_distance),
+            u8::from(near.is_near_sphere)
+        ),
+    )
 }
 
 /// The plan a `hint` forces, if any.

@@ -129,7 +129,8 @@ fn parse_validator(command: &str, ns: &Namespace, validator: &Document) -> Comma
     }
     let parsed = refuse_special_operators(validator)
         .and_then(|()| refuse_javascript_expressions(validator))
-        .and_then(|()| Filter::parse(validator));
+        .and_then(|()| Filter::parse(validator))
+        .and_then(Filter::refuse_near);
     match command {
         "collMod" => parsed.map_err(|error| error.caused("Parsing of collection validator failed")),
         _ => parsed,

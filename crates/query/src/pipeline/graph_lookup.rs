@@ -143,11 +143,13 @@ impl GraphLookup {
                             ),
                         ));
                     };
-                    Filter::parse(filter).map_err(|error| {
-                        error.caused(
-                            "Failed to parse 'restrictSearchWithMatch' option to $graphLookup",
-                        )
-                    })?;
+                    Filter::parse(filter)
+                        .and_then(Filter::refuse_near)
+                        .map_err(|error| {
+                            error.caused(
+                                "Failed to parse 'restrictSearchWithMatch' option to $graphLookup",
+                            )
+                        })?;
                     restrict = Some(filter.clone());
                 }
                 "from" | "as" | "connectFromField" | "connectToField" | "depthField" => {
