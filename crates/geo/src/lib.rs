@@ -1,10 +1,12 @@
 //! tideway-geo: geospatial values as mongod reads them (issue 28). Modules: `point` (a position
 //! in every form mongod accepts, checked by its rules with its messages, and the GeoJSON `crs`
-//! member), `distance` (on the sphere as mongod measures it, and on the plane), `format` (numbers
-//! as mongod prints them in these messages).
+//! member), `shape` (every GeoJSON geometry, checked as mongod checks it), `relate` (the regions
+//! of `$geoWithin`/`$geoIntersects` and how a stored geometry relates to them), `distance` (on the
+//! sphere as mongod measures it, and on the plane), `format` (numbers as mongod prints them in
+//! these messages).
 //!
 //! Invariants: rules and messages follow mongod 7.0/8.0 (`src/mongo/db/geo/geoparser.cpp`,
-//! `shapes.cpp`); parsing client values never panics and never recurses; spherical geometry
+//! `shapes.cpp`); parsing client values never panics and recurses at most one level (a `GeometryCollection`); spherical geometry
 //! comes from `s2rst` (a port of the S2 library mongod uses), never from hand-written formulas.
 
 pub mod distance;
