@@ -6,8 +6,9 @@
 //! these messages).
 //!
 //! Invariants: rules and messages follow mongod 7.0/8.0 (`src/mongo/db/geo/geoparser.cpp`,
-//! `shapes.cpp`); parsing client values never panics and recurses at most one level (a `GeometryCollection`); spherical geometry
-//! comes from `s2rst` (a port of the S2 library mongod uses), never from hand-written formulas.
+//! `shapes.cpp`); parsing client values never panics and recurses at most one level (a
+//! `GeometryCollection`); spherical geometry comes from `s2rst` (a port of the S2 library mongod
+//! uses), never from hand-written formulas.
 
 pub mod distance;
 pub mod format;
