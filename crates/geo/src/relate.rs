@@ -509,3 +509,77 @@ mod tests {
         assert!(!region(doc! {"$geometry": [1, 200]}).is_spherical());
     }
 }
+
+#[cfg(test)]
+mod robustness {
+    use super::*;
+    use bson::{bson, doc};
+
+    /// xorshift, so a failing case replays from its seed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        /// A coordinate from a few values, so rings repeat vertices, touch, cross and fold.
+        fn coordinate(&mut self, bound: f64) -> f64 {
+            match self.next() % 8 {
+                0 => bound,
+                1 => -bound,
+                2 => 0.0,
+                _ => ((self.next() % 2001) as f64 / 1000.0 - 1.0) * bound,
+            }
+        }
+
+        fn ring(&mut self, bound: f64) -> Bson {
+            let n = 3 + (self.next() % 5) as usize;
+            let mut ring: Vec<Bson> = (0..n)
+                .map(|_| bson!([self.coordinate(bound), self.coordinate(bound / 2.0)]))
+                .collect();
+            ring.push(ring[0].clone());
+            Bson::Array(ring)
+        }
+    }
+
+    /// Random geometries, valid or not, parse or are refused, and relate to random regions,
+    /// without a panic in tideway or in S2.
+    #[test]
+    fn random_geometries_never_panic() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut related = 0;
+        for _ in 0..3000 {
+            let bound = [180.0, 10.0, 1e-9][(rng.next() % 3) as usize];
+            let stored = match rng.next() % 4 {
+                0 => bson!({"type": "Polygon", "coordinates": [rng.ring(bound)]}),
+                1 => bson!({"type": "LineString", "coordinates": rng.ring(bound)}),
+                2 => {
+                    bson!({"type": "Polygon", "coordinates": [rng.ring(bound), rng.ring(bound / 4.0)]})
+                }
+                _ => bson!([rng.coordinate(bound), rng.coordinate(bound / 2.0)]),
+            };
+            let query = match rng.next() % 3 {
+                0 => doc! {"$geometry": {"type": "Polygon", "coordinates": [rng.ring(bound)]}},
+                1 => {
+                    doc! {"$centerSphere": [[rng.coordinate(bound), rng.coordinate(bound / 2.0)], rng.coordinate(3.0).abs()]}
+                }
+                _ => doc! {"$geometry": {"type": "LineString", "coordinates": rng.ring(bound)}},
+            };
+            let (specifier, value) = query.iter().next().expect("one specifier");
+            let (Ok(geometry), Ok(region)) =
+                (shape::parse_stored(&stored), parse_region(specifier, value))
+            else {
+                continue;
+            };
+            related += 1;
+            let _ = region.relates(Relation::Within, &geometry);
+            let _ = region.relates(Relation::Intersects, &geometry);
+        }
+        // Enough cases got past parsing for the relations to have been exercised.
+        assert!(related > 1000, "only {related} cases related");
+    }
+}
