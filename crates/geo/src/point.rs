@@ -6,6 +6,7 @@
 
 use bson::{Bson, Document};
 use s2rst::s2::LatLng;
+use tideway_base::bsonutil::as_f64;
 use tideway_base::display::type_name;
 
 use crate::format::six_digits;
@@ -61,7 +62,7 @@ pub fn is_legacy_pair(value: &Bson) -> bool {
         Bson::Document(document) => document
             .iter()
             .next()
-            .is_some_and(|(_, first)| is_number(first)),
+            .is_some_and(|(_, first)| as_f64(first).is_some()),
         _ => false,
     }
 }
@@ -190,12 +191,13 @@ fn flat_pair(value: Option<&Bson>, extra: Extra) -> Result<(f64, f64), Invalid> 
             )))
         }
     };
-    let coordinate = |value: Option<&Bson>| match value {
-        Some(value) if is_number(value) => Ok(number(value)),
-        other => Err(Invalid(format!(
-            "Point must only contain numeric elements, instead got type {}",
-            type_name_of(other)
-        ))),
+    let coordinate = |value: Option<&Bson>| {
+        value.and_then(as_f64).ok_or_else(|| {
+            Invalid(format!(
+                "Point must only contain numeric elements, instead got type {}",
+                type_name_of(value)
+            ))
+        })
     };
     let (x, y) = (coordinate(first)?, coordinate(second)?);
     if extra == Extra::Refused && third.is_some() {
@@ -234,26 +236,18 @@ fn check_lng_lat(lng: f64, lat: f64) -> Result<(), Invalid> {
     }
 }
 
-pub(crate) fn is_number(value: &Bson) -> bool {
-    matches!(
-        value,
-        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
-    )
-}
-
-/// A number's value as a double (a decimal through its text, as mongod's `numberDouble`).
-pub(crate) fn number(value: &Bson) -> f64 {
+/// The values of an array, or of an object in field order: legacy shapes (`$box`, `$polygon`,
+/// `$center`, `[x, y, maxDistance]`) may be written either way. `None` for other values.
+pub fn listed_values(value: &Bson) -> Option<Vec<&Bson>> {
     match value {
-        Bson::Int32(value) => f64::from(*value),
-        Bson::Int64(value) => *value as f64,
-        Bson::Double(value) => *value,
-        Bson::Decimal128(value) => value.to_string().parse().unwrap_or(f64::NAN),
-        _ => f64::NAN,
+        Bson::Array(items) => Some(items.iter().collect()),
+        Bson::Document(document) => Some(document.iter().map(|(_, value)| value).collect()),
+        _ => None,
     }
 }
 
 /// mongod's type name, `missing` for an absent value.
-fn type_name_of(value: Option<&Bson>) -> &'static str {
+pub(crate) fn type_name_of(value: Option<&Bson>) -> &'static str {
     value.map_or("missing", type_name)
 }
 

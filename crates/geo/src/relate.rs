@@ -8,6 +8,7 @@ use bson::Bson;
 use s2rst::s1::Angle;
 use s2rst::s2::polyline::Polyline;
 use s2rst::s2::{Cap, Point, Polygon, Region};
+use tideway_base::bsonutil::as_f64;
 use tideway_base::display::value_string;
 
 use crate::point;
@@ -79,10 +80,8 @@ fn collect_parts<'a>(geometry: &'a Geometry, parts: &mut Vec<Part<'a>>) -> Optio
 /// The region of a `$geoWithin` or `$geoIntersects` shape specifier (`$geometry`, `$box`,
 /// `$polygon`, `$center`, `$centerSphere`) with its value.
 pub fn parse_region(specifier: &str, value: &Bson) -> Result<QueryRegion, Invalid> {
-    let items: Vec<&Bson> = match value {
-        Bson::Array(items) => items.iter().collect(),
-        Bson::Document(document) => document.iter().map(|(_, value)| value).collect(),
-        _ => return Err(unknown_specifier(specifier, value)),
+    let Some(items) = point::listed_values(value) else {
+        return Err(unknown_specifier(specifier, value));
     };
     match specifier {
         "$geometry" => match value {
@@ -116,14 +115,13 @@ pub fn parse_region(specifier: &str, value: &Bson) -> Result<QueryRegion, Invali
             } else {
                 None
             };
-            let radius = match items.get(1).copied() {
-                Some(radius) if is_non_negative(radius) => point::number(radius),
-                other => {
-                    return Err(Invalid(format!(
-                        "Radius must be a non-negative number: {}",
-                        other.map_or_else(|| "EOO".to_string(), value_string)
-                    )))
-                }
+            let given = items.get(1).copied();
+            // Not NaN and not below zero.
+            let Some(radius) = given.and_then(as_f64).filter(|radius| *radius >= 0.0) else {
+                return Err(Invalid(format!(
+                    "Radius must be a non-negative number: {}",
+                    shape::rendered(given)
+                )));
             };
             if items.len() > 2 {
                 return Err(Invalid(
@@ -152,10 +150,6 @@ fn unknown_specifier(specifier: &str, value: &Bson) -> Invalid {
 fn flat(value: Option<&Bson>) -> Result<(f64, f64), Invalid> {
     let position = point::query_point(value.unwrap_or(&Bson::Null))?;
     Ok((position.x, position.y))
-}
-
-fn is_non_negative(value: &Bson) -> bool {
-    point::is_number(value) && point::number(value) >= 0.0
 }
 
 impl QueryRegion {

@@ -19,7 +19,7 @@ use s2rst::s2::shape_util::visit_crossing_edge_pairs;
 use s2rst::s2::{Cell, LatLng, Loop, Point, Polygon};
 use tideway_base::display::{type_name, value_string};
 
-use crate::point::{self, Crs, Position};
+use crate::point::{self, type_name_of, Crs, Position};
 use crate::Invalid;
 
 /// A stored point: where it is and, when it is on the sphere (GeoJSON, or a legacy pair that is
@@ -33,10 +33,21 @@ pub struct GeoPoint {
 
 impl GeoPoint {
     pub fn new(position: Position) -> GeoPoint {
-        let sphere = position
-            .on_sphere()
-            .map(|point| (point, Cell::from_point(point)));
-        GeoPoint { position, sphere }
+        match position.on_sphere() {
+            Some(point) => GeoPoint::on_sphere(position, point),
+            None => GeoPoint {
+                position,
+                sphere: None,
+            },
+        }
+    }
+
+    /// A position already put on the sphere at `point`.
+    fn on_sphere(position: Position, point: Point) -> GeoPoint {
+        GeoPoint {
+            position,
+            sphere: Some((point, Cell::from_point(point))),
+        }
     }
 }
 
@@ -82,11 +93,15 @@ pub fn parse_geojson(document: &Document) -> Result<Geometry, Invalid> {
     match geojson_type(document) {
         Some("GeometryCollection") => parse_collection(document),
         Some(kind) => parse_simple(kind, document),
-        None => Err(Invalid(format!(
-            "unknown GeoJSON type: {}",
-            value_string(&Bson::Document(document.clone()))
-        ))),
+        None => Err(unknown_type(document)),
     }
+}
+
+fn unknown_type(document: &Document) -> Invalid {
+    Invalid(format!(
+        "unknown GeoJSON type: {}",
+        value_string(&Bson::Document(document.clone()))
+    ))
 }
 
 /// The `type` of a GeoJSON object when it is one of the GeoJSON types.
@@ -124,36 +139,19 @@ fn parse_simple(kind: &str, document: &Document) -> Result<Geometry, Invalid> {
             Ok(Geometry::MultiPoint(
                 points
                     .into_iter()
-                    .map(|(x, y, _)| {
-                        GeoPoint::new(Position {
-                            x,
-                            y,
-                            crs: Crs::Sphere,
-                        })
-                    })
+                    .map(|(position, point)| GeoPoint::on_sphere(position, point))
                     .collect(),
             ))
         }
         "MultiLineString" => {
             sphere_only(document)?;
-            let lines = members(coordinates, "MultiLineString")?
-                .iter()
-                .map(|member| line(Some(member)))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Geometry::MultiLineString(lines))
+            members(coordinates, "MultiLineString", line).map(Geometry::MultiLineString)
         }
         "MultiPolygon" => {
             sphere_only(document)?;
-            let polygons = members(coordinates, "MultiPolygon")?
-                .iter()
-                .map(|member| polygon(Some(member)))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Geometry::MultiPolygon(polygons))
+            members(coordinates, "MultiPolygon", polygon).map(Geometry::MultiPolygon)
         }
-        _ => Err(Invalid(format!(
-            "unknown GeoJSON type: {}",
-            value_string(&Bson::Document(document.clone()))
-        ))),
+        _ => Err(unknown_type(document)),
     }
 }
 
@@ -211,23 +209,37 @@ fn sphere_only(document: &Document) -> Result<(), Invalid> {
     }
 }
 
-/// The members of a `Multi*` geometry's `coordinates` array, at least one.
-fn members<'a>(coordinates: Option<&'a Bson>, kind: &str) -> Result<&'a [Bson], Invalid> {
-    match coordinates {
-        Some(Bson::Array(members)) if members.is_empty() => Err(Invalid(format!(
+/// The members of a `Multi*` geometry's `coordinates` array (at least one), each parsed by
+/// `parse` (the first refusal reports).
+fn members<T>(
+    coordinates: Option<&Bson>,
+    kind: &str,
+    parse: fn(Option<&Bson>) -> Result<T, Invalid>,
+) -> Result<Vec<T>, Invalid> {
+    let members = match coordinates {
+        Some(Bson::Array(members)) => members,
+        other => {
+            return Err(Invalid(format!(
+                "{kind} coordinates must be an array, instead got type {}",
+                type_name_of(other)
+            )))
+        }
+    };
+    let parsed = members
+        .iter()
+        .map(|member| parse(Some(member)))
+        .collect::<Result<Vec<T>, _>>()?;
+    if parsed.is_empty() {
+        return Err(Invalid(format!(
             "{kind} coordinates must have at least 1 element"
-        ))),
-        Some(Bson::Array(members)) => Ok(members),
-        other => Err(Invalid(format!(
-            "{kind} coordinates must be an array, instead got type {}",
-            type_name_of(other)
-        ))),
+        )));
     }
+    Ok(parsed)
 }
 
 /// An array of GeoJSON positions (`parseArrayOfCoordinates`): each an array of a longitude and
 /// a latitude (further values kept unread), with its S2 point.
-fn positions(coordinates: Option<&Bson>) -> Result<Vec<(f64, f64, Point)>, Invalid> {
+fn positions(coordinates: Option<&Bson>) -> Result<Vec<(Position, Point)>, Invalid> {
     let items = match coordinates {
         Some(Bson::Array(items)) => items,
         other => {
@@ -246,9 +258,10 @@ fn positions(coordinates: Option<&Bson>) -> Result<Vec<(f64, f64, Point)>, Inval
                     type_name(item)
                 )));
             }
-            let position = point::stored_point(item)?;
+            let mut position = point::stored_point(item)?;
             let sphere = point::sphere_point(position.x, position.y)?;
-            Ok((position.x, position.y, sphere))
+            position.crs = Crs::Sphere;
+            Ok((position, sphere))
         })
         .collect()
 }
@@ -259,7 +272,8 @@ fn without_repeats(mut vertices: Vec<Point>) -> Vec<Point> {
     vertices
 }
 
-fn rendered(value: Option<&Bson>) -> String {
+/// A value as mongod prints an element's value, `EOO` for a missing one.
+pub(crate) fn rendered(value: Option<&Bson>) -> String {
     value.map_or_else(|| "EOO".to_string(), value_string)
 }
 
@@ -268,7 +282,7 @@ fn line(coordinates: Option<&Bson>) -> Result<Polyline, Invalid> {
     let vertices = without_repeats(
         positions(coordinates)?
             .into_iter()
-            .map(|(_, _, p)| p)
+            .map(|(_, p)| p)
             .collect(),
     );
     if vertices.len() < 2 {
@@ -291,10 +305,7 @@ fn line(coordinates: Option<&Bson>) -> Result<Polyline, Invalid> {
 /// One ring's vertices, closed and with at least three distinct ones, without the closing
 /// repeat (`isLoopClosed`, `eraseDuplicatePoints`). `shown` is what the size message prints.
 fn ring(ring: &Bson, shown: &str) -> Result<Vec<Point>, Invalid> {
-    let vertices: Vec<Point> = positions(Some(ring))?
-        .into_iter()
-        .map(|(_, _, p)| p)
-        .collect();
+    let vertices: Vec<Point> = positions(Some(ring))?.into_iter().map(|(_, p)| p).collect();
     let (Some(first), Some(last)) = (vertices.first(), vertices.last()) else {
         return Err(Invalid(format!(
             "Loop has no vertices: {}",
@@ -445,10 +456,6 @@ fn big_polygon(coordinates: Option<&Bson>) -> Result<Polygon, Invalid> {
         return Err(Invalid(format!("Loop is not valid: {shown} {error}")));
     }
     Ok(Polygon::from_oriented_loops(vec![shape]))
-}
-
-fn type_name_of(value: Option<&Bson>) -> &'static str {
-    value.map_or("missing", type_name)
 }
 
 #[cfg(test)]

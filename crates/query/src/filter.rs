@@ -528,8 +528,6 @@ fn check_near_placement(root: &Expr) -> CommandResult<Option<(Vec<String>, Arc<N
     Ok(near)
 }
 
-/// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
-/// which mongod allows when every branch is indexed, tideway answers 238). Returns it.
 /// The first operator under `expr` that mongod allows only in a query on whole documents
 /// (`$expr`, `$sampleRate`, `$jsonSchema`), not on array elements.
 fn top_level_only(expr: &Expr) -> Option<&'static str> {
@@ -546,6 +544,8 @@ fn top_level_only(expr: &Expr) -> Option<&'static str> {
     }
 }
 
+/// `$text` may appear once, as a top-level conjunct (mongod: 2 BadValue otherwise; inside `$or`,
+/// which mongod allows when every branch is indexed, tideway answers 238). Returns it.
 fn check_text_placement(root: &Expr) -> CommandResult<Option<Arc<TextMatch>>> {
     let top_level = conjuncts_of(root);
     let mut texts = top_level.iter().filter_map(|expr| match expr {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use bson::{Bson, Document};
+use tideway_base::bsonutil::as_f64;
 use tideway_base::display::value_string;
 use tideway_base::error::{CommandError, CommandResult, ErrorCode};
 use tideway_geo::point::{self, Crs, Position};
@@ -26,6 +27,7 @@ impl GeoMatch {
     /// Whether a value found at the predicate's path satisfies it: a geometry (invalid ones and
     /// non-objects never match, as with mongod) standing in the relation to the region.
     pub fn matches(&self, value: &Bson) -> bool {
+        // Scalars are never geometries: skip the parser, which would format a refusal.
         if !matches!(value, Bson::Document(_) | Bson::Array(_)) {
             return false;
         }
@@ -50,6 +52,22 @@ pub struct NearQuery {
 }
 
 impl NearQuery {
+    /// A query around `[0, 0]` on `crs` at any distance, before its arguments are read.
+    fn unbounded(crs: Crs, raw: &Document) -> NearQuery {
+        NearQuery {
+            centroid: Position {
+                x: 0.0,
+                y: 0.0,
+                crs,
+            },
+            is_near_sphere: false,
+            units_are_radians: false,
+            min_distance: 0.0,
+            max_distance: f64::MAX,
+            raw: raw.clone(),
+        }
+    }
+
     /// Whether the near point is on the sphere (needs a `2dsphere` index; on the plane, `2d`).
     pub fn is_spherical(&self) -> bool {
         self.centroid.crs == Crs::Sphere
@@ -169,30 +187,9 @@ fn located(code: ErrorCode, message: &str) -> CommandError {
     CommandError::new(code, message)
 }
 
-fn number(value: &Bson) -> Option<f64> {
-    match value {
-        Bson::Int32(v) => Some(f64::from(*v)),
-        Bson::Int64(v) => Some(*v as f64),
-        Bson::Double(v) => Some(*v),
-        Bson::Decimal128(v) => Some(v.to_string().parse().unwrap_or(f64::NAN)),
-        _ => None,
-    }
-}
-
 /// `parseLegacyQuery`: `None` when no legacy point was found.
 fn parse_legacy_near(operators: &Document) -> CommandResult<Option<NearQuery>> {
-    let mut near = NearQuery {
-        centroid: Position {
-            x: 0.0,
-            y: 0.0,
-            crs: Crs::Flat,
-        },
-        is_near_sphere: false,
-        units_are_radians: false,
-        min_distance: 0.0,
-        max_distance: f64::MAX,
-        raw: operators.clone(),
-    };
+    let mut near = NearQuery::unbounded(Crs::Flat, operators);
     let mut found = false;
     for (field, value) in operators {
         match field.as_str() {
@@ -264,7 +261,7 @@ fn legacy_distance(
     not_number: (ErrorCode, &str),
     negative: (ErrorCode, &str),
 ) -> CommandResult<f64> {
-    let distance = number(value).ok_or_else(|| located(not_number.0, not_number.1))?;
+    let distance = as_f64(value).ok_or_else(|| located(not_number.0, not_number.1))?;
     if !is_non_negative(distance) {
         return Err(located(negative.0, negative.1));
     }
@@ -273,21 +270,17 @@ fn legacy_distance(
 
 /// `[x, y, maxDistance]` (or an object of three numbers).
 fn point_with_max_distance(value: &Bson) -> Option<(Position, f64)> {
-    let values: Vec<&Bson> = match value {
-        Bson::Array(items) => items.iter().collect(),
-        Bson::Document(document) => document.iter().map(|(_, value)| value).collect(),
-        _ => return None,
-    };
+    let values = point::listed_values(value)?;
     let [x, y, max] = values.as_slice() else {
         return None;
     };
     Some((
         Position {
-            x: number(x)?,
-            y: number(y)?,
+            x: as_f64(x)?,
+            y: as_f64(y)?,
             crs: Crs::Flat,
         },
-        number(max)?,
+        as_f64(max)?,
     ))
 }
 
@@ -312,18 +305,8 @@ fn parse_geojson_near(operators: &Document) -> CommandResult<NearQuery> {
         )));
     }
     let valid = |value: f64| value >= 0.0 && value.is_finite();
-    let mut near = NearQuery {
-        centroid: Position {
-            x: 0.0,
-            y: 0.0,
-            crs: Crs::Sphere,
-        },
-        is_near_sphere: operator == "$nearSphere",
-        units_are_radians: false,
-        min_distance: 0.0,
-        max_distance: f64::MAX,
-        raw: operators.clone(),
-    };
+    let mut near = NearQuery::unbounded(Crs::Sphere, operators);
+    near.is_near_sphere = operator == "$nearSphere";
     let mut found = false;
     for (field, value) in arguments {
         match field.as_str() {
@@ -348,7 +331,7 @@ fn parse_geojson_near(operators: &Document) -> CommandResult<NearQuery> {
             }
             "$minDistance" | "$maxDistance" => {
                 let distance =
-                    number(value).ok_or_else(|| bad_value(format!("{field} must be a number")))?;
+                    as_f64(value).ok_or_else(|| bad_value(format!("{field} must be a number")))?;
                 if !valid(distance) {
                     return Err(bad_value(format!("{field} must be non-negative")));
                 }

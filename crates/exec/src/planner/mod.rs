@@ -511,24 +511,18 @@ fn no_near_index(
     near: &tideway_query::geo::NearQuery,
     sort: Option<&SortSpec>,
 ) -> CommandError {
-    let sort = sort.map_or_else(String::new, |sort| {
-        sort.keys()
-            .map(|(field, direction)| {
-                let direction = if direction == tideway_query::Direction::Descending {
-                    -1
-                } else {
-                    1
-                };
-                format!(" {field}: {direction}")
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    });
-    let sort = if sort.is_empty() {
-        "{}".to_string()
-    } else {
-        format!("{{{sort} }}")
-    };
+    let sort: bson::Document = sort
+        .into_iter()
+        .flat_map(SortSpec::keys)
+        .map(|(field, direction)| {
+            let direction = match direction {
+                tideway_query::Direction::Descending => -1,
+                tideway_query::Direction::Ascending => 1,
+            };
+            (field.to_string(), Bson::Int32(direction))
+        })
+        .collect();
+    let sort = tideway_base::display::value_string(&Bson::Document(sort));
     CommandError::new(
         tideway_base::error::ErrorCode::NoQueryExecutionPlans,
         format!(
